@@ -1,0 +1,48 @@
+# The two commands of the README, and the pieces they are made of.
+#   make demo   starts a local control plane, Troupe, and releases a 4-GPU indexed Job as one gang
+#   make test   lint + unit, property, HTTPS and end-to-end tests (builds what it needs first)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint unit e2e bench cluster-build cluster-up cluster-down clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/python -m troupe.demo
+
+test: $(BIN)/.installed cluster-build lint
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
+
+unit: $(BIN)/.installed
+	$(BIN)/python -m pytest -m 'not e2e'
+
+e2e: $(BIN)/.installed cluster-build
+	$(BIN)/python -m pytest -m e2e
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/placement.py
+	$(BIN)/python benchmarks/webhook_load.py
+
+cluster-build: $(BIN)/.installed
+	$(BIN)/python -m troupe.devcluster build
+
+cluster-up: $(BIN)/.installed
+	$(BIN)/python -m troupe.devcluster up
+
+cluster-down: $(BIN)/.installed
+	$(BIN)/python -m troupe.devcluster down
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,196 @@
+"""Troupe's configuration: one YAML file read by both the webhook and the reconciler.
+
+Keys and defaults are the user contract of ``DESIGN.md``. The gang keys keep the meaning
+and defaults of the PFN gang plugin (``seeds/001``: ``gangAnnotationPrefix``,
+``gangScheduleTimeoutSecondsLimit`` 100, ``gangScheduleDefaultTimeoutSeconds`` 30,
+``gangScheduleTimeoutJitterSeconds`` 30); ``gangPreemptionMode`` is the Volcano proposal's
+(``seeds/003``). Unknown keys are refused, so that a typo is not silently ignored.
+
+Example (every key, with its default)::
+
+    gangAnnotationPrefix: troupe.io/gang
+    gangScheduleTimeoutSecondsLimit: 100
+    gangScheduleDefaultTimeoutSeconds: 30
+    gangScheduleTimeoutJitterSeconds: 30
+    topologyLevels: [cloud.google.com/gce-topology-block,
+                     cloud.google.com/gce-topology-subblock,
+                     cloud.google.com/gce-topology-host]
+    topologyFallbackLevels: [topology.gke.io/cluster, topology.gke.io/rack, topology.gke.io/host]
+    gangPreemptionMode: "off"
+    reconcilerUsername: system:serviceaccount:troupe-system:troupe-reconciler
+    sharedDeviceResources: [nvidia.com/gpu]
+    excludedNamespaces: [kube-system]
+    autoGangSettleSeconds: 5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import yaml
+
+PreemptionMode = Literal["off", "minimal", "atomic"]
+PREEMPTION_MODES: tuple[PreemptionMode, ...] = ("off", "minimal", "atomic")
+
+#: A qualified name as Kubernetes validates label and annotation keys: an optional DNS
+#: subdomain prefix and ``/``, then a name of at most 63 characters.
+_QUALIFIED_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+#: A DNS-1123 label: what a namespace name must be.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+GKE_LEVELS = (
+    "cloud.google.com/gce-topology-block",
+    "cloud.google.com/gce-topology-subblock",
+    "cloud.google.com/gce-topology-host",
+)
+GKE_PRERELEASE_LEVELS = ("topology.gke.io/cluster", "topology.gke.io/rack", "topology.gke.io/host")
+
+
+class ConfigError(ValueError):
+    """A configuration file or value is invalid. The message names the key and the value."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated configuration. Field names are the YAML keys in snake_case.
+
+    Durations are whole seconds. ``topology_levels`` are node label keys, highest level
+    first; ``topology_fallback_levels`` is the older label set a node may carry instead
+    (same depth, or empty to disable), as the GKE daemon (``seeds/002``) falls back to
+    ``topology.gke.io/*``.
+    """
+
+    gang_annotation_prefix: str = "troupe.io/gang"
+    gang_schedule_timeout_seconds_limit: int = 100
+    gang_schedule_default_timeout_seconds: int = 30
+    gang_schedule_timeout_jitter_seconds: int = 30
+    topology_levels: tuple[str, ...] = GKE_LEVELS
+    topology_fallback_levels: tuple[str, ...] = GKE_PRERELEASE_LEVELS
+    gang_preemption_mode: PreemptionMode = "off"
+    reconciler_username: str = "system:serviceaccount:troupe-system:troupe-reconciler"
+    shared_device_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    auto_gang_settle_seconds: int = 5
+
+    @property
+    def all_levels(self) -> tuple[str, ...]:
+        """Every configured level key, primary set first, then the fallback set."""
+        return self.topology_levels + self.topology_fallback_levels
+
+    def level_depth(self, key: str) -> int | None:
+        """The depth (0 = highest) of a level key in either set, or None if not configured."""
+        for levels in (self.topology_levels, self.topology_fallback_levels):
+            if key in levels:
+                return levels.index(key)
+        return None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+_FIELDS = {_camel(f.name): f for f in dataclasses.fields(Config)}
+
+
+def _want_int(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _want_str_list(key: str, value: Any, check: re.Pattern[str] | None = None) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{key}: must be a list of non-empty strings, got {value!r}")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{key}: must not repeat an entry, got {value!r}")
+    if check is not None:
+        for i, v in enumerate(value):
+            if not check.match(v):
+                raise ConfigError(f"{key}[{i}]: {v!r} is not a valid name")
+    return tuple(value)
+
+
+def from_mapping(data: Mapping[str, Any]) -> Config:
+    """Validate a parsed configuration mapping (camelCase keys) into a :class:`Config`.
+
+    Raises :class:`ConfigError` naming the first bad key and its value; unknown keys are
+    errors too.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"configuration must be a mapping of keys to values, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown configuration key (known: {', '.join(sorted(_FIELDS))})")
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        name = _FIELDS[key].name
+        if name == "gang_annotation_prefix":
+            if not isinstance(raw, str) or not _QUALIFIED_NAME.match(raw + "-name") or len(raw) > 250:
+                raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
+            values[name] = raw
+        elif name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds"):
+            values[name] = _want_int(key, raw, 1)
+        elif name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds"):
+            values[name] = _want_int(key, raw, 0)
+        elif name in ("topology_levels", "shared_device_resources"):
+            values[name] = _want_str_list(key, raw, _QUALIFIED_NAME)
+        elif name == "topology_fallback_levels":
+            values[name] = _want_str_list(key, raw, _QUALIFIED_NAME) if raw else ()
+        elif name == "excluded_namespaces":
+            values[name] = _want_str_list(key, raw, _DNS_LABEL) if raw else ()
+        elif name == "gang_preemption_mode":
+            if raw not in PREEMPTION_MODES:
+                # YAML 1.1 reads a bare off as False: say so, it is the usual cause.
+                hint = ' (quote it: "off")' if raw is False else ""
+                raise ConfigError(f"{key}: must be one of {', '.join(PREEMPTION_MODES)}, got {raw!r}{hint}")
+            values[name] = cast(PreemptionMode, raw)
+        elif name == "reconciler_username":
+            if not isinstance(raw, str) or not raw:
+                raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")
+            values[name] = raw
+    config = Config(**values)
+    if not config.topology_levels:
+        raise ConfigError("topologyLevels: must name at least one level")
+    fallback = config.topology_fallback_levels
+    if fallback and len(fallback) != len(config.topology_levels):
+        raise ConfigError(
+            f"topologyFallbackLevels: must have as many levels as topologyLevels "
+            f"({len(config.topology_levels)}) or be empty, got {list(fallback)!r}"
+        )
+    if set(fallback) & set(config.topology_levels):
+        raise ConfigError(f"topologyFallbackLevels: must not repeat a key of topologyLevels, got {list(fallback)!r}")
+    if config.gang_schedule_default_timeout_seconds > config.gang_schedule_timeout_seconds_limit:
+        raise ConfigError(
+            f"gangScheduleDefaultTimeoutSeconds: {config.gang_schedule_default_timeout_seconds} exceeds "
+            f"gangScheduleTimeoutSecondsLimit ({config.gang_schedule_timeout_seconds_limit})"
+        )
+    return config
+
+
+def load_config(path: str | None) -> Config:
+    """Read and validate the YAML configuration file at ``path``; defaults when ``path`` is None.
+
+    An empty file means all defaults. Raises :class:`ConfigError` naming the file and the
+    key (``FILE: key: message``) for unreadable files, invalid YAML and invalid values.
+    """
+    if path is None:
+        return Config()
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read configuration: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from e
+    try:
+        return from_mapping(data or {})
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e

@@ -1,0 +1,297 @@
+"""The user contract: every annotation, label and gate key Troupe reads or writes, and the
+parsing of a pod (a plain dict in the Kubernetes JSON shape) into its requests.
+
+Both deployables import this module; it does no I/O and knows no Kubernetes client.
+Sources of each rule: ``DESIGN.md`` (the user contract), ``seeds/001`` (PFN gang plugin
+keys), ``seeds/002`` (GKE topology daemon gates and rank order), ``seeds/000``
+(SharedDeviceGroup keys and the device env var naming rule).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from troupe.config import Config
+
+# --- Gates -------------------------------------------------------------------------------
+#: Troupe's scheduling gate: added by the webhook, removed by the reconciler on release.
+GATE = "troupe.io/placement"
+#: Gates of the GKE topology scheduler (``seeds/002``): pods created with one are handled
+#: as a gang and the gate is removed on release too.
+GKE_GATE_PREFIX = "gke.io/topology-aware-auto-"
+
+# --- Gang keys (suffixes of the configurable prefix, seeds/001) --------------------------
+GANG_NAME_SUFFIX = "-name"
+GANG_SIZE_SUFFIX = "-size"
+GANG_TIMEOUT_SUFFIX = "-schedule-timeout-seconds"
+
+# --- Topology requests (DESIGN.md "Topology"; the value is a level's node label key) -----
+TOPOLOGY_REQUIRED_LEVEL = "troupe.io/topology-required-level"
+TOPOLOGY_PREFERRED_LEVEL = "troupe.io/topology-preferred-level"
+
+# --- Shared device groups (seeds/000) ----------------------------------------------------
+#: Pod annotation: the SharedDeviceGroup (cluster-scoped) the pod joins.
+DEVICE_GROUP = "deviceshare.io/group"
+#: Pod annotation written by the reconciler: JSON, resource name -> ``"0,1"``.
+SELECTED_DEVICES = "deviceshare.io/selected-devices"
+#: Prefix of the per-variable annotations (``deviceshare.io/env.NVIDIA_VISIBLE_DEVICES``),
+#: written by the reconciler and read by the containers through the Downward API.
+DEVICE_ENV_PREFIX = "deviceshare.io/env."
+#: Node label that opts a node in to shared device groups, with value ``shared``.
+DEVICE_MODE_LABEL = "deviceshare.io/mode"
+
+# --- Decisions written by the reconciler ------------------------------------------------
+#: Every annotation under this prefix is written only by the reconciler's identity.
+RESERVED_PREFIX = "reconciler.troupe.io/"
+#: The node the reconciler planned for the pod (the pin narrows node affinity to it).
+ASSIGNED_NODE = RESERVED_PREFIX + "node"
+#: The member's rank within its gang, as the reconciler ordered it.
+ASSIGNED_RANK = RESERVED_PREFIX + "rank"
+
+# --- Labels read --------------------------------------------------------------------------
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+JOB_NAME_LABEL = "job-name"
+KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+#: kubelet's annotation on mirror pods (static pods): never mutated.
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+#: A label value (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/
+#: #syntax-and-character-set): at most 63 characters, alphanumerics at both ends.
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DECIMAL = re.compile(r"^[0-9]+$")
+_NAME_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+
+
+class ContractError(ValueError):
+    """A pod's Troupe annotation is invalid.
+
+    ``key`` is the annotation key, ``value`` the value found (None when missing) and the
+    message says ``<key>: <why>, got <value>``, the form the webhook returns to the user.
+    """
+
+    def __init__(self, key: str, value: str | None, why: str) -> None:
+        self.key, self.value, self.why = key, value, why
+        got = "it is missing" if value is None else f"got {value!r}"
+        super().__init__(f"annotation {key}: {why}, {got}")
+
+
+@dataclass(frozen=True)
+class GangKeys:
+    """The three gang annotation keys for one ``gangAnnotationPrefix``."""
+
+    name: str
+    size: str
+    timeout: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> GangKeys:
+        """Keys for ``prefix`` (``troupe.io/gang`` -> ``troupe.io/gang-name`` ...)."""
+        return cls(prefix + GANG_NAME_SUFFIX, prefix + GANG_SIZE_SUFFIX, prefix + GANG_TIMEOUT_SUFFIX)
+
+    def all(self) -> tuple[str, str, str]:
+        """The keys as a tuple (name, size, timeout)."""
+        return (self.name, self.size, self.timeout)
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    """A pod's gang membership: gang ``namespace/name``, ``size`` members, and
+    ``timeout_seconds`` (the effective one: defaulted and capped, seeds/001)."""
+
+    namespace: str
+    name: str
+    size: int
+    timeout_seconds: int
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the gang's identity (a gang is namespace + name)."""
+        return f"{self.namespace}/{self.name}"
+
+
+def pod_meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``pod.metadata`` or an empty mapping (never raises on malformed input)."""
+    m = pod.get("metadata") if isinstance(pod, Mapping) else None
+    return m if isinstance(m, Mapping) else {}
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``pod.metadata.annotations`` or an empty mapping."""
+    a = pod_meta(pod).get("annotations")
+    return a if isinstance(a, Mapping) else {}
+
+
+def pod_labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``pod.metadata.labels`` or an empty mapping."""
+    lab = pod_meta(pod).get("labels")
+    return lab if isinstance(lab, Mapping) else {}
+
+
+def pod_gates(pod: Mapping[str, Any]) -> list[str]:
+    """Names of ``pod.spec.schedulingGates``, in order."""
+    spec = pod.get("spec")
+    raw = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    if not isinstance(raw, list):
+        return []
+    return [g["name"] for g in raw if isinstance(g, Mapping) and isinstance(g.get("name"), str)]
+
+
+def is_troupe_gate(name: str) -> bool:
+    """True for the gates Troupe removes on release: its own and the GKE ``auto`` gates."""
+    return name == GATE or name.startswith(GKE_GATE_PREFIX)
+
+
+def has_gang_keys(pod: Mapping[str, Any], config: Config) -> bool:
+    """True when the pod carries any of the gang annotations."""
+    a = pod_annotations(pod)
+    return any(k in a for k in GangKeys.for_prefix(config.gang_annotation_prefix).all())
+
+
+def _positive_int(key: str, raw: Any, what: str) -> int:
+    if not isinstance(raw, str) or not _DECIMAL.match(raw):
+        raise ContractError(key, raw if isinstance(raw, str) else str(raw), f"must be {what}")
+    value = int(raw)
+    if value < 1:
+        raise ContractError(key, raw, f"must be {what}")
+    return value
+
+
+def effective_timeout(raw: str | None, config: Config, key: str = "") -> int:
+    """The gang timeout in seconds: ``raw`` (a positive decimal integer string) capped by
+    ``gangScheduleTimeoutSecondsLimit``, or ``gangScheduleDefaultTimeoutSeconds`` when absent
+    (seeds/001). Raises :class:`ContractError` for a value that is not a positive integer.
+    """
+    if raw is None:
+        return min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
+    value = _positive_int(key, raw, "a positive integer number of seconds")
+    return min(value, config.gang_schedule_timeout_seconds_limit)
+
+
+def parse_gang(pod: Mapping[str, Any], config: Config) -> GangSpec | None:
+    """The pod's gang, or None when it carries none of the gang annotations.
+
+    Rules (DESIGN.md "Gangs"): name is a valid label value; size an integer >= 1; the
+    timeout a positive integer (defaulted and capped, see :func:`effective_timeout`).
+    Name and size are both required once any gang key is present.
+    Raises :class:`ContractError` naming the key and the value.
+    """
+    keys = GangKeys.for_prefix(config.gang_annotation_prefix)
+    a = pod_annotations(pod)
+    if not any(k in a for k in keys.all()):
+        return None
+    name = a.get(keys.name)
+    if name is None:
+        raise ContractError(keys.name, None, "is required with the other gang annotations")
+    if not isinstance(name, str) or len(name) > 63 or not _LABEL_VALUE.match(name):
+        raise ContractError(
+            keys.name, str(name),
+            "must be a valid label value (at most 63 characters: letters, digits, '-', '_', '.', "
+            "beginning and ending with a letter or digit)",
+        )
+    raw_size = a.get(keys.size)
+    if raw_size is None:
+        raise ContractError(keys.size, None, "is required with the other gang annotations")
+    size = _positive_int(keys.size, raw_size, "an integer >= 1")
+    timeout = effective_timeout(a.get(keys.timeout), config, keys.timeout)
+    namespace = pod_meta(pod).get("namespace") or "default"
+    return GangSpec(str(namespace), name, size, timeout)
+
+
+@dataclass(frozen=True)
+class TopologyRequest:
+    """A gang's level request: node label keys of configured levels, or None."""
+
+    required_level: str | None = None
+    preferred_level: str | None = None
+
+
+def parse_topology_request(pod: Mapping[str, Any], config: Config) -> TopologyRequest:
+    """The pod's ``troupe.io/topology-required-level`` / ``-preferred-level`` request.
+
+    Each value must be a configured level key (either set of ``Config``); both at once are
+    refused, as Kueue refuses both podset topology annotations. Raises
+    :class:`ContractError` listing the configured levels.
+    """
+    a = pod_annotations(pod)
+    required, preferred = a.get(TOPOLOGY_REQUIRED_LEVEL), a.get(TOPOLOGY_PREFERRED_LEVEL)
+    for key, value in ((TOPOLOGY_REQUIRED_LEVEL, required), (TOPOLOGY_PREFERRED_LEVEL, preferred)):
+        if value is not None and (not isinstance(value, str) or config.level_depth(value) is None):
+            raise ContractError(key, str(value), f"must name a configured level ({', '.join(config.all_levels)})")
+    if required is not None and preferred is not None:
+        raise ContractError(TOPOLOGY_PREFERRED_LEVEL, preferred, f"cannot be set together with {TOPOLOGY_REQUIRED_LEVEL}")
+    return TopologyRequest(required, preferred)
+
+
+def device_group(pod: Mapping[str, Any]) -> str | None:
+    """The SharedDeviceGroup the pod joins (``deviceshare.io/group``), or None."""
+    value = pod_annotations(pod).get(DEVICE_GROUP)
+    return value if isinstance(value, str) else None
+
+
+def device_env_var(resource: str) -> str:
+    """The env var that carries a resource's device IDs (DESIGN.md, seeds/000 ``getEnvVarName``).
+
+    ``nvidia.com/gpu`` -> ``NVIDIA_VISIBLE_DEVICES``; names containing ``amd`` ->
+    ``AMD_VISIBLE_DEVICES``, ``huawei`` -> ``ASCEND_VISIBLE_DEVICES``; ``vendor.com/device``
+    -> ``VENDOR_DEVICE_VISIBLE_DEVICES``; any other form upper-cased with ``.`` and ``/``
+    turned into ``_``, plus ``_VISIBLE_DEVICES``.
+    """
+    if "nvidia" in resource:
+        return "NVIDIA_VISIBLE_DEVICES"
+    if "amd" in resource:
+        return "AMD_VISIBLE_DEVICES"
+    if "huawei" in resource:
+        return "ASCEND_VISIBLE_DEVICES"
+    parts = resource.split("/")
+    if len(parts) == 2 and parts[0] and parts[1]:
+        vendor = parts[0].split(".")[0]
+        return f"{vendor}_{parts[1]}".upper() + "_VISIBLE_DEVICES"
+    return resource.upper().replace(".", "_").replace("/", "_") + "_VISIBLE_DEVICES"
+
+
+def is_reserved_annotation(key: str) -> bool:
+    """True for annotations that only the reconciler's identity may write: the selected
+    devices, the device env values, and everything under :data:`RESERVED_PREFIX`."""
+    return key == SELECTED_DEVICES or key.startswith(DEVICE_ENV_PREFIX) or key.startswith(RESERVED_PREFIX)
+
+
+def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, str, int, str]:
+    """Sort key putting a gang's members in rank order (DESIGN.md "Topology", seeds/002).
+
+    By ``batch.kubernetes.io/job-completion-index`` (label, else annotation), then
+    ``training.kubeflow.org/replica-index``, then a numeric name suffix (``worker-2`` before
+    ``worker-10``), then the name. Returns ``(tier, index, prefix, suffix, name)``; pods
+    with an index sort before those ranked by name.
+    """
+    name = str(pod_meta(pod).get("name") or "")
+    lab, ann = pod_labels(pod), pod_annotations(pod)
+    for tier, key in enumerate((JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX)):
+        raw = lab.get(key, ann.get(key))
+        if isinstance(raw, str) and _DECIMAL.match(raw):
+            return (tier, int(raw), "", 0, name)
+    m = _NAME_SUFFIX.match(name)
+    if m:
+        return (2, 0, m.group(1), int(m.group(2)), name)
+    return (3, 0, name, 0, name)
+
+
+def auto_gang_key(pod: Mapping[str, Any]) -> str | None:
+    """The group of a pod created with a ``gke.io/topology-aware-auto-*`` gate, as the GKE
+    daemon groups them (seeds/002): ``job-name`` label, then
+    ``training.kubeflow.org/job-name``, then the first owner's UID, then the ``name`` label.
+    None when none is present."""
+    lab = pod_labels(pod)
+    for key in (JOB_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL):
+        if isinstance(lab.get(key), str) and lab[key]:
+            return f"{key}={lab[key]}"
+    owners = pod_meta(pod).get("ownerReferences")
+    if isinstance(owners, Sequence) and owners and isinstance(owners[0], Mapping) and owners[0].get("uid"):
+        return f"owner={owners[0]['uid']}"
+    if isinstance(lab.get("name"), str) and lab["name"]:
+        return f"name={lab['name']}"
+    return None
