@@ -140,7 +140,7 @@ def _leaf(
         )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),  # type: ignore[arg-type]
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
     )

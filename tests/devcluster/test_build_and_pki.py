@@ -1,0 +1,108 @@
+"""The wrapper go.mod, the cache layout and the static token file, without building anything."""
+
+from __future__ import annotations
+
+import stat
+
+import yaml
+
+from troupe.devcluster import build, pki
+
+KUBERNETES_GO_MOD = """\
+module k8s.io/kubernetes
+
+go 1.26.0
+
+godebug default=go1.26
+
+require (
+\tgithub.com/foo/bar v1.0.0
+\tk8s.io/api v0.0.0
+)
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/cri-streaming => ./staging/src/k8s.io/cri-streaming
+\tgithub.com/other/thing => github.com/fork/thing v1.2.3
+)
+
+replace k8s.io/streaming => ./staging/src/k8s.io/streaming
+"""
+
+
+def test_staging_replacements_lists_only_modules_pointing_at_staging_directories():
+    assert build.staging_replacements(KUBERNETES_GO_MOD) == [
+        "k8s.io/api",
+        "k8s.io/cri-streaming",
+        "k8s.io/streaming",
+    ]
+
+
+def test_the_wrapper_go_mod_copies_go_and_godebug_and_pins_staging_modules_to_v0():
+    text = build.kubernetes_wrapper_go_mod(KUBERNETES_GO_MOD, "v1.36.3")
+
+    lines = [line.strip() for line in text.splitlines()]
+    assert "go 1.26.0" in lines
+    assert "godebug default=go1.26" in lines
+    assert "require k8s.io/kubernetes v1.36.3" in lines
+    assert "k8s.io/api => k8s.io/api v0.36.3" in lines
+    assert "k8s.io/streaming => k8s.io/streaming v0.36.3" in lines
+    assert "github.com/other/thing" not in text
+
+
+def test_cache_dir_follows_troupe_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TROUPE_CACHE_DIR", str(tmp_path))
+
+    assert build.cache_dir() == tmp_path
+    assert build.built_binaries() is None  # an empty cache is not reused
+
+
+def test_a_binary_without_its_stamp_or_with_another_version_is_not_reused(tmp_path):
+    layout = build._layout(tmp_path)
+    for path, version in build._versions(layout):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        build._stamp(path).write_text(version + "\n")
+    assert build.built_binaries(tmp_path) == layout
+
+    build._stamp(layout.kube_scheduler).write_text("v1.35.4\n")
+    assert build.built_binaries(tmp_path) is None
+    build._stamp(layout.kube_scheduler).unlink()
+    assert build.built_binaries(tmp_path) is None
+
+
+def test_token_file_lines_quote_the_group_list():
+    line = pki.token_file_line("tok", pki.RECONCILER, "uid-1")
+
+    assert (
+        line
+        == 'tok,system:serviceaccount:troupe-system:troupe-reconciler,uid-1,"system:serviceaccounts,system:serviceaccounts:troupe-system"'
+    )
+
+
+def test_write_pki_makes_one_token_per_identity_with_admin_first_and_private_modes(tmp_path):
+    made = pki.write_pki(tmp_path, pki.DEFAULT_IDENTITIES)
+
+    lines = made.token_file.read_text().splitlines()
+    assert [line.split(",")[1] for line in lines] == [
+        "admin",
+        "system:serviceaccount:troupe-system:troupe-reconciler",
+        "alice",
+    ]
+    assert lines[0].endswith(',"system:masters"')
+    assert set(made.tokens) == {"admin", "reconciler", "alice"}
+    assert len(set(made.tokens.values())) == 3
+    for private in (made.ca_key, made.serving_key, made.sa_private_key, made.token_file):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600, private
+
+
+def test_a_kubeconfig_carries_the_server_the_ca_and_the_token(tmp_path):
+    path = pki.write_kubeconfig(tmp_path / "k", "https://127.0.0.1:6443", b"PEM", "alice", "t0k")
+
+    config = yaml.safe_load(path.read_text())
+    assert config["clusters"][0]["cluster"] == {
+        "server": "https://127.0.0.1:6443",
+        "certificate-authority-data": "UEVN",
+    }
+    assert config["users"][0]["user"] == {"token": "t0k"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -1,0 +1,101 @@
+"""Fixtures for end-to-end tests on the local control plane (troupe.devcluster).
+
+Every test under tests/e2e is marked ``e2e`` (deselect with ``-m "not e2e"``). The
+session-scoped ``cluster`` fixture starts etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok (building them first if the cache is cold, ~8 min) with the 16
+fake nodes of examples/nodes.yaml, and always stops them at the end of the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from troupe.devcluster import Cluster
+from troupe.devcluster.build import built_binaries, ensure_built
+from troupe.devcluster.stack import Stack
+
+REPO = Path(__file__).resolve().parents[2]
+E2E_DIR = Path(__file__).resolve().parent
+NODES_FILE = REPO / "examples" / "nodes.yaml"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test collected under tests/e2e with ``e2e``."""
+    for item in items:
+        if E2E_DIR in Path(item.fspath).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the binaries before the first test when e2e tests will run and the cache is cold.
+
+    Done here, not in the fixture, so the ~8 minute cold build counts against no test's
+    timeout and its progress lines reach the terminal instead of pytest's capture.
+    """
+    if session.config.option.collectonly or built_binaries() is not None:
+        return
+    if not any(item.get_closest_marker("e2e") for item in session.items):
+        return
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        ensure_built()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """A running local control plane with the nodes of examples/nodes.yaml, all Ready.
+
+    Identities: ``admin`` (system:masters), ``reconciler``
+    (system:serviceaccount:troupe-system:troupe-reconciler, no RBAC) and ``alice``.
+    """
+    with Cluster(nodes=NODES_FILE) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _control_plane_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test, with the dead component's log tail, if a component exits around it."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    running: Cluster = request.getfixturevalue("cluster")
+    running.check()
+    yield
+    running.check()
+
+
+@pytest.fixture(scope="session")
+def admin_api(cluster: Cluster) -> Any:
+    """An API client authenticated as the cluster admin."""
+    return cluster.api_client("admin")
+
+
+@pytest.fixture(scope="session")
+def admin_core(admin_api: Any) -> client.CoreV1Api:
+    """CoreV1Api as the cluster admin."""
+    return client.CoreV1Api(admin_api)
+
+
+@pytest.fixture(scope="session")
+def troupe(cluster: Cluster) -> Iterator[Stack]:
+    """Troupe's webhook and reconciler running on ``cluster`` with the default configuration,
+    the reconciler as its own identity with the chart's ClusterRole."""
+    with Stack(cluster) as stack:
+        yield stack
+
+
+@pytest.fixture(autouse=True)
+def _troupe_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test, with the dead process's log tail, if the webhook or reconciler exits."""
+    if "troupe" not in request.fixturenames:
+        yield
+        return
+    stack: Stack = request.getfixturevalue("troupe")
+    stack.check()
+    yield
+    stack.check()

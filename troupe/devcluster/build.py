@@ -1,0 +1,460 @@
+"""Build the control plane's binaries once, into a cache directory keyed by version.
+
+Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``)::
+
+    k8s-v1.36.3/bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+    k8s-v1.36.3/src/            wrapper module (go.mod, tools.go)
+    etcd-v3.6.16/bin/etcd
+    etcd-v3.6.16/src/           wrapper module
+    kwok-v0.8.0/bin/kwok
+    kwok-v0.8.0/stages.yaml     node-initialize, node-heartbeat-with-lease, pod-ready, pod-delete
+    logs/<component>.log        go's output of the last build of that component
+
+How (see "Testing against a real control plane" in DESIGN.md): ``go install
+k8s.io/kubernetes/cmd/...`` cannot work because kubernetes' go.mod replaces its staging
+modules with local paths, so a wrapper module requires ``k8s.io/kubernetes`` and replaces
+each of those modules with the published ``v0.<minor>.<patch>`` version of itself.
+
+Every artifact is written under a temporary name and renamed when complete, then a
+``<name>.stamp`` file recording the version is written next to it: a build killed half
+way leaves no binary that looks finished. Reuse is decided by binary + matching stamp.
+A file lock serialises concurrent builds of the same cache directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+
+KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+#: Stage files taken from the kwok module, in order. ``pod/fast/pod-complete.yaml`` is left
+#: out on purpose: it completes every Job-owned pod at once, so a gang never stays Running.
+KWOK_STAGE_FILES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+
+#: Rough cold-build durations on two cores, shown in progress lines.
+_ESTIMATES = {
+    "kube-apiserver": "~3.5 min",
+    "kube-controller-manager": "~1 min",
+    "kube-scheduler": "<30 s",
+    "kubectl": "<30 s",
+    "etcd": "<30 s",
+    "kwok": "~1 min",
+}
+
+_HEARTBEAT_SECONDS = 60.0
+_FAILURE_TAIL_LINES = 40
+
+
+class BuildError(RuntimeError):
+    """A binary could not be built; the message names the component and shows go's output."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of the built executables and the kwok stages file (all absolute, all existing)."""
+
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+    etcd: Path
+    kwok: Path
+    kwok_stages: Path
+
+
+def cache_dir() -> Path:
+    """The build cache root: ``$TROUPE_CACHE_DIR`` if set, else ``~/.cache/troupe``."""
+    env = os.environ.get("TROUPE_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "troupe"
+
+
+def _layout(root: Path) -> Binaries:
+    k8s = root / f"k8s-{KUBERNETES_VERSION}" / "bin"
+    kwok = root / f"kwok-{KWOK_VERSION}"
+    return Binaries(
+        kube_apiserver=k8s / "kube-apiserver",
+        kube_controller_manager=k8s / "kube-controller-manager",
+        kube_scheduler=k8s / "kube-scheduler",
+        kubectl=k8s / "kubectl",
+        etcd=root / f"etcd-{ETCD_VERSION}" / "bin" / "etcd",
+        kwok=kwok / "bin" / "kwok",
+        kwok_stages=kwok / "stages.yaml",
+    )
+
+
+def _stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".stamp")
+
+
+def _is_built(path: Path, version: str) -> bool:
+    stamp = _stamp(path)
+    return path.is_file() and stamp.is_file() and stamp.read_text().strip() == version
+
+
+def _mark_built(tmp: Path, final: Path, version: str) -> None:
+    os.replace(tmp, final)
+    stamp_tmp = _stamp(final).with_suffix(".stamp.tmp")
+    stamp_tmp.write_text(version + "\n")
+    os.replace(stamp_tmp, _stamp(final))
+
+
+def built_binaries(root: Path | None = None) -> Binaries | None:
+    """The cached binaries if every one of them is built at the pinned version, else None."""
+    bins = _layout(root or cache_dir())
+    versions = _versions(bins)
+    if all(_is_built(path, version) for path, version in versions):
+        return bins
+    return None
+
+
+def _versions(bins: Binaries) -> list[tuple[Path, str]]:
+    return [
+        (bins.kube_apiserver, KUBERNETES_VERSION),
+        (bins.kube_controller_manager, KUBERNETES_VERSION),
+        (bins.kube_scheduler, KUBERNETES_VERSION),
+        (bins.kubectl, KUBERNETES_VERSION),
+        (bins.etcd, ETCD_VERSION),
+        (bins.kwok, KWOK_VERSION),
+        (bins.kwok_stages, KWOK_VERSION),
+    ]
+
+
+class _Builder:
+    """Runs go commands with progress lines; one instance per :func:`ensure_built` call."""
+
+    def __init__(self, root: Path, out: TextIO) -> None:
+        self.root = root
+        self.out = out
+        self.logs = root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.env = self._go_env()
+
+    def say(self, message: str) -> None:
+        print(f"[devcluster] {message}", file=self.out, flush=True)
+
+    @staticmethod
+    def _go_env() -> dict[str, str]:
+        if shutil.which("go") is None:
+            raise BuildError(
+                "the Go toolchain ('go') is not on PATH; it is needed to build the control plane"
+            )
+        env = dict(os.environ)
+        env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-mod=mod")
+        return env
+
+    def go(
+        self,
+        component: str,
+        args: Sequence[str],
+        cwd: Path,
+        *,
+        what: str,
+        extra_env: dict[str, str] | None = None,
+        capture: bool = False,
+    ) -> str:
+        """Run ``go ARGS`` in ``cwd``, appending output to logs/<component>.log.
+
+        Prints a heartbeat line every minute. Returns stdout when ``capture`` is set.
+        Raises BuildError with the last 40 lines of go's output when go fails.
+        """
+        log_path = self.logs / f"{component}.log"
+        env = dict(self.env, **(extra_env or {}))
+        started = time.monotonic()
+        with open(log_path, "a") as log:
+            log.write(f"\n$ go {' '.join(args)}   (in {cwd})\n")
+            log.flush()
+            proc = subprocess.Popen(
+                ["go", *args],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if capture else log,
+                stderr=log,
+                text=True,
+            )
+            stop = threading.Event()
+            beat = threading.Thread(target=self._heartbeat, args=(what, started, stop), daemon=True)
+            beat.start()
+            try:
+                stdout, _ = proc.communicate()
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            finally:
+                stop.set()
+                beat.join()
+        if proc.returncode != 0:
+            tail = log_path.read_text(errors="replace").splitlines()[-_FAILURE_TAIL_LINES:]
+            raise BuildError(
+                f"building {component} failed: 'go {' '.join(args)}' exited with code "
+                f"{proc.returncode}; last lines of {log_path}:\n" + "\n".join(tail)
+            )
+        return stdout or ""
+
+    def _heartbeat(self, what: str, started: float, stop: threading.Event) -> None:
+        while not stop.wait(_HEARTBEAT_SECONDS):
+            self.say(f"still building {what} … {time.monotonic() - started:.0f}s")
+
+    @contextlib.contextmanager
+    def step(self, component: str, version: str) -> Iterator[None]:
+        self.say(f"building {component} {version} (cold build, {_ESTIMATES[component]})…")
+        started = time.monotonic()
+        yield
+        self.say(f"built {component} {version} in {time.monotonic() - started:.0f}s")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binaries:
+    """Build whatever is missing from the cache and return the paths of all binaries.
+
+    Warm (everything stamped at the pinned versions) this returns at once without running
+    go. Cold, it takes about 8 minutes on two cores and prints progress lines to ``out``
+    (default stderr). Raises :class:`BuildError` naming the component that failed.
+    """
+    root = (root or cache_dir()).expanduser().resolve()
+    out = out or sys.stderr
+    warm = built_binaries(root)
+    if warm is not None:
+        return warm
+    with _locked(root / ".build.lock"):
+        bins = _layout(root)
+        builder = _Builder(root, out)
+        _build_kubernetes(builder, bins)
+        _build_etcd(builder, bins)
+        _build_kwok(builder, bins)
+    done = built_binaries(root)
+    if done is None:  # pragma: no cover - each step above stamps its artifact or raises
+        raise BuildError(f"build finished but artifacts under {root} are not all stamped")
+    return done
+
+
+def _module_dir(builder: _Builder, component: str, module: str, cwd: Path) -> Path:
+    out = builder.go(
+        component,
+        ["mod", "download", "-json", module],
+        cwd,
+        what=f"{module} download",
+        capture=True,
+    )
+    try:
+        return Path(json.loads(out)["Dir"])
+    except (ValueError, KeyError) as err:
+        raise BuildError(
+            f"'go mod download -json {module}' gave no module directory: {out[:200]!r}"
+        ) from err
+
+
+def staging_replacements(kubernetes_go_mod: str) -> list[str]:
+    """Module paths that kubernetes' go.mod replaces with ``./staging/...`` directories.
+
+    >>> staging_replacements("replace (\\n\\tk8s.io/api => ./staging/src/k8s.io/api\\n)")
+    ['k8s.io/api']
+    """
+    modules = []
+    for line in kubernetes_go_mod.splitlines():
+        parts = line.strip().removeprefix("replace ").split("=>")
+        if len(parts) == 2 and parts[1].strip().startswith("./staging/"):
+            modules.append(parts[0].split()[0])
+    return modules
+
+
+def kubernetes_wrapper_go_mod(kubernetes_go_mod: str, version: str = KUBERNETES_VERSION) -> str:
+    """The go.mod text of the wrapper module that builds kubernetes ``version``.
+
+    Copies the ``go`` and ``godebug`` lines of kubernetes' own go.mod and replaces each
+    staging module with its published ``v0.<minor>.<patch>`` version.
+    """
+    staging_version = "v0." + version.removeprefix("v").split(".", 1)[1]
+    directives = [
+        line.strip()
+        for line in kubernetes_go_mod.splitlines()
+        if line.startswith(("go ", "godebug "))
+    ]
+    modules = staging_replacements(kubernetes_go_mod)
+    if not modules:
+        raise BuildError(
+            "kubernetes' go.mod lists no ./staging replacements; cannot make the wrapper module"
+        )
+    lines = [
+        "module troupe.local/k8s-wrapper",
+        "",
+        *directives,
+        "",
+        f"require k8s.io/kubernetes {version}",
+        "",
+        "replace (",
+    ]
+    lines += [f"\t{module} => {module} {staging_version}" for module in modules]
+    lines += [")", ""]
+    return "\n".join(lines)
+
+
+_TOOLS_GO = """//go:build tools
+
+// Package tools pins the kubernetes commands built from this wrapper module.
+package tools
+
+import (
+{imports})
+"""
+
+
+def _build_kubernetes(builder: _Builder, bins: Binaries) -> None:
+    targets = {
+        "kube-apiserver": bins.kube_apiserver,
+        "kube-controller-manager": bins.kube_controller_manager,
+        "kube-scheduler": bins.kube_scheduler,
+        "kubectl": bins.kubectl,
+    }
+    missing = {
+        name: path for name, path in targets.items() if not _is_built(path, KUBERNETES_VERSION)
+    }
+    if not missing:
+        return
+    base = bins.kube_apiserver.parent.parent
+    src = base / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    bins.kube_apiserver.parent.mkdir(parents=True, exist_ok=True)
+    if not (src / "go.sum").is_file():
+        builder.say(
+            f"preparing the kubernetes {KUBERNETES_VERSION} wrapper module (downloads ~1.3 GB of modules when cold)…"
+        )
+        kdir = _module_dir(builder, "kube-modules", f"k8s.io/kubernetes@{KUBERNETES_VERSION}", src)
+        (src / "go.mod").write_text(kubernetes_wrapper_go_mod((kdir / "go.mod").read_text()))
+        imports = "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in KUBE_COMPONENTS)
+        (src / "tools.go").write_text(_TOOLS_GO.format(imports=imports))
+        builder.go(
+            "kube-modules", ["mod", "tidy", "-e"], src, what="kubernetes module graph (go mod tidy)"
+        )
+    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
+    xflags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        xflags += [
+            f"-X {pkg}.gitVersion={KUBERNETES_VERSION}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    ldflags = " ".join(["-s", "-w", *xflags])
+    for name, path in missing.items():
+        tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
+        with builder.step(name, KUBERNETES_VERSION):
+            builder.go(
+                name,
+                [
+                    "build",
+                    "-trimpath",
+                    "-ldflags",
+                    ldflags,
+                    "-o",
+                    str(tmp),
+                    f"k8s.io/kubernetes/cmd/{name}",
+                ],
+                src,
+                what=f"{name} {KUBERNETES_VERSION}",
+            )
+        _mark_built(tmp, path, KUBERNETES_VERSION)
+
+
+def _build_etcd(builder: _Builder, bins: Binaries) -> None:
+    if _is_built(bins.etcd, ETCD_VERSION):
+        return
+    src = bins.etcd.parent.parent / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    bins.etcd.parent.mkdir(parents=True, exist_ok=True)
+    tmp = bins.etcd.with_name(f".etcd.tmp-{os.getpid()}")
+    with builder.step("etcd", ETCD_VERSION):
+        if not (src / "go.mod").is_file():
+            (src / "go.mod").write_text("module troupe.local/etcd-wrapper\n\ngo 1.26\n")
+        builder.go(
+            "etcd",
+            ["get", f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}"],
+            src,
+            what=f"etcd {ETCD_VERSION} modules",
+        )
+        builder.go(
+            "etcd",
+            [
+                "build",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                str(tmp),
+                "go.etcd.io/etcd/server/v3",
+            ],
+            src,
+            what=f"etcd {ETCD_VERSION}",
+        )
+    _mark_built(tmp, bins.etcd, ETCD_VERSION)
+
+
+def _build_kwok(builder: _Builder, bins: Binaries) -> None:
+    base = bins.kwok.parent.parent
+    bins.kwok.parent.mkdir(parents=True, exist_ok=True)
+    if not _is_built(bins.kwok, KWOK_VERSION):
+        gobin = base / f".gobin.tmp-{os.getpid()}"
+        gobin.mkdir(parents=True, exist_ok=True)
+        try:
+            with builder.step("kwok", KWOK_VERSION):
+                builder.go(
+                    "kwok",
+                    [
+                        "install",
+                        "-trimpath",
+                        "-ldflags",
+                        "-s -w",
+                        f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+                    ],
+                    base,
+                    what=f"kwok {KWOK_VERSION}",
+                    extra_env={"GOBIN": str(gobin), "GOFLAGS": ""},
+                )
+            _mark_built(gobin / "kwok", bins.kwok, KWOK_VERSION)
+        finally:
+            shutil.rmtree(gobin, ignore_errors=True)
+    if not _is_built(bins.kwok_stages, KWOK_VERSION):
+        mod = _module_dir(builder, "kwok", f"sigs.k8s.io/kwok@{KWOK_VERSION}", base)
+        docs = []
+        for rel in KWOK_STAGE_FILES:
+            path = mod / rel
+            if not path.is_file():
+                raise BuildError(
+                    f"kwok {KWOK_VERSION} module has no stage file {rel} (looked in {mod})"
+                )
+            docs.append(path.read_text().strip() + "\n")
+        tmp = bins.kwok_stages.with_name(f".stages.tmp-{os.getpid()}")
+        tmp.write_text("---\n".join(docs))
+        _mark_built(tmp, bins.kwok_stages, KWOK_VERSION)

@@ -1,0 +1,221 @@
+"""Troupe itself on a local :class:`~troupe.devcluster.cluster.Cluster`: the webhook and the
+reconciler, started the way the chart starts them (``python -m webhook serve``,
+``python -m reconciler run``), each as its own process with its own log.
+
+:class:`Stack` does what ``helm install`` does on a real cluster, with local stand-ins:
+
+- a serving certificate for 127.0.0.1 from :mod:`certs`, and the webhook on a free port;
+- the reconciler's RBAC: the ClusterRole rules of ``charts/troupe/files/reconciler-rules.yaml``
+  (the very file the chart ships), bound to the ``troupe-system/troupe-reconciler``
+  service account, whose token identity the cluster already has;
+- the MutatingWebhookConfiguration built by :func:`webhook.registration.webhook_configuration`
+  with ``clientConfig.url`` pointing at 127.0.0.1 and the CA as ``caBundle``;
+- the reconciler running with the reconciler identity's kubeconfig (not the admin's).
+
+The tests' ``troupe`` fixture and the demo share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+import certs
+from troupe.config import Config, load_config
+from troupe.devcluster.cluster import Cluster, free_port
+from troupe.devcluster.processes import Monitor, Started, spawn, stop_all, tail
+
+REPO = Path(__file__).resolve().parents[2]
+RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-rules.yaml"
+NAMESPACE = "troupe-system"
+RECONCILER_SA = "troupe-reconciler"
+WEBHOOK_NAME = "troupe"
+#: The reconciler logs this once both informers have listed.
+RECONCILER_READY_LINE = "caches synced"
+
+
+class StackError(RuntimeError):
+    """Troupe could not start on the local cluster; the message names the part and shows its log."""
+
+
+def reconciler_rules() -> list[dict[str, Any]]:
+    """The reconciler's ClusterRole rules, as the chart ships them."""
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    if not isinstance(rules, list):
+        raise StackError(f"{RULES_FILE}: expected a list of RBAC rules")
+    return rules
+
+
+def _apply(create: Any, replace: Any, body: Any, *args: Any) -> None:
+    """Create, or replace when it exists (409)."""
+    try:
+        create(*args, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        name = body["metadata"]["name"]
+        replace(name, *args, body)
+
+
+class Stack:
+    """The webhook and the reconciler on ``cluster``; a context manager.
+
+    ``config`` is a path to Troupe's configuration YAML (default: built-in defaults, written
+    to the run directory so both processes read the same file). Logs go to
+    ``<cluster.run_dir>/logs/troupe-webhook.log`` and ``troupe-reconciler.log``.
+    """
+
+    def __init__(self, cluster: Cluster, config: str | Path | None = None) -> None:
+        self.cluster = cluster
+        self.dir = cluster.run_dir / "troupe"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if config is None:
+            config = self.dir / "config.yaml"
+            Path(config).write_text("# Troupe configuration: built-in defaults\n")
+        self.config_path = Path(config)
+        self.config: Config = load_config(str(self.config_path))
+        self.webhook_port = 0
+        self.metrics_port = 0
+        self._started: list[Started] = []
+        self._monitor = Monitor([], lambda failure: print(f"[troupe] {failure}", file=sys.stderr, flush=True))
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def webhook_url(self) -> str:
+        """``https://127.0.0.1:<port>/mutate``."""
+        return f"https://127.0.0.1:{self.webhook_port}/mutate"
+
+    def _spawn(self, name: str, argv: list[str]) -> Started:
+        started = spawn(name, argv, self.cluster.logs_dir / f"{name}.log", die_with_parent=True)
+        self._started.append(started)
+        self._monitor.add(started)
+        return started
+
+    def _wait(self, what: str, started: Started, ready: Any, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            code = started.popen.poll()
+            if code is not None:
+                raise StackError(f"{what} exited with code {code}; last lines of {started.record.log}:\n{tail(started.record.log)}")
+            if ready():
+                return
+            time.sleep(0.2)
+        raise StackError(f"{what} not ready after {timeout:.0f}s; last lines of {started.record.log}:\n{tail(started.record.log)}")
+
+    def start(self) -> Stack:
+        """Start the webhook, register it, grant the reconciler its role, start the reconciler.
+
+        Raises :class:`StackError` naming the part that failed, with the end of its log.
+        """
+        try:
+            self._start_webhook()
+            self._install()
+            self._start_reconciler()
+            self._monitor.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_webhook(self) -> None:
+        webhook_ca = certs.create_ca("troupe-webhook-ca", days=30)
+        serving = certs.create_serving_cert(webhook_ca, ["127.0.0.1", "localhost"], days=30)
+        certs.write_pair(webhook_ca, self.dir / "ca.crt", self.dir / "ca.key")
+        certs.write_pair(serving, self.dir / "tls.crt", self.dir / "tls.key")
+        self.webhook_port = free_port()
+        started = self._spawn("troupe-webhook", [
+            sys.executable, "-m", "webhook", "serve",
+            "--tls-cert", str(self.dir / "tls.crt"), "--tls-key", str(self.dir / "tls.key"),
+            "--bind", f"127.0.0.1:{self.webhook_port}", "--config", str(self.config_path),
+        ])
+        context = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{self.webhook_port}/readyz", context=context, timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        self._wait("troupe-webhook", started, healthy)
+
+    def _install(self) -> None:
+        from webhook.registration import webhook_configuration
+
+        api = self.cluster.api_client("admin")
+        core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+        admission = client.AdmissionregistrationV1Api(api)
+        with contextlib.suppress(ApiException):
+            core.create_namespace({"metadata": {"name": NAMESPACE}})
+        with contextlib.suppress(ApiException):
+            core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": RECONCILER_SA}})
+        role = {"metadata": {"name": "troupe-reconciler"}, "rules": reconciler_rules()}
+        _apply(rbac.create_cluster_role, rbac.replace_cluster_role, role)
+        binding = {
+            "metadata": {"name": "troupe-reconciler"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "troupe-reconciler"},
+            "subjects": [{"kind": "ServiceAccount", "name": RECONCILER_SA, "namespace": NAMESPACE}],
+        }
+        _apply(rbac.create_cluster_role_binding, rbac.replace_cluster_role_binding, binding)
+        hook = webhook_configuration(
+            self.config, url=self.webhook_url, ca_bundle_pem=(self.dir / "ca.crt").read_bytes(), name=WEBHOOK_NAME
+        )
+        _apply(admission.create_mutating_webhook_configuration, admission.replace_mutating_webhook_configuration, hook)
+        # The API server picks the configuration up asynchronously: wait until a pod with a
+        # Troupe key is actually mutated (dry run, so nothing is created).
+        probe = {
+            "metadata": {"generateName": "troupe-probe-", "annotations": {
+                f"{self.config.gang_annotation_prefix}-name": "probe", f"{self.config.gang_annotation_prefix}-size": "1"}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }
+        end = time.monotonic() + 30
+        while True:
+            pod = core.create_namespaced_pod("default", probe, dry_run="All")
+            if any(g.name == "troupe.io/placement" for g in pod.spec.scheduling_gates or []):
+                return
+            if time.monotonic() > end:
+                raise StackError("the MutatingWebhookConfiguration was not in effect after 30s")
+            time.sleep(0.3)
+
+    def _start_reconciler(self) -> None:
+        self.metrics_port = free_port()
+        started = self._spawn("troupe-reconciler", [
+            sys.executable, "-m", "reconciler", "run",
+            "--kubeconfig", str(self.cluster.kubeconfig("reconciler")),
+            "--config", str(self.config_path),
+            "--metrics-bind", f"127.0.0.1:{self.metrics_port}",
+        ])
+        log = Path(started.record.log)
+        self._wait("troupe-reconciler", started, lambda: RECONCILER_READY_LINE in log.read_text(errors="replace"))
+
+    def check(self) -> None:
+        """Raise :class:`StackError` if the webhook or the reconciler has died."""
+        failure = self._monitor.check_now()
+        if failure is not None:
+            raise StackError(str(failure))
+
+    def stop(self) -> None:
+        """Stop both processes (by their recorded pids) and remove the webhook registration."""
+        self._monitor.stop()
+        with contextlib.suppress(Exception):  # the cluster may already be gone
+            api = self.cluster.api_client("admin")
+            client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(WEBHOOK_NAME)
+        stop_all([s.record for s in self._started], [s.popen for s in self._started])
+        for s in self._started:
+            with contextlib.suppress(OSError):
+                s.log_handle.close()
+        self._started.clear()
