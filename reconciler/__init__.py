@@ -1,0 +1,1 @@
+"""Troupe's reconciler: watches gated pods and nodes, plans whole gangs, and releases them."""

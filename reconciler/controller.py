@@ -1,0 +1,251 @@
+"""The gang controller: from the cached members of one gang to a decision and its writes.
+
+One call of :meth:`GangController.reconcile` per gang key (from the work queue):
+
+1. Observe: active members (not terminal, not deleting); gated ones are to be placed.
+2. Check the gang contract (DESIGN.md "Gangs"): members that disagree on size, timeout or
+   topology request are held, each with a Warning Event naming the keys.
+3. Wait for ``size`` active members (all-or-nothing). A gang already released that gets
+   a replacement member releases that member on its own.
+4. Plan with the engine on a snapshot of the cache: where each gated member goes.
+5. Write: pin every member (annotations + ``kubernetes.io/hostname`` added to
+   ``spec.nodeSelector``, which only narrows the pod's node selection, as KEP-3838 allows
+   for gated pods), then remove Troupe's gates from every member. Other components'
+   gates stay. Each write carries the resourceVersion; a conflict re-reads the pod.
+
+Troupe never binds and never writes ``spec.nodeName``: kube-scheduler stays the final
+authority.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.cache import ClusterCache, is_active, is_gated
+from reconciler.engine.placement import PlacementResult, place_gang
+from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.topology import TopologyLevels
+from reconciler.lifecycle import GangState, Phase
+from reconciler.writer import Conflict, Gone, PodRef, WriteError, Writer
+from troupe import contract
+from troupe.config import Config
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+
+#: Backoff of an unschedulable gang or a failed write: seconds, doubling, capped.
+BACKOFF_BASE_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 60.0
+#: Writes retried on conflict, each after a fresh read.
+CONFLICT_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconcile decided: the gang's phase, why, and when to look again (seconds,
+    None = only when something changes)."""
+
+    phase: Phase
+    reason: str
+    requeue_after: float | None = None
+
+
+class GangController:
+    """Decides and writes for one gang at a time; see the module docstring.
+
+    ``clock`` returns seconds (monotonic); it only timestamps the settle period of GKE
+    auto-gangs, so tests pass a fake.
+    """
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        writer: Writer,
+        config: Config,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.config = config
+        self.clock = clock
+        self.levels = TopologyLevels.from_config(config)
+        self.states: dict[str, GangState] = {}
+        #: gang key -> (pod, reason) -> last message sent, so an Event is not repeated.
+        self._events_sent: dict[str, dict[tuple[PodRef, str], str]] = {}
+        self._first_seen: dict[str, tuple[int, float]] = {}
+
+    # --- helpers ---------------------------------------------------------------------
+    def _state(self, key: str) -> GangState:
+        return self.states.setdefault(key, GangState(key))
+
+    def _event_once(self, key: str, pod: Obj, kind: str, reason: str, message: str) -> None:
+        """Emit an Event unless this pod already got the same reason and message."""
+        ref = PodRef.of(pod)
+        sent = self._events_sent.setdefault(key, {})
+        if sent.get((ref, reason)) == message:
+            return
+        sent[(ref, reason)] = message
+        self.writer.emit_event(ref, contract.pod_meta(pod).get("uid"), kind, reason, message)
+
+    def _backoff(self, state: GangState) -> float:
+        state.attempts += 1
+        return float(min(BACKOFF_BASE_SECONDS * 2 ** (state.attempts - 1), BACKOFF_MAX_SECONDS))
+
+    def _finish(self, state: GangState, phase: Phase, reason: str, requeue: float | None = None) -> Outcome:
+        state.move(phase, reason)
+        return Outcome(phase, reason, requeue)
+
+    def forget(self, key: str) -> None:
+        """Drop what is remembered of a gang that has no members left."""
+        self.states.pop(key, None)
+        self._first_seen.pop(key, None)
+        self._events_sent.pop(key, None)
+
+    # --- the decision ----------------------------------------------------------------
+    def reconcile(self, key: str) -> Outcome | None:
+        """Reconcile gang ``key``; returns the outcome, or None when the gang is gone."""
+        members = self.cache.members(key)
+        if not members:
+            self.forget(key)
+            return None
+        state = self._state(key)
+        active = [p for p in members if is_active(p)]
+        gated = sorted((p for p in active if is_gated(p)), key=contract.rank_key)
+        if not gated:
+            if active:
+                state.attempts = 0
+                return self._finish(state, Phase.RELEASED, f"all {len(active)} active members released")
+            return self._finish(state, Phase.WAITING, "no active members")
+
+        held = self._disagreement(active)
+        if held:
+            for pod in gated:
+                self._event_once(key, pod, "Warning", "GangSpecMismatch", held)
+            return self._finish(state, Phase.HELD, held)
+
+        size, wait_reason, recheck = self._size(key, active)
+        if size is None or len(active) < size:
+            return self._finish(state, Phase.WAITING, wait_reason, recheck)
+
+        released = [p for p in active if not is_gated(p)]
+        request = contract.parse_topology_request(gated[0], self.config)
+        result = self._plan(gated, request)
+        if not result.placed:
+            for pod in gated:
+                self._event_once(key, pod, "Warning", "GangUnschedulable", result.reason)
+            return self._finish(state, Phase.UNSCHEDULABLE, result.reason, self._backoff(state))
+
+        what = "replacement member(s)" if released else "gang"
+        state.move(Phase.RELEASING, f"placing {what}: {len(gated)} of {len(active)} members")
+        nodes = {PodRef(*a.pod_key.split("/", 1)): a.node for a in result.assignments}
+        ranks = {PodRef(*a.pod_key.split("/", 1)): a.rank for a in result.assignments}
+        try:
+            self._release(key, gated, nodes, ranks)
+        except (Conflict, Gone, WriteError) as e:
+            log.warning("gang %s: release interrupted: %s", key, e)
+            return self._finish(state, Phase.RELEASING, f"release interrupted: {e}", self._backoff(state))
+        state.attempts = 0
+        placements = ", ".join(f"{PodRef.of(p).name}->{nodes[PodRef.of(p)]}" for p in gated)
+        return self._finish(state, Phase.RELEASED, f"released {len(gated)} member(s) in {result.domain}: {placements}")
+
+    def _plan(self, gated: Sequence[Obj], request: contract.TopologyRequest) -> PlacementResult:
+        """Ask the engine where the gated members go, on a snapshot of the whole cache
+        (pods released or bound, gated ones included, count where they run)."""
+        nodes, pods = self.cache.objects()
+        snapshot = Snapshot.from_objects(nodes, pods, self.levels)
+        members = [PodInfo.from_object(p) for p in gated]
+        return place_gang(snapshot, members, request.required_level, request.preferred_level)
+
+    def _disagreement(self, active: Sequence[Obj]) -> str:
+        """A message naming the keys the members disagree on, or "" when they agree."""
+        specs: dict[str, set[str]] = {}
+        keys = contract.GangKeys.for_prefix(self.config.gang_annotation_prefix)
+        for pod in active:
+            ann = contract.pod_annotations(pod)
+            for k in (keys.size, keys.timeout, contract.TOPOLOGY_REQUIRED_LEVEL, contract.TOPOLOGY_PREFERRED_LEVEL):
+                specs.setdefault(k, set()).add(str(ann.get(k, "<unset>")))
+        differing = [f"{k}: {', '.join(sorted(v))}" for k, v in specs.items() if len(v) > 1]
+        if not differing:
+            return ""
+        return "members disagree on " + "; ".join(differing) + " (held until they agree)"
+
+    def _size(self, key: str, active: Sequence[Obj]) -> tuple[int | None, str, float | None]:
+        """The gang's size, the waiting reason, and when to look again.
+
+        Troupe gangs state their size. A GKE auto-gang (``seeds/002``) has the pods present
+        once no new member has appeared for ``autoGangSettleSeconds``.
+        """
+        spec = contract.parse_gang(active[0], self.config)
+        if spec is not None:
+            return spec.size, f"{len(active)} of {spec.size} members present", None
+        count, since = self._first_seen.get(key, (-1, 0.0))
+        now = self.clock()
+        if count != len(active):
+            self._first_seen[key] = (len(active), now)
+            since = now
+        settle = float(self.config.auto_gang_settle_seconds)
+        if now - since >= settle:
+            return len(active), "", None
+        left = settle - (now - since)
+        return None, f"{len(active)} members present, settling for {left:.0f}s more", left
+
+    # --- the writes ------------------------------------------------------------------
+    def _write(self, pod: Obj, make_patch: Callable[[Obj], dict[str, Any] | None]) -> Obj:
+        """Apply ``make_patch(pod)`` (None = nothing to do) with a resourceVersion
+        precondition; on conflict read the pod again and retry, at most
+        :data:`CONFLICT_RETRIES` times."""
+        ref = PodRef.of(pod)
+        current: Obj = pod
+        for attempt in range(CONFLICT_RETRIES + 1):
+            patch = make_patch(current)
+            if patch is None:
+                return current
+            patch.setdefault("metadata", {})["resourceVersion"] = contract.pod_meta(current).get("resourceVersion")
+            try:
+                updated = self.writer.patch_pod(ref, patch)
+            except Conflict:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                current = self.writer.read_pod(ref)
+                continue
+            self.cache.assume(updated)
+            return updated
+        raise AssertionError("unreachable")
+
+    def _release(self, key: str, gated: Sequence[Obj], nodes: Mapping[PodRef, str], ranks: Mapping[PodRef, int]) -> None:
+        pinned: list[Obj] = []
+        for pod in gated:
+            node, rank = nodes[PodRef.of(pod)], ranks[PodRef.of(pod)]
+
+            def pin(current: Obj, node: str = node, rank: int = rank) -> dict[str, Any] | None:
+                ann = contract.pod_annotations(current)
+                selector = (current.get("spec") or {}).get("nodeSelector") or {}
+                if selector.get(contract.HOSTNAME_LABEL) == node and ann.get(contract.ASSIGNED_NODE) == node:
+                    return None
+                if not is_gated(current):
+                    raise Conflict(f"pod {PodRef.of(current)} was ungated by someone else")
+                return {
+                    "metadata": {"annotations": {contract.ASSIGNED_NODE: node, contract.ASSIGNED_RANK: str(rank)}},
+                    "spec": {"nodeSelector": {contract.HOSTNAME_LABEL: node}},
+                }
+
+            pinned.append(self._write(pod, pin))
+        for pod in pinned:
+
+            def ungate(current: Obj) -> dict[str, Any] | None:
+                ours = [g for g in contract.pod_gates(current) if contract.is_troupe_gate(g)]
+                if not ours:
+                    return None
+                return {"spec": {"schedulingGates": [{"$patch": "delete", "name": g} for g in ours]}}
+
+            done = self._write(pod, ungate)
+            node = nodes[PodRef.of(pod)]
+            log.info("released pod %s to node %s (rank %d)", PodRef.of(pod), node, ranks[PodRef.of(pod)])
+            others = [g for g in contract.pod_gates(done) if not contract.is_troupe_gate(g)]
+            extra = f"; still gated by {', '.join(others)}" if others else ""
+            self._event_once(key, done, "Normal", "GangReleased", f"placed on node {node} (rank {ranks[PodRef.of(pod)]}){extra}")

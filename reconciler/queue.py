@@ -1,0 +1,120 @@
+"""A work queue of gang keys, with the guarantees of client-go's workqueue.
+
+- A key waiting in the queue is held once, however often it is added (dedup).
+- A key is processed by one worker at a time: one added while in flight is queued again
+  when :meth:`WorkQueue.done` is called.
+- :meth:`WorkQueue.add_after` delays a key (backoff, periodic re-checks); an earlier
+  deadline replaces a later one.
+
+The clock is injected (a ``() -> float`` in seconds) so tests never sleep.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+
+class ShutDown(Exception):
+    """The queue was shut down: workers stop."""
+
+
+class WorkQueue:
+    """A FIFO of unique keys plus a delay heap. Thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: deque[str] = deque()
+        self._queued: set[str] = set()
+        self._processing: set[str] = set()
+        self._dirty: set[str] = set()
+        self._delayed: list[tuple[float, int, str]] = []
+        self._deadline: dict[str, float] = {}
+        self._seq = 0
+        self._shut = False
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def add(self, key: str) -> None:
+        """Queue ``key`` now (no-op if already queued; re-queued after done if in flight)."""
+        with self._cond:
+            self._add_locked(key)
+
+    def _add_locked(self, key: str) -> None:
+        if self._shut:
+            return
+        self._deadline.pop(key, None)
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.append(key)
+            self._cond.notify()
+
+    def add_after(self, key: str, delay_seconds: float) -> None:
+        """Queue ``key`` after ``delay_seconds``; an earlier pending deadline wins."""
+        if delay_seconds <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            at = self._clock() + delay_seconds
+            if self._deadline.get(key, float("inf")) <= at:
+                return
+            self._deadline[key] = at
+            self._seq += 1
+            heapq.heappush(self._delayed, (at, self._seq, key))
+            self._cond.notify()
+
+    def _promote_locked(self) -> float | None:
+        now = self._clock()
+        while self._delayed and self._delayed[0][0] <= now:
+            at, _, key = heapq.heappop(self._delayed)
+            if self._deadline.get(key) == at:
+                del self._deadline[key]
+                self._add_locked(key)
+        return self._delayed[0][0] - now if self._delayed else None
+
+    def get(self, timeout: float | None = None) -> str | None:
+        """The next key, blocking up to ``timeout`` seconds (forever if None).
+
+        Returns None on timeout; raises :class:`ShutDown` once the queue is shut down.
+        The caller must call :meth:`done` with the key when finished.
+        """
+        end = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while True:
+                if self._shut:
+                    raise ShutDown()
+                wait = self._promote_locked()
+                if self._queue:
+                    key = self._queue.popleft()
+                    self._queued.discard(key)
+                    self._processing.add(key)
+                    return key
+                if end is not None:
+                    left = end - self._clock()
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+
+    def done(self, key: str) -> None:
+        """Mark ``key`` finished; if it was added meanwhile, queue it again."""
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self._add_locked(key)
+
+    def shutdown(self) -> None:
+        """Wake every worker with :class:`ShutDown`."""
+        with self._cond:
+            self._shut = True
+            self._cond.notify_all()

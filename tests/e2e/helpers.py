@@ -1,0 +1,77 @@
+"""Helpers for end-to-end tests: namespaces, waits on real objects, pod and Job builders."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.3) -> T:
+    """Poll ``probe`` until it returns a truthy value; raise ``AssertionError`` naming
+    ``what`` and the last value after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def new_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    """Create a uniquely named namespace and wait for its default ServiceAccount."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(f"serviceaccount default in {name}",
+             lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items))
+    return name
+
+
+def gang_annotations(name: str, size: int, timeout: int | None = None) -> dict[str, str]:
+    """Troupe gang annotations with the default prefix."""
+    a = {"troupe.io/gang-name": name, "troupe.io/gang-size": str(size)}
+    if timeout is not None:
+        a["troupe.io/gang-schedule-timeout-seconds"] = str(timeout)
+    return a
+
+
+def pod_body(name: str, annotations: dict[str, str] | None = None, gpus: int = 0, cpu: str = "100m",
+             labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pause pod requesting ``gpus`` nvidia.com/gpu."""
+    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": "64Mi"}}
+    if gpus:
+        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {}), "labels": dict(labels or {})},
+        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}],
+                 "terminationGracePeriodSeconds": 0},
+    }
+
+
+def indexed_job(name: str, parallelism: int, annotations: dict[str, str], gpus: int = 1) -> dict[str, Any]:
+    """An Indexed Job of ``parallelism`` pause pods, each requesting ``gpus`` GPUs."""
+    template = pod_body("unused", annotations, gpus=gpus)
+    del template["metadata"]["name"]
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"completionMode": "Indexed", "completions": parallelism, "parallelism": parallelism,
+                 "backoffLimit": 0, "template": {"metadata": {"annotations": template["metadata"]["annotations"]},
+                                                 "spec": template["spec"]}},
+    }
+
+
+def job_pods(core: client.CoreV1Api, namespace: str, job: str) -> list[Any]:
+    """The Job's pods, by completion index."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+    return sorted(pods, key=lambda p: int(p.metadata.labels.get("batch.kubernetes.io/job-completion-index", 0)))
