@@ -1,0 +1,28 @@
+"""Troupe's placement engine: pure functions over plain data, no I/O, no clock, no client.
+
+- :mod:`.quantity`: Kubernetes quantities, parsed exactly.
+- :mod:`.resources`: what a pod requests and a node offers, in kube-scheduler's units.
+- :mod:`.filters`: kube-scheduler's node filters for what Troupe models, with reasons.
+- :mod:`.topology`: levels, node paths, the immutable domain tree, the seed's cost.
+- :mod:`.snapshot`: :class:`Snapshot` of nodes and pods, free capacity, plans applied.
+- :mod:`.selection`: choosing nodes inside one domain (greedy and exact).
+- :mod:`.placement`: :func:`place_gang`, all members or none.
+
+The objective and its trade-offs: ``docs/decisions/001-placement-objective.md``.
+"""
+
+from reconciler.engine.placement import Assignment, Code, DomainRef, PlacementResult, place_gang
+from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.topology import TopologyLevels
+
+__all__ = [
+    "Assignment",
+    "Code",
+    "DomainRef",
+    "NodeInfo",
+    "PlacementResult",
+    "PodInfo",
+    "Snapshot",
+    "TopologyLevels",
+    "place_gang",
+]

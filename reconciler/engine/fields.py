@@ -1,0 +1,92 @@
+"""Typed reads of Kubernetes objects held as plain dicts (the JSON shape, camelCase keys).
+
+Every reader names the field it read, so an error says where the object is wrong
+(``spec.containers[0].resources.requests.cpu: invalid quantity 'abc'``). Absent optional
+fields read as empty; present fields of the wrong type are errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class ObjectError(ValueError):
+    """An object is malformed. ``field`` is the dotted path (``spec.containers[0].name``)
+    and ``why`` what is wrong; ``str()`` is ``"<field>: <why>"``."""
+
+    def __init__(self, field: str, why: str) -> None:
+        self.field, self.why = field, why
+        super().__init__(f"{field}: {why}" if field else why)
+
+
+def _join(base: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    return f"{base}.{key}" if base else key
+
+
+def mapping(obj: Mapping[str, Any], key: str, base: str = "", required: bool = False) -> Mapping[str, Any]:
+    """``obj[key]`` as a mapping (empty when absent or null)."""
+    field = _join(base, key)
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise ObjectError(field, "missing field")
+        return {}
+    if not isinstance(value, Mapping):
+        raise ObjectError(field, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def sequence(obj: Mapping[str, Any], key: str, base: str = "", required: bool = False) -> Sequence[Any]:
+    """``obj[key]`` as a list (empty when absent or null)."""
+    field = _join(base, key)
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise ObjectError(field, "missing field")
+        return []
+    if not isinstance(value, list):
+        raise ObjectError(field, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def string(obj: Mapping[str, Any], key: str, base: str = "", required: bool = False, default: str = "") -> str:
+    """``obj[key]`` as a non-empty string when required, else the string or ``default``."""
+    field = _join(base, key)
+    value = obj.get(key)
+    if value is None or value == "":
+        if required:
+            raise ObjectError(field, "missing field")
+        return default
+    if not isinstance(value, str):
+        raise ObjectError(field, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def item(items: Sequence[Any], index: int, base: str) -> Mapping[str, Any]:
+    """``items[index]`` as a mapping, named ``base[index]`` in errors."""
+    value = items[index]
+    if not isinstance(value, Mapping):
+        raise ObjectError(_join(base, index), f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def string_map(obj: Mapping[str, Any], key: str, base: str = "") -> dict[str, str]:
+    """``obj[key]`` as a str -> str mapping (labels, annotations, nodeSelector). Values
+    that YAML read as numbers or booleans are refused, as the API server refuses them."""
+    raw = mapping(obj, key, base)
+    out: dict[str, str] = {}
+    for k, v in raw.items():
+        if not isinstance(v, str):
+            raise ObjectError(_join(_join(base, key), str(k)), f"expected a string, got {type(v).__name__}")
+        out[str(k)] = v
+    return out
+
+
+def path(base: str, *keys: str | int) -> str:
+    """The dotted path of ``keys`` below ``base``: ``path("spec", "containers", 0)``."""
+    for k in keys:
+        base = _join(base, k)
+    return base

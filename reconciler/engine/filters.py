@@ -1,0 +1,253 @@
+"""Node filters, as kube-scheduler defines them, for what Troupe models.
+
+In kube-scheduler's order (the first failing filter is the node's reason, as its
+framework stops at the first failing plugin):
+
+1. the node is Ready and not ``spec.unschedulable`` (``NodeUnschedulable``; Troupe also
+   checks the Ready condition itself, without waiting for the not-ready taint);
+2. every taint with effect ``NoSchedule`` or ``NoExecute`` is tolerated
+   (``TaintToleration``; ``PreferNoSchedule`` only scores, so it is ignored);
+3. ``spec.nodeSelector`` and required node affinity (``NodeAffinity``): terms are ORed,
+   the expressions of a term ANDed; ``matchFields`` supports ``metadata.name``;
+4. resources (``NodeResourcesFit``): every requested resource, ``pods`` included.
+
+Reasons are short phrases aggregated per node in "why not placed" messages:
+``untolerated taint dedicated=infer``, ``insufficient nvidia.com/gpu``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.engine.fields import ObjectError, item, mapping, path, sequence, string, string_map
+from reconciler.engine.resources import PODS, resource_order
+
+#: Taint effects that keep a pod off a node (``PreferNoSchedule`` only scores).
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+#: The only field ``matchFields`` may name.
+NAME_FIELD = "metadata.name"
+
+NOT_READY = "node not ready"
+UNSCHEDULABLE = "node unschedulable"
+SELECTOR_MISMATCH = "node selector mismatch"
+AFFINITY_MISMATCH = "node affinity mismatch"
+TOO_MANY_PODS = "too many pods"
+
+_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint."""
+
+    key: str
+    value: str
+    effect: str
+
+    def describe(self) -> str:
+        """``key=value`` (or ``key`` when it has no value), as reasons show it."""
+        return f"{self.key}={self.value}" if self.value else self.key
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration. ``operator`` is ``Equal`` (the default) or ``Exists`` (any other
+    tolerates nothing); an empty ``key`` with ``Exists`` tolerates every taint; an empty
+    ``effect`` every effect."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """``ToleratesTaint`` of ``k8s.io/api/core/v1``."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator == "Equal" and self.value == taint.value
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One ``matchExpressions``/``matchFields`` entry."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, value: str | None) -> bool:
+        """Whether a node whose label (or field) ``key`` is ``value`` (None: absent)
+        satisfies the requirement."""
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        # Gt / Lt: both sides must be integers; a single value (checked when parsed).
+        if value is None:
+            return False
+        try:
+            have, want = int(value), int(self.values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+
+
+@dataclass(frozen=True)
+class Term:
+    """A node selector term: all expressions (on labels) and fields (on the name) hold."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """An empty term matches no node (``nodeaffinity`` skips it)."""
+        if not self.expressions and not self.fields:
+            return False
+        return all(r.matches(labels.get(r.key)) for r in self.expressions) and all(
+            r.matches(name if r.key == NAME_FIELD else None) for r in self.fields
+        )
+
+
+@dataclass(frozen=True)
+class NodeFilter:
+    """What a pod demands of a node besides resources. Hashable: pods with equal filters
+    share one evaluation over the nodes.
+
+    ``terms`` is None when the pod has no required node affinity (any node), and a tuple
+    of ORed terms otherwise (an empty tuple matches no node).
+    """
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    terms: tuple[Term, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+
+    def untolerated(self, taints: Sequence[Taint]) -> Taint | None:
+        """The first blocking taint no toleration tolerates, or None."""
+        for taint in taints:
+            if taint.effect in BLOCKING_EFFECTS and not any(t.tolerates(taint) for t in self.tolerations):
+                return taint
+        return None
+
+    def selector_matches(self, labels: Mapping[str, str]) -> bool:
+        """``spec.nodeSelector``: every pair present on the node."""
+        return all(labels.get(k) == v for k, v in self.node_selector)
+
+    def affinity_matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """Required node affinity: some term matches (always true without affinity)."""
+        return self.terms is None or any(t.matches(labels, name) for t in self.terms)
+
+
+def parse_taints(spec: Mapping[str, Any], base: str = "spec") -> tuple[Taint, ...]:
+    """``spec.taints`` of a node."""
+    raw = sequence(spec, "taints", base)
+    out = []
+    for i in range(len(raw)):
+        t = item(raw, i, path(base, "taints"))
+        tbase = path(base, "taints", i)
+        out.append(Taint(string(t, "key", tbase, required=True), string(t, "value", tbase), string(t, "effect", tbase)))
+    return tuple(out)
+
+
+def parse_tolerations(spec: Mapping[str, Any], base: str = "spec") -> tuple[Toleration, ...]:
+    """``spec.tolerations`` of a pod."""
+    raw = sequence(spec, "tolerations", base)
+    out = []
+    for i in range(len(raw)):
+        t = item(raw, i, path(base, "tolerations"))
+        tbase = path(base, "tolerations", i)
+        # An operator Troupe does not know tolerates nothing, as in kube-scheduler.
+        operator = string(t, "operator", tbase, default="Equal")
+        out.append(Toleration(string(t, "key", tbase), operator, string(t, "value", tbase), string(t, "effect", tbase)))
+    return tuple(out)
+
+
+def _requirements(term: Mapping[str, Any], key: str, base: str) -> tuple[Requirement, ...]:
+    raw = sequence(term, key, base)
+    out = []
+    for i in range(len(raw)):
+        r = item(raw, i, path(base, key))
+        rbase = path(base, key, i)
+        op = string(r, "operator", rbase, required=True)
+        if op not in _OPERATORS:
+            raise ObjectError(path(rbase, "operator"), f"unknown operator {op!r}")
+        values = sequence(r, "values", rbase)
+        if not all(isinstance(v, str) for v in values):
+            raise ObjectError(path(rbase, "values"), "expected a list of strings")
+        if op in ("Gt", "Lt") and len(values) != 1:
+            raise ObjectError(path(rbase, "values"), f"{op} needs exactly one value")
+        out.append(Requirement(string(r, "key", rbase, required=True), op, tuple(values)))
+    return tuple(out)
+
+
+def parse_node_filter(spec: Mapping[str, Any], base: str = "spec") -> NodeFilter:
+    """A pod's :class:`NodeFilter` from its spec."""
+    selector = tuple(sorted(string_map(spec, "nodeSelector", base).items()))
+    affinity = mapping(mapping(spec, "affinity", base), "nodeAffinity", path(base, "affinity"))
+    abase = path(base, "affinity", "nodeAffinity")
+    required = mapping(affinity, "requiredDuringSchedulingIgnoredDuringExecution", abase)
+    terms: tuple[Term, ...] | None = None
+    if required:
+        rbase = path(abase, "requiredDuringSchedulingIgnoredDuringExecution")
+        raw_terms = sequence(required, "nodeSelectorTerms", rbase)
+        parsed = []
+        for i in range(len(raw_terms)):
+            term = item(raw_terms, i, path(rbase, "nodeSelectorTerms"))
+            tbase = path(rbase, "nodeSelectorTerms", i)
+            parsed.append(Term(_requirements(term, "matchExpressions", tbase), _requirements(term, "matchFields", tbase)))
+        terms = tuple(parsed)
+    return NodeFilter(selector, terms, parse_tolerations(spec, base))
+
+
+def static_reason(
+    flt: NodeFilter, name: str, labels: Mapping[str, str], taints: Sequence[Taint], ready: bool, unschedulable: bool
+) -> str | None:
+    """Why a node fails the non-resource filters for ``flt``, or None when it passes."""
+    if not ready:
+        return NOT_READY
+    if unschedulable:
+        return UNSCHEDULABLE
+    taint = flt.untolerated(taints)
+    if taint is not None:
+        return f"untolerated taint {taint.describe()}"
+    if not flt.selector_matches(labels):
+        return SELECTOR_MISMATCH
+    if not flt.affinity_matches(labels, name):
+        return AFFINITY_MISMATCH
+    return None
+
+
+def insufficient(free: Mapping[str, int], requests: Mapping[str, int]) -> list[str]:
+    """Reasons for every requested resource the node has too little of (empty: fits)."""
+    out = []
+    for name in sorted(requests, key=resource_order):
+        if requests[name] > 0 and requests[name] > free.get(name, 0):
+            out.append(TOO_MANY_PODS if name == PODS else f"insufficient {name}")
+    return out
+
+
+def reason_order(reason: str) -> tuple[int, tuple[int, str] | str]:
+    """Sort key listing reasons in filter order, resources as :func:`resource_order`."""
+    if reason == NOT_READY:
+        return (0, "")
+    if reason == UNSCHEDULABLE:
+        return (1, "")
+    if reason.startswith("untolerated taint"):
+        return (2, reason)
+    if reason == SELECTOR_MISMATCH:
+        return (3, "")
+    if reason == AFFINITY_MISMATCH:
+        return (4, "")
+    if reason == TOO_MANY_PODS:
+        return (5, resource_order(PODS))
+    return (5, resource_order(reason.removeprefix("insufficient ")))

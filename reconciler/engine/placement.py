@@ -1,0 +1,347 @@
+"""Gang placement: every member placed together, or none, topology-aware and rank-ordered.
+
+:func:`place_gang` is the entry point. The objective, in this order
+(docs/decisions/001-placement-objective.md has a worked example):
+
+a. the whole gang inside the smallest topology domain (the lowest level) that can hold
+   it; ``troupe.io/topology-required-level`` allows only domains of that level,
+   ``troupe.io/topology-preferred-level`` starts the search there and moves up;
+b. the lowest topology cost: as few child domains as possible at each level below the
+   chosen domain, then as few nodes; members are laid out in rank order over the chosen
+   nodes in topology order, so neighbouring ranks share a node or sit as near as they can
+   (the reported ``cost`` is the seed's: 1e6 across blocks, 1e4 across subblocks, 100
+   across hosts, 0 on one node or host);
+c. the domain, then the nodes, that leave the least free capacity behind (best fit);
+d. topology order, which ends with the node name.
+
+Members are grouped into *shapes* (equal requests and node filter); nodes are filtered
+once per shape and capacities aggregated bottom-up in the tree. A gang of one shape is
+placed by :mod:`.selection`. A gang of several shapes is first placed as if every member
+had the per-resource maximum of the shapes' requests and had to pass every shape's filter
+(the *envelope*: the one-shape search, at the price of some capacity); a rank-order fill that checks
+each member's own requests and filter is tried on the most promising smaller domains
+(all of them when the envelope does not fit) and wins when it finds one, by (a).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from reconciler.engine import selection
+from reconciler.engine.filters import NodeFilter, reason_order
+from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.topology import sequence_cost
+
+#: :func:`selection.exact` is used when its estimated work over all candidate domains is
+#: at most this (about 20 ms); :func:`selection.greedy` otherwise.
+EXACT_BUDGET = 60_000
+#: A gang of several shapes that does not fit as its envelope is tried on at most this
+#: many domains per level (those with the most room first).
+MIXED_CANDIDATES = 16
+
+
+class Code(StrEnum):
+    """The outcome, with kube-scheduler's meaning of the failure codes."""
+
+    #: Placed: every member has a node.
+    SUCCESS = "Success"
+    #: Not placed now; more free capacity (pods finishing, preemption) may help.
+    UNSCHEDULABLE = "Unschedulable"
+    #: Not placed and it will not be by freeing capacity: no node passes a member's
+    #: filters, the gang is larger than any allowed domain even when empty, or the
+    #: requested level is unknown. Preemption should not be tried.
+    UNRESOLVABLE = "UnschedulableAndUnresolvable"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Member ``pod_key`` (``namespace/name``) goes to ``node``; ``rank`` is its position
+    in the gang's rank order (0-based). ``requests`` (units) let a snapshot assume it."""
+
+    pod_key: str
+    node: str
+    rank: int
+    requests: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class DomainRef:
+    """A topology domain: its level's label key (``""`` for the whole cluster,
+    ``kubernetes.io/hostname`` for one node) and its path of label values from the top."""
+
+    level: str
+    path: tuple[str, ...]
+
+    def __str__(self) -> str:
+        if not self.level:
+            return "cluster"
+        return f"{self.level}={'/'.join(self.path)}"
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    """The plan for a gang, or why there is none.
+
+    ``placed``: every member has an assignment (``assignments``, in rank order) and
+    ``code`` is ``SUCCESS``; otherwise ``assignments`` is empty and ``reason`` says why, in
+    the form ``fits 3 of 8 members; 12 nodes excluded: untolerated taint
+    dedicated=infer: 4, insufficient nvidia.com/gpu: 8``. ``cost`` is the seed's topology
+    cost of the plan, ``domain`` the smallest domain holding it, ``fits`` how many
+    members fit in the best allowed domain, ``method`` which search found the plan
+    (``exact``, ``greedy``, ``mixed``).
+    """
+
+    placed: bool
+    assignments: list[Assignment]
+    code: Code
+    reason: str = ""
+    cost: float = 0.0
+    domain: DomainRef | None = None
+    fits: int = 0
+    method: str = ""
+
+    def nodes(self) -> dict[str, str]:
+        """``pod_key -> node`` of the plan."""
+        return {a.pod_key: a.node for a in self.assignments}
+
+
+@dataclass
+class _Shape:
+    requests: Mapping[str, int]
+    flt: NodeFilter
+    members: list[int]
+
+
+def _shapes(order: Sequence[PodInfo]) -> tuple[list[_Shape], list[int]]:
+    """Shapes in order of their first member, and each member's shape index."""
+    by_key: dict[tuple[tuple[tuple[str, int], ...], NodeFilter], int] = {}
+    shapes: list[_Shape] = []
+    shape_of = []
+    for i, pod in enumerate(order):
+        key = (tuple(sorted(pod.requests.items())), pod.node_filter)
+        s = by_key.get(key)
+        if s is None:
+            s = by_key[key] = len(shapes)
+            shapes.append(_Shape(pod.requests, pod.node_filter, []))
+        shapes[s].members.append(i)
+        shape_of.append(s)
+    return shapes, shape_of
+
+
+def _unresolvable(reason: str) -> PlacementResult:
+    return PlacementResult(False, [], Code.UNRESOLVABLE, reason)
+
+
+def place_gang(
+    snapshot: Snapshot,
+    members: Sequence[PodInfo],
+    required_level: str | None = None,
+    preferred_level: str | None = None,
+    *,
+    exact_budget: int = EXACT_BUDGET,
+) -> PlacementResult:
+    """Place every member or none (module docstring for the objective).
+
+    ``members`` are the gang's unplaced pods (they must not already use nodes in
+    ``snapshot``), in any order: they are ranked by :attr:`PodInfo.rank`, then key.
+    ``required_level``/``preferred_level`` are level label keys of the snapshot's
+    :class:`~reconciler.engine.topology.TopologyLevels` (either set), or
+    ``kubernetes.io/hostname`` for one node. ``exact_budget`` bounds the exact search
+    (0: always greedy). Deterministic: the same snapshot and members give the same
+    result, message included. ``snapshot`` is not changed; apply the plan with
+    :meth:`Snapshot.with_assumed` or :meth:`Snapshot.assumed`.
+    """
+    order = sorted(members, key=lambda p: (p.rank, p.key))
+    if not order:
+        return PlacementResult(True, [], Code.SUCCESS, "no members", method="none")
+    levels, leaf = snapshot.levels, snapshot.tree.leaf_depth
+    known = ", ".join((*levels.keys, *levels.fallback, levels.name_of(leaf)))
+    if required_level is not None:
+        depth = levels.depth_of(required_level)
+        if depth is None:
+            return _unresolvable(f"unknown topology level {required_level!r} (known: {known})")
+        depths = [depth]
+    elif preferred_level is not None:
+        depth = levels.depth_of(preferred_level)
+        if depth is None:
+            return _unresolvable(f"unknown topology level {preferred_level!r} (known: {known})")
+        depths = list(range(depth, -1, -1))
+    else:
+        depths = list(range(leaf, -1, -1))
+
+    shapes, shape_of = _shapes(order)
+    x = len(order)
+    if len(shapes) == 1:
+        requests, eligible = shapes[0].requests, snapshot.eligible(shapes[0].flt)
+    else:
+        names = sorted({r for s in shapes for r in s.requests})
+        requests = {r: max(s.requests.get(r, 0) for s in shapes) for r in names}
+        eligible = [all(t) for t in zip(*(snapshot.eligible(s.flt) for s in shapes), strict=True)]
+    found = _place_uniform(snapshot, snapshot.capacity(requests, eligible), x, depths, exact_budget)
+    mixed = None
+    if len(shapes) > 1:
+        # (a) first: the fill may hold the gang in a smaller domain than the envelope.
+        smaller = [d for d in depths if found is None or d > found[0]]
+        mixed = _place_mixed(snapshot, order, shapes, shape_of, smaller)
+    if mixed is not None:
+        depth, j, nodes = mixed
+        method = "mixed"
+    elif found is not None:
+        depth, j, chosen, method = found
+        nodes = [i for i, count in chosen.counts for _ in range(count)]
+    else:
+        return _explain(snapshot, order, shapes, required_level, depths)
+    assignments = [
+        Assignment(pod.key, snapshot.nodes[i].name, rank, pod.requests)
+        for rank, (pod, i) in enumerate(zip(order, nodes, strict=True))
+    ]
+    return PlacementResult(
+        True,
+        assignments,
+        Code.SUCCESS,
+        f"placed {x} members in {_domain(snapshot, depth, j)}",
+        sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights),
+        _domain(snapshot, depth, j),
+        x,
+        method,
+    )
+
+
+def _domain(snapshot: Snapshot, depth: int, j: int) -> DomainRef:
+    return DomainRef(snapshot.levels.name_of(depth), snapshot.tree.prefix[depth][j])
+
+
+def _place_uniform(
+    snapshot: Snapshot, node_caps: list[int], x: int, depths: Sequence[int], budget: int
+) -> tuple[int, int, selection.Selection, str] | None:
+    """The best (depth, domain, selection, method) for ``x`` pods of one shape whose
+    per-node capacities are ``node_caps``; None when no allowed domain holds them."""
+    tree = snapshot.tree
+    caps = tree.caps_by_depth(node_caps)
+    fitting = tree.caps_by_depth([1 if c > 0 else 0 for c in node_caps])
+    for d in depths:
+        candidates = [j for j, c in enumerate(caps[d]) if c >= x]
+        if not candidates:
+            continue
+        work = sum(selection.exact_work(fitting[d][j], x) for j in candidates)
+        method = "exact" if work <= budget else "greedy"
+        spread = selection.Spread(tree, caps)
+        best: tuple[tuple[tuple[int, ...], int, tuple[int, ...], int], selection.Selection] | None = None
+        for j in candidates:
+            if method == "exact":
+                sel = selection.exact(tree, caps, d, j, x)
+            else:
+                sel = selection.greedy(tree, caps, d, j, x, spread)
+            key = (sel.vector, caps[d][j] - x, sel.spare, j)
+            if best is None or key < best[0]:
+                best = (key, sel)
+        assert best is not None
+        return d, best[0][3], best[1], method
+    return None
+
+
+def _place_mixed(
+    snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[_Shape], shape_of: Sequence[int],
+    depths: Sequence[int],
+) -> tuple[int, int, list[int]] | None:
+    """Rank-order fill for members of several shapes: in each candidate domain (every
+    shape's capacity suffices; most room first, at most :data:`MIXED_CANDIDATES`), each
+    member goes to the node of the previous member if it fits, else to the next node in
+    topology order where it fits (wrapping around). Best by (cost, nodes, room left)."""
+    tree = snapshot.tree
+    eligible = [snapshot.eligible(s.flt) for s in shapes]
+    node_caps = [snapshot.capacity(s.requests, e) for s, e in zip(shapes, eligible, strict=True)]
+    caps = [tree.caps_by_depth(c) for c in node_caps]
+    need = [len(s.members) for s in shapes]
+    for d in depths:
+        candidates = [j for j in range(tree.size(d)) if all(c[d][j] >= n for c, n in zip(caps, need, strict=True))]
+        room = {j: sum(c[d][j] - n for c, n in zip(caps, need, strict=True)) for j in candidates}
+        candidates.sort(key=lambda j: (room[j], j))
+        best: tuple[tuple[float, int, int, int], list[int]] | None = None
+        for j in candidates[:MIXED_CANDIDATES]:
+            usable = [i for i in range(tree.lo[d][j], tree.hi[d][j]) if any(c[i] > 0 for c in node_caps)]
+            nodes = _fill(snapshot, order, shape_of, eligible, usable)
+            if nodes is None:
+                continue
+            key = (sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights), len(set(nodes)), room[j], j)
+            if best is None or key < best[0]:
+                best = (key, nodes)
+        if best is not None:
+            return d, best[0][3], best[1]
+    return None
+
+
+def _fill(
+    snapshot: Snapshot, order: Sequence[PodInfo], shape_of: Sequence[int], eligible: Sequence[Sequence[bool]],
+    usable: Sequence[int],
+) -> list[int] | None:
+    free: dict[int, dict[str, int]] = {}
+    out: list[int] = []
+    pos = 0
+    for m, pod in enumerate(order):
+        ok = eligible[shape_of[m]]
+        for step in range(len(usable)):
+            i = usable[(pos + step) % len(usable)]
+            if not ok[i]:
+                continue
+            f = free.get(i)
+            if f is None:
+                f = free[i] = snapshot.free(i)
+            if all(f.get(r, 0) >= q for r, q in pod.requests.items() if q > 0):
+                for r, q in pod.requests.items():
+                    f[r] = f.get(r, 0) - q
+                out.append(i)
+                pos = (pos + step) % len(usable)
+                break
+        else:
+            return None
+    return out
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _explain(
+    snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[_Shape], required_level: str | None,
+    depths: Sequence[int],
+) -> PlacementResult:
+    """Why no placement exists, as a result: members that fit in the best allowed domain,
+    nodes that take no member and their reasons (those of the lowest-ranked member's
+    shape), and whether freeing capacity could help (the gang fits an emptied cluster)."""
+    tree = snapshot.tree
+    scope = depths[0] if required_level is not None else 0
+    node_caps = [snapshot.capacity(s.requests, snapshot.eligible(s.flt)) for s in shapes]
+    scope_caps = [tree.caps_by_depth(c)[scope] for c in node_caps]
+    fits = max(
+        (sum(min(len(s.members), c[j]) for s, c in zip(shapes, scope_caps, strict=True)) for j in range(tree.size(scope))),
+        default=0,
+    )
+    reasons: Counter[str] = Counter()
+    excluded = 0
+    for i in range(len(snapshot.nodes)):
+        if all(c[i] == 0 for c in node_caps):
+            excluded += 1
+            reasons.update(snapshot.reasons(i, shapes[0].flt, shapes[0].requests))
+    x = len(order)
+    where = f" in one {required_level}" if required_level is not None else ""
+    message = f"fits {fits} of {x} members{where}"
+    if fits >= x:
+        message += ", but not all at once with their different requests"
+    if excluded:
+        listed = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items(), key=lambda t: reason_order(t[0])))
+        message += f"; {_plural(excluded, 'node')} excluded: {listed}"
+    elif not snapshot.nodes:
+        message += "; no nodes"
+    empty = snapshot.empty()
+    empty_caps = [
+        tree.caps_by_depth(empty.capacity(s.requests, snapshot.eligible(s.flt)))[scope] for s in shapes
+    ]
+    could = any(
+        all(c[j] >= len(s.members) for s, c in zip(shapes, empty_caps, strict=True)) for j in range(tree.size(scope))
+    )
+    code = Code.UNSCHEDULABLE if could else Code.UNRESOLVABLE
+    return PlacementResult(False, [], code, message, fits=fits)

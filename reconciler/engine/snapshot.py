@@ -1,0 +1,405 @@
+"""The cluster snapshot the placement engine plans on: nodes, pods, free capacity.
+
+Built from plain Kubernetes objects (dicts in the JSON shape, camelCase keys). Two parts:
+
+- immutable, built once: the nodes in topology order, their paths, the
+  :class:`~reconciler.engine.topology.TopologyTree`, the pods, and a cache of which nodes
+  pass each pod filter (shared by every copy of the snapshot);
+- per-plan scratch state: the free amount of every resource on every node. Plans that
+  must see each other's capacity apply to a copy (:meth:`Snapshot.with_assumed`) or in
+  place with an undo (:meth:`Snapshot.assumed`, :meth:`Snapshot.without`; preemption
+  removes candidate victims that way and asks placement again).
+
+What uses a node's resources (DESIGN.md "Topology"): every pod that is not terminal
+(``Succeeded``/``Failed`` pods use nothing) and is either bound (``spec.nodeName``) or
+released but not yet bound: it carries no Troupe gate and is pinned to a node, by the
+reconciler's ``reconciler.troupe.io/node`` annotation, a ``kubernetes.io/hostname``
+``nodeSelector``, or a required node affinity of one term naming one hostname.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from reconciler.engine.fields import ObjectError, mapping, string, string_map
+from reconciler.engine.filters import (
+    NodeFilter,
+    Taint,
+    insufficient,
+    parse_node_filter,
+    parse_taints,
+    static_reason,
+)
+from reconciler.engine.resources import PODS, node_allocatable, pod_requests
+from reconciler.engine.topology import TopologyLevels, TopologyTree
+from troupe.contract import ASSIGNED_NODE, HOSTNAME_LABEL, is_troupe_gate, rank_key
+
+T = TypeVar("T")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+#: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
+UNBOUNDED = 1 << 30
+
+
+@dataclass(frozen=True, eq=False)
+class NodeInfo:
+    """A node as the engine sees it. ``allocatable`` is in units (:mod:`.resources`)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+    @property
+    def hostname(self) -> str:
+        """The ``kubernetes.io/hostname`` label (the name when the label is absent)."""
+        return self.labels.get(HOSTNAME_LABEL, self.name)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
+        """A Node object. Ready unless a ``Ready`` condition says otherwise (as the GKE
+        daemon reads it, so hand-written snapshots need no conditions). Raises
+        :class:`~reconciler.engine.fields.ObjectError` naming the bad field."""
+        meta = mapping(obj, "metadata", required=True)
+        spec = mapping(obj, "spec")
+        status = mapping(obj, "status", required=True)
+        ready = True
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            for c in conditions:
+                if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") != "True":
+                    ready = False
+        return cls(
+            name=string(meta, "name", "metadata", required=True),
+            labels=string_map(meta, "labels", "metadata"),
+            allocatable=node_allocatable(status),
+            taints=parse_taints(spec),
+            ready=ready,
+            unschedulable=spec.get("unschedulable") is True,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class PodInfo:
+    """A pod as the engine sees it. ``requests`` is in units and includes one ``pods``.
+
+    ``node_name`` is ``spec.nodeName`` (bound); ``assigned_node`` the reconciler's
+    annotation (a node name) and ``hostname_pin`` a single hostname the pod's node
+    selection allows (``kubernetes.io/hostname`` value); ``rank`` is
+    :func:`troupe.contract.rank_key`.
+    """
+
+    namespace: str
+    name: str
+    requests: Mapping[str, int] = field(default_factory=lambda: {PODS: 1})
+    node_filter: NodeFilter = field(default_factory=NodeFilter)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_name: str = ""
+    assigned_node: str = ""
+    hostname_pin: str = ""
+    phase: str = "Pending"
+    gates: tuple[str, ...] = ()
+    creation_timestamp: str = ""
+    rank: tuple[Any, ...] = ()
+    priority: int = 0
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        """Succeeded or Failed: uses nothing, counts for nothing."""
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def gated(self) -> bool:
+        """Still carries a gate Troupe removes on release (its own or a GKE auto gate)."""
+        return any(is_troupe_gate(g) for g in self.gates)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> PodInfo:
+        """A Pod object; raises :class:`~reconciler.engine.fields.ObjectError` naming the
+        bad field."""
+        meta = mapping(obj, "metadata", required=True)
+        spec = mapping(obj, "spec", required=True)
+        status = mapping(obj, "status")
+        name = string(meta, "name", "metadata", required=True)
+        annotations = string_map(meta, "annotations", "metadata")
+        labels = string_map(meta, "labels", "metadata")
+        node_filter = parse_node_filter(spec)
+        gates = []
+        for i, g in enumerate(spec.get("schedulingGates") or []):
+            if not isinstance(g, Mapping) or not isinstance(g.get("name"), str):
+                raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
+            gates.append(g["name"])
+        priority = spec.get("priority", 0)
+        if priority is None:
+            priority = 0
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ObjectError("spec.priority", f"expected an integer, got {priority!r}")
+        return cls(
+            namespace=string(meta, "namespace", "metadata", default="default"),
+            name=name,
+            requests=pod_requests(spec),
+            node_filter=node_filter,
+            labels=labels,
+            annotations=annotations,
+            node_name=string(spec, "nodeName", "spec"),
+            assigned_node=annotations.get(ASSIGNED_NODE, ""),
+            hostname_pin=_hostname_pin(node_filter),
+            phase=string(status, "phase", "status", default="Pending"),
+            gates=tuple(gates),
+            creation_timestamp=str(meta.get("creationTimestamp") or ""),
+            rank=rank_key(obj),
+            priority=priority,
+        )
+
+
+def _hostname_pin(flt: NodeFilter) -> str:
+    """The one hostname a pod's node selection allows, or ``""``."""
+    for k, v in flt.node_selector:
+        if k == HOSTNAME_LABEL:
+            return v
+    if flt.terms is not None and len(flt.terms) == 1:
+        for r in flt.terms[0].expressions:
+            if r.key == HOSTNAME_LABEL and r.operator == "In" and len(r.values) == 1:
+                return r.values[0]
+    return ""
+
+
+class Snapshot:
+    """Nodes (in topology order), pods and free capacity; see the module docstring.
+
+    ``nodes[i]``, ``paths[i]`` and index ``i`` of every per-node list refer to the same
+    node; :attr:`index` maps a node name to ``i``.
+    """
+
+    def __init__(self, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], levels: TopologyLevels) -> None:
+        keyed = sorted(((levels.path_of(n.name, n.labels), n.name, n) for n in nodes), key=lambda t: (t[0], t[1]))
+        self.levels = levels
+        self.nodes: tuple[NodeInfo, ...] = tuple(n for _, _, n in keyed)
+        self.paths: tuple[tuple[str, ...], ...] = tuple(p for p, _, _ in keyed)
+        self.index: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            if n.name in self.index:
+                raise ValueError(f"duplicate node {n.name!r}")
+            self.index[n.name] = i
+        self.tree = TopologyTree([n.name for n in self.nodes], self.paths, levels)
+        self.weights = levels.weights()
+        self.pods: dict[str, PodInfo] = {}
+        for p in pods:
+            if p.key in self.pods:
+                raise ValueError(f"duplicate pod {p.key!r}")
+            self.pods[p.key] = p
+        self._by_hostname = {n.hostname: i for i, n in enumerate(self.nodes)}
+        self._static_ok = [n.ready and not n.unschedulable for n in self.nodes]
+        self._eligible: dict[NodeFilter, list[bool]] = {}
+        resources = sorted({r for n in self.nodes for r in n.allocatable})
+        self._free: dict[str, list[int]] = {r: [n.allocatable.get(r, 0) for n in self.nodes] for r in resources}
+        self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
+        for p in self.pods.values():
+            where = self.node_of(p)
+            if where is not None:
+                self._take(p.key, where, p.requests)
+
+    @classmethod
+    def from_objects(
+        cls,
+        nodes: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        levels: TopologyLevels | None = None,
+        *,
+        skipped: list[str] | None = None,
+    ) -> Snapshot:
+        """A snapshot of Node and Pod objects (levels default to GKE's).
+
+        Raises :class:`ObjectError` whose field starts with the object's place
+        (``nodes[2].status.allocatable: missing field``). Given a ``skipped`` list, a
+        malformed object is left out instead and its error appended there: what a
+        long-running caller wants, so that one odd node (say, one still registering,
+        without ``status.allocatable``) does not stop every plan.
+        """
+
+        def parse(kind: str, objs: Sequence[Mapping[str, Any]], one: Callable[[Mapping[str, Any]], T]) -> list[T]:
+            out = []
+            for index, obj in enumerate(objs):
+                try:
+                    out.append(one(obj))
+                except ObjectError as e:
+                    error = ObjectError(f"{kind}[{index}].{e.field}", e.why)
+                    if skipped is None:
+                        raise error from None
+                    skipped.append(str(error))
+            return out
+
+        return cls(
+            parse("nodes", nodes, NodeInfo.from_object),
+            parse("pods", pods, PodInfo.from_object),
+            levels or TopologyLevels.default(),
+        )
+
+    # --- who uses what -------------------------------------------------------------------
+    def node_of(self, pod: PodInfo) -> int | None:
+        """The index of the node whose resources ``pod`` uses, or None (see module doc)."""
+        if pod.terminal:
+            return None
+        if pod.node_name:
+            return self.index.get(pod.node_name)
+        if pod.gated:
+            return None
+        if pod.assigned_node:
+            return self.index.get(pod.assigned_node)
+        if pod.hostname_pin:
+            return self._by_hostname.get(pod.hostname_pin)
+        return None
+
+    def _take(self, key: str, i: int, requests: Mapping[str, int]) -> None:
+        if key in self._using:
+            raise ValueError(f"pod {key} already uses node {self.nodes[self._using[key][0]].name}")
+        for r, q in requests.items():
+            col = self._free.get(r)
+            if col is None:
+                col = self._free[r] = [0] * len(self.nodes)
+            col[i] -= q
+        self._using[key] = (i, requests)
+
+    def _give_back(self, key: str) -> tuple[int, Mapping[str, int]]:
+        i, requests = self._using.pop(key)
+        for r, q in requests.items():
+            self._free[r][i] += q
+        return i, requests
+
+    def using(self, pod_key: str) -> str | None:
+        """The node whose resources the pod uses in this snapshot, or None."""
+        entry = self._using.get(pod_key)
+        return None if entry is None else self.nodes[entry[0]].name
+
+    def free(self, node: str | int) -> dict[str, int]:
+        """Free units of every resource on a node (may be negative when overcommitted)."""
+        i = node if isinstance(node, int) else self.index[node]
+        return {r: col[i] for r, col in self._free.items()}
+
+    # --- plans applied ---------------------------------------------------------------
+    def _copy(self) -> Snapshot:
+        other = copy.copy(self)
+        other._free = {r: list(col) for r, col in self._free.items()}
+        other._using = dict(self._using)
+        return other
+
+    def _assume(self, assignments: Iterable[Any]) -> list[str]:
+        done: list[str] = []
+        try:
+            for a in assignments:
+                self._take(a.pod_key, self.index[a.node], a.requests)
+                done.append(a.pod_key)
+        except (KeyError, ValueError):
+            for key in reversed(done):
+                self._give_back(key)
+            raise
+        return done
+
+    def with_assumed(self, result: Any) -> Snapshot:
+        """A copy in which the placed pods of ``result`` (a
+        :class:`~reconciler.engine.placement.PlacementResult`, or anything with
+        ``assignments`` of ``pod_key``, ``node``, ``requests``) use their nodes."""
+        other = self._copy()
+        other._assume(result.assignments)
+        return other
+
+    def with_removed(self, pod_keys: Iterable[str]) -> Snapshot:
+        """A copy in which these pods use nothing (victims evicted, say)."""
+        other = self._copy()
+        for key in pod_keys:
+            if key in other._using:
+                other._give_back(key)
+        return other
+
+    @contextmanager
+    def assumed(self, result: Any) -> Iterator[Snapshot]:
+        """Apply ``result`` in place for the ``with`` block, then undo it."""
+        done = self._assume(result.assignments)
+        try:
+            yield self
+        finally:
+            for key in reversed(done):
+                self._give_back(key)
+
+    @contextmanager
+    def without(self, pod_keys: Iterable[str]) -> Iterator[Snapshot]:
+        """Free the resources of these pods for the ``with`` block, then restore them.
+        Pods that use no node here are ignored."""
+        removed = [(key, *self._give_back(key)) for key in dict.fromkeys(pod_keys) if key in self._using]
+        try:
+            yield self
+        finally:
+            for key, i, requests in reversed(removed):
+                self._take(key, i, requests)
+
+    # --- filters -----------------------------------------------------------------------
+    def eligible(self, flt: NodeFilter) -> list[bool]:
+        """Per node: passes every non-resource filter for ``flt``. Cached per filter and
+        shared by copies (it depends only on the immutable nodes)."""
+        cached = self._eligible.get(flt)
+        if cached is not None:
+            return cached
+        tolerated: dict[tuple[Taint, ...], bool] = {}
+        out = []
+        for ok, n in zip(self._static_ok, self.nodes, strict=True):
+            if ok and n.taints:
+                t = tolerated.get(n.taints)
+                if t is None:
+                    t = tolerated[n.taints] = flt.untolerated(n.taints) is None
+                ok = t
+            if ok and flt.node_selector:
+                ok = flt.selector_matches(n.labels)
+            if ok and flt.terms is not None:
+                ok = flt.affinity_matches(n.labels, n.name)
+            out.append(ok)
+        self._eligible[flt] = out
+        return out
+
+    def capacity(self, requests: Mapping[str, int], eligible: Sequence[bool] | None = None) -> list[int]:
+        """Per node: how many pods with ``requests`` fit in its free capacity (0 where
+        ``eligible`` is false)."""
+        n = len(self.nodes)
+        cols = []
+        for r, q in requests.items():
+            if q <= 0:
+                continue
+            free = self._free.get(r)
+            if free is None:
+                return [0] * n
+            cols.append([f // q if f > 0 else 0 for f in free])
+        if not cols:
+            caps = [UNBOUNDED] * n
+        elif len(cols) == 1:
+            caps = cols[0]
+        else:
+            caps = [min(t) for t in zip(*cols, strict=True)]
+        if eligible is None:
+            return caps
+        return [c if ok else 0 for c, ok in zip(caps, eligible, strict=True)]
+
+    def reasons(self, i: int, flt: NodeFilter, requests: Mapping[str, int]) -> list[str]:
+        """Why node ``i`` takes no pod with this filter and these requests (empty: it
+        takes one): the failing filter, or every resource it has too little of."""
+        n = self.nodes[i]
+        why = static_reason(flt, n.name, n.labels, n.taints, n.ready, n.unschedulable)
+        if why is not None:
+            return [why]
+        return insufficient(self.free(i), requests)
+
+    def empty(self) -> Snapshot:
+        """A copy in which no pod uses anything: what preemption could free at most."""
+        other = copy.copy(self)
+        other._free = {r: [n.allocatable.get(r, 0) for n in self.nodes] for r in self._free}
+        other._using = {}
+        return other

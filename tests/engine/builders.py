@@ -1,0 +1,246 @@
+"""Chained builders for Node and Pod objects (plain dicts, the JSON shape) in engine tests.
+
+    make_node("n1").topology("b1", "s1", "h1").allocatable(gpu=8).build()
+    make_pod("w-0").requests(gpu=8).gang("train", 4).gated().info()
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.topology import TopologyLevels
+from troupe.contract import GATE
+
+GPU = "nvidia.com/gpu"
+BLOCK = "cloud.google.com/gce-topology-block"
+SUBBLOCK = "cloud.google.com/gce-topology-subblock"
+HOST = "cloud.google.com/gce-topology-host"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def _resources(cpu: str | None, memory: str | None, gpu: int | str | None, extended: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if cpu is not None:
+        out["cpu"] = cpu
+    if memory is not None:
+        out["memory"] = memory
+    if gpu is not None:
+        out[GPU] = str(gpu)
+    for k, v in extended.items():
+        out[k.replace("__", "/").replace("_", "-")] = str(v)
+    return out
+
+
+class NodeBuilder:
+    """A Ready node with 8 cpu, 32Gi, 110 pods and its hostname label."""
+
+    def __init__(self, name: str) -> None:
+        self.obj: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {HOSTNAME: name}},
+            "spec": {},
+            "status": {
+                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    def label(self, key: str, value: str) -> NodeBuilder:
+        self.obj["metadata"]["labels"][key] = value
+        return self
+
+    def topology(self, block: str, subblock: str, host: str) -> NodeBuilder:
+        """GKE's block / subblock / host labels."""
+        return self.label(BLOCK, block).label(SUBBLOCK, subblock).label(HOST, host)
+
+    def allocatable(
+        self, cpu: str | None = None, memory: str | None = None, gpu: int | str | None = None, **extended: Any
+    ) -> NodeBuilder:
+        """Set allocatable amounts; ``example__com_widget=2`` is ``example/com-widget``."""
+        self.obj["status"]["allocatable"].update(_resources(cpu, memory, gpu, extended))
+        return self
+
+    def pods(self, count: int) -> NodeBuilder:
+        self.obj["status"]["allocatable"]["pods"] = str(count)
+        return self
+
+    def taint(self, key: str, value: str = "", effect: str = "NoSchedule") -> NodeBuilder:
+        taint = {"key": key, "effect": effect}
+        if value:
+            taint["value"] = value
+        self.obj["spec"].setdefault("taints", []).append(taint)
+        return self
+
+    def not_ready(self) -> NodeBuilder:
+        self.obj["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        return self
+
+    def unschedulable(self) -> NodeBuilder:
+        self.obj["spec"]["unschedulable"] = True
+        return self
+
+    def build(self) -> dict[str, Any]:
+        return copy.deepcopy(self.obj)
+
+    def info(self) -> NodeInfo:
+        return NodeInfo.from_object(self.obj)
+
+
+class PodBuilder:
+    """A Pending pod with one container requesting nothing."""
+
+    def __init__(self, name: str, namespace: str = "default") -> None:
+        self.obj: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"containers": [{"name": "main", "resources": {}}]},
+            "status": {"phase": "Pending"},
+        }
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self.obj["spec"]
+        return spec
+
+    def requests(
+        self, cpu: str | None = None, memory: str | None = None, gpu: int | str | None = None, **extended: Any
+    ) -> PodBuilder:
+        """Requests of the first container."""
+        res = self.spec["containers"][0]["resources"]
+        res.setdefault("requests", {}).update(_resources(cpu, memory, gpu, extended))
+        return self
+
+    def container(self, name: str, requests: Mapping[str, str] | None = None, limits: Mapping[str, str] | None = None) -> PodBuilder:
+        res: dict[str, Any] = {}
+        if requests is not None:
+            res["requests"] = dict(requests)
+        if limits is not None:
+            res["limits"] = dict(limits)
+        self.spec["containers"].append({"name": name, "resources": res})
+        return self
+
+    def init_container(self, name: str, requests: Mapping[str, str], sidecar: bool = False) -> PodBuilder:
+        c: dict[str, Any] = {"name": name, "resources": {"requests": dict(requests)}}
+        if sidecar:
+            c["restartPolicy"] = "Always"
+        self.spec.setdefault("initContainers", []).append(c)
+        return self
+
+    def overhead(self, **amounts: str) -> PodBuilder:
+        self.spec["overhead"] = dict(amounts)
+        return self
+
+    def on(self, node: str, phase: str = "Running") -> PodBuilder:
+        """Bound to ``node``."""
+        self.spec["nodeName"] = node
+        self.obj["status"]["phase"] = phase
+        return self
+
+    def phase(self, phase: str) -> PodBuilder:
+        self.obj["status"]["phase"] = phase
+        return self
+
+    def gated(self, gate: str = GATE) -> PodBuilder:
+        self.spec.setdefault("schedulingGates", []).append({"name": gate})
+        return self
+
+    def annotate(self, key: str, value: str) -> PodBuilder:
+        self.obj["metadata"].setdefault("annotations", {})[key] = value
+        return self
+
+    def label(self, key: str, value: str) -> PodBuilder:
+        self.obj["metadata"].setdefault("labels", {})[key] = value
+        return self
+
+    def gang(self, name: str, size: int, prefix: str = "troupe.io/gang") -> PodBuilder:
+        return self.annotate(f"{prefix}-name", name).annotate(f"{prefix}-size", str(size))
+
+    def index(self, i: int) -> PodBuilder:
+        """``batch.kubernetes.io/job-completion-index``."""
+        return self.label("batch.kubernetes.io/job-completion-index", str(i))
+
+    def created(self, timestamp: str) -> PodBuilder:
+        self.obj["metadata"]["creationTimestamp"] = timestamp
+        return self
+
+    def node_selector(self, key: str, value: str) -> PodBuilder:
+        self.spec.setdefault("nodeSelector", {})[key] = value
+        return self
+
+    def affinity(self, *terms: Mapping[str, Any]) -> PodBuilder:
+        """Required node affinity with these ``nodeSelectorTerms``."""
+        self.spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}
+        }
+        return self
+
+    def tolerate(self, key: str = "", operator: str = "Equal", value: str = "", effect: str = "") -> PodBuilder:
+        t = {"operator": operator}
+        if key:
+            t["key"] = key
+        if value:
+            t["value"] = value
+        if effect:
+            t["effect"] = effect
+        self.spec.setdefault("tolerations", []).append(t)
+        return self
+
+    def build(self) -> dict[str, Any]:
+        return copy.deepcopy(self.obj)
+
+    def info(self) -> PodInfo:
+        return PodInfo.from_object(self.obj)
+
+
+def make_node(name: str) -> NodeBuilder:
+    return NodeBuilder(name)
+
+
+def make_pod(name: str, namespace: str = "default") -> PodBuilder:
+    return PodBuilder(name, namespace)
+
+
+def expr(key: str, operator: str, *values: str) -> dict[str, Any]:
+    """One ``matchExpressions`` entry."""
+    out: dict[str, Any] = {"key": key, "operator": operator}
+    if values:
+        out["values"] = list(values)
+    return out
+
+
+def snapshot_of(
+    nodes: Iterable[NodeBuilder | Mapping[str, Any]],
+    pods: Iterable[PodBuilder | Mapping[str, Any]] = (),
+    levels: TopologyLevels | None = None,
+) -> Snapshot:
+    def obj(x: NodeBuilder | PodBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
+        return x.build() if isinstance(x, NodeBuilder | PodBuilder) else x
+
+    return Snapshot.from_objects([obj(n) for n in nodes], [obj(p) for p in pods], levels)
+
+
+def gang_of(size: int, gpu: int | None = None, name: str = "train", cpu: str | None = None) -> list[PodInfo]:
+    """``size`` gated members ``w-0``..``w-<size-1>`` ranked by completion index."""
+    return [make_pod(f"w-{i}").requests(cpu=cpu, gpu=gpu).gang(name, size).index(i).gated().info() for i in range(size)]
+
+
+def placed(result: Any) -> list[tuple[str, str]]:
+    """``(pod name, node)`` of a result's assignments, in rank order."""
+    return [(a.pod_key.split("/", 1)[1], a.node) for a in result.assignments]
+
+
+def counts(result: Any) -> dict[str, int]:
+    """Members per node."""
+    out: dict[str, int] = {}
+    for a in result.assignments:
+        out[a.node] = out.get(a.node, 0) + 1
+    return out
+
+
+def names(seq: Sequence[Any]) -> list[str]:
+    return [x.name for x in seq]

@@ -1,0 +1,143 @@
+"""Node filters match kube-scheduler: taints, selectors, affinity, resources, with reasons."""
+
+import pytest
+
+from reconciler.engine.fields import ObjectError
+from reconciler.engine.filters import (
+    AFFINITY_MISMATCH,
+    NOT_READY,
+    SELECTOR_MISMATCH,
+    UNSCHEDULABLE,
+    insufficient,
+    parse_node_filter,
+    reason_order,
+    static_reason,
+)
+from tests.engine.builders import expr, make_node, make_pod
+
+
+def reason(node_builder, pod_builder):
+    node, pod = node_builder.info(), pod_builder.build()
+    flt = parse_node_filter(pod["spec"])
+    return static_reason(flt, node.name, node.labels, node.taints, node.ready, node.unschedulable)
+
+
+TAINT_CASES = [
+    ("a NoSchedule taint keeps an intolerant pod off",
+     make_node("n").taint("dedicated", "infer"), make_pod("p"), "untolerated taint dedicated=infer"),
+    ("a NoExecute taint keeps it off too",
+     make_node("n").taint("gpu", effect="NoExecute"), make_pod("p"), "untolerated taint gpu"),
+    ("PreferNoSchedule only scores, so it is ignored",
+     make_node("n").taint("spot", "true", "PreferNoSchedule"), make_pod("p"), None),
+    ("Exists without a key tolerates every taint",
+     make_node("n").taint("a", "1").taint("b", effect="NoExecute"), make_pod("p").tolerate(operator="Exists"), None),
+    ("Exists with a key tolerates any value of it",
+     make_node("n").taint("dedicated", "infer"), make_pod("p").tolerate("dedicated", "Exists"), None),
+    ("Equal needs the same value",
+     make_node("n").taint("dedicated", "infer"), make_pod("p").tolerate("dedicated", value="train"),
+     "untolerated taint dedicated=infer"),
+    ("Equal with the same value tolerates",
+     make_node("n").taint("dedicated", "infer"), make_pod("p").tolerate("dedicated", value="infer"), None),
+    ("an empty operator means Equal",
+     make_node("n").taint("dedicated", "infer"), make_pod("p").tolerate("dedicated", operator="", value="infer"), None),
+    ("a toleration for another effect does not tolerate",
+     make_node("n").taint("gpu", effect="NoExecute"), make_pod("p").tolerate("gpu", "Exists", effect="NoSchedule"),
+     "untolerated taint gpu"),
+    ("an unknown operator tolerates nothing",
+     make_node("n").taint("gpu"), make_pod("p").tolerate("gpu", "Gte", value="1"), "untolerated taint gpu"),
+    ("every taint must be tolerated, the first one that is not is named",
+     make_node("n").taint("a", "1").taint("b", "2"), make_pod("p").tolerate("a", "Exists"), "untolerated taint b=2"),
+]
+
+
+@pytest.mark.parametrize(("case", "node", "pod", "want"), TAINT_CASES, ids=[c[0] for c in TAINT_CASES])
+def test_taints_and_tolerations(case, node, pod, want):
+    assert reason(node, pod) == want
+
+
+ZONE = "topology.kubernetes.io/zone"
+AFFINITY_CASES = [
+    ("In matches a listed value", [{"matchExpressions": [expr(ZONE, "In", "a", "b")]}], True),
+    ("In does not match an unlisted value", [{"matchExpressions": [expr(ZONE, "In", "c")]}], False),
+    ("In does not match a missing label", [{"matchExpressions": [expr("missing", "In", "a")]}], False),
+    ("NotIn matches an unlisted value", [{"matchExpressions": [expr(ZONE, "NotIn", "c")]}], True),
+    ("NotIn matches a missing label", [{"matchExpressions": [expr("missing", "NotIn", "a")]}], True),
+    ("NotIn does not match a listed value", [{"matchExpressions": [expr(ZONE, "NotIn", "a")]}], False),
+    ("Exists matches a present label", [{"matchExpressions": [expr(ZONE, "Exists")]}], True),
+    ("Exists does not match a missing label", [{"matchExpressions": [expr("missing", "Exists")]}], False),
+    ("DoesNotExist matches a missing label", [{"matchExpressions": [expr("missing", "DoesNotExist")]}], True),
+    ("DoesNotExist does not match a present label", [{"matchExpressions": [expr(ZONE, "DoesNotExist")]}], False),
+    ("Gt compares integers", [{"matchExpressions": [expr("gpus", "Gt", "4")]}], True),
+    ("Gt is strict", [{"matchExpressions": [expr("gpus", "Gt", "8")]}], False),
+    ("Lt compares integers, not strings", [{"matchExpressions": [expr("gpus", "Lt", "10")]}], True),
+    ("Gt on a label that is not an integer never matches", [{"matchExpressions": [expr(ZONE, "Gt", "1")]}], False),
+    ("Lt on a missing label never matches", [{"matchExpressions": [expr("missing", "Lt", "1")]}], False),
+    ("expressions of a term are ANDed",
+     [{"matchExpressions": [expr(ZONE, "In", "a"), expr("gpus", "Lt", "8")]}], False),
+    ("terms are ORed",
+     [{"matchExpressions": [expr(ZONE, "In", "x")]}, {"matchExpressions": [expr("gpus", "In", "8")]}], True),
+    ("matchFields matches the node name", [{"matchFields": [expr("metadata.name", "In", "n1")]}], True),
+    ("matchFields NotIn excludes the node", [{"matchFields": [expr("metadata.name", "NotIn", "n1")]}], False),
+    ("an empty term matches no node", [{}], False),
+    ("no terms at all match no node", [], False),
+]
+
+
+@pytest.mark.parametrize(("case", "terms", "want_match"), AFFINITY_CASES, ids=[c[0] for c in AFFINITY_CASES])
+def test_required_node_affinity(case, terms, want_match):
+    node = make_node("n1").label(ZONE, "a").label("gpus", "8")
+    pod = make_pod("p").affinity(*terms)
+    assert reason(node, pod) == (None if want_match else AFFINITY_MISMATCH)
+
+
+def test_a_node_selector_needs_every_pair():
+    node = make_node("n1").label("pool", "gpu").label("zone", "a")
+    assert reason(node, make_pod("p").node_selector("pool", "gpu")) is None
+    assert reason(node, make_pod("p").node_selector("pool", "gpu").node_selector("zone", "b")) == SELECTOR_MISMATCH
+
+
+def test_filters_run_in_kube_schedulers_order_and_the_first_failure_is_the_reason():
+    pod = make_pod("p").node_selector("pool", "none")
+    assert reason(make_node("n").not_ready().unschedulable().taint("t"), pod) == NOT_READY
+    assert reason(make_node("n").unschedulable().taint("t"), pod) == UNSCHEDULABLE
+    assert reason(make_node("n").taint("t"), pod) == "untolerated taint t"
+    assert reason(make_node("n"), pod) == SELECTOR_MISMATCH
+
+
+def test_every_short_resource_is_named_and_pods_are_too_many_pods():
+    free = {"cpu": 1000, "memory": 10, "pods": 0, "nvidia.com/gpu": 8}
+    want = {"cpu": 2000, "memory": 5, "pods": 1, "nvidia.com/gpu": 9, "example.com/fpga": 1}
+    assert insufficient(free, want) == [
+        "insufficient cpu", "too many pods", "insufficient example.com/fpga", "insufficient nvidia.com/gpu",
+    ]
+    assert insufficient(free, {"cpu": 1000, "pods": 0}) == []
+
+
+def test_reasons_sort_in_filter_order():
+    reasons = ["insufficient nvidia.com/gpu", "insufficient cpu", AFFINITY_MISMATCH, "untolerated taint b",
+               "untolerated taint a", NOT_READY, SELECTOR_MISMATCH, UNSCHEDULABLE, "too many pods"]
+    assert sorted(reasons, key=reason_order) == [
+        NOT_READY, UNSCHEDULABLE, "untolerated taint a", "untolerated taint b", SELECTOR_MISMATCH,
+        AFFINITY_MISMATCH, "insufficient cpu", "too many pods", "insufficient nvidia.com/gpu",
+    ]
+
+
+PARSE_ERRORS = [
+    ("an unknown operator",
+     make_pod("p").affinity({"matchExpressions": [expr("a", "Like", "x")]}),
+     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].operator: unknown operator 'Like'"),
+    ("Gt with two values",
+     make_pod("p").affinity({"matchExpressions": [expr("a", "Gt", "1", "2")]}),
+     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].values: Gt needs exactly one value"),
+    ("a selector value YAML read as a number",
+     make_pod("p").node_selector("gpus", 8), "spec.nodeSelector.gpus: expected a string, got int"),
+]
+
+
+@pytest.mark.parametrize(("case", "pod", "want"), PARSE_ERRORS, ids=[c[0] for c in PARSE_ERRORS])
+def test_a_malformed_filter_names_its_field(case, pod, want):
+    with pytest.raises(ObjectError) as err:
+        parse_node_filter(pod.build()["spec"])
+    assert str(err.value) == want

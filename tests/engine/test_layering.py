@@ -1,0 +1,38 @@
+"""The engine is pure: it imports only the standard library's pure modules, itself, and
+the contract layer (no Kubernetes client, no I/O, no clock, no randomness)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ENGINE = Path(__file__).resolve().parents[2] / "reconciler" / "engine"
+ALLOWED_STDLIB = {
+    "__future__", "bisect", "collections", "contextlib", "copy", "dataclasses", "decimal", "enum",
+    "fractions", "functools", "heapq", "itertools", "math", "operator", "re", "typing",
+}
+ALLOWED_PROJECT = ("reconciler.engine", "troupe.contract", "troupe.config")
+
+
+def imported_modules(source: str) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append(node.module)
+    return out
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in ENGINE.glob("*.py")))
+def test_an_engine_module_imports_nothing_impure(module):
+    for name in imported_modules((ENGINE / module).read_text()):
+        top = name.split(".")[0]
+        if top in ("reconciler", "troupe"):
+            assert name.startswith(ALLOWED_PROJECT), f"{module} imports {name}"
+        else:
+            assert top in ALLOWED_STDLIB, f"{module} imports {name}"
+
+
+def test_the_check_catches_a_forbidden_import():
+    assert imported_modules("import kubernetes\nfrom time import time\n") == ["kubernetes", "time"]

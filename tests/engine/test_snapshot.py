@@ -1,0 +1,173 @@
+"""What uses a node's resources, and plans applied to a snapshot with and without undo."""
+
+import pytest
+
+from reconciler.engine import place_gang
+from reconciler.engine.fields import ObjectError
+from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.topology import TopologyLevels
+from tests.engine.builders import GPU, HOSTNAME, expr, gang_of, make_node, make_pod, snapshot_of
+from troupe.contract import ASSIGNED_NODE, GKE_GATE_PREFIX, rank_key
+
+
+def gpu_free(snapshot, node="n1"):
+    return snapshot.free(node)[GPU]
+
+
+USAGE_CASES = [
+    ("a bound running pod uses its node", make_pod("p").requests(gpu=2).on("n1"), 6),
+    ("a bound pod not yet running uses its node", make_pod("p").requests(gpu=2).on("n1", phase="Pending"), 6),
+    ("a succeeded pod uses nothing", make_pod("p").requests(gpu=2).on("n1", phase="Succeeded"), 8),
+    ("a failed pod uses nothing", make_pod("p").requests(gpu=2).on("n1", phase="Failed"), 8),
+    ("a released pod pinned by the reconciler's annotation uses its node",
+     make_pod("p").requests(gpu=2).annotate(ASSIGNED_NODE, "n1"), 6),
+    ("a released pod pinned by a hostname nodeSelector uses its node",
+     make_pod("p").requests(gpu=2).node_selector(HOSTNAME, "n1"), 6),
+    ("a released pod pinned by a one-value hostname affinity uses its node",
+     make_pod("p").requests(gpu=2).affinity({"matchExpressions": [expr(HOSTNAME, "In", "n1")]}), 6),
+    ("a hostname affinity with two values pins nothing",
+     make_pod("p").requests(gpu=2).affinity({"matchExpressions": [expr(HOSTNAME, "In", "n1", "n2")]}), 8),
+    ("a pinned pod still gated by Troupe uses nothing yet",
+     make_pod("p").requests(gpu=2).annotate(ASSIGNED_NODE, "n1").gated(), 8),
+    ("a pinned pod still gated by the GKE daemon uses nothing yet",
+     make_pod("p").requests(gpu=2).node_selector(HOSTNAME, "n1").gated(GKE_GATE_PREFIX + "x"), 8),
+    ("a pinned pod held by someone else's gate uses its node",
+     make_pod("p").requests(gpu=2).annotate(ASSIGNED_NODE, "n1").gated("example.com/quota"), 6),
+    ("an unbound, unpinned pending pod uses nothing", make_pod("p").requests(gpu=2), 8),
+]
+
+
+@pytest.mark.parametrize(("case", "pod", "want_free_gpus"), USAGE_CASES, ids=[c[0] for c in USAGE_CASES])
+def test_which_pods_use_a_nodes_resources(case, pod, want_free_gpus):
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8), make_node("n2").allocatable(gpu=8)], [pod])
+    assert gpu_free(snapshot) == want_free_gpus
+    assert gpu_free(snapshot, "n2") == 8
+
+
+def test_a_pin_by_hostname_finds_the_node_by_its_hostname_label():
+    node = make_node("gke-node-1").label(HOSTNAME, "host-a").allocatable(gpu=8)
+    snapshot = snapshot_of([node], [make_pod("p").requests(gpu=3).node_selector(HOSTNAME, "host-a")])
+    assert gpu_free(snapshot, "gke-node-1") == 5
+
+
+def test_nodes_are_kept_in_topology_order_whatever_the_input_order():
+    nodes = [make_node(n).topology(b, s, h) for n, b, s, h in
+             [("z", "b1", "s1", "h1"), ("a", "b2", "s2", "h2"), ("m", "b1", "s1", "h0")]]
+    snapshot = snapshot_of(nodes)
+    assert [n.name for n in snapshot.nodes] == ["m", "z", "a"]
+    assert snapshot.index == {"m": 0, "z": 1, "a": 2}
+
+
+def test_with_assumed_returns_a_copy_and_leaves_the_snapshot_alone():
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8)])
+    result = place_gang(snapshot, gang_of(2, gpu=3))
+    after = snapshot.with_assumed(result)
+    assert gpu_free(after) == 2
+    assert gpu_free(snapshot) == 8
+    assert after.using("default/w-0") == "n1"
+    assert snapshot.using("default/w-0") is None
+
+
+def test_assumed_applies_a_plan_for_the_block_and_undoes_it():
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8)])
+    result = place_gang(snapshot, gang_of(2, gpu=4))
+    with snapshot.assumed(result) as s:
+        assert gpu_free(s) == 0
+        assert not place_gang(s, gang_of(1, gpu=1, name="other")).placed
+    assert gpu_free(snapshot) == 8
+
+
+def test_without_frees_victims_for_the_block_and_restores_them():
+    pods = [make_pod("a", "team").requests(gpu=4).on("n1"), make_pod("b", "team").requests(gpu=4).on("n1")]
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8)], pods)
+    with snapshot.without(["team/a", "team/absent"]):
+        assert gpu_free(snapshot) == 4
+        assert place_gang(snapshot, gang_of(1, gpu=4)).placed
+    assert gpu_free(snapshot) == 0
+    assert gpu_free(snapshot.with_removed(["team/a", "team/b"])) == 8
+
+
+def test_assuming_a_plan_for_an_unknown_node_changes_nothing():
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8)])
+    result = place_gang(snapshot, gang_of(2, gpu=1))
+    broken = type(result)(True, [*result.assignments[:1], type(result.assignments[0])("default/x", "ghost", 1, {GPU: 1})],
+                          result.code)
+    with pytest.raises(KeyError):
+        snapshot.with_assumed(broken)
+    with pytest.raises(KeyError), snapshot.assumed(broken):
+        pass
+    assert gpu_free(snapshot) == 8
+
+
+def test_capacity_counts_how_many_pods_fit_on_each_node():
+    nodes = [make_node("n1").allocatable(cpu="4", gpu=8), make_node("n2").allocatable(gpu=8).pods(2),
+             make_node("n3").allocatable(gpu=1)]
+    snapshot = snapshot_of(nodes, [make_pod("busy").requests(gpu=5).on("n1")])
+    requests = {"cpu": 1000, GPU: 1, "pods": 1}
+    assert snapshot.capacity(requests) == [3, 2, 1]
+    assert snapshot.capacity(requests, [True, False, True]) == [3, 0, 1]
+    assert snapshot.capacity({"example.com/fpga": 1, "pods": 1}) == [0, 0, 0]
+
+
+def test_an_empty_copy_frees_everything():
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8)], [make_pod("p").requests(gpu=8).on("n1")])
+    assert gpu_free(snapshot.empty()) == 8
+    assert gpu_free(snapshot) == 0
+
+
+def test_filter_results_are_cached_per_filter():
+    snapshot = snapshot_of([make_node("n1"), make_node("n2").taint("x")])
+    flt = make_pod("p").info().node_filter
+    assert snapshot.eligible(flt) == [True, False]
+    assert snapshot.eligible(flt) is snapshot.eligible(flt)
+
+
+def test_a_node_is_ready_unless_its_ready_condition_says_otherwise():
+    obj = make_node("n1").build()
+    del obj["status"]["conditions"]
+    assert NodeInfo.from_object(obj).ready
+    assert not make_node("n1").not_ready().info().ready
+
+
+def test_a_pod_reads_its_gates_rank_and_priority():
+    obj = make_pod("w-3").index(7).gated().build()
+    obj["spec"]["priority"] = 100
+    pod = PodInfo.from_object(obj)
+    assert pod.gated and pod.gates == ("troupe.io/placement",)
+    assert pod.rank == rank_key(obj)
+    assert pod.priority == 100
+    assert pod.key == "default/w-3"
+
+
+BAD_OBJECTS = [
+    ("a node without allocatable", [{"metadata": {"name": "n1"}, "status": {}}], [],
+     "nodes[0].status.allocatable: missing field"),
+    ("a node without a name", [{"metadata": {}, "status": {"allocatable": {}}}], [],
+     "nodes[0].metadata.name: missing field"),
+    ("a pod without containers", [], [{"metadata": {"name": "p"}, "spec": {}}],
+     "pods[0].spec.containers: missing field"),
+    ("a pod with a bad quantity", [], [make_pod("p").requests(cpu="fast").build()],
+     "pods[0].spec.containers[0].resources.requests.cpu: invalid quantity 'fast'"),
+    ("a pod with a gate without a name", [], [make_pod("p").build() | {"spec": {"containers": [], "schedulingGates": [{}]}}],
+     "pods[0].spec.schedulingGates[0].name: missing field"),
+]
+
+
+@pytest.mark.parametrize(("case", "nodes", "pods", "want"), BAD_OBJECTS, ids=[c[0] for c in BAD_OBJECTS])
+def test_a_malformed_object_is_refused_naming_its_place_and_field(case, nodes, pods, want):
+    with pytest.raises(ObjectError) as err:
+        Snapshot.from_objects(nodes, pods, TopologyLevels.default())
+    assert str(err.value) == want
+
+
+def test_duplicate_nodes_are_refused():
+    with pytest.raises(ValueError, match="duplicate node 'n1'"):
+        snapshot_of([make_node("n1"), make_node("n1")])
+
+
+def test_a_long_running_caller_can_skip_malformed_objects_and_hear_about_them():
+    skipped: list[str] = []
+    nodes = [{"metadata": {"name": "registering"}, "status": {}}, make_node("n1").build()]
+    snapshot = Snapshot.from_objects(nodes, [make_pod("p").on("n1").build()], skipped=skipped)
+    assert [n.name for n in snapshot.nodes] == ["n1"]
+    assert skipped == ["nodes[0].status.allocatable: missing field"]

@@ -1,0 +1,236 @@
+"""The what-if simulator: gangs planned in creation order on a snapshot, JSON and table
+output, and one-line errors with exit code 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reconciler import simulate
+from tests.engine.builders import make_node, make_pod
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def gpu_node(name, block, subblock):
+    return make_node(name).topology(block, subblock, name).allocatable(gpu=8).build()
+
+
+def member(gang, i, size, created="2024-05-01T10:00:00Z", gpus=8, namespace="ml"):
+    return (make_pod(f"{gang}-{i}", namespace).requests(gpu=gpus).gang(gang, size).index(i).gated()
+            .created(created).build())
+
+
+# Two blocks of 8-GPU nodes, every node its own host.
+#
+#   cluster
+#   ├── b1
+#   │   └── s1: a1 a2 a3
+#   └── b2
+#       └── s2: c1 c2
+NODES = [gpu_node(n, "b1", "s1") for n in ("a1", "a2", "a3")] + [gpu_node(n, "b2", "s2") for n in ("c1", "c2")]
+
+
+def write_list(tmp_path, objects, name="snapshot.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return str(path)
+
+
+def run(capsys, *argv):
+    code = simulate.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--output", "json")
+    assert code == 0, err
+    return json.loads(out), err
+
+
+# --- good snapshots ------------------------------------------------------------------------
+def test_gangs_are_planned_in_creation_order_and_earlier_gangs_use_capacity_first(tmp_path, capsys):
+    late = [member("late", i, 3, created="2024-05-01T10:05:00Z") for i in range(3)]
+    early = [member("early", i, 3, created="2024-05-01T10:00:00Z") for i in range(3)]
+    out, _ = run_json(capsys, write_list(tmp_path, NODES + late + early))
+    gangs = out["gangs"]
+    assert [(g["name"], g["phase"]) for g in gangs] == [("early", "Placed"), ("late", "Unschedulable")]
+    assert gangs[0]["placements"] == [
+        {"pod": "early-0", "node": "a1", "rank": 0, "topology": "b1/s1/a1"},
+        {"pod": "early-1", "node": "a2", "rank": 1, "topology": "b1/s1/a2"},
+        {"pod": "early-2", "node": "a3", "rank": 2, "topology": "b1/s1/a3"},
+    ]
+    assert gangs[1]["reason"] == "fits 2 of 3 members; 3 nodes excluded: insufficient nvidia.com/gpu: 3"
+    assert gangs[1]["code"] == "Unschedulable"
+    assert gangs[1]["placements"] == []
+
+
+def test_the_json_keeps_its_stable_keys(tmp_path, capsys):
+    out, _ = run_json(capsys, write_list(tmp_path, [*NODES, member("g", 0, 1)]))
+    gang = out["gangs"][0]
+    assert {"namespace", "name", "phase", "reason", "placements"} <= set(gang)
+    assert (gang["namespace"], gang["name"], gang["phase"]) == ("ml", "g", "Placed")
+    assert {"pod", "node", "rank"} <= set(gang["placements"][0])
+
+
+def test_a_gang_with_fewer_members_than_its_size_is_waiting(tmp_path, capsys):
+    out, _ = run_json(capsys, write_list(tmp_path, NODES + [member("g", i, 4) for i in range(3)]))
+    assert out["gangs"][0]["phase"] == "Waiting"
+    assert out["gangs"][0]["reason"] == "3 of 4 members present"
+
+
+def test_running_pods_and_released_pods_hold_their_nodes(tmp_path, capsys):
+    running = make_pod("busy", "other").requests(gpu=8).on("c1").build()
+    released = make_pod("pinned", "other").requests(gpu=8).annotate("reconciler.troupe.io/node", "c2").build()
+    out, _ = run_json(capsys, write_list(tmp_path, NODES + [running, released] + [member("g", i, 2) for i in range(2)]))
+    assert {p["node"] for p in out["gangs"][0]["placements"]} <= {"a1", "a2", "a3"}
+
+
+def test_a_required_level_annotation_is_honoured(tmp_path, capsys):
+    members = [member("g", i, 4) for i in range(4)]
+    for m in members:
+        m["metadata"]["annotations"]["troupe.io/topology-required-level"] = "cloud.google.com/gce-topology-block"
+    out, _ = run_json(capsys, write_list(tmp_path, NODES + members))
+    assert out["gangs"][0]["phase"] == "Unschedulable"
+    assert out["gangs"][0]["code"] == "UnschedulableAndUnresolvable"
+    assert out["gangs"][0]["reason"].startswith("fits 3 of 4 members in one cloud.google.com/gce-topology-block")
+
+
+def test_members_that_disagree_on_the_size_are_held(tmp_path, capsys):
+    members = [member("g", 0, 2), member("g", 1, 3)]
+    out, _ = run_json(capsys, write_list(tmp_path, NODES + members))
+    assert out["gangs"][0]["phase"] == "Unschedulable"
+    assert out["gangs"][0]["reason"] == "members disagree on troupe.io/gang-size: 2, 3 (held until they agree)"
+
+
+def test_a_multi_document_yaml_works_and_device_groups_are_noted_and_ignored(tmp_path, capsys):
+    group = {"apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup", "metadata": {"name": "g"},
+             "spec": {"resources": {"nvidia.com/gpu": 2}}}
+    path = tmp_path / "multi.yaml"
+    path.write_text(yaml.safe_dump_all([*NODES, group, member("g", 0, 1), None]))
+    out, err = run_json(capsys, str(path))
+    assert out["gangs"][0]["phase"] == "Placed"
+    assert err == "note: ignored 1 SharedDeviceGroup object(s): device groups are not simulated yet\n"
+
+
+def test_gke_gated_pods_with_gang_annotations_are_gangs_too(tmp_path, capsys):
+    pod = make_pod("w-0", "ml").requests(gpu=8).gang("g", 1).gated("gke.io/topology-aware-auto-train").build()
+    out, _ = run_json(capsys, write_list(tmp_path, [*NODES, pod]))
+    assert out["gangs"][0]["phase"] == "Placed"
+
+
+def test_gated_pods_without_gang_annotations_are_noted_and_not_simulated(tmp_path, capsys):
+    pod = make_pod("w-0", "ml").requests(gpu=8).label("job-name", "train").gated("gke.io/topology-aware-auto-train")
+    out, err = run_json(capsys, write_list(tmp_path, [*NODES, pod.build()]))
+    assert out["gangs"] == []
+    assert err.startswith("note: 1 gated pod(s) without gang annotations not simulated")
+
+
+def test_pods_with_invalid_gang_annotations_are_ignored_with_a_note(tmp_path, capsys):
+    pod = make_pod("w-0", "ml").gang("g", 1).annotate("troupe.io/gang-size", "two").gated().build()
+    out, err = run_json(capsys, write_list(tmp_path, [*NODES, pod]))
+    assert out["gangs"] == []
+    assert "(Pod ml/w-0) ignored, as the reconciler ignores it: annotation troupe.io/gang-size" in err
+
+
+def test_the_gang_prefix_comes_from_the_configuration(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text("gangAnnotationPrefix: gang-scheduling.preferred.jp/gang\n")
+    pod = make_pod("w-0", "ml").requests(gpu=8).gang("g", 1, prefix="gang-scheduling.preferred.jp/gang").gated()
+    out, _ = run_json(capsys, write_list(tmp_path, [*NODES, pod.build()]), "--config", str(config))
+    assert [g["name"] for g in out["gangs"]] == ["g"]
+
+
+def test_the_table_shows_each_member_with_its_topology_path(tmp_path, capsys):
+    members = [member("g", i, 2) for i in range(2)] + [member("w", i, 3) for i in range(2)]
+    code, out, _ = run(capsys, write_list(tmp_path, NODES + members))
+    assert code == 0
+    assert out == (
+        "GANG  PHASE    MEMBERS  COST  DOMAIN / REASON\n"
+        "ml/g  Placed   2/2      100   cloud.google.com/gce-topology-subblock=b2/s2\n"
+        "    RANK  POD  NODE  BLOCK/SUBBLOCK/HOST\n"
+        "    0     g-0  c1    b2/s2/c1\n"
+        "    1     g-1  c2    b2/s2/c2\n"
+        "ml/w  Waiting  2/3      -     2 of 3 members present\n"
+    )
+
+
+def test_an_empty_snapshot_has_no_gangs(tmp_path, capsys):
+    code, out, _ = run(capsys, write_list(tmp_path, NODES))
+    assert code == 0 and out == "no gated gangs in the snapshot\n"
+
+
+# --- bad input -----------------------------------------------------------------------------------
+BAD_INPUTS = [
+    ("text that is not YAML", "kind: List\nitems: [\n  - {\n", "not valid YAML at line"),
+    ("a document that is not an object", "- just\n- a list\n", "document 1: expected a Kubernetes object, got a list"),
+    ("a document without a kind", "metadata: {name: x}\n", "document 1: kind: missing field"),
+    ("an unknown kind", "kind: Service\nmetadata: {name: web, namespace: default}\n",
+     "document 1 (Service web): unknown kind 'Service' (expected Node or Pod)"),
+    ("a node without allocatable", "kind: Node\nmetadata: {name: n1}\nstatus: {}\n",
+     "document 1 (Node n1): status.allocatable: missing field"),
+    ("a pod without containers in a list",
+     "kind: List\nitems:\n- kind: Pod\n  metadata: {name: p, namespace: ml}\n  spec: {}\n",
+     "document 1 item 0 (Pod ml/p): spec.containers: missing field"),
+    ("a bad quantity in the second document",
+     "kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: '8'}}\n---\n"
+     "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\n",
+     "document 2 (Pod p): spec.containers[0].resources.requests.cpu: invalid quantity 'lots'"),
+    ("a duplicate node",
+     "kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {}}\n---\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {}}\n",
+     "document 2 (Node n1): duplicate of "),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "want"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_is_one_line_naming_the_document_and_exit_code_2(tmp_path, capsys, case, text, want):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    code, out, err = run(capsys, str(path))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith(f"simulate: {path}: ")
+    assert want in err
+
+
+def test_a_missing_snapshot_file_is_a_one_line_error(tmp_path, capsys):
+    code, _, err = run(capsys, str(tmp_path / "absent.yaml"))
+    assert code == 2
+    assert err == f"simulate: {tmp_path / 'absent.yaml'}: cannot read snapshot: No such file or directory\n"
+
+
+def test_a_bad_configuration_is_a_one_line_error(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text("topologyLevels: []\n")
+    code, _, err = run(capsys, write_list(tmp_path, NODES), "--config", str(config))
+    assert code == 2
+    assert err.startswith(f"simulate: {config}: topologyLevels") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("module", [["reconciler.simulate"], ["reconciler", "simulate"]])
+def test_both_entry_points_run_as_modules(tmp_path, module):
+    snapshot = write_list(tmp_path, [*NODES, member("g", 0, 1)])
+    ok = subprocess.run([sys.executable, "-m", *module, snapshot, "--output", "json"],
+                        cwd=REPO, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["gangs"][0]["phase"] == "Placed"
+    (tmp_path / "bad.yaml").write_text("kind: Widget\n")
+    bad = subprocess.run([sys.executable, "-m", *module, str(tmp_path / "bad.yaml")],
+                         cwd=REPO, capture_output=True, text=True, check=False)
+    assert bad.returncode == 2
+    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node or Pod)\n"
+
+
+def test_the_snapshot_can_come_from_stdin(tmp_path):
+    text = yaml.safe_dump({"kind": "List", "items": [*NODES, member("g", 0, 1)]})
+    ok = subprocess.run([sys.executable, "-m", "reconciler.simulate", "-", "--output", "json"],
+                        cwd=REPO, input=text, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["gangs"][0]["placements"][0]["node"] == "a1"
