@@ -67,10 +67,7 @@ def is_gated(pod: Obj) -> bool:
 
 def _rv(obj: Obj) -> int | None:
     raw = contract.pod_meta(obj).get("resourceVersion")
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        return None
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
 
 
 class ClusterCache:

@@ -143,7 +143,7 @@ def run(kubeconfig: str | None, config: Config, metrics_bind: str | None) -> int
     """Run until SIGINT/SIGTERM; returns the exit code."""
     try:
         api = kube.api_client(kubeconfig)
-    except Exception as e:  # noqa: BLE001  the client raises several types for a bad kubeconfig
+    except Exception as e:  # the client raises several types for a bad kubeconfig
         raise ValueError(f"--kubeconfig: cannot build an API client: {e}") from e
     try:
         user = kube.whoami(api)

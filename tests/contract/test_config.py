@@ -56,15 +56,15 @@ def test_a_bad_value_is_refused_naming_the_key(data, want_in_message):
 
 def test_file_errors_name_the_file(tmp_path):
     missing = tmp_path / "missing.yaml"
-    with pytest.raises(ConfigError, match="missing.yaml: cannot read"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read"):
         load_config(str(missing))
     bad = tmp_path / "bad.yaml"
     bad.write_text("gangAnnotationPrefix: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
         load_config(str(bad))
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("gangScheduleTimeoutSecondsLimit: -5\n")
-    with pytest.raises(ConfigError, match="wrong.yaml: gangScheduleTimeoutSecondsLimit"):
+    with pytest.raises(ConfigError, match=r"wrong\.yaml: gangScheduleTimeoutSecondsLimit"):
         load_config(str(wrong))
 
 

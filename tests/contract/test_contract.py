@@ -76,7 +76,7 @@ def test_a_topology_request_must_name_a_configured_level():
     assert contract.parse_topology_request(ok, CONFIG).required_level == "cloud.google.com/gce-topology-subblock"
     older = pod({contract.TOPOLOGY_PREFERRED_LEVEL: "topology.gke.io/rack"})
     assert contract.parse_topology_request(older, CONFIG).preferred_level == "topology.gke.io/rack"
-    with pytest.raises(contract.ContractError, match="must name a configured level .*gce-topology-block"):
+    with pytest.raises(contract.ContractError, match=r"must name a configured level .*gce-topology-block"):
         contract.parse_topology_request(pod({contract.TOPOLOGY_REQUIRED_LEVEL: "zone"}), CONFIG)
     both = pod({contract.TOPOLOGY_REQUIRED_LEVEL: "topology.gke.io/rack", contract.TOPOLOGY_PREFERRED_LEVEL: "topology.gke.io/rack"})
     with pytest.raises(contract.ContractError, match="cannot be set together"):
