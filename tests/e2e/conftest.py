@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
+from tests.e2e.helpers import new_namespace, wait_for
 from troupe.devcluster import Cluster
 from troupe.devcluster.build import built_binaries, ensure_built
 from troupe.devcluster.stack import Stack
@@ -99,3 +101,21 @@ def _troupe_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     stack.check()
     yield
     stack.check()
+
+
+@pytest.fixture
+def namespace(admin_core: client.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards; teardown waits until it is gone,
+    so the next test starts with every node's capacity free again."""
+    name = new_namespace(admin_core, "e2e")
+    yield name
+    admin_core.delete_namespace(name, grace_period_seconds=0)
+
+    def gone() -> bool:
+        try:
+            admin_core.read_namespace(name)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    wait_for(f"namespace {name} deleted", gone, timeout=60)

@@ -16,18 +16,10 @@ from tests.e2e.helpers import (
     gang_annotations,
     indexed_job,
     job_pods,
-    new_namespace,
     pod_body,
     wait_for,
 )
 from troupe import contract
-
-
-@pytest.fixture
-def namespace(troupe, admin_core):
-    name = new_namespace(admin_core, "gang")
-    yield name
-    admin_core.delete_namespace(name, grace_period_seconds=0)
 
 
 def test_an_indexed_job_runs_as_one_gang_pinned_to_kwok_nodes(troupe, admin_api, admin_core, namespace):
