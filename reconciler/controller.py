@@ -23,11 +23,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from reconciler.cache import ClusterCache, is_active, is_gated
-from reconciler.engine.placement import PlacementResult, place_gang
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.fields import ObjectError
+from reconciler.engine.placement import Code, PlacementResult, place_gang
+from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.lifecycle import GangState, Phase
 from reconciler.writer import Conflict, Gone, PodRef, WriteError, Writer
@@ -35,6 +36,7 @@ from troupe import contract
 from troupe.config import Config
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Obj = Mapping[str, Any]
 
@@ -43,6 +45,44 @@ BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 60.0
 #: Writes retried on conflict, each after a fresh read.
 CONFLICT_RETRIES = 3
+
+
+class ParseMemo(Generic[T]):
+    """The engine's parsed form of each cached object, kept while the object is the same.
+
+    Parsing is most of the cost of a snapshot (about 40 us a node, 90 us a pod), and
+    between two reconciles few objects change. The cache never changes an object in
+    place (an update replaces the dict), so object identity says "unchanged" exactly.
+    An object that does not parse is left out, with one log line per version: one odd
+    node (say, one still registering, without ``status.allocatable``) must not stop
+    every plan.
+    """
+
+    def __init__(self, kind: str, parse: Callable[[Obj], T]) -> None:
+        self.kind = kind
+        self._parse = parse
+        self._memo: dict[int, tuple[Obj, T | None]] = {}
+
+    def parse(self, objs: Sequence[Obj]) -> list[T]:
+        """The parsed objects, in the order given, malformed ones left out."""
+        memo: dict[int, tuple[Obj, T | None]] = {}
+        out: list[T] = []
+        for obj in objs:
+            hit = self._memo.get(id(obj))
+            if hit is not None and hit[0] is obj:
+                info = hit[1]
+            else:
+                try:
+                    info = self._parse(obj)
+                except ObjectError as e:
+                    meta = contract.pod_meta(obj)
+                    log.warning("%s %s/%s left out of placement: %s", self.kind, meta.get("namespace", ""), meta.get("name"), e)
+                    info = None
+            memo[id(obj)] = (obj, info)
+            if info is not None:
+                out.append(info)
+        self._memo = memo
+        return out
 
 
 @dataclass(frozen=True)
@@ -74,6 +114,8 @@ class GangController:
         self.config = config
         self.clock = clock
         self.levels = TopologyLevels.from_config(config)
+        self._nodes: ParseMemo[NodeInfo] = ParseMemo("node", NodeInfo.from_object)
+        self._pods: ParseMemo[PodInfo] = ParseMemo("pod", PodInfo.from_object)
         self.states: dict[str, GangState] = {}
         #: gang key -> (pod, reason) -> last message sent, so an Event is not repeated.
         self._events_sent: dict[str, dict[tuple[PodRef, str], str]] = {}
@@ -155,10 +197,12 @@ class GangController:
 
     def _plan(self, gated: Sequence[Obj], request: contract.TopologyRequest) -> PlacementResult:
         """Ask the engine where the gated members go, on a snapshot of the whole cache
-        (pods released or bound, gated ones included, count where they run)."""
+        (pods released or bound count where they run)."""
         nodes, pods = self.cache.objects()
-        snapshot = Snapshot.from_objects(nodes, pods, self.levels)
-        members = [PodInfo.from_object(p) for p in gated]
+        snapshot = Snapshot(self._nodes.parse(nodes), self._pods.parse(pods), self.levels)
+        members = [snapshot.pods[str(PodRef.of(p))] for p in gated if str(PodRef.of(p)) in snapshot.pods]
+        if len(members) < len(gated):
+            return PlacementResult(False, [], Code.UNRESOLVABLE, "a member's spec cannot be read (see the reconciler's log)")
         return place_gang(snapshot, members, request.required_level, request.preferred_level)
 
     def _disagreement(self, active: Sequence[Obj]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reconciler.cache import ClusterCache
-from reconciler.controller import GangController
+from reconciler.controller import GangController, ParseMemo
 from reconciler.lifecycle import Phase
 from reconciler.writer import Conflict, FakeWriter, PodRef
 from tests.reconciler.builders import make_node, make_pod
@@ -179,3 +179,22 @@ def test_the_fake_writer_refuses_a_stale_resource_version():
     w.add(make_pod("p").build())
     with pytest.raises(Conflict):
         w.patch_pod(PodRef("team-a", "p"), {"metadata": {"resourceVersion": "1"}})
+
+
+def test_a_node_that_cannot_be_read_is_left_out_instead_of_stopping_every_plan():
+    registering = make_node("n9").build()
+    del registering["status"]["allocatable"]
+    h = Harness([*four_nodes(), registering], gang_pods(2))
+    assert h.controller.reconcile("team-a/train").phase is Phase.RELEASED
+
+
+def test_objects_are_parsed_once_while_unchanged():
+    calls = []
+    memo = ParseMemo("pod", lambda obj: calls.append(obj["metadata"]["name"]) or obj["metadata"]["name"])
+    a, b = make_pod("a").build(), make_pod("b").build()
+    assert memo.parse([a, b]) == ["a", "b"]
+    assert memo.parse([a, b]) == ["a", "b"]
+    assert calls == ["a", "b"]
+    b2 = make_pod("b").build()  # an update: the cache replaces the object
+    assert memo.parse([a, b2]) == ["a", "b"]
+    assert calls == ["a", "b", "b"], "only the changed object is parsed again"
