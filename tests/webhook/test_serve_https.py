@@ -1,0 +1,239 @@
+"""``python -m webhook serve`` for real: gunicorn over HTTPS on 127.0.0.1, started as a
+subprocess with certificates from ``certs`` and stopped by its pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+from cryptography import x509
+
+from certs import create_serving_cert
+from tests.webhook.builders import (
+    REPO,
+    Server,
+    free_port,
+    make_pod,
+    make_review,
+    make_tls,
+    start_server,
+)
+from webhook.admission import patch_of
+
+
+def exchange(conn: Any, method: str, path: str, body: bytes | None = None,
+             content_type: str = "application/json") -> tuple[int, bytes]:
+    headers = {"Content-Type": content_type} if body is not None else {}
+    conn.request(method, path, body=body, headers=headers)
+    r = conn.getresponse()
+    return r.status, r.read()
+
+
+def review_over_https(server: Server, review: dict[str, Any], conn: Any = None) -> dict[str, Any]:
+    own = conn is None
+    conn = conn or server.connection()
+    status, body = exchange(conn, "POST", "/mutate", json.dumps(review).encode())
+    if own:
+        conn.close()
+    assert status == 200, body
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+def served_serial(conn: Any) -> int:
+    der = conn.sock.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_a_review_over_https_echoes_the_uid_and_its_patch_applies(server: Server) -> None:
+    pod = make_pod("w-1").gang("g", "2", timeout="900").annotate("deviceshare.io/group", "team-a").container().obj()
+    answer = review_over_https(server, make_review(pod, uid="https-1"))
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == "https-1" and answer["response"]["allowed"] is True
+    patched = jsonpatch.apply_patch(pod, patch_of(answer))
+    assert patched["spec"]["schedulingGates"] == [{"name": "troupe.io/placement"}]
+    assert patched["metadata"]["annotations"]["troupe.io/gang-schedule-timeout-seconds"] == "100"
+    assert patched["spec"]["containers"][0]["env"][0]["name"] == "NVIDIA_VISIBLE_DEVICES"
+    again = review_over_https(server, make_review(patched, uid="https-2"))
+    assert again["response"] == {"uid": "https-2", "allowed": True}
+
+
+def test_a_denial_over_https_names_the_key_and_value(server: Server) -> None:
+    answer = review_over_https(server, make_review(make_pod().gang(size="zero").obj(), uid="https-3"))
+    resp = answer["response"]
+    assert resp["allowed"] is False and resp["status"]["code"] == 400
+    assert "troupe.io/gang-size" in resp["status"]["message"] and "'zero'" in resp["status"]["message"]
+
+
+def test_one_connection_carries_many_reviews(server: Server) -> None:
+    conn = server.connection()
+    assert exchange(conn, "GET", "/healthz")[0] == 200
+    sock = conn.sock
+    for i in range(20):
+        answer = review_over_https(server, make_review(make_pod().gang().obj(), uid=f"ka-{i}"), conn)
+        assert answer["response"]["uid"] == f"ka-{i}"
+    assert conn.sock is sock, "the server closed a keep-alive connection"
+    conn.close()
+
+
+def test_health_readiness_and_metrics_answer(server: Server) -> None:
+    conn = server.connection()
+    assert exchange(conn, "GET", "/healthz") == (200, b"ok\n")
+    assert exchange(conn, "GET", "/readyz")[0] == 200
+    status, body = exchange(conn, "GET", "/metrics")
+    assert status == 200 and b"troupe_webhook_admissions_total" in body
+    conn.close()
+
+
+def _metric(server: Server, name: str) -> float:
+    conn = server.connection()
+    _, body = exchange(conn, "GET", "/metrics")
+    conn.close()
+    return sum(float(line.split()[-1]) for line in body.decode().splitlines() if line.startswith(name + " "))
+
+
+def test_metrics_sum_every_worker(server: Server) -> None:
+    series = 'troupe_webhook_admissions_total{operation="UPDATE",outcome="allowed"}'
+    before = _metric(server, series)
+    pod = make_pod().obj()
+    for i in range(12):  # new connections, spread over both workers
+        review_over_https(server, make_review(pod, operation="UPDATE", old=pod, uid=f"m-{i}"))
+    deadline = time.monotonic() + 5
+    while _metric(server, series) < before + 12 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _metric(server, series) == before + 12
+
+
+def test_each_review_is_logged_as_one_json_line(server: Server) -> None:
+    review_over_https(server, make_review(make_pod("logged", "team").gang().obj(), uid="log-1"))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [ln for ln in server.log_lines() if ln.get("uid") == "log-1"]
+        if lines:
+            break
+        time.sleep(0.05)
+    [line] = lines
+    assert line["logger"] == "troupe.webhook.admission" and line["level"] == "info" and line["ts"].endswith("Z")
+    assert line["namespace"] == "team" and line["name"] == "logged" and line["operation"] == "CREATE"
+    assert line["outcome"] == "patched" and line["duration_ms"] >= 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_tls_older_than_1_2_is_refused(server: Server) -> None:
+    import http.client
+
+    def client(max_version: ssl.TLSVersion) -> Any:
+        ctx = server.tls.client_context()
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer TLS 1.1 at all
+        ctx.minimum_version = ssl.TLSVersion.TLSv1
+        ctx.maximum_version = max_version
+        return http.client.HTTPSConnection("127.0.0.1", server.port, context=ctx, timeout=5)
+
+    ok = client(ssl.TLSVersion.TLSv1_2)
+    assert exchange(ok, "GET", "/healthz")[0] == 200
+    assert ok.sock.version() == "TLSv1.2"
+    ok.close()
+    old = client(ssl.TLSVersion.TLSv1_1)
+    with pytest.raises(ssl.SSLError):
+        exchange(old, "GET", "/healthz")
+
+
+def test_a_rotated_certificate_is_served_to_new_connections(tmp_path: Path) -> None:
+    s = start_server(tmp_path)
+    try:
+        old = s.connection()
+        assert exchange(old, "GET", "/healthz")[0] == 200
+        old_serial = served_serial(old)
+        new_pair = s.tls.rotate()
+        for _ in range(4):  # whichever worker takes the connection
+            conn = s.connection()
+            assert exchange(conn, "GET", "/healthz")[0] == 200
+            assert served_serial(conn) == new_pair.cert.serial_number != old_serial
+            conn.close()
+        assert exchange(old, "GET", "/healthz")[0] == 200, "an open connection keeps working"
+        assert served_serial(old) == old_serial
+        old.close()
+    finally:
+        s.stop()
+
+
+# --- The command line ------------------------------------------------------------------
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "webhook", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def test_help_explains_serve() -> None:
+    r = run_cli("serve", "--help")
+    assert r.returncode == 0
+    for flag in ("--tls-cert", "--tls-key", "--bind", "--config", "--workers"):
+        assert flag in r.stdout
+
+
+@pytest.mark.parametrize(("name", "make_args", "want"), [
+    ("a missing certificate file",
+     lambda t, tls: ["--tls-cert", str(t / "nope.crt"), "--tls-key", str(tls.key)], "--tls-cert"),
+    ("a key that does not match",
+     lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(_other_key(t, tls))], "--tls-key"),
+    ("a certificate file that is not PEM",
+     lambda t, tls: ["--tls-cert", str(_write(t / "x.crt", "hello")), "--tls-key", str(tls.key)], "not a PEM"),
+    ("a configuration with a bad value",
+     lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--config",
+                     str(_write(t / "c.yaml", "gangScheduleTimeoutSecondsLimit: 0\n"))],
+     "gangScheduleTimeoutSecondsLimit"),
+    ("a missing configuration file",
+     lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--config", str(t / "no.yaml")],
+     "no.yaml"),
+    ("a malformed address",
+     lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--bind", "localhost"], "--bind"),
+    ("zero workers",
+     lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--workers", "0"], "--workers"),
+])
+def test_serve_refuses_bad_input_with_one_line_naming_it(tmp_path: Path, name: str, make_args: Any,
+                                                         want: str) -> None:
+    tls = make_tls(tmp_path / "tls")
+    args = make_args(tmp_path, tls)
+    if "--bind" not in args:
+        args += ["--bind", f"127.0.0.1:{free_port()}"]
+    r = run_cli("serve", *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and want in lines[0], r.stderr
+
+
+def test_serve_refuses_an_address_in_use(server: Server) -> None:
+    r = run_cli("serve", "--tls-cert", str(server.tls.cert), "--tls-key", str(server.tls.key),
+                "--bind", f"127.0.0.1:{server.port}")
+    assert r.returncode == 2 and "cannot listen" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_configuration_prints_the_registration_as_yaml(tmp_path: Path) -> None:
+    import yaml
+
+    tls = make_tls(tmp_path)
+    r = run_cli("configuration", "--service", "troupe-system/troupe-webhook:8443", "--ca-bundle", str(tls.ca_file))
+    assert r.returncode == 0, r.stderr
+    obj = yaml.safe_load(r.stdout)
+    assert obj["webhooks"][0]["clientConfig"]["service"] == {
+        "namespace": "troupe-system", "name": "troupe-webhook", "path": "/mutate", "port": 8443}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _other_key(tmp: Path, tls: Any) -> Path:
+    path = tmp / "other.key"
+    path.write_bytes(create_serving_cert(tls.ca, ["127.0.0.1"]).key_pem)
+    return path

@@ -1,0 +1,449 @@
+"""Admission for Troupe's four contracts: the pure core of the webhook.
+
+:func:`mutate` takes a decoded AdmissionReview v1 (a plain dict, as ``json.loads`` gives it)
+and the :class:`~troupe.config.Config`, and returns the AdmissionReview v1 to send back. It
+does no I/O, makes no API calls, reads no clock and never raises: a malformed review gets
+a denial, an unexpected bug an ``error`` denial (HTTP-level framing is the Flask adapter's
+job, ``webhook/app.py``). The rules, and where they come from:
+
+CREATE of a pod (``DESIGN.md`` "The user contract"):
+
+- *Protected keys*: an annotation that only the reconciler may write
+  (:func:`troupe.contract.is_reserved_annotation`) is denied (403) unless the requester is
+  ``config.reconciler_username``.
+- *Gangs* (``seeds/001``, prefix ``gangAnnotationPrefix``): name a valid label value, size
+  an integer >= 1, timeout a positive integer, else denied (400) naming key and value. The
+  effective timeout (defaulted, capped by the limit) is written back into
+  ``<prefix>-schedule-timeout-seconds`` so the reconciler never re-derives it.
+- *Topology* (``seeds/002``): ``troupe.io/topology-required-level`` /
+  ``-preferred-level`` must name a configured level, else denied listing the levels. Pods
+  created with a ``gke.io/topology-aware-auto-*`` gate and no Troupe key are left alone.
+- *Shared device groups* (``seeds/000``): ``deviceshare.io/group`` must be a valid object
+  name; every container and init container gets one env var per resource of
+  ``sharedDeviceResources`` (name from :func:`troupe.contract.device_env_var`), read by the
+  Downward API from ``deviceshare.io/env.<VAR>``. An existing variable of that name is not
+  overwritten; it produces an admission warning.
+- A pod with any Troupe key (gang, topology, device group) gets the gate
+  ``troupe.io/placement``.
+
+UPDATE of a pod: any change (add, modify, remove) to a protected annotation by anyone but
+the reconciler is denied (403). Nothing is ever patched on UPDATE, so the reconciler's own
+writes pass unchanged.
+
+Always untouched: mirror pods, pods in ``excludedNamespaces``, other resources,
+subresources and operations. Idempotent: calling :func:`mutate` again on the patched pod
+(``reinvocationPolicy: IfNeeded``) adds nothing. ``dryRun`` requests get the same answer;
+there is nothing else to skip, since the webhook has no side effects.
+
+The patch is built directly as RFC 6902 operations (no deep copy and diff): see
+``docs/decisions/002-webhook.md`` for the measurement. JSON objects are recognised as
+``dict`` (what ``json.loads`` gives), which is several times cheaper to test than ``Mapping``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import orjson
+
+from troupe.config import Config
+from troupe.contract import (
+    DEVICE_ENV_PREFIX,
+    DEVICE_GROUP,
+    GATE,
+    MIRROR_POD_ANNOTATION,
+    TOPOLOGY_PREFERRED_LEVEL,
+    TOPOLOGY_REQUIRED_LEVEL,
+    ContractError,
+    GangKeys,
+    GangSpec,
+    device_env_var,
+    is_reserved_annotation,
+    parse_gang,
+    parse_topology_request,
+)
+
+#: The only AdmissionReview version Troupe registers for (``admissionReviewVersions``).
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+#: One JSON Patch operation (RFC 6902), e.g. ``{"op": "add", "path": "/x", "value": 1}``.
+PatchOp = dict[str, Any]
+#: What a review ended as, for metrics and logs: no patch, a patch, a denial, or an error
+#: (malformed envelope or a bug).
+Outcome = Literal["allowed", "patched", "denied", "error"]
+
+#: A DNS-1123 subdomain: what a cluster-scoped object name (a SharedDeviceGroup) must be.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_MISSING = object()
+
+
+class Decision(NamedTuple):
+    """The verdict on one admission request, before it is put in an AdmissionReview.
+
+    ``ops`` is the JSON Patch to apply (empty: none); ``code``/``reason``/``message`` are
+    the denial's ``status`` (only when ``allowed`` is False); ``warnings`` go back to the
+    client as admission warnings either way. (A NamedTuple: built once per request, it is
+    several times cheaper to create than a frozen dataclass.)
+    """
+
+    allowed: bool
+    ops: tuple[PatchOp, ...] = ()
+    warnings: tuple[str, ...] = ()
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+
+
+_ALLOW = Decision(True)
+
+
+def _deny(code: int, message: str) -> Decision:
+    reason = {400: "BadRequest", 403: "Forbidden"}.get(code, "InternalError")
+    return Decision(False, code=code, reason=reason, message=message)
+
+
+def _pointer(*parts: str | int) -> str:
+    """A JSON Pointer (RFC 6901) from unescaped path segments."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def envelope_error(review: object) -> str | None:
+    """Why ``review`` is not an AdmissionReview v1 request this webhook can answer, or None.
+
+    Checks only the envelope: a JSON object with ``apiVersion: admission.k8s.io/v1``,
+    ``kind: AdmissionReview`` and a ``request`` object carrying a non-empty string ``uid``.
+    The Flask adapter answers HTTP 400 when this returns a reason.
+    """
+    if not isinstance(review, dict):
+        return "body must be a JSON object (an AdmissionReview)"
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
+        return (
+            f"body must be an AdmissionReview of apiVersion {API_VERSION}, got "
+            f"apiVersion={review.get('apiVersion')!r} kind={review.get('kind')!r}"
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        return "request: must be an object"
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return "request.uid: must be a non-empty string"
+    return None
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``obj.metadata.annotations``: {} when absent, None when present but not a map."""
+    meta = obj.get("metadata")
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        return None
+    ann = meta.get("annotations")
+    if ann is None:
+        return {}
+    return ann if isinstance(ann, dict) else None
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """What :func:`decide` derives from a configuration, computed once per Config."""
+
+    troupe: tuple[str, ...]
+    gang_timeout: str
+    env_vars: tuple[str, ...]
+
+
+_keys_cache: dict[int, tuple[Config, _Keys]] = {}
+
+
+def _keys(config: Config) -> _Keys:
+    hit = _keys_cache.get(id(config))
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    gang = GangKeys.for_prefix(config.gang_annotation_prefix)
+    keys = _Keys(
+        troupe=(*gang.all(), TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, DEVICE_GROUP),
+        gang_timeout=gang.timeout,
+        env_vars=tuple(dict.fromkeys(device_env_var(r) for r in config.shared_device_resources)),
+    )
+    if len(_keys_cache) > 64:  # a process normally has one Config; tests make many
+        _keys_cache.clear()
+    _keys_cache[id(config)] = (config, keys)
+    return keys
+
+
+def device_env_entry(var: str) -> dict[str, Any]:
+    """The container env entry for ``var``: taken by the Downward API from the pod's
+    ``deviceshare.io/env.<var>`` annotation, which the reconciler writes before release."""
+    return {
+        "name": var,
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": _field_path(var)}},
+    }
+
+
+def _field_path(var: str) -> str:
+    return f"metadata.annotations['{DEVICE_ENV_PREFIX}{var}']"
+
+
+def _is_ours(entry: Mapping[str, Any], var: str) -> bool:
+    vf = entry.get("valueFrom")
+    ref = vf.get("fieldRef") if isinstance(vf, dict) else None
+    return isinstance(ref, dict) and ref.get("fieldPath") == _field_path(var)
+
+
+def _protected_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any]
+) -> Iterable[tuple[str, str]]:
+    """(key, verb) for each protected annotation added, changed or removed, by key."""
+    keys = sorted(k for k in {*old, *new} if isinstance(k, str) and is_reserved_annotation(k))
+    for k in keys:
+        before, after = old.get(k, _MISSING), new.get(k, _MISSING)
+        if before is _MISSING and after is not _MISSING:
+            yield k, "add"
+        elif before is not _MISSING and after is _MISSING:
+            yield k, "remove"
+        elif before != after:
+            yield k, "change"
+
+
+def _protection_message(key: str, verb: str, user: str, config: Config) -> str:
+    return (
+        f"annotation {key}: only Troupe's reconciler ({config.reconciler_username}) may {verb} it, "
+        f"because it records Troupe's decisions; requested by {user or 'an unknown user'}"
+    )
+
+
+def _review_update(
+    request: Mapping[str, Any], new_ann: Mapping[str, Any], user: str, config: Config
+) -> Decision:
+    old = request.get("oldObject")
+    if not isinstance(old, dict):
+        return _deny(400, "request.oldObject: must be the existing Pod on UPDATE")
+    old_ann = _annotations(old) or {}
+    if user == config.reconciler_username:
+        return _ALLOW
+    problems = [_protection_message(k, verb, user, config) for k, verb in _protected_changes(old_ann, new_ann)]
+    if problems:
+        return _deny(403, "; ".join(problems))
+    return _ALLOW
+
+
+def _contract_errors(
+    pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config
+) -> tuple[GangSpec | None, list[str]]:
+    """The pod's gang (None without gang keys) and every contract violation, one per contract."""
+    errors: list[str] = []
+    gang = None
+    try:
+        gang = parse_gang(pod, config)
+    except ContractError as e:
+        errors.append(str(e))
+    if TOPOLOGY_REQUIRED_LEVEL in ann or TOPOLOGY_PREFERRED_LEVEL in ann:
+        try:
+            parse_topology_request(pod, config)
+        except ContractError as e:
+            errors.append(str(e))
+    if DEVICE_GROUP in ann:
+        group = ann[DEVICE_GROUP]
+        if not isinstance(group, str) or len(group) > 253 or not _DNS_SUBDOMAIN.match(group):
+            errors.append(
+                str(
+                    ContractError(
+                        DEVICE_GROUP,
+                        group if isinstance(group, str) else str(group),
+                        "must name a SharedDeviceGroup (lower-case letters, digits, '-' and '.', "
+                        "at most 253 characters)",
+                    )
+                )
+            )
+    return gang, errors
+
+
+class _Malformed(Exception):
+    """A part of the pod the patch must touch has the wrong JSON type."""
+
+
+def _gate_ops(spec: Mapping[str, Any]) -> list[PatchOp]:
+    gates = spec.get("schedulingGates")
+    if gates is None:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]
+    if not isinstance(gates, list):
+        raise _Malformed("spec.schedulingGates: must be a list")
+    if any(isinstance(g, dict) and g.get("name") == GATE for g in gates):
+        return []
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE}}]
+
+
+def _env_ops(spec: Mapping[str, Any], config: Config) -> tuple[list[PatchOp], list[str]]:
+    ops: list[PatchOp] = []
+    warnings: list[str] = []
+    wanted = _keys(config).env_vars
+    if not wanted:
+        return ops, warnings
+    for list_name in ("initContainers", "containers"):
+        containers = spec.get(list_name)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            raise _Malformed(f"spec.{list_name}: must be a list")
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict):
+                raise _Malformed(f"spec.{list_name}[{i}]: must be an object")
+            env = c.get("env")
+            if env is None:
+                ops.append({
+                    "op": "add",
+                    "path": _pointer("spec", list_name, i, "env"),
+                    "value": [device_env_entry(v) for v in wanted],
+                })
+                continue
+            if not isinstance(env, list):
+                raise _Malformed(f"spec.{list_name}[{i}].env: must be a list")
+            existing = {
+                e["name"]: e for e in env if isinstance(e, dict) and isinstance(e.get("name"), str)
+            }
+            for var in wanted:
+                entry = existing.get(var)
+                if entry is None:
+                    ops.append({
+                        "op": "add",
+                        "path": _pointer("spec", list_name, i, "env", "-"),
+                        "value": device_env_entry(var),
+                    })
+                elif not _is_ours(entry, var):
+                    name = c.get("name")
+                    warnings.append(
+                        f"container {name if isinstance(name, str) else i!s}: env {var} is already set "
+                        f"and was kept, so it will not carry the devices of {DEVICE_GROUP}"
+                    )
+    return ops, warnings
+
+
+def _review_create(
+    pod: Mapping[str, Any], ann: Mapping[str, Any], user: str, config: Config
+) -> Decision:
+    if user != config.reconciler_username and any(map(is_reserved_annotation, ann)):
+        reserved = sorted(k for k in ann if is_reserved_annotation(k))
+        return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
+    if not any(k in ann for k in _keys(config).troupe):
+        # No Troupe key: untouched, including pods created with a GKE topology gate, which
+        # the reconciler handles as they are (seeds/002).
+        return _ALLOW
+    gang, errors = _contract_errors(pod, ann, config)
+    if errors:
+        return _deny(400, "; ".join(errors))
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return _deny(400, "spec: a Pod with Troupe annotations must have a spec object")
+    try:
+        ops = _gate_ops(spec)
+        if gang is not None:
+            key = _keys(config).gang_timeout
+            want = str(gang.timeout_seconds)
+            if ann.get(key) != want:
+                op = "replace" if key in ann else "add"
+                ops.append({"op": op, "path": _pointer("metadata", "annotations", key), "value": want})
+        warnings: list[str] = []
+        if DEVICE_GROUP in ann:
+            env_ops, warnings = _env_ops(spec, config)
+            ops.extend(env_ops)
+    except _Malformed as e:
+        return _deny(400, str(e))
+    return Decision(True, ops=tuple(ops), warnings=tuple(warnings))
+
+
+def decide(request: Mapping[str, Any], config: Config) -> Decision:
+    """The :class:`Decision` for one ``AdmissionReview.request`` (see the module docstring
+    for the rules). Never raises for malformed input of any JSON shape; bugs aside."""
+    resource = request.get("resource")
+    if isinstance(resource, dict) and (
+        resource.get("group", "") != "" or resource.get("resource", "pods") != "pods"
+    ):
+        return _ALLOW
+    if request.get("subResource"):
+        return _ALLOW
+    operation = request.get("operation")
+    if operation not in ("CREATE", "UPDATE"):
+        return _ALLOW
+    pod = request.get("object")
+    if not isinstance(pod, dict):
+        return _deny(400, f"request.object: must be a Pod object for {operation}")
+    ann = _annotations(pod)
+    if ann is None:
+        return _deny(400, "metadata.annotations: must be a map of strings to strings")
+    meta = pod.get("metadata")
+    namespace = request.get("namespace") or (meta.get("namespace") if isinstance(meta, dict) else None)
+    if namespace in config.excluded_namespaces or MIRROR_POD_ANNOTATION in ann:
+        return _ALLOW
+    user_info = request.get("userInfo")
+    username = user_info.get("username") if isinstance(user_info, dict) else None
+    user = username if isinstance(username, str) else ""
+    if operation == "UPDATE":
+        return _review_update(request, ann, user, config)
+    return _review_create(pod, ann, user, config)
+
+
+def _response(uid: str, d: Decision) -> dict[str, Any]:
+    out: dict[str, Any] = {"uid": uid, "allowed": d.allowed}
+    if d.ops:
+        out["patchType"] = "JSONPatch"
+        out["patch"] = base64.b64encode(orjson.dumps(d.ops)).decode("ascii")
+    if d.warnings:
+        out["warnings"] = list(d.warnings)
+    if not d.allowed:
+        out["status"] = {"status": "Failure", "code": d.code, "reason": d.reason, "message": d.message}
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": out}
+
+
+def mutate(review: object, config: Config) -> dict[str, Any]:
+    """Answer one AdmissionReview v1: ``review`` in (decoded JSON), AdmissionReview v1 out.
+
+    The response echoes ``request.uid``; when allowed it may carry ``patchType: JSONPatch``
+    and a base64 ``patch`` (decode it with :func:`patch_of`) and ``warnings``; when denied,
+    ``status`` with ``code`` 400 (bad input), 403 (protected annotation) or 500 (a bug here),
+    and a message naming the key and the value. Never raises. A review whose envelope is
+    invalid (see :func:`envelope_error`) is denied with code 400 and ``uid`` "" when it has
+    none.
+    """
+    problem = envelope_error(review)
+    if problem is not None:
+        uid = ""
+        if isinstance(review, dict) and isinstance(review.get("request"), dict):
+            raw = review["request"].get("uid")
+            uid = raw if isinstance(raw, str) else ""
+        return _response(uid, _deny(400, problem))
+    assert isinstance(review, dict)
+    request = review["request"]
+    try:
+        decision = decide(request, config)
+    except Exception as e:  # noqa: BLE001  the webhook must answer, never crash: a bug becomes a denial
+        decision = _deny(500, f"internal error in Troupe's webhook ({type(e).__name__}); see its logs")
+    return _response(request["uid"], decision)
+
+
+def patch_of(review_response: Mapping[str, Any]) -> list[PatchOp]:
+    """The JSON Patch operations of a :func:`mutate` result ([] when it has none)."""
+    resp = review_response.get("response")
+    if not isinstance(resp, dict) or "patch" not in resp:
+        return []
+    ops: list[PatchOp] = json.loads(base64.b64decode(resp["patch"]))
+    return ops
+
+
+def outcome_of(review_response: Mapping[str, Any]) -> Outcome:
+    """How a :func:`mutate` result ended: ``allowed`` (no patch), ``patched``, ``denied``,
+    or ``error`` (status code 500: a bug here). A malformed envelope never gets this far in
+    the adapter, which answers it with HTTP 400 and counts it as ``error`` itself."""
+    resp = review_response.get("response")
+    if not isinstance(resp, dict):
+        return "error"
+    if resp.get("allowed"):
+        return "patched" if "patch" in resp else "allowed"
+    status = resp.get("status")
+    return "error" if isinstance(status, dict) and status.get("code") == 500 else "denied"
+

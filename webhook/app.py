@@ -1,0 +1,160 @@
+"""The Flask adapter around :func:`webhook.admission.mutate`.
+
+Routes:
+
+- ``POST /mutate``: AdmissionReview v1 (``application/json``) in, AdmissionReview v1 out.
+  JSON is parsed once, with orjson (about twice as fast as the standard library here, see
+  ``docs/decisions/002-webhook.md``); it refuses what is not strict JSON (NaN, invalid
+  UTF-8, nesting deeper than 1024) with a 400.
+  A body that is not JSON, not an AdmissionReview v1 or lacks ``request.uid`` gets HTTP 400;
+  the wrong content type 415; a body over :data:`MAX_BODY_BYTES` 413. Anything else gets
+  HTTP 200 with the decision inside, including a bug (a denial with code 500), so the
+  apiserver never sees a 5xx or a stack trace. One JSON log line per review.
+- ``GET /healthz``: the process answers.
+- ``GET /readyz``: configuration loaded and the serving certificate readable.
+- ``GET /metrics``: Prometheus text exposition (see :mod:`webhook.metrics`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from troupe.config import Config
+from webhook import metrics
+from webhook.admission import envelope_error, mutate, outcome_of
+from webhook.logs import ADMISSION_LOGGER, AdmissionLog, LoggingAdmissionLog
+from webhook.tls import reloader_for
+
+#: Largest request body accepted. The apiserver's limit for an object is 3 MiB and a
+#: review of an UPDATE carries two.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+log = logging.getLogger(ADMISSION_LOGGER)
+_JSON = "application/json"
+
+
+def _json_response(body: Mapping[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status=status, mimetype=_JSON)
+
+
+def _bad_request(status: int, message: str) -> Response:
+    return _json_response(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status, "message": message},
+        status,
+    )
+
+
+def _summary(review: object) -> dict[str, Any]:
+    """uid, namespace, name, operation, dry_run and user of a review, for the log line."""
+    req = review.get("request") if isinstance(review, Mapping) else None
+    if not isinstance(req, Mapping):
+        return {}
+    obj = req.get("object")
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    user = req.get("userInfo")
+    return {
+        "uid": req.get("uid"),
+        "namespace": req.get("namespace") or meta.get("namespace"),
+        "name": req.get("name") or meta.get("name") or meta.get("generateName"),
+        "operation": req.get("operation"),
+        "dry_run": bool(req.get("dryRun")),
+        "user": user.get("username") if isinstance(user, Mapping) else None,
+    }
+
+
+def create_app(config: Config, cert_file: str | None = None, key_file: str | None = None,
+               admission_log: AdmissionLog | None = None) -> Flask:
+    """The webhook's Flask app for ``config``.
+
+    ``cert_file``/``key_file`` are the serving pair; ``/readyz`` checks them (without them,
+    as under a test client, readiness depends on the configuration only). One line per
+    review goes to ``admission_log`` (default: the ``troupe.webhook.admission`` logger;
+    served, :class:`webhook.logs.FdAdmissionLog` on stderr).
+    """
+    admission_log = admission_log or LoggingAdmissionLog()
+    app = Flask("troupe_webhook")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["TROUPE_CONFIG"] = config
+    reloader = reloader_for(cert_file, key_file) if cert_file and key_file else None
+
+    def finish(start: float, summary: dict[str, Any], outcome: str, body: Response, **fields: Any) -> Response:
+        seconds = time.perf_counter() - start
+        operation = metrics.operation_label(summary.get("operation"))
+        metrics.record(operation, outcome, seconds)
+        admission_log.write({**summary, "operation": operation, "outcome": outcome,
+                             "duration_ms": round(seconds * 1000, 3), **fields})
+        return body
+
+    @app.post("/mutate")
+    def mutate_view() -> Response:
+        start = time.perf_counter()
+        content_type = request.environ.get("CONTENT_TYPE", "")
+        if content_type.partition(";")[0].strip().lower() != _JSON:
+            return finish(start, {}, "error", _bad_request(415, f"Content-Type must be {_JSON}"),
+                          status=415)
+        try:
+            review = orjson.loads(request.get_data(cache=False))
+        except HTTPException as e:  # 413: body too large
+            code = e.code or 400
+            return finish(start, {}, "error", _bad_request(code, e.description or e.name), status=code)
+        except ValueError as e:  # orjson.JSONDecodeError: not JSON, not UTF-8, nested too deep
+            return finish(start, {}, "error", _bad_request(400, f"body is not JSON: {type(e).__name__}"),
+                          status=400)
+        summary = _summary(review)
+        problem = envelope_error(review)
+        if problem is not None:
+            return finish(start, summary, "error", _bad_request(400, problem), status=400, message=problem)
+        try:
+            answer = mutate(review, config)
+            outcome = outcome_of(answer)
+            body = _json_response(answer)
+        except Exception:  # mutate never raises; this guards the adapter itself
+            log.exception("admission failed", extra={"fields": summary})
+            answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+                "uid": review["request"]["uid"], "allowed": False,
+                "status": {"status": "Failure", "code": 500, "reason": "InternalError",
+                           "message": "internal error in Troupe's webhook; see its logs"}}}
+            outcome, body = "error", _json_response(answer)
+        resp = answer["response"]
+        extra: dict[str, Any] = {}
+        if not resp.get("allowed"):
+            extra["message"] = resp.get("status", {}).get("message")
+        if resp.get("warnings"):
+            extra["warnings"] = resp["warnings"]
+        return finish(start, summary, outcome, body, **extra)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if app.config.get("TROUPE_CONFIG") is None:
+            return Response("configuration not loaded\n", status=503, mimetype="text/plain")
+        if reloader is not None:
+            ok, note = reloader.ready()
+            if not ok:
+                return Response(note + "\n", status=503, mimetype="text/plain")
+            if note:
+                return Response(f"ok ({note})\n", mimetype="text/plain")
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics_view() -> Response:
+        data, content_type = metrics.exposition()
+        return Response(data, content_type=content_type)
+
+    @app.errorhandler(HTTPException)
+    def http_error(e: HTTPException) -> Response:
+        code = e.code or 400
+        return _bad_request(code, e.description or e.name)
+
+    return app

@@ -1,0 +1,258 @@
+"""``python -m webhook``: serve the admission webhook, or print its registration.
+
+    python -m webhook serve --tls-cert FILE --tls-key FILE [--bind HOST:PORT]
+                            [--config FILE] [--workers N] [--threads N]
+    python -m webhook configuration (--url URL | --service NAMESPACE/NAME[:PORT])
+                            [--ca-bundle FILE] [--config FILE] [--name NAME]
+
+Everything is checked before gunicorn starts (certificate and key readable and matching,
+certificate not expired, configuration valid, address free); a problem exits with status 2
+and one line on stderr naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import socket
+import ssl
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from troupe.config import Config, ConfigError, load_config
+
+PROG = "python -m webhook"
+DEFAULT_BIND = "0.0.0.0:8443"
+
+
+class UsageError(Exception):
+    """A command-line problem; the message is the one line printed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _parse_bind(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"--bind {value!r}: must be HOST:PORT, e.g. 0.0.0.0:8443")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _check_readable(flag: str, path: str) -> None:
+    if not os.path.isfile(path):
+        raise UsageError(f"{flag} {path}: no such file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {path}: not readable")
+
+
+def check_tls(cert_file: str, key_file: str, now: dt.datetime | None = None) -> None:
+    """Raise :class:`UsageError` unless the pair loads, matches and the cert is in date."""
+    from cryptography import x509
+
+    _check_readable("--tls-cert", cert_file)
+    _check_readable("--tls-key", key_file)
+    try:
+        with open(cert_file, "rb") as f:
+            cert = x509.load_pem_x509_certificate(f.read())
+    except ValueError as e:
+        raise UsageError(f"--tls-cert {cert_file}: not a PEM certificate ({e})") from e
+    now = now or dt.datetime.now(dt.UTC)
+    if cert.not_valid_after_utc <= now:
+        raise UsageError(f"--tls-cert {cert_file}: expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as e:
+        raise UsageError(f"--tls-key {key_file}: not a PEM private key matching --tls-cert ({e.reason or e})") from e
+
+
+def check_bind(host: str, port: int) -> None:
+    """Raise :class:`UsageError` if ``host:port`` cannot be listened on right now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise UsageError(f"--bind {host}:{port}: cannot listen: {e.strerror}") from e
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Validated options of ``serve``."""
+
+    cert_file: str
+    key_file: str
+    bind: str
+    config: Config
+    workers: int | None
+    threads: int | None
+
+
+def _serve_options(args: argparse.Namespace) -> ServeOptions:
+    cert, key = os.path.abspath(args.tls_cert), os.path.abspath(args.tls_key)
+    check_tls(cert, key)
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        raise UsageError(f"--config {e}") from e
+    host, port = _parse_bind(args.bind)
+    for flag, n in (("--workers", args.workers), ("--threads", args.threads)):
+        if n is not None and n < 1:
+            raise UsageError(f"{flag} {n}: must be >= 1")
+    check_bind(host, port)
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return ServeOptions(cert, key, bind, config, args.workers, args.threads)
+
+
+METRICS_DIR_PREFIX = "troupe-webhook-metrics-"
+
+
+def _remove_stale_metrics_dirs() -> None:
+    """Remove metrics directories left by servers that were killed (no exit hook ran):
+    ``troupe-webhook-metrics-<pid>-*`` whose pid is gone."""
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        pid = name[len(METRICS_DIR_PREFIX):].partition("-")[0]
+        if not name.startswith(METRICS_DIR_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+        except PermissionError:
+            pass  # alive, another user's
+
+
+def _metrics_dir() -> None:
+    """Set PROMETHEUS_MULTIPROC_DIR before prometheus_client is imported: an existing value
+    is used (and emptied), else a fresh temporary directory that is removed at exit (or by
+    the next server, if this one is killed)."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(path, name))
+        return
+    _remove_stale_metrics_dirs()
+    path = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    os.environ["TROUPE_OWNED_METRICS_DIR"] = path
+
+
+def serve(opts: ServeOptions) -> None:
+    """Run gunicorn in this process (blocks until it stops)."""
+    _metrics_dir()
+    from gunicorn.app.base import BaseApplication
+
+    import webhook.gunicorn_conf as conf_module
+
+    class WebhookApplication(BaseApplication):  # type: ignore[misc]
+        """gunicorn, configured from ``webhook.gunicorn_conf`` plus the command line."""
+
+        def load_config(self) -> None:
+            for name, value in vars(conf_module).items():
+                if name in self.cfg.settings and value is not None:
+                    self.cfg.set(name, value)
+            overrides: dict[str, Any] = {
+                "bind": [opts.bind], "certfile": opts.cert_file, "keyfile": opts.key_file,
+                "proc_name": "troupe-webhook",
+            }
+            if opts.workers is not None:
+                overrides["workers"] = opts.workers
+            if opts.threads is not None:
+                overrides["threads"] = opts.threads
+            for name, value in overrides.items():
+                self.cfg.set(name, value)
+
+        def load(self) -> Any:
+            from webhook.app import create_app
+            from webhook.logs import FdAdmissionLog
+
+            return create_app(opts.config, opts.cert_file, opts.key_file, FdAdmissionLog(sys.stderr.fileno()))
+
+    WebhookApplication().run()
+
+
+def _configuration(args: argparse.Namespace) -> int:
+    import yaml
+
+    from webhook.registration import webhook_configuration
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        raise UsageError(f"--config {e}") from e
+    ca = b""
+    if args.ca_bundle:
+        _check_readable("--ca-bundle", args.ca_bundle)
+        with open(args.ca_bundle, "rb") as f:
+            ca = f.read()
+    service = None
+    if args.service:
+        ns, _, rest = args.service.partition("/")
+        name, _, port = rest.partition(":")
+        if not ns or not name or (port and not port.isdigit()):
+            raise UsageError(f"--service {args.service!r}: must be NAMESPACE/NAME[:PORT]")
+        service = {"namespace": ns, "name": name, "port": int(port) if port else 443}
+    try:
+        obj = webhook_configuration(config, url=args.url, service=service, ca_bundle_pem=ca, name=args.name)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    sys.stdout.write(yaml.safe_dump(obj, sort_keys=False, width=10_000))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser (``--help`` explains each command)."""
+    p = _Parser(prog=PROG, description="Troupe's mutating admission webhook (gang, topology, "
+                "shared device groups; protects the reconciler's annotations).")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    s = sub.add_parser(
+        "serve", help="serve POST /mutate over HTTPS under gunicorn",
+        description="Serve the admission webhook over HTTPS under gunicorn (gthread workers, "
+        "keep-alive, TLS 1.2+). Routes: POST /mutate (AdmissionReview v1), GET /healthz, "
+        "/readyz, /metrics. The certificate and key files are re-read when they change, for "
+        "new connections. Logs are JSON lines on stderr.",
+    )
+    s.add_argument("--tls-cert", required=True, metavar="FILE", help="PEM serving certificate (chain)")
+    s.add_argument("--tls-key", required=True, metavar="FILE", help="PEM private key of the certificate")
+    s.add_argument("--bind", default=DEFAULT_BIND, metavar="HOST:PORT",
+                   help=f"address to listen on (default {DEFAULT_BIND})")
+    s.add_argument("--config", metavar="FILE",
+                   help="Troupe's YAML configuration, the file the reconciler reads (default: all defaults)")
+    s.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
+    s.add_argument("--threads", type=int, metavar="N", help="threads per worker (default 4)")
+    c = sub.add_parser(
+        "configuration", help="print the MutatingWebhookConfiguration as YAML",
+        description="Print the MutatingWebhookConfiguration (matchConditions for the configured "
+        "keys) as YAML, for kubectl apply.",
+    )
+    target = c.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="https URL of /mutate (a webhook outside the cluster)")
+    target.add_argument("--service", metavar="NAMESPACE/NAME[:PORT]", help="in-cluster Service of the webhook")
+    c.add_argument("--ca-bundle", metavar="FILE", help="PEM CA that signed the serving certificate")
+    c.add_argument("--config", metavar="FILE", help="Troupe's YAML configuration")
+    c.add_argument("--name", default="troupe", help="object name (default troupe)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            serve(_serve_options(args))
+            return 0
+        return _configuration(args)
+    except UsageError as e:
+        sys.stderr.write(f"{PROG} {args.command}: error: {e}\n")
+        return 2

@@ -1,0 +1,77 @@
+"""gunicorn settings for Troupe's webhook (read by ``python -m webhook serve``; usable as
+``gunicorn -c python:webhook.gunicorn_conf``). Why these: ``docs/decisions/002-webhook.md``.
+
+- ``gthread`` workers, one per CPU, with keep-alive: kube-apiserver keeps its connections
+  to a webhook open, so after the first TLS handshake each review costs one request, and
+  the threads let one worker serve several of those connections.
+- ``keepalive`` above Go's ``IdleConnTimeout`` (90 s, which the apiserver's webhook client
+  uses): the client, not the server, closes an idle connection, so the apiserver never
+  sends a review on a connection the server is closing at that moment.
+- TLS 1.2 minimum, and certificate files re-read when they change: the ``ssl_context``
+  hook returns :meth:`webhook.tls.CertReloader.context`, called for every new connection.
+- JSON logs (:class:`webhook.logs.GunicornJSONLogger`); no access log, since the app logs
+  one line per admission.
+- prometheus-client multiprocess mode: a dead worker's live gauges are dropped
+  (``child_exit``); the directory the serve command created is removed at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+workers = _cpus()
+worker_class = "gthread"
+threads = 4
+keepalive = 120
+worker_connections = 1000
+# Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads connections
+# over the workers by their address hash. With one shared socket, whichever worker wakes
+# first accepts a burst of new connections, and kept-alive connections stay where they
+# landed: the apiserver's few long-lived connections could all end up on one worker (one
+# core) while the other idles. Measured: half of the benchmark rounds ran at half speed.
+reuse_port = True
+timeout = 30
+graceful_timeout = 10
+accesslog = None
+errorlog = "-"
+loglevel = "info"
+logger_class = "webhook.logs.GunicornJSONLogger"
+# No runtime control socket: the webhook is managed by its Deployment, and a shared default
+# path ($HOME/.gunicorn/gunicorn.ctl) would collide between instances on one machine.
+control_socket_disable = True
+# Request limits stay at gunicorn's defaults (line 4094 bytes, 100 headers); bodies are
+# bounded by the app (webhook.app.MAX_BODY_BYTES).
+
+
+def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
+    """A TLS context for a new connection: the cached one, or a new one if the certificate
+    files changed since (see :mod:`webhook.tls`). gunicorn's own factory is not used, so
+    its ``ca_certs``/``cert_reqs``/``ciphers`` settings do not apply."""
+    from webhook.tls import reloader_for
+
+    return reloader_for(conf.certfile, conf.keyfile).context()
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Tell prometheus-client that a worker died (multiprocess mode only)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    """Remove the metrics directory that ``python -m webhook serve`` created for this run."""
+    path = os.environ.get("TROUPE_OWNED_METRICS_DIR")
+    if path and path == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        shutil.rmtree(path, ignore_errors=True)

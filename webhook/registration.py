@@ -1,0 +1,179 @@
+"""The MutatingWebhookConfiguration that sends pods to Troupe's webhook.
+
+:func:`webhook_configuration` builds it as a plain dict (``admissionregistration.k8s.io/v1``)
+for the lead's local-cluster harness (``url``) and the Helm chart (``service``). The CEL
+``matchConditions`` keep every other pod away from the webhook, so a webhook outage with
+``failurePolicy: Fail`` blocks only pods that opted in to Troupe (and reserved-annotation
+writes), never the rest of the cluster. Rationale: ``docs/decisions/002-webhook.md``.
+
+The expressions need Kubernetes >= 1.30 (matchConditions GA) and guard every optional
+field: ``object.metadata.annotations`` may be absent, and ``oldObject`` is null on CREATE.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from troupe.config import Config
+from troupe.contract import (
+    DEVICE_ENV_PREFIX,
+    DEVICE_GROUP,
+    GKE_GATE_PREFIX,
+    RESERVED_PREFIX,
+    SELECTED_DEVICES,
+    TOPOLOGY_PREFERRED_LEVEL,
+    TOPOLOGY_REQUIRED_LEVEL,
+    GangKeys,
+)
+
+#: The webhook's name inside the configuration (must be a fully qualified name).
+WEBHOOK_NAME = "pods.troupe.io"
+#: The path the Flask app serves admission on.
+MUTATE_PATH = "/mutate"
+#: Default ``timeoutSeconds``: the webhook answers in milliseconds; a short timeout bounds
+#: how long a pod creation can hang on an unhealthy replica.
+DEFAULT_TIMEOUT_SECONDS = 5
+
+
+def cel_string(value: str) -> str:
+    """``value`` as a single-quoted CEL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _has_annotations(var: str) -> str:
+    return f"has({var}.metadata) && has({var}.metadata.annotations)"
+
+
+def troupe_keys_expression(config: Config, var: str = "object") -> str:
+    """CEL: ``var`` carries a Troupe key (gang keys of the configured prefix, topology level
+    requests, ``deviceshare.io/group``)."""
+    keys = (*GangKeys.for_prefix(config.gang_annotation_prefix).all(),
+            TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, DEVICE_GROUP)
+    present = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in keys)
+    return f"({_has_annotations(var)} && ({present}))"
+
+
+def reserved_keys_expression(var: str = "object") -> str:
+    """CEL: ``var`` carries an annotation that only the reconciler may write (mirrors
+    :func:`troupe.contract.is_reserved_annotation`)."""
+    return (
+        f"({_has_annotations(var)} && {var}.metadata.annotations.exists(k, "
+        f"k.startsWith({cel_string(RESERVED_PREFIX)}) || k.startsWith({cel_string(DEVICE_ENV_PREFIX)}) "
+        f"|| k == {cel_string(SELECTED_DEVICES)}))"
+    )
+
+
+def gke_gate_expression(var: str = "object") -> str:
+    """CEL: ``var`` has a ``gke.io/topology-aware-auto-*`` scheduling gate."""
+    return (
+        f"(has({var}.spec) && has({var}.spec.schedulingGates) && {var}.spec.schedulingGates.exists(g, "
+        f"has(g.name) && g.name.startsWith({cel_string(GKE_GATE_PREFIX)})))"
+    )
+
+
+def match_conditions(config: Config) -> list[dict[str, str]]:
+    """The ``matchConditions``; all must hold for a request to reach the webhook.
+
+    - ``troupe-pods``: on CREATE, the pod has a Troupe key, a GKE topology gate or a
+      reserved annotation; on UPDATE, the new or the old pod has a reserved annotation.
+    - ``not-reconciler-update``: UPDATEs by the reconciler's own identity skip the
+      webhook (they are always allowed and never mutated), so placement writes do not
+      depend on the webhook being up.
+    """
+    on_create = " || ".join(
+        (troupe_keys_expression(config), gke_gate_expression(), reserved_keys_expression())
+    )
+    on_update = (
+        f"{reserved_keys_expression()} || "
+        f"(oldObject != null && {reserved_keys_expression('oldObject')})"
+    )
+    return [
+        {
+            "name": "troupe-pods",
+            "expression": f"request.operation == 'CREATE' ? ({on_create}) : ({on_update})",
+        },
+        {
+            "name": "not-reconciler-update",
+            "expression": (
+                "request.operation != 'UPDATE' || "
+                f"request.userInfo.username != {cel_string(config.reconciler_username)}"
+            ),
+        },
+    ]
+
+
+def webhook_configuration(
+    config: Config,
+    url: str | None = None,
+    service: Mapping[str, Any] | None = None,
+    ca_bundle_pem: bytes = b"",
+    name: str = "troupe",
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration object (a dict ready for ``kubectl apply``/the API).
+
+    Exactly one of ``url`` (e.g. ``https://127.0.0.1:8443/mutate``, for a local cluster) or
+    ``service`` (``{"namespace": ..., "name": ..., "port": 443}``, optional ``path``, default
+    ``/mutate``, for in-cluster) must be given, else ``ValueError``. ``ca_bundle_pem`` is the
+    PEM of the CA that signed the serving certificate (omitted when empty: the apiserver's
+    trust roots are used then). Fixed settings: CREATE and UPDATE of ``pods``,
+    ``sideEffects: None``, ``failurePolicy: Fail``, ``reinvocationPolicy: IfNeeded``,
+    ``matchPolicy: Equivalent``, the :func:`match_conditions`, and a namespaceSelector that
+    leaves out ``excludedNamespaces``.
+    """
+    if (url is None) == (service is None):
+        raise ValueError("give exactly one of url (local cluster) or service (in-cluster)")
+    if not 1 <= timeout_seconds <= 30:
+        raise ValueError(f"timeout_seconds must be 1..30 (the API's range), got {timeout_seconds}")
+    client: dict[str, Any]
+    if url is not None:
+        if not url.startswith("https://"):
+            raise ValueError(f"url must be https://..., got {url!r}")
+        client = {"url": url}
+    else:
+        assert service is not None
+        missing = [k for k in ("namespace", "name") if not service.get(k)]
+        if missing:
+            raise ValueError(f"service needs {', '.join(missing)}, got {dict(service)!r}")
+        svc: dict[str, Any] = {
+            "namespace": service["namespace"],
+            "name": service["name"],
+            "path": service.get("path", MUTATE_PATH),
+        }
+        if service.get("port") is not None:
+            svc["port"] = int(service["port"])
+        client = {"service": svc}
+    if ca_bundle_pem:
+        client["caBundle"] = base64.b64encode(ca_bundle_pem).decode("ascii")
+    webhook: dict[str, Any] = {
+        "name": WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client,
+        "rules": [{
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }],
+        "matchPolicy": "Equivalent",
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "reinvocationPolicy": "IfNeeded",
+        "matchConditions": match_conditions(config),
+    }
+    if config.excluded_namespaces:
+        webhook["namespaceSelector"] = {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": list(config.excluded_namespaces),
+        }]}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "troupe"}},
+        "webhooks": [webhook],
+    }
