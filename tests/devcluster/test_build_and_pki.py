@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 
+import pytest
 import yaml
 
 from troupe.devcluster import build, pki
@@ -106,3 +107,33 @@ def test_a_kubeconfig_carries_the_server_the_ca_and_the_token(tmp_path):
     }
     assert config["users"][0]["user"] == {"token": "t0k"}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_helm_is_linked_with_its_version_and_the_kubernetes_version_of_its_client_go():
+    go_mod = "module helm.sh/helm/v3\n\nrequire (\n\tk8s.io/api v0.34.0\n\tk8s.io/client-go v0.34.0\n)\n"
+
+    flags = build.helm_ldflags(go_mod, "v3.19.0")
+
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.19.0" in flags
+    for pkg in ("helm.sh/helm/v3/pkg/chartutil", "helm.sh/helm/v3/pkg/lint/rules"):
+        assert f"-X {pkg}.k8sVersionMajor=1" in flags
+        assert f"-X {pkg}.k8sVersionMinor=34" in flags
+
+
+def test_helm_ldflags_refuse_a_go_mod_without_client_go():
+    with pytest.raises(build.BuildError, match=r"k8s\.io/client-go"):
+        build.helm_ldflags("module helm.sh/helm/v3\n")
+
+
+def test_the_chart_tests_find_helm_when_only_helm_is_built(tmp_path):
+    assert build.built_helm(tmp_path) is None
+
+    helm = build._layout(tmp_path).helm
+    helm.parent.mkdir(parents=True)
+    helm.write_text("x")
+    build._stamp(helm).write_text(build.HELM_VERSION + "\n")
+
+    assert build.built_helm(tmp_path) == helm
+    assert build.built_binaries(tmp_path) is None  # the control plane is still missing
+    build._stamp(helm).write_text("v3.18.0\n")
+    assert build.built_helm(tmp_path) is None

@@ -8,6 +8,7 @@ Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``
     etcd-v3.6.16/src/           wrapper module
     kwok-v0.8.0/bin/kwok
     kwok-v0.8.0/stages.yaml     node-initialize, node-heartbeat-with-lease, pod-ready, pod-delete
+    helm-v3.19.0/bin/helm       renders and lints charts/troupe (tests/chart, tests/e2e)
     logs/<component>.log        go's output of the last build of that component
 
 How (see "Testing against a real control plane" in DESIGN.md): ``go install
@@ -40,6 +41,7 @@ from typing import TextIO
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.19.0"
 
 KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
@@ -60,6 +62,7 @@ _ESTIMATES = {
     "kubectl": "<30 s",
     "etcd": "<30 s",
     "kwok": "~1 min",
+    "helm": "~1 min",
 }
 
 _HEARTBEAT_SECONDS = 60.0
@@ -81,6 +84,7 @@ class Binaries:
     etcd: Path
     kwok: Path
     kwok_stages: Path
+    helm: Path
 
 
 def cache_dir() -> Path:
@@ -100,6 +104,7 @@ def _layout(root: Path) -> Binaries:
         etcd=root / f"etcd-{ETCD_VERSION}" / "bin" / "etcd",
         kwok=kwok / "bin" / "kwok",
         kwok_stages=kwok / "stages.yaml",
+        helm=root / f"helm-{HELM_VERSION}" / "bin" / "helm",
     )
 
 
@@ -128,6 +133,15 @@ def built_binaries(root: Path | None = None) -> Binaries | None:
     return None
 
 
+def built_helm(root: Path | None = None) -> Path | None:
+    """The cached helm binary if it is built at the pinned version, else None.
+
+    The chart's unit tests need helm alone, not the whole control plane.
+    """
+    helm = _layout(root or cache_dir()).helm
+    return helm if _is_built(helm, HELM_VERSION) else None
+
+
 def _versions(bins: Binaries) -> list[tuple[Path, str]]:
     return [
         (bins.kube_apiserver, KUBERNETES_VERSION),
@@ -137,6 +151,7 @@ def _versions(bins: Binaries) -> list[tuple[Path, str]]:
         (bins.etcd, ETCD_VERSION),
         (bins.kwok, KWOK_VERSION),
         (bins.kwok_stages, KWOK_VERSION),
+        (bins.helm, HELM_VERSION),
     ]
 
 
@@ -240,7 +255,7 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
     """Build whatever is missing from the cache and return the paths of all binaries.
 
     Warm (everything stamped at the pinned versions) this returns at once without running
-    go. Cold, it takes about 8 minutes on two cores and prints progress lines to ``out``
+    go. Cold, it takes about 9 minutes on two cores and prints progress lines to ``out``
     (default stderr). Raises :class:`BuildError` naming the component that failed.
     """
     root = (root or cache_dir()).expanduser().resolve()
@@ -254,6 +269,7 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
         _build_kubernetes(builder, bins)
         _build_etcd(builder, bins)
         _build_kwok(builder, bins)
+        _build_helm(builder, bins)
     done = built_binaries(root)
     if done is None:  # pragma: no cover - each step above stamps its artifact or raises
         raise BuildError(f"build finished but artifacts under {root} are not all stamped")
@@ -458,3 +474,58 @@ def _build_kwok(builder: _Builder, bins: Binaries) -> None:
         tmp = bins.kwok_stages.with_name(f".stages.tmp-{os.getpid()}")
         tmp.write_text("---\n".join(docs))
         _mark_built(tmp, bins.kwok_stages, KWOK_VERSION)
+
+
+def helm_ldflags(helm_go_mod: str, version: str = HELM_VERSION) -> str:
+    """The ``-ldflags`` of helm's own release build (its Makefile) for ``go install``.
+
+    Without them ``helm version`` says ``v3.19`` and, worse, ``helm template`` and ``helm
+    lint`` assume Kubernetes v1.20, so a chart with ``kubeVersion: >=1.30.0-0`` does not
+    render. The Kubernetes version is the one helm's Makefile derives from the
+    ``k8s.io/client-go`` version in its go.mod (``v0.34.0`` gives 1.34).
+
+    >>> helm_ldflags("require (\\n\\tk8s.io/client-go v0.34.0\\n)", "v3.19.0").split()[2:4]
+    ['-X', 'helm.sh/helm/v3/internal/version.version=v3.19.0']
+    """
+    client_go = [
+        line.split()[1]
+        for line in helm_go_mod.splitlines()
+        if line.strip().startswith("k8s.io/client-go ")
+    ]
+    if not client_go:
+        raise BuildError("helm's go.mod does not require k8s.io/client-go; cannot tell its Kubernetes version")
+    major, minor = client_go[0].removeprefix("v").split(".")[:2]
+    kube_major = str(int(major) + 1)
+    flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}",
+             "-X helm.sh/helm/v3/internal/version.gitTreeState=clean"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor={kube_major}", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return " ".join(flags)
+
+
+def _build_helm(builder: _Builder, bins: Binaries) -> None:
+    if _is_built(bins.helm, HELM_VERSION):
+        return
+    base = bins.helm.parent.parent
+    bins.helm.parent.mkdir(parents=True, exist_ok=True)
+    gobin = base / f".gobin.tmp-{os.getpid()}"
+    gobin.mkdir(parents=True, exist_ok=True)
+    try:
+        with builder.step("helm", HELM_VERSION):
+            mod = _module_dir(builder, "helm", f"helm.sh/helm/v3@{HELM_VERSION}", base)
+            builder.go(
+                "helm",
+                [
+                    "install",
+                    "-trimpath",
+                    "-ldflags",
+                    helm_ldflags((mod / "go.mod").read_text()),
+                    f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}",
+                ],
+                base,
+                what=f"helm {HELM_VERSION}",
+                extra_env={"GOBIN": str(gobin), "GOFLAGS": ""},
+            )
+        _mark_built(gobin / "helm", bins.helm, HELM_VERSION)
+    finally:
+        shutil.rmtree(gobin, ignore_errors=True)

@@ -7,4 +7,69 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
+{{/* Selector labels of one component: include with (list $ "webhook"). */}}
+{{- define "troupe.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: troupe
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
 {{- define "troupe.reconcilerServiceAccount" -}}{{ include "troupe.name" . }}-reconciler{{- end -}}
+{{- define "troupe.webhookService" -}}{{ include "troupe.name" . }}-webhook{{- end -}}
+{{- define "troupe.tlsSecret" -}}{{ .Values.webhook.tls.secretName | default (printf "%s-webhook-tls" (include "troupe.name" .)) }}{{- end -}}
+{{- define "troupe.reconcilerUsername" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "troupe.reconcilerServiceAccount" . }}{{- end -}}
+
+{{/*
+Troupe's configuration file (config.yaml): .Values.config plus reconcilerUsername, which is
+the reconciler's ServiceAccount in this release. Checks the rules between keys that the
+schema cannot express, with the same messages as troupe/config.py.
+*/}}
+{{- define "troupe.config" -}}
+{{- $c := .Values.config -}}
+{{- if gt (int64 $c.gangScheduleDefaultTimeoutSeconds) (int64 $c.gangScheduleTimeoutSecondsLimit) -}}
+{{- fail (printf "config.gangScheduleDefaultTimeoutSeconds: %v exceeds gangScheduleTimeoutSecondsLimit (%v)" $c.gangScheduleDefaultTimeoutSeconds $c.gangScheduleTimeoutSecondsLimit) -}}
+{{- end -}}
+{{- if and $c.topologyFallbackLevels (ne (len $c.topologyFallbackLevels) (len $c.topologyLevels)) -}}
+{{- fail (printf "config.topologyFallbackLevels: must have as many levels as topologyLevels (%d) or be empty, got %v" (len $c.topologyLevels) $c.topologyFallbackLevels) -}}
+{{- end -}}
+{{- range $c.topologyFallbackLevels -}}
+{{- if has . $c.topologyLevels -}}
+{{- fail (printf "config.topologyFallbackLevels: must not repeat a key of topologyLevels, got %s" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $config := deepCopy $c -}}
+{{- $_ := set $config "reconcilerUsername" (include "troupe.reconcilerUsername" .) -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/*
+CEL of the webhook's matchConditions. These mirror webhook/registration.py exactly
+(tests/chart/test_chart.py compares the rendered object with webhook_configuration()).
+*/}}
+{{- define "troupe.celString" -}}'{{ . | replace "\\" "\\\\" | replace "'" "\\'" }}'{{- end -}}
+{{- define "troupe.celHasAnnotations" -}}has({{ . }}.metadata) && has({{ . }}.metadata.annotations){{- end -}}
+{{/* The pod in (list $ "object") carries a Troupe key: gang keys of the prefix, level requests, deviceshare.io/group. */}}
+{{- define "troupe.celTroupeKeys" -}}
+{{- $root := index . 0 -}}{{- $var := index . 1 -}}
+{{- $prefix := $root.Values.config.gangAnnotationPrefix -}}
+{{- $present := list -}}
+{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "deviceshare.io/group") -}}
+{{- $present = append $present (printf "%s in %s.metadata.annotations" (include "troupe.celString" .) $var) -}}
+{{- end -}}
+({{ include "troupe.celHasAnnotations" $var }} && ({{ join " || " $present }}))
+{{- end -}}
+{{/* The pod "object"/"oldObject" carries an annotation only the reconciler may write. */}}
+{{- define "troupe.celReservedKeys" -}}
+({{ include "troupe.celHasAnnotations" . }} && {{ . }}.metadata.annotations.exists(k, k.startsWith({{ include "troupe.celString" "reconciler.troupe.io/" }}) || k.startsWith({{ include "troupe.celString" "deviceshare.io/env." }}) || k == {{ include "troupe.celString" "deviceshare.io/selected-devices" }}))
+{{- end -}}
+{{- define "troupe.celGkeGate" -}}
+(has({{ . }}.spec) && has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, has(g.name) && g.name.startsWith({{ include "troupe.celString" "gke.io/topology-aware-auto-" }})))
+{{- end -}}
+{{- define "troupe.celTroupePods" -}}
+{{- $onCreate := join " || " (list (include "troupe.celTroupeKeys" (list . "object")) (include "troupe.celGkeGate" "object") (include "troupe.celReservedKeys" "object")) -}}
+{{- $onUpdate := printf "%s || (oldObject != null && %s)" (include "troupe.celReservedKeys" "object") (include "troupe.celReservedKeys" "oldObject") -}}
+request.operation == 'CREATE' ? ({{ $onCreate }}) : ({{ $onUpdate }})
+{{- end -}}
+{{- define "troupe.celNotReconcilerUpdate" -}}
+request.operation != 'UPDATE' || request.userInfo.username != {{ include "troupe.celString" (include "troupe.reconcilerUsername" .) }}
+{{- end -}}

@@ -1,0 +1,68 @@
+"""Run the helm binary that ``python -m troupe.devcluster build`` built, on charts/troupe."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from troupe.devcluster.build import HELM_VERSION, built_helm
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "troupe"
+RELEASE = "troupe"
+NAMESPACE = "troupe-system"
+
+#: Why the chart tests are skipped when helm is missing (``make test`` builds it first).
+NOT_BUILT = (
+    f"helm {HELM_VERSION} is not built; build it with `python -m troupe.devcluster build` "
+    "(or `make cluster-build`)"
+)
+
+
+class HelmFailed(Exception):
+    """helm exited non-zero; the message is its output (lint reports findings on stdout)."""
+
+
+def helm(*args: str, binary: Path | None = None) -> str:
+    """Run ``helm ARGS`` and return stdout; raise :class:`HelmFailed` with its output on failure.
+
+    helm's cache, configuration and data directories are a throwaway directory, so the
+    user's own helm setup neither leaks in nor gets written to.
+    """
+    path = binary or built_helm()
+    if path is None:
+        raise RuntimeError(NOT_BUILT)
+    with tempfile.TemporaryDirectory(prefix="troupe-helm-") as home:
+        env = dict(os.environ, HELM_CACHE_HOME=f"{home}/cache", HELM_CONFIG_HOME=f"{home}/config",
+                   HELM_DATA_HOME=f"{home}/data")
+        env.pop("KUBECONFIG", None)
+        result = subprocess.run([str(path), *args], capture_output=True, text=True, timeout=60, check=False,
+                                env=env)
+    if result.returncode != 0:
+        raise HelmFailed("\n".join(s.strip() for s in (result.stdout, result.stderr) if s.strip()))
+    return result.stdout
+
+
+def template(
+    *values: str, release: str = RELEASE, namespace: str = NAMESPACE, binary: Path | None = None
+) -> str:
+    """``helm template`` of the chart; ``values`` are extra flags (``--set`` / ``-f``)."""
+    return helm("template", release, str(CHART), "--namespace", namespace, *values, binary=binary)
+
+
+def render(*values: str, release: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """The rendered objects, parsed."""
+    return [doc for doc in yaml.safe_load_all(template(*values, release=release, namespace=namespace)) if doc]
+
+
+def one(objects: Sequence[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    """The single object of ``kind`` (and ``name``, if given) among ``objects``."""
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {[o['metadata']['name'] for o in found]}"
+    return found[0]
