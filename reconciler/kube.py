@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import logging
 import random
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -100,11 +101,23 @@ class Informer:
     ``on_list`` receives each complete list (first and after every ``410 Gone``);
     ``on_event`` each watch event. ``synced`` is set after the first list. Errors other
     than ``410`` back off exponentially (1 s doubling to 30 s, with jitter) and resume
-    from the last resourceVersion.
+    from the last resourceVersion. ``watch_seconds`` is the server-side length of one
+    watch; ``read_timeout`` (seconds, longer) is how long a silent connection may last
+    before it is taken for dead and replaced. ``relists`` and ``watches`` count the lists
+    and watch requests made.
     """
 
-    def __init__(self, resource: Resource, on_list: ResyncHandler, on_event: EventHandler) -> None:
+    def __init__(
+        self,
+        resource: Resource,
+        on_list: ResyncHandler,
+        on_event: EventHandler,
+        watch_seconds: int = WATCH_SECONDS,
+        read_timeout: float = WATCH_READ_TIMEOUT,
+    ) -> None:
         self.resource = resource
+        self.watch_seconds = watch_seconds
+        self.read_timeout = read_timeout
         self.on_list = on_list
         self.on_event = on_event
         self.synced = threading.Event()
@@ -113,6 +126,7 @@ class Informer:
         self._resp: Any = None
         self._thread = threading.Thread(target=self._run, name=f"informer-{resource.name}", daemon=True)
         self.relists = 0
+        self.watches = 0
 
     def start(self) -> Informer:
         """Start the background thread; returns self."""
@@ -120,13 +134,18 @@ class Informer:
         return self
 
     def stop(self) -> None:
-        """Stop the thread, closing a watch in flight."""
+        """Stop the thread, cutting a watch in flight.
+
+        The watch thread is blocked in a read; closing the response from this thread does
+        not wake it (urllib3 waits on its own lock), so the socket is shut down instead:
+        the read returns at once and the thread sees the stop flag.
+        """
         self._stop.set()
         resp = self._resp
-        if resp is not None:
-            # closing a half-dead socket may fail in many ways; the thread ends regardless
-            with contextlib.suppress(Exception):
-                resp.close()
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed by the server: fine
+                sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
 
     def _list(self) -> None:
@@ -152,10 +171,11 @@ class Informer:
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,
-            timeout_seconds=WATCH_SECONDS,
+            timeout_seconds=self.watch_seconds,
             _preload_content=False,
-            _request_timeout=(REQUEST_TIMEOUT[0], WATCH_READ_TIMEOUT),
+            _request_timeout=(REQUEST_TIMEOUT[0], self.read_timeout),
         )
+        self.watches += 1
         self._resp = resp
         try:
             for line in iter_resp_lines(resp):
