@@ -164,6 +164,16 @@ class GangController:
                 return self._finish(state, Phase.RELEASED, f"all {len(active)} active members released")
             return self._finish(state, Phase.WAITING, "no active members")
 
+        groups = sorted({g for g in map(contract.device_group, gated) if g})
+        if groups:
+            # DESIGN.md: a device-group pod stays gated until its device IDs are written.
+            # Allocation is not in this version: hold rather than start containers without them.
+            why = (f"member(s) of SharedDeviceGroup {', '.join(groups)} stay gated: "
+                   "device allocation is not available in this version of the reconciler")
+            for pod in gated:
+                self._event_once(key, pod, "Warning", "SharedDeviceGroupPending", why)
+            return self._finish(state, Phase.HELD, why)
+
         held = self._disagreement(active)
         if held:
             for pod in gated:

@@ -198,3 +198,14 @@ def test_objects_are_parsed_once_while_unchanged():
     b2 = make_pod("b").build()  # an update: the cache replaces the object
     assert memo.parse([a, b2]) == ["a", "b"]
     assert calls == ["a", "b", "b"], "only the changed object is parsed again"
+
+
+def test_a_device_group_member_stays_gated_until_devices_can_be_allocated():
+    pods = gang_pods(2)
+    pods[1]["metadata"]["annotations"][contract.DEVICE_GROUP] = "team-a-gpus"
+    h = Harness(four_nodes(), pods)
+    outcome = h.controller.reconcile("team-a/train")
+    assert outcome.phase is Phase.HELD
+    assert "SharedDeviceGroup team-a-gpus" in outcome.reason
+    assert h.writer.patches == []
+    assert {e.reason for e in h.writer.events} == {"SharedDeviceGroupPending"}
