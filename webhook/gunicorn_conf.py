@@ -22,11 +22,25 @@ import shutil
 from typing import Any
 
 
-def _cpus() -> int:
+def _cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """CPUs this process may use: the affinity mask, capped by a cgroup v2 CPU quota.
+
+    In a container, the affinity mask is the node's (dozens of CPUs on a GPU node) while
+    the pod's ``limits.cpu`` is a quota (``cpu.max`` = ``"200000 100000"`` for 2 CPUs);
+    sizing workers by the node would start far more than the limit and memory allow.
+    """
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    try:
+        with open(cpu_max, encoding="ascii") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):  # no cgroup v2 here, or no quota: the mask stands
+        pass
+    return cpus
 
 
 workers = _cpus()

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from tests.e2e.helpers import new_namespace, wait_for
 from troupe.devcluster import Cluster
 from troupe.devcluster.build import built_binaries, ensure_built
+from troupe.devcluster.cluster import exists
 from troupe.devcluster.stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,18 +59,6 @@ def cluster() -> Iterator[Cluster]:
         yield running
 
 
-@pytest.fixture(autouse=True)
-def _control_plane_alive(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a test, with the dead component's log tail, if a component exits around it."""
-    if "cluster" not in request.fixturenames:
-        yield
-        return
-    running: Cluster = request.getfixturevalue("cluster")
-    running.check()
-    yield
-    running.check()
-
-
 @pytest.fixture(scope="session")
 def admin_api(cluster: Cluster) -> Any:
     """An API client authenticated as the cluster admin."""
@@ -92,15 +80,15 @@ def troupe(cluster: Cluster) -> Iterator[Stack]:
 
 
 @pytest.fixture(autouse=True)
-def _troupe_alive(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a test, with the dead process's log tail, if the webhook or reconciler exits."""
-    if "troupe" not in request.fixturenames:
-        yield
-        return
-    stack: Stack = request.getfixturevalue("troupe")
-    stack.check()
+def _everything_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test, with the dead process's log tail, if a control-plane component, the
+    webhook or the reconciler exits around it."""
+    running = [request.getfixturevalue(f) for f in ("cluster", "troupe") if f in request.fixturenames]
+    for r in running:
+        r.check()
     yield
-    stack.check()
+    for r in running:
+        r.check()
 
 
 @pytest.fixture
@@ -110,12 +98,4 @@ def namespace(admin_core: client.CoreV1Api) -> Iterator[str]:
     name = new_namespace(admin_core, "e2e")
     yield name
     admin_core.delete_namespace(name, grace_period_seconds=0)
-
-    def gone() -> bool:
-        try:
-            admin_core.read_namespace(name)
-        except ApiException as e:
-            return e.status == 404
-        return False
-
-    wait_for(f"namespace {name} deleted", gone, timeout=60)
+    wait_for(f"namespace {name} deleted", lambda: not exists(lambda: admin_core.read_namespace(name)), timeout=60)

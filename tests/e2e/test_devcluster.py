@@ -9,32 +9,22 @@ import ssl
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from tests.e2e.helpers import wait_for
 from troupe.devcluster import Cluster, ComponentDied
+from troupe.devcluster.cluster import exists
 
 T = TypeVar("T")
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 GATE = "example.com/gate"
-
-
-def eventually(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +42,12 @@ def core(admin: k8s.ApiClient) -> k8s.CoreV1Api:
 def namespace(core: k8s.CoreV1Api) -> Iterator[str]:
     name = f"devcluster-e2e-{uuid.uuid4().hex[:6]}"
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
-    eventually(
+    wait_for(
         f"ServiceAccount {name}/default",
-        lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+        lambda: exists(lambda: core.read_namespaced_service_account("default", name)),
     )
     yield name
     core.delete_namespace(name)
-
-
-def _exists(read: Callable[[], Any]) -> bool:
-    try:
-        read()
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
 
 
 def pod(name: str, gates: list[str] | None = None) -> k8s.V1Pod:
@@ -128,7 +108,7 @@ def test_a_plain_pod_is_scheduled_onto_a_kwok_node_and_reaches_running(
         got = core.read_namespaced_pod("plain", namespace)
         return got if got.status.phase == "Running" else None
 
-    got = eventually("pod plain to be Running", running)
+    got = wait_for("pod plain to be Running", running)
     node = core.read_node(got.spec.node_name)
     assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
     assert [c.status for c in got.status.conditions if c.type == "Ready"] == ["True"]
@@ -182,7 +162,7 @@ def test_a_gated_pod_stays_pending_until_its_gate_is_removed_then_is_bound(
         got = core.read_namespaced_pod("gated", namespace)
         return next((c for c in got.status.conditions or [] if c.type == "PodScheduled"), None)
 
-    condition = eventually("PodScheduled condition on the gated pod", gated_condition)
+    condition = wait_for("PodScheduled condition on the gated pod", gated_condition)
     assert (condition.status, condition.reason) == ("False", "SchedulingGated")
     time.sleep(2)  # give the scheduler a chance to (wrongly) bind it
     still = core.read_namespaced_pod("gated", namespace)
@@ -198,7 +178,7 @@ def test_a_gated_pod_stays_pending_until_its_gate_is_removed_then_is_bound(
         got = core.read_namespaced_pod("gated", namespace)
         return got if got.spec.node_name and got.status.phase == "Running" else None
 
-    bound = eventually("the ungated pod to be bound and Running", running)
+    bound = wait_for("the ungated pod to be bound and Running", running)
     assert bound.spec.node_name.startswith("gpu-b")
     assert not bound.spec.scheduling_gates
 
@@ -221,7 +201,7 @@ def test_a_second_cluster_reports_a_dead_component_with_its_log_tail_and_stops_e
         assert (tmp_path / "run" / "pids.json").is_file()
 
         os.kill(pids["kube-scheduler"], signal.SIGKILL)
-        eventually("the monitor to report kube-scheduler", lambda: seen, timeout=10)
+        wait_for("the monitor to report kube-scheduler", lambda: seen, timeout=10)
 
         message = str(seen[0])
         assert message.startswith("kube-scheduler exited with signal 9 (SIGKILL); last lines of ")

@@ -126,3 +126,19 @@ def test_readiness_needs_a_readable_certificate(tmp_path: Path) -> None:
     tls.cert.unlink()
     r = client.get("/readyz")
     assert r.status_code == 503 and "certificate" in r.get_data(as_text=True)
+
+
+def test_workers_follow_a_cgroup_cpu_quota_not_the_nodes_cpus(tmp_path):
+    import os
+
+    from webhook.gunicorn_conf import _cpus
+
+    mask = len(os.sched_getaffinity(0))
+    quota = tmp_path / "cpu.max"
+    quota.write_text("max 100000\n")
+    assert _cpus(str(quota)) == mask
+    quota.write_text("150000 100000\n")
+    assert _cpus(str(quota)) == min(mask, 2), "1.5 CPUs round up to 2"
+    quota.write_text("50000 100000\n")
+    assert _cpus(str(quota)) == 1
+    assert _cpus(str(tmp_path / "missing")) == mask

@@ -37,8 +37,9 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
 {ETCD_VERSION}, kube-apiserver, kube-controller-manager and kube-scheduler {KUBERNETES_VERSION}
 (stock, RBAC on) and kwok {KWOK_VERSION} simulating nodes, all on free 127.0.0.1 ports.
 
-  build    build the binaries into the cache ({cache_dir()}; set TROUPE_CACHE_DIR to move
-           it). Cold: about 8 minutes on two cores. Warm: instant. 'up' builds if needed.
+  build    build the binaries, and helm for the chart tests, into the cache ({cache_dir()};
+           set TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores.
+           Warm: instant. 'up' builds if needed.
   up       start the control plane, create the fake nodes (default {DEFAULT_NODES.name}),
            wait until Ready, print the admin kubeconfig, then return and leave it running.
   down     stop the running control plane (by its recorded PIDs).
@@ -224,7 +225,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="{build,up,down,status}")
     build = sub.add_parser(
         "build",
-        help="build the binaries into the cache (cold ~8 min, warm instant)",
+        help="build the binaries and helm into the cache (cold ~8-10 min, warm instant)",
         description="Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok into the version-keyed cache, then print their paths.",
     )
     build.set_defaults(func=cmd_build)

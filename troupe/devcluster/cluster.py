@@ -338,7 +338,7 @@ class Cluster:
             core = k8s.CoreV1Api(client)
             self._wait(
                 "ServiceAccount default/default (created by kube-controller-manager)",
-                lambda: _exists(lambda: core.read_namespaced_service_account("default", "default")),
+                lambda: exists(lambda: core.read_namespaced_service_account("default", "default")),
             )
         kwok_log = self.logs_dir / "kwok.log"
         self._wait(
@@ -480,7 +480,8 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None, token: str | None 
         return False
 
 
-def _exists(read: Callable[[], object]) -> bool:
+def exists(read: Callable[[], object]) -> bool:
+    """Call ``read`` (an API ``read_*``): True if it answers, False on 404; other errors raise."""
     from kubernetes.client.exceptions import ApiException
 
     try:
