@@ -12,6 +12,8 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
    ``spec.nodeSelector``, which only narrows the pod's node selection, as KEP-3838 allows
    for gated pods), then remove Troupe's gates from every member. Other components'
    gates stay. Each write carries the resourceVersion; a conflict re-reads the pod.
+6. Time out: released members not all bound within the gang's timeout (+ jitter) roll the
+   gang back (``docs/decisions/005-gang-timeout.md``).
 
 Troupe never binds and never writes ``spec.nodeName``: kube-scheduler stays the final
 authority.
@@ -19,7 +21,9 @@ authority.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +49,11 @@ BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 60.0
 #: Writes retried on conflict, each after a fresh read.
 CONFLICT_RETRIES = 3
+#: ``reason`` of the DisruptionTarget condition set on a member before a rollback deletes it.
+DISRUPTION_REASON = "TroupeGangTimeout"
+#: Backoff of a gang's next release after a timeout rollback: seconds, doubling, capped.
+TIMEOUT_BACKOFF_BASE_SECONDS = 10.0
+TIMEOUT_BACKOFF_MAX_SECONDS = 300.0
 
 
 class ParseMemo(Generic[T]):
@@ -85,6 +94,24 @@ class ParseMemo(Generic[T]):
         return out
 
 
+def _controller_of(pod: Obj) -> Mapping[str, Any] | None:
+    """The pod's controlling owner reference (``controller: true``), or None."""
+    owners = contract.pod_meta(pod).get("ownerReferences") or []
+    return next((o for o in owners if isinstance(o, Mapping) and o.get("controller")), None)
+
+
+@dataclass(frozen=True)
+class Timeout:
+    """The clock of a gang's released but unbound members: ``seconds`` (effective timeout)
+    plus ``jitter`` (seconds) from their release; ``left`` seconds remain (<= 0: expired);
+    ``unbound`` members are still waiting to be bound."""
+
+    seconds: int
+    jitter: float
+    left: float
+    unbound: int
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a reconcile decided: the gang's phase, why, and when to look again (seconds,
@@ -98,8 +125,9 @@ class Outcome:
 class GangController:
     """Decides and writes for one gang at a time; see the module docstring.
 
-    ``clock`` returns seconds (monotonic); it only timestamps the settle period of GKE
-    auto-gangs, so tests pass a fake.
+    ``clock`` returns monotonic seconds (settle periods, backoffs); ``wall_clock`` returns
+    seconds since the epoch (the ``released-at`` stamp that gang timeouts run from, which
+    must survive a restart). Tests pass fakes of both.
     """
 
     def __init__(
@@ -108,11 +136,13 @@ class GangController:
         writer: Writer,
         config: Config,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache = cache
         self.writer = writer
         self.config = config
         self.clock = clock
+        self.wall_clock = wall_clock
         self.levels = TopologyLevels.from_config(config)
         self._nodes: ParseMemo[NodeInfo] = ParseMemo("node", NodeInfo.from_object)
         self._pods: ParseMemo[PodInfo] = ParseMemo("pod", PodInfo.from_object)
@@ -153,16 +183,35 @@ class GangController:
         """Reconcile gang ``key``; returns the outcome, or None when the gang is gone."""
         members = self.cache.members(key)
         if not members:
-            self.forget(key)
+            state = self.states.get(key)
+            if state is None or state.not_before <= self.clock():
+                self.forget(key)  # a gang rolled back keeps its backoff while its owner recreates it
             return None
         state = self._state(key)
         active = [p for p in members if is_active(p)]
         gated = sorted((p for p in active if is_gated(p)), key=contract.rank_key)
+        timeout = self._timeout(key, active)
+        if timeout is not None and timeout.left <= 0:
+            return self._roll_back(key, state, active, timeout)
+        outcome = self._decide(key, state, active, gated)
+        if timeout is not None:  # look again when the released members' time runs out
+            left = timeout.left if outcome.requeue_after is None else min(timeout.left, outcome.requeue_after)
+            outcome = Outcome(outcome.phase, outcome.reason, left)
+        return outcome
+
+    def _decide(self, key: str, state: GangState, active: list[Obj], gated: list[Obj]) -> Outcome:
         if not gated:
-            if active:
-                state.attempts = 0
-                return self._finish(state, Phase.RELEASED, f"all {len(active)} active members released")
-            return self._finish(state, Phase.WAITING, "no active members")
+            if not active:
+                return self._finish(state, Phase.WAITING, "no active members")
+            unbound = [p for p in active if not (p.get("spec") or {}).get("nodeName")]
+            if not unbound:
+                state.attempts = state.timeouts = 0
+                return self._finish(state, Phase.RELEASED, f"all {len(active)} active members released and bound")
+            return self._finish(state, Phase.RELEASED, f"{len(active) - len(unbound)} of {len(active)} members bound")
+
+        if state.not_before > self.clock():
+            left = state.not_before - self.clock()
+            return self._finish(state, Phase.WAITING, f"backing off after {state.timeouts} timeout(s): {left:.0f}s left", left)
 
         groups = sorted({g for g in map(contract.device_group, gated) if g})
         if groups:
@@ -204,6 +253,69 @@ class GangController:
         state.attempts = 0
         placements = ", ".join(f"{PodRef.of(p).name}->{nodes[PodRef.of(p)]}" for p in gated)
         return self._finish(state, Phase.RELEASED, f"released {len(gated)} member(s) in {result.domain}: {placements}")
+
+    # --- timeouts and rollback (DESIGN.md "Gangs": timeout) ------------------------------
+    def _timeout(self, key: str, active: Sequence[Obj]) -> Timeout | None:
+        """The clock of released members that are not bound yet, or None when there are none.
+
+        The timeout runs from the earliest ``released-at`` among them, for the gang's
+        effective timeout (stamped by the webhook; the default for GKE auto-gangs) plus a
+        jitter drawn from ``[0, gangScheduleTimeoutJitterSeconds]``, fixed per gang and
+        release so that a restart computes the same deadline (seeds/001).
+        """
+        stamps: list[float] = []
+        for pod in active:
+            ann = contract.pod_annotations(pod)
+            if is_gated(pod) or (pod.get("spec") or {}).get("nodeName") or contract.RELEASED_AT not in ann:
+                continue
+            try:
+                stamps.append(dt.datetime.fromisoformat(str(ann[contract.RELEASED_AT])).timestamp())
+            except ValueError:
+                log.warning("gang %s: unreadable %s %r", key, contract.RELEASED_AT, ann[contract.RELEASED_AT])
+        if not stamps:
+            return None
+        keys = contract.GangKeys.for_prefix(self.config.gang_annotation_prefix)
+        raw = contract.pod_annotations(active[0]).get(keys.timeout)
+        try:
+            seconds = contract.effective_timeout(raw if isinstance(raw, str) else None, self.config, keys.timeout)
+        except contract.ContractError:
+            seconds = self.config.gang_schedule_default_timeout_seconds
+        released = min(stamps)
+        jitter = random.Random(f"{key}@{released}").uniform(0, self.config.gang_schedule_timeout_jitter_seconds)
+        return Timeout(seconds, jitter, released + seconds + jitter - self.wall_clock(), len(stamps))
+
+    def _roll_back(self, key: str, state: GangState, active: Sequence[Obj], timeout: Timeout) -> Outcome:
+        """Delete the members a controller owns (it recreates them, gated again); never
+        delete an ownerless pod, tell it with an Event instead. The next release of the
+        gang backs off (10 s doubling to 5 min)."""
+        why = (f"{timeout.unbound} released member(s) not bound within {timeout.seconds}s "
+               f"(+{timeout.jitter:.0f}s jitter)")
+        deleted, kept = 0, []
+        for pod in active:
+            if not _controller_of(pod):
+                kept.append(PodRef.of(pod).name)
+                self._event_once(key, pod, "Warning", "GangTimedOut",
+                                 f"{why}; not deleted: no controller owns this pod, delete it to retry the gang")
+                continue
+            self._event_once(key, pod, "Warning", "GangTimedOut", f"{why}; deleting it: its controller recreates it")
+            ref = PodRef.of(pod)
+            try:
+                # KEP-3329: a DisruptionTarget condition lets a Job's podFailurePolicy ignore
+                # this deletion instead of counting it against backoffLimit.
+                self.writer.add_pod_condition(ref, {
+                    "type": "DisruptionTarget", "status": "True", "reason": DISRUPTION_REASON,
+                    "message": f"Troupe: gang {key} rolled back: {why}",
+                    "lastTransitionTime": dt.datetime.fromtimestamp(self.wall_clock(), dt.UTC).isoformat(timespec="seconds"),
+                })
+                self.writer.delete_pod(ref, str(contract.pod_meta(pod).get("uid")))
+                deleted += 1
+            except Gone:
+                pass
+        state.timeouts += 1
+        backoff = float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (state.timeouts - 1), TIMEOUT_BACKOFF_MAX_SECONDS))
+        state.not_before = self.clock() + backoff
+        detail = f"deleted {deleted} member(s)" + (f"; ownerless, kept: {', '.join(sorted(kept))}" if kept else "")
+        return self._finish(state, Phase.ROLLED_BACK, f"{why}; {detail}; next release in {backoff:.0f}s at the earliest", backoff)
 
     def _plan(self, gated: Sequence[Obj], request: contract.TopologyRequest) -> PlacementResult:
         """Ask the engine where the gated members go, on a snapshot of the whole cache
@@ -283,8 +395,11 @@ class GangController:
                     return None
                 if not is_gated(current):
                     raise Conflict(f"pod {PodRef.of(current)} was ungated by someone else")
+                released_at = dt.datetime.fromtimestamp(self.wall_clock(), dt.UTC).isoformat(timespec="seconds")
                 return {
-                    "metadata": {"annotations": {contract.ASSIGNED_NODE: node, contract.ASSIGNED_RANK: str(rank)}},
+                    "metadata": {"annotations": {
+                        contract.ASSIGNED_NODE: node, contract.ASSIGNED_RANK: str(rank), contract.RELEASED_AT: released_at,
+                    }},
                     "spec": {"nodeSelector": {contract.HOSTNAME_LABEL: node}},
                 }
 

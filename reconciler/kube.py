@@ -292,6 +292,34 @@ class KubeWriter:
             _raise_for(e, f"json-patch pod {ref}")
         return dict(json.loads(resp.data))
 
+    def add_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
+        """Set one ``status.conditions`` entry (merged by ``type``) through ``pods/status``.
+
+        Raises :class:`Gone` (404) or :class:`WriteError`.
+        """
+        try:
+            self.core.patch_namespaced_pod_status(
+                ref.name, ref.namespace, {"status": {"conditions": [dict(condition)]}}, _content_type=SMP,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as e:
+            _raise_for(e, f"patch status of pod {ref}")
+
+    def delete_pod(self, ref: PodRef, uid: str) -> None:
+        """Delete the pod if it is still the one with ``uid`` (a UID precondition, so a pod
+        recreated under the same name is never hit). Raises :class:`Gone` when it is gone
+        or replaced, :class:`WriteError` otherwise (a 409 on the precondition is Gone too).
+        """
+        try:
+            self.core.delete_namespaced_pod(
+                ref.name, ref.namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as e:
+            if e.status == 409:
+                raise Gone(f"delete pod {ref}: replaced by a pod with another uid") from e
+            _raise_for(e, f"delete pod {ref}")
+
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``).
 

@@ -14,6 +14,9 @@ Phases (DESIGN.md "Gangs"):
 ``Unschedulable``       complete, but no placement exists for all members together
 ``Releasing``           a plan exists; members are being pinned and ungated
 ``Released``            every active member is ungated; kube-scheduler binds them
+``RolledBack``          released members were not all bound within the gang's timeout:
+                        the members a controller owns were deleted (it recreates them,
+                        gated again) and the next release backs off
 ======================  =================================================================
 """
 
@@ -34,20 +37,27 @@ class Phase(enum.Enum):
     UNSCHEDULABLE = "Unschedulable"
     RELEASING = "Releasing"
     RELEASED = "Released"
+    ROLLED_BACK = "RolledBack"
 
 
-W, H, U, RG, RD = Phase.WAITING, Phase.HELD, Phase.UNSCHEDULABLE, Phase.RELEASING, Phase.RELEASED
+W, H, U, RG, RD, RB = (
+    Phase.WAITING, Phase.HELD, Phase.UNSCHEDULABLE, Phase.RELEASING, Phase.RELEASED, Phase.ROLLED_BACK,
+)
 
-#: from-phase -> phases it may move to. Staying in a phase is always legal.
+#: from-phase -> phases it may move to. Staying in a phase is always legal. A gang with
+#: released members that time out is rolled back from whatever phase it is in (a
+#: replacement member may be waiting or being placed at that moment).
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    W: frozenset({H, U, RG}),
-    H: frozenset({W, U, RG}),
-    U: frozenset({W, H, RG}),
+    W: frozenset({H, U, RG, RB}),
+    H: frozenset({W, U, RG, RB}),
+    U: frozenset({W, H, RG, RB}),
     # A member may be deleted mid-release (back to Waiting); a write may fail (stay).
-    RG: frozenset({W, H, U, RD}),
+    RG: frozenset({W, H, U, RD, RB}),
     # A replacement member of a running gang is released on its own (Releasing again);
     # a gang whose members were all deleted and recreated starts over (Waiting).
-    RD: frozenset({W, RG}),
+    RD: frozenset({W, RG, RB}),
+    # The owners recreate the deleted members, gated: the gang starts over.
+    RB: frozenset({W, H, U, RG, RD}),
 }
 
 
@@ -64,23 +74,30 @@ class GangState:
     """What the controller remembers of one gang between reconciles."""
 
     key: str
-    phase: Phase = Phase.WAITING
+    #: None until the first observation: a reconciler that starts (or restarts) finds each
+    #: gang in whatever phase the cluster shows, and every first move is legal.
+    phase: Phase | None = None
     reason: str = ""
     #: (phase, reason) moves, oldest first, at most :data:`HISTORY` kept.
     history: list[tuple[Phase, str]] = field(default_factory=list)
     #: Consecutive failed attempts (unschedulable, failed writes): drives the backoff.
     attempts: int = 0
+    #: Consecutive rollbacks since the gang last ran whole: drives the release backoff.
+    timeouts: int = 0
+    #: No release before this time (the controller's monotonic clock, seconds).
+    not_before: float = 0.0
 
     def move(self, new: Phase, reason: str) -> bool:
         """Move to ``new`` for ``reason``; returns True when the phase or reason changed.
 
         Raises :class:`IllegalTransition` when the table forbids the move.
         """
-        if new is not self.phase and new not in TRANSITIONS[self.phase]:
-            raise IllegalTransition(self.key, self.phase, new, reason)
-        changed = (new, reason) != (self.phase, self.reason)
+        old = self.phase
+        if old is not None and new is not old and new not in TRANSITIONS[old]:
+            raise IllegalTransition(self.key, old, new, reason)
+        changed = (new, reason) != (old, self.reason)
         if changed:
-            log.info("gang %s: %s -> %s: %s", self.key, self.phase.value, new.value, reason)
+            log.info("gang %s: %s -> %s: %s", self.key, old.value if old else "(new)", new.value, reason)
             self.history = [*self.history, (new, reason)][-HISTORY:]
         self.phase, self.reason = new, reason
         return changed

@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 from reconciler import kube
 from reconciler.cache import TERMINAL_PHASES, ClusterCache
 from reconciler.controller import GangController
+from reconciler.lifecycle import Phase
 from reconciler.queue import ShutDown, WorkQueue
 from troupe.config import Config
 
@@ -103,9 +104,10 @@ class Reconciler:
     def _update_gauges(self) -> None:
         counts: dict[str, int] = {}
         for state in self.controller.states.values():
-            counts[state.phase.value] = counts.get(state.phase.value, 0) + 1
-        for phase in ("Waiting", "Held", "Unschedulable", "Releasing", "Released"):
-            GANGS.labels(phase).set(counts.get(phase, 0))
+            if state.phase is not None:
+                counts[state.phase.value] = counts.get(state.phase.value, 0) + 1
+        for phase in Phase:
+            GANGS.labels(phase.value).set(counts.get(phase.value, 0))
         QUEUE_DEPTH.set(len(self.queue))
 
     # --- lifecycle -------------------------------------------------------------------

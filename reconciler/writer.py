@@ -52,6 +52,10 @@ class Writer(Protocol):
 
     def patch_pod(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]: ...
 
+    def delete_pod(self, ref: PodRef, uid: str) -> None: ...
+
+    def add_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None: ...
+
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None: ...
 
 
@@ -73,12 +77,15 @@ class FakeWriter:
     writes: ``metadata.annotations`` (merge, ``None`` deletes), ``spec.nodeSelector``
     (merge; changing an existing key of a gated pod is refused as the API server refuses
     it), ``spec.schedulingGates`` (``$patch: delete`` by name). A ``metadata.resourceVersion``
-    in the patch that differs from the stored one raises :class:`Conflict`.
+    in the patch that differs from the stored one raises :class:`Conflict`; a delete whose
+    UID precondition fails raises :class:`Gone`.
     """
 
     pods: dict[PodRef, dict[str, Any]] = field(default_factory=dict)
     events: list[RecordedEvent] = field(default_factory=list)
     patches: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
+    deleted: list[PodRef] = field(default_factory=list)
+    conditions: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
 
     def add(self, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,6 +128,21 @@ class FakeWriter:
         self.pods[ref] = pod
         self.patches.append((ref, copy.deepcopy(dict(patch))))
         return copy.deepcopy(pod)
+
+    def add_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
+        if ref not in self.pods:
+            raise Gone(f"pod {ref}: not found")
+        status = self.pods[ref].setdefault("status", {})
+        others = [c for c in status.get("conditions", []) if c.get("type") != condition["type"]]
+        status["conditions"] = [*others, dict(condition)]
+        self.conditions.append((ref, dict(condition)))
+
+    def delete_pod(self, ref: PodRef, uid: str) -> None:
+        pod = self.pods.get(ref)
+        if pod is None or pod["metadata"].get("uid") != uid:
+            raise Gone(f"pod {ref} with uid {uid}: not found")
+        del self.pods[ref]
+        self.deleted.append(ref)
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         self.events.append(RecordedEvent(ref, kind, reason, message))

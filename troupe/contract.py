@@ -50,6 +50,8 @@ RESERVED_PREFIX = "reconciler.troupe.io/"
 ASSIGNED_NODE = RESERVED_PREFIX + "node"
 #: The member's rank within its gang, as the reconciler ordered it.
 ASSIGNED_RANK = RESERVED_PREFIX + "rank"
+#: When the reconciler released the member (RFC 3339, UTC): its gang timeout runs from here.
+RELEASED_AT = RESERVED_PREFIX + "released-at"
 
 # --- Labels read --------------------------------------------------------------------------
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -72,10 +72,13 @@ def admin_core(admin_api: Any) -> client.CoreV1Api:
 
 
 @pytest.fixture(scope="session")
-def troupe(cluster: Cluster) -> Iterator[Stack]:
-    """Troupe's webhook and reconciler running on ``cluster`` with the default configuration,
-    the reconciler as its own identity with the chart's ClusterRole."""
-    with Stack(cluster) as stack:
+def troupe(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Troupe's webhook and reconciler running on ``cluster``, the reconciler as its own
+    identity with the chart's ClusterRole. The configuration is the default but for a
+    1 s timeout jitter (default 30 s), so that a timeout test waits seconds, not a minute."""
+    config = tmp_path_factory.mktemp("troupe") / "config.yaml"
+    config.write_text("gangScheduleTimeoutJitterSeconds: 1\n")
+    with Stack(cluster, config) as stack:
         yield stack
 
 

@@ -24,13 +24,26 @@ class Harness:
         self.cache.replace_nodes(nodes)
         self.cache.replace_pods([self.writer.add(p) for p in pods])
         self.now = 0.0
-        self.controller = GangController(self.cache, self.writer, config, clock=lambda: self.now)
+        self.wall = 1_800_000_000.0
+        self.controller = GangController(
+            self.cache, self.writer, config, clock=lambda: self.now, wall_clock=lambda: self.wall)
 
     def pod(self, name, namespace="team-a"):
         return self.writer.pods[PodRef(namespace, name)]
 
     def add(self, pod):
         self.cache.pod_event("ADDED", self.writer.add(pod))
+
+    def bind(self, name, namespace="team-a"):
+        """What kube-scheduler does to a released pod: set spec.nodeName to its pin."""
+        ref = PodRef(namespace, name)
+        pod = self.writer.pods[ref]
+        pod["spec"]["nodeName"] = pod["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
+        self.cache.pod_event("MODIFIED", self.writer.read_pod(ref))
+
+    def sync_deletes(self):
+        for ref in self.writer.deleted:
+            self.cache.pod_event("DELETED", {"metadata": {"namespace": ref.namespace, "name": ref.name}})
 
 
 #   block b1 / subblock s1: n1 n2      block b1 / subblock s2: n3 n4
@@ -209,3 +222,79 @@ def test_a_device_group_member_stays_gated_until_devices_can_be_allocated():
     assert "SharedDeviceGroup team-a-gpus" in outcome.reason
     assert h.writer.patches == []
     assert {e.reason for e in h.writer.events} == {"SharedDeviceGroupPending"}
+
+
+def owned(pods):
+    for p in pods:
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                             "uid": "job-uid", "controller": True}]
+    return pods
+
+
+NO_JITTER = Config(gang_schedule_timeout_jitter_seconds=0)
+
+
+def test_a_released_gang_is_given_its_timeout_to_bind():
+    h = Harness(four_nodes(), owned(gang_pods(2)), NO_JITTER)
+    h.controller.reconcile("team-a/train")
+    assert contract.RELEASED_AT in h.pod("train-0")["metadata"]["annotations"]
+    h.bind("train-0")
+    h.wall += 10
+    outcome = h.controller.reconcile("team-a/train")
+    assert (outcome.phase, outcome.reason) == (Phase.RELEASED, "1 of 2 members bound")
+    assert outcome.requeue_after == pytest.approx(20), "30 s default timeout, 10 s gone"
+    h.bind("train-1")
+    outcome = h.controller.reconcile("team-a/train")
+    assert outcome.reason == "all 2 active members released and bound"
+    assert outcome.requeue_after is None
+    h.wall += 3600
+    assert h.controller.reconcile("team-a/train").phase is Phase.RELEASED, "a bound gang never times out"
+
+
+def test_a_gang_not_bound_in_time_is_rolled_back_and_its_next_release_backs_off():
+    h = Harness(four_nodes(), owned(gang_pods(2)), NO_JITTER)
+    h.controller.reconcile("team-a/train")
+    h.bind("train-0")
+    h.wall += 30
+    outcome = h.controller.reconcile("team-a/train")
+    assert outcome.phase is Phase.ROLLED_BACK
+    assert outcome.reason.startswith("1 released member(s) not bound within 30s (+0s jitter); deleted 2 member(s)")
+    assert sorted(r.name for r in h.writer.deleted) == ["train-0", "train-1"], "the whole gang restarts"
+    marked = {ref.name: c for ref, c in h.writer.conditions}
+    assert marked.keys() == {"train-0", "train-1"}, "each deleted member is marked as disrupted first"
+    assert (marked["train-0"]["type"], marked["train-0"]["reason"]) == ("DisruptionTarget", "TroupeGangTimeout")
+    assert outcome.requeue_after == 10
+    assert {e.reason for e in h.writer.events} >= {"GangTimedOut"}
+    # The Job recreates its pods, gated again by the webhook: they wait out the backoff.
+    h.sync_deletes()
+    for pod in owned(gang_pods(2, name="train")):
+        pod["metadata"]["name"] += "-retry"
+        h.add(pod)
+    waiting = h.controller.reconcile("team-a/train")
+    assert waiting.phase is Phase.WAITING and waiting.reason.startswith("backing off after 1 timeout(s)")
+    h.now += 10
+    assert h.controller.reconcile("team-a/train").phase is Phase.RELEASED
+
+
+def test_an_ownerless_member_is_never_deleted_on_timeout():
+    pods = gang_pods(2)
+    owned(pods[:1])
+    h = Harness(four_nodes(), pods, NO_JITTER)
+    h.controller.reconcile("team-a/train")
+    h.wall += 31
+    outcome = h.controller.reconcile("team-a/train")
+    assert outcome.phase is Phase.ROLLED_BACK
+    assert h.writer.deleted == [PodRef("team-a", "train-0")]
+    assert "ownerless, kept: train-1" in outcome.reason
+    kept = [e for e in h.writer.events if e.pod.name == "train-1" and e.reason == "GangTimedOut"]
+    assert "no controller owns this pod" in kept[0].message
+
+
+def test_the_jitter_is_within_its_bound_and_the_same_after_a_restart():
+    h = Harness(four_nodes(), owned(gang_pods(2)), Config(gang_schedule_timeout_jitter_seconds=30))
+    h.controller.reconcile("team-a/train")
+    first = h.controller.reconcile("team-a/train").requeue_after
+    restarted = GangController(h.cache, h.writer, h.controller.config, clock=lambda: h.now, wall_clock=lambda: h.wall)
+    again = restarted.reconcile("team-a/train").requeue_after
+    assert 30 <= first <= 60
+    assert again == first

@@ -27,3 +27,11 @@ def test_a_released_gang_cannot_become_unschedulable():
 def test_every_phase_appears_in_the_table():
     assert set(TRANSITIONS) == set(Phase)
     assert all(targets <= set(Phase) for targets in TRANSITIONS.values())
+
+
+def test_the_first_observation_may_find_a_gang_in_any_phase():
+    for phase in Phase:
+        state = GangState("ns/g")
+        assert state.phase is None
+        assert state.move(phase, "seen after a restart")
+        assert state.phase is phase
