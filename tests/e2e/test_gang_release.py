@@ -6,7 +6,9 @@ kube-apiserver, kube-scheduler, kube-controller-manager and kwok's 16 fake GPU n
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 
 import pytest
 from kubernetes import client
@@ -41,6 +43,10 @@ def test_an_indexed_job_runs_as_one_gang_pinned_to_kwok_nodes(troupe, admin_api,
         assert pod.metadata.annotations["troupe.io/gang-schedule-timeout-seconds"] == "30", "the webhook stamped the default"
     released = [e for e in admin_core.list_namespaced_event(namespace).items if e.reason == "GangReleased"]
     assert len(released) == 4
+    with urllib.request.urlopen(f"http://127.0.0.1:{troupe.metrics_port}/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    released_count = re.search(r'^troupe_reconciles_total\{phase="Released"\} (\S+)$', metrics, re.M)
+    assert released_count and float(released_count.group(1)) >= 1, "the reconciler's metrics show the release"
 
 
 def test_a_gang_missing_a_member_stays_gated(troupe, admin_core, namespace):
