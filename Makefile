@@ -32,7 +32,10 @@ e2e: $(BIN)/.installed cluster-build
 	$(BIN)/python -m pytest -m e2e
 
 bench: $(BIN)/.installed
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) \
+	  || echo "wrk not installed: benchmarks/webhook_load.py falls back to a Python client"
 	$(BIN)/python benchmarks/placement.py
+	$(BIN)/python benchmarks/reconcile.py
 	$(BIN)/python benchmarks/webhook_load.py
 
 cluster-build: $(BIN)/.installed
