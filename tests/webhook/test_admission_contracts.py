@@ -46,7 +46,7 @@ def _containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in [*spec.get("initContainers", []), *spec.get("containers", [])]}
 
 
-def check(case: Case) -> None:
+def assert_review_matches(case: Case) -> None:
     got = admit(case.pod, case.config, **case.review)
     assert got.allowed == case.want_allowed, got.response
     if case.want_code is not None:
@@ -257,32 +257,32 @@ def _cases(cases: list[Case]) -> Any:
 
 @_cases(GANG_CASES)
 def test_gang_members_are_gated_and_their_timeout_is_stamped(case: Case) -> None:
-    check(case)
+    assert_review_matches(case)
 
 
 @_cases(BAD_GANG_CASES)
 def test_bad_gang_input_is_denied_with_key_and_value(case: Case) -> None:
-    check(case)
+    assert_review_matches(case)
 
 
 @_cases(TOPOLOGY_CASES)
 def test_topology_requests_must_name_a_configured_level(case: Case) -> None:
-    check(case)
+    assert_review_matches(case)
 
 
 @_cases(DEVICE_CASES)
 def test_device_group_members_get_the_device_variables_from_the_downward_api(case: Case) -> None:
-    check(case)
+    assert_review_matches(case)
 
 
 @_cases(UNTOUCHED_CASES)
 def test_pods_outside_troupe_pass_untouched(case: Case) -> None:
-    check(case)
+    assert_review_matches(case)
 
 
 @_cases(MALFORMED_CASES)
 def test_malformed_pods_are_denied_not_crashed_on(case: Case) -> None:
-    check(case)
+    assert_review_matches(case)
 
 
 ALLOWED = [c for c in GANG_CASES + TOPOLOGY_CASES + DEVICE_CASES + UNTOUCHED_CASES if c.want_allowed]

@@ -6,6 +6,8 @@ import json
 import logging
 import os
 
+import pytest
+
 from webhook.logs import ADMISSION_LOGGER, FdAdmissionLog, JSONFormatter, iso_timestamp, json_line
 
 
@@ -51,5 +53,7 @@ def test_a_failing_descriptor_never_fails_the_review() -> None:
     os.close(r)  # nobody reads: the write fails with EPIPE
     try:
         FdAdmissionLog(w).write({"uid": "u-3"})
+    except OSError as e:
+        pytest.fail(f"a log write failure reached the review: {e!r}")
     finally:
         os.close(w)

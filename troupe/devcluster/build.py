@@ -437,30 +437,31 @@ def _build_etcd(builder: _Builder, bins: Binaries) -> None:
     _mark_built(tmp, bins.etcd, ETCD_VERSION)
 
 
+def _go_install(builder: _Builder, name: str, package: str, version: str, ldflags: str, target: Path) -> None:
+    """``go install package@version`` into a private GOBIN, then move the binary to
+    ``target`` and stamp it (so a killed build never leaves a finished-looking binary)."""
+    base = target.parent.parent
+    target.parent.mkdir(parents=True, exist_ok=True)
+    gobin = base / f".gobin.tmp-{os.getpid()}"
+    gobin.mkdir(parents=True, exist_ok=True)
+    try:
+        builder.go(
+            name,
+            ["install", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
+            base,
+            what=f"{name} {version}",
+            extra_env={"GOBIN": str(gobin), "GOFLAGS": ""},
+        )
+        _mark_built(gobin / name, target, version)
+    finally:
+        shutil.rmtree(gobin, ignore_errors=True)
+
+
 def _build_kwok(builder: _Builder, bins: Binaries) -> None:
     base = bins.kwok.parent.parent
-    bins.kwok.parent.mkdir(parents=True, exist_ok=True)
     if not _is_built(bins.kwok, KWOK_VERSION):
-        gobin = base / f".gobin.tmp-{os.getpid()}"
-        gobin.mkdir(parents=True, exist_ok=True)
-        try:
-            with builder.step("kwok", KWOK_VERSION):
-                builder.go(
-                    "kwok",
-                    [
-                        "install",
-                        "-trimpath",
-                        "-ldflags",
-                        "-s -w",
-                        f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
-                    ],
-                    base,
-                    what=f"kwok {KWOK_VERSION}",
-                    extra_env={"GOBIN": str(gobin), "GOFLAGS": ""},
-                )
-            _mark_built(gobin / "kwok", bins.kwok, KWOK_VERSION)
-        finally:
-            shutil.rmtree(gobin, ignore_errors=True)
+        with builder.step("kwok", KWOK_VERSION):
+            _go_install(builder, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, "-s -w", bins.kwok)
     if not _is_built(bins.kwok_stages, KWOK_VERSION):
         mod = _module_dir(builder, "kwok", f"sigs.k8s.io/kwok@{KWOK_VERSION}", base)
         docs = []
@@ -507,25 +508,8 @@ def _build_helm(builder: _Builder, bins: Binaries) -> None:
     if _is_built(bins.helm, HELM_VERSION):
         return
     base = bins.helm.parent.parent
-    bins.helm.parent.mkdir(parents=True, exist_ok=True)
-    gobin = base / f".gobin.tmp-{os.getpid()}"
-    gobin.mkdir(parents=True, exist_ok=True)
-    try:
-        with builder.step("helm", HELM_VERSION):
-            mod = _module_dir(builder, "helm", f"helm.sh/helm/v3@{HELM_VERSION}", base)
-            builder.go(
-                "helm",
-                [
-                    "install",
-                    "-trimpath",
-                    "-ldflags",
-                    helm_ldflags((mod / "go.mod").read_text()),
-                    f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}",
-                ],
-                base,
-                what=f"helm {HELM_VERSION}",
-                extra_env={"GOBIN": str(gobin), "GOFLAGS": ""},
-            )
-        _mark_built(gobin / "helm", bins.helm, HELM_VERSION)
-    finally:
-        shutil.rmtree(gobin, ignore_errors=True)
+    base.mkdir(parents=True, exist_ok=True)
+    with builder.step("helm", HELM_VERSION):
+        mod = _module_dir(builder, "helm", f"helm.sh/helm/v3@{HELM_VERSION}", base)
+        ldflags = helm_ldflags((mod / "go.mod").read_text())
+        _go_install(builder, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, ldflags, bins.helm)
