@@ -65,6 +65,11 @@ def is_gated(pod: Obj) -> bool:
     return any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod))
 
 
+def _ns_name(obj: Obj) -> tuple[str, str]:
+    meta = contract.pod_meta(obj)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
 def _rv(obj: Obj) -> int | None:
     raw = contract.pod_meta(obj).get("resourceVersion")
     return int(raw) if isinstance(raw, str) and raw.isdigit() else None
@@ -84,6 +89,7 @@ class ClusterCache:
         self._nodes: dict[str, Obj] = {}
         self._gang_of: dict[PodRef, str] = {}
         self._members: dict[str, set[PodRef]] = {}
+        self._jobs: dict[tuple[str, str], Obj] = {}
 
     # --- pods ------------------------------------------------------------------------
     def _put_pod(self, pod: Obj) -> set[str]:
@@ -166,6 +172,25 @@ class ClusterCache:
                 k for k, refs in self._members.items()
                 if any(is_active(self._pods[r]) and is_gated(self._pods[r]) for r in refs)
             )
+
+    # --- jobs ------------------------------------------------------------------------
+    def replace_jobs(self, items: Iterable[Obj]) -> None:
+        """Replace every Job with a fresh list."""
+        with self._lock:
+            self._jobs = {_ns_name(j): j for j in items}
+
+    def job_event(self, kind: str, job: Obj) -> None:
+        """Apply a Job watch event."""
+        with self._lock:
+            if kind == "DELETED":
+                self._jobs.pop(_ns_name(job), None)
+            else:
+                self._jobs[_ns_name(job)] = job
+
+    def job(self, namespace: str, name: str) -> Obj | None:
+        """The cached Job, or None."""
+        with self._lock:
+            return self._jobs.get((namespace, name))
 
     # --- nodes -----------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[Obj]) -> None:

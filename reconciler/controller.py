@@ -343,12 +343,21 @@ class GangController:
     def _size(self, key: str, active: Sequence[Obj]) -> tuple[int | None, str, float | None]:
         """The gang's size, the waiting reason, and when to look again.
 
-        Troupe gangs state their size. A GKE auto-gang (``seeds/002``) has the pods present
-        once no new member has appeared for ``autoGangSettleSeconds``.
+        Troupe gangs state their size. A GKE auto-gang (``seeds/002``) owned by a Job has
+        the Job's ``parallelism``; any other has the pods present once no new member has
+        appeared for ``autoGangSettleSeconds`` (DESIGN.md "Topology").
         """
         spec = contract.parse_gang(active[0], self.config)
         if spec is not None:
             return spec.size, f"{len(active)} of {spec.size} members present", None
+        owner = _controller_of(active[0])
+        if owner is not None and owner.get("kind") == "Job" and str(owner.get("apiVersion", "")).startswith("batch/"):
+            ns = str(contract.pod_meta(active[0]).get("namespace") or "default")
+            job = self.cache.job(ns, str(owner.get("name")))
+            if job is not None:
+                parallelism = (job.get("spec") or {}).get("parallelism")
+                size = parallelism if isinstance(parallelism, int) and parallelism > 0 else 1
+                return size, f"{len(active)} of {size} members present (Job {owner.get('name')} parallelism)", None
         count, since = self._first_seen.get(key, (-1, 0.0))
         now = self.clock()
         if count != len(active):

@@ -95,6 +95,11 @@ def nodes(api: client.ApiClient) -> Resource:
     return Resource("nodes", client.CoreV1Api(api).list_node)
 
 
+def jobs(api: client.ApiClient) -> Resource:
+    """All batch/v1 Jobs, in every namespace (the size of GKE auto-gangs they own)."""
+    return Resource("jobs", client.BatchV1Api(api).list_job_for_all_namespaces)
+
+
 class Informer:
     """List+watch of one resource in a background thread, delivering plain dicts.
 

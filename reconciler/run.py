@@ -50,6 +50,7 @@ class Reconciler:
         self.controller = GangController(self.cache, kube.KubeWriter(api), config)
         self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event)
         self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event)
+        self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event)
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
 
@@ -74,6 +75,14 @@ class Reconciler:
     def _node_event(self, kind: str, node: Mapping[str, Any]) -> None:
         self.cache.node_event(kind, node)
         self._enqueue(self.cache.pending_gangs())
+
+    def _jobs_listed(self, items: list[Mapping[str, Any]]) -> None:
+        self.cache.replace_jobs(items)
+        self._enqueue(self.cache.pending_gangs())
+
+    def _job_event(self, kind: str, job: Mapping[str, Any]) -> None:
+        self.cache.job_event(kind, job)
+        self._enqueue(self.cache.pending_gangs())  # a GKE auto-gang's size may have changed
 
     # --- the worker ------------------------------------------------------------------
     def _work(self) -> None:
@@ -112,14 +121,15 @@ class Reconciler:
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self, sync_timeout: float = 60.0) -> None:
-        """Start the watches, wait until both have listed, then start the worker.
+        """Start the watches, wait until all have listed, then start the worker.
 
         Planning before both lists are in would count free capacity that is in use.
         Raises ``TimeoutError`` when the lists do not arrive in ``sync_timeout`` seconds.
         """
         self.nodes.start()
+        self.jobs.start()
         self.pods.start()
-        for informer in (self.nodes, self.pods):
+        for informer in (self.nodes, self.jobs, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         log.info("caches synced; reconciling")
@@ -130,6 +140,7 @@ class Reconciler:
         self._stop.set()
         self.queue.shutdown()
         self.pods.stop()
+        self.jobs.stop()
         self.nodes.stop()
         self._worker.join(timeout=5)
 

@@ -298,3 +298,22 @@ def test_the_jitter_is_within_its_bound_and_the_same_after_a_restart():
     again = restarted.reconcile("team-a/train").requeue_after
     assert 30 <= first <= 60
     assert again == first
+
+
+def test_a_gke_auto_gang_owned_by_a_job_waits_for_the_jobs_parallelism():
+    gate = contract.GKE_GATE_PREFIX + "job"
+    job = {"metadata": {"namespace": "team-a", "name": "w"}, "spec": {"parallelism": 3}}
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "w", "uid": "j1", "controller": True}]
+    pods = [make_pod(f"w-{i}").label("job-name", "w").index(i).gpus(1).gated(gate).build() for i in range(2)]
+    for p in pods:
+        p["metadata"]["ownerReferences"] = owner
+    h = Harness(four_nodes(), pods)
+    h.cache.replace_jobs([job])
+    key = "team-a/gke:job-name=w"
+    h.now += 60  # long past any settle period: only the Job's parallelism counts
+    outcome = h.controller.reconcile(key)
+    assert (outcome.phase, outcome.reason) == (Phase.WAITING, "2 of 3 members present (Job w parallelism)")
+    third = make_pod("w-2").label("job-name", "w").index(2).gpus(1).gated(gate).build()
+    third["metadata"]["ownerReferences"] = owner
+    h.add(third)
+    assert h.controller.reconcile(key).phase is Phase.RELEASED, "released at once, no settling"
