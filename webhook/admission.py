@@ -26,8 +26,9 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
 - A pod with any Troupe key (gang, topology, device group) gets the gate
   ``troupe.io/placement``.
 
-UPDATE of a pod: any change (add, modify, remove) to a protected annotation by anyone but
-the reconciler is denied (403). Nothing is ever patched on UPDATE, so the reconciler's own
+UPDATE of a pod: any change (add, modify, remove) to a protected annotation, or the
+removal of Troupe's gate, by anyone but the reconciler is denied (403): a user who lifted
+one member's gate would release a gang piecemeal. Nothing is ever patched on UPDATE, so the reconciler's own
 writes pass unchanged.
 
 Always untouched: mirror pods, pods in ``excludedNamespaces``, other resources,
@@ -218,6 +219,15 @@ def _protection_message(key: str, verb: str, user: str, config: Config) -> str:
     )
 
 
+def _gate_names(pod: object) -> set[str]:
+    """Names of a pod's scheduling gates (empty for anything malformed)."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    gates = spec.get("schedulingGates") if isinstance(spec, dict) else None
+    if not isinstance(gates, list):
+        return set()
+    return {g["name"] for g in gates if isinstance(g, dict) and isinstance(g.get("name"), str)}
+
+
 def _review_update(
     request: Mapping[str, Any], new_ann: Mapping[str, Any], user: str, config: Config
 ) -> Decision:
@@ -228,6 +238,11 @@ def _review_update(
     if user == config.reconciler_username:
         return _ALLOW
     problems = [_protection_message(k, verb, user, config) for k, verb in _protected_changes(old_ann, new_ann)]
+    if GATE in _gate_names(old) and GATE not in _gate_names(request.get("object")):
+        problems.append(
+            f"scheduling gate {GATE}: only Troupe's reconciler ({config.reconciler_username}) may remove it, "
+            f"because it releases a whole gang at once; requested by {user or 'an unknown user'}"
+        )
     if problems:
         return _deny(403, "; ".join(problems))
     return _ALLOW

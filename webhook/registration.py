@@ -20,6 +20,7 @@ from troupe.config import Config
 from troupe.contract import (
     DEVICE_ENV_PREFIX,
     DEVICE_GROUP,
+    GATE,
     GKE_GATE_PREFIX,
     RESERVED_PREFIX,
     SELECTED_DEVICES,
@@ -65,6 +66,14 @@ def reserved_keys_expression(var: str = "object") -> str:
     )
 
 
+def troupe_gate_expression(var: str = "object") -> str:
+    """CEL: ``var`` carries Troupe's scheduling gate ``troupe.io/placement``."""
+    return (
+        f"(has({var}.spec) && has({var}.spec.schedulingGates) && {var}.spec.schedulingGates.exists(g, "
+        f"has(g.name) && g.name == {cel_string(GATE)}))"
+    )
+
+
 def gke_gate_expression(var: str = "object") -> str:
     """CEL: ``var`` has a ``gke.io/topology-aware-auto-*`` scheduling gate."""
     return (
@@ -77,7 +86,8 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
     """The ``matchConditions``; all must hold for a request to reach the webhook.
 
     - ``troupe-pods``: on CREATE, the pod has a Troupe key, a GKE topology gate or a
-      reserved annotation; on UPDATE, the new or the old pod has a reserved annotation.
+      reserved annotation; on UPDATE, the new or the old pod has a reserved annotation, or
+      the update removes Troupe's gate.
     - ``not-reconciler-update``: UPDATEs by the reconciler's own identity skip the
       webhook (they are always allowed and never mutated), so placement writes do not
       depend on the webhook being up.
@@ -87,7 +97,8 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
     )
     on_update = (
         f"{reserved_keys_expression()} || "
-        f"(oldObject != null && {reserved_keys_expression('oldObject')})"
+        f"(oldObject != null && ({reserved_keys_expression('oldObject')} || "
+        f"({troupe_gate_expression('oldObject')} && !{troupe_gate_expression()})))"
     )
     return [
         {

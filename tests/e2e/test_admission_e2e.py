@@ -84,3 +84,13 @@ def test_a_device_group_pod_gets_its_env_var_from_the_downward_api_and_stays_gat
     pod = admin_core.read_namespaced_pod("shared", namespace)
     assert [g.name for g in pod.spec.scheduling_gates] == [contract.GATE], "not released without its device IDs"
     assert pod.spec.node_name is None
+
+
+def test_a_user_cannot_lift_troupes_gate_and_release_one_member_alone(troupe, alice, admin_core, namespace):
+    alice.create_namespaced_pod(namespace, pod_body("lonely", {"troupe.io/gang-name": "pair", "troupe.io/gang-size": "2"}))
+    message = refused(lambda: alice.patch_namespaced_pod(
+        "lonely", namespace, [{"op": "remove", "path": "/spec/schedulingGates/0"}],
+        _content_type="application/json-patch+json"))
+    assert "scheduling gate troupe.io/placement" in message
+    pod = admin_core.read_namespaced_pod("lonely", namespace)
+    assert [g.name for g in pod.spec.scheduling_gates] == [contract.GATE]

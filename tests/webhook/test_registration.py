@@ -130,6 +130,7 @@ class Case:
 
 PLACED = make_pod().gang().annotate("reconciler.troupe.io/node", "node-a").obj()
 GANG = make_pod().gang().obj()
+GATED = make_pod().gang().gate("troupe.io/placement").obj()
 CASES = [
     Case("a gang member is sent on create", "CREATE", GANG),
     Case("a pod with only a size key is sent (to be denied)", "CREATE",
@@ -159,6 +160,10 @@ CASES = [
     Case("an update of a pod without annotations is not sent", "UPDATE", {"metadata": {}},
          old={"metadata": {}}, want_sent=False),
     Case("the reconciler's own update is not sent", "UPDATE", PLACED, old=GANG, user=RECONCILER, want_sent=False),
+    Case("an update lifting Troupe's gate is sent", "UPDATE", GANG, old=GATED),
+    Case("an update keeping Troupe's gate is not sent", "UPDATE", GATED, old=GATED, want_sent=False),
+    Case("an update lifting another gate is not sent", "UPDATE", GATED,
+         old=make_pod().gang().gate("example.com/quota").gate("troupe.io/placement").obj(), want_sent=False),
     Case("the reconciler's create is still sent", "CREATE", GANG, user=RECONCILER),
 ]
 

@@ -65,9 +65,13 @@ CEL of the webhook's matchConditions. These mirror webhook/registration.py exact
 {{- define "troupe.celGkeGate" -}}
 (has({{ . }}.spec) && has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, has(g.name) && g.name.startsWith({{ include "troupe.celString" "gke.io/topology-aware-auto-" }})))
 {{- end -}}
+{{- define "troupe.celTroupeGate" -}}
+(has({{ . }}.spec) && has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, has(g.name) && g.name == {{ include "troupe.celString" "troupe.io/placement" }}))
+{{- end -}}
 {{- define "troupe.celTroupePods" -}}
 {{- $onCreate := join " || " (list (include "troupe.celTroupeKeys" (list . "object")) (include "troupe.celGkeGate" "object") (include "troupe.celReservedKeys" "object")) -}}
-{{- $onUpdate := printf "%s || (oldObject != null && %s)" (include "troupe.celReservedKeys" "object") (include "troupe.celReservedKeys" "oldObject") -}}
+{{- $gateRemoved := printf "(%s && !%s)" (include "troupe.celTroupeGate" "oldObject") (include "troupe.celTroupeGate" "object") -}}
+{{- $onUpdate := printf "%s || (oldObject != null && (%s || %s))" (include "troupe.celReservedKeys" "object") (include "troupe.celReservedKeys" "oldObject") $gateRemoved -}}
 request.operation == 'CREATE' ? ({{ $onCreate }}) : ({{ $onUpdate }})
 {{- end -}}
 {{- define "troupe.celNotReconcilerUpdate" -}}
