@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
     run.add_argument("--config", help="Troupe configuration YAML, shared with the webhook (default: built-in defaults)")
     run.add_argument("--metrics-bind", metavar="HOST:PORT", help="serve Prometheus /metrics here (default: off)")
+    run.add_argument("--leader-elect", action="store_true",
+                     help="act only while holding a coordination.k8s.io Lease, so that several replicas can run")
+    run.add_argument("--leader-elect-namespace", metavar="NS",
+                     help="namespace of the Lease (default: this pod's namespace in-cluster, else troupe-system)")
+    run.add_argument("--leader-elect-name", default="troupe-reconciler", metavar="NAME",
+                     help="name of the Lease (default %(default)s)")
+    run.add_argument("--leader-elect-lease-seconds", type=int, default=15, metavar="S",
+                     help="how long a leader holds the Lease without renewing it (default %(default)s)")
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     from reconciler import simulate
@@ -59,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     simulate.add_arguments(sim)
     return p
+
+
+def _pod_namespace() -> str | None:
+    """The namespace of the service account this pod runs as, when in a cluster."""
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,11 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"reconciler: {e}", file=sys.stderr)
         return 2
+    from reconciler.kube import LeaderElection
     from reconciler.run import run
 
     try:
-        return run(args.kubeconfig, config, args.metrics_bind)
-    except (ValueError, OSError, TimeoutError) as e:
+        election = None
+        if args.leader_elect:
+            namespace = args.leader_elect_namespace or _pod_namespace() or "troupe-system"
+            election = LeaderElection.scaled(namespace, args.leader_elect_name, args.leader_elect_lease_seconds)
+        return run(args.kubeconfig, config, args.metrics_bind, election)
+    except ValueError as e:  # a bad flag or kubeconfig: the user's to fix
+        print(f"reconciler: {e}", file=sys.stderr)
+        return 2
+    except (OSError, TimeoutError) as e:  # the cluster did not answer as it should
         print(f"reconciler: {e}", file=sys.stderr)
         return 1
 

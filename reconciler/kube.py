@@ -151,7 +151,8 @@ class Informer:
         if sock is not None:
             with contextlib.suppress(OSError):  # already closed by the server: fine
                 sock.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _list(self) -> None:
         items: list[Mapping[str, Any]] = []
@@ -232,6 +233,47 @@ class Informer:
                             self.resource.name, type(e).__name__, e, delay)
                 self._stop.wait(delay * (1 + random.random() / 4))
                 delay = min(delay * 2, 30.0)
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Where and how replicas elect the one that acts: a ``coordination.k8s.io/v1`` Lease
+    ``namespace/name``, held for ``lease_seconds`` and renewed every ``retry_seconds``
+    (renewal given up after ``renew_seconds``), as kube-controller-manager does with its
+    defaults 15/10/2 s."""
+
+    namespace: str
+    name: str = "troupe-reconciler"
+    lease_seconds: int = 15
+    renew_seconds: int = 10
+    retry_seconds: int = 2
+
+    @classmethod
+    def scaled(cls, namespace: str, name: str, lease_seconds: int) -> LeaderElection:
+        """Renewal and retry scaled from a lease duration (15 s gives 10 s and 2 s)."""
+        if lease_seconds < 4:
+            raise ValueError(f"--leader-elect-lease-seconds: must be at least 4, got {lease_seconds}")
+        renew = max(2, lease_seconds * 2 // 3)
+        retry = max(1, min(renew // 5, 2))
+        return cls(namespace, name, lease_seconds, renew, retry)
+
+
+def lead(api: client.ApiClient, election: LeaderElection, identity: str,
+         on_started: Callable[[], None], on_stopped: Callable[[], None]) -> threading.Thread:
+    """Campaign for the Lease in a background thread (the client's ``leaderelection``
+    package, a Lease lock bound to ``api``); ``on_started`` runs once this replica
+    leads, ``on_stopped`` once it has lost the Lease (it must stop acting at once)."""
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    lock = LeaseLock(election.name, election.namespace, identity)
+    lock.api_instance = client.CoordinationV1Api(api)
+    config = electionconfig.Config(
+        lock, election.lease_seconds, election.renew_seconds, election.retry_seconds, on_started, on_stopped
+    )
+    thread = threading.Thread(target=leaderelection.LeaderElection(config).run, name="leader-election", daemon=True)
+    thread.start()
+    return thread
 
 
 def _raise_for(e: ApiException, what: str) -> None:

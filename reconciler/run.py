@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -142,7 +144,8 @@ class Reconciler:
         self.pods.stop()
         self.jobs.stop()
         self.nodes.stop()
-        self._worker.join(timeout=5)
+        if self._worker.is_alive():
+            self._worker.join(timeout=5)
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -152,8 +155,18 @@ def _host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def run(kubeconfig: str | None, config: Config, metrics_bind: str | None) -> int:
-    """Run until SIGINT/SIGTERM; returns the exit code."""
+def run(
+    kubeconfig: str | None,
+    config: Config,
+    metrics_bind: str | None,
+    election: kube.LeaderElection | None = None,
+) -> int:
+    """Run until SIGINT/SIGTERM; returns the exit code.
+
+    With ``election``, the reconciler acts only while it holds the Lease; a replica that
+    loses it stops acting at once and exits with code 1, so that its pod restarts as a
+    follower (what kube-controller-manager does).
+    """
     try:
         api = kube.api_client(kubeconfig)
     except Exception as e:  # the client raises several types for a bad kubeconfig
@@ -176,6 +189,7 @@ def run(kubeconfig: str | None, config: Config, metrics_bind: str | None) -> int
         log.info("metrics on http://%s:%d/metrics", host, port)
     reconciler = Reconciler(api, config)
     done = threading.Event()
+    exit_code = 0
 
     def _signal(signum: int, _frame: object) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
@@ -183,7 +197,24 @@ def run(kubeconfig: str | None, config: Config, metrics_bind: str | None) -> int
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    reconciler.start()
+    if election is None:
+        reconciler.start()
+    else:
+        identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+        def started() -> None:
+            log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
+            reconciler.start()
+
+        def stopped() -> None:
+            nonlocal exit_code
+            log.error("%s lost the Lease %s/%s: stopping", identity, election.namespace, election.name)
+            reconciler.stop()
+            exit_code = 1
+            done.set()
+
+        log.info("%s campaigns for the Lease %s/%s", identity, election.namespace, election.name)
+        kube.lead(api, election, identity, started, stopped)
     done.wait()
     reconciler.stop()
-    return 0
+    return exit_code

@@ -81,6 +81,8 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("Deployment", "troupe-webhook"),
         ("MutatingWebhookConfiguration", "troupe"),
         ("PodDisruptionBudget", "troupe-webhook"),
+        ("Role", "troupe-reconciler-leader-election"),
+        ("RoleBinding", "troupe-reconciler-leader-election"),
         ("Service", "troupe-webhook"),
         ("ServiceAccount", "troupe-reconciler"),
         ("ServiceAccount", "troupe-webhook"),
@@ -288,11 +290,20 @@ def test_the_webhook_gets_a_disruption_budget_of_one_only_with_more_than_one_rep
         assert pdb["spec"]["selector"] == webhook["spec"]["selector"]
 
 
-def test_the_reconciler_runs_once_and_is_replaced_with_recreate() -> None:
-    reconciler = one(render(), "Deployment", "troupe-reconciler")
+def test_reconciler_replicas_elect_a_leader_with_a_lease_in_the_release_namespace() -> None:
+    objects = render()
+    reconciler = one(objects, "Deployment", "troupe-reconciler")
+    args = reconciler["spec"]["template"]["spec"]["containers"][0]["args"]
 
-    assert reconciler["spec"]["replicas"] == 1
-    assert reconciler["spec"]["strategy"] == {"type": "Recreate"}
+    assert reconciler["spec"]["replicas"] == 2
+    assert "--leader-elect" in args
+    assert "--leader-elect-namespace=troupe-system" in args
+    assert "--leader-elect-lease-seconds=15" in args
+    role = one(objects, "Role", "troupe-reconciler-leader-election")
+    assert role["metadata"]["namespace"] == "troupe-system"
+    assert role["rules"] == yaml.safe_load((CHART / "files" / "reconciler-leader-election-rules.yaml").read_text())
+    binding = one(objects, "RoleBinding", "troupe-reconciler-leader-election")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "troupe-reconciler", "namespace": "troupe-system"}]
 
 
 def test_the_webhook_pod_gets_no_service_account_token() -> None:
@@ -313,7 +324,8 @@ def test_the_webhook_pod_gets_no_service_account_token() -> None:
     (["--set", "config.excludedNamespaces=null"], "missing property 'excludedNamespaces'"),
     (["--set", "config.gangTimeout=30"], "gangTimeout"),
     (["--set", "config.reconcilerUsername=someone"], "reconcilerUsername"),
-    (["--set", "reconciler.replicas=2"], "/reconciler/replicas"),
+    (["--set", "reconciler.replicas=-1"], "/reconciler/replicas"),
+    (["--set", "reconciler.leaseSeconds=2"], "/reconciler/leaseSeconds"),
     (["--set", "webhook.timeoutSeconds=31"], "/webhook/timeoutSeconds"),
     (["--set", "webhook.failurePolicy=Ignore"], "failurePolicy"),
     (["--set", "webhook.port=443"], "/webhook/port"),

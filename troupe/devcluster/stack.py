@@ -36,22 +36,25 @@ from troupe.devcluster.processes import Monitor, Started, spawn, stop_all, tail
 
 REPO = Path(__file__).resolve().parents[2]
 RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-rules.yaml"
+LEASE_RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-leader-election-rules.yaml"
 NAMESPACE = "troupe-system"
 RECONCILER_SA = "troupe-reconciler"
 WEBHOOK_NAME = "troupe"
-#: The reconciler logs this once both informers have listed.
+#: A reconciler logs this once it leads and its informers have listed...
 RECONCILER_READY_LINE = "caches synced"
+#: ...and this as soon as it campaigns for the Lease (a follower says no more).
+RECONCILER_CAMPAIGN_LINE = "campaigns for the Lease"
 
 
 class StackError(RuntimeError):
     """Troupe could not start on the local cluster; the message names the part and shows its log."""
 
 
-def reconciler_rules() -> list[dict[str, Any]]:
-    """The reconciler's ClusterRole rules, as the chart ships them."""
-    rules = yaml.safe_load(RULES_FILE.read_text())
+def reconciler_rules(path: Path = RULES_FILE) -> list[dict[str, Any]]:
+    """RBAC rules as the chart ships them (default: the reconciler's ClusterRole)."""
+    rules = yaml.safe_load(path.read_text())
     if not isinstance(rules, list):
-        raise StackError(f"{RULES_FILE}: expected a list of RBAC rules")
+        raise StackError(f"{path}: expected a list of RBAC rules")
     return rules
 
 
@@ -70,12 +73,14 @@ class Stack:
     """The webhook and the reconciler on ``cluster``; a context manager.
 
     ``config`` is a path to Troupe's configuration YAML (default: built-in defaults, written
-    to the run directory so both processes read the same file). Logs go to
+    to the run directory so both processes read the same file). The reconciler runs with
+    leader election, as the chart runs it; ``lease_seconds`` is its Lease duration. Logs go to
     ``<cluster.run_dir>/logs/troupe-webhook.log`` and ``troupe-reconciler.log``.
     """
 
-    def __init__(self, cluster: Cluster, config: str | Path | None = None) -> None:
+    def __init__(self, cluster: Cluster, config: str | Path | None = None, lease_seconds: int = 15) -> None:
         self.cluster = cluster
+        self.lease_seconds = lease_seconds
         self.dir = cluster.run_dir / "troupe"
         self.dir.mkdir(parents=True, exist_ok=True)
         if config is None:
@@ -171,6 +176,12 @@ class Stack:
             "subjects": [{"kind": "ServiceAccount", "name": RECONCILER_SA, "namespace": NAMESPACE}],
         }
         _apply(rbac.create_cluster_role_binding, rbac.replace_cluster_role_binding, binding)
+        lease_role = {"metadata": {"name": "troupe-reconciler-leader-election"},
+                      "rules": reconciler_rules(LEASE_RULES_FILE)}
+        _apply(rbac.create_namespaced_role, rbac.replace_namespaced_role, lease_role, NAMESPACE)
+        lease_binding = dict(binding, metadata={"name": "troupe-reconciler-leader-election"}, roleRef={
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "troupe-reconciler-leader-election"})
+        _apply(rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, lease_binding, NAMESPACE)
         hook = webhook_configuration(
             self.config, url=self.webhook_url, ca_bundle_pem=(self.dir / "ca.crt").read_bytes(), name=WEBHOOK_NAME
         )
@@ -193,14 +204,34 @@ class Stack:
 
     def _start_reconciler(self) -> None:
         self.metrics_port = free_port()
-        started = self._spawn("troupe-reconciler", [
+        started = self.start_reconciler("troupe-reconciler", self.metrics_port)
+        log = Path(started.record.log)
+        self._wait("troupe-reconciler", started, lambda: RECONCILER_READY_LINE in log.read_text(errors="replace"))
+
+    def start_reconciler(self, name: str, metrics_port: int | None = None) -> Started:
+        """Start one more reconciler replica (log ``logs/<name>.log``), as the chart runs it:
+        with leader election in ``troupe-system``. Returns once it campaigns."""
+        started = self._spawn(name, [
             sys.executable, "-m", "reconciler", "run",
             "--kubeconfig", str(self.cluster.kubeconfig("reconciler")),
             "--config", str(self.config_path),
-            "--metrics-bind", f"127.0.0.1:{self.metrics_port}",
+            "--metrics-bind", f"127.0.0.1:{metrics_port or free_port()}",
+            "--leader-elect", "--leader-elect-namespace", NAMESPACE,
+            "--leader-elect-lease-seconds", str(self.lease_seconds),
         ])
         log = Path(started.record.log)
-        self._wait("troupe-reconciler", started, lambda: RECONCILER_READY_LINE in log.read_text(errors="replace"))
+        self._wait(name, started, lambda: RECONCILER_CAMPAIGN_LINE in log.read_text(errors="replace"))
+        return started
+
+    def process(self, name: str) -> Started:
+        """The process started under ``name`` (``troupe-webhook``, ``troupe-reconciler``...).
+
+        Raises ``KeyError`` naming it when no such process was started.
+        """
+        for started in self._started:
+            if started.record.name == name:
+                return started
+        raise KeyError(f"no process {name!r} was started")
 
     def check(self) -> None:
         """Raise :class:`StackError` if the webhook or the reconciler has died."""
