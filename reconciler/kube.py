@@ -195,7 +195,7 @@ class Informer:
                     code = obj.get("code")
                     if code == 410:
                         raise Gone(obj.get("message", "resourceVersion too old"))
-                    raise WriteError(f"watch of {self.resource.name} failed: {obj.get('message')}")
+                    raise ApiException(status=code, reason=str(obj.get("message")))
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if rv:
                     self.resource_version = rv

@@ -226,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
     build = sub.add_parser(
         "build",
         help="build the binaries and helm into the cache (cold ~8-10 min, warm instant)",
-        description="Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok into the version-keyed cache, then print their paths.",
+        description="Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm into the version-keyed cache, then print their paths.",
     )
     build.set_defaults(func=cmd_build)
 
