@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 demo: $(BIN)/.installed
-	$(BIN)/python -m troupe.demo
+	$(BIN)/python -m devtools.demo
 
 test: $(BIN)/.installed cluster-build lint
 	$(BIN)/python -m pytest
@@ -39,13 +39,13 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/webhook_load.py
 
 cluster-build: $(BIN)/.installed
-	$(BIN)/python -m troupe.devcluster build
+	$(BIN)/python -m devtools.devcluster build
 
 cluster-up: $(BIN)/.installed
-	$(BIN)/python -m troupe.devcluster up
+	$(BIN)/python -m devtools.devcluster up
 
 cluster-down: $(BIN)/.installed
-	$(BIN)/python -m troupe.devcluster down
+	$(BIN)/python -m devtools.devcluster down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,4 +1,4 @@
-"""Run the helm binary that ``python -m troupe.devcluster build`` built, on charts/troupe."""
+"""Run the helm binary that ``python -m devtools.devcluster build`` built, on charts/troupe."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from troupe.devcluster.build import HELM_VERSION, built_helm
+from devtools.devcluster.build import HELM_VERSION, built_helm
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "troupe"
@@ -20,7 +20,7 @@ NAMESPACE = "troupe-system"
 
 #: Why the chart tests are skipped when helm is missing (``make test`` builds it first).
 NOT_BUILT = (
-    f"helm {HELM_VERSION} is not built; build it with `python -m troupe.devcluster build` "
+    f"helm {HELM_VERSION} is not built; build it with `python -m devtools.devcluster build` "
     "(or `make cluster-build`)"
 )
 

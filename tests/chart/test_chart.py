@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 import certs
+from devtools.devcluster.build import built_helm
 from reconciler.__main__ import _parser as reconciler_parser
 from tests.chart.helm import CHART, NAMESPACE, NOT_BUILT, RELEASE, HelmFailed, helm, one, render
 from troupe.config import Config, from_mapping, load_config
-from troupe.devcluster.build import built_helm
 from webhook.cli import parser as webhook_parser
 from webhook.registration import webhook_configuration
 

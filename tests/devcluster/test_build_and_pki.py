@@ -7,7 +7,7 @@ import stat
 import pytest
 import yaml
 
-from troupe.devcluster import build, pki
+from devtools.devcluster import build, pki
 
 KUBERNETES_GO_MOD = """\
 module k8s.io/kubernetes

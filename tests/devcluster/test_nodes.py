@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from troupe.devcluster import nodes
+from devtools.devcluster import nodes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nodes.yaml"
 

@@ -1,4 +1,4 @@
-"""Fixtures for end-to-end tests on the local control plane (troupe.devcluster).
+"""Fixtures for end-to-end tests on the local control plane (devtools.devcluster).
 
 Every test under tests/e2e is marked ``e2e`` (deselect with ``-m "not e2e"``). The
 session-scoped ``cluster`` fixture starts etcd, kube-apiserver, kube-controller-manager,
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from devtools.devcluster import Cluster
+from devtools.devcluster.build import built_binaries, ensure_built
+from devtools.devcluster.cluster import exists
+from devtools.devcluster.stack import Stack
 from tests.e2e.helpers import new_namespace, wait_for
-from troupe.devcluster import Cluster
-from troupe.devcluster.build import built_binaries, ensure_built
-from troupe.devcluster.cluster import exists
-from troupe.devcluster.stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 import certs
+from devtools.devcluster import Cluster
 from tests.chart.helm import CHART, helm, template
-from troupe.devcluster import Cluster
 
 RELEASE = "troupe-chart"
 PFN_PREFIX = "gang-scheduling.preferred.jp/gang"

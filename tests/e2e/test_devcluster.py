@@ -17,9 +17,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from devtools.devcluster import Cluster, ComponentDied
+from devtools.devcluster.cluster import exists
 from tests.e2e.helpers import wait_for
-from troupe.devcluster import Cluster, ComponentDied
-from troupe.devcluster.cluster import exists
 
 T = TypeVar("T")
 

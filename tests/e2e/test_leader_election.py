@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from devtools.devcluster import Cluster
+from devtools.devcluster.stack import Stack
 from tests.e2e.helpers import gang_annotations, new_namespace, pod_body, wait_for
-from troupe.devcluster import Cluster
-from troupe.devcluster.stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 4

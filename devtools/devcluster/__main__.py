@@ -1,4 +1,4 @@
-"""Command line of the local control plane: ``python -m troupe.devcluster build|up|down|status``."""
+"""Command line of the local control plane: ``python -m devtools.devcluster build|up|down|status``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from troupe.devcluster.build import (
+from devtools.devcluster.build import (
     ETCD_VERSION,
     KUBERNETES_VERSION,
     KWOK_VERSION,
@@ -20,15 +20,15 @@ from troupe.devcluster.build import (
     cache_dir,
     ensure_built,
 )
-from troupe.devcluster.cluster import (
+from devtools.devcluster.cluster import (
     Cluster,
     ClusterError,
     load_state,
     recorded_processes,
     stop_run_dir,
 )
-from troupe.devcluster.nodes import NodesFileError
-from troupe.devcluster.processes import ComponentDied, Recorded, is_running
+from devtools.devcluster.nodes import NodesFileError
+from devtools.devcluster.processes import ComponentDied, Recorded, is_running
 
 DEFAULT_NODES = Path(__file__).resolve().parents[2] / "examples" / "nodes.yaml"
 
@@ -137,7 +137,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         state_file().write_text(f"{cluster.run_dir}\n")
         cluster.detach()
         print(
-            f"[devcluster] running in the background; stop it with: {sys.executable} -m troupe.devcluster down",
+            f"[devcluster] running in the background; stop it with: {sys.executable} -m devtools.devcluster down",
             file=sys.stderr,
         )
         return 0
@@ -218,7 +218,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     top = argparse.ArgumentParser(
-        prog="python -m troupe.devcluster",
+        prog="python -m devtools.devcluster",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

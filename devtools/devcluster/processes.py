@@ -121,7 +121,7 @@ def spawn(
     """
     if not Path(argv[0]).is_file():
         raise FileNotFoundError(
-            f"{name}: executable {argv[0]} does not exist (run: python -m troupe.devcluster build)"
+            f"{name}: executable {argv[0]} does not exist (run: python -m devtools.devcluster build)"
         )
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115  closed in stop_all / detach

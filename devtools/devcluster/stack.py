@@ -1,4 +1,4 @@
-"""Troupe itself on a local :class:`~troupe.devcluster.cluster.Cluster`: the webhook and the
+"""Troupe itself on a local :class:`~devtools.devcluster.cluster.Cluster`: the webhook and the
 reconciler, started the way the chart starts them (``python -m webhook serve``,
 ``python -m reconciler run``), each as its own process with its own log.
 
@@ -30,9 +30,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 import certs
+from devtools.devcluster.cluster import Cluster, free_port
+from devtools.devcluster.processes import Monitor, Started, spawn, stop_all, tail
 from troupe.config import Config, load_config
-from troupe.devcluster.cluster import Cluster, free_port
-from troupe.devcluster.processes import Monitor, Started, spawn, stop_all, tail
 
 REPO = Path(__file__).resolve().parents[2]
 RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-rules.yaml"

@@ -1,9 +1,9 @@
-"""``python -m troupe.demo``: Troupe end to end on a local control plane, then stop.
+"""``python -m devtools.demo``: Troupe end to end on a local control plane, then stop.
 
 1. Build (or reuse) the control-plane binaries; start etcd, kube-apiserver,
    kube-controller-manager, kube-scheduler and kwok with 16 fake GPU nodes
    (``examples/nodes.yaml``: 2 blocks x 2 subblocks x 4 hosts).
-2. Start Troupe's webhook and reconciler on it (:class:`troupe.devcluster.stack.Stack`).
+2. Start Troupe's webhook and reconciler on it (:class:`devtools.devcluster.stack.Stack`).
 3. Submit ``examples/gang-job.yaml``: an indexed Job of 4 one-GPU pods, one gang.
 4. Wait until all four are Running, print pod -> node -> block/subblock/host, stop everything.
 
@@ -21,10 +21,10 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from devtools.devcluster.cluster import Cluster
+from devtools.devcluster.stack import Stack
 from troupe import contract
 from troupe.config import GKE_LEVELS
-from troupe.devcluster.cluster import Cluster
-from troupe.devcluster.stack import Stack
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def wait_running(core: client.CoreV1Api, job: str, want: int, timeout: float) ->
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit code."""
-    p = argparse.ArgumentParser(prog="python -m troupe.demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", default=str(REPO / "examples" / "nodes.yaml"), help="fake nodes file (default %(default)s)")
     p.add_argument("--job", default=str(REPO / "examples" / "gang-job.yaml"), help="the Job to submit (default %(default)s)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the gang to run (default %(default)s)")

@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from troupe.devcluster import nodes as nodes_mod
-from troupe.devcluster.build import Binaries, ensure_built
-from troupe.devcluster.pki import DEFAULT_IDENTITIES, Identity, Pki, write_kubeconfig, write_pki
-from troupe.devcluster.processes import (
+from devtools.devcluster import nodes as nodes_mod
+from devtools.devcluster.build import Binaries, ensure_built
+from devtools.devcluster.pki import DEFAULT_IDENTITIES, Identity, Pki, write_kubeconfig, write_pki
+from devtools.devcluster.processes import (
     ComponentDied,
     Monitor,
     Recorded,
@@ -82,7 +82,7 @@ class Cluster:
     ``identities``: token identities besides ``admin`` (default: ``reconciler``, the
     ``troupe-system/troupe-reconciler`` service account with no RBAC, and ``alice``).
     ``nodes``: a nodes file applied (and waited for) at the end of :meth:`start`.
-    ``persistent``: for ``python -m troupe.devcluster up``: the processes outlive this
+    ``persistent``: for ``python -m devtools.devcluster up``: the processes outlive this
     Python process (no parent-death signal, nothing stopped at exit).
     ``on_failure``: called from a monitor thread when a component exits on its own; by
     default the message is printed to stderr. :meth:`check` raises it in the caller.
@@ -391,7 +391,7 @@ class Cluster:
     def detach(self) -> None:
         """Stop watching and leave the processes running (``up``); :meth:`stop` is then a no-op.
 
-        They can later be stopped with :func:`stop_run_dir` (``python -m troupe.devcluster down``).
+        They can later be stopped with :func:`stop_run_dir` (``python -m devtools.devcluster down``).
         """
         self._monitor.stop()
         for started in self._started:
