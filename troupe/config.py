@@ -21,6 +21,9 @@ Example (every key, with its default)::
     sharedDeviceResources: [nvidia.com/gpu]
     excludedNamespaces: [kube-system]
     autoGangSettleSeconds: 5
+    releaseConcurrency: 16
+    kubeAPIQPS: 100
+    kubeAPIBurst: 600
 """
 
 from __future__ import annotations
@@ -78,6 +81,12 @@ class Config:
     shared_device_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
     auto_gang_settle_seconds: int = 5
+    #: Writes of one release in flight at once (docs/decisions/007-release-writes.md).
+    release_concurrency: int = 16
+    #: The reconciler's client-side rate limit on API requests: a token bucket refilled at
+    #: ``kube_api_qps`` per second holding ``kube_api_burst`` (client-go's QPS and burst).
+    kube_api_qps: float = 100.0
+    kube_api_burst: int = 600
 
     @property
     def all_levels(self) -> tuple[str, ...]:
@@ -97,7 +106,9 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-_FIELDS = {_camel(f.name): f for f in dataclasses.fields(Config)}
+#: Keys whose initialism the camel-casing would lose (kube-scheduler's ``kubeAPIQPS``).
+_KEYS = {"kube_api_qps": "kubeAPIQPS", "kube_api_burst": "kubeAPIBurst"}
+_FIELDS = {_KEYS.get(f.name) or _camel(f.name): f for f in dataclasses.fields(Config)}
 
 
 def _want_int(key: str, value: Any, minimum: int) -> int:
@@ -140,6 +151,12 @@ def from_mapping(data: Mapping[str, Any]) -> Config:
             values[name] = _want_int(key, raw, 1)
         elif name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds"):
             values[name] = _want_int(key, raw, 0)
+        elif name in ("release_concurrency", "kube_api_burst"):
+            values[name] = _want_int(key, raw, 1)
+        elif name == "kube_api_qps":
+            if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
+                raise ConfigError(f"{key}: must be a number > 0 (requests per second), got {raw!r}")
+            values[name] = float(raw)
         elif name in ("topology_levels", "shared_device_resources"):
             values[name] = _want_str_list(key, raw, _QUALIFIED_NAME)
         elif name == "topology_fallback_levels":

@@ -50,8 +50,17 @@ RESERVED_PREFIX = "reconciler.troupe.io/"
 ASSIGNED_NODE = RESERVED_PREFIX + "node"
 #: The member's rank within its gang, as the reconciler ordered it.
 ASSIGNED_RANK = RESERVED_PREFIX + "rank"
-#: When the reconciler released the member (RFC 3339, UTC): its gang timeout runs from here.
+#: When the reconciler released the member (RFC 3339, UTC): the write that pinned it and
+#: removed its gate. A release's bind timeout runs from its last member's ``released-at``.
 RELEASED_AT = RESERVED_PREFIX + "released-at"
+#: When the release the member belongs to was planned (RFC 3339 with milliseconds, UTC):
+#: the same on every member released by one decision, so it names that release too.
+PLANNED_AT = RESERVED_PREFIX + "planned-at"
+#: The plan of a release of several members, written on its first member in the same
+#: update that releases it, before any other member is written: JSON
+#: ``{"plannedAt": "<RFC 3339>", "nodes": {"<pod uid>": "<node name>", ...}}``. Until every
+#: member it names is released, it reserves their nodes (docs/decisions/007-release-writes.md).
+PLAN = RESERVED_PREFIX + "plan"
 
 # --- Labels read --------------------------------------------------------------------------
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -182,8 +191,13 @@ def parse_gang(pod: Mapping[str, Any], config: Config) -> GangSpec | None:
     Name and size are both required once any gang key is present.
     Raises :class:`ContractError` naming the key and the value.
     """
+    namespace = pod_meta(pod).get("namespace") or "default"
+    return parse_gang_annotations(pod_annotations(pod), str(namespace), config)
+
+
+def parse_gang_annotations(a: Mapping[str, Any], namespace: str, config: Config) -> GangSpec | None:
+    """:func:`parse_gang` on a pod's annotations ``a`` and its ``namespace``."""
     keys = GangKeys.for_prefix(config.gang_annotation_prefix)
-    a = pod_annotations(pod)
     if not any(k in a for k in keys.all()):
         return None
     name = a.get(keys.name)
@@ -200,8 +214,7 @@ def parse_gang(pod: Mapping[str, Any], config: Config) -> GangSpec | None:
         raise ContractError(keys.size, None, "is required with the other gang annotations")
     size = _positive_int(keys.size, raw_size, "an integer >= 1")
     timeout = effective_timeout(a.get(keys.timeout), config, keys.timeout)
-    namespace = pod_meta(pod).get("namespace") or "default"
-    return GangSpec(str(namespace), name, size, timeout)
+    return GangSpec(namespace, name, size, timeout)
 
 
 @dataclass(frozen=True)
@@ -219,7 +232,11 @@ def parse_topology_request(pod: Mapping[str, Any], config: Config) -> TopologyRe
     refused, as Kueue refuses both podset topology annotations. Raises
     :class:`ContractError` listing the configured levels.
     """
-    a = pod_annotations(pod)
+    return parse_topology_annotations(pod_annotations(pod), config)
+
+
+def parse_topology_annotations(a: Mapping[str, Any], config: Config) -> TopologyRequest:
+    """:func:`parse_topology_request` on a pod's annotations ``a``."""
     required, preferred = a.get(TOPOLOGY_REQUIRED_LEVEL), a.get(TOPOLOGY_PREFERRED_LEVEL)
     for key, value in ((TOPOLOGY_REQUIRED_LEVEL, required), (TOPOLOGY_PREFERRED_LEVEL, preferred)):
         if value is not None and (not isinstance(value, str) or config.level_depth(value) is None):
@@ -287,13 +304,20 @@ def auto_gang_key(pod: Mapping[str, Any]) -> str | None:
     daemon groups them (seeds/002): ``job-name`` label, then
     ``training.kubeflow.org/job-name``, then the first owner's UID, then the ``name`` label.
     None when none is present."""
-    lab = pod_labels(pod)
+    owners = pod_meta(pod).get("ownerReferences")
+    owner_uid = None
+    if isinstance(owners, Sequence) and owners and isinstance(owners[0], Mapping) and owners[0].get("uid"):
+        owner_uid = str(owners[0]["uid"])
+    return auto_gang_group(pod_labels(pod), owner_uid)
+
+
+def auto_gang_group(lab: Mapping[str, Any], owner_uid: str | None) -> str | None:
+    """:func:`auto_gang_key` on a pod's labels ``lab`` and its (first) owner's UID."""
     for key in (JOB_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL):
         if isinstance(lab.get(key), str) and lab[key]:
             return f"{key}={lab[key]}"
-    owners = pod_meta(pod).get("ownerReferences")
-    if isinstance(owners, Sequence) and owners and isinstance(owners[0], Mapping) and owners[0].get("uid"):
-        return f"owner={owners[0]['uid']}"
+    if owner_uid:
+        return f"owner={owner_uid}"
     if isinstance(lab.get("name"), str) and lab["name"]:
         return f"name={lab['name']}"
     return None

@@ -141,6 +141,7 @@ def place_gang(
     required_level: str | None = None,
     preferred_level: str | None = None,
     *,
+    near: Sequence[str] = (),
     exact_budget: int = EXACT_BUDGET,
 ) -> PlacementResult:
     """Place every member or none (module docstring for the objective).
@@ -149,15 +150,20 @@ def place_gang(
     ``snapshot``), in any order: they are ranked by :attr:`PodInfo.rank`, then key.
     ``required_level``/``preferred_level`` are level label keys of the snapshot's
     :class:`~reconciler.engine.topology.TopologyLevels` (either set), or
-    ``kubernetes.io/hostname`` for one node. ``exact_budget`` bounds the exact search
-    (0: always greedy). Deterministic: the same snapshot and members give the same
-    result, message included. ``snapshot`` is not changed; apply the plan with
-    :meth:`Snapshot.with_assumed` or :meth:`Snapshot.assumed`.
+    ``kubernetes.io/hostname`` for one node. ``near`` names the nodes of the gang's
+    members that already run (replacements are placed next to them): only domains that
+    hold one of them are considered at each level, so a replacement goes to the smallest
+    domain it shares with its gang, and, with a required level, into the gang's domain of
+    that level or nowhere. ``exact_budget`` bounds the exact search (0: always greedy).
+    Deterministic: the same snapshot and members give the same result, message included.
+    ``snapshot`` is not changed; apply the plan with :meth:`Snapshot.with_assumed` or
+    :meth:`Snapshot.assumed`.
     """
     order = sorted(members, key=lambda p: (p.rank, p.key))
     if not order:
         return PlacementResult(True, [], Code.SUCCESS, "no members", method="none")
     levels, leaf = snapshot.levels, snapshot.tree.leaf_depth
+    allowed = _allowed(snapshot, near)
     known = ", ".join((*levels.keys, *levels.fallback, levels.name_of(leaf)))
     if required_level is not None:
         depth = levels.depth_of(required_level)
@@ -180,12 +186,12 @@ def place_gang(
         names = sorted({r for s in shapes for r in s.requests})
         requests = {r: max(s.requests.get(r, 0) for s in shapes) for r in names}
         eligible = [all(t) for t in zip(*(snapshot.eligible(s.flt) for s in shapes), strict=True)]
-    found = _place_uniform(snapshot, snapshot.capacity(requests, eligible), x, depths, exact_budget)
+    found = _place_uniform(snapshot, snapshot.capacity(requests, eligible), x, depths, exact_budget, allowed)
     mixed = None
     if len(shapes) > 1:
         # (a) first: the fill may hold the gang in a smaller domain than the envelope.
         smaller = [d for d in depths if found is None or d > found[0]]
-        mixed = _place_mixed(snapshot, order, shapes, shape_of, smaller)
+        mixed = _place_mixed(snapshot, order, shapes, shape_of, smaller, allowed)
     if mixed is not None:
         depth, j, nodes = mixed
         method = "mixed"
@@ -193,7 +199,7 @@ def place_gang(
         depth, j, chosen, method = found
         nodes = [i for i, count in chosen.counts for _ in range(count)]
     else:
-        return _explain(snapshot, order, shapes, required_level, depths)
+        return _explain(snapshot, order, shapes, required_level, depths, allowed)
     assignments = [
         Assignment(pod.key, snapshot.nodes[i].name, rank, pod.requests)
         for rank, (pod, i) in enumerate(zip(order, nodes, strict=True))
@@ -210,12 +216,26 @@ def place_gang(
     )
 
 
+Allowed = list[set[int]] | None
+"""Per depth, the domain indices a search may use; None: every domain."""
+
+
+def _allowed(snapshot: Snapshot, near: Sequence[str]) -> Allowed:
+    """The domains at each depth that hold one of the ``near`` nodes (names absent from
+    the snapshot are ignored); None when ``near`` is empty."""
+    if not near:
+        return None
+    tree = snapshot.tree
+    at = [snapshot.index[n] for n in near if n in snapshot.index]
+    return [{tree.domain_of[d][i] for i in at} for d in range(tree.leaf_depth + 1)]
+
+
 def _domain(snapshot: Snapshot, depth: int, j: int) -> DomainRef:
     return DomainRef(snapshot.levels.name_of(depth), snapshot.tree.prefix[depth][j])
 
 
 def _place_uniform(
-    snapshot: Snapshot, node_caps: list[int], x: int, depths: Sequence[int], budget: int
+    snapshot: Snapshot, node_caps: list[int], x: int, depths: Sequence[int], budget: int, allowed: Allowed = None,
 ) -> tuple[int, int, selection.Selection, str] | None:
     """The best (depth, domain, selection, method) for ``x`` pods of one shape whose
     per-node capacities are ``node_caps``; None when no allowed domain holds them."""
@@ -223,7 +243,7 @@ def _place_uniform(
     caps = tree.caps_by_depth(node_caps)
     fitting = tree.caps_by_depth([1 if c > 0 else 0 for c in node_caps])
     for d in depths:
-        candidates = [j for j, c in enumerate(caps[d]) if c >= x]
+        candidates = [j for j, c in enumerate(caps[d]) if c >= x and (allowed is None or j in allowed[d])]
         if not candidates:
             continue
         work = sum(selection.exact_work(fitting[d][j], x) for j in candidates)
@@ -245,7 +265,7 @@ def _place_uniform(
 
 def _place_mixed(
     snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[_Shape], shape_of: Sequence[int],
-    depths: Sequence[int],
+    depths: Sequence[int], allowed: Allowed = None,
 ) -> tuple[int, int, list[int]] | None:
     """Rank-order fill for members of several shapes: in each candidate domain (every
     shape's capacity suffices; most room first, at most :data:`MIXED_CANDIDATES`), each
@@ -257,7 +277,10 @@ def _place_mixed(
     caps = [tree.caps_by_depth(c) for c in node_caps]
     need = [len(s.members) for s in shapes]
     for d in depths:
-        candidates = [j for j in range(tree.size(d)) if all(c[d][j] >= n for c, n in zip(caps, need, strict=True))]
+        candidates = [
+            j for j in range(tree.size(d))
+            if (allowed is None or j in allowed[d]) and all(c[d][j] >= n for c, n in zip(caps, need, strict=True))
+        ]
         room = {j: sum(c[d][j] - n for c, n in zip(caps, need, strict=True)) for j in candidates}
         candidates.sort(key=lambda j: (room[j], j))
         best: tuple[tuple[float, int, int, int], list[int]] | None = None
@@ -307,17 +330,18 @@ def _plural(n: int, word: str) -> str:
 
 def _explain(
     snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[_Shape], required_level: str | None,
-    depths: Sequence[int],
+    depths: Sequence[int], allowed: Allowed = None,
 ) -> PlacementResult:
     """Why no placement exists, as a result: members that fit in the best allowed domain,
     nodes that take no member and their reasons (those of the lowest-ranked member's
     shape), and whether freeing capacity could help (the gang fits an emptied cluster)."""
     tree = snapshot.tree
     scope = depths[0] if required_level is not None else 0
+    domains = [j for j in range(tree.size(scope)) if allowed is None or j in allowed[scope]]
     node_caps = [snapshot.capacity(s.requests, snapshot.eligible(s.flt)) for s in shapes]
     scope_caps = [tree.caps_by_depth(c)[scope] for c in node_caps]
     fits = max(
-        (sum(min(len(s.members), c[j]) for s, c in zip(shapes, scope_caps, strict=True)) for j in range(tree.size(scope))),
+        (sum(min(len(s.members), c[j]) for s, c in zip(shapes, scope_caps, strict=True)) for j in domains),
         default=0,
     )
     reasons: Counter[str] = Counter()
@@ -327,7 +351,9 @@ def _explain(
             excluded += 1
             reasons.update(snapshot.reasons(i, shapes[0].flt, shapes[0].requests))
     x = len(order)
-    where = f" in one {required_level}" if required_level is not None else ""
+    where = ""
+    if required_level is not None:
+        where = f" in the gang's {required_level}" if allowed is not None else f" in one {required_level}"
     message = f"fits {fits} of {x} members{where}"
     if fits >= x:
         message += ", but not all at once with their different requests"
@@ -340,8 +366,6 @@ def _explain(
     empty_caps = [
         tree.caps_by_depth(empty.capacity(s.requests, snapshot.eligible(s.flt)))[scope] for s in shapes
     ]
-    could = any(
-        all(c[j] >= len(s.members) for s, c in zip(shapes, empty_caps, strict=True)) for j in range(tree.size(scope))
-    )
+    could = any(all(c[j] >= len(s.members) for s, c in zip(shapes, empty_caps, strict=True)) for j in domains)
     code = Code.UNSCHEDULABLE if could else Code.UNRESOLVABLE
     return PlacementResult(False, [], code, message, fits=fits)

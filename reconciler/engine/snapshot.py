@@ -11,15 +11,23 @@ Built from plain Kubernetes objects (dicts in the JSON shape, camelCase keys). T
   removes candidate victims that way and asks placement again).
 
 What uses a node's resources (DESIGN.md "Topology"): every pod that is not terminal
-(``Succeeded``/``Failed`` pods use nothing) and is either bound (``spec.nodeName``) or
-released but not yet bound: it carries no Troupe gate and is pinned to a node, by the
-reconciler's ``reconciler.troupe.io/node`` annotation, a ``kubernetes.io/hostname``
-``nodeSelector``, or a required node affinity of one term naming one hostname.
+(``Succeeded``/``Failed`` pods use nothing) and is
+
+- bound (``spec.nodeName``);
+- committed by the reconciler, gated or not: pinned (its ``reconciler.troupe.io/node``
+  annotation), or named by the plan record (``reconciler.troupe.io/plan``) of a release in
+  progress: a pin is a commitment, so a release cut short by a failed write or a killed
+  reconciler keeps its nodes until it is finished or rolled back
+  (docs/decisions/007-release-writes.md);
+- or released without Troupe and pinned to one node: no Troupe gate and a
+  ``kubernetes.io/hostname`` ``nodeSelector``, or a required node affinity of one term
+  naming one hostname.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,7 +44,15 @@ from reconciler.engine.filters import (
 )
 from reconciler.engine.resources import PODS, node_allocatable, pod_requests
 from reconciler.engine.topology import TopologyLevels, TopologyTree
-from troupe.contract import ASSIGNED_NODE, HOSTNAME_LABEL, is_troupe_gate, rank_key
+from troupe.contract import (
+    ASSIGNED_NODE,
+    HOSTNAME_LABEL,
+    PLAN,
+    PLANNED_AT,
+    RELEASED_AT,
+    is_troupe_gate,
+    rank_key,
+)
 
 T = TypeVar("T")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -84,6 +100,48 @@ class NodeInfo:
         )
 
 
+@dataclass(frozen=True)
+class Owner:
+    """A pod's controlling owner reference (``controller: true``): the object that
+    recreates the pod when it is deleted (a Job, a ReplicaSet...)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A release's plan record (``reconciler.troupe.io/plan``): ``planned_at`` (RFC 3339)
+    and ``nodes``, pod UID -> node name, for every member the release places."""
+
+    planned_at: str
+    nodes: Mapping[str, str]
+
+    def encode(self) -> str:
+        """The annotation value: compact JSON with sorted keys."""
+        return json.dumps({"plannedAt": self.planned_at, "nodes": dict(self.nodes)}, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, raw: str) -> Plan | None:
+        """The record in an annotation value, or None when it is not one. Only the
+        reconciler writes it (the webhook refuses anyone else), so a malformed value is
+        ignored rather than refused: a record it cannot read reserves nothing."""
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        at, nodes = data.get("plannedAt"), data.get("nodes")
+        if not isinstance(at, str) or not isinstance(nodes, dict):
+            return None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items()):
+            return None
+        return cls(at, nodes)
+
+
 @dataclass(frozen=True, eq=False)
 class PodInfo:
     """A pod as the engine sees it. ``requests`` is in units and includes one ``pods``.
@@ -91,7 +149,10 @@ class PodInfo:
     ``node_name`` is ``spec.nodeName`` (bound); ``assigned_node`` the reconciler's
     annotation (a node name) and ``hostname_pin`` a single hostname the pod's node
     selection allows (``kubernetes.io/hostname`` value); ``rank`` is
-    :func:`troupe.contract.rank_key`.
+    :func:`troupe.contract.rank_key`. ``planned_at`` and ``released_at`` are the
+    reconciler's annotations of a released member (RFC 3339 strings, ``""`` when absent),
+    ``plan`` the release record the pod carries, if any. ``deleting``: a
+    ``deletionTimestamp`` is set (the pod still uses its node until it is gone).
     """
 
     namespace: str
@@ -108,6 +169,13 @@ class PodInfo:
     creation_timestamp: str = ""
     rank: tuple[Any, ...] = ()
     priority: int = 0
+    uid: str = ""
+    resource_version: str = ""
+    deleting: bool = False
+    owner: Owner | None = None
+    planned_at: str = ""
+    released_at: str = ""
+    plan: Plan | None = None
 
     @property
     def key(self) -> str:
@@ -118,6 +186,11 @@ class PodInfo:
     def terminal(self) -> bool:
         """Succeeded or Failed: uses nothing, counts for nothing."""
         return self.phase in TERMINAL_PHASES
+
+    @property
+    def active(self) -> bool:
+        """Neither terminal nor being deleted: the pod counts as a gang member."""
+        return not self.terminal and not self.deleting
 
     @property
     def gated(self) -> bool:
@@ -160,7 +233,44 @@ class PodInfo:
             creation_timestamp=str(meta.get("creationTimestamp") or ""),
             rank=rank_key(obj),
             priority=priority,
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            deleting=meta.get("deletionTimestamp") is not None,
+            owner=_controller_owner(meta),
+            planned_at=annotations.get(PLANNED_AT, ""),
+            released_at=annotations.get(RELEASED_AT, ""),
+            plan=Plan.decode(annotations[PLAN]) if PLAN in annotations else None,
         )
+
+
+def _controller_owner(meta: Mapping[str, Any]) -> Owner | None:
+    """The owner reference with ``controller: true``, or None (malformed entries are
+    skipped: an owner that cannot be read is no owner Troupe may rely on)."""
+    owners = meta.get("ownerReferences")
+    if not isinstance(owners, list):
+        return None
+    for o in owners:
+        if isinstance(o, Mapping) and o.get("controller") is True:
+            fields = [o.get("apiVersion"), o.get("kind"), o.get("name"), o.get("uid")]
+            if all(isinstance(f, str) and f for f in fields):
+                return Owner(*(str(f) for f in fields))
+    return None
+
+
+def _reservations(pods: Iterable[PodInfo]) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+    """``(namespace, uid) -> node`` and ``-> planned_at`` for every member named by a plan
+    record that a live pod carries (a terminal or deleting holder's record is over). When
+    two records name the same pod, the later plan wins (it can only be a retry of the
+    same gang after the earlier release was rolled back)."""
+    nodes: dict[tuple[str, str], str] = {}
+    at: dict[tuple[str, str], str] = {}
+    holders = sorted((p for p in pods if p.plan is not None and p.active), key=lambda p: (p.plan.planned_at, p.key))  # type: ignore[union-attr]
+    for holder in holders:
+        assert holder.plan is not None
+        for uid, node in holder.plan.nodes.items():
+            nodes[(holder.namespace, uid)] = node
+            at[(holder.namespace, uid)] = holder.plan.planned_at
+    return nodes, at
 
 
 def _hostname_pin(flt: NodeFilter) -> str:
@@ -205,6 +315,7 @@ class Snapshot:
         resources = sorted({r for n in self.nodes for r in n.allocatable})
         self._free: dict[str, list[int]] = {r: [n.allocatable.get(r, 0) for n in self.nodes] for r in resources}
         self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
+        self._reserved, self._reserved_at = _reservations(self.pods.values())
         for p in self.pods.values():
             where = self.node_of(p)
             if where is not None:
@@ -253,13 +364,33 @@ class Snapshot:
             return None
         if pod.node_name:
             return self.index.get(pod.node_name)
+        committed = self.committed_node(pod)
+        if committed:
+            return self.index.get(committed)
         if pod.gated:
             return None
-        if pod.assigned_node:
-            return self.index.get(pod.assigned_node)
         if pod.hostname_pin:
             return self._by_hostname.get(pod.hostname_pin)
         return None
+
+    def committed_node(self, pod: PodInfo) -> str:
+        """The node the reconciler committed ``pod`` to (a node name), or ``""``: its pin
+        (``reconciler.troupe.io/node``), else its entry in the plan record of a release in
+        progress while it is still gated."""
+        if pod.assigned_node:
+            return pod.assigned_node
+        if pod.gated and pod.uid:
+            return self._reserved.get((pod.namespace, pod.uid), "")
+        return ""
+
+    def plan_of(self, pod: PodInfo) -> str:
+        """``planned_at`` of the release ``pod`` belongs to: its own annotation once
+        released, else that of the plan record that reserves its node; ``""`` when none."""
+        if pod.planned_at:
+            return pod.planned_at
+        if pod.gated and pod.uid:
+            return self._reserved_at.get((pod.namespace, pod.uid), "")
+        return ""
 
     def _take(self, key: str, i: int, requests: Mapping[str, int]) -> None:
         if key in self._using:

@@ -97,7 +97,8 @@ class PodBuilder:
         self.obj: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
+                         "creationTimestamp": "2024-01-01T00:00:00Z"},
             "spec": {"containers": [{"name": "main", "resources": {}}]},
             "status": {"phase": "Pending"},
         }
@@ -188,6 +189,20 @@ class PodBuilder:
         if effect:
             t["effect"] = effect
         self.spec.setdefault("tolerations", []).append(t)
+        return self
+
+    def owned_by(self, kind: str = "Job", name: str = "train", api_version: str = "batch/v1") -> PodBuilder:
+        """A controlling owner reference (what recreates the pod when it is deleted)."""
+        self.obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": api_version, "kind": kind, "name": name, "uid": f"uid-{kind}-{name}", "controller": True}]
+        return self
+
+    def deleting(self) -> PodBuilder:
+        self.obj["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z"
+        return self
+
+    def priority(self, value: int) -> PodBuilder:
+        self.spec["priority"] = value
         return self
 
     def build(self) -> dict[str, Any]:

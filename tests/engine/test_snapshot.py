@@ -4,10 +4,10 @@ import pytest
 
 from reconciler.engine import place_gang
 from reconciler.engine.fields import ObjectError
-from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.snapshot import NodeInfo, Plan, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from tests.engine.builders import GPU, HOSTNAME, expr, gang_of, make_node, make_pod, snapshot_of
-from troupe.contract import ASSIGNED_NODE, GKE_GATE_PREFIX, rank_key
+from troupe.contract import ASSIGNED_NODE, GKE_GATE_PREFIX, PLAN, rank_key
 
 
 def gpu_free(snapshot, node="n1"):
@@ -27,8 +27,8 @@ USAGE_CASES = [
      make_pod("p").requests(gpu=2).affinity({"matchExpressions": [expr(HOSTNAME, "In", "n1")]}), 6),
     ("a hostname affinity with two values pins nothing",
      make_pod("p").requests(gpu=2).affinity({"matchExpressions": [expr(HOSTNAME, "In", "n1", "n2")]}), 8),
-    ("a pinned pod still gated by Troupe uses nothing yet",
-     make_pod("p").requests(gpu=2).annotate(ASSIGNED_NODE, "n1").gated(), 8),
+    ("a pod the reconciler pinned is committed while still gated",
+     make_pod("p").requests(gpu=2).annotate(ASSIGNED_NODE, "n1").gated(), 6),
     ("a pinned pod still gated by the GKE daemon uses nothing yet",
      make_pod("p").requests(gpu=2).node_selector(HOSTNAME, "n1").gated(GKE_GATE_PREFIX + "x"), 8),
     ("a pinned pod held by someone else's gate uses its node",
@@ -42,6 +42,57 @@ def test_which_pods_use_a_nodes_resources(case, pod, want_free_gpus):
     snapshot = snapshot_of([make_node("n1").allocatable(gpu=8), make_node("n2").allocatable(gpu=8)], [pod])
     assert gpu_free(snapshot) == want_free_gpus
     assert gpu_free(snapshot, "n2") == 8
+
+
+def plan_of(*members, at="2026-11-22T10:00:00.000+00:00"):
+    return Plan(at, {f"uid-default-{pod}": node for pod, node in members}).encode()
+
+
+def test_a_plan_record_reserves_the_nodes_of_members_not_yet_released():
+    #   w-0 was released with the record; w-1 and w-2 are still gated: their nodes are held.
+    record = plan_of(("w-0", "n1"), ("w-1", "n1"), ("w-2", "n2"))
+    pods = [make_pod("w-0").requests(gpu=2).annotate(ASSIGNED_NODE, "n1").annotate(PLAN, record),
+            make_pod("w-1").requests(gpu=2).gated(), make_pod("w-2").requests(gpu=3).gated()]
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8), make_node("n2").allocatable(gpu=8)], pods)
+    assert (gpu_free(snapshot, "n1"), gpu_free(snapshot, "n2")) == (4, 5)
+    w1 = snapshot.pods["default/w-1"]
+    assert snapshot.committed_node(w1) == "n1"
+    assert snapshot.plan_of(w1) == "2026-11-22T10:00:00.000+00:00"
+
+
+@pytest.mark.parametrize("holder", [
+    make_pod("w-0").requests(gpu=2).on("n1", phase="Succeeded"),
+    make_pod("w-0").requests(gpu=2).annotate(ASSIGNED_NODE, "n1").deleting(),
+], ids=["the holder finished", "the holder is being deleted"])
+def test_a_record_whose_holder_is_gone_reserves_nothing(holder):
+    holder.annotate(PLAN, plan_of(("w-0", "n1"), ("w-1", "n2")))
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8), make_node("n2").allocatable(gpu=8)],
+                           [holder, make_pod("w-1").requests(gpu=2).gated()])
+    assert gpu_free(snapshot, "n2") == 8
+
+
+def test_a_record_reserves_only_pods_of_its_namespace_and_with_its_uids():
+    record = plan_of(("w-0", "n1"), ("w-1", "n2"))
+    pods = [make_pod("w-0").annotate(ASSIGNED_NODE, "n1").annotate(PLAN, record),
+            make_pod("w-1", namespace="other").requests(gpu=2).gated(),
+            make_pod("w-9").requests(gpu=2).gated()]
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8), make_node("n2").allocatable(gpu=8)], pods)
+    assert gpu_free(snapshot, "n2") == 8
+
+
+def test_a_malformed_record_reserves_nothing_and_does_not_stop_the_snapshot():
+    pods = [make_pod("w-0").annotate(PLAN, "{not json"), make_pod("w-1").requests(gpu=2).gated()]
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8)], pods)
+    assert snapshot.pods["default/w-0"].plan is None
+    assert gpu_free(snapshot) == 8
+
+
+def test_a_plan_record_round_trips():
+    plan = Plan("2026-11-22T10:00:00.000+00:00", {"u1": "n1", "u2": "n2"})
+    assert Plan.decode(plan.encode()) == plan
+    assert plan.encode() == '{"nodes":{"u1":"n1","u2":"n2"},"plannedAt":"2026-11-22T10:00:00.000+00:00"}'
+    for bad in ("[]", '{"plannedAt": 1, "nodes": {}}', '{"plannedAt": "x", "nodes": {"u": 3}}', ""):
+        assert Plan.decode(bad) is None
 
 
 def test_a_pin_by_hostname_finds_the_node_by_its_hostname_label():

@@ -1,0 +1,270 @@
+"""One decision per gang: ``decide(gang, snapshot, now) -> Decision``.
+
+The reconciler and the simulator both call :func:`decide`, so a what-if is never a second
+opinion: the same gang on the same snapshot at the same time gives the same phase, the
+same reason and the same plan. It is pure: plain data in, plain data out; ``now`` (seconds
+since the epoch) is the only clock, and nothing is written. The caller acts on it: the
+reconciler writes (:mod:`reconciler.controller`), the simulator applies the plan to its
+snapshot and moves to the next gang (:mod:`reconciler.simulate`).
+
+What it sees of each active member of the gang (``snapshot`` must hold the gang's pods):
+
+- *gated*: it carries a Troupe gate. Among gated members, *reserved* ones are committed to
+  a node already: pinned by an earlier version of the release protocol, or named by the
+  plan record of a release cut short (a write refused, the reconciler killed);
+- *released*: no Troupe gate; *bound* once ``spec.nodeName`` is set.
+
+Each group of committed members that one decision released (they share
+``reconciler.troupe.io/planned-at``) is a *release*, with its own clock
+(docs/decisions/007-release-writes.md):
+
+- while some of its members are still gated, it must be finished within the gang's
+  timeout (+ jitter) from when it was planned;
+- once complete, its members must all be bound within the timeout (+ jitter) from its
+  last member's ``released-at``: the clock starts when the release is complete.
+
+A release whose clock runs out is rolled back, and only that release: members released
+later (replacements, retried writes) never roll back members that are already running
+from an earlier release, and a gang's first release is the whole gang. A release whose
+planned node no longer exists is rolled back at once. The phase itself comes from the
+rules of :mod:`.lifecycle`, in their order.
+
+The jitter is drawn from ``[0, gangScheduleTimeoutJitterSeconds]`` (``seeds/001``) by a hash
+of the gang and the release, so it is spread across gangs yet the same after a restart
+and in the simulator.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from reconciler.engine import lifecycle
+from reconciler.engine.gang import Gang
+from reconciler.engine.lifecycle import Observation, Phase
+from reconciler.engine.placement import PlacementResult, place_gang
+from reconciler.engine.snapshot import Plan, PodInfo, Snapshot
+
+
+@dataclass(frozen=True)
+class MemberRelease:
+    """One member to release in one write: pin it to ``node`` (the pin adds
+    ``kubernetes.io/hostname: <hostname>`` to its node selection), stamp its ``rank``
+    (0-based, in the whole gang) and the release's ``planned_at``, and remove its Troupe
+    gates. ``pod`` is ``namespace/name``; ``uid`` and ``resource_version`` are those the
+    decision saw (a write made against a newer version must check it is still the same
+    pod, still unpinned or pinned to ``node``)."""
+
+    pod: str
+    uid: str
+    resource_version: str
+    node: str
+    hostname: str
+    rank: int
+    planned_at: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one gang, and why.
+
+    ``phase``/``rule``/``reason``: the lifecycle rule that applied and its reason (with
+    numbers); ``observation`` what it saw. ``release``: members to release now, in rank
+    order (a new plan for ``Placed``, the reserved members for ``Releasing``). ``plan``:
+    the record to write on ``release[0]`` together with its release, before any other
+    member is written (a new plan of more than one member). ``rollback``: members to mark
+    as disrupted and delete (their controller recreates them); ``kept``: members of the
+    same rolled-back release that no controller owns, never deleted (they get an Event);
+    ``clear_plan``: members whose plan record must be removed (the record of a rolled-back
+    release that survives on an ownerless member). ``notify``: the members the rule's
+    ``event`` (``(type, reason)``) is about. ``recheck_at`` (seconds since the epoch): when
+    the decision changes with nothing else happening (a deadline, the end of a settle
+    period or of a backoff); None: only when something changes. ``code`` is the placement
+    engine's code (``Success``, ``Unschedulable``, ``UnschedulableAndUnresolvable``) when
+    it was asked; ``placement`` its result. ``victims`` and ``devices`` are empty in this
+    version (gang-aware preemption and device allocation are not built yet).
+    """
+
+    gang: str
+    phase: Phase
+    rule: str
+    reason: str
+    observation: Observation
+    code: str = ""
+    release: tuple[MemberRelease, ...] = ()
+    plan: Plan | None = None
+    rollback: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    clear_plan: tuple[str, ...] = ()
+    notify: tuple[str, ...] = ()
+    event: tuple[str, str] | None = None
+    recheck_at: float | None = None
+    placement: PlacementResult | None = None
+    victims: tuple[str, ...] = ()
+    devices: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
+
+
+def rfc3339(seconds: float) -> str:
+    """``seconds`` since the epoch as RFC 3339 in UTC with milliseconds
+    (``2026-11-22T10:00:00.000+00:00``): the form of ``planned-at`` and ``released-at``."""
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def epoch(timestamp: str) -> float | None:
+    """An RFC 3339 timestamp as seconds since the epoch, or None when unreadable."""
+    try:
+        return dt.datetime.fromisoformat(timestamp).timestamp()
+    except ValueError:
+        return None
+
+
+def jitter(gang: Gang, release: str) -> float:
+    """The jitter of ``release`` of ``gang``: ``[0, gang.jitter_seconds]`` seconds, from a
+    hash of both (the same after a restart and in the simulator)."""
+    digest = hashlib.blake2b(f"{gang.key}@{release}".encode(), digest_size=8).digest()
+    return gang.jitter_seconds * int.from_bytes(digest, "big") / 2**64
+
+
+@dataclass
+class _Release:
+    """Committed members sharing one ``planned_at``; ``reserved`` are still gated."""
+
+    id: str
+    members: list[PodInfo] = field(default_factory=list)
+    reserved: list[PodInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Clock:
+    deadline: float
+    why: str
+
+
+def _release_clock(gang: Gang, r: _Release, snapshot: Snapshot, now: float) -> _Clock | None:
+    """When release ``r`` runs out of time and why; None when it is done (every member
+    bound) or has no readable clock."""
+    seconds, jit = gang.timeout_seconds, jitter(gang, r.id)
+    for pod in r.members:
+        node = pod.node_name or snapshot.committed_node(pod)
+        if not pod.node_name and node and node not in snapshot.index:
+            return _Clock(now, f"the planned node {node} of member {pod.name} no longer exists")
+    if r.reserved:
+        start = epoch(r.id)
+        if start is None:
+            return None
+        return _Clock(start + seconds + jit,
+                      f"release of {len(r.members)} member(s) not complete within {seconds}s "
+                      f"(+{jit:.0f}s jitter): {len(r.reserved)} still gated")
+    unbound = [p for p in r.members if not p.node_name]
+    if not unbound:
+        return None
+    stamps = [t for p in r.members if (t := epoch(p.released_at)) is not None]
+    if not stamps:
+        return None
+    return _Clock(max(stamps) + seconds + jit,
+                  f"{len(unbound)} released member(s) not bound within {seconds}s (+{jit:.0f}s jitter)")
+
+
+def decide(gang: Gang, snapshot: Snapshot, now: float) -> Decision:
+    """The decision for ``gang`` on ``snapshot`` at ``now`` (seconds since the epoch).
+
+    ``snapshot`` holds the gang's pods as the gang does (committed members use their
+    nodes; free gated members use nothing). Deterministic; never raises on cluster data.
+    """
+    released = [p for p in gang.members if not p.gated]
+    gated = [p for p in gang.members if p.gated]
+    reserved = [p for p in gated if snapshot.committed_node(p)]
+    free = [p for p in gated if not snapshot.committed_node(p)]
+    releases: dict[str, _Release] = {}
+    for pod in [*released, *reserved]:
+        rid = snapshot.plan_of(pod) or pod.released_at
+        if not rid:
+            continue  # released without Troupe: nothing to time
+        r = releases.setdefault(rid, _Release(rid))
+        r.members.append(pod)
+        if pod.gated:
+            r.reserved.append(pod)
+    clocks = {rid: c for rid, r in sorted(releases.items()) if (c := _release_clock(gang, r, snapshot, now))}
+    expired = [rid for rid, c in clocks.items() if c.deadline <= now]
+    pending = [c.deadline for c in clocks.values() if c.deadline > now]
+
+    size = gang.size
+    settle_left = 0.0
+    if size is None:
+        settle_left = gang.settle_at - now
+        if settle_left <= 0:
+            size = len(gang.members)
+    obs = Observation(
+        gang=gang.key, active=len(gang.members), size=size, gated=len(gated), reserved=len(reserved),
+        released=len(released), bound=sum(1 for p in released if p.node_name),
+        running=sum(1 for p in released if p.phase == "Running"),
+        expired=sum(len(releases[rid].members) for rid in expired),
+        expired_why="; ".join(clocks[rid].why for rid in expired), held=gang.held, device_groups=gang.device_groups,
+        backoff_left=max(0.0, gang.not_before - now), timeouts=gang.timeouts, settle_left=max(0.0, settle_left),
+        size_from=gang.size_from,
+    )
+    rule = lifecycle.classify(obs)
+    recheck = min(pending) if pending else None
+
+    def made(rule: lifecycle.Rule, reason: str | None = None, **fields: object) -> Decision:
+        return Decision(gang.key, rule.phase, rule.name, rule.reason(obs) if reason is None else reason, obs,
+                        event=rule.event, **fields)  # type: ignore[arg-type]
+
+    keys = tuple(p.key for p in gated)
+    if rule is lifecycle.TIMED_OUT:
+        members = [p for rid in expired for p in releases[rid].members]
+        holders = [p for p in gang.members if p.plan is not None and p.plan.planned_at in expired and p.owner is None]
+        return made(rule, rollback=tuple(p.key for p in members if p.owner is not None),
+                    kept=tuple(p.key for p in members if p.owner is None),
+                    clear_plan=tuple(p.key for p in holders), notify=tuple(p.key for p in members))
+    if rule is lifecycle.RELEASE_IN_PROGRESS:
+        ranks = {p.key: i for i, p in enumerate(gang.members)}
+        out = tuple(_member(p, snapshot.committed_node(p), snapshot, ranks[p.key], snapshot.plan_of(p) or p.released_at)
+                    for p in reserved)
+        return made(rule, release=out, notify=tuple(m.pod for m in out), recheck_at=recheck)
+    if rule in (lifecycle.ALL_RELEASED, lifecycle.NO_MEMBERS, lifecycle.MEMBERS_MISSING):
+        return made(rule, recheck_at=recheck)
+    if rule in (lifecycle.MEMBERS_DISAGREE, lifecycle.DEVICE_GROUP):
+        return made(rule, notify=keys, recheck_at=recheck)
+    if rule is lifecycle.BACKING_OFF:
+        return made(rule, notify=keys, recheck_at=_earliest(recheck, gang.not_before))
+    if rule is lifecycle.SETTLING:
+        return made(rule, recheck_at=_earliest(recheck, gang.settle_at))
+    latest = max((t for rid in releases if (t := epoch(rid)) is not None), default=None)
+    return _place(gang, snapshot, now, obs, free, released, recheck, latest)
+
+
+def _earliest(a: float | None, b: float) -> float:
+    return b if a is None else min(a, b)
+
+
+def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: str) -> MemberRelease:
+    i = snapshot.index.get(node)
+    hostname = snapshot.nodes[i].hostname if i is not None else node
+    return MemberRelease(pod.key, pod.uid, pod.resource_version, node, hostname, rank, planned_at)
+
+
+def _place(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
+           released: Sequence[PodInfo], recheck: float | None, latest: float | None) -> Decision:
+    """Rules 10 and 11: ask the engine where the gated members go (next to the members
+    that already run, when there are some). A new release's ``planned_at`` names it, so it
+    is later than every release of the gang already there (``latest``, seconds), by a
+    millisecond if the clock says otherwise."""
+    near = sorted({n for p in released if (n := p.node_name or snapshot.committed_node(p))})
+    result = place_gang(snapshot, free, gang.topology.required_level, gang.topology.preferred_level, near=near)
+    what = f"replacement member(s) {', '.join(p.name for p in free)}: " if released else ""
+    keys = tuple(p.key for p in free)
+    if not result.placed:
+        rule = lifecycle.UNPLACED
+        return Decision(gang.key, rule.phase, rule.name, what + result.reason, obs, code=result.code.value,
+                        notify=keys, event=rule.event, recheck_at=recheck, placement=result)
+    planned_at = rfc3339(now if latest is None or now >= latest + 0.001 else latest + 0.001)
+    ranks = {p.key: i for i, p in enumerate(gang.members)}
+    by_key = {p.key: p for p in free}
+    out = tuple(_member(by_key[a.pod_key], a.node, snapshot, ranks[a.pod_key], planned_at) for a in result.assignments)
+    plan = Plan(planned_at, {by_key[m.pod].uid: m.node for m in out}) if len(out) > 1 else None
+    rule = lifecycle.PLACED
+    return Decision(gang.key, rule.phase, rule.name, what + result.reason, obs, code=result.code.value, release=out,
+                    plan=plan, notify=keys, event=rule.event, recheck_at=recheck, placement=result)

@@ -1,0 +1,180 @@
+"""A gang, parsed once: which pods form it, how many members it needs, and what it asks.
+
+Membership and size are decided together, here, for the reconciler's cache and the
+simulator alike (DESIGN.md "Gangs" and "Topology"; ``docs/contract.md``, "Which pods form
+a gang"):
+
+- **Troupe's gang annotations** (``<prefix>-name``, ``-size``, ``-schedule-timeout-seconds``,
+  ``seeds/001``): gang ``<namespace>/<name>`` of the annotated size.
+- **A ``gke.io/topology-aware-auto-*`` gate** and no gang annotations (``seeds/002``):
+  gang ``<namespace>/gke:<group>``, grouped as the GKE daemon groups them (``job-name``,
+  ``training.kubeflow.org/job-name``, owner UID, ``name`` label). Its size is the owning
+  Job's ``parallelism`` when the Job is known, else the members present once none has been
+  created for ``autoGangSettleSeconds`` (read from creation timestamps, so a restarted
+  reconciler and the simulator agree).
+- **Troupe's gate and nothing else** (a topology or device-group request alone): a gang of
+  one, ``<namespace>/pod:<pod name>``, placed on its own. Pods are never grouped by their
+  owner without being asked: a Job whose pods carry only a topology request gets each pod
+  placed alone, never a wait for peers it did not name.
+- **Malformed gang annotations** (the pod got past admission while the webhook was out of
+  the path): the pod still belongs to its gang (or to a gang of one when even the name is
+  unreadable), and the gang is *held*, the parse error its reason, instead of the pod
+  being ignored.
+
+Pure: plain data in (:class:`~reconciler.engine.snapshot.PodInfo`), a :class:`Gang` out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+import troupe.contract as contract
+from reconciler.engine.snapshot import PodInfo
+from troupe.config import Config
+
+#: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
+#: whose size or timeout disagree are held; a topology request is the gang's, too).
+AGREE_ON_TOPOLOGY = (contract.TOPOLOGY_REQUIRED_LEVEL, contract.TOPOLOGY_PREFERRED_LEVEL)
+
+
+@dataclass(frozen=True)
+class Gang:
+    """One gang, as a decision needs it.
+
+    ``key``: ``namespace/id`` (the work queue's key). ``name``: how users know it (the
+    gang name, ``gke:job-name=w`` or ``pod:<name>``). ``members``: its active pods
+    (neither terminal nor being deleted), in rank order (:func:`troupe.contract.rank_key`).
+    ``size``: members needed before the first release; None while an auto-gang settles,
+    until ``settle_at`` (seconds since the epoch). ``size_from`` says where a size not
+    stated by the members came from (``"Job w parallelism"``). ``timeout_seconds``: the
+    effective timeout (defaulted and capped, ``seeds/001``); ``jitter_seconds`` the bound
+    of the jitter added to it. ``topology``: the members' level request. ``held``: why the
+    members cannot be released as they are (malformed or disagreeing keys), else ``""``.
+    ``device_groups``: the SharedDeviceGroups its members join. ``priority``: the highest
+    ``spec.priority`` of its members. ``created``: the earliest creation timestamp
+    (RFC 3339). ``not_before`` (seconds since the epoch) and ``timeouts``: the backoff
+    after consecutive rollbacks, which only the caller knows (0 and 0 for the simulator).
+    """
+
+    key: str
+    namespace: str
+    name: str
+    members: tuple[PodInfo, ...]
+    size: int | None
+    timeout_seconds: int
+    jitter_seconds: int
+    topology: contract.TopologyRequest = field(default_factory=contract.TopologyRequest)
+    size_from: str = ""
+    settle_at: float = 0.0
+    held: str = ""
+    device_groups: tuple[str, ...] = ()
+    priority: int = 0
+    created: str = ""
+    not_before: float = 0.0
+    timeouts: int = 0
+
+
+def gang_key(pod: PodInfo, config: Config) -> str | None:
+    """The key of the gang ``pod`` belongs to (module docstring), or None when Troupe
+    does not manage the pod."""
+    keys = contract.GangKeys.for_prefix(config.gang_annotation_prefix)
+    a = pod.annotations
+    if any(k in a for k in keys.all()):
+        name = a.get(keys.name, "")
+        try:
+            contract.parse_gang_annotations({keys.name: name, keys.size: "1"}, pod.namespace, config)
+        except contract.ContractError:
+            return f"{pod.namespace}/pod:{pod.name}"
+        return f"{pod.namespace}/{name}"
+    if any(g.startswith(contract.GKE_GATE_PREFIX) for g in pod.gates):
+        group = contract.auto_gang_group(pod.labels, pod.owner.uid if pod.owner else None)
+        return f"{pod.namespace}/gke:{group}" if group else f"{pod.namespace}/pod:{pod.name}"
+    if contract.GATE in pod.gates:
+        return f"{pod.namespace}/pod:{pod.name}"
+    return None
+
+
+def group_by_gang(pods: Iterable[PodInfo], config: Config) -> dict[str, list[PodInfo]]:
+    """Every pod Troupe manages, by gang key (:func:`gang_key`)."""
+    out: dict[str, list[PodInfo]] = {}
+    for pod in pods:
+        key = gang_key(pod, config)
+        if key is not None:
+            out.setdefault(key, []).append(pod)
+    return out
+
+
+def _epoch(timestamp: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(timestamp).timestamp()
+    except ValueError:
+        return None
+
+
+def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
+    """A message naming the keys the members disagree on (values sorted), or ``""``."""
+    values: dict[str, set[str]] = {}
+    for pod in members:
+        for k in keys:
+            values.setdefault(k, set()).add(pod.annotations.get(k, "<unset>"))
+    differing = [f"{k}: {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
+    return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
+
+
+def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int]) -> Gang:
+    """The :class:`Gang` ``key`` of ``pods`` (every pod with that key, active or not).
+
+    ``parallelism`` maps a Job's ``(namespace, name)`` to its ``spec.parallelism``: the
+    size of an auto-gang owned by that Job. Never raises: what cannot be read makes the
+    gang held, with the reason.
+    """
+    namespace, _, name = key.partition("/")
+    members = tuple(sorted((p for p in pods if p.active), key=lambda p: (p.rank, p.key)))
+    timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
+    base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds)
+    if not members:
+        return base
+    created = min((p.creation_timestamp for p in members if p.creation_timestamp), default="")
+    groups = tuple(sorted({g for p in members if (g := p.annotations.get(contract.DEVICE_GROUP))}))
+    priority = max(p.priority for p in members)
+    topology, held = contract.TopologyRequest(), ""
+    try:
+        topology = contract.parse_topology_annotations(members[0].annotations, config)
+    except contract.ContractError as e:
+        held = f"member {members[0].name}: {e}"
+    gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
+                topology=topology, held=held, device_groups=groups, priority=priority, created=created)
+    gang_keys = contract.GangKeys.for_prefix(config.gang_annotation_prefix)
+    annotated = any(k in members[0].annotations for k in gang_keys.all())
+    if name.startswith("gke:"):
+        return _auto_sized(gang, config, parallelism)
+    if name.startswith("pod:") and not annotated:
+        return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
+    specs = []
+    for pod in members:
+        try:
+            spec = contract.parse_gang_annotations(pod.annotations, pod.namespace, config)
+        except contract.ContractError as e:
+            return replace(gang, held=f"member {pod.name}: {e} (held until it is fixed)")
+        if spec is not None:
+            specs.append(spec)
+    if not specs:
+        return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
+    disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, *AGREE_ON_TOPOLOGY))
+    return replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree)
+
+
+def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str], int]) -> Gang:
+    """A GKE auto-gang's size (``seeds/002``): the owning Job's parallelism when the Job
+    is known, else the members present once ``autoGangSettleSeconds`` have passed since
+    the newest one was created (``settle_at``)."""
+    owner = gang.members[0].owner
+    if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch/"):
+        size = parallelism.get((gang.namespace, owner.name))
+        if size is not None:
+            return replace(gang, size=max(size, 1), size_from=f"Job {owner.name} parallelism")
+    stamps = [t for p in gang.members if (t := _epoch(p.creation_timestamp)) is not None]
+    newest = max(stamps, default=0.0)
+    return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)

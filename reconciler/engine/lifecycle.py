@@ -1,0 +1,272 @@
+"""The gang lifecycle: its phases, the rules that pick a phase from what is observed, and
+the moves between phases that can happen.
+
+The reconciler is level-triggered. Every decision observes the gang afresh (an
+:class:`Observation`: counts of its members in each state, its clocks, what holds it) and
+:func:`classify` picks the first rule of :data:`RULES` that applies. A rule names the
+phase, says why with numbers, and names the Event the members get. Only when every rule
+passes is the placement engine asked (:data:`READY`); its answer picks :data:`PLACED` or
+:data:`UNPLACED`. The order is the policy, so it is written here once, as data:
+
+======  ====================  ==============  ==========================================
+order   rule                  phase           applies when
+======  ====================  ==============  ==========================================
+1       ``NoMembers``         Waiting         no active member (all finished or deleted)
+2       ``TimedOut``          RolledBack      a release did not complete, or its members
+                                              were not all bound, within the timeout
+3       ``ReleaseInProgress`` Releasing       gated members hold nodes reserved by a
+                                              release cut short: finish it
+4       ``AllReleased``       Released        no active member is gated
+5       ``MembersDisagree``   Held            members disagree on size, timeout or level,
+                                              or carry malformed gang annotations
+6       ``DeviceGroup``       Held            a member joins a SharedDeviceGroup, whose
+                                              devices this version does not allocate
+7       ``BackingOff``        BackingOff      a rollback's backoff has not run out
+8       ``Settling``          Waiting         an auto-gang's size is not known yet
+9       ``MembersMissing``    Waiting         fewer than ``size`` active members, none
+                                              released (all-or-nothing)
+10      ``Placed``            Placed          a placement exists for every gated member
+11      ``Unplaced``          Unschedulable   it does not
+======  ====================  ==============  ==========================================
+
+A pin is a commitment: rules 2 to 4 come before anything that could hold a gang back,
+so a release once begun is finished (or rolled back at its deadline) whatever else
+changes. Members released later than their gang (replacements) are placed on their own
+(rules 9 and 10: ``MembersMissing`` applies only while nothing is released).
+
+Moves (:data:`MOVES`). Observations can change arbitrarily between two reconciles
+(members come and go), so most moves can happen; what cannot is that a gang becomes
+*committed* (a member released, or its node reserved) behind the controller's back: only
+a ``Placed`` decision of the controller commits. Hence ``Releasing`` follows only
+``Placed`` or ``Releasing``, and nothing committed (``Releasing``, ``Released``,
+``RolledBack``) follows ``Waiting``, which observes no committed member. A reconciler
+that starts (or takes over) sees each gang for the first time, and any first phase is
+legal. :func:`check_move` raises :class:`IllegalTransition` naming the gang, both phases
+and the observation (h11's habit: rules as data, errors that explain themselves).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class Phase(enum.Enum):
+    """A gang's phase; see the module docstring for the rule that leads to each."""
+
+    WAITING = "Waiting"
+    HELD = "Held"
+    BACKING_OFF = "BackingOff"
+    UNSCHEDULABLE = "Unschedulable"
+    PLACED = "Placed"
+    RELEASING = "Releasing"
+    RELEASED = "Released"
+    ROLLED_BACK = "RolledBack"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a decision sees of one gang: counts of its active members (neither terminal
+    nor being deleted) and the facts the rules read.
+
+    ``size`` is None while an auto-gang settles (``settle_left`` seconds to go).
+    ``gated``: active members not released yet (they carry a Troupe gate); ``reserved``:
+    gated members whose node a release in progress holds; ``released``: active members
+    without a Troupe gate, ``bound`` of them with a node, ``running`` of them Running.
+    ``expired``: members of releases whose clock ran out, ``expired_why`` the reason.
+    ``held``: why the members cannot be released as they are (``""``: nothing).
+    ``backoff_left``: seconds before a rolled-back gang may be released again, after
+    ``timeouts`` consecutive rollbacks.
+    """
+
+    gang: str
+    active: int
+    size: int | None
+    gated: int = 0
+    reserved: int = 0
+    released: int = 0
+    bound: int = 0
+    running: int = 0
+    expired: int = 0
+    expired_why: str = ""
+    held: str = ""
+    device_groups: tuple[str, ...] = ()
+    backoff_left: float = 0.0
+    timeouts: int = 0
+    settle_left: float = 0.0
+    size_from: str = ""
+
+    def summary(self) -> str:
+        """One line for errors and logs: ``active=4 size=4 gated=2 reserved=2 ...``."""
+        parts = [f"active={self.active}", f"size={self.size}", f"gated={self.gated}", f"reserved={self.reserved}",
+                 f"released={self.released}", f"bound={self.bound}", f"expired={self.expired}"]
+        if self.held:
+            parts.append("held")
+        if self.backoff_left > 0:
+            parts.append(f"backoff={self.backoff_left:.0f}s")
+        return " ".join(parts)
+
+
+Reason = Callable[[Observation], str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: ``name`` (what was observed), the ``phase`` it leads to, ``applies``
+    (None for the placement rules, which the engine's answer picks), ``reason`` (the
+    text, with numbers) and ``event``: ``(type, reason)`` of the Event the affected
+    members get, or None."""
+
+    name: str
+    phase: Phase
+    applies: Callable[[Observation], bool] | None
+    reason: Reason
+    event: tuple[str, str] | None = None
+
+
+def _members(o: Observation) -> str:
+    size = "?" if o.size is None else str(o.size)
+    return f"{o.active} of {size} members present" + (f" ({o.size_from})" if o.size_from else "")
+
+
+def _released(o: Observation) -> str:
+    if o.size is not None and o.active < o.size:
+        missing = f"; {o.size - o.active} missing, a replacement is placed on its own when it comes"
+    else:
+        missing = ""
+    if o.bound == o.released:
+        return f"all {o.released} active members released and bound ({o.running} running){missing}"
+    return f"{o.bound} of {o.released} released members bound{missing}"
+
+
+def _backoff(o: Observation) -> str:
+    return f"backing off after {o.timeouts} timeout(s): {o.backoff_left:.0f}s left"
+
+
+NO_MEMBERS = Rule("NoMembers", Phase.WAITING, lambda o: o.active == 0, lambda o: "no active members")
+TIMED_OUT = Rule("TimedOut", Phase.ROLLED_BACK, lambda o: o.expired > 0, lambda o: o.expired_why,
+                 ("Warning", "GangTimedOut"))
+RELEASE_IN_PROGRESS = Rule(
+    "ReleaseInProgress", Phase.RELEASING, lambda o: o.reserved > 0,
+    lambda o: f"finishing a release: {o.released} of {o.released + o.reserved} members released, "
+              f"{o.reserved} to go on their planned nodes",
+    ("Normal", "GangReleased"),
+)
+ALL_RELEASED = Rule("AllReleased", Phase.RELEASED, lambda o: o.gated == 0, _released)
+MEMBERS_DISAGREE = Rule("MembersDisagree", Phase.HELD, lambda o: bool(o.held), lambda o: o.held,
+                        ("Warning", "GangSpecMismatch"))
+DEVICE_GROUP = Rule(
+    "DeviceGroup", Phase.HELD, lambda o: bool(o.device_groups),
+    lambda o: f"member(s) of SharedDeviceGroup {', '.join(o.device_groups)} stay gated: "
+              "device allocation is not available in this version of the reconciler",
+    ("Warning", "SharedDeviceGroupPending"),
+)
+BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0, _backoff)
+SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
+                lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more")
+MEMBERS_MISSING = Rule("MembersMissing", Phase.WAITING,
+                       lambda o: o.released == 0 and o.size is not None and o.active < o.size, _members)
+#: Every rule above passed: ask the placement engine (not a phase of its own).
+READY = Rule("Ready", Phase.PLACED, lambda o: True, lambda o: "complete")
+#: The engine placed every gated member; the reason is the engine's.
+PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", ("Normal", "GangReleased"))
+#: The engine found no placement; the reason is the engine's.
+UNPLACED = Rule("Unplaced", Phase.UNSCHEDULABLE, None, lambda o: "", ("Warning", "GangUnschedulable"))
+
+#: The observation rules, in the order they are tried (module docstring).
+RULES: tuple[Rule, ...] = (
+    NO_MEMBERS, TIMED_OUT, RELEASE_IN_PROGRESS, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
+    BACKING_OFF, SETTLING, MEMBERS_MISSING, READY,
+)
+
+
+def classify(o: Observation) -> Rule:
+    """The first rule of :data:`RULES` that applies to ``o`` (:data:`READY` at the end)."""
+    for rule in RULES:
+        assert rule.applies is not None
+        if rule.applies(o):
+            return rule
+    raise AssertionError("READY always applies")  # pragma: no cover
+
+
+W, H, B, U, P, RG, RD, RB = (
+    Phase.WAITING, Phase.HELD, Phase.BACKING_OFF, Phase.UNSCHEDULABLE, Phase.PLACED, Phase.RELEASING,
+    Phase.RELEASED, Phase.ROLLED_BACK,
+)
+
+#: from-phase -> {to-phase: why that move happens}. Staying is always legal.
+MOVES: dict[Phase, dict[Phase, str]] = {
+    W: {H: "the last member came, and the members disagree",
+        B: "the owner recreated the members of a rolled-back gang",
+        U: "the last member came, and no placement fits",
+        P: "the last member came, and a placement fits"},
+    H: {W: "a disagreeing member left",
+        B: "the members agree again, and a rollback's backoff runs",
+        U: "the members agree again, and no placement fits",
+        P: "the members agree again, and a placement fits",
+        RD: "the held replacement member left; the rest of the gang runs",
+        RB: "an earlier release of the gang timed out"},
+    B: {W: "a member left during the backoff",
+        H: "a member now disagrees",
+        U: "the backoff ran out, and no placement fits",
+        P: "the backoff ran out, and a placement fits",
+        RD: "the waiting replacement member left; the rest of the gang runs",
+        RB: "an earlier release of the gang timed out"},
+    U: {W: "a member left",
+        H: "a member now disagrees",
+        B: "the owner recreated the members of a rolled-back gang",
+        P: "capacity was freed, and a placement fits",
+        RD: "the unschedulable replacement member left; the rest of the gang runs",
+        RB: "an earlier release of the gang timed out"},
+    P: {W: "the release was refused before any member was written, and a member left",
+        H: "the release was refused before any member was written, and a member now disagrees",
+        B: "the release was refused before any member was written; backoff",
+        U: "the release was refused before any member was written, and the capacity is gone",
+        RG: "some writes of the release failed: their members' nodes stay reserved",
+        RD: "every member of the release was written",
+        RB: "an earlier release of the gang timed out"},
+    RG: {W: "the members that held the reservation left",
+         H: "the reservation went with its members; the rest disagree",
+         B: "the reservation went with its members; backoff",
+         U: "the reservation went with its members; no placement fits",
+         P: "the reservation went with its members; a placement fits",
+         RD: "the release was finished",
+         RB: "the release could not be finished within the timeout"},
+    RD: {W: "every released member finished or was deleted",
+         H: "a replacement member disagrees",
+         B: "a replacement member came during a backoff",
+         U: "a replacement member does not fit",
+         P: "a replacement member fits",
+         RB: "released members were not all bound within the timeout"},
+    RB: {W: "the rolled-back members were deleted; some are still to be recreated",
+         H: "the members were recreated, and disagree",
+         B: "the members were recreated; backoff",
+         U: "the members were recreated after the backoff, and no placement fits",
+         P: "the members were recreated after the backoff, and a placement fits",
+         RD: "a replacement release was rolled back; the rest of the gang runs"},
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A move :data:`MOVES` does not allow: a bug or a world that changed behind the
+    controller's back (a gang committed by someone else). The message names the gang,
+    both phases and the observation."""
+
+    def __init__(self, gang: str, old: Phase, new: Phase, observation: Observation) -> None:
+        super().__init__(
+            f"gang {gang}: illegal move {old.value} -> {new.value} ({observation.summary()}): "
+            f"only a Placed decision of this reconciler commits a gang"
+        )
+        self.gang, self.old, self.new, self.observation = gang, old, new, observation
+
+
+def check_move(gang: str, old: Phase | None, new: Phase, observation: Observation) -> str:
+    """Why ``old -> new`` happens (``""`` for a first observation or staying); raises
+    :class:`IllegalTransition` when :data:`MOVES` does not allow it."""
+    if old is None or old is new:
+        return ""
+    why = MOVES[old].get(new)
+    if why is None:
+        raise IllegalTransition(gang, old, new, observation)
+    return why
