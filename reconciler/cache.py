@@ -1,11 +1,15 @@
-"""The reconciler's in-memory view of the cluster: pods and nodes as plain dicts, and the
-index of gangs.
+"""The reconciler's in-memory view of the cluster: each pod and node with its parsed form,
+the index of gangs, and Jobs' parallelism.
 
 Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 (:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
 when the next gang is planned, before the watch event arrives, the way kube-scheduler
-assumes a pod it has bound). Each feeding method returns the gang keys whose state may
-have changed, for the work queue.
+assumes a pod it has bound). Objects are parsed once, when they arrive
+(:class:`~reconciler.engine.snapshot.PodInfo`, :class:`~reconciler.engine.snapshot.NodeInfo`),
+and kept next to the object; an object that cannot be parsed is kept out of plans with one
+log line (one odd node, say one still registering without ``status.allocatable``, must not
+stop every plan). Each feeding method returns the gang keys whose state may have changed,
+for the work queue.
 """
 
 from __future__ import annotations
@@ -13,8 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from reconciler.engine.fields import ObjectError
+from reconciler.engine.gang import Gang, build_gang, gang_key
+from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.topology import TopologyLevels
 from reconciler.writer import PodRef
 from troupe import contract
 from troupe.config import Config
@@ -22,52 +31,14 @@ from troupe.config import Config
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def gang_key(pod: Obj, config: Config) -> str | None:
-    """The gang a pod belongs to, as ``namespace/<id>``, or None when Troupe ignores it.
+@dataclass(frozen=True)
+class Entry:
+    """A cached object and its parsed form (None when it could not be parsed)."""
 
-    - Troupe gang annotations: ``namespace/name`` (DESIGN.md "Gangs").
-    - A ``gke.io/topology-aware-auto-*`` gate: ``namespace/gke:<group>``, grouped as the
-      GKE daemon groups (``contract.auto_gang_key``).
-    - Troupe's gate and nothing else (a topology or device-group request alone): a gang
-      of one, ``namespace/pod:<name>``.
-
-    A pod whose gang annotations are invalid (created while the webhook was not in the
-    path) is ignored with a log line: it stays gated until fixed.
-    """
-    ns = str(contract.pod_meta(pod).get("namespace") or "default")
-    try:
-        spec = contract.parse_gang(pod, config)
-    except contract.ContractError as e:
-        log.warning("pod %s/%s ignored: %s", ns, contract.pod_meta(pod).get("name"), e)
-        return None
-    if spec is not None:
-        return spec.key
-    gates = contract.pod_gates(pod)
-    if any(g.startswith(contract.GKE_GATE_PREFIX) for g in gates):
-        group = contract.auto_gang_key(pod)
-        return f"{ns}/gke:{group}" if group else f"{ns}/pod:{contract.pod_meta(pod).get('name')}"
-    if contract.GATE in gates:
-        return f"{ns}/pod:{contract.pod_meta(pod).get('name')}"
-    return None
-
-
-def is_active(pod: Obj) -> bool:
-    """Not terminal and not being deleted: the pod counts as a gang member."""
-    status = pod.get("status") or {}
-    return status.get("phase") not in TERMINAL_PHASES and not contract.pod_meta(pod).get("deletionTimestamp")
-
-
-def is_gated(pod: Obj) -> bool:
-    """The pod still carries a gate Troupe removes on release."""
-    return any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod))
-
-
-def _ns_name(obj: Obj) -> tuple[str, str]:
-    meta = contract.pod_meta(obj)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    obj: Obj
+    info: Any
 
 
 def _rv(obj: Obj) -> int | None:
@@ -75,42 +46,43 @@ def _rv(obj: Obj) -> int | None:
     return int(raw) if isinstance(raw, str) and raw.isdigit() else None
 
 
-class ClusterCache:
-    """Pods by :class:`PodRef`, nodes by name, and gang key -> member refs. Thread-safe.
+def _ns_name(obj: Obj) -> tuple[str, str]:
+    meta = contract.pod_meta(obj)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
-    Objects are never mutated in place: an update replaces the dict, so a caller may keep
-    the objects it was given.
+
+def _parse(kind: str, obj: Obj, parse: Any) -> Any:
+    try:
+        return parse(obj)
+    except ObjectError as e:
+        ns, name = _ns_name(obj)
+        log.warning("%s %s left out of placement: %s", kind, f"{ns}/{name}" if kind == "pod" else name, e)
+        return None
+
+
+class ClusterCache:
+    """Pods by :class:`PodRef`, nodes by name, gang key -> member refs, Jobs'
+    parallelism. Thread-safe.
+
+    Objects are never mutated in place: an update replaces the entry, so a caller may keep
+    what it was given. :attr:`version` counts changes; :meth:`snapshot` is rebuilt only
+    when it moved.
     """
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.levels = TopologyLevels.from_config(config)
         self._lock = threading.RLock()
-        self._pods: dict[PodRef, Obj] = {}
-        self._nodes: dict[str, Obj] = {}
+        self._pods: dict[PodRef, Entry] = {}
+        self._nodes: dict[str, Entry] = {}
         self._gang_of: dict[PodRef, str] = {}
         self._members: dict[str, set[PodRef]] = {}
-        self._jobs: dict[tuple[str, str], Obj] = {}
+        self._parallelism: dict[tuple[str, str], int] = {}
+        self.version = 0
+        self._snapshot: tuple[int, Snapshot] | None = None
 
     # --- pods ------------------------------------------------------------------------
-    def _put_pod(self, pod: Obj) -> set[str]:
-        ref = PodRef.of(pod)
-        touched: set[str] = set()
-        old_key = self._gang_of.pop(ref, None)
-        if old_key is not None:
-            self._members[old_key].discard(ref)
-            if not self._members[old_key]:
-                del self._members[old_key]
-            touched.add(old_key)
-        self._pods[ref] = pod
-        key = gang_key(pod, self.config)
-        if key is not None:
-            self._gang_of[ref] = key
-            self._members.setdefault(key, set()).add(ref)
-            touched.add(key)
-        return touched
-
-    def _drop_pod(self, ref: PodRef) -> set[str]:
-        self._pods.pop(ref, None)
+    def _unindex(self, ref: PodRef) -> set[str]:
         key = self._gang_of.pop(ref, None)
         if key is None:
             return set()
@@ -118,6 +90,24 @@ class ClusterCache:
         if not self._members[key]:
             del self._members[key]
         return {key}
+
+    def _put_pod(self, pod: Obj) -> set[str]:
+        ref = PodRef.of(pod)
+        touched = self._unindex(ref)
+        info: PodInfo | None = _parse("pod", pod, PodInfo.from_object)
+        self._pods[ref] = Entry(pod, info)
+        key = gang_key(info, self.config) if info is not None else None
+        if key is not None:
+            self._gang_of[ref] = key
+            self._members.setdefault(key, set()).add(ref)
+            touched.add(key)
+        self.version += 1
+        return touched
+
+    def _drop_pod(self, ref: PodRef) -> set[str]:
+        if self._pods.pop(ref, None) is not None:
+            self.version += 1
+        return self._unindex(ref)
 
     def replace_pods(self, items: Iterable[Obj]) -> set[str]:
         """Replace every pod with a fresh list; returns every gang key before or after."""
@@ -128,6 +118,7 @@ class ClusterCache:
             self._members.clear()
             for pod in items:
                 self._put_pod(pod)
+            self.version += 1
             return before | set(self._members)
 
     def pod_event(self, kind: str, pod: Obj) -> set[str]:
@@ -141,7 +132,7 @@ class ClusterCache:
             if kind == "DELETED":
                 return self._drop_pod(ref)
             current = self._pods.get(ref)
-            new_rv, cur_rv = _rv(pod), _rv(current) if current is not None else None
+            new_rv, cur_rv = _rv(pod), _rv(current.obj) if current is not None else None
             if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
                 return set()
             return self._put_pod(pod)
@@ -151,14 +142,23 @@ class ClusterCache:
         self.pod_event("MODIFIED", pod)
 
     def pod(self, ref: PodRef) -> Obj | None:
-        """The cached pod, or None."""
+        """The cached pod object, or None."""
         with self._lock:
-            return self._pods.get(ref)
+            entry = self._pods.get(ref)
+            return None if entry is None else entry.obj
 
-    def members(self, key: str) -> list[Obj]:
-        """Every cached pod of gang ``key`` (active or not), in no particular order."""
+    def members(self, key: str) -> list[PodInfo]:
+        """Every parsed pod of gang ``key`` (active or not), in no particular order."""
         with self._lock:
-            return [self._pods[r] for r in self._members.get(key, ())]
+            return [self._pods[r].info for r in self._members.get(key, ())]
+
+    def gang(self, key: str) -> Gang | None:
+        """Gang ``key`` built from its cached pods (:func:`~reconciler.engine.gang.build_gang`),
+        or None when it has no pod left."""
+        with self._lock:
+            pods = [self._pods[r].info for r in self._members.get(key, ())]
+            parallelism = dict(self._parallelism)
+        return build_gang(key, pods, self.config, parallelism) if pods else None
 
     def gang_keys(self) -> list[str]:
         """Every known gang key, sorted."""
@@ -170,49 +170,64 @@ class ClusterCache:
         with self._lock:
             return sorted(
                 k for k, refs in self._members.items()
-                if any(is_active(self._pods[r]) and is_gated(self._pods[r]) for r in refs)
+                if any((i := self._pods[r].info).active and i.gated for r in refs)
             )
 
     # --- jobs ------------------------------------------------------------------------
+    @staticmethod
+    def _job_parallelism(job: Obj) -> int:
+        value = (job.get("spec") or {}).get("parallelism")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
     def replace_jobs(self, items: Iterable[Obj]) -> None:
-        """Replace every Job with a fresh list."""
+        """Replace every Job with a fresh list (only its parallelism is kept)."""
         with self._lock:
-            self._jobs = {_ns_name(j): j for j in items}
+            self._parallelism = {_ns_name(j): self._job_parallelism(j) for j in items}
 
     def job_event(self, kind: str, job: Obj) -> None:
         """Apply a Job watch event."""
         with self._lock:
             if kind == "DELETED":
-                self._jobs.pop(_ns_name(job), None)
+                self._parallelism.pop(_ns_name(job), None)
             else:
-                self._jobs[_ns_name(job)] = job
-
-    def job(self, namespace: str, name: str) -> Obj | None:
-        """The cached Job, or None."""
-        with self._lock:
-            return self._jobs.get((namespace, name))
+                self._parallelism[_ns_name(job)] = self._job_parallelism(job)
 
     # --- nodes -----------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[Obj]) -> None:
         """Replace every node with a fresh list."""
         with self._lock:
-            self._nodes = {str(contract.pod_meta(n).get("name")): n for n in items}
+            self._nodes = {}
+            for n in items:
+                self._nodes[_ns_name(n)[1]] = Entry(n, _parse("node", n, NodeInfo.from_object))
+            self.version += 1
 
     def node_event(self, kind: str, node: Obj) -> None:
         """Apply a node watch event."""
         with self._lock:
-            name = str(contract.pod_meta(node).get("name"))
+            name = _ns_name(node)[1]
             if kind == "DELETED":
                 self._nodes.pop(name, None)
             else:
-                self._nodes[name] = node
+                self._nodes[name] = Entry(node, _parse("node", node, NodeInfo.from_object))
+            self.version += 1
 
     def node(self, name: str) -> Obj | None:
-        """The cached node, or None."""
+        """The cached node object, or None."""
         with self._lock:
-            return self._nodes.get(name)
+            entry = self._nodes.get(name)
+            return None if entry is None else entry.obj
 
-    def objects(self) -> tuple[list[Obj], list[Obj]]:
-        """``(nodes, pods)``: consistent lists of every cached object, for a snapshot."""
+    # --- snapshots -------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """A snapshot of every parsed node and pod, for plans. Built again only when the
+        cache changed since the last one; callers must not change it (decisions do not)."""
         with self._lock:
-            return list(self._nodes.values()), list(self._pods.values())
+            if self._snapshot is not None and self._snapshot[0] == self.version:
+                return self._snapshot[1]
+            version = self.version
+            nodes = [e.info for e in self._nodes.values() if e.info is not None]
+            pods = [e.info for e in self._pods.values() if e.info is not None]
+        snapshot = Snapshot(nodes, pods, self.levels)
+        with self._lock:
+            self._snapshot = (version, snapshot)
+        return snapshot

@@ -19,18 +19,21 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import queue
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+import token_bucket
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from reconciler.writer import Conflict, Gone, PodRef, WriteError
+from reconciler.writer import Conflict, Gone, PodRef, PodWriter, Refused, WriteError
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +52,20 @@ SMP = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from ``kubeconfig``, or from the in-cluster service account when None.
+def api_client(kubeconfig: str | None, pool_size: int | None = None) -> client.ApiClient:
+    """An API client from ``kubeconfig``, or from the in-cluster service account when None,
+    keeping up to ``pool_size`` connections to the API server open (default: the client's,
+    5 per CPU): size it to the writes in flight plus the watches.
 
     Raises ``kubernetes.config.ConfigException`` when neither works.
     """
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
     cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    if pool_size is not None:
+        cfg.connection_pool_maxsize = pool_size
     return client.ApiClient(cfg)
 
 
@@ -276,119 +284,170 @@ def lead(api: client.ApiClient, election: LeaderElection, identity: str,
     return thread
 
 
-def _raise_for(e: ApiException, what: str) -> None:
-    if e.status == 409:
-        raise Conflict(f"{what}: conflict: {e.reason}") from e
-    if e.status == 404:
-        raise Gone(f"{what}: not found") from e
+def _message(e: ApiException) -> str:
     body = e.body.decode() if isinstance(e.body, bytes) else e.body
     try:
-        message = json.loads(body).get("message", body) if body else e.reason
-    except ValueError:
-        message = body
-    raise WriteError(f"{what}: {e.status} {message}") from e
+        return str(json.loads(body).get("message", body)) if body else str(e.reason)
+    except (ValueError, AttributeError):
+        return str(body)
 
 
-class KubeWriter:
-    """The :class:`reconciler.writer.Writer` protocol against a real API server.
+def _raise_for(e: ApiException, what: str) -> NoReturn:
+    if e.status == 409:
+        raise Conflict(f"{what}: conflict: {_message(e)}") from e
+    if e.status == 404:
+        raise Gone(f"{what}: not found") from e
+    raise WriteError(f"{what}: {e.status} {_message(e)}") from e
 
-    Every write carries the pod's ``resourceVersion`` as a precondition: a stale write
-    fails with :class:`Conflict` and the caller re-reads and decides again (DESIGN.md
-    "Every write is idempotent and retried on conflict with a fresh read").
+
+class RateLimiter:
+    """Client-side rate limit on API requests, as client-go's token bucket: ``qps``
+    tokens a second, at most ``burst`` at once (the ``token_bucket`` library's bucket).
+    :meth:`wait` blocks until a token is free. Thread-safe."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, burst
+        self._limiter = token_bucket.Limiter(qps, burst, token_bucket.MemoryStorage())
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        """Take one token, sleeping while the bucket is empty."""
+        while True:
+            with self._lock:
+                if self._limiter.consume(b"api"):
+                    return
+            time.sleep(1.0 / self.qps)
+
+
+#: Attempts of a request that API Priority and Fairness rejects (429), each after the
+#: ``Retry-After`` it gives (at most :data:`APF_MAX_WAIT` seconds).
+APF_RETRIES = 5
+APF_MAX_WAIT = 5.0
+
+
+class KubeWriter(PodWriter):
+    """The :class:`~reconciler.writer.PodWriter` primitives against a real API server.
+
+    Every request first takes a token from ``limiter`` (the configuration's
+    ``kubeAPIQPS``/``kubeAPIBurst``). A request that API Priority and Fairness turns away
+    (429 with ``Retry-After``) is retried after the wait it asks for, up to
+    :data:`APF_RETRIES` times; an eviction's 429 is a PodDisruptionBudget's refusal and
+    is not retried (:class:`~reconciler.writer.Refused`). Events go out on a background
+    thread (:class:`EventSink`), so a release never waits for them.
     """
 
-    def __init__(self, api: client.ApiClient, component: str = "troupe-reconciler") -> None:
+    def __init__(self, api: client.ApiClient, limiter: RateLimiter, component: str = "troupe-reconciler") -> None:
         self.core = client.CoreV1Api(api)
+        self.limiter = limiter
         self.component = component
+        self.events = EventSink(self.core, limiter, component)
 
-    def read_pod(self, ref: PodRef) -> dict[str, Any]:
-        """A fresh copy of the pod as a dict. Raises :class:`Gone` if it no longer exists."""
-        try:
-            resp = self.core.read_namespaced_pod(
-                ref.name, ref.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            )
-        except ApiException as e:
-            _raise_for(e, f"read pod {ref}")
+    def close(self) -> None:
+        """Send the Events still queued (for a few seconds at most), then stop."""
+        self.events.close()
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, eviction: bool = False, **kwargs: Any) -> Any:
+        for attempt in range(APF_RETRIES + 1):
+            self.limiter.wait()
+            try:
+                return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+            except ApiException as e:
+                if e.status == 429 and eviction:
+                    raise Refused(f"{what}: {_message(e)}") from e
+                if e.status == 429 and attempt < APF_RETRIES:
+                    headers = e.headers or {}
+                    try:
+                        wait = float(headers.get("Retry-After", 1))
+                    except ValueError:
+                        wait = 1.0
+                    time.sleep(min(max(wait, 0.1), APF_MAX_WAIT) * (1 + random.random() / 4))
+                    continue
+                _raise_for(e, what)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _get(self, ref: PodRef) -> dict[str, Any]:
+        resp = self._call(f"read pod {ref}", self.core.read_namespaced_pod, ref.name, ref.namespace,
+                          _preload_content=False)
         return dict(json.loads(resp.data))
 
-    def patch_pod(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
-        """Apply a strategic-merge ``patch`` to the pod; returns the updated pod.
-
-        Put ``metadata.resourceVersion`` in the patch for a precondition. Raises
-        :class:`Conflict` (409), :class:`Gone` (404) or :class:`WriteError`.
-        """
-        try:
-            resp = self.core.patch_namespaced_pod(
-                ref.name, ref.namespace, patch, _content_type=SMP,
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as e:
-            _raise_for(e, f"patch pod {ref}")
+    def _patch(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
+        resp = self._call(f"patch pod {ref}", self.core.patch_namespaced_pod, ref.name, ref.namespace, patch,
+                          _content_type=SMP, _preload_content=False)
         return dict(json.loads(resp.data))
 
-    def json_patch_pod(self, ref: PodRef, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        """Apply RFC 6902 ``ops`` to the pod; a failed ``test`` op is a :class:`Conflict`."""
+    def _patch_status(self, ref: PodRef, patch: Mapping[str, Any]) -> None:
+        self._call(f"patch status of pod {ref}", self.core.patch_namespaced_pod_status, ref.name, ref.namespace,
+                   patch, _content_type=SMP, _preload_content=False)
+
+    def _delete(self, ref: PodRef, uid: str) -> None:
         try:
-            resp = self.core.patch_namespaced_pod(
-                ref.name, ref.namespace, ops, _content_type=JSON_PATCH,
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as e:
-            if e.status == 422 and "test" in str(e.body):
-                raise Conflict(f"json-patch pod {ref}: precondition failed") from e
-            _raise_for(e, f"json-patch pod {ref}")
-        return dict(json.loads(resp.data))
+            self._call(f"delete pod {ref}", self.core.delete_namespaced_pod, ref.name, ref.namespace,
+                       body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                       _preload_content=False)
+        except Conflict as e:  # the UID precondition failed: the pod was replaced
+            raise Gone(f"delete pod {ref}: replaced by a pod with another uid") from e
 
-    def add_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
-        """Set one ``status.conditions`` entry (merged by ``type``) through ``pods/status``.
-
-        Raises :class:`Gone` (404) or :class:`WriteError`.
-        """
-        try:
-            self.core.patch_namespaced_pod_status(
-                ref.name, ref.namespace, {"status": {"conditions": [dict(condition)]}}, _content_type=SMP,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as e:
-            _raise_for(e, f"patch status of pod {ref}")
-
-    def delete_pod(self, ref: PodRef, uid: str) -> None:
-        """Delete the pod if it is still the one with ``uid`` (a UID precondition, so a pod
-        recreated under the same name is never hit). Raises :class:`Gone` when it is gone
-        or replaced, :class:`WriteError` otherwise (a 409 on the precondition is Gone too).
-        """
-        try:
-            self.core.delete_namespaced_pod(
-                ref.name, ref.namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except ApiException as e:
-            if e.status == 409:
-                raise Gone(f"delete pod {ref}: replaced by a pod with another uid") from e
-            _raise_for(e, f"delete pod {ref}")
-
-    def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``).
-
-        Events are best effort: a failure is logged, never raised.
-        """
-        now = dt.datetime.now(dt.UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=ref.namespace),
-            involved_object=client.V1ObjectReference(
-                kind="Pod", namespace=ref.namespace, name=ref.name, uid=uid, api_version="v1"
-            ),
-            reason=reason,
-            message=message[:1024],
-            type=kind,
-            source=client.V1EventSource(component=self.component),
-            reporting_component=self.component,
-            reporting_instance=self.component,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+    def _evict(self, ref: PodRef, uid: str) -> None:
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=ref.name, namespace=ref.namespace),
+            delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
         )
         try:
-            self.core.create_namespaced_event(ref.namespace, body, _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as e:
-            log.warning("event %s on pod %s not recorded: %s %s", reason, ref, e.status, e.reason)
+            self._call(f"evict pod {ref}", self.core.create_namespaced_pod_eviction, ref.name, ref.namespace, body,
+                       eviction=True, _preload_content=False)
+        except Conflict as e:
+            raise Gone(f"evict pod {ref}: replaced by a pod with another uid") from e
+
+    def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+        """Queue a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
+        effort: never raises, never blocks."""
+        self.events.emit(ref, uid, kind, reason, message)
+
+
+class EventSink:
+    """Events posted by a background thread, as client-go's event broadcaster does: the
+    caller never waits, requests share the writer's rate limit, and when more than
+    ``capacity`` are waiting the newest are dropped with one log line per 100 (Events are
+    best effort; the state they tell of is on the pods)."""
+
+    def __init__(self, core: client.CoreV1Api, limiter: RateLimiter, component: str, capacity: int = 10_000) -> None:
+        self.core, self.limiter, self.component = core, limiter, component
+        self._queue: queue.Queue[tuple[PodRef, str | None, str, str, str] | None] = queue.Queue(capacity)
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
+        self._thread.start()
+
+    def emit(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+        """Queue one Event."""
+        try:
+            self._queue.put_nowait((ref, uid, kind, reason, message))
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped % 100 == 1:
+                log.warning("event queue full: %d Event(s) dropped so far", self.dropped)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop after the queued Events, waiting at most ``timeout`` seconds."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=timeout)
+        self._thread.join(timeout=timeout)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            ref, uid, kind, reason, message = item
+            now = dt.datetime.now(dt.UTC)
+            body = client.CoreV1Event(
+                metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=ref.namespace),
+                involved_object=client.V1ObjectReference(
+                    kind="Pod", namespace=ref.namespace, name=ref.name, uid=uid, api_version="v1"
+                ),
+                reason=reason, message=message[:1024], type=kind,
+                source=client.V1EventSource(component=self.component),
+                reporting_component=self.component, reporting_instance=self.component,
+                first_timestamp=now, last_timestamp=now, count=1,
+            )
+            self.limiter.wait()
+            try:
+                self.core.create_namespaced_event(ref.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+            except Exception as e:  # noqa: BLE001  best effort: an Event must never stop the sink
+                log.warning("event %s on pod %s not recorded: %s", reason, ref, e)

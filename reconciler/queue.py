@@ -3,8 +3,12 @@
 - A key waiting in the queue is held once, however often it is added (dedup).
 - A key is processed by one worker at a time: one added while in flight is queued again
   when :meth:`WorkQueue.done` is called.
-- :meth:`WorkQueue.add_after` delays a key (backoff, periodic re-checks); an earlier
-  deadline replaces a later one.
+- :meth:`WorkQueue.add_after` delays a key (periodic re-checks); an earlier deadline
+  replaces a later one.
+- :meth:`WorkQueue.add_rate_limited` delays a key by its own exponential backoff (1 s
+  doubling to 60 s per consecutive failure, as client-go's
+  ``ItemExponentialFailureRateLimiter``); :meth:`WorkQueue.forget` resets it once the key
+  succeeds. This is the one place where the reconciler's retries back off.
 
 The clock is injected (a ``() -> float`` in seconds) so tests never sleep.
 """
@@ -22,11 +26,19 @@ class ShutDown(Exception):
     """The queue was shut down: workers stop."""
 
 
-class WorkQueue:
-    """A FIFO of unique keys plus a delay heap. Thread-safe."""
+#: Backoff of a failing key: seconds, doubling per consecutive failure, capped.
+BACKOFF_BASE_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 60.0
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+
+class WorkQueue:
+    """A FIFO of unique keys plus a delay heap and per-key failure backoff. Thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 base_delay: float = BACKOFF_BASE_SECONDS, max_delay: float = BACKOFF_MAX_SECONDS) -> None:
         self._clock = clock
+        self._base, self._max = base_delay, max_delay
+        self._failures: dict[str, int] = {}
         self._cond = threading.Condition()
         self._queue: deque[str] = deque()
         self._queued: set[str] = set()
@@ -71,6 +83,26 @@ class WorkQueue:
             self._seq += 1
             heapq.heappush(self._delayed, (at, self._seq, key))
             self._cond.notify()
+
+    def add_rate_limited(self, key: str) -> float:
+        """Queue ``key`` after its backoff (``base * 2**failures``, capped) and count one
+        more failure; returns the delay in seconds."""
+        with self._cond:
+            failures = self._failures.get(key, 0)
+            self._failures[key] = failures + 1
+        delay = float(min(self._base * 2.0 ** failures, self._max))
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        """Reset ``key``'s failure count: its next :meth:`add_rate_limited` waits the base delay."""
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def num_requeues(self, key: str) -> int:
+        """Consecutive failures counted for ``key`` since it was last forgotten."""
+        with self._cond:
+            return self._failures.get(key, 0)
 
     def _promote_locked(self) -> float | None:
         now = self._clock()

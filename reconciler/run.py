@@ -1,29 +1,37 @@
 """``python -m reconciler run``: informers -> cache -> work queue -> gang controller -> writes.
 
-One worker processes gangs one at a time, so two gangs are never planned against the same
-free capacity; the engine is fast enough that this is not the bottleneck (see
-``benchmarks/placement.py``). Pod and node watches keep the cache current; a change that
-may free capacity (a pod deleted or finished, a node changed) re-queues every pending
-gang.
+One worker decides gangs one at a time, so two gangs are never planned against the same
+free capacity; a release then writes its members in parallel (``releaseConcurrency``).
+Pod and node watches keep the cache current; a change that may free capacity (a pod
+deleted or finished, a node changed) re-queues every pending gang.
+
+The HTTP server (``--metrics-bind``) serves ``/metrics`` (Prometheus), ``/healthz`` (the
+worker and the informers are alive), ``/readyz`` (caches synced and leading, or standing
+by as a follower; JSON body ``{"ready", "role", "synced"}``) and ``/debug/gangs`` (every
+gang's last phase and reason, JSON).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import socket
+import socketserver
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 
 from reconciler import kube
-from reconciler.cache import TERMINAL_PHASES, ClusterCache
+from reconciler.cache import ClusterCache
 from reconciler.controller import GangController
-from reconciler.lifecycle import Phase
+from reconciler.engine.lifecycle import Phase
+from reconciler.engine.snapshot import TERMINAL_PHASES
 from reconciler.queue import ShutDown, WorkQueue
 from troupe.config import Config
 
@@ -31,33 +39,39 @@ log = logging.getLogger("reconciler")
 
 RECONCILES = Counter("troupe_reconciles_total", "Gang reconciles, by resulting phase.", ["phase"])
 RECONCILE_ERRORS = Counter("troupe_reconcile_errors_total", "Reconciles that raised an unexpected error.")
+REFUSED_MOVES = Counter("troupe_lifecycle_refused_moves_total",
+                        "Phase moves the gang lifecycle refused (nothing was written; should stay 0).")
 RECONCILE_SECONDS = Histogram(
-    "troupe_reconcile_duration_seconds", "Time to reconcile one gang (plan and writes), seconds.",
+    "troupe_reconcile_duration_seconds", "Time to reconcile one gang (decision and writes), seconds.",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 GANGS = Gauge("troupe_gangs", "Gangs known to the reconciler, by phase.", ["phase"])
 QUEUE_DEPTH = Gauge("troupe_workqueue_depth", "Gang keys waiting in the work queue.")
 
-#: Seconds after an unexpected reconcile error before the gang is tried again.
-ERROR_RETRY_SECONDS = 5.0
+#: Extra connections in the client's pool besides the release writers: the watches
+#: (pods, nodes, jobs), the Lease, and the Event sender.
+POOL_EXTRA = 8
 
 
 class Reconciler:
-    """The running reconciler: owns the informers, the queue and the worker thread."""
+    """The running reconciler: owns the informers, the queue, the worker thread and the
+    writer. ``synced`` is set once every informer has listed."""
 
     def __init__(self, api: Any, config: Config) -> None:
         self.config = config
         self.cache = ClusterCache(config)
         self.queue = WorkQueue()
-        self.controller = GangController(self.cache, kube.KubeWriter(api), config)
+        self.writer = kube.KubeWriter(api, kube.RateLimiter(config.kube_api_qps, config.kube_api_burst))
+        self.controller = GangController(self.cache, self.writer, config)
         self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event)
         self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event)
         self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event)
+        self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
 
     # --- feeding the queue -----------------------------------------------------------
-    def _enqueue(self, keys: set[str] | list[str]) -> None:
+    def _enqueue(self, keys: Iterable[str]) -> None:
         for key in keys:
             self.queue.add(key)
 
@@ -100,11 +114,19 @@ class Reconciler:
                 outcome = self.controller.reconcile(key)
             except Exception:
                 RECONCILE_ERRORS.inc()
-                log.exception("gang %s: reconcile failed; retrying in %.0fs", key, ERROR_RETRY_SECONDS)
-                self.queue.add_after(key, ERROR_RETRY_SECONDS)
+                delay = self.queue.add_rate_limited(key)
+                log.exception("gang %s: reconcile failed; retrying in %.0fs", key, delay)
             else:
-                if outcome is not None:
+                if outcome is None:
+                    self.queue.forget(key)
+                else:
                     RECONCILES.labels(outcome.phase.value).inc()
+                    if outcome.reason.startswith("refused: "):
+                        REFUSED_MOVES.inc()
+                    if outcome.retry:
+                        self.queue.add_rate_limited(key)
+                    else:
+                        self.queue.forget(key)
                     if outcome.requeue_after is not None:
                         self.queue.add_after(key, outcome.requeue_after)
             finally:
@@ -114,9 +136,8 @@ class Reconciler:
 
     def _update_gauges(self) -> None:
         counts: dict[str, int] = {}
-        for state in self.controller.states.values():
-            if state.phase is not None:
-                counts[state.phase.value] = counts.get(state.phase.value, 0) + 1
+        for phase in self.controller.phases().values():
+            counts[phase.value] = counts.get(phase.value, 0) + 1
         for phase in Phase:
             GANGS.labels(phase.value).set(counts.get(phase.value, 0))
         QUEUE_DEPTH.set(len(self.queue))
@@ -135,10 +156,17 @@ class Reconciler:
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         log.info("caches synced; reconciling")
+        self.synced.set()
         self._worker.start()
 
+    def alive(self) -> str:
+        """``""`` when the worker and the informers run as they should, else what is dead."""
+        if self._worker.ident is not None and not self._worker.is_alive() and not self._stop.is_set():
+            return "the gang worker thread has died"
+        return ""
+
     def stop(self) -> None:
-        """Stop the worker and the watches."""
+        """Stop the worker, the watches and the writer."""
         self._stop.set()
         self.queue.shutdown()
         self.pods.stop()
@@ -146,6 +174,68 @@ class Reconciler:
         self.nodes.stop()
         if self._worker.is_alive():
             self._worker.join(timeout=5)
+        self.controller.close()
+        self.writer.close()
+
+
+class Health:
+    """What ``/healthz`` and ``/readyz`` report: the ``role`` (``starting``, ``standby``
+    while campaigning for the Lease, ``leader``, or ``single`` without leader election)
+    and the running :class:`Reconciler` once it acts."""
+
+    def __init__(self) -> None:
+        self.role = "starting"
+        self.reconciler: Reconciler | None = None
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        """``(ready, body)``: a follower is ready (it stands by); a leader once synced."""
+        synced = self.reconciler is not None and self.reconciler.synced.is_set()
+        ready = self.role == "standby" or (self.role in ("leader", "single") and synced)
+        return ready, {"ready": ready, "role": self.role, "synced": synced}
+
+    def healthy(self) -> tuple[bool, str]:
+        """``(healthy, why)``."""
+        dead = self.reconciler.alive() if self.reconciler is not None else ""
+        return (not dead, dead or "ok")
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def serve_http(host: str, port: int, health: Health) -> WSGIServer:
+    """Serve ``/metrics``, ``/healthz``, ``/readyz`` and ``/debug/gangs`` on
+    ``host:port`` from a daemon thread; returns the server (``shutdown()`` stops it)."""
+    metrics = make_wsgi_app()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return metrics(environ, start_response)  # type: ignore[no-any-return]
+        if path == "/healthz":
+            ok, why = health.healthy()
+            body, status = why.encode(), "200 OK" if ok else "503 Service Unavailable"
+            ctype = "text/plain"
+        elif path == "/readyz":
+            ok, info = health.ready()
+            body, status, ctype = json.dumps(info).encode(), "200 OK" if ok else "503 Service Unavailable", "application/json"
+        elif path == "/debug/gangs":
+            gangs = health.reconciler.controller.status() if health.reconciler is not None else {}
+            body = json.dumps([{"gang": k, "phase": p.value, "reason": r} for k, (p, r) in sorted(gangs.items())]).encode()
+            status, ctype = "200 OK", "application/json"
+        else:
+            body, status, ctype = b"not found\n", "404 Not Found", "text/plain"
+        start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
+        return [body]
+
+    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -168,7 +258,7 @@ def run(
     follower (what kube-controller-manager does).
     """
     try:
-        api = kube.api_client(kubeconfig)
+        api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + POOL_EXTRA)
     except Exception as e:  # the client raises several types for a bad kubeconfig
         raise ValueError(f"--kubeconfig: cannot build an API client: {e}") from e
     try:
@@ -183,10 +273,11 @@ def run(
             )
         else:
             log.info("running as %s", user)
+    health = Health()
     if metrics_bind:
         host, port = _host_port(metrics_bind)
-        start_http_server(port, addr=host)
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        serve_http(host, port, health)
+        log.info("metrics and probes on http://%s:%d (/metrics, /healthz, /readyz, /debug/gangs)", host, port)
     reconciler = Reconciler(api, config)
     done = threading.Event()
     exit_code = 0
@@ -198,12 +289,14 @@ def run(
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
     if election is None:
+        health.role, health.reconciler = "single", reconciler
         reconciler.start()
     else:
         identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
         def started() -> None:
             log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
+            health.role, health.reconciler = "leader", reconciler
             reconciler.start()
 
         def stopped() -> None:
@@ -214,6 +307,7 @@ def run(
             done.set()
 
         log.info("%s campaigns for the Lease %s/%s", identity, election.namespace, election.name)
+        health.role = "standby"
         kube.lead(api, election, identity, started, stopped)
     done.wait()
     reconciler.stop()

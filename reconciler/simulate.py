@@ -1,24 +1,26 @@
-"""The what-if simulator: plan a snapshot's gated gangs offline, as the reconciler would.
+"""The what-if simulator: the reconciler's decision for every waiting gang of a snapshot.
 
-    python -m reconciler simulate SNAPSHOT [--config FILE] [--output json|table]
+    python -m reconciler simulate SNAPSHOT [--config FILE] [--output json|table] [--now TIME]
     python -m reconciler.simulate SNAPSHOT ...          (the same, standalone)
 
-SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o yaml``
-prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods. SharedDeviceGroups are
-ignored for now, with a note on stderr.
+SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o yaml`` prints (a
+``v1 List``), or a multi-document YAML of Nodes and Pods; add ``jobs`` to the kubectl
+command and the size of a GKE auto-gang owned by a Job is that Job's parallelism, as in
+the cluster. SharedDeviceGroups are ignored for now, with a note on stderr.
 
-The gangs to place are the gated pods (Troupe's gate or a ``gke.io/topology-aware-auto-``
-gate) carrying Troupe's gang annotations, grouped by namespace and gang name, taken in
-order of creation (their earliest member), then namespace/name. Each gang is:
-
-- ``Waiting`` when fewer than ``size`` active members exist (all-or-nothing);
-- ``Placed`` when the engine finds a plan; later gangs then see its capacity used;
-- ``Unschedulable`` otherwise, with the engine's reason and code (and when members
-  disagree on their gang keys, which the reconciler holds).
+Every gang with a gated member is decided by the very function the reconciler calls,
+:func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest
+member), then key; a gang placed earlier uses its capacity for later ones, and a gang
+rolled back frees its members'. So the phase and the reason are the reconciler's:
+``Waiting``, ``Held``, ``BackingOff`` (never here: backoffs live in the reconciler),
+``Unschedulable``, ``Placed`` (the reconciler would release it now), ``Releasing`` (a
+release cut short, finished on its reserved nodes), ``RolledBack``. ``--now`` sets the
+time of the decision (RFC 3339; default: the current time), which timeouts and settle
+periods are measured against.
 
 JSON output keeps these keys stable: ``{"gangs": [{"namespace", "name", "phase",
-"reason", "placements": [{"pod", "node", "rank"}]}]}``; it adds ``code``, ``size``,
-``members``, ``cost``, ``domain`` per gang and ``topology`` per placement.
+"reason", "placements": [{"pod", "node", "rank"}]}]}``; it adds ``rule``, ``code``,
+``size``, ``members``, ``cost``, ``domain`` per gang and ``topology`` per placement.
 
 Bad input (not YAML, an unknown kind, a missing or malformed field, an unreadable file or
 configuration) gives one line on stderr naming the document and the field, and exit code 2.
@@ -27,8 +29,10 @@ configuration) gives one line on stderr naming the document and the field, and e
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,12 +40,14 @@ from typing import Any
 
 import yaml
 
-from reconciler.engine import Code, NodeInfo, PodInfo, Snapshot, TopologyLevels, place_gang
-from reconciler.engine.fields import ObjectError
-from troupe import contract
+from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
+from reconciler.engine.decision import decide
+from reconciler.engine.fields import ObjectError, mapping, string
+from reconciler.engine.gang import Gang, build_gang, group_by_gang
+from reconciler.engine.lifecycle import Phase
 from troupe.config import Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod")
+KINDS = ("Node", "Pod", "Job")
 IGNORED_KINDS = ("SharedDeviceGroup",)
 EXIT_BAD_INPUT = 2
 
@@ -52,23 +58,25 @@ class InputError(Exception):
 
 @dataclass
 class GangOutcome:
-    """One gang's simulated result."""
+    """One gang's simulated decision (the fields of the JSON output)."""
 
     namespace: str
     name: str
     phase: str
     reason: str
+    rule: str
     code: str
-    size: int
+    size: int | None
     members: int
     cost: float | None = None
     domain: str | None = None
     placements: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """The gang's JSON object."""
         return {
             "namespace": self.namespace, "name": self.name, "phase": self.phase, "reason": self.reason,
-            "code": self.code, "size": self.size, "members": self.members, "cost": self.cost,
+            "rule": self.rule, "code": self.code, "size": self.size, "members": self.members, "cost": self.cost,
             "domain": self.domain, "placements": self.placements,
         }
 
@@ -79,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="YAML of Nodes and Pods (kubectl get nodes,pods -A -o yaml), or - for stdin")
     parser.add_argument("--config", metavar="FILE", help="Troupe configuration YAML (default: built-in defaults)")
     parser.add_argument("--output", choices=("json", "table"), default="table", help="output format (default table)")
+    parser.add_argument("--now", metavar="TIME",
+                        help="decide as of this time (RFC 3339, e.g. 2026-11-22T10:00:00Z; default: now)")
 
 
 # --- reading the snapshot ----------------------------------------------------------------
@@ -130,11 +140,23 @@ def read_objects(text: str, source: str) -> list[tuple[str, str, Mapping[str, An
     return out
 
 
-def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels) -> tuple[Snapshot, dict[str, tuple[str, Mapping[str, Any]]], list[str]]:
-    """The snapshot, each pod's ``(where, object)`` by key, and notes for stderr."""
+@dataclass
+class Built:
+    """A snapshot read from objects: the engine's snapshot, each pod's ``(where,
+    object)`` by key, Jobs' parallelism by ``(namespace, name)``, and notes for stderr."""
+
+    snapshot: Snapshot
+    origin: dict[str, tuple[str, Mapping[str, Any]]]
+    parallelism: dict[tuple[str, str], int]
+    notes: list[str]
+
+
+def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels) -> Built:
+    """Parse every object; raises :class:`InputError` naming the document and field."""
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    parallelism: dict[tuple[str, str], int] = {}
     ignored: dict[str, int] = {}
     node_where: dict[str, str] = {}
     for where, kind, obj in objects:
@@ -142,7 +164,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
             ignored[kind] = ignored.get(kind, 0) + 1
             continue
         if kind not in KINDS:
-            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected Node or Pod)")
+            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected Node, Pod or Job)")
         try:
             if kind == "Node":
                 node = NodeInfo.from_object(obj)
@@ -150,6 +172,11 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                     raise InputError(f"{where} (Node {node.name}): duplicate of {node_where[node.name]}")
                 node_where[node.name] = where
                 nodes.append(node)
+            elif kind == "Job":
+                meta = mapping(obj, "metadata", required=True)
+                value = mapping(obj, "spec").get("parallelism")
+                key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
+                parallelism[key] = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
             else:
                 pod = PodInfo.from_object(obj)
                 if pod.key in origin:
@@ -159,80 +186,49 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     notes = [f"note: ignored {n} {kind} object(s): device groups are not simulated yet" for kind, n in ignored.items()]
-    return Snapshot(nodes, pods, levels), origin, notes
+    return Built(Snapshot(nodes, pods, levels), origin, parallelism, notes)
 
 
-# --- planning ----------------------------------------------------------------------------
+# --- deciding ----------------------------------------------------------------------------
 def _topology(snapshot: Snapshot, node: str) -> str:
-    return "/".join("-" if v.startswith("<") else v for v in snapshot.paths[snapshot.index[node]])
+    i = snapshot.index.get(node)
+    if i is None:
+        return "-"
+    return "/".join("-" if v.startswith("<") else v for v in snapshot.paths[i])
 
 
-def simulate(snapshot: Snapshot, origin: Mapping[str, tuple[str, Mapping[str, Any]]], config: Config) -> tuple[list[GangOutcome], list[str]]:
-    """Plan every gang in order; returns the outcomes and notes for stderr."""
-    notes: list[str] = []
-    unannotated = 0
-    gangs: dict[tuple[str, str], list[tuple[PodInfo, contract.GangSpec]]] = {}
-    for key, pod in snapshot.pods.items():
-        if pod.terminal:
-            continue
-        where, obj = origin[key]
-        try:
-            spec = contract.parse_gang(obj, config)
-        except contract.ContractError as e:
-            if pod.gated:
-                notes.append(f"note: {where} (Pod {key}) ignored, as the reconciler ignores it: {e}")
-            continue
-        if spec is not None:
-            gangs.setdefault((spec.namespace, spec.name), []).append((pod, spec))
-        elif pod.gated:
-            unannotated += 1
-    if unannotated:
-        notes.append(f"note: {unannotated} gated pod(s) without gang annotations not simulated "
-                     "(a GKE auto-gang's size is only known in the cluster)")
-    pending = {k: v for k, v in gangs.items() if any(p.gated for p, _ in v)}
+def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple[str, str], int]) -> list[Gang]:
+    """Every gang with a gated active member, in order of creation, then key."""
+    gangs = [build_gang(key, pods, config, parallelism)
+             for key, pods in group_by_gang(snapshot.pods.values(), config).items()
+             if any(p.active and p.gated for p in pods)]
+    return sorted(gangs, key=lambda g: (g.created == "", g.created, g.key))
 
-    def created(item: tuple[tuple[str, str], list[tuple[PodInfo, contract.GangSpec]]]) -> tuple[int, str, str, str]:
-        stamps = [p.creation_timestamp for p, _ in item[1] if p.creation_timestamp]
-        return (0, min(stamps), *item[0]) if stamps else (1, "", *item[0])
 
+def simulate(snapshot: Snapshot, config: Config, now: float,
+             parallelism: Mapping[tuple[str, str], int] | None = None) -> list[GangOutcome]:
+    """Decide every waiting gang in order (:func:`waiting_gangs`), each on the snapshot
+    the decisions before it left: a placed gang uses its nodes, a rolled-back gang's
+    deleted members free theirs."""
     outcomes = []
-    for (ns, name), members in sorted(pending.items(), key=created):
-        gated = sorted((p for p, _ in members if p.gated), key=lambda p: (p.rank, p.key))
-        size = members[0][1].size
-        held = _disagreement([p for p, _ in members], config)
-        outcome = GangOutcome(ns, name, "Unschedulable", held, Code.UNRESOLVABLE.value, size, len(members))
-        if held:
-            outcomes.append(outcome)
-            continue
-        if len(members) < size:
-            outcome.phase, outcome.reason, outcome.code = "Waiting", f"{len(members)} of {size} members present", ""
-            outcomes.append(outcome)
-            continue
-        first = gated[0].annotations
-        result = place_gang(snapshot, gated, first.get(contract.TOPOLOGY_REQUIRED_LEVEL),
-                            first.get(contract.TOPOLOGY_PREFERRED_LEVEL))
-        outcome.reason, outcome.code = result.reason, result.code.value
-        if result.placed:
+    for gang in waiting_gangs(snapshot, config, parallelism or {}):
+        decision = decide(gang, snapshot, now)
+        placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
+                       "topology": _topology(snapshot, m.node)} for m in decision.release]
+        result = decision.placement
+        if decision.phase is Phase.PLACED and result is not None:
             snapshot = snapshot.with_assumed(result)
-            outcome.phase, outcome.cost, outcome.domain = "Placed", result.cost, str(result.domain)
-            outcome.placements = [
-                {"pod": a.pod_key.split("/", 1)[1], "node": a.node, "rank": a.rank,
-                 "topology": _topology(snapshot, a.node)}
-                for a in result.assignments
-            ]
-        outcomes.append(outcome)
-    return outcomes, notes
-
-
-def _disagreement(members: Sequence[PodInfo], config: Config) -> str:
-    """The reconciler's rule: members that disagree on size, timeout or level are held."""
-    keys = contract.GangKeys.for_prefix(config.gang_annotation_prefix)
-    differing = []
-    for k in (keys.size, keys.timeout, contract.TOPOLOGY_REQUIRED_LEVEL, contract.TOPOLOGY_PREFERRED_LEVEL):
-        values = sorted({p.annotations.get(k, "<unset>") for p in members})
-        if len(values) > 1:
-            differing.append(f"{k}: {', '.join(values)}")
-    return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
+        elif decision.phase is Phase.ROLLED_BACK:
+            snapshot = snapshot.with_removed(decision.rollback)
+        placed = decision.phase is Phase.PLACED and result is not None
+        outcomes.append(GangOutcome(
+            gang.namespace, gang.name, decision.phase.value, decision.reason, decision.rule, decision.code,
+            decision.observation.size, len(gang.members),
+            cost=result.cost if placed and result is not None else None,
+            domain=str(result.domain) if placed and result is not None and result.domain else None,
+            placements=placements,
+        ))
+    return outcomes
 
 
 # --- output ------------------------------------------------------------------------------
@@ -264,10 +260,23 @@ def render_table(outcomes: Sequence[GangOutcome], levels: TopologyLevels) -> str
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+def _now(raw: str | None) -> float:
+    if raw is None:
+        return time.time()
+    try:
+        parsed = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        raise InputError(f"--now: expected an RFC 3339 time such as 2026-11-22T10:00:00Z, got {raw!r}") from None
+    if parsed.tzinfo is None:
+        raise InputError(f"--now: give a time zone (Z or +00:00), got {raw!r}")
+    return parsed.timestamp()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the simulator on parsed arguments; returns the exit code."""
     try:
         config = load_config(args.config)
+        now = _now(getattr(args, "now", None))
         source = "<stdin>" if args.snapshot == "-" else args.snapshot
         try:
             text = sys.stdin.read() if args.snapshot == "-" else Path(args.snapshot).read_text(encoding="utf-8")
@@ -276,12 +285,12 @@ def run(args: argparse.Namespace) -> int:
         except UnicodeDecodeError:
             raise InputError(f"{source}: not valid YAML: not UTF-8 text") from None
         levels = TopologyLevels.from_config(config)
-        snapshot, origin, notes = build(read_objects(text, source), levels)
+        built = build(read_objects(text, source), levels)
     except (InputError, ConfigError) as e:
         print(f"simulate: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    outcomes, more = simulate(snapshot, origin, config)
-    for note in [*notes, *more]:
+    outcomes = simulate(built.snapshot, config, now, built.parallelism)
+    for note in built.notes:
         print(note, file=sys.stderr)
     if args.output == "json":
         print(json.dumps({"gangs": [o.to_json() for o in outcomes]}, indent=2))

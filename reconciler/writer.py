@@ -1,18 +1,34 @@
-"""The writer port: every write the reconciler makes to the cluster, as one small protocol.
+"""The writer port: every write the reconciler makes to the cluster, at the level of intent.
 
-:class:`reconciler.kube.KubeWriter` implements it against a real API server;
-:class:`FakeWriter` keeps pods in memory for unit tests of the controller, with the API
-server's rules that matter here (resourceVersion preconditions, strategic-merge of
-annotations, nodeSelector and schedulingGates).
+:class:`PodWriter` holds the intents (release a member, mark a member disrupted and
+delete it, evict, remove a plan record, set a pod condition, emit an Event), each building
+its own patch and handling conflicts, over five primitive calls. Two classes implement the
+primitives: :class:`reconciler.kube.KubeWriter` against a real API server, and
+:class:`FakeWriter` in memory for controller tests, with the API server's rules that
+matter here (resourceVersion and UID preconditions, strategic merge of annotations,
+``nodeSelector`` and ``schedulingGates``, additions only to a gated pod's node selection,
+PodDisruptionBudgets refusing evictions).
+
+Every method may be called from several threads at once (a release writes its members in
+parallel). Errors: :class:`Conflict` (the object changed in a way that forbids the
+write), :class:`Gone` (it no longer exists, or was replaced by a pod of another UID),
+:class:`Refused` (an eviction a PodDisruptionBudget forbids), :class:`WriteError`
+(anything else); ``emit_event`` never raises.
 """
 
 from __future__ import annotations
 
+import abc
 import copy
 import itertools
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
+
+from reconciler.engine.decision import MemberRelease
+from reconciler.engine.snapshot import Plan
+from troupe import contract
 
 
 class WriteError(RuntimeError):
@@ -20,11 +36,16 @@ class WriteError(RuntimeError):
 
 
 class Conflict(WriteError):
-    """The object changed since it was read (HTTP 409): read it again and decide again."""
+    """The object changed since it was read (HTTP 409), in a way the write cannot absorb."""
 
 
 class Gone(WriteError):
-    """The object no longer exists (HTTP 404), or a watch's resourceVersion expired (410)."""
+    """The object no longer exists (HTTP 404), was replaced by one of another UID, or a
+    watch's resourceVersion expired (410)."""
+
+
+class Refused(WriteError):
+    """An eviction was refused (HTTP 429): a PodDisruptionBudget allows no disruption now."""
 
 
 @dataclass(frozen=True, order=True)
@@ -40,23 +61,155 @@ class PodRef:
         m = pod.get("metadata") or {}
         return cls(str(m.get("namespace") or "default"), str(m.get("name") or ""))
 
+    @classmethod
+    def parse(cls, key: str) -> PodRef:
+        """The reference of a ``namespace/name`` key."""
+        namespace, _, name = key.partition("/")
+        return cls(namespace, name)
+
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
 
-class Writer(Protocol):
-    """What the controller may do to the cluster. Every method raises :class:`Conflict`,
-    :class:`Gone` or :class:`WriteError`; ``emit_event`` never raises."""
+#: Writes retried on conflict, each after a fresh read.
+CONFLICT_RETRIES = 3
 
-    def read_pod(self, ref: PodRef) -> dict[str, Any]: ...
 
-    def patch_pod(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]: ...
+def _troupe_gates(pod: Mapping[str, Any]) -> list[str]:
+    return [g for g in contract.pod_gates(pod) if contract.is_troupe_gate(g)]
 
-    def delete_pod(self, ref: PodRef, uid: str) -> None: ...
 
-    def add_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None: ...
+def release_patch(m: MemberRelease, gates: list[str], resource_version: str, released_at: str,
+                  plan: Plan | None) -> dict[str, Any]:
+    """The strategic-merge patch that releases one member in one update
+    (docs/decisions/007-release-writes.md): the pin (``kubernetes.io/hostname`` added to
+    ``spec.nodeSelector``, an addition to a gated pod's node selection as KEP-3838
+    allows), the decision's annotations (node, rank, planned-at, released-at, and the plan
+    record on the first member of a release of several), and the removal of Troupe's
+    ``gates`` (by name; other components' gates stay). ``resource_version`` is the
+    precondition."""
+    annotations = {
+        contract.ASSIGNED_NODE: m.node, contract.ASSIGNED_RANK: str(m.rank),
+        contract.PLANNED_AT: m.planned_at, contract.RELEASED_AT: released_at,
+    }
+    if plan is not None:
+        annotations[contract.PLAN] = plan.encode()
+    spec: dict[str, Any] = {"nodeSelector": {contract.HOSTNAME_LABEL: m.hostname}}
+    if gates:
+        spec["schedulingGates"] = [{"$patch": "delete", "name": g} for g in gates]
+    return {"metadata": {"resourceVersion": resource_version, "annotations": annotations}, "spec": spec}
 
-    def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None: ...
+
+def _pinned_to(pod: Mapping[str, Any]) -> str:
+    """The node a pod is pinned to by the reconciler (annotation), or its hostname pin."""
+    node = contract.pod_annotations(pod).get(contract.ASSIGNED_NODE)
+    if isinstance(node, str) and node:
+        return node
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return str(selector.get(contract.HOSTNAME_LABEL) or "")
+
+
+class PodWriter(abc.ABC):
+    """The intents (module docstring) over the primitives a subclass provides:
+    ``_get``, ``_patch`` (strategic merge), ``_patch_status``, ``_delete`` (with a UID
+    precondition) and ``_evict``, plus :meth:`emit_event`."""
+
+    # --- primitives ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def _get(self, ref: PodRef) -> dict[str, Any]:
+        """The pod as it is now. Raises :class:`Gone`."""
+
+    @abc.abstractmethod
+    def _patch(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply a strategic-merge patch; returns the pod. Raises :class:`Conflict` on a
+        stale ``metadata.resourceVersion``, :class:`Gone`, :class:`WriteError`."""
+
+    @abc.abstractmethod
+    def _patch_status(self, ref: PodRef, patch: Mapping[str, Any]) -> None:
+        """Apply a strategic-merge patch to ``pods/status``. Raises :class:`Gone`,
+        :class:`WriteError`."""
+
+    @abc.abstractmethod
+    def _delete(self, ref: PodRef, uid: str) -> None:
+        """Delete the pod if its UID is ``uid``. Raises :class:`Gone` (also when the UID
+        differs), :class:`WriteError`."""
+
+    @abc.abstractmethod
+    def _evict(self, ref: PodRef, uid: str) -> None:
+        """Evict the pod through ``pods/eviction`` (policy/v1) if its UID is ``uid``.
+        Raises :class:`Refused` (a PodDisruptionBudget forbids it), :class:`Gone`,
+        :class:`WriteError`."""
+
+    @abc.abstractmethod
+    def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
+        effort, never raises."""
+
+    # --- intents ------------------------------------------------------------------------
+    def release_member(self, m: MemberRelease, gates: list[str], released_at: str,
+                       plan: Plan | None = None) -> dict[str, Any]:
+        """Release member ``m`` in one update (:func:`release_patch`); returns the pod as
+        written. ``gates`` are its Troupe gates as the decision saw them.
+
+        The first attempt uses the decision's resourceVersion, so a release costs one
+        request per member. On a conflict the pod is read again and the write decided
+        again: done already (released and pinned to ``m.node``) returns the pod as it is;
+        a pod of another UID raises :class:`Gone`; a pod pinned to another node, or
+        released by someone else, raises :class:`Conflict`, since a member is never
+        pinned to two nodes. Raises :class:`Conflict` after :data:`CONFLICT_RETRIES`
+        conflicts in a row.
+        """
+        ref = PodRef.parse(m.pod)
+        rv = m.resource_version
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                return self._patch(ref, release_patch(m, gates, rv, released_at, plan))
+            except Conflict:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+            current = self._get(ref)
+            meta = contract.pod_meta(current)
+            if m.uid and meta.get("uid") != m.uid:
+                raise Gone(f"pod {ref}: replaced by a pod with another uid")
+            pinned, gates = _pinned_to(current), _troupe_gates(current)
+            if pinned and pinned not in (m.node, m.hostname):
+                raise Conflict(f"pod {ref} is pinned to {pinned}, not {m.node}: a member is never pinned twice")
+            if not gates:
+                if pinned:
+                    return current
+                raise Conflict(f"pod {ref} was ungated by someone else")
+            rv = str(meta.get("resourceVersion") or "")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def clear_plan(self, ref: PodRef) -> None:
+        """Remove the plan record (``reconciler.troupe.io/plan``) from the pod: its release
+        was rolled back and it reserves nothing any more. Raises :class:`Gone`,
+        :class:`WriteError`."""
+        self._patch(ref, {"metadata": {"annotations": {contract.PLAN: None}}})
+
+    def mark_disrupted_and_delete(self, ref: PodRef, uid: str, reason: str, message: str, at: str) -> None:
+        """Set the pod condition ``DisruptionTarget`` (``reason``, ``message``,
+        lastTransitionTime ``at``), then delete the pod if its UID is still ``uid``.
+
+        KEP-3329: the condition lets a Job's ``podFailurePolicy`` ignore the deletion
+        instead of counting it against ``backoffLimit`` (kube-scheduler marks its
+        preemption victims the same way). Raises :class:`Gone` when the pod is gone or
+        replaced, :class:`WriteError`.
+        """
+        self.set_pod_condition(ref, {"type": "DisruptionTarget", "status": "True", "reason": reason,
+                                     "message": message, "lastTransitionTime": at})
+        self._delete(ref, uid)
+
+    def evict(self, ref: PodRef, uid: str) -> None:
+        """Evict the pod through the Eviction API (policy/v1), so PodDisruptionBudgets
+        hold and the pod's grace period is respected. Raises :class:`Refused` when a
+        budget forbids it now, :class:`Gone`, :class:`WriteError`."""
+        self._evict(ref, uid)
+
+    def set_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
+        """Set one ``status.conditions`` entry (merged by ``type``) through
+        ``pods/status``. Raises :class:`Gone`, :class:`WriteError`."""
+        self._patch_status(ref, {"status": {"conditions": [dict(condition)]}})
 
 
 @dataclass
@@ -70,79 +223,124 @@ class RecordedEvent:
 
 
 @dataclass
-class FakeWriter:
-    """In-memory :class:`Writer` over a dict of pods, for tests without an API server.
+class FakeWriter(PodWriter):
+    """In-memory :class:`PodWriter` over a dict of pods, for tests without an API server.
 
     Applies strategic-merge patches the way kube-apiserver does for the fields Troupe
     writes: ``metadata.annotations`` (merge, ``None`` deletes), ``spec.nodeSelector``
-    (merge; changing an existing key of a gated pod is refused as the API server refuses
-    it), ``spec.schedulingGates`` (``$patch: delete`` by name). A ``metadata.resourceVersion``
-    in the patch that differs from the stored one raises :class:`Conflict`; a delete whose
-    UID precondition fails raises :class:`Gone`.
+    (merge; only additions, and only to a gated pod: the rule KEP-3838 gives, checked on
+    the pod before the update, so a pin and the removal of the gate go in one update),
+    ``spec.schedulingGates`` (``$patch: delete`` by name). A ``metadata.resourceVersion``
+    in the patch that differs from the stored one raises :class:`Conflict`; a delete or
+    an eviction whose UID precondition fails raises :class:`Gone`; an eviction of a pod
+    named in ``protected`` raises :class:`Refused`. ``fail`` maps a pod name to an error
+    its next writes raise (a refused write, for fault tests). Thread-safe.
     """
 
     pods: dict[PodRef, dict[str, Any]] = field(default_factory=dict)
     events: list[RecordedEvent] = field(default_factory=list)
     patches: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
     deleted: list[PodRef] = field(default_factory=list)
+    evicted: list[PodRef] = field(default_factory=list)
     conditions: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
+    protected: set[str] = field(default_factory=set)
+    fail: dict[str, WriteError] = field(default_factory=dict)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def add(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of ``pod`` (given a fresh resourceVersion) and return it."""
-        stored = copy.deepcopy(dict(pod))
-        stored.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
-        self.pods[PodRef.of(stored)] = stored
-        return copy.deepcopy(stored)
+        with self._lock:
+            stored = copy.deepcopy(dict(pod))
+            stored.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
+            self.pods[PodRef.of(stored)] = stored
+            return copy.deepcopy(stored)
 
     def read_pod(self, ref: PodRef) -> dict[str, Any]:
-        if ref not in self.pods:
-            raise Gone(f"pod {ref}: not found")
-        return copy.deepcopy(self.pods[ref])
+        """A copy of the stored pod. Raises :class:`Gone`."""
+        return self._get(ref)
 
-    def patch_pod(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
-        if ref not in self.pods:
-            raise Gone(f"pod {ref}: not found")
-        pod = copy.deepcopy(self.pods[ref])
-        meta, spec = pod.setdefault("metadata", {}), pod.setdefault("spec", {})
-        pmeta, pspec = patch.get("metadata") or {}, patch.get("spec") or {}
-        want_rv = pmeta.get("resourceVersion")
-        if want_rv is not None and want_rv != meta.get("resourceVersion"):
-            raise Conflict(f"patch pod {ref}: resourceVersion {want_rv} is stale")
-        for k, v in (pmeta.get("annotations") or {}).items():
-            ann = meta.setdefault("annotations", {})
-            if v is None:
-                ann.pop(k, None)
-            else:
-                ann[k] = v
-        gated = bool(spec.get("schedulingGates"))
-        for k, v in (pspec.get("nodeSelector") or {}).items():
-            sel = spec.setdefault("nodeSelector", {})
-            if not gated or (k in sel and sel[k] != v):
-                raise WriteError(f"patch pod {ref}: spec.nodeSelector: only additions are allowed on a gated pod")
-            sel[k] = v
-        for gate in pspec.get("schedulingGates") or []:
-            if gate.get("$patch") == "delete":
-                spec["schedulingGates"] = [g for g in spec.get("schedulingGates", []) if g["name"] != gate["name"]]
-        meta["resourceVersion"] = str(next(self._rv))
-        self.pods[ref] = pod
-        self.patches.append((ref, copy.deepcopy(dict(patch))))
-        return copy.deepcopy(pod)
+    def touch(self, ref: PodRef, **labels: str) -> dict[str, Any]:
+        """Someone else's update (labels merged, a new resourceVersion): what makes the
+        reconciler's cached version stale."""
+        with self._lock:
+            pod = self.pods[ref]
+            pod["metadata"].setdefault("labels", {}).update(labels)
+            pod["metadata"]["resourceVersion"] = str(next(self._rv))
+            return copy.deepcopy(pod)
 
-    def add_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
-        if ref not in self.pods:
-            raise Gone(f"pod {ref}: not found")
-        status = self.pods[ref].setdefault("status", {})
-        others = [c for c in status.get("conditions", []) if c.get("type") != condition["type"]]
-        status["conditions"] = [*others, dict(condition)]
-        self.conditions.append((ref, dict(condition)))
+    def _check_fail(self, ref: PodRef) -> None:
+        error = self.fail.get(ref.name)
+        if error is not None:
+            raise error
 
-    def delete_pod(self, ref: PodRef, uid: str) -> None:
-        pod = self.pods.get(ref)
-        if pod is None or pod["metadata"].get("uid") != uid:
-            raise Gone(f"pod {ref} with uid {uid}: not found")
-        del self.pods[ref]
-        self.deleted.append(ref)
+    def _get(self, ref: PodRef) -> dict[str, Any]:
+        with self._lock:
+            if ref not in self.pods:
+                raise Gone(f"pod {ref}: not found")
+            return copy.deepcopy(self.pods[ref])
+
+    def _patch(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._check_fail(ref)
+            if ref not in self.pods:
+                raise Gone(f"pod {ref}: not found")
+            pod = copy.deepcopy(self.pods[ref])
+            meta, spec = pod.setdefault("metadata", {}), pod.setdefault("spec", {})
+            pmeta, pspec = patch.get("metadata") or {}, patch.get("spec") or {}
+            want_rv = pmeta.get("resourceVersion")
+            if want_rv is not None and want_rv != meta.get("resourceVersion"):
+                raise Conflict(f"patch pod {ref}: resourceVersion {want_rv} is stale")
+            for k, v in (pmeta.get("annotations") or {}).items():
+                ann = meta.setdefault("annotations", {})
+                if v is None:
+                    ann.pop(k, None)
+                else:
+                    ann[k] = v
+            gated = bool(spec.get("schedulingGates"))
+            for k, v in (pspec.get("nodeSelector") or {}).items():
+                sel = spec.setdefault("nodeSelector", {})
+                if sel.get(k) == v:
+                    continue
+                if not gated or k in sel:
+                    raise WriteError(f"patch pod {ref}: spec.nodeSelector: only additions are allowed on a gated pod")
+                sel[k] = v
+            for gate in pspec.get("schedulingGates") or []:
+                if gate.get("$patch") == "delete":
+                    spec["schedulingGates"] = [g for g in spec.get("schedulingGates", []) if g["name"] != gate["name"]]
+            meta["resourceVersion"] = str(next(self._rv))
+            self.pods[ref] = pod
+            self.patches.append((ref, copy.deepcopy(dict(patch))))
+            return copy.deepcopy(pod)
+
+    def _patch_status(self, ref: PodRef, patch: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._check_fail(ref)
+            if ref not in self.pods:
+                raise Gone(f"pod {ref}: not found")
+            status = self.pods[ref].setdefault("status", {})
+            for condition in patch["status"]["conditions"]:
+                others = [c for c in status.get("conditions", []) if c.get("type") != condition["type"]]
+                status["conditions"] = [*others, dict(condition)]
+                self.conditions.append((ref, dict(condition)))
+
+    def _delete(self, ref: PodRef, uid: str) -> None:
+        with self._lock:
+            self._check_fail(ref)
+            pod = self.pods.get(ref)
+            if pod is None or pod["metadata"].get("uid") != uid:
+                raise Gone(f"pod {ref} with uid {uid}: not found")
+            del self.pods[ref]
+            self.deleted.append(ref)
+
+    def _evict(self, ref: PodRef, uid: str) -> None:
+        with self._lock:
+            if ref.name in self.protected:
+                raise Refused(f"evict pod {ref}: Cannot evict pod as it would violate the pod's disruption budget")
+            self._delete(ref, uid)
+            self.deleted.remove(ref)
+            self.evicted.append(ref)
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
-        self.events.append(RecordedEvent(ref, kind, reason, message))
+        with self._lock:
+            self.events.append(RecordedEvent(ref, kind, reason, message))

@@ -1,32 +1,43 @@
-"""The gang controller on an in-memory cache and writer: what it decides and what it writes."""
+"""The gang controller on an in-memory cache and writer: what it decides and what it writes,
+including writes that fail mid-release and reconcilers that restart."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from reconciler.cache import ClusterCache
-from reconciler.controller import GangController, ParseMemo
-from reconciler.lifecycle import Phase
-from reconciler.writer import Conflict, FakeWriter, PodRef
+from reconciler.controller import GangController
+from reconciler.engine.lifecycle import Phase
+from reconciler.writer import FakeWriter, PodRef, WriteError
 from tests.reconciler.builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 
 CONFIG = Config()
+NO_JITTER = Config(gang_schedule_timeout_jitter_seconds=0)
 
 
 class Harness:
-    """A cache and a FakeWriter holding the same pods, and a controller over them."""
+    """A cache and a FakeWriter holding the same pods, and a controller over them; the
+    watch is simulated by :meth:`sync` (the writer's pods fed back into the cache)."""
 
     def __init__(self, nodes, pods, config=CONFIG):
+        self.config = config
         self.writer = FakeWriter()
         self.cache = ClusterCache(config)
         self.cache.replace_nodes(nodes)
         self.cache.replace_pods([self.writer.add(p) for p in pods])
-        self.now = 0.0
         self.wall = 1_800_000_000.0
-        self.controller = GangController(
-            self.cache, self.writer, config, clock=lambda: self.now, wall_clock=lambda: self.wall)
+        self.controller = self.new_controller()
+
+    def new_controller(self):
+        """A controller as a restarted reconciler has it: nothing remembered."""
+        return GangController(self.cache, self.writer, self.config, wall_clock=lambda: self.wall)
+
+    def reconcile(self, key="team-a/train"):
+        return self.controller.reconcile(key)
 
     def pod(self, name, namespace="team-a"):
         return self.writer.pods[PodRef(namespace, name)]
@@ -34,16 +45,31 @@ class Harness:
     def add(self, pod):
         self.cache.pod_event("ADDED", self.writer.add(pod))
 
+    def sync(self):
+        """Deliver the writer's state to the cache, as the watch would."""
+        refs = set(self.writer.pods)
+        for pod in self.writer.pods.values():
+            self.cache.pod_event("MODIFIED", pod)
+        for key in self.cache.gang_keys():
+            for info in self.cache.members(key):
+                ref = PodRef(info.namespace, info.name)
+                if ref not in refs:
+                    self.cache.pod_event("DELETED", {"metadata": {"namespace": ref.namespace, "name": ref.name}})
+
     def bind(self, name, namespace="team-a"):
         """What kube-scheduler does to a released pod: set spec.nodeName to its pin."""
         ref = PodRef(namespace, name)
         pod = self.writer.pods[ref]
         pod["spec"]["nodeName"] = pod["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
+        pod["status"]["phase"] = "Running"
+        pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
         self.cache.pod_event("MODIFIED", self.writer.read_pod(ref))
 
-    def sync_deletes(self):
-        for ref in self.writer.deleted:
-            self.cache.pod_event("DELETED", {"metadata": {"namespace": ref.namespace, "name": ref.name}})
+    def gated(self, *names):
+        return [n for n in names if self.pod(n)["spec"].get("schedulingGates")]
+
+    def node_of(self, name):
+        return self.pod(name)["spec"].get("nodeSelector", {}).get(contract.HOSTNAME_LABEL)
 
 
 #   block b1 / subblock s1: n1 n2      block b1 / subblock s2: n3 n4
@@ -52,211 +78,358 @@ def four_nodes():
     return [make_node(f"n{i}").topology("b1", "s1" if i <= 2 else "s2", f"h{i}").gpus(4).build() for i in range(1, 5)]
 
 
-def gang_pods(n, size=None, gpus=2, name="train"):
-    return [make_pod(f"{name}-{i}").gang(name, size or n).index(i).gpus(gpus).gated().build() for i in range(n)]
+def gang_pods(n, size=None, gpus=2, name="train", owned=False):
+    pods = [make_pod(f"{name}-{i}").gang(name, size or n).index(i).gpus(gpus).gated().build() for i in range(n)]
+    return own(pods, name) if owned else pods
 
 
-def test_a_complete_gang_is_pinned_and_released_whole():
+def own(pods, job="train"):
+    for p in pods:
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                             "uid": f"uid-job-{job}", "controller": True}]
+    return pods
+
+
+NAMES = [f"train-{i}" for i in range(4)]
+
+
+# --- releasing ---------------------------------------------------------------------------------
+def test_a_complete_gang_is_released_whole_with_one_write_per_member():
     h = Harness(four_nodes(), gang_pods(4))
-    outcome = h.controller.reconcile("team-a/train")
-    assert outcome.phase is Phase.RELEASED
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.PLACED and not outcome.retry
+    assert outcome.reason == "placed 4 members in cloud.google.com/gce-topology-subblock=b1/s1"
+    assert len(h.writer.patches) == 4, "pin, annotations and the gate go in one update"
     nodes = {}
     for i in range(4):
         pod = h.pod(f"train-{i}")
-        assert "schedulingGates" not in pod["spec"] or pod["spec"]["schedulingGates"] == []
-        node = pod["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
-        assert pod["metadata"]["annotations"][contract.ASSIGNED_NODE] == node
-        assert pod["metadata"]["annotations"][contract.ASSIGNED_RANK] == str(i)
-        nodes[i] = node
+        assert pod["spec"]["schedulingGates"] == []
+        nodes[i] = pod["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
+        ann = pod["metadata"]["annotations"]
+        assert (ann[contract.ASSIGNED_NODE], ann[contract.ASSIGNED_RANK]) == (nodes[i], str(i))
+        assert ann[contract.PLANNED_AT] == "2027-01-15T08:00:00.000+00:00"
+        assert ann[contract.RELEASED_AT] == "2027-01-15T08:00:00.000+00:00"
     # 4 members x 2 GPUs fit in one subblock (2 nodes x 4 GPUs); neighbouring ranks share nodes.
     assert nodes == {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
     assert [e.reason for e in h.writer.events] == ["GangReleased"] * 4
+    h.sync()
+    assert h.reconcile().phase is Phase.RELEASED
 
 
-def test_every_member_is_pinned_before_any_is_ungated():
+def test_the_plan_is_written_first_on_the_first_member_and_names_every_member():
     h = Harness(four_nodes(), gang_pods(3))
-    h.controller.reconcile("team-a/train")
-    kinds = ["pin" if "nodeSelector" in (patch.get("spec") or {}) else "ungate" for _, patch in h.writer.patches]
-    assert kinds == ["pin"] * 3 + ["ungate"] * 3
+    h.reconcile()
+    first_ref, first_patch = h.writer.patches[0]
+    assert first_ref.name == "train-0"
+    plan = json.loads(first_patch["metadata"]["annotations"][contract.PLAN])
+    assert plan == {"plannedAt": "2027-01-15T08:00:00.000+00:00",
+                    "nodes": {"uid-train-0": "n1", "uid-train-1": "n1", "uid-train-2": "n2"}}
+    assert all(contract.PLAN not in p["metadata"]["annotations"] for _, p in h.writer.patches[1:])
+
+
+def test_a_gang_of_one_needs_no_plan_record():
+    h = Harness(four_nodes(), gang_pods(1))
+    h.reconcile()
+    assert contract.PLAN not in h.writer.patches[0][1]["metadata"]["annotations"]
 
 
 def test_a_gang_missing_a_member_waits_and_writes_nothing():
     h = Harness(four_nodes(), gang_pods(3, size=4))
-    outcome = h.controller.reconcile("team-a/train")
+    outcome = h.reconcile()
     assert (outcome.phase, outcome.reason) == (Phase.WAITING, "3 of 4 members present")
     assert h.writer.patches == []
     h.add(make_pod("train-3").gang("train", 4).index(3).gpus(2).gated().build())
-    assert h.controller.reconcile("team-a/train").phase is Phase.RELEASED
+    assert h.reconcile().phase is Phase.PLACED
 
 
 def test_completed_members_do_not_count():
     done = make_pod("train-3").gang("train", 4).index(3).gpus(2).build()
     done["status"]["phase"] = "Succeeded"
     h = Harness(four_nodes(), [*gang_pods(3, size=4), done])
-    assert h.controller.reconcile("team-a/train").phase is Phase.WAITING
+    assert h.reconcile().phase is Phase.WAITING
 
 
 def test_members_that_disagree_are_held_with_a_warning_naming_the_key():
     pods = gang_pods(3, size=3)
     pods[2]["metadata"]["annotations"]["troupe.io/gang-size"] = "4"
     h = Harness(four_nodes(), pods)
-    outcome = h.controller.reconcile("team-a/train")
+    outcome = h.reconcile()
     assert outcome.phase is Phase.HELD
     assert "troupe.io/gang-size: 3, 4" in outcome.reason
     assert h.writer.patches == []
     assert {e.reason for e in h.writer.events} == {"GangSpecMismatch"}
     assert len(h.writer.events) == 3
-    h.controller.reconcile("team-a/train")
+    h.reconcile()
     assert len(h.writer.events) == 3, "the same warning is not repeated"
 
 
-def test_a_gang_that_cannot_fit_is_unschedulable_and_backs_off():
+def test_a_member_with_a_malformed_size_holds_its_gang_instead_of_being_ignored():
+    pods = gang_pods(2)
+    pods[1]["metadata"]["annotations"]["troupe.io/gang-size"] = "two"
+    h = Harness(four_nodes(), pods)
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.HELD
+    assert outcome.reason == ("member train-1: annotation troupe.io/gang-size: must be an integer >= 1, "
+                              "got 'two' (held until it is fixed)")
+
+
+def test_a_gang_that_cannot_fit_is_unschedulable_and_asks_the_queue_to_back_off():
     h = Harness(four_nodes(), gang_pods(3, gpus=8))
-    first = h.controller.reconcile("team-a/train")
-    assert first.phase is Phase.UNSCHEDULABLE
-    assert "insufficient nvidia.com/gpu" in first.reason
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.UNSCHEDULABLE and outcome.retry
+    assert "insufficient nvidia.com/gpu" in outcome.reason
+    assert outcome.decision.code == "UnschedulableAndUnresolvable"
     assert h.writer.patches == []
-    second = h.controller.reconcile("team-a/train")
-    assert second.requeue_after == 2 * first.requeue_after
     assert h.writer.events[0].reason == "GangUnschedulable" and h.writer.events[0].kind == "Warning"
 
 
 def test_a_released_gang_uses_its_nodes_before_any_watch_event_arrives():
     pods = gang_pods(4, gpus=4, name="a") + gang_pods(1, gpus=1, name="b")
     h = Harness(four_nodes(), pods)
-    assert h.controller.reconcile("team-a/a").phase is Phase.RELEASED
-    outcome = h.controller.reconcile("team-a/b")
+    assert h.reconcile("team-a/a").phase is Phase.PLACED
+    outcome = h.reconcile("team-a/b")
     assert outcome.phase is Phase.UNSCHEDULABLE, "gang a fills every GPU; b must not be double-booked"
-
-
-def test_a_replacement_member_of_a_running_gang_is_released_on_its_own():
-    running = [make_pod(f"train-{i}").gang("train", 4).index(i).gpus(2).running_on(f"n{i + 1}")
-               .annotate(contract.ASSIGNED_NODE, f"n{i + 1}").build() for i in range(3)]
-    replacement = make_pod("train-3").gang("train", 4).index(3).gpus(2).gated().build()
-    h = Harness(four_nodes(), [*running, replacement])
-    outcome = h.controller.reconcile("team-a/train")
-    assert outcome.phase is Phase.RELEASED
-    assert len(h.writer.patches) == 2, "only the replacement is pinned and ungated"
-    assert h.pod("train-3")["spec"]["nodeSelector"][contract.HOSTNAME_LABEL] in {"n1", "n2", "n3", "n4"}
 
 
 def test_other_components_gates_stay():
     pods = gang_pods(2)
     pods[0]["spec"]["schedulingGates"].append({"name": "example.com/quota"})
     h = Harness(four_nodes(), pods)
-    h.controller.reconcile("team-a/train")
+    h.reconcile()
     assert h.pod("train-0")["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
     assert "still gated by example.com/quota" in h.writer.events[0].message
 
 
 def test_a_conflict_is_retried_after_a_fresh_read():
     h = Harness(four_nodes(), gang_pods(2))
-    # Someone else changes train-0 after the cache saw it: the cached resourceVersion is stale.
-    h.writer.patch_pod(PodRef("team-a", "train-0"), {"metadata": {"labels": {"x": "y"}}})
-    outcome = h.controller.reconcile("team-a/train")
-    assert outcome.phase is Phase.RELEASED
-    assert h.pod("train-0")["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
+    h.writer.touch(PodRef("team-a", "train-0"), x="y")  # the cached resourceVersion is now stale
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.PLACED and not outcome.retry
+    assert h.node_of("train-0") == "n1"
+    assert h.pod("train-0")["metadata"]["labels"]["x"] == "y", "someone else's change is kept"
 
 
-def test_a_pod_ungated_by_someone_else_mid_release_stops_the_release():
+def test_a_member_pinned_elsewhere_is_never_pinned_again():
     h = Harness(four_nodes(), gang_pods(2))
-    original = h.writer.patch_pod
-
-    def patch(ref, body):
-        if ref.name == "train-1" and "nodeSelector" in (body.get("spec") or {}):
-            h.writer.pods[ref]["spec"]["schedulingGates"] = []
-            h.writer.pods[ref]["metadata"]["resourceVersion"] = "999999"
-        return original(ref, body)
-
-    h.writer.patch_pod = patch
-    outcome = h.controller.reconcile("team-a/train")
-    assert outcome.phase is Phase.RELEASING
-    assert "ungated by someone else" in outcome.reason
-    assert h.pod("train-0")["spec"]["schedulingGates"] == [{"name": contract.GATE}], "nothing was ungated"
-
-
-def test_a_gke_auto_gang_is_released_once_it_settles():
-    gate = contract.GKE_GATE_PREFIX + "job"
-    pods = [make_pod(f"w-{i}").label("job-name", "w").index(i).gpus(1).gated(gate).build() for i in range(3)]
-    h = Harness(four_nodes(), pods)
-    key = "team-a/gke:job-name=w"
-    first = h.controller.reconcile(key)
-    assert first.phase is Phase.WAITING and first.requeue_after == pytest.approx(5)
-    h.now += 5
-    assert h.controller.reconcile(key).phase is Phase.RELEASED
-    assert all(h.pod(f"w-{i}")["spec"]["schedulingGates"] == [] for i in range(3))
-
-
-def test_the_fake_writer_refuses_a_stale_resource_version():
-    w = FakeWriter()
-    w.add(make_pod("p").build())
-    with pytest.raises(Conflict):
-        w.patch_pod(PodRef("team-a", "p"), {"metadata": {"resourceVersion": "1"}})
+    # Another (stale) writer pinned train-1 to n4 after this cache saw it.
+    pod = h.writer.pods[PodRef("team-a", "train-1")]
+    pod["spec"]["nodeSelector"] = {contract.HOSTNAME_LABEL: "n4"}
+    pod["metadata"]["annotations"][contract.ASSIGNED_NODE] = "n4"
+    pod["metadata"]["resourceVersion"] = "999999"
+    outcome = h.reconcile()
+    assert outcome.retry and "pinned to n4" in outcome.reason
+    assert h.node_of("train-1") == "n4"
 
 
 def test_a_node_that_cannot_be_read_is_left_out_instead_of_stopping_every_plan():
     registering = make_node("n9").build()
     del registering["status"]["allocatable"]
     h = Harness([*four_nodes(), registering], gang_pods(2))
-    assert h.controller.reconcile("team-a/train").phase is Phase.RELEASED
-
-
-def test_objects_are_parsed_once_while_unchanged():
-    calls = []
-    memo = ParseMemo("pod", lambda obj: calls.append(obj["metadata"]["name"]) or obj["metadata"]["name"])
-    a, b = make_pod("a").build(), make_pod("b").build()
-    assert memo.parse([a, b]) == ["a", "b"]
-    assert memo.parse([a, b]) == ["a", "b"]
-    assert calls == ["a", "b"]
-    b2 = make_pod("b").build()  # an update: the cache replaces the object
-    assert memo.parse([a, b2]) == ["a", "b"]
-    assert calls == ["a", "b", "b"], "only the changed object is parsed again"
+    assert h.reconcile().phase is Phase.PLACED
 
 
 def test_a_device_group_member_stays_gated_until_devices_can_be_allocated():
     pods = gang_pods(2)
     pods[1]["metadata"]["annotations"][contract.DEVICE_GROUP] = "team-a-gpus"
     h = Harness(four_nodes(), pods)
-    outcome = h.controller.reconcile("team-a/train")
+    outcome = h.reconcile()
     assert outcome.phase is Phase.HELD
     assert "SharedDeviceGroup team-a-gpus" in outcome.reason
     assert h.writer.patches == []
     assert {e.reason for e in h.writer.events} == {"SharedDeviceGroupPending"}
 
 
-def owned(pods):
-    for p in pods:
-        p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
-                                             "uid": "job-uid", "controller": True}]
-    return pods
+# --- auto-gangs and gangs of one --------------------------------------------------------------
+GKE_GATE = contract.GKE_GATE_PREFIX + "job"
 
 
-NO_JITTER = Config(gang_schedule_timeout_jitter_seconds=0)
+def gke_pod(i, created="2027-01-15T07:59:58Z"):
+    pod = make_pod(f"w-{i}").label("job-name", "w").index(i).gpus(1).gated(GKE_GATE).build()
+    pod["metadata"]["creationTimestamp"] = created
+    return pod
 
 
-def test_a_released_gang_is_given_its_timeout_to_bind():
-    h = Harness(four_nodes(), owned(gang_pods(2)), NO_JITTER)
-    h.controller.reconcile("team-a/train")
-    assert contract.RELEASED_AT in h.pod("train-0")["metadata"]["annotations"]
+def test_a_gke_auto_gang_is_released_once_no_member_has_come_for_the_settle_period():
+    h = Harness(four_nodes(), [gke_pod(i) for i in range(3)])
+    key = "team-a/gke:job-name=w"
+    first = h.reconcile(key)
+    assert (first.phase, first.reason) == (Phase.WAITING, "3 members present, settling for 3s more")
+    assert first.requeue_after == pytest.approx(3)
+    h.wall += 3
+    assert h.reconcile(key).phase is Phase.PLACED
+    assert all(h.pod(f"w-{i}")["spec"]["schedulingGates"] == [] for i in range(3))
+
+
+def test_a_gke_auto_gang_owned_by_a_job_waits_for_the_jobs_parallelism():
+    job = {"metadata": {"namespace": "team-a", "name": "w"}, "spec": {"parallelism": 3}}
+    h = Harness(four_nodes(), own([gke_pod(i, created="2026-01-01T00:00:00Z") for i in range(2)], "w"))
+    h.cache.replace_jobs([job])
+    key = "team-a/gke:job-name=w"
+    outcome = h.reconcile(key)
+    assert (outcome.phase, outcome.reason) == (Phase.WAITING, "2 of 3 members present (Job w parallelism)")
+    h.add(own([gke_pod(2)], "w")[0])
+    assert h.reconcile(key).phase is Phase.PLACED, "released at once, no settling"
+
+
+def test_pods_of_one_job_with_only_a_topology_request_are_each_placed_alone():
+    # Regression: such a pod was keyed as a gang of one by the cache but sized by its Job
+    # (parallelism 4) by the controller, and waited forever for "1 of 4 members".
+    pods = own([make_pod(f"w-{i}").index(i).gpus(1).gated()
+                .annotate(contract.TOPOLOGY_REQUIRED_LEVEL, "cloud.google.com/gce-topology-subblock").build()
+                for i in range(4)], "w")
+    h = Harness(four_nodes(), pods)
+    h.cache.replace_jobs([{"metadata": {"namespace": "team-a", "name": "w"}, "spec": {"parallelism": 4}}])
+    assert sorted(h.cache.gang_keys()) == [f"team-a/pod:w-{i}" for i in range(4)]
+    outcome = h.reconcile("team-a/pod:w-0")
+    assert (outcome.phase, outcome.reason) == (
+        Phase.PLACED, "placed 1 members in cloud.google.com/gce-topology-subblock=b1/s1")
+    assert h.gated("w-0", "w-1", "w-2", "w-3") == ["w-1", "w-2", "w-3"], "each on its own decision"
+
+
+# --- a release cut short --------------------------------------------------------------------
+def test_a_refused_write_mid_release_leaves_the_rest_reserved_and_the_next_reconcile_finishes_it():
+    # Regression: A's member 2 failed to be ungated; A's pinned-but-gated members held no
+    # capacity, so gang B was placed on A's nodes and ran; A stayed half-released for an
+    # hour, and was rolled back the moment B ended.
+    h = Harness(four_nodes(), gang_pods(4, gpus=4, owned=True) + gang_pods(2, gpus=4, name="b"), NO_JITTER)
+    h.writer.fail["train-2"] = WriteError("patch pod team-a/train-2: 500 etcdserver: request timed out")
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.PLACED and outcome.retry
+    assert "1 of 4 write(s) failed, retried on their reserved nodes" in outcome.reason
+    h.sync()
+    assert h.gated(*NAMES) == ["train-2"]
+    b = h.reconcile("team-a/b")
+    assert b.phase is Phase.UNSCHEDULABLE, "A's reserved node is not given to B"
+    assert h.gated("b-0", "b-1") == ["b-0", "b-1"]
+    # A new reconciler (restart or failover) sees the same reservation.
+    h.controller = h.new_controller()
+    assert h.controller.reconcile("team-a/b").phase is Phase.UNSCHEDULABLE
+    h.writer.fail.clear()
+    h.wall += 20
+    outcome = h.reconcile()
+    assert (outcome.phase, outcome.reason) == (
+        Phase.RELEASING, "finishing a release: 3 of 4 members released, 1 to go on their planned nodes")
+    assert h.node_of("train-2") == "n3", "on the node the plan reserved"
+    assert h.pod("train-2")["metadata"]["annotations"][contract.PLANNED_AT] == "2027-01-15T08:00:00.000+00:00"
+    h.sync()
+    for name in NAMES:
+        h.bind(name)
+    h.wall += 29  # 49 s after the plan, 29 s after the release completed: within the 30 s timeout
+    outcome = h.reconcile()
+    assert (outcome.phase, outcome.reason) == (Phase.RELEASED, "all 4 active members released and bound (4 running)")
+    assert h.writer.deleted == [], "the clock ran from the release's completion, not from the first pin"
+
+
+def test_a_release_that_cannot_be_finished_within_the_timeout_is_rolled_back_whole():
+    h = Harness(four_nodes(), gang_pods(4, gpus=4, owned=True), NO_JITTER)
+    h.writer.fail["train-3"] = WriteError("patch pod team-a/train-3: 403 forbidden")
+    h.reconcile()
+    h.sync()
+    for name in ("train-0", "train-1", "train-2"):
+        h.bind(name)
+    h.wall += 29
+    assert h.reconcile().phase is Phase.RELEASING, "still refused: the release cannot be finished"
+    h.writer.fail.clear()
+    h.sync()
+    h.wall += 1
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.ROLLED_BACK
+    assert outcome.reason.startswith(
+        "release of 4 member(s) not complete within 30s (+0s jitter): 1 still gated; deleted 4 member(s)")
+    assert sorted(r.name for r in h.writer.deleted) == NAMES, "never left half-released"
+
+
+def test_a_release_whose_planned_node_is_gone_is_rolled_back_at_once():
+    h = Harness(four_nodes(), gang_pods(4, gpus=4, owned=True))
+    h.writer.fail["train-3"] = WriteError("500")
+    h.reconcile()
+    h.sync()
+    h.cache.node_event("DELETED", {"metadata": {"name": "n4"}})
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.ROLLED_BACK
+    assert outcome.reason.startswith("the planned node n4 of member train-3 no longer exists")
+
+
+# --- replacements ---------------------------------------------------------------------------
+def running(i, node, planned="2027-01-15T07:00:00.000+00:00"):
+    return (make_pod(f"train-{i}").gang("train", 4).index(i).gpus(2).running_on(node)
+            .annotate(contract.ASSIGNED_NODE, node).annotate(contract.PLANNED_AT, planned)
+            .annotate(contract.RELEASED_AT, planned).build())
+
+
+def test_a_replacement_member_of_a_running_gang_is_released_on_its_own_next_to_its_gang():
+    pods = [running(0, "n3"), running(1, "n3"), running(2, "n4"),
+            make_pod("train-3").gang("train", 4).index(3).gpus(2).gated().build()]
+    h = Harness(four_nodes(), own(pods), NO_JITTER)
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.PLACED
+    assert outcome.reason == "replacement member(s) train-3: placed 1 members in kubernetes.io/hostname=b1/s2/h4/n4"
+    assert len(h.writer.patches) == 1, "only the replacement is written"
+    assert h.pod("train-3")["metadata"]["annotations"][contract.ASSIGNED_RANK] == "3"
+
+
+def test_a_replacement_that_does_not_fit_is_unschedulable_and_never_raises():
+    # Regression: Released -> Unschedulable was an illegal move: a stack trace every 5 s.
+    h = Harness(four_nodes(), own([running(i, f"n{i + 1}") for i in range(4)]))
+    assert h.reconcile().phase is Phase.RELEASED
+    h.cache.pod_event("DELETED", h.writer.pods.pop(PodRef("team-a", "train-3")))
+    h.add(own([make_pod("train-3").gang("train", 4).index(3).gpus(8).gated().build()])[0])
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.UNSCHEDULABLE and outcome.retry
+    assert outcome.reason.startswith("replacement member(s) train-3: fits 0 of 1 members")
+    assert h.controller.illegal_moves == 0
+    h.wall += 3600
+    assert h.reconcile().phase is Phase.UNSCHEDULABLE, "the running members are never rolled back for it"
+    assert h.writer.deleted == []
+
+
+def test_a_replacement_that_disagrees_is_held_and_the_gang_keeps_running():
+    h = Harness(four_nodes(), own([running(i, f"n{i + 1}") for i in range(4)]))
+    assert h.reconcile().phase is Phase.RELEASED
+    h.cache.pod_event("DELETED", h.writer.pods.pop(PodRef("team-a", "train-3")))
+    h.add(own([make_pod("train-3").gang("train", 5).index(3).gpus(2).gated().build()])[0])
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.HELD and "troupe.io/gang-size: 4, 5" in outcome.reason
+    assert h.controller.illegal_moves == 0
+
+
+def test_a_replacement_not_bound_in_time_is_rolled_back_alone():
+    pods = [running(0, "n1"), running(1, "n1"), running(2, "n2"),
+            make_pod("train-3").gang("train", 4).index(3).gpus(2).gated().build()]
+    h = Harness(four_nodes(), own(pods), NO_JITTER)
+    assert h.reconcile().phase is Phase.PLACED
+    h.sync()
+    h.wall += 30
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.ROLLED_BACK
+    assert [r.name for r in h.writer.deleted] == ["train-3"], "members already running are never rolled back by it"
+
+
+# --- timeouts and rollback --------------------------------------------------------------------
+def test_a_released_gang_is_given_its_timeout_to_bind_from_the_end_of_its_release():
+    h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
+    h.reconcile()
+    h.sync()
     h.bind("train-0")
     h.wall += 10
-    outcome = h.controller.reconcile("team-a/train")
-    assert (outcome.phase, outcome.reason) == (Phase.RELEASED, "1 of 2 members bound")
+    outcome = h.reconcile()
+    assert (outcome.phase, outcome.reason) == (Phase.RELEASED, "1 of 2 released members bound")
     assert outcome.requeue_after == pytest.approx(20), "30 s default timeout, 10 s gone"
     h.bind("train-1")
-    outcome = h.controller.reconcile("team-a/train")
-    assert outcome.reason == "all 2 active members released and bound"
+    outcome = h.reconcile()
+    assert outcome.reason == "all 2 active members released and bound (2 running)"
     assert outcome.requeue_after is None
     h.wall += 3600
-    assert h.controller.reconcile("team-a/train").phase is Phase.RELEASED, "a bound gang never times out"
+    assert h.reconcile().phase is Phase.RELEASED, "a bound gang never times out"
 
 
 def test_a_gang_not_bound_in_time_is_rolled_back_and_its_next_release_backs_off():
-    h = Harness(four_nodes(), owned(gang_pods(2)), NO_JITTER)
-    h.controller.reconcile("team-a/train")
+    h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
+    h.reconcile()
+    h.sync()
     h.bind("train-0")
     h.wall += 30
-    outcome = h.controller.reconcile("team-a/train")
+    outcome = h.reconcile()
     assert outcome.phase is Phase.ROLLED_BACK
     assert outcome.reason.startswith("1 released member(s) not bound within 30s (+0s jitter); deleted 2 member(s)")
     assert sorted(r.name for r in h.writer.deleted) == ["train-0", "train-1"], "the whole gang restarts"
@@ -266,54 +439,64 @@ def test_a_gang_not_bound_in_time_is_rolled_back_and_its_next_release_backs_off(
     assert outcome.requeue_after == 10
     assert {e.reason for e in h.writer.events} >= {"GangTimedOut"}
     # The Job recreates its pods, gated again by the webhook: they wait out the backoff.
-    h.sync_deletes()
-    for pod in owned(gang_pods(2, name="train")):
+    h.sync()
+    for pod in gang_pods(2, owned=True):
         pod["metadata"]["name"] += "-retry"
+        pod["metadata"]["uid"] += "-retry"
         h.add(pod)
-    waiting = h.controller.reconcile("team-a/train")
-    assert waiting.phase is Phase.WAITING and waiting.reason.startswith("backing off after 1 timeout(s)")
-    h.now += 10
-    assert h.controller.reconcile("team-a/train").phase is Phase.RELEASED
+    waiting = h.reconcile()
+    assert (waiting.phase, waiting.reason) == (Phase.BACKING_OFF, "backing off after 1 timeout(s): 10s left")
+    h.wall += 10
+    assert h.reconcile().phase is Phase.PLACED
 
 
-def test_an_ownerless_member_is_never_deleted_on_timeout():
+def test_an_ownerless_member_is_never_deleted_on_timeout_and_its_plan_record_is_dropped():
     pods = gang_pods(2)
-    owned(pods[:1])
+    own(pods[1:])
     h = Harness(four_nodes(), pods, NO_JITTER)
-    h.controller.reconcile("team-a/train")
+    h.reconcile()
+    h.sync()
     h.wall += 31
-    outcome = h.controller.reconcile("team-a/train")
+    outcome = h.reconcile()
     assert outcome.phase is Phase.ROLLED_BACK
-    assert h.writer.deleted == [PodRef("team-a", "train-0")]
-    assert "ownerless, kept: train-1" in outcome.reason
-    kept = [e for e in h.writer.events if e.pod.name == "train-1" and e.reason == "GangTimedOut"]
+    assert h.writer.deleted == [PodRef("team-a", "train-1")]
+    assert "ownerless, kept: train-0" in outcome.reason
+    kept = [e for e in h.writer.events if e.pod.name == "train-0" and e.reason == "GangTimedOut"]
     assert "no controller owns this pod" in kept[0].message
+    assert contract.PLAN not in h.pod("train-0")["metadata"]["annotations"], "it reserves nothing any more"
 
 
 def test_the_jitter_is_within_its_bound_and_the_same_after_a_restart():
-    h = Harness(four_nodes(), owned(gang_pods(2)), Config(gang_schedule_timeout_jitter_seconds=30))
-    h.controller.reconcile("team-a/train")
-    first = h.controller.reconcile("team-a/train").requeue_after
-    restarted = GangController(h.cache, h.writer, h.controller.config, clock=lambda: h.now, wall_clock=lambda: h.wall)
-    again = restarted.reconcile("team-a/train").requeue_after
+    h = Harness(four_nodes(), gang_pods(2, owned=True), Config(gang_schedule_timeout_jitter_seconds=30))
+    h.reconcile()
+    h.sync()
+    first = h.reconcile().requeue_after
+    h.controller = h.new_controller()
+    again = h.reconcile().requeue_after
     assert 30 <= first <= 60
     assert again == first
 
 
-def test_a_gke_auto_gang_owned_by_a_job_waits_for_the_jobs_parallelism():
-    gate = contract.GKE_GATE_PREFIX + "job"
-    job = {"metadata": {"namespace": "team-a", "name": "w"}, "spec": {"parallelism": 3}}
-    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "w", "uid": "j1", "controller": True}]
-    pods = [make_pod(f"w-{i}").label("job-name", "w").index(i).gpus(1).gated(gate).build() for i in range(2)]
-    for p in pods:
-        p["metadata"]["ownerReferences"] = owner
+# --- restarts -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("setup", "want"), [
+    ("waiting", Phase.WAITING), ("held", Phase.HELD), ("unschedulable", Phase.UNSCHEDULABLE),
+    ("releasing", Phase.RELEASING), ("released", Phase.RELEASED),
+])
+def test_a_restarted_controller_finds_each_gang_in_the_phase_the_cluster_shows(setup, want):
+    if setup == "waiting":
+        pods = gang_pods(3, size=4)
+    elif setup == "held":
+        pods = gang_pods(2)
+        pods[1]["metadata"]["annotations"]["troupe.io/gang-size"] = "3"
+    elif setup == "unschedulable":
+        pods = gang_pods(3, gpus=8)
+    else:
+        pods = gang_pods(4, gpus=4)
     h = Harness(four_nodes(), pods)
-    h.cache.replace_jobs([job])
-    key = "team-a/gke:job-name=w"
-    h.now += 60  # long past any settle period: only the Job's parallelism counts
-    outcome = h.controller.reconcile(key)
-    assert (outcome.phase, outcome.reason) == (Phase.WAITING, "2 of 3 members present (Job w parallelism)")
-    third = make_pod("w-2").label("job-name", "w").index(2).gpus(1).gated(gate).build()
-    third["metadata"]["ownerReferences"] = owner
-    h.add(third)
-    assert h.controller.reconcile(key).phase is Phase.RELEASED, "released at once, no settling"
+    if setup == "releasing":
+        h.writer.fail["train-3"] = WriteError("500")
+    h.reconcile()
+    h.sync()
+    h.writer.fail.clear()
+    h.controller = h.new_controller()
+    assert h.reconcile().phase is want

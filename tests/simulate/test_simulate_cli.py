@@ -105,7 +105,7 @@ def test_a_required_level_annotation_is_honoured(tmp_path, capsys):
 def test_members_that_disagree_on_the_size_are_held(tmp_path, capsys):
     members = [member("g", 0, 2), member("g", 1, 3)]
     out, _ = run_json(capsys, write_list(tmp_path, NODES + members))
-    assert out["gangs"][0]["phase"] == "Unschedulable"
+    assert (out["gangs"][0]["phase"], out["gangs"][0]["rule"]) == ("Held", "MembersDisagree")
     assert out["gangs"][0]["reason"] == "members disagree on troupe.io/gang-size: 2, 3 (held until they agree)"
 
 
@@ -125,18 +125,43 @@ def test_gke_gated_pods_with_gang_annotations_are_gangs_too(tmp_path, capsys):
     assert out["gangs"][0]["phase"] == "Placed"
 
 
-def test_gated_pods_without_gang_annotations_are_noted_and_not_simulated(tmp_path, capsys):
-    pod = make_pod("w-0", "ml").requests(gpu=8).label("job-name", "train").gated("gke.io/topology-aware-auto-train")
-    out, err = run_json(capsys, write_list(tmp_path, [*NODES, pod.build()]))
-    assert out["gangs"] == []
-    assert err.startswith("note: 1 gated pod(s) without gang annotations not simulated")
+def gke_member(i, created="2024-05-01T10:00:00Z", job=None):
+    pod = (make_pod(f"w-{i}", "ml").requests(gpu=8).label("job-name", "train").index(i).created(created)
+           .gated("gke.io/topology-aware-auto-train"))
+    if job:
+        pod.owned_by("Job", job)
+    return pod.build()
 
 
-def test_pods_with_invalid_gang_annotations_are_ignored_with_a_note(tmp_path, capsys):
+def test_a_gke_auto_gang_is_sized_once_it_settles_as_in_the_reconciler(tmp_path, capsys):
+    path = write_list(tmp_path, [*NODES, gke_member(0), gke_member(1, created="2024-05-01T10:00:03Z")])
+    out, _ = run_json(capsys, path, "--now", "2024-05-01T10:00:05Z")
+    assert (out["gangs"][0]["name"], out["gangs"][0]["phase"]) == ("gke:job-name=train", "Waiting")
+    assert out["gangs"][0]["reason"] == "2 members present, settling for 3s more"
+    out, _ = run_json(capsys, path, "--now", "2024-05-01T10:00:08Z")
+    assert (out["gangs"][0]["phase"], out["gangs"][0]["size"]) == ("Placed", 2)
+
+
+def test_a_gke_auto_gang_owned_by_a_job_in_the_snapshot_takes_its_parallelism(tmp_path, capsys):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml"},
+           "spec": {"parallelism": 3}}
+    out, _ = run_json(capsys, write_list(tmp_path, [*NODES, job, gke_member(0, job="train"), gke_member(1, job="train")]))
+    assert out["gangs"][0]["phase"] == "Waiting"
+    assert out["gangs"][0]["reason"] == "2 of 3 members present (Job train parallelism)"
+
+
+def test_a_pod_with_invalid_gang_annotations_is_held_with_the_error(tmp_path, capsys):
     pod = make_pod("w-0", "ml").gang("g", 1).annotate("troupe.io/gang-size", "two").gated().build()
-    out, err = run_json(capsys, write_list(tmp_path, [*NODES, pod]))
-    assert out["gangs"] == []
-    assert "(Pod ml/w-0) ignored, as the reconciler ignores it: annotation troupe.io/gang-size" in err
+    out, _ = run_json(capsys, write_list(tmp_path, [*NODES, pod]))
+    assert (out["gangs"][0]["name"], out["gangs"][0]["phase"]) == ("g", "Held")
+    assert out["gangs"][0]["reason"] == (
+        "member w-0: annotation troupe.io/gang-size: must be an integer >= 1, got 'two' (held until it is fixed)")
+
+
+def test_a_bad_now_is_a_one_line_error(tmp_path, capsys):
+    code, _, err = run(capsys, write_list(tmp_path, NODES), "--now", "yesterday")
+    assert code == 2
+    assert err == "simulate: --now: expected an RFC 3339 time such as 2026-11-22T10:00:00Z, got 'yesterday'\n"
 
 
 def test_the_gang_prefix_comes_from_the_configuration(tmp_path, capsys):
@@ -172,7 +197,7 @@ BAD_INPUTS = [
     ("a document that is not an object", "- just\n- a list\n", "document 1: expected a Kubernetes object, got a list"),
     ("a document without a kind", "metadata: {name: x}\n", "document 1: kind: missing field"),
     ("an unknown kind", "kind: Service\nmetadata: {name: web, namespace: default}\n",
-     "document 1 (Service web): unknown kind 'Service' (expected Node or Pod)"),
+     "document 1 (Service web): unknown kind 'Service' (expected Node, Pod or Job)"),
     ("a node without allocatable", "kind: Node\nmetadata: {name: n1}\nstatus: {}\n",
      "document 1 (Node n1): status.allocatable: missing field"),
     ("a pod without containers in a list",
@@ -225,7 +250,7 @@ def test_both_entry_points_run_as_modules(tmp_path, module):
     bad = subprocess.run([sys.executable, "-m", *module, str(tmp_path / "bad.yaml")],
                          cwd=REPO, capture_output=True, text=True, check=False)
     assert bad.returncode == 2
-    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node or Pod)\n"
+    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node, Pod or Job)\n"
 
 
 def test_the_snapshot_can_come_from_stdin(tmp_path):
