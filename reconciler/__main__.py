@@ -42,12 +42,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="watch the cluster and release gangs",
-        description="Watch gated pods and nodes; when a gang is complete and fits, pin each member to "
-        "its node and remove Troupe's scheduling gate from every member.",
+        description="Watch gated pods, nodes and Jobs; when a gang is complete and fits, record the plan, "
+        "then release every member in one update each (pin to its node and remove Troupe's scheduling "
+        "gate), releaseConcurrency updates in flight. A release cut short is finished or rolled back, "
+        "never left partial.",
     )
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
     run.add_argument("--config", help="Troupe configuration YAML, shared with the webhook (default: built-in defaults)")
-    run.add_argument("--metrics-bind", metavar="HOST:PORT", help="serve Prometheus /metrics here (default: off)")
+    run.add_argument("--metrics-bind", metavar="HOST:PORT", help="serve /metrics (Prometheus), /healthz, /readyz "
+                     "(cache synced; leader or standby) and /debug/gangs (each gang's decision, JSON) here "
+                     "(default: off)")
     run.add_argument("--leader-elect", action="store_true",
                      help="act only while holding a coordination.k8s.io Lease, so that several replicas can run")
     run.add_argument("--leader-elect-namespace", metavar="NS",
@@ -62,8 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser(
         "simulate", help="plan gangs offline on a snapshot",
-        description="Plan the gated gangs of a snapshot (what `kubectl get nodes,pods -A -o yaml` prints, "
-        "or a multi-document YAML of Nodes and Pods) in order of creation, as the reconciler would.",
+        description="Decide every gang of a snapshot (what `kubectl get nodes,pods,jobs -A -o yaml` or "
+        "`-o json` prints, or a multi-document YAML of Nodes, Pods and Jobs) in order of creation, with "
+        "the reconciler's own decision: the same phase, reason and placement it would reach.",
     )
     simulate.add_arguments(sim)
     return p

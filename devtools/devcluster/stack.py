@@ -18,6 +18,7 @@ The tests' ``troupe`` fixture and the demo share it.
 from __future__ import annotations
 
 import contextlib
+import json
 import ssl
 import sys
 import time
@@ -40,10 +41,17 @@ LEASE_RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-leader-ele
 NAMESPACE = "troupe-system"
 RECONCILER_SA = "troupe-reconciler"
 WEBHOOK_NAME = "troupe"
-#: A reconciler logs this once it leads and its informers have listed...
-RECONCILER_READY_LINE = "caches synced"
-#: ...and this as soon as it campaigns for the Lease (a follower says no more).
-RECONCILER_CAMPAIGN_LINE = "campaigns for the Lease"
+
+
+def readyz(port: int) -> dict[str, Any] | None:
+    """The JSON body of a reconciler's ``/readyz`` on ``127.0.0.1:port`` when it answers
+    200 (``{"ready", "role", "synced"}``), else None (not ready, or not listening yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            body = json.load(r)
+            return body if isinstance(body, dict) else None
+    except (OSError, ValueError):
+        return None
 
 
 class StackError(RuntimeError):
@@ -205,22 +213,28 @@ class Stack:
     def _start_reconciler(self) -> None:
         self.metrics_port = free_port()
         started = self.start_reconciler("troupe-reconciler", self.metrics_port)
-        log = Path(started.record.log)
-        self._wait("troupe-reconciler", started, lambda: RECONCILER_READY_LINE in log.read_text(errors="replace"))
+
+        def leading() -> bool:
+            state = readyz(self.metrics_port)
+            return state is not None and state.get("role") == "leader" and bool(state.get("synced"))
+
+        self._wait("troupe-reconciler", started, leading)
 
     def start_reconciler(self, name: str, metrics_port: int | None = None) -> Started:
         """Start one more reconciler replica (log ``logs/<name>.log``), as the chart runs it:
-        with leader election in ``troupe-system``. Returns once it campaigns."""
+        with leader election in ``troupe-system``. Returns once its ``/readyz`` answers 200
+        (standing by as a follower, or leading with synced caches), as a readiness probe
+        would see it."""
+        port = metrics_port or free_port()
         started = self._spawn(name, [
             sys.executable, "-m", "reconciler", "run",
             "--kubeconfig", str(self.cluster.kubeconfig("reconciler")),
             "--config", str(self.config_path),
-            "--metrics-bind", f"127.0.0.1:{metrics_port or free_port()}",
+            "--metrics-bind", f"127.0.0.1:{port}",
             "--leader-elect", "--leader-elect-namespace", NAMESPACE,
             "--leader-elect-lease-seconds", str(self.lease_seconds),
         ])
-        log = Path(started.record.log)
-        self._wait(name, started, lambda: RECONCILER_CAMPAIGN_LINE in log.read_text(errors="replace"))
+        self._wait(name, started, lambda: readyz(port) is not None)
         return started
 
     def process(self, name: str) -> Started:
