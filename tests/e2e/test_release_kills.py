@@ -1,0 +1,187 @@
+"""All-or-nothing under SIGKILL: the reconciler is killed at random moments while gangs of
+32 to 64 members are being released, and restarted each time.
+
+A cluster and Troupe of this module's own (a reconciler gets killed, which the shared
+fixtures would report as a failure). The reconciler writes slowly on purpose
+(``releaseConcurrency: 4``, ``kubeAPIQPS: 30``): a release of 48 members takes about
+1.5 s, so most kills land in the middle of one.
+
+A watch follows every pod throughout and checks, on every event:
+
+- no pod is ever pinned (``spec.nodeSelector[kubernetes.io/hostname]``) to two nodes;
+- no node is over-committed: the GPUs of the pods committed to it (pinned, or reserved by
+  a plan record while still gated) never exceed its 8.
+
+At the end of each round every gang runs whole: all members Running, none gated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from devtools.devcluster import Cluster
+from devtools.devcluster.stack import Stack
+from tests.e2e.helpers import gang_annotations, indexed_job, new_namespace, wait_for
+from troupe import contract
+
+REPO = Path(__file__).resolve().parents[2]
+ROUNDS = 10           # two gangs per round: 20 releases, 10 kills
+GPUS_PER_NODE = 8
+CONFIG = "gangScheduleTimeoutJitterSeconds: 1\nreleaseConcurrency: 4\nkubeAPIQPS: 30\nkubeAPIBurst: 8\n"
+
+
+@pytest.fixture(scope="module")
+def killable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    config = tmp_path_factory.mktemp("kills") / "config.yaml"
+    config.write_text(CONFIG)
+    with Cluster(nodes=REPO / "examples" / "nodes.yaml") as cluster, Stack(cluster, config, lease_seconds=4) as stack:
+        yield stack
+
+
+class Ledger:
+    """What the watch saw: every pin per pod UID, and the GPUs committed per node."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pods: dict[str, Any] = {}
+        self.pins: dict[str, set[str]] = defaultdict(set)
+        self.violations: list[str] = []
+        self.events = 0
+
+    def committed(self) -> dict[str, int]:
+        """GPUs committed per node: pinned active pods, and gated pods a plan reserves."""
+        reserved: dict[str, str] = {}
+        for pod in self.pods.values():
+            record = (pod.metadata.annotations or {}).get(contract.PLAN)
+            if record:
+                reserved.update(json.loads(record).get("nodes", {}))
+        per_node: dict[str, int] = defaultdict(int)
+        for uid, pod in self.pods.items():
+            if pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            node = pod.spec.node_name or (pod.spec.node_selector or {}).get(contract.HOSTNAME_LABEL)
+            if not node and pod.spec.scheduling_gates:
+                node = reserved.get(uid)
+            if node:
+                gpus = sum(int((c.resources.requests or {}).get("nvidia.com/gpu", 0)) for c in pod.spec.containers)
+                per_node[node] += gpus
+        return per_node
+
+    def replace(self, pods: list[Any]) -> None:
+        """A fresh list: pods deleted while no watch was open are gone."""
+        with self.lock:
+            self.pods = {}
+            for pod in pods:
+                self._see("ADDED", pod)
+
+    def see(self, kind: str, pod: Any) -> None:
+        with self.lock:
+            self._see(kind, pod)
+
+    def _see(self, kind: str, pod: Any) -> None:
+        self.events += 1
+        uid = pod.metadata.uid
+        if kind == "DELETED":
+            self.pods.pop(uid, None)
+            return
+        self.pods[uid] = pod
+        pin = (pod.spec.node_selector or {}).get(contract.HOSTNAME_LABEL)
+        if pin:
+            self.pins[uid].add(pin)
+            if len(self.pins[uid]) > 1:
+                self.violations.append(f"pod {pod.metadata.name} ({uid}) pinned to {sorted(self.pins[uid])}")
+        for node, gpus in self.committed().items():
+            if gpus > GPUS_PER_NODE:
+                self.violations.append(f"node {node} committed {gpus} GPUs > {GPUS_PER_NODE}")
+
+
+def members(ledger: Ledger, jobs: list[str]) -> list[Any]:
+    """The pods of ``jobs`` the watch has seen (and not seen deleted)."""
+    with ledger.lock:
+        return [p for p in ledger.pods.values() if (p.metadata.labels or {}).get("job-name") in jobs]
+
+
+def runs_whole(ledger: Ledger, jobs: list[str], total: int) -> bool:
+    """All ``total`` members of ``jobs`` exist, Running, none gated."""
+    pods = members(ledger, jobs)
+    return len(pods) == total and all(p.status.phase == "Running" and not p.spec.scheduling_gates for p in pods)
+
+
+def follow(core: client.CoreV1Api, namespace: str, ledger: Ledger, stop: threading.Event) -> None:
+    while not stop.is_set():
+        w = watch.Watch()
+        try:
+            listing = core.list_namespaced_pod(namespace)
+            ledger.replace(listing.items)
+            for event in w.stream(core.list_namespaced_pod, namespace,
+                                  resource_version=listing.metadata.resource_version, timeout_seconds=30):
+                ledger.see(event["type"], event["object"])
+                if stop.is_set():
+                    break
+        except Exception:  # noqa: BLE001  a dropped watch is resumed; the ledger keeps its state
+            time.sleep(0.2)
+
+
+def test_sigkill_mid_release_never_leaves_a_gang_partly_running(killable: Stack) -> None:
+    stack = killable
+    api = stack.cluster.api_client("admin")
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    namespace = new_namespace(core, "kills")
+    ledger, stop = Ledger(), threading.Event()
+    watcher = threading.Thread(target=follow, args=(core, namespace, ledger, stop), daemon=True)
+    watcher.start()
+    rng = random.Random(20261123)
+    counts = {"releases": 0, "members": 0, "kills": 0, "mid_release": 0, "before_release": 0, "after_release": 0}
+    reconciler = stack.process("troupe-reconciler")
+    try:
+        for round_ in range(ROUNDS):
+            sizes = [rng.randint(32, 64) for _ in range(2)]
+            names = [f"r{round_}-{k}" for k in range(2)]
+            for name, n in zip(names, sizes, strict=True):
+                batch.create_namespaced_job(namespace, indexed_job(name, n, gang_annotations(name, n, timeout=60)))
+            total = sum(sizes)
+            wait_for(f"round {round_}: {total} members created",
+                     lambda: len(members(ledger, names)) >= total or None, timeout=60)  # noqa: B023
+            time.sleep(rng.uniform(0.0, 1.5))
+            os.kill(reconciler.record.pid, signal.SIGKILL)
+            reconciler.popen.wait()
+            counts["kills"] += 1
+            pods = members(ledger, names)
+            for name in names:
+                gang = [p for p in pods if p.metadata.labels.get("job-name") == name]
+                ungated = sum(1 for p in gang if not p.spec.scheduling_gates)
+                key = "before_release" if ungated == 0 else "after_release" if ungated == len(gang) else "mid_release"
+                counts[key] += 1
+            time.sleep(rng.uniform(0.0, 1.0))
+            reconciler = stack.start_reconciler(f"troupe-reconciler-{round_ + 1}")
+            wait_for(f"round {round_}: gangs of {sizes} Running whole",
+                     lambda: runs_whole(ledger, names, total) or None, timeout=120)  # noqa: B023
+            counts["releases"] += 2
+            counts["members"] += sum(sizes)
+            for name in names:
+                batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            wait_for(f"round {round_}: pods gone", lambda: not members(ledger, names) or None, timeout=60)  # noqa: B023
+    finally:
+        stop.set()
+        watcher.join(10)
+    print(f"\nkill test: {counts['releases']} gang releases ({counts['members']} members), "
+          f"{counts['kills']} SIGKILLs: gangs at the kill {counts['before_release']} before release, "
+          f"{counts['mid_release']} mid-release, {counts['after_release']} released; "
+          f"{len(ledger.pins)} pods pinned, {ledger.events} watch events, {len(ledger.violations)} violations")
+    assert ledger.violations == []
+    assert all(len(pins) == 1 for pins in ledger.pins.values())
+    assert counts["releases"] >= 20
+    assert counts["mid_release"] >= 3, f"too few kills landed mid-release to test anything: {counts}"
+    core.delete_namespace(namespace, grace_period_seconds=0)
