@@ -157,6 +157,8 @@ def main() -> int:
     p.add_argument("--sizes", default="64,256,512", help="gang sizes N, comma-separated (default %(default)s)")
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
+    p.add_argument("--run-dir", metavar="DIR", default=None,
+                   help="keep the control plane's run directory (logs of every component) here")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -166,7 +168,7 @@ def main() -> int:
         config.write_text("" if args.release_concurrency is None else f"releaseConcurrency: {args.release_concurrency}\n")
         print(f"starting the control plane with {BLOCKS * SUBBLOCKS * HOSTS} kwok nodes...", file=sys.stderr)
         t = time.monotonic()
-        with Cluster(nodes=nodes_file(directory), start_timeout=600.0) as cluster, Stack(cluster, config) as stack:
+        with Cluster(args.run_dir, nodes=nodes_file(directory), start_timeout=600.0) as cluster, Stack(cluster, config) as stack:
             print(f"  ready in {time.monotonic() - t:.0f}s", file=sys.stderr)
             api = cluster.api_client("admin")
             core = client.CoreV1Api(api)

@@ -22,7 +22,7 @@ from typing import Any
 
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key
-from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.writer import PodRef
 from troupe import contract
@@ -60,6 +60,14 @@ def _parse(kind: str, obj: Obj, parse: Any) -> Any:
         return None
 
 
+def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
+    """Whether two parses of a node agree on everything the engine reads."""
+    if a is None or b is None:
+        return a is b
+    return (a.labels == b.labels and a.allocatable == b.allocatable and a.taints == b.taints
+            and a.ready == b.ready and a.unschedulable == b.unschedulable)
+
+
 class ClusterCache:
     """Pods by :class:`PodRef`, nodes by name, gang key -> member refs, Jobs'
     parallelism. Thread-safe.
@@ -80,15 +88,26 @@ class ClusterCache:
         self._parallelism: dict[tuple[str, str], int] = {}
         self.version = 0
         self._snapshot: tuple[int, Snapshot] | None = None
+        self._node_version = 0
+        self._table: tuple[int, NodeTable] | None = None
+        self._jobs_version = 0
+        self._gang_version: dict[str, int] = {}
+        self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
 
     # --- pods ------------------------------------------------------------------------
+    def _touch(self, key: str) -> None:
+        self._gang_version[key] = self._gang_version.get(key, 0) + 1
+
     def _unindex(self, ref: PodRef) -> set[str]:
         key = self._gang_of.pop(ref, None)
         if key is None:
             return set()
+        self._touch(key)
         self._members[key].discard(ref)
         if not self._members[key]:
             del self._members[key]
+            self._gang_version.pop(key, None)
+            self._gangs.pop(key, None)
         return {key}
 
     def _put_pod(self, pod: Obj) -> set[str]:
@@ -100,6 +119,7 @@ class ClusterCache:
         if key is not None:
             self._gang_of[ref] = key
             self._members.setdefault(key, set()).add(ref)
+            self._touch(key)
             touched.add(key)
         self.version += 1
         return touched
@@ -154,11 +174,23 @@ class ClusterCache:
 
     def gang(self, key: str) -> Gang | None:
         """Gang ``key`` built from its cached pods (:func:`~reconciler.engine.gang.build_gang`),
-        or None when it has no pod left."""
+        or None when it has no pod left. Built again only when one of its pods (or a Job)
+        changed since the last call."""
         with self._lock:
-            pods = [self._pods[r].info for r in self._members.get(key, ())]
+            refs = self._members.get(key)
+            if not refs:
+                return None
+            stamp = (self._gang_version.get(key, 0), self._jobs_version)
+            memo = self._gangs.get(key)
+            if memo is not None and memo[0] == stamp:
+                return memo[1]
+            pods = [self._pods[r].info for r in refs]
             parallelism = dict(self._parallelism)
-        return build_gang(key, pods, self.config, parallelism) if pods else None
+        gang = build_gang(key, pods, self.config, parallelism)
+        with self._lock:
+            if (self._gang_version.get(key, 0), self._jobs_version) == stamp:
+                self._gangs[key] = (stamp, gang)
+        return gang
 
     def gang_keys(self) -> list[str]:
         """Every known gang key, sorted."""
@@ -183,14 +215,19 @@ class ClusterCache:
         """Replace every Job with a fresh list (only its parallelism is kept)."""
         with self._lock:
             self._parallelism = {_ns_name(j): self._job_parallelism(j) for j in items}
+            self._jobs_version += 1
 
     def job_event(self, kind: str, job: Obj) -> None:
         """Apply a Job watch event."""
         with self._lock:
+            key = _ns_name(job)
+            before = self._parallelism.get(key)
             if kind == "DELETED":
-                self._parallelism.pop(_ns_name(job), None)
+                self._parallelism.pop(key, None)
             else:
-                self._parallelism[_ns_name(job)] = self._job_parallelism(job)
+                self._parallelism[key] = self._job_parallelism(job)
+            if self._parallelism.get(key) != before:
+                self._jobs_version += 1
 
     # --- nodes -----------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[Obj]) -> None:
@@ -199,6 +236,7 @@ class ClusterCache:
             self._nodes = {}
             for n in items:
                 self._nodes[_ns_name(n)[1]] = Entry(n, _parse("node", n, NodeInfo.from_object))
+            self._node_version += 1
             self.version += 1
 
     def node_event(self, kind: str, node: Obj) -> None:
@@ -206,9 +244,15 @@ class ClusterCache:
         with self._lock:
             name = _ns_name(node)[1]
             if kind == "DELETED":
-                self._nodes.pop(name, None)
+                if self._nodes.pop(name, None) is None:
+                    return
             else:
-                self._nodes[name] = Entry(node, _parse("node", node, NodeInfo.from_object))
+                info = _parse("node", node, NodeInfo.from_object)
+                current = self._nodes.get(name)
+                self._nodes[name] = Entry(node, info)
+                if current is not None and _same_node(current.info, info):
+                    return  # a status heartbeat: nothing a decision reads has changed
+            self._node_version += 1
             self.version += 1
 
     def node(self, name: str) -> Obj | None:
@@ -224,10 +268,14 @@ class ClusterCache:
         with self._lock:
             if self._snapshot is not None and self._snapshot[0] == self.version:
                 return self._snapshot[1]
-            version = self.version
-            nodes = [e.info for e in self._nodes.values() if e.info is not None]
+            version, node_version = self.version, self._node_version
+            table = self._table[1] if self._table is not None and self._table[0] == node_version else None
+            nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             pods = [e.info for e in self._pods.values() if e.info is not None]
-        snapshot = Snapshot(nodes, pods, self.levels)
+        if table is None:
+            table = NodeTable(nodes, self.levels)
+        snapshot = Snapshot(table, pods, self.levels)
         with self._lock:
             self._snapshot = (version, snapshot)
+            self._table = (node_version, table)
         return snapshot

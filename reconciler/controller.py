@@ -153,7 +153,9 @@ class GangController:
             self.forget(key)
             return None
         now = self.wall_clock()
+        t0 = time.monotonic()
         decision = decide(gang, self.cache.snapshot(), now)
+        took_ms = (time.monotonic() - t0) * 1000
         with self._lock:
             memory = self._memory.setdefault(key, _Memory())
             old = memory.phase
@@ -165,8 +167,8 @@ class GangController:
             log.error("%s; nothing written this time", e)
             return Outcome(decision.phase, f"refused: {e}", retry=True, decision=decision)
         if old is not decision.phase:
-            log.info("gang %s: %s -> %s (%s): %s", key, old.value if old else "(new)", decision.phase.value,
-                     why or decision.rule, decision.reason)
+            log.info("gang %s: %s -> %s (%s): %s [decided in %.0f ms]", key, old.value if old else "(new)",
+                     decision.phase.value, why or decision.rule, decision.reason, took_ms)
         return self._act(gang, decision, memory, now)
 
     def _act(self, gang: Gang, decision: Decision, memory: _Memory, now: float) -> Outcome:
@@ -229,6 +231,7 @@ class GangController:
         by_key = {p.key: p for p in gang.members}
         members = list(decision.release)
         failed: list[str] = []
+        started = time.monotonic()
         if decision.plan is not None and members:
             first = members.pop(0)
             error = self._release_one(gang, first, by_key[first.pod], decision.plan)
@@ -237,7 +240,9 @@ class GangController:
         results = list(self._pool.map(lambda m: self._release_one(gang, m, by_key[m.pod], None), members))
         failed = [r for r in results if r]
         if not failed:
-            log.info("gang %s: released %d member(s)", gang.key, len(decision.release))
+            took = time.monotonic() - started
+            log.info("gang %s: released %d member(s) in %.2fs (%d writes in flight)", gang.key, len(decision.release),
+                     took, min(self.config.release_concurrency, len(decision.release)))
             return ""
         return f"{len(failed)} of {len(decision.release)} write(s) failed, retried on their reserved nodes: {failed[0]}"
 

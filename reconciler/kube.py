@@ -448,6 +448,9 @@ class EventSink:
             )
             self.limiter.wait()
             try:
-                self.core.create_namespaced_event(ref.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+                self.core.create_namespaced_event(ref.namespace, body, _request_timeout=REQUEST_TIMEOUT,
+                                                  _preload_content=False)
+            except ApiException as e:
+                log.warning("event %s on pod %s not recorded: %s %s", reason, ref, e.status, _message(e))
             except Exception as e:  # noqa: BLE001  best effort: an Event must never stop the sink
                 log.warning("event %s on pod %s not recorded: %s", reason, ref, e)

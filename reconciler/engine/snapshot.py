@@ -285,14 +285,17 @@ def _hostname_pin(flt: NodeFilter) -> str:
     return ""
 
 
-class Snapshot:
-    """Nodes (in topology order), pods and free capacity; see the module docstring.
+class NodeTable:
+    """What a snapshot derives from its nodes alone: the nodes in topology order, their
+    paths, the topology tree, names and hostnames to indexes, which pass the static
+    checks, and allocatable per resource. Immutable; a cache keeps one per set of nodes
+    and builds snapshots on it while only pods change (kwok's and kubelets' status
+    heartbeats do not change it).
 
-    ``nodes[i]``, ``paths[i]`` and index ``i`` of every per-node list refer to the same
-    node; :attr:`index` maps a node name to ``i``.
+    Raises ``ValueError`` on a duplicate node name.
     """
 
-    def __init__(self, nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], levels: TopologyLevels) -> None:
+    def __init__(self, nodes: Iterable[NodeInfo], levels: TopologyLevels) -> None:
         keyed = sorted(((levels.path_of(n.name, n.labels), n.name, n) for n in nodes), key=lambda t: (t[0], t[1]))
         self.levels = levels
         self.nodes: tuple[NodeInfo, ...] = tuple(n for _, _, n in keyed)
@@ -304,16 +307,40 @@ class Snapshot:
             self.index[n.name] = i
         self.tree = TopologyTree([n.name for n in self.nodes], self.paths, levels)
         self.weights = levels.weights()
+        self.by_hostname = {n.hostname: i for i, n in enumerate(self.nodes)}
+        self.static_ok = [n.ready and not n.unschedulable for n in self.nodes]
+        resources = sorted({r for n in self.nodes for r in n.allocatable})
+        self.allocatable: dict[str, tuple[int, ...]] = {
+            r: tuple(n.allocatable.get(r, 0) for n in self.nodes) for r in resources}
+
+
+class Snapshot:
+    """Nodes (in topology order), pods and free capacity; see the module docstring.
+
+    ``nodes[i]``, ``paths[i]`` and index ``i`` of every per-node list refer to the same
+    node; :attr:`index` maps a node name to ``i``. ``nodes`` may be a prebuilt
+    :class:`NodeTable` (made with the same ``levels``), shared by snapshots that differ
+    only in pods. Raises ``ValueError`` on a duplicate node or pod.
+    """
+
+    def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels) -> None:
+        table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
+        self.table = table
+        self.levels = levels
+        self.nodes = table.nodes
+        self.paths = table.paths
+        self.index = table.index
+        self.tree = table.tree
+        self.weights = table.weights
         self.pods: dict[str, PodInfo] = {}
         for p in pods:
             if p.key in self.pods:
                 raise ValueError(f"duplicate pod {p.key!r}")
             self.pods[p.key] = p
-        self._by_hostname = {n.hostname: i for i, n in enumerate(self.nodes)}
-        self._static_ok = [n.ready and not n.unschedulable for n in self.nodes]
+        self._by_hostname = table.by_hostname
+        self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
-        resources = sorted({r for n in self.nodes for r in n.allocatable})
-        self._free: dict[str, list[int]] = {r: [n.allocatable.get(r, 0) for n in self.nodes] for r in resources}
+        self._free: dict[str, list[int]] = {r: list(col) for r, col in table.allocatable.items()}
         self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
         self._reserved, self._reserved_at = _reservations(self.pods.values())
         for p in self.pods.values():

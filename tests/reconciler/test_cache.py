@@ -1,0 +1,59 @@
+"""The cluster cache rebuilds only what changed: the node table when a node changes in a way
+a decision reads, a gang when one of its pods (or a Job) changes."""
+
+from __future__ import annotations
+
+from reconciler.cache import ClusterCache
+from tests.reconciler.builders import make_node, make_pod
+from troupe.config import Config
+
+
+def cache_with(nodes: int = 4, members: int = 3) -> ClusterCache:
+    cache = ClusterCache(Config())
+    cache.replace_nodes([make_node(f"n{i}").topology("b0", "s0", f"h{i}").gpus(8).build() for i in range(nodes)])
+    cache.replace_pods([make_pod(f"w-{i}").gang("g", 4).index(i).gpus(1).gated().build() for i in range(members)])
+    return cache
+
+
+def test_a_node_heartbeat_changes_nothing_a_decision_reads():
+    cache = cache_with()
+    before = cache.snapshot()
+    beat = make_node("n1").topology("b0", "s0", "h1").gpus(8).build()
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-23T10:00:00Z"
+    cache.node_event("MODIFIED", beat)
+    assert cache.snapshot() is before, "no new snapshot for a heartbeat"
+    assert cache.node("n1") == beat, "the object itself is the newest"
+
+
+def test_a_node_change_that_matters_rebuilds_the_node_table_and_a_pod_change_does_not():
+    cache = cache_with()
+    table = cache.snapshot().table
+    cache.pod_event("ADDED", make_pod("w-3").gang("g", 4).index(3).gpus(1).gated().build())
+    after_pod = cache.snapshot()
+    assert after_pod.table is table, "pods changed: the node table is shared"
+    assert "team-a/w-3" in after_pod.pods
+    cordoned = make_node("n1").topology("b0", "s0", "h1").gpus(8).build()
+    cordoned["spec"]["unschedulable"] = True
+    cache.node_event("MODIFIED", cordoned)
+    after_node = cache.snapshot()
+    assert after_node.table is not table
+    assert after_node.nodes[after_node.index["n1"]].unschedulable
+    cache.node_event("DELETED", cordoned)
+    assert "n1" not in cache.snapshot().index
+
+
+def test_a_gang_is_built_again_only_when_a_member_or_a_job_changes():
+    cache = cache_with()
+    first = cache.gang("team-a/g")
+    assert first is not None and len(first.members) == 3
+    assert cache.gang("team-a/g") is first, "nothing changed: the same value"
+    cache.pod_event("ADDED", make_pod("other").gpus(1).build())
+    assert cache.gang("team-a/g") is first, "a pod of no gang does not touch it"
+    cache.pod_event("ADDED", make_pod("w-3").gang("g", 4).index(3).gpus(1).gated().build())
+    second = cache.gang("team-a/g")
+    assert second is not first and len(second.members) == 4
+    cache.job_event("ADDED", {"metadata": {"namespace": "team-a", "name": "train"}, "spec": {"parallelism": 4}})
+    assert cache.gang("team-a/g") is not second, "a Job's parallelism may size a gang"
+    for i in range(4):
+        cache.pod_event("DELETED", make_pod(f"w-{i}").build())
+    assert cache.gang("team-a/g") is None
