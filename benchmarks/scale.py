@@ -87,49 +87,60 @@ class Run:
 
 
 def measure(api: Any, namespace: str, name: str, n: int, gang: bool, timeout: float = 600.0) -> Run:
-    """Create the Job and watch its pods until all ``n`` are Running; returns the times."""
+    """Create the Job and watch its pods until all ``n`` are Running; returns the times.
+    The watch is resumed from a fresh list when the API server drops it."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     seen: dict[str, Any] = {}
-    complete_at: float | None = None
-    ungated_at: float | None = None
-    started = threading.Event()
-    result: dict[str, float] = {}
+    marks: dict[str, float] = {}
+    done, stop = threading.Event(), threading.Event()
+    errors: list[str] = []
+
+    def note(now: float) -> None:
+        if "complete" not in marks and len(seen) >= n:
+            marks["complete"] = now
+        if "ungated" not in marks and len(seen) >= n and not any(
+                any(g.name == TROUPE_GATE for g in p.spec.scheduling_gates or ()) for p in seen.values()):
+            marks["ungated"] = now
+        if sum(1 for p in seen.values() if p.status.phase == "Running") >= n:
+            marks["running"] = now
+            done.set()
 
     def follow() -> None:
-        nonlocal complete_at, ungated_at
-        w = watch.Watch()
-        started.set()
-        for event in w.stream(core.list_namespaced_pod, namespace, label_selector=f"job-name={name}",
-                              timeout_seconds=int(timeout)):
-            pod = event["object"]
-            if event["type"] == "DELETED":
-                seen.pop(pod.metadata.name, None)
-                continue
-            seen[pod.metadata.name] = pod
-            now = time.monotonic()
-            if complete_at is None and len(seen) >= n:
-                complete_at = now
-            gated = sum(1 for p in seen.values() if any(g.name == TROUPE_GATE for g in p.spec.scheduling_gates or ()))
-            if ungated_at is None and len(seen) >= n and gated == 0:
-                ungated_at = now
-            if sum(1 for p in seen.values() if p.status.phase == "Running") >= n:
-                result["running"] = now
-                w.stop()
-                return
+        selector = f"job-name={name}"
+        while not stop.is_set() and not done.is_set():
+            try:
+                listing = core.list_namespaced_pod(namespace, label_selector=selector)
+                seen.clear()
+                seen.update({p.metadata.name: p for p in listing.items})
+                note(time.monotonic())
+                w = watch.Watch()
+                for event in w.stream(core.list_namespaced_pod, namespace, label_selector=selector,
+                                      resource_version=listing.metadata.resource_version, timeout_seconds=60):
+                    pod = event["object"]
+                    if event["type"] == "DELETED":
+                        seen.pop(pod.metadata.name, None)
+                    else:
+                        seen[pod.metadata.name] = pod
+                    note(time.monotonic())
+                    if done.is_set() or stop.is_set():
+                        w.stop()
+            except Exception as e:  # noqa: BLE001  resumed from a fresh list
+                errors.append(f"{type(e).__name__}: {e}")
+                time.sleep(0.2)
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
-    started.wait()
-    time.sleep(0.5)  # the watch is established before the Job exists
+    time.sleep(0.5)
     t0 = time.monotonic()
     batch.create_namespaced_job(namespace, job(name, n, gang))
-    thread.join(timeout)
-    if "running" not in result:
-        raise RuntimeError(f"{name}: {sum(1 for p in seen.values() if p.status.phase == 'Running')} of {n} "
-                           f"pods Running after {timeout:.0f}s")
+    finished = done.wait(timeout)
+    stop.set()
+    if not finished:
+        running = sum(1 for p in seen.values() if p.status.phase == "Running")
+        raise RuntimeError(f"{name}: {running} of {n} pods Running after {timeout:.0f}s; watch errors: {errors[-3:]}")
     subblocks = {p.spec.node_name.rsplit("-", 1)[0] for p in seen.values()}
-    release = ungated_at - complete_at if gang and ungated_at is not None and complete_at is not None else None
-    return Run(result["running"] - t0, release, len(subblocks))
+    release = marks["ungated"] - marks["complete"] if gang and "ungated" in marks and "complete" in marks else None
+    return Run(marks["running"] - t0, release, len(subblocks))
 
 
 def rss_peak_mib(pid: int) -> float:

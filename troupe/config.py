@@ -21,7 +21,7 @@ Example (every key, with its default)::
     sharedDeviceResources: [nvidia.com/gpu]
     excludedNamespaces: [kube-system]
     autoGangSettleSeconds: 5
-    releaseConcurrency: 16
+    releaseConcurrency: 64
     kubeAPIQPS: 100
     kubeAPIBurst: 600
 """
@@ -82,7 +82,7 @@ class Config:
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
     auto_gang_settle_seconds: int = 5
     #: Writes of one release in flight at once (docs/decisions/007-release-writes.md).
-    release_concurrency: int = 16
+    release_concurrency: int = 64
     #: The reconciler's client-side rate limit on API requests: a token bucket refilled at
     #: ``kube_api_qps`` per second holding ``kube_api_burst`` (client-go's QPS and burst).
     kube_api_qps: float = 100.0
