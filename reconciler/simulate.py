@@ -45,7 +45,7 @@ from reconciler.engine.decision import decide
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
-from reconciler.snapshot_io import InputError, read_objects
+from reconciler.snapshot_io import InputError, collector_paused, read_objects
 from troupe.config import Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job")
@@ -241,7 +241,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
         levels = TopologyLevels.from_config(config)
-        built = build(read_objects(data, source), levels)
+        with collector_paused():  # parsing allocates millions of objects and frees none
+            built = build(read_objects(data, source), levels)
+        del data
     except (InputError, ConfigError) as e:
         print(f"simulate: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
