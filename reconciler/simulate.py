@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import sys
 import time
@@ -243,11 +244,16 @@ def run(args: argparse.Namespace) -> int:
         levels = TopologyLevels.from_config(config)
         with collector_paused():  # parsing allocates millions of objects and frees none
             built = build(read_objects(data, source), levels)
+            # The objects live to the end: no collection need walk them (unfrozen below).
+            gc.freeze()
         del data
     except (InputError, ConfigError) as e:
         print(f"simulate: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    outcomes = simulate(built.snapshot, config, now, built.parallelism)
+    try:
+        outcomes = simulate(built.snapshot, config, now, built.parallelism)
+    finally:
+        gc.unfreeze()
     for note in built.notes:
         print(note, file=sys.stderr)
     if args.output == "json":
