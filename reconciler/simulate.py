@@ -38,7 +38,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
@@ -46,7 +45,7 @@ from reconciler.engine.decision import decide
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
-from reconciler.snapshot_io import InputError, collector_paused, read_objects
+from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job")
@@ -238,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         now = _now(getattr(args, "now", None))
         source = "<stdin>" if args.snapshot == "-" else args.snapshot
         try:
-            data = sys.stdin.buffer.read() if args.snapshot == "-" else Path(args.snapshot).read_bytes()
+            data = sys.stdin.buffer.read() if args.snapshot == "-" else read_file(args.snapshot)
         except OSError as e:
             raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
         levels = TopologyLevels.from_config(config)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
+import mmap
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,6 +29,8 @@ import yaml
 
 #: The two formats a snapshot is read in.
 Format = Literal["json", "yaml"]
+#: A snapshot's bytes: read, or a view of a file mapped into memory (:func:`read_file`).
+Data = bytes | memoryview
 
 _BOM = b"\xef\xbb\xbf"
 _FIRST_CONTENT = re.compile(rb"[^ \t\r\n]")
@@ -51,6 +54,17 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def read_file(path: str) -> Data:
+    """The bytes of the file at ``path``, mapped into memory rather than copied when the
+    file can be mapped (a large snapshot is parsed in place), else read (an empty file,
+    a pipe such as ``<(kubectl get ...)``). Raises :class:`OSError`."""
+    with open(path, "rb") as f:
+        try:
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        except (ValueError, OSError):
+            return f.read()
+
+
 def yaml_loader() -> type[Any]:
     """The YAML loader snapshots are read with: ``yaml.CSafeLoader`` (libyaml, C) when
     ``yaml.__with_libyaml__`` is true, else ``yaml.SafeLoader`` (pure Python). Both build
@@ -61,13 +75,13 @@ def yaml_loader() -> type[Any]:
     return yaml.SafeLoader
 
 
-def snapshot_format(data: bytes, source: str) -> Format:
+def snapshot_format(data: Data, source: str) -> Format:
     """``"json"`` when ``source`` ends in ``.json`` (any case) or the first character of
     ``data`` after whitespace (and a UTF-8 byte order mark) is ``{`` or ``[``; else
     ``"yaml"``. Empty data is YAML (no documents)."""
     if source.lower().endswith(".json"):
         return "json"
-    first = _FIRST_CONTENT.search(data, len(_BOM) if data.startswith(_BOM) else 0)
+    first = _FIRST_CONTENT.search(data, len(_BOM) if data[: len(_BOM)] == _BOM else 0)
     return "json" if first is not None and first.group() in (b"{", b"[") else "yaml"
 
 
@@ -94,24 +108,26 @@ def _skip_space(text: str, at: int) -> int:
     return at
 
 
-def load_json(data: bytes, source: str) -> list[Any]:
+def load_json(data: Data, source: str) -> list[Any]:
     """The documents of a JSON snapshot: ``[value]`` for one value (an object, a List),
     every value, in order, for concatenated values; ``[]`` for empty data.
 
     Raises :class:`InputError` naming ``source``, ``JSON``, the line and column (1-based)
     and what is wrong, or where the data is not UTF-8.
     """
-    body = data[len(_BOM):] if data.startswith(_BOM) else data
+    view = memoryview(data)
+    body = view[len(_BOM):] if view[: len(_BOM)] == _BOM else view
     try:
         return [orjson.loads(body)]
     except orjson.JSONDecodeError as e:
         first_error: json.JSONDecodeError = e
     if _FIRST_CONTENT.search(body) is None:
         return []
-    problem = _utf8_problem(body)
+    raw = body.tobytes()
+    problem = _utf8_problem(raw)
     if problem is not None:
         raise InputError(f"{source}: not valid JSON: {problem}")
-    text = body.decode("utf-8")
+    text = raw.decode("utf-8")
     decoder = json.JSONDecoder()
     values: list[Any] = []
     at = _skip_space(text, 0)
@@ -126,17 +142,18 @@ def load_json(data: bytes, source: str) -> list[Any]:
     return values
 
 
-def load_yaml(data: bytes, source: str) -> list[Any]:
+def load_yaml(data: Data, source: str) -> list[Any]:
     """The documents of a YAML snapshot, in order (``None`` for an empty document), read
     with :func:`yaml_loader`.
 
     Raises :class:`InputError` naming ``source``, ``YAML``, the line and column (1-based)
     when the parser gives them, and the problem, or where the data is not UTF-8.
     """
+    raw = data.tobytes() if isinstance(data, memoryview) else data
     try:
-        return list(yaml.load_all(data, Loader=yaml_loader()))
+        return list(yaml.load_all(raw, Loader=yaml_loader()))
     except yaml.reader.ReaderError as e:
-        problem = _utf8_problem(data) or f"{e.reason} at position {e.position}"
+        problem = _utf8_problem(raw) or f"{e.reason} at position {e.position}"
         raise InputError(f"{source}: not valid YAML: {problem}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -145,7 +162,7 @@ def load_yaml(data: bytes, source: str) -> list[Any]:
         raise InputError(f"{source}: not valid YAML{at}: {problem}") from None
 
 
-def load_documents(data: bytes, source: str) -> list[Any]:
+def load_documents(data: Data, source: str) -> list[Any]:
     """The documents of a snapshot, read as :func:`snapshot_format` says: JSON with
     :func:`load_json`, YAML with :func:`load_yaml`. Content taken for JSON only by its
     first character that JSON refuses but YAML reads is YAML. Raises :class:`InputError`
@@ -164,7 +181,7 @@ def load_documents(data: bytes, source: str) -> list[Any]:
                 raise json_error from None
 
 
-def read_objects(data: bytes | str, source: str) -> list[tuple[str, str, Mapping[str, Any]]]:
+def read_objects(data: Data | str, source: str) -> list[tuple[str, str, Mapping[str, Any]]]:
     """``(where, kind, object)`` for every object of a snapshot (``source`` names it:
     a path or ``<stdin>``), in order, ``*List`` documents unpacked into their items.
 

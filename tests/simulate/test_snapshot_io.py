@@ -13,6 +13,7 @@ from reconciler import simulate, snapshot_io
 from reconciler.snapshot_io import (
     InputError,
     load_documents,
+    read_file,
     read_objects,
     snapshot_format,
     yaml_loader,
@@ -141,3 +142,25 @@ def test_text_is_read_as_its_utf8_bytes():
 def test_the_simulator_reads_through_this_module():
     assert simulate.read_objects is snapshot_io.read_objects
     assert simulate.InputError is snapshot_io.InputError
+
+
+def test_a_file_is_mapped_and_read_in_place(tmp_path, monkeypatch):
+    monkeypatch.setattr(yaml, "load_all", no_yaml)
+    path = tmp_path / "snapshot"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"kind": "List", "items": [NODE]}).encode())
+    data = read_file(str(path))
+    assert isinstance(data, memoryview)
+    assert read_objects(data, "snapshot") == [("snapshot: document 1 item 0", "Node", NODE)]
+    (tmp_path / "empty.json").write_bytes(b"")
+    assert read_file(str(tmp_path / "empty.json")) == b""
+    with pytest.raises(OSError):
+        read_file(str(tmp_path / "absent"))
+
+
+def test_a_mapped_yaml_file_is_read_by_the_yaml_loader(tmp_path):
+    path = tmp_path / "snapshot.yaml"
+    path.write_bytes(yaml.safe_dump_all([NODE, POD]).encode())
+    assert [kind for _, kind, _ in read_objects(read_file(str(path)), "snapshot.yaml")] == ["Node", "Pod"]
+    path.write_bytes(b"kind: Node\nname: \xff\n")
+    with pytest.raises(InputError, match=r"not UTF-8 text at line 2, column 7$"):
+        read_objects(read_file(str(path)), "snapshot.yaml")
