@@ -179,6 +179,11 @@ def parse_tolerations(spec: Mapping[str, Any], base: str = "spec") -> tuple[Tole
     raw = sequence(spec, "tolerations", base)
     out = []
     for i, t in enumerate(raw):
+        if type(t) is dict:  # the usual shape, all four fields strings or absent
+            key, operator, value, effect = t.get("key", ""), t.get("operator", ""), t.get("value", ""), t.get("effect", "")
+            if type(key) is str and type(operator) is str and type(value) is str and type(effect) is str:
+                out.append(_toleration(key, operator or "Equal", value, effect))
+                continue
         try:
             t = _mapping_item(t)
             # An operator Troupe does not know tolerates nothing, as in kube-scheduler.
