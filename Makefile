@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench cluster-build cluster-up cluster-down clean
+.PHONY: demo test lint unit e2e bench bench-simulate cluster-build cluster-up cluster-down clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/reconcile.py
 	$(BIN)/python benchmarks/webhook_load.py
+	$(BIN)/python benchmarks/simulate_snapshot.py
+
+bench-simulate: $(BIN)/.installed
+	$(BIN)/python benchmarks/simulate_snapshot.py
 
 cluster-build: $(BIN)/.installed
 	$(BIN)/python -m devtools.devcluster build
