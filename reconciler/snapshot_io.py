@@ -192,7 +192,12 @@ def read_objects(data: Data | str, source: str) -> list[tuple[str, str, Mapping[
     Raises :class:`InputError` when the data is neither JSON nor YAML, a document or an
     item is not an object, a kind is missing, or a List's ``items`` is not a list.
     """
-    docs = load_documents(data.encode("utf-8") if isinstance(data, str) else data, source)
+    with collector_paused():
+        return _unpacked(load_documents(data.encode("utf-8") if isinstance(data, str) else data, source), source)
+
+
+def _unpacked(docs: list[Any], source: str) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """:func:`read_objects` on the documents ``docs`` read from ``source``."""
     out: list[tuple[str, str, Mapping[str, Any]]] = []
     for n, doc in enumerate(docs, start=1):
         where = f"{source}: document {n}"
