@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench bench-scale cluster-build cluster-up cluster-down clean
+.PHONY: demo test lint unit e2e bench bench-simulate bench-scale cluster-build cluster-up cluster-down clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/reconcile.py
 	$(BIN)/python benchmarks/webhook_load.py
+	$(BIN)/python benchmarks/simulate_snapshot.py
+
+bench-simulate: $(BIN)/.installed
+	$(BIN)/python benchmarks/simulate_snapshot.py
 
 # Indexed Jobs of 64, 256 and 512 whole-node pods on 2,048 kwok nodes, plain and as one
 # gang (about 6 minutes); not part of `bench`, which needs no control plane.

@@ -3,7 +3,7 @@
 - ``run [--kubeconfig FILE] [--config FILE] [--metrics-bind HOST:PORT]``: watch gated pods and
   nodes and release whole gangs (in-cluster credentials when no kubeconfig is given).
 - ``simulate SNAPSHOT [--config FILE] [--output json|table]``: the what-if simulator on a
-  ``kubectl get nodes,pods -A -o yaml`` snapshot.
+  ``kubectl get nodes,pods -A -o json`` (or ``-o yaml``) snapshot.
 
 Exits non-zero with a one-line error naming what is wrong.
 """

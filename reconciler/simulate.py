@@ -3,10 +3,12 @@
     python -m reconciler simulate SNAPSHOT [--config FILE] [--output json|table] [--now TIME]
     python -m reconciler.simulate SNAPSHOT ...          (the same, standalone)
 
-SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o yaml`` prints (a
-``v1 List``), or a multi-document YAML of Nodes and Pods; add ``jobs`` to the kubectl
-command and the size of a GKE auto-gang owned by a Job is that Job's parallelism, as in
-the cluster. SharedDeviceGroups are ignored for now, with a note on stderr.
+SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o json`` or
+``-o yaml`` prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods, read as
+:mod:`reconciler.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
+``jobs`` to the kubectl command and the size of a GKE auto-gang owned by a Job is that
+Job's parallelism, as in the cluster. SharedDeviceGroups are ignored for now, with a
+note on stderr.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
 :func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest
@@ -22,7 +24,7 @@ JSON output keeps these keys stable: ``{"gangs": [{"namespace", "name", "phase",
 "reason", "placements": [{"pod", "node", "rank"}]}]}``; it adds ``rule``, ``code``,
 ``size``, ``members``, ``cost``, ``domain`` per gang and ``topology`` per placement.
 
-Bad input (not YAML, an unknown kind, a missing or malformed field, an unreadable file or
+Bad input (neither JSON nor YAML, an unknown kind, a missing or malformed field, an unreadable file or
 configuration) gives one line on stderr naming the document and the field, and exit code 2.
 """
 
@@ -30,30 +32,25 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
 from reconciler.engine.decision import decide
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
+from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job")
 IGNORED_KINDS = ("SharedDeviceGroup",)
 EXIT_BAD_INPUT = 2
-
-
-class InputError(Exception):
-    """Bad input; the message is the one line printed."""
 
 
 @dataclass
@@ -84,7 +81,7 @@ class GangOutcome:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's arguments, for ``python -m reconciler simulate``."""
     parser.add_argument("snapshot", metavar="SNAPSHOT",
-                        help="YAML of Nodes and Pods (kubectl get nodes,pods -A -o yaml), or - for stdin")
+                        help="JSON or YAML of Nodes and Pods (kubectl get nodes,pods -A -o json|yaml), or - for stdin")
     parser.add_argument("--config", metavar="FILE", help="Troupe configuration YAML (default: built-in defaults)")
     parser.add_argument("--output", choices=("json", "table"), default="table", help="output format (default table)")
     parser.add_argument("--now", metavar="TIME",
@@ -99,45 +96,6 @@ def _describe(obj: Mapping[str, Any], kind: str) -> str:
         return kind
     ns = meta.get("namespace") if isinstance(meta, Mapping) else None
     return f"{kind} {ns}/{name}" if kind == "Pod" and isinstance(ns, str) else f"{kind} {name}"
-
-
-def read_objects(text: str, source: str) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """``(where, kind, object)`` for every object, lists unpacked; ``where`` names the
-    document (1-based) and item. Raises :class:`InputError`."""
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{source}: not valid YAML{at}: {problem}") from None
-    out: list[tuple[str, str, Mapping[str, Any]]] = []
-    for n, doc in enumerate(docs, start=1):
-        where = f"{source}: document {n}"
-        if doc is None:
-            continue
-        if not isinstance(doc, Mapping):
-            raise InputError(f"{where}: expected a Kubernetes object, got a {type(doc).__name__}")
-        kind = doc.get("kind")
-        if not isinstance(kind, str) or not kind:
-            raise InputError(f"{where}: kind: missing field")
-        if kind.endswith("List"):
-            items = doc.get("items")
-            if items is None:
-                items = []
-            if not isinstance(items, list):
-                raise InputError(f"{where} ({kind}): items: expected a list")
-            for k, obj in enumerate(items):
-                at = f"{where} item {k}"
-                if not isinstance(obj, Mapping):
-                    raise InputError(f"{at}: expected a Kubernetes object, got a {type(obj).__name__}")
-                item_kind = obj.get("kind") or (kind[: -len("List")] if kind != "List" else None)
-                if not isinstance(item_kind, str) or not item_kind:
-                    raise InputError(f"{at}: kind: missing field")
-                out.append((at, item_kind, obj))
-        else:
-            out.append((where, kind, doc))
-    return out
 
 
 @dataclass
@@ -279,17 +237,22 @@ def run(args: argparse.Namespace) -> int:
         now = _now(getattr(args, "now", None))
         source = "<stdin>" if args.snapshot == "-" else args.snapshot
         try:
-            text = sys.stdin.read() if args.snapshot == "-" else Path(args.snapshot).read_text(encoding="utf-8")
+            data = sys.stdin.buffer.read() if args.snapshot == "-" else read_file(args.snapshot)
         except OSError as e:
             raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
-        except UnicodeDecodeError:
-            raise InputError(f"{source}: not valid YAML: not UTF-8 text") from None
         levels = TopologyLevels.from_config(config)
-        built = build(read_objects(text, source), levels)
+        with collector_paused():  # parsing allocates millions of objects and frees none
+            built = build(read_objects(data, source), levels)
+            # The objects live to the end: no collection need walk them (unfrozen below).
+            gc.freeze()
+        del data
     except (InputError, ConfigError) as e:
         print(f"simulate: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    outcomes = simulate(built.snapshot, config, now, built.parallelism)
+    try:
+        outcomes = simulate(built.snapshot, config, now, built.parallelism)
+    finally:
+        gc.unfreeze()
     for note in built.notes:
         print(note, file=sys.stderr)
     if args.output == "json":

@@ -125,22 +125,24 @@ class GangSpec:
         return f"{self.namespace}/{self.name}"
 
 
+def _mapping_or_empty(value: Any) -> Mapping[str, Any]:
+    # A dict, what JSON and YAML give, needs no ABC check.
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
+
+
 def pod_meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """``pod.metadata`` or an empty mapping (never raises on malformed input)."""
-    m = pod.get("metadata") if isinstance(pod, Mapping) else None
-    return m if isinstance(m, Mapping) else {}
+    return _mapping_or_empty(pod.get("metadata")) if type(pod) is dict or isinstance(pod, Mapping) else {}
 
 
 def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """``pod.metadata.annotations`` or an empty mapping."""
-    a = pod_meta(pod).get("annotations")
-    return a if isinstance(a, Mapping) else {}
+    return _mapping_or_empty(pod_meta(pod).get("annotations"))
 
 
 def pod_labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """``pod.metadata.labels`` or an empty mapping."""
-    lab = pod_meta(pod).get("labels")
-    return lab if isinstance(lab, Mapping) else {}
+    return _mapping_or_empty(pod_meta(pod).get("labels"))
 
 
 def pod_gates(pod: Mapping[str, Any]) -> list[str]:
@@ -287,8 +289,9 @@ def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, str, int, str]:
     ``worker-10``), then the name. Returns ``(tier, index, prefix, suffix, name)``; pods
     with an index sort before those ranked by name.
     """
-    name = str(pod_meta(pod).get("name") or "")
-    lab, ann = pod_labels(pod), pod_annotations(pod)
+    meta = pod_meta(pod)
+    name = str(meta.get("name") or "")
+    lab, ann = _mapping_or_empty(meta.get("labels")), _mapping_or_empty(meta.get("annotations"))
     for tier, key in enumerate((JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX)):
         raw = lab.get(key, ann.get(key))
         if isinstance(raw, str) and _DECIMAL.match(raw):

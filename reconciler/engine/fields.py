@@ -19,6 +19,16 @@ class ObjectError(ValueError):
         self.field, self.why = field, why
         super().__init__(f"{field}: {why}" if field else why)
 
+    def below(self, base: str) -> ObjectError:
+        """The same error with its field read below ``base``: a reader of a part of an
+        object names fields from that part (``key``), its caller adds where the part is
+        (``spec.tolerations[2]``), and only when there is an error."""
+        if not self.field:
+            return ObjectError(base, self.why)
+        if not base or self.field.startswith("["):
+            return ObjectError(base + self.field, self.why)
+        return ObjectError(f"{base}.{self.field}", self.why)
+
 
 def _join(base: str, key: str | int) -> str:
     if isinstance(key, int):
@@ -28,40 +38,41 @@ def _join(base: str, key: str | int) -> str:
 
 def mapping(obj: Mapping[str, Any], key: str, base: str = "", required: bool = False) -> Mapping[str, Any]:
     """``obj[key]`` as a mapping (empty when absent or null)."""
-    field = _join(base, key)
     value = obj.get(key)
+    if type(value) is dict:  # what JSON and YAML give: no need for the ABC check
+        return value
     if value is None:
         if required:
-            raise ObjectError(field, "missing field")
+            raise ObjectError(_join(base, key), "missing field")
         return {}
     if not isinstance(value, Mapping):
-        raise ObjectError(field, f"expected a mapping, got {type(value).__name__}")
+        raise ObjectError(_join(base, key), f"expected a mapping, got {type(value).__name__}")
     return value
 
 
 def sequence(obj: Mapping[str, Any], key: str, base: str = "", required: bool = False) -> Sequence[Any]:
     """``obj[key]`` as a list (empty when absent or null)."""
-    field = _join(base, key)
     value = obj.get(key)
     if value is None:
         if required:
-            raise ObjectError(field, "missing field")
+            raise ObjectError(_join(base, key), "missing field")
         return []
     if not isinstance(value, list):
-        raise ObjectError(field, f"expected a list, got {type(value).__name__}")
+        raise ObjectError(_join(base, key), f"expected a list, got {type(value).__name__}")
     return value
 
 
 def string(obj: Mapping[str, Any], key: str, base: str = "", required: bool = False, default: str = "") -> str:
     """``obj[key]`` as a non-empty string when required, else the string or ``default``."""
-    field = _join(base, key)
     value = obj.get(key)
+    if type(value) is str and value:
+        return value
     if value is None or value == "":
         if required:
-            raise ObjectError(field, "missing field")
+            raise ObjectError(_join(base, key), "missing field")
         return default
     if not isinstance(value, str):
-        raise ObjectError(field, f"expected a string, got {type(value).__name__}")
+        raise ObjectError(_join(base, key), f"expected a string, got {type(value).__name__}")
     return value
 
 
@@ -79,9 +90,9 @@ def string_map(obj: Mapping[str, Any], key: str, base: str = "") -> dict[str, st
     raw = mapping(obj, key, base)
     out: dict[str, str] = {}
     for k, v in raw.items():
-        if not isinstance(v, str):
+        if type(v) is not str and not isinstance(v, str):
             raise ObjectError(_join(_join(base, key), str(k)), f"expected a string, got {type(v).__name__}")
-        out[str(k)] = v
+        out[k if type(k) is str else str(k)] = v
     return out
 
 

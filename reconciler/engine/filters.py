@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from reconciler.engine.fields import ObjectError, item, mapping, path, sequence, string, string_map
+from reconciler.engine.fields import ObjectError, mapping, path, sequence, string, string_map
 from reconciler.engine.resources import PODS, resource_order
 
 #: Taint effects that keep a pod off a node (``PreferNoSchedule`` only scores).
@@ -148,14 +149,28 @@ class NodeFilter:
         return self.terms is None or any(t.matches(labels, name) for t in self.terms)
 
 
+def _mapping_item(value: Any) -> Mapping[str, Any]:
+    """A list item as a mapping; the error names no field (the caller places it)."""
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    raise ObjectError("", f"expected a mapping, got {type(value).__name__}")
+
+
+#: Equal taints and tolerations are one value: most pods and nodes repeat a few.
+_taint = lru_cache(maxsize=1024)(Taint)
+_toleration = lru_cache(maxsize=1024)(Toleration)
+
+
 def parse_taints(spec: Mapping[str, Any], base: str = "spec") -> tuple[Taint, ...]:
     """``spec.taints`` of a node."""
     raw = sequence(spec, "taints", base)
     out = []
-    for i in range(len(raw)):
-        t = item(raw, i, path(base, "taints"))
-        tbase = path(base, "taints", i)
-        out.append(Taint(string(t, "key", tbase, required=True), string(t, "value", tbase), string(t, "effect", tbase)))
+    for i, t in enumerate(raw):
+        try:
+            t = _mapping_item(t)
+            out.append(_taint(string(t, "key", required=True), string(t, "value"), string(t, "effect")))
+        except ObjectError as e:
+            raise e.below(path(base, "taints", i)) from None
     return tuple(out)
 
 
@@ -163,49 +178,71 @@ def parse_tolerations(spec: Mapping[str, Any], base: str = "spec") -> tuple[Tole
     """``spec.tolerations`` of a pod."""
     raw = sequence(spec, "tolerations", base)
     out = []
-    for i in range(len(raw)):
-        t = item(raw, i, path(base, "tolerations"))
-        tbase = path(base, "tolerations", i)
-        # An operator Troupe does not know tolerates nothing, as in kube-scheduler.
-        operator = string(t, "operator", tbase, default="Equal")
-        out.append(Toleration(string(t, "key", tbase), operator, string(t, "value", tbase), string(t, "effect", tbase)))
+    for i, t in enumerate(raw):
+        if type(t) is dict:  # the usual shape, all four fields strings or absent
+            key, operator, value, effect = t.get("key", ""), t.get("operator", ""), t.get("value", ""), t.get("effect", "")
+            if type(key) is str and type(operator) is str and type(value) is str and type(effect) is str:
+                out.append(_toleration(key, operator or "Equal", value, effect))
+                continue
+        try:
+            t = _mapping_item(t)
+            # An operator Troupe does not know tolerates nothing, as in kube-scheduler.
+            operator = string(t, "operator", default="Equal")
+            out.append(_toleration(string(t, "key"), operator, string(t, "value"), string(t, "effect")))
+        except ObjectError as e:
+            raise e.below(path(base, "tolerations", i)) from None
     return tuple(out)
 
 
-def _requirements(term: Mapping[str, Any], key: str, base: str) -> tuple[Requirement, ...]:
-    raw = sequence(term, key, base)
+def _requirement(raw: Any) -> Requirement:
+    r = _mapping_item(raw)
+    op = string(r, "operator", required=True)
+    if op not in _OPERATORS:
+        raise ObjectError("operator", f"unknown operator {op!r}")
+    values = sequence(r, "values")
+    if not all(isinstance(v, str) for v in values):
+        raise ObjectError("values", "expected a list of strings")
+    if op in ("Gt", "Lt") and len(values) != 1:
+        raise ObjectError("values", f"{op} needs exactly one value")
+    return Requirement(string(r, "key", required=True), op, tuple(values))
+
+
+def _requirements(term: Mapping[str, Any], key: str) -> tuple[Requirement, ...]:
     out = []
-    for i in range(len(raw)):
-        r = item(raw, i, path(base, key))
-        rbase = path(base, key, i)
-        op = string(r, "operator", rbase, required=True)
-        if op not in _OPERATORS:
-            raise ObjectError(path(rbase, "operator"), f"unknown operator {op!r}")
-        values = sequence(r, "values", rbase)
-        if not all(isinstance(v, str) for v in values):
-            raise ObjectError(path(rbase, "values"), "expected a list of strings")
-        if op in ("Gt", "Lt") and len(values) != 1:
-            raise ObjectError(path(rbase, "values"), f"{op} needs exactly one value")
-        out.append(Requirement(string(r, "key", rbase, required=True), op, tuple(values)))
+    for i, r in enumerate(sequence(term, key)):
+        try:
+            out.append(_requirement(r))
+        except ObjectError as e:
+            raise e.below(path(key, i)) from None
     return tuple(out)
+
+
+def _terms(required: Mapping[str, Any]) -> tuple[Term, ...]:
+    parsed = []
+    for i, raw in enumerate(sequence(required, "nodeSelectorTerms")):
+        try:
+            term = _mapping_item(raw)
+            parsed.append(Term(_requirements(term, "matchExpressions"), _requirements(term, "matchFields")))
+        except ObjectError as e:
+            raise e.below(path("nodeSelectorTerms", i)) from None
+    return tuple(parsed)
 
 
 def parse_node_filter(spec: Mapping[str, Any], base: str = "spec") -> NodeFilter:
     """A pod's :class:`NodeFilter` from its spec."""
     selector = tuple(sorted(string_map(spec, "nodeSelector", base).items()))
-    affinity = mapping(mapping(spec, "affinity", base), "nodeAffinity", path(base, "affinity"))
-    abase = path(base, "affinity", "nodeAffinity")
-    required = mapping(affinity, "requiredDuringSchedulingIgnoredDuringExecution", abase)
     terms: tuple[Term, ...] | None = None
-    if required:
-        rbase = path(abase, "requiredDuringSchedulingIgnoredDuringExecution")
-        raw_terms = sequence(required, "nodeSelectorTerms", rbase)
-        parsed = []
-        for i in range(len(raw_terms)):
-            term = item(raw_terms, i, path(rbase, "nodeSelectorTerms"))
-            tbase = path(rbase, "nodeSelectorTerms", i)
-            parsed.append(Term(_requirements(term, "matchExpressions", tbase), _requirements(term, "matchFields", tbase)))
-        terms = tuple(parsed)
+    if spec.get("affinity") is not None:
+        try:
+            affinity = mapping(mapping(spec, "affinity"), "nodeAffinity", "affinity")
+            required = mapping(affinity, "requiredDuringSchedulingIgnoredDuringExecution", "affinity.nodeAffinity")
+            if required:
+                try:
+                    terms = _terms(required)
+                except ObjectError as e:
+                    raise e.below("affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution") from None
+        except ObjectError as e:
+            raise e.below(base) from None
     return NodeFilter(selector, terms, parse_tolerations(spec, base))
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import troupe.contract as contract
 from reconciler.engine.snapshot import PodInfo
@@ -76,12 +77,16 @@ class Gang:
     timeouts: int = 0
 
 
+#: The annotation keys of a prefix, made once (every pod of every snapshot asks).
+_gang_keys = lru_cache(maxsize=16)(contract.GangKeys.for_prefix)
+
+
 def gang_key(pod: PodInfo, config: Config) -> str | None:
     """The key of the gang ``pod`` belongs to (module docstring), or None when Troupe
     does not manage the pod."""
-    keys = contract.GangKeys.for_prefix(config.gang_annotation_prefix)
+    keys = _gang_keys(config.gang_annotation_prefix)
     a = pod.annotations
-    if any(k in a for k in keys.all()):
+    if a and (keys.name in a or keys.size in a or keys.timeout in a):
         name = a.get(keys.name, "")
         try:
             contract.parse_gang_annotations({keys.name: name, keys.size: "1"}, pod.namespace, config)

@@ -48,6 +48,8 @@ def parse_quantity(value: str | int | float | Decimal) -> Fraction:
     :class:`QuantityError` for anything else, for booleans and for malformed strings
     (``"1K"``, ``"1e"``, ``"abc"``, ``""``).
     """
+    if type(value) is str:  # the usual case first
+        return _parse(value)
     if isinstance(value, bool):
         raise QuantityError(f"invalid quantity {value!r}: not a number")
     if isinstance(value, int):
@@ -84,19 +86,17 @@ def _parse(text: str) -> Fraction:
     return -amount if m["sign"] == "-" else amount
 
 
-def _round_away_from_zero(value: Fraction) -> int:
-    return math.ceil(value) if value >= 0 else -math.ceil(-value)
-
-
 def to_units(resource: str, value: Fraction) -> int:
     """``value`` in the integer unit kube-scheduler compares for ``resource``.
 
     ``cpu`` in millicores (``100u`` -> 1, ``1.5`` -> 1500), anything else in whole units
     (``1.5`` bytes -> 2), rounding away from zero as ``MilliValue``/``Value`` do.
     """
+    # Integer arithmetic on the fraction's terms: exact, and much faster than Fraction's.
+    n, d = value.numerator, value.denominator
     if resource == CPU:
-        return _round_away_from_zero(value * 1000)
-    return _round_away_from_zero(value)
+        n *= 1000
+    return -(-n // d) if n >= 0 else n // d
 
 
 def format_units(resource: str, units: int) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from reconciler.engine.fields import ObjectError, item, mapping, path, sequence, string
+from reconciler.engine.fields import ObjectError, mapping, path, sequence, string
 from reconciler.engine.quantity import CPU, QuantityError, parse_quantity, to_units
 
 #: The pod-count resource every pod uses one of.
@@ -45,30 +45,44 @@ def resource_list(obj: Mapping[str, Any], key: str, base: str) -> Exact:
     out: Exact = {}
     for name, value in raw.items():
         try:
-            out[str(name)] = parse_quantity(value)
+            out[name if type(name) is str else str(name)] = parse_quantity(value)
         except QuantityError as e:
             raise ObjectError(path(base, key, str(name)), str(e)) from None
     return out
 
 
-def _requests_of(resources_owner: Mapping[str, Any], base: str) -> Exact:
-    """``resources.requests``, with ``resources.limits`` standing in for unstated requests."""
-    res = mapping(resources_owner, "resources", base)
-    rbase = path(base, "resources")
-    requests = resource_list(res, "requests", rbase)
-    for name, value in resource_list(res, "limits", rbase).items():
-        requests.setdefault(name, value)
+def _requests_of(resources_owner: Mapping[str, Any]) -> Exact:
+    """``resources.requests``, with ``resources.limits`` standing in for unstated
+    requests. Errors name fields from ``resources`` on."""
+    res = resources_owner.get("resources")
+    if res is None or (type(res) is dict and not res):  # nothing requested; anything else is checked below
+        return {}
+    res = mapping(resources_owner, "resources")
+    requests = resource_list(res, "requests", "resources")
+    if res.get("limits"):
+        for name, value in resource_list(res, "limits", "resources").items():
+            requests.setdefault(name, value)
+    else:
+        mapping(res, "limits", "resources")  # null or empty; anything else is refused
     return requests
+
+
+def _container_requests(container: Any) -> Exact:
+    if type(container) is not dict and not isinstance(container, Mapping):
+        raise ObjectError("", f"expected a mapping, got {type(container).__name__}")
+    return _requests_of(container)
 
 
 def _add(into: Exact, other: Mapping[str, Fraction]) -> None:
     for name, value in other.items():
-        into[name] = into.get(name, Fraction(0)) + value
+        current = into.get(name)
+        into[name] = value if current is None else current + value
 
 
 def _max(into: Exact, other: Mapping[str, Fraction]) -> None:
     for name, value in other.items():
-        if value > into.get(name, Fraction(0)):
+        current = into.get(name)
+        if value > (0 if current is None else current):
             into[name] = value
 
 
@@ -80,29 +94,38 @@ def pod_requests_exact(spec: Mapping[str, Any], base: str = "spec") -> Exact:
     """The pod's effective requests, exact; see the module docstring for the rules."""
     containers = sequence(spec, "containers", base, required=True)
     reqs: Exact = {}
-    for i in range(len(containers)):
-        cbase = path(base, "containers", i)
-        _add(reqs, _requests_of(item(containers, i, path(base, "containers")), cbase))
-    sidecars: Exact = {}
-    init_peak: Exact = {}
+    for i, container in enumerate(containers):
+        try:
+            _add(reqs, _container_requests(container))
+        except ObjectError as e:
+            raise e.below(path(base, "containers", i)) from None
     inits = sequence(spec, "initContainers", base)
-    for i in range(len(inits)):
-        ibase = path(base, "initContainers", i)
-        container = item(inits, i, path(base, "initContainers"))
-        step = _requests_of(container, ibase)
-        if string(container, "restartPolicy", ibase) == "Always":
-            _add(reqs, step)
-            _add(sidecars, step)
-            step = dict(sidecars)
-        else:
-            _add(step, sidecars)
-        _max(init_peak, step)
-    _max(reqs, init_peak)
-    pod_level = _requests_of(spec, base)
+    if inits:
+        sidecars: Exact = {}
+        init_peak: Exact = {}
+        for i, container in enumerate(inits):
+            try:
+                step = _container_requests(container)
+                sidecar = string(container, "restartPolicy") == "Always"
+            except ObjectError as e:
+                raise e.below(path(base, "initContainers", i)) from None
+            if sidecar:
+                _add(reqs, step)
+                _add(sidecars, step)
+                step = dict(sidecars)
+            else:
+                _add(step, sidecars)
+            _max(init_peak, step)
+        _max(reqs, init_peak)
+    try:
+        pod_level = _requests_of(spec)
+    except ObjectError as e:
+        raise e.below(base) from None
     for name, value in pod_level.items():
         if _is_pod_level(name):
             reqs[name] = value
-    _add(reqs, resource_list(spec, "overhead", base))
+    if spec.get("overhead") is not None:
+        _add(reqs, resource_list(spec, "overhead", base))
     return reqs
 
 

@@ -1,5 +1,7 @@
 """What uses a node's resources, and plans applied to a snapshot with and without undo."""
 
+import dataclasses
+
 import pytest
 
 from reconciler.engine import place_gang
@@ -222,3 +224,16 @@ def test_a_long_running_caller_can_skip_malformed_objects_and_hear_about_them():
     snapshot = Snapshot.from_objects(nodes, [make_pod("p").on("n1").build()], skipped=skipped)
     assert [n.name for n in snapshot.nodes] == ["n1"]
     assert skipped == ["nodes[0].status.allocatable: missing field"]
+
+
+def test_parsed_infos_hold_every_field_as_their_constructor_would():
+    node = make_node("n1").topology("b1", "s1", "h1").allocatable(gpu=8).taint("k", "v").build()
+    pod = (make_pod("w-0", "ml").requests(cpu="500m", gpu=8).gang("g", 2).index(0).gated().owned_by()
+           .tolerate("k", "Exists").build())
+    for cls, obj in ((NodeInfo, node), (PodInfo, pod)):
+        info = cls.from_object(obj)
+        values = vars(info)
+        assert set(values) == {f.name for f in dataclasses.fields(cls)}
+        assert vars(cls(**values)) == values
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            info.name = "other"
