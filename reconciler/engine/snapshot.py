@@ -210,7 +210,10 @@ class PodInfo:
         labels = string_map(meta, "labels", "metadata")
         node_filter = parse_node_filter(spec)
         gates = []
-        for i, g in enumerate(spec.get("schedulingGates") or []):
+        raw_gates = spec.get("schedulingGates") or []
+        if not isinstance(raw_gates, list):
+            raise ObjectError("spec.schedulingGates", f"expected a list, got {type(raw_gates).__name__}")
+        for i, g in enumerate(raw_gates):
             if not isinstance(g, Mapping) or not isinstance(g.get("name"), str):
                 raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
             gates.append(g["name"])

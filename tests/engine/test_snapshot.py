@@ -203,6 +203,8 @@ BAD_OBJECTS = [
      "pods[0].spec.containers[0].resources.requests.cpu: invalid quantity 'fast'"),
     ("a pod with a gate without a name", [], [make_pod("p").build() | {"spec": {"containers": [], "schedulingGates": [{}]}}],
      "pods[0].spec.schedulingGates[0].name: missing field"),
+    ("a pod whose gates are not a list", [], [make_pod("p").build() | {"spec": {"containers": [], "schedulingGates": 5}}],
+     "pods[0].spec.schedulingGates: expected a list, got int"),
 ]
 
 
