@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.engine.fields import ObjectError
-from reconciler.engine.gang import Gang, build_gang, gang_key
+from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
 from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.writer import PodRef
@@ -206,15 +206,10 @@ class ClusterCache:
             )
 
     # --- jobs ------------------------------------------------------------------------
-    @staticmethod
-    def _job_parallelism(job: Obj) -> int:
-        value = (job.get("spec") or {}).get("parallelism")
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
     def replace_jobs(self, items: Iterable[Obj]) -> None:
         """Replace every Job with a fresh list (only its parallelism is kept)."""
         with self._lock:
-            self._parallelism = {_ns_name(j): self._job_parallelism(j) for j in items}
+            self._parallelism = {_ns_name(j): job_parallelism(j) for j in items}
             self._jobs_version += 1
 
     def job_event(self, kind: str, job: Obj) -> None:
@@ -225,7 +220,7 @@ class ClusterCache:
             if kind == "DELETED":
                 self._parallelism.pop(key, None)
             else:
-                self._parallelism[key] = self._job_parallelism(job)
+                self._parallelism[key] = job_parallelism(job)
             if self._parallelism.get(key) != before:
                 self._jobs_version += 1
 

@@ -43,7 +43,7 @@ from typing import Any
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
 from reconciler.engine.decision import decide
 from reconciler.engine.fields import ObjectError, mapping, string
-from reconciler.engine.gang import Gang, build_gang, group_by_gang
+from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
 from reconciler.engine.lifecycle import Phase
 from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import Config, ConfigError, load_config
@@ -132,9 +132,9 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 nodes.append(node)
             elif kind == "Job":
                 meta = mapping(obj, "metadata", required=True)
-                value = mapping(obj, "spec").get("parallelism")
+                mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
                 key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
-                parallelism[key] = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+                parallelism[key] = job_parallelism(obj)
             else:
                 pod = PodInfo.from_object(obj)
                 if pod.key in origin:
