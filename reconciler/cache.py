@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
 from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
@@ -68,9 +69,20 @@ def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
             and a.ready == b.ready and a.unschedulable == b.unschedulable)
 
 
+def group_key(name: str) -> str:
+    """The work-queue key of SharedDeviceGroup ``name``: ``sdg:<name>`` (a gang key always
+    holds a ``/``, a group name never does)."""
+    return f"sdg:{name}"
+
+
+def group_of_key(key: str) -> str | None:
+    """The group name of a :func:`group_key`, or None for a gang key."""
+    return key[4:] if key.startswith("sdg:") else None
+
+
 class ClusterCache:
     """Pods by :class:`PodRef`, nodes by name, gang key -> member refs, Jobs'
-    parallelism. Thread-safe.
+    parallelism, SharedDeviceGroups by name (and their pods). Thread-safe.
 
     Objects are never mutated in place: an update replaces the entry, so a caller may keep
     what it was given. :attr:`version` counts changes; :meth:`snapshot` is rebuilt only
@@ -93,28 +105,39 @@ class ClusterCache:
         self._jobs_version = 0
         self._gang_version: dict[str, int] = {}
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
+        self._groups: dict[str, Entry] = {}
+        self._group_pods: dict[str, set[PodRef]] = {}
 
     # --- pods ------------------------------------------------------------------------
     def _touch(self, key: str) -> None:
         self._gang_version[key] = self._gang_version.get(key, 0) + 1
 
     def _unindex(self, ref: PodRef) -> set[str]:
+        touched = set()
+        entry = self._pods.get(ref)
+        group = entry.info.device_group if entry is not None and entry.info is not None else ""
+        if group:
+            self._group_pods.get(group, set()).discard(ref)
+            touched.add(group_key(group))
         key = self._gang_of.pop(ref, None)
         if key is None:
-            return set()
+            return touched
         self._touch(key)
         self._members[key].discard(ref)
         if not self._members[key]:
             del self._members[key]
             self._gang_version.pop(key, None)
             self._gangs.pop(key, None)
-        return {key}
+        return {key} | touched
 
     def _put_pod(self, pod: Obj) -> set[str]:
         ref = PodRef.of(pod)
         touched = self._unindex(ref)
         info: PodInfo | None = _parse("pod", pod, PodInfo.from_object)
         self._pods[ref] = Entry(pod, info)
+        if info is not None and info.device_group:
+            self._group_pods.setdefault(info.device_group, set()).add(ref)
+            touched.add(group_key(info.device_group))
         key = gang_key(info, self.config) if info is not None else None
         if key is not None:
             self._gang_of[ref] = key
@@ -125,21 +148,23 @@ class ClusterCache:
         return touched
 
     def _drop_pod(self, ref: PodRef) -> set[str]:
+        touched = self._unindex(ref)
         if self._pods.pop(ref, None) is not None:
             self.version += 1
-        return self._unindex(ref)
+        return touched
 
     def replace_pods(self, items: Iterable[Obj]) -> set[str]:
         """Replace every pod with a fresh list; returns every gang key before or after."""
         with self._lock:
-            before = set(self._members)
+            before = set(self._members) | {group_key(g) for g in self._group_pods}
             self._pods.clear()
             self._gang_of.clear()
             self._members.clear()
+            self._group_pods.clear()
             for pod in items:
                 self._put_pod(pod)
             self.version += 1
-            return before | set(self._members)
+            return before | set(self._members) | {group_key(g) for g in self._group_pods}
 
     def pod_event(self, kind: str, pod: Obj) -> set[str]:
         """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``); returns touched gang keys.
@@ -224,6 +249,59 @@ class ClusterCache:
             if self._parallelism.get(key) != before:
                 self._jobs_version += 1
 
+    # --- SharedDeviceGroups ------------------------------------------------------------
+    def _parse_group(self, obj: Obj) -> Entry:
+        try:
+            return Entry(obj, DeviceGroup.from_object(obj))
+        except ObjectError as e:
+            log.warning("SharedDeviceGroup %s cannot be read: %s", _ns_name(obj)[1], e)
+            return Entry(obj, str(e))
+
+    def replace_groups(self, items: Iterable[Obj]) -> set[str]:
+        """Replace every SharedDeviceGroup with a fresh list; returns the group keys
+        (:func:`group_key`) before or after."""
+        with self._lock:
+            before = set(self._groups)
+            self._groups = {_ns_name(g)[1]: self._parse_group(g) for g in items}
+            self.version += 1
+            return {group_key(g) for g in before | set(self._groups)}
+
+    def group_event(self, kind: str, obj: Obj) -> set[str]:
+        """Apply a SharedDeviceGroup watch event; returns its group key."""
+        with self._lock:
+            name = _ns_name(obj)[1]
+            if kind == "DELETED":
+                self._groups.pop(name, None)
+            else:
+                current = self._groups.get(name)
+                new_rv, cur_rv = _rv(obj), _rv(current.obj) if current is not None else None
+                if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
+                    return set()
+                self._groups[name] = self._parse_group(obj)
+            self.version += 1
+            return {group_key(name)}
+
+    def assume_group(self, obj: Obj) -> None:
+        """Record the group a write of ours returned, ahead of its watch event."""
+        self.group_event("MODIFIED", obj)
+
+    def group(self, name: str) -> tuple[Obj, DeviceGroup | str] | None:
+        """The cached group object and its parsed form (or why it cannot be read), or None."""
+        with self._lock:
+            entry = self._groups.get(name)
+            return None if entry is None else (entry.obj, entry.info)
+
+    def group_pods(self, name: str) -> list[PodInfo]:
+        """Every parsed pod that joins group ``name`` (``deviceshare.io/group``)."""
+        with self._lock:
+            return [i for r in self._group_pods.get(name, ()) if (i := self._pods[r].info) is not None]
+
+    def group_gangs(self, name: str) -> set[str]:
+        """The keys of the gangs with a gated member in group ``name``."""
+        with self._lock:
+            return {k for r in self._group_pods.get(name, ()) if (i := self._pods[r].info) is not None
+                    and i.gated and i.active and (k := self._gang_of.get(r)) is not None}
+
     # --- nodes -----------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[Obj]) -> None:
         """Replace every node with a fresh list."""
@@ -267,9 +345,11 @@ class ClusterCache:
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
             nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             pods = [e.info for e in self._pods.values() if e.info is not None]
+            groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
+            errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if table is None:
             table = NodeTable(nodes, self.levels)
-        snapshot = Snapshot(table, pods, self.levels)
+        snapshot = Snapshot(table, pods, self.levels, groups, errors)
         with self._lock:
             self._snapshot = (version, snapshot)
             self._table = (node_version, table)

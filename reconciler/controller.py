@@ -35,12 +35,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from reconciler.cache import ClusterCache
+from reconciler.engine.allocation import GroupView, group_view
 from reconciler.engine.decision import Decision, MemberRelease, decide, rfc3339
+from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import IllegalTransition, Phase, check_move
 from reconciler.engine.snapshot import Plan, PodInfo
@@ -176,6 +179,9 @@ class GangController:
         phase, reason = decision.phase, decision.reason
         if phase in (Phase.PLACED, Phase.RELEASING):
             failed = self._release(gang, decision)
+            for group in sorted({h.group for h in decision.bindings} | {p for m in decision.release
+                                                                        if (p := self._group_of(gang, m.pod))}):
+                self.reconcile_group(group)  # its status follows its pods: Bound, with the node and IDs
             if failed:
                 return Outcome(phase, f"{reason}; {failed}", requeue, retry=True, decision=decision)
             return Outcome(phase, reason, requeue, decision=decision)
@@ -187,6 +193,48 @@ class GangController:
                 decision.observation.size or 0):
             memory.timeouts, memory.not_before = 0, 0.0  # the gang runs whole: its next timeout starts afresh
         return Outcome(phase, reason, requeue, retry=phase is Phase.UNSCHEDULABLE, decision=decision)
+
+    # --- SharedDeviceGroups ------------------------------------------------------------
+    @staticmethod
+    def _group_of(gang: Gang, pod_key: str) -> str:
+        return next((p.device_group for p in gang.members if p.key == pod_key), "")
+
+    def reconcile_group(self, name: str) -> bool:
+        """Bring SharedDeviceGroup ``name`` in line with the cluster; returns True when it
+        should be retried (a write failed). Keeps Troupe's finalizer on a live group; on a
+        group being deleted, removes it once none of its pods runs (gated pods never ran;
+        a pod being deleted still runs until it is gone), which frees its devices; writes
+        its status (phase, nodeName, selectedDevices and the ``Allocated`` condition) when
+        it differs from :func:`~reconciler.engine.allocation.group_view`."""
+        found = self.cache.group(name)
+        if found is None:
+            return False
+        obj, info = found
+        if not isinstance(info, DeviceGroup):
+            return False  # unreadable: its pods are held with the reason; nothing to write
+        try:
+            if info.deleting:
+                running = [p.key for p in self.cache.group_pods(name) if not p.terminal and not p.gated]
+                if contract.DEVICE_GROUP_FINALIZER in info.finalizers and not running:
+                    rest = [f for f in info.finalizers if f != contract.DEVICE_GROUP_FINALIZER]
+                    self.cache.assume_group(self.writer.set_group_finalizers(name, rest, info.resource_version))
+                    log.info("SharedDeviceGroup %s deleted: no pod of it runs; its devices are free", name)
+                return False
+            if contract.DEVICE_GROUP_FINALIZER not in info.finalizers:
+                obj = self.writer.set_group_finalizers(
+                    name, [*info.finalizers, contract.DEVICE_GROUP_FINALIZER], info.resource_version)
+                self.cache.assume_group(obj)
+            view = group_view(self.cache.snapshot(), info, self.cache.group_pods(name))
+            status = _group_status(view, obj.get("status") or {}, rfc3339(self.wall_clock()))
+            if status is not None:
+                self.cache.assume_group(self.writer.set_group_status(name, status))
+                log.info("SharedDeviceGroup %s: %s (%s: %s)", name, view.phase, view.reason, view.message)
+        except Gone:
+            return False
+        except WriteError as e:  # Conflict included: decided again on a fresh read
+            log.warning("SharedDeviceGroup %s: %s", name, e)
+            return True
+        return False
 
     # --- events ----------------------------------------------------------------------
     def _event_once(self, gang: Gang, pod: PodInfo, kind: str, reason: str, message: str) -> None:
@@ -285,3 +333,25 @@ class GangController:
             memory.not_before = now + backoff
         return Outcome(Phase.ROLLED_BACK, f"{why}; {detail}; next release in {backoff:.0f}s at the earliest",
                        backoff, decision=decision)
+
+
+#: The condition type of a SharedDeviceGroup's status that says whether it holds devices.
+GROUP_CONDITION = "Allocated"
+
+
+def _group_status(view: GroupView, current: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """The status to write for ``view`` given the ``current`` one, or None when they agree.
+    The condition's ``lastTransitionTime`` moves only when its status flips."""
+    want = view.status()
+    condition = {"type": GROUP_CONDITION, "status": "True" if view.phase == "Bound" else "False",
+                 "reason": view.reason, "message": view.message[:1024]}
+    old = next((c for c in current.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == GROUP_CONDITION),
+               None)
+    same_fields = all(current.get(k) == v for k, v in want.items()) and set(want) == {
+        k for k in ("phase", "nodeName", "selectedDevices") if k in current}
+    if same_fields and old is not None and all(old.get(k) == v for k, v in condition.items()):
+        return None
+    keep = old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime")
+    condition["lastTransitionTime"] = keep or now
+    others = [c for c in current.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") != GROUP_CONDITION]
+    return {**want, "conditions": [*others, condition]}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import logging
 import queue
@@ -34,6 +35,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from reconciler.writer import Conflict, Gone, PodRef, PodWriter, Refused, WriteError
+from troupe import contract
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ LIST_PAGE = 500
 
 SMP = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 
 
 def api_client(kubeconfig: str | None, pool_size: int | None = None) -> client.ApiClient:
@@ -87,10 +90,18 @@ ResyncHandler = Callable[[list[Mapping[str, Any]]], None]
 
 @dataclass
 class Resource:
-    """A watched collection: its list function (cluster-wide) and a name for logs."""
+    """A watched collection: its list function (cluster-wide) and a name for logs.
+    ``optional``: the resource may not exist on the cluster (a CRD not installed): a 404
+    on the list counts as an empty list, and the list is tried again every
+    :data:`OPTIONAL_RETRY_SECONDS`."""
 
     name: str
     list_fn: Callable[..., Any]
+    optional: bool = False
+
+
+#: How often an informer of an optional resource that is not served looks for it again.
+OPTIONAL_RETRY_SECONDS = 30.0
 
 
 def pods(api: client.ApiClient) -> Resource:
@@ -106,6 +117,15 @@ def nodes(api: client.ApiClient) -> Resource:
 def jobs(api: client.ApiClient) -> Resource:
     """All batch/v1 Jobs, in every namespace (the size of GKE auto-gangs they own)."""
     return Resource("jobs", client.BatchV1Api(api).list_job_for_all_namespaces)
+
+
+def shared_device_groups(api: client.ApiClient) -> Resource:
+    """All SharedDeviceGroups (``deviceshare.io/v1alpha1``, cluster-scoped). Optional: on a
+    cluster without the CRD the informer lists nothing and looks again later."""
+    group, version, plural = contract.DEVICE_GROUP_API
+    return Resource("shareddevicegroups",
+                    functools.partial(client.CustomObjectsApi(api).list_cluster_custom_object, group, version, plural),
+                    optional=True)
 
 
 class Informer:
@@ -231,6 +251,14 @@ class Informer:
                 if e.status == 410:
                     need_list = True
                     continue
+                if e.status == 404 and self.resource.optional and need_list:
+                    if not self.synced.is_set():
+                        log.info("%s: not served by this cluster (no CRD); looking again every %.0fs",
+                                 self.resource.name, OPTIONAL_RETRY_SECONDS)
+                        self.on_list([])
+                        self.synced.set()
+                    self._stop.wait(OPTIONAL_RETRY_SECONDS)
+                    continue
                 log.warning("%s: API error %s %s; retrying in %.0fs", self.resource.name, e.status, e.reason, delay)
                 self._stop.wait(delay * (1 + random.random() / 4))
                 delay = min(delay * 2, 30.0)
@@ -338,6 +366,7 @@ class KubeWriter(PodWriter):
 
     def __init__(self, api: client.ApiClient, limiter: RateLimiter, component: str = "troupe-reconciler") -> None:
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.limiter = limiter
         self.component = component
         self.events = EventSink(self.core, limiter, component)
@@ -397,6 +426,14 @@ class KubeWriter(PodWriter):
                        eviction=True, _preload_content=False)
         except Conflict as e:
             raise Gone(f"evict pod {ref}: replaced by a pod with another uid") from e
+
+    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+        group, version, plural = contract.DEVICE_GROUP_API
+        fn = self.custom.patch_cluster_custom_object_status if status else self.custom.patch_cluster_custom_object
+        resp = self._call(f"patch shareddevicegroup {name}{'/status' if status else ''}", fn, group, version, plural,
+                          name, patch, _content_type=JSON_PATCH if isinstance(patch, list) else MERGE_PATCH,
+                          _preload_content=False)
+        return dict(json.loads(resp.data))
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Queue a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best

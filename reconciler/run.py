@@ -28,7 +28,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 
 from reconciler import kube
-from reconciler.cache import ClusterCache
+from reconciler.cache import ClusterCache, group_of_key
 from reconciler.controller import GangController
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import TERMINAL_PHASES
@@ -66,6 +66,7 @@ class Reconciler:
         self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event)
         self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event)
         self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event)
+        self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event)
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
@@ -100,6 +101,16 @@ class Reconciler:
         self.cache.job_event(kind, job)
         self._enqueue(self.cache.pending_gangs())  # a GKE auto-gang's size may have changed
 
+    def _groups_listed(self, items: list[Mapping[str, Any]]) -> None:
+        self._enqueue(self.cache.replace_groups(items))
+        self._enqueue(self.cache.pending_gangs())
+
+    def _group_event(self, kind: str, group: Mapping[str, Any]) -> None:
+        self._enqueue(self.cache.group_event(kind, group))
+        # A group's devices freed (deleted) or its node or spec changed: every waiting gang
+        # may fit now; a new group lets its waiting members through.
+        self._enqueue(self.cache.pending_gangs())
+
     # --- the worker ------------------------------------------------------------------
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -110,7 +121,14 @@ class Reconciler:
             if key is None:
                 continue
             start = time.perf_counter()
+            group = group_of_key(key)
             try:
+                if group is not None:
+                    if self.controller.reconcile_group(group):
+                        self.queue.add_rate_limited(key)
+                    else:
+                        self.queue.forget(key)
+                    continue
                 outcome = self.controller.reconcile(key)
             except Exception:
                 RECONCILE_ERRORS.inc()
@@ -151,8 +169,9 @@ class Reconciler:
         """
         self.nodes.start()
         self.jobs.start()
+        self.groups.start()
         self.pods.start()
-        for informer in (self.nodes, self.jobs, self.pods):
+        for informer in (self.nodes, self.jobs, self.groups, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         log.info("caches synced; reconciling")
@@ -170,6 +189,7 @@ class Reconciler:
         self._stop.set()
         self.queue.shutdown()
         self.pods.stop()
+        self.groups.stop()
         self.jobs.stop()
         self.nodes.stop()
         if self._worker.is_alive():

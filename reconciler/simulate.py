@@ -7,8 +7,9 @@ SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o jso
 ``-o yaml`` prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods, read as
 :mod:`reconciler.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
 ``jobs`` to the kubectl command and the size of a GKE auto-gang owned by a Job is that
-Job's parallelism, as in the cluster. SharedDeviceGroups are ignored for now, with a
-note on stderr.
+Job's parallelism, as in the cluster; add ``shareddevicegroups`` and device groups are
+allocated as the reconciler allocates them (``kubectl get
+nodes,pods,jobs,shareddevicegroups -A -o json``).
 
 Every gang with a gated member is decided by the very function the reconciler calls,
 :func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest
@@ -21,8 +22,12 @@ time of the decision (RFC 3339; default: the current time), which timeouts and s
 periods are measured against.
 
 JSON output keeps these keys stable: ``{"gangs": [{"namespace", "name", "phase",
-"reason", "placements": [{"pod", "node", "rank"}]}]}``; it adds ``rule``, ``code``,
-``size``, ``members``, ``cost``, ``domain`` per gang and ``topology`` per placement.
+"reason", "placements": [{"pod", "node", "rank"}]}], "deviceGroups": [{"name", "phase",
+"node", "devices", "pods", "reason"}]}``; it adds ``rule``, ``code``, ``size``,
+``members``, ``cost``, ``domain`` per gang, ``topology`` per placement, and ``devices``
+(resource name -> IDs) per placement of a group member. A group pod in no gang is a gang
+of one. ``deviceGroups`` lists every SharedDeviceGroup as it stands after the simulated
+decisions: ``Bound`` with its node and IDs, or ``Pending`` with the reason.
 
 Bad input (neither JSON nor YAML, an unknown kind, a missing or malformed field, an unreadable file or
 configuration) gives one line on stderr naming the document and the field, and exit code 2.
@@ -41,15 +46,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
+from reconciler.engine.allocation import group_view
 from reconciler.engine.decision import decide
+from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
 from reconciler.engine.lifecycle import Phase
 from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod", "Job")
-IGNORED_KINDS = ("SharedDeviceGroup",)
+KINDS = ("Node", "Pod", "Job", "SharedDeviceGroup")
 EXIT_BAD_INPUT = 2
 
 
@@ -68,6 +74,7 @@ class GangOutcome:
     cost: float | None = None
     domain: str | None = None
     placements: list[dict[str, Any]] = field(default_factory=list)
+    bindings: tuple[Holding, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The gang's JSON object."""
@@ -113,16 +120,15 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     """Parse every object; raises :class:`InputError` naming the document and field."""
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
+    groups: list[DeviceGroup] = []
     origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
     parallelism: dict[tuple[str, str], int] = {}
-    ignored: dict[str, int] = {}
     node_where: dict[str, str] = {}
+    group_where: dict[str, str] = {}
     for where, kind, obj in objects:
-        if kind in IGNORED_KINDS:
-            ignored[kind] = ignored.get(kind, 0) + 1
-            continue
         if kind not in KINDS:
-            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected Node, Pod or Job)")
+            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} "
+                             f"(expected {', '.join(KINDS[:-1])} or {KINDS[-1]})")
         try:
             if kind == "Node":
                 node = NodeInfo.from_object(obj)
@@ -135,6 +141,12 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
                 key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
                 parallelism[key] = job_parallelism(obj)
+            elif kind == "SharedDeviceGroup":
+                group = DeviceGroup.from_object(obj)
+                if group.name in group_where:
+                    raise InputError(f"{where} (SharedDeviceGroup {group.name}): duplicate of {group_where[group.name]}")
+                group_where[group.name] = where
+                groups.append(group)
             else:
                 pod = PodInfo.from_object(obj)
                 if pod.key in origin:
@@ -143,8 +155,9 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 pods.append(pod)
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
-    notes = [f"note: ignored {n} {kind} object(s): device groups are not simulated yet" for kind, n in ignored.items()]
-    return Built(Snapshot(nodes, pods, levels), origin, parallelism, notes)
+    snapshot = Snapshot(nodes, pods, levels, groups)
+    notes = [f"note: {c}" for c in snapshot.devices.conflicts]
+    return Built(snapshot, origin, parallelism, notes)
 
 
 # --- deciding ----------------------------------------------------------------------------
@@ -172,10 +185,12 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
     for gang in waiting_gangs(snapshot, config, parallelism or {}):
         decision = decide(gang, snapshot, now)
         placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
-                       "topology": _topology(snapshot, m.node)} for m in decision.release]
+                       "topology": _topology(snapshot, m.node),
+                       **({"devices": {r: list(ids) for r, ids in m.devices.items()}} if m.devices else {})}
+                      for m in decision.release]
         result = decision.placement
         if decision.phase is Phase.PLACED and result is not None:
-            snapshot = snapshot.with_assumed(result)
+            snapshot = snapshot.with_assumed(result, decision.bindings)
         elif decision.phase is Phase.ROLLED_BACK:
             snapshot = snapshot.with_removed(decision.rollback)
         placed = decision.phase is Phase.PLACED and result is not None
@@ -184,9 +199,31 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             decision.observation.size, len(gang.members),
             cost=result.cost if placed and result is not None else None,
             domain=str(result.domain) if placed and result is not None and result.domain else None,
-            placements=placements,
+            placements=placements, bindings=decision.bindings if placed else (),
         ))
     return outcomes
+
+
+def device_groups(snapshot: Snapshot, outcomes: Sequence[GangOutcome]) -> list[dict[str, Any]]:
+    """Every SharedDeviceGroup of ``snapshot`` as it stands once ``outcomes`` are applied:
+    ``{"name", "phase", "node", "devices", "pods", "reason"}`` (``devices``: resource name
+    -> IDs; ``pods``: ``namespace/name`` of the pods that join it, active ones)."""
+    bound = [h for o in outcomes for h in o.bindings]
+    after = snapshot.with_assumed(None, bound) if bound else snapshot
+    members: dict[str, list[PodInfo]] = {}
+    for pod in snapshot.pods.values():
+        if pod.device_group and pod.active:
+            members.setdefault(pod.device_group, []).append(pod)
+    placed = {p["pod"] for o in outcomes if o.phase == Phase.PLACED.value for p in o.placements}
+    out = []
+    for name in sorted(after.groups):
+        pods = sorted(members.get(name, []), key=lambda p: p.key)
+        # The members the simulation placed are no longer waiting: the view sees them released.
+        view = group_view(after, after.groups[name], [p for p in pods if p.name not in placed])
+        out.append({"name": name, "phase": view.phase, "node": view.node or None,
+                    "devices": {r: list(ids) for r, ids in view.devices.items()},
+                    "pods": [p.key for p in pods], "reason": view.message})
+    return out
 
 
 # --- output ------------------------------------------------------------------------------
@@ -194,27 +231,43 @@ def _short(level: str) -> str:
     return level.rsplit("/", 1)[-1].removeprefix("gce-topology-")
 
 
-def render_table(outcomes: Sequence[GangOutcome], levels: TopologyLevels) -> str:
-    """Readable columns: one line per gang, then one per member with its topology path."""
-    if not outcomes:
-        return "no gated gangs in the snapshot\n"
-    rows: list[tuple[str, str, str, str, str]] = [("GANG", "PHASE", "MEMBERS", "COST", "DOMAIN / REASON")]
-    for gang in outcomes:
-        cost = f"{gang.cost:.0f}" if gang.cost is not None else "-"
-        rows.append((f"{gang.namespace}/{gang.name}", gang.phase, f"{gang.members}/{gang.size}", cost,
-                     gang.domain if gang.phase == "Placed" and gang.domain else gang.reason))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    path_header = "/".join(_short(k) for k in levels.keys).upper()
+def _ids(devices: Mapping[str, Sequence[int]]) -> str:
+    return " ".join(f"{r}={','.join(map(str, ids))}" for r, ids in sorted(devices.items())) or "-"
+
+
+def render_table(outcomes: Sequence[GangOutcome], levels: TopologyLevels,
+                 groups: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Readable columns: one line per gang, then one per member with its topology path
+    (and its devices, for group members); then one line per SharedDeviceGroup."""
     lines = []
-    listed: list[GangOutcome | None] = [None, *outcomes]
-    for row, o in zip(rows, listed, strict=True):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4])
-        if o is not None and o.placements:
-            sub = [("RANK", "POD", "NODE", path_header)]
-            sub += [(str(p["rank"]), p["pod"], p["node"], p["topology"]) for p in o.placements]
-            sw = [max(len(r[i]) for r in sub) for i in range(3)]
-            for r in sub:
-                lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r[:3], sw, strict=True)) + "  " + r[3])
+    if not outcomes:
+        lines.append("no gated gangs in the snapshot")
+    else:
+        rows: list[tuple[str, str, str, str, str]] = [("GANG", "PHASE", "MEMBERS", "COST", "DOMAIN / REASON")]
+        for gang in outcomes:
+            cost = f"{gang.cost:.0f}" if gang.cost is not None else "-"
+            rows.append((f"{gang.namespace}/{gang.name}", gang.phase, f"{gang.members}/{gang.size}", cost,
+                         gang.domain if gang.phase == "Placed" and gang.domain else gang.reason))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        path_header = "/".join(_short(k) for k in levels.keys).upper()
+        listed: list[GangOutcome | None] = [None, *outcomes]
+        for row, o in zip(rows, listed, strict=True):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4])
+            if o is not None and o.placements:
+                with_devices = any("devices" in p for p in o.placements)
+                sub = [("RANK", "POD", "NODE", path_header, "DEVICES" if with_devices else "")]
+                sub += [(str(p["rank"]), p["pod"], p["node"], p["topology"],
+                         _ids(p.get("devices", {})) if with_devices else "") for p in o.placements]
+                sw = [max(len(r[i]) for r in sub) for i in range(4)]
+                for r in sub:
+                    lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r[:4], sw, strict=True)) + "  " + r[4])
+    if groups:
+        rows2 = [("DEVICE GROUP", "PHASE", "NODE", "DEVICES", "PODS", "REASON")]
+        rows2 += [(g["name"], g["phase"], g["node"] or "-", _ids(g["devices"]), str(len(g["pods"])), g["reason"])
+                  for g in groups]
+        gw = [max(len(r[i]) for r in rows2) for i in range(5)]
+        lines.append("")
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r[:5], gw, strict=True)) + "  " + r[5] for r in rows2]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
@@ -255,10 +308,11 @@ def run(args: argparse.Namespace) -> int:
         gc.unfreeze()
     for note in built.notes:
         print(note, file=sys.stderr)
+    groups = device_groups(built.snapshot, outcomes)
     if args.output == "json":
-        print(json.dumps({"gangs": [o.to_json() for o in outcomes]}, indent=2))
+        print(json.dumps({"gangs": [o.to_json() for o in outcomes], "deviceGroups": groups}, indent=2))
     else:
-        sys.stdout.write(render_table(outcomes, levels))
+        sys.stdout.write(render_table(outcomes, levels, groups))
     return 0
 
 

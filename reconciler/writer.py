@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.decision import MemberRelease
+from reconciler.engine.devices import encode_selected, format_ids
 from reconciler.engine.snapshot import Plan
 from troupe import contract
 
@@ -84,16 +85,22 @@ def release_patch(m: MemberRelease, gates: list[str], resource_version: str, rel
     """The strategic-merge patch that releases one member in one update
     (docs/decisions/007-release-writes.md): the pin (``kubernetes.io/hostname`` added to
     ``spec.nodeSelector``, an addition to a gated pod's node selection as KEP-3838
-    allows), the decision's annotations (node, rank, planned-at, released-at, and the plan
-    record on the first member of a release of several), and the removal of Troupe's
-    ``gates`` (by name; other components' gates stay). ``resource_version`` is the
-    precondition."""
+    allows), the decision's annotations (node, rank, planned-at, released-at, the plan
+    record on the first member of a release of several, and for a member of a
+    SharedDeviceGroup its devices: ``deviceshare.io/selected-devices`` and one
+    ``deviceshare.io/env.<VAR>`` per resource, which its containers read through the
+    Downward API), and the removal of Troupe's ``gates`` (by name; other components' gates
+    stay). ``resource_version`` is the precondition."""
     annotations = {
         contract.ASSIGNED_NODE: m.node, contract.ASSIGNED_RANK: str(m.rank),
         contract.PLANNED_AT: m.planned_at, contract.RELEASED_AT: released_at,
     }
     if plan is not None:
         annotations[contract.PLAN] = plan.encode()
+    if m.devices:
+        annotations[contract.SELECTED_DEVICES] = encode_selected(m.devices)
+        for resource, ids in m.devices.items():
+            annotations[contract.DEVICE_ENV_PREFIX + contract.device_env_var(resource)] = format_ids(ids)
     spec: dict[str, Any] = {"nodeSelector": {contract.HOSTNAME_LABEL: m.hostname}}
     if gates:
         spec["schedulingGates"] = [{"$patch": "delete", "name": g} for g in gates]
@@ -112,7 +119,8 @@ def _pinned_to(pod: Mapping[str, Any]) -> str:
 class PodWriter(abc.ABC):
     """The intents (module docstring) over the primitives a subclass provides:
     ``_get``, ``_patch`` (strategic merge), ``_patch_status``, ``_delete`` (with a UID
-    precondition) and ``_evict``, plus :meth:`emit_event`."""
+    precondition) and ``_evict`` for pods, ``_patch_group`` for SharedDeviceGroups, plus
+    :meth:`emit_event`."""
 
     # --- primitives ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -141,9 +149,30 @@ class PodWriter(abc.ABC):
         :class:`WriteError`."""
 
     @abc.abstractmethod
+    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+        """Patch the SharedDeviceGroup ``name`` (cluster-scoped): ``patch`` is a JSON merge
+        patch (a mapping) or a JSON patch (a list of operations); ``status``: through the
+        ``status`` subresource. Returns the group. Raises :class:`Conflict` (a stale
+        ``metadata.resourceVersion`` in a merge patch), :class:`Gone`, :class:`WriteError`."""
+
+    @abc.abstractmethod
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
         effort, never raises."""
+
+    # --- SharedDeviceGroups ----------------------------------------------------------------
+    def set_group_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the group's whole ``status`` (phase, nodeName, selectedDevices,
+        conditions) through its status subresource; returns the group. Raises
+        :class:`Gone`, :class:`WriteError`."""
+        return self._patch_group(name, [{"op": "add", "path": "/status", "value": dict(status)}], status=True)
+
+    def set_group_finalizers(self, name: str, finalizers: list[str], resource_version: str) -> dict[str, Any]:
+        """Set the group's ``metadata.finalizers`` to ``finalizers`` if it is still at
+        ``resource_version`` (adding or removing Troupe's finalizer; other finalizers are
+        kept by the caller); returns the group. Raises :class:`Conflict` when the group
+        changed meanwhile, :class:`Gone`, :class:`WriteError`."""
+        return self._patch_group(name, {"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}})
 
     # --- intents ------------------------------------------------------------------------
     def release_member(self, m: MemberRelease, gates: list[str], released_at: str,
@@ -245,6 +274,7 @@ class FakeWriter(PodWriter):
     conditions: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
     protected: set[str] = field(default_factory=set)
     fail: dict[str, WriteError] = field(default_factory=dict)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -340,6 +370,41 @@ class FakeWriter(PodWriter):
             self._delete(ref, uid)
             self.deleted.remove(ref)
             self.evicted.append(ref)
+
+    def add_group(self, group: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a copy of a SharedDeviceGroup (given a fresh resourceVersion) and return it."""
+        with self._lock:
+            stored = copy.deepcopy(dict(group))
+            stored.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
+            self.groups[stored["metadata"]["name"]] = stored
+            return copy.deepcopy(stored)
+
+    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+        with self._lock:
+            if name in self.fail:
+                raise self.fail[name]
+            group = self.groups.get(name)
+            if group is None:
+                raise Gone(f"shareddevicegroup {name}: not found")
+            group = copy.deepcopy(group)
+            if isinstance(patch, list):
+                for op in patch:
+                    if op["op"] != "add" or op["path"] != "/status":
+                        raise WriteError(f"patch shareddevicegroup {name}: unsupported operation {op}")
+                    group["status"] = copy.deepcopy(op["value"])
+            else:
+                meta = patch.get("metadata") or {}
+                want_rv = meta.get("resourceVersion")
+                if want_rv is not None and want_rv != group["metadata"].get("resourceVersion"):
+                    raise Conflict(f"patch shareddevicegroup {name}: resourceVersion {want_rv} is stale")
+                if "finalizers" in meta:
+                    group["metadata"]["finalizers"] = list(meta["finalizers"])
+            if group["metadata"].get("deletionTimestamp") and not group["metadata"].get("finalizers"):
+                del self.groups[name]
+                return group
+            group["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.groups[name] = group
+            return copy.deepcopy(group)
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         with self._lock:

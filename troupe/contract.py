@@ -42,6 +42,12 @@ SELECTED_DEVICES = "deviceshare.io/selected-devices"
 DEVICE_ENV_PREFIX = "deviceshare.io/env."
 #: Node label that opts a node in to shared device groups, with value ``shared``.
 DEVICE_MODE_LABEL = "deviceshare.io/mode"
+DEVICE_MODE_SHARED = "shared"
+#: The SharedDeviceGroup custom resource (cluster-scoped): API group, version, plural.
+DEVICE_GROUP_API = ("deviceshare.io", "v1alpha1", "shareddevicegroups")
+#: Finalizer the reconciler keeps on a SharedDeviceGroup until none of its pods runs, so
+#: that the group's devices are not given to another group while containers still use them.
+DEVICE_GROUP_FINALIZER = "deviceshare.io/release-devices"
 
 # --- Decisions written by the reconciler ------------------------------------------------
 #: Every annotation under this prefix is written only by the reconciler's identity.

@@ -52,6 +52,9 @@ SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_READY_LINE = "Starting HTTP server"
 
+#: The chart's CustomResourceDefinitions, installed on every local cluster.
+CRDS_DIR = Path(__file__).resolve().parents[2] / "charts" / "troupe" / "crds"
+
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
@@ -346,6 +349,7 @@ class Cluster:
             lambda: KWOK_READY_LINE in kwok_log.read_text(errors="replace"),
         )
         self._monitor.start()
+        self.install_crds()
         if self._nodes_file is not None:
             self.apply_nodes(self._nodes_file)
 
@@ -423,6 +427,42 @@ class Cluster:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         elif self._temp:
             print(f"[devcluster] logs kept in {self.logs_dir}", file=self._out, flush=True)
+
+    # ---------------------------------------------------------------- CRDs
+
+    def install_crds(self, directory: Path = CRDS_DIR, timeout: float = 60.0) -> list[str]:
+        """Create (or replace) the CustomResourceDefinitions of ``directory`` (default: the
+        chart's ``crds/``, what ``helm install`` creates first) and wait until each is
+        Established. Returns their names. Raises :class:`ClusterError`."""
+        import yaml
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        names = []
+        with self.api_client("admin") as api:
+            ext = k8s.ApiextensionsV1Api(api)
+            for path in sorted(directory.glob("*.yaml")):
+                for crd in yaml.safe_load_all(path.read_text()):
+                    name = crd["metadata"]["name"]
+                    names.append(name)
+                    try:
+                        ext.create_custom_resource_definition(crd)
+                    except ApiException as err:
+                        if err.status != 409:
+                            raise ClusterError(f"creating CRD {name} from {path} failed: {err.status} {err.body}") from err
+                        current = ext.read_custom_resource_definition(name)
+                        crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+                        ext.replace_custom_resource_definition(name, crd)
+
+            def established() -> bool:
+                for name in names:
+                    conditions = ext.read_custom_resource_definition(name).status.conditions or []
+                    if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                        return False
+                return True
+
+            self._wait(f"CRDs {', '.join(names)} to be Established", established, timeout)
+        return names
 
     # ---------------------------------------------------------------- nodes
 

@@ -39,12 +39,14 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reconciler.engine import lifecycle
+from reconciler.engine.allocation import group_problem, place_with_devices
+from reconciler.engine.devices import Devices, Holding
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase
-from reconciler.engine.placement import PlacementResult, place_gang
+from reconciler.engine.placement import PlacementResult
 from reconciler.engine.snapshot import Plan, PodInfo, Snapshot
 
 
@@ -55,7 +57,9 @@ class MemberRelease:
     (0-based, in the whole gang) and the release's ``planned_at``, and remove its Troupe
     gates. ``pod`` is ``namespace/name``; ``uid`` and ``resource_version`` are those the
     decision saw (a write made against a newer version must check it is still the same
-    pod, still unpinned or pinned to ``node``)."""
+    pod, still unpinned or pinned to ``node``). ``devices``: the IDs of its
+    SharedDeviceGroup, written in the same update (``deviceshare.io/selected-devices`` and
+    ``deviceshare.io/env.<VAR>``); empty for a pod in no group."""
 
     pod: str
     uid: str
@@ -64,6 +68,7 @@ class MemberRelease:
     hostname: str
     rank: int
     planned_at: str
+    devices: Devices = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,8 +88,10 @@ class Decision:
     the decision changes with nothing else happening (a deadline, the end of a settle
     period or of a backoff); None: only when something changes. ``code`` is the placement
     engine's code (``Success``, ``Unschedulable``, ``UnschedulableAndUnresolvable``) when
-    it was asked; ``placement`` its result. ``victims`` and ``devices`` are empty in this
-    version (gang-aware preemption and device allocation are not built yet).
+    it was asked; ``placement`` its result. ``devices``: pod key -> the device IDs of its
+    SharedDeviceGroup, for the members released now; ``bindings``: the groups this
+    decision binds to a node (their status is written after the members). ``victims`` is
+    empty in this version (gang-aware preemption is not built yet).
     """
 
     gang: str
@@ -103,7 +110,8 @@ class Decision:
     recheck_at: float | None = None
     placement: PlacementResult | None = None
     victims: tuple[str, ...] = ()
-    devices: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
+    devices: Mapping[str, Devices] = field(default_factory=dict)
+    bindings: tuple[Holding, ...] = ()
 
 
 def rfc3339(seconds: float) -> str:
@@ -201,7 +209,8 @@ def decide(gang: Gang, snapshot: Snapshot, now: float) -> Decision:
         released=len(released), bound=sum(1 for p in released if p.node_name),
         running=sum(1 for p in released if p.phase == "Running"),
         expired=sum(len(releases[rid].members) for rid in expired),
-        expired_why="; ".join(clocks[rid].why for rid in expired), held=gang.held, device_groups=gang.device_groups,
+        expired_why="; ".join(clocks[rid].why for rid in expired), held=gang.held,
+        device_problem=group_problem(snapshot, gated),
         backoff_left=max(0.0, gang.not_before - now), timeouts=gang.timeouts, settle_left=max(0.0, settle_left),
         size_from=gang.size_from,
     )
@@ -221,9 +230,12 @@ def decide(gang: Gang, snapshot: Snapshot, now: float) -> Decision:
                     clear_plan=tuple(p.key for p in holders), notify=tuple(p.key for p in members))
     if rule is lifecycle.RELEASE_IN_PROGRESS:
         ranks = {p.key: i for i, p in enumerate(gang.members)}
-        out = tuple(_member(p, snapshot.committed_node(p), snapshot, ranks[p.key], snapshot.plan_of(p) or p.released_at)
+        holdings = snapshot.devices.holdings
+        out = tuple(_member(p, snapshot.committed_node(p), snapshot, ranks[p.key], snapshot.plan_of(p) or p.released_at,
+                            holdings[p.device_group].devices if p.device_group in holdings else {})
                     for p in reserved)
-        return made(rule, release=out, notify=tuple(m.pod for m in out), recheck_at=recheck)
+        return made(rule, release=out, notify=tuple(m.pod for m in out), recheck_at=recheck,
+                    devices={m.pod: m.devices for m in out if m.devices})
     if rule in (lifecycle.ALL_RELEASED, lifecycle.NO_MEMBERS, lifecycle.MEMBERS_MISSING):
         return made(rule, recheck_at=recheck)
     if rule in (lifecycle.MEMBERS_DISAGREE, lifecycle.DEVICE_GROUP):
@@ -240,10 +252,11 @@ def _earliest(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
 
 
-def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: str) -> MemberRelease:
+def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: str,
+            devices: Devices | None = None) -> MemberRelease:
     i = snapshot.index.get(node)
     hostname = snapshot.nodes[i].hostname if i is not None else node
-    return MemberRelease(pod.key, pod.uid, pod.resource_version, node, hostname, rank, planned_at)
+    return MemberRelease(pod.key, pod.uid, pod.resource_version, node, hostname, rank, planned_at, devices or {})
 
 
 def _place(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
@@ -253,7 +266,8 @@ def _place(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: S
     is later than every release of the gang already there (``latest``, seconds), by a
     millisecond if the clock says otherwise."""
     near = sorted({n for p in released if (n := p.node_name or snapshot.committed_node(p))})
-    result = place_gang(snapshot, free, gang.topology.required_level, gang.topology.preferred_level, near=near)
+    found = place_with_devices(snapshot, free, gang.topology.required_level, gang.topology.preferred_level, near=near)
+    result = found.result
     what = f"replacement member(s) {', '.join(p.name for p in free)}: " if released else ""
     keys = tuple(p.key for p in free)
     if not result.placed:
@@ -263,8 +277,12 @@ def _place(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: S
     planned_at = rfc3339(now if latest is None or now >= latest + 0.001 else latest + 0.001)
     ranks = {p.key: i for i, p in enumerate(gang.members)}
     by_key = {p.key: p for p in free}
-    out = tuple(_member(by_key[a.pod_key], a.node, snapshot, ranks[a.pod_key], planned_at) for a in result.assignments)
-    plan = Plan(planned_at, {by_key[m.pod].uid: m.node for m in out}) if len(out) > 1 else None
+    out = tuple(_member(by_key[a.pod_key], a.node, snapshot, ranks[a.pod_key], planned_at, found.devices.get(a.pod_key))
+                for a in result.assignments)
+    bindings = tuple(replace(h, source=f"plan {planned_at}") for h in found.bindings)
+    plan = (Plan(planned_at, {by_key[m.pod].uid: m.node for m in out}, {h.group: h for h in bindings})
+            if len(out) > 1 else None)
     rule = lifecycle.PLACED
     return Decision(gang.key, rule.phase, rule.name, what + result.reason, obs, code=result.code.value, release=out,
-                    plan=plan, notify=keys, event=rule.event, recheck_at=recheck, placement=result)
+                    plan=plan, notify=keys, event=rule.event, recheck_at=recheck, placement=result,
+                    devices=dict(found.devices), bindings=bindings)

@@ -148,6 +148,15 @@ class NodeFilter:
         """Required node affinity: some term matches (always true without affinity)."""
         return self.terms is None or any(t.matches(labels, name) for t in self.terms)
 
+    def on_node(self, name: str) -> NodeFilter:
+        """This filter narrowed to the node named ``name``: a ``matchFields``
+        ``metadata.name In [name]`` requirement ANDed into every term (one term when there
+        were none). What a member of a bound SharedDeviceGroup asks: its group's node."""
+        pin = Requirement(NAME_FIELD, "In", (name,))
+        terms = (Term(fields=(pin,)),) if self.terms is None else tuple(
+            Term(t.expressions, (*t.fields, pin)) for t in self.terms)
+        return NodeFilter(self.node_selector, terms, self.tolerations)
+
 
 def _mapping_item(value: Any) -> Mapping[str, Any]:
     """A list item as a mapping; the error names no field (the caller places it)."""

@@ -19,8 +19,8 @@ order   rule                  phase           applies when
 4       ``AllReleased``       Released        no active member is gated
 5       ``MembersDisagree``   Held            members disagree on size, timeout or level,
                                               or carry malformed gang annotations
-6       ``DeviceGroup``       Held            a member joins a SharedDeviceGroup, whose
-                                              devices this version does not allocate
+6       ``DeviceGroup``       Held            a gated member's SharedDeviceGroup does not
+                                              exist, cannot be read or is being deleted
 7       ``BackingOff``        BackingOff      a rollback's backoff has not run out
 8       ``Settling``          Waiting         an auto-gang's size is not known yet
 9       ``MembersMissing``    Waiting         fewer than ``size`` active members, none
@@ -76,6 +76,7 @@ class Observation:
     without a Troupe gate, ``bound`` of them with a node, ``running`` of them Running.
     ``expired``: members of releases whose clock ran out, ``expired_why`` the reason.
     ``held``: why the members cannot be released as they are (``""``: nothing).
+    ``device_problem``: why a gated member's SharedDeviceGroup cannot take it (``""``).
     ``backoff_left``: seconds before a rolled-back gang may be released again, after
     ``timeouts`` consecutive rollbacks.
     """
@@ -91,7 +92,7 @@ class Observation:
     expired: int = 0
     expired_why: str = ""
     held: str = ""
-    device_groups: tuple[str, ...] = ()
+    device_problem: str = ""
     backoff_left: float = 0.0
     timeouts: int = 0
     settle_left: float = 0.0
@@ -156,12 +157,8 @@ RELEASE_IN_PROGRESS = Rule(
 ALL_RELEASED = Rule("AllReleased", Phase.RELEASED, lambda o: o.gated == 0, _released)
 MEMBERS_DISAGREE = Rule("MembersDisagree", Phase.HELD, lambda o: bool(o.held), lambda o: o.held,
                         ("Warning", "GangSpecMismatch"))
-DEVICE_GROUP = Rule(
-    "DeviceGroup", Phase.HELD, lambda o: bool(o.device_groups),
-    lambda o: f"member(s) of SharedDeviceGroup {', '.join(o.device_groups)} stay gated: "
-              "device allocation is not available in this version of the reconciler",
-    ("Warning", "SharedDeviceGroupPending"),
-)
+DEVICE_GROUP = Rule("DeviceGroup", Phase.HELD, lambda o: bool(o.device_problem), lambda o: o.device_problem,
+                    ("Warning", "SharedDeviceGroupUnavailable"))
 BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0, _backoff)
 SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
                 lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more")

@@ -34,6 +34,16 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from reconciler.engine.devices import (
+    DeviceGroup,
+    DeviceInventory,
+    Devices,
+    Holding,
+    format_ids,
+    is_shared,
+    parse_ids,
+    parse_selected,
+)
 from reconciler.engine.fields import ObjectError, mapping, string, string_map
 from reconciler.engine.filters import (
     NodeFilter,
@@ -47,10 +57,12 @@ from reconciler.engine.resources import PODS, node_allocatable, pod_requests
 from reconciler.engine.topology import TopologyLevels, TopologyTree
 from troupe.contract import (
     ASSIGNED_NODE,
+    DEVICE_GROUP,
     HOSTNAME_LABEL,
     PLAN,
     PLANNED_AT,
     RELEASED_AT,
+    SELECTED_DEVICES,
     is_troupe_gate,
     rank_key,
 )
@@ -115,14 +127,23 @@ class Owner:
 @dataclass(frozen=True)
 class Plan:
     """A release's plan record (``reconciler.troupe.io/plan``): ``planned_at`` (RFC 3339)
-    and ``nodes``, pod UID -> node name, for every member the release places."""
+    and ``nodes``, pod UID -> node name, for every member the release places; ``groups``,
+    the SharedDeviceGroups the release binds (name -> :class:`Holding`), so that the IDs
+    they get are taken from the moment the record is written, before any member carries
+    them (docs/decisions/018-shared-device-groups.md)."""
 
     planned_at: str
     nodes: Mapping[str, str]
+    groups: Mapping[str, Holding] = field(default_factory=dict)
 
     def encode(self) -> str:
-        """The annotation value: compact JSON with sorted keys."""
-        return json.dumps({"plannedAt": self.planned_at, "nodes": dict(self.nodes)}, sort_keys=True, separators=(",", ":"))
+        """The annotation value: compact JSON with sorted keys (``groups`` only when some
+        group is bound: ``{"g": {"node": "n", "devices": {"nvidia.com/gpu": "0,1"}}}``)."""
+        data: dict[str, Any] = {"plannedAt": self.planned_at, "nodes": dict(self.nodes)}
+        if self.groups:
+            data["groups"] = {g: {"node": h.node, "devices": {r: format_ids(ids) for r, ids in h.devices.items()}}
+                              for g, h in self.groups.items()}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def decode(cls, raw: str) -> Plan | None:
@@ -140,7 +161,20 @@ class Plan:
             return None
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items()):
             return None
-        return cls(at, nodes)
+        groups: dict[str, Holding] = {}
+        raw_groups = data.get("groups") or {}
+        if not isinstance(raw_groups, dict):
+            return None
+        for g, entry in raw_groups.items():
+            node = entry.get("node") if isinstance(entry, dict) else None
+            devices = entry.get("devices") if isinstance(entry, dict) else None
+            if not isinstance(node, str) or not isinstance(devices, dict):
+                return None
+            try:
+                groups[g] = Holding(g, node, {r: parse_ids(ids) for r, ids in sorted(devices.items())}, f"plan {at}")
+            except (ValueError, AttributeError):
+                return None
+        return cls(at, nodes, groups)
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,6 +188,10 @@ class PodInfo:
     reconciler's annotations of a released member (RFC 3339 strings, ``""`` when absent),
     ``plan`` the release record the pod carries, if any. ``deleting``: a
     ``deletionTimestamp`` is set (the pod still uses its node until it is gone).
+    ``device_group``: the SharedDeviceGroup it joins (``deviceshare.io/group``, ``""``);
+    ``devices``: the IDs the reconciler gave it (``deviceshare.io/selected-devices``), None
+    when it has none (or an unreadable value). ``grace_seconds``: its
+    ``terminationGracePeriodSeconds`` (30 when unset, the API default).
     """
 
     namespace: str
@@ -177,6 +215,9 @@ class PodInfo:
     planned_at: str = ""
     released_at: str = ""
     plan: Plan | None = None
+    device_group: str = ""
+    devices: Devices | None = None
+    grace_seconds: int = 30
 
     @property
     def key(self) -> str:
@@ -244,7 +285,27 @@ class PodInfo:
             "planned_at": annotations.get(PLANNED_AT, ""),
             "released_at": annotations.get(RELEASED_AT, ""),
             "plan": Plan.decode(annotations[PLAN]) if PLAN in annotations else None,
+            "device_group": annotations.get(DEVICE_GROUP, ""),
+            "devices": _selected(annotations),
+            "grace_seconds": _grace(spec),
         })
+
+
+def _selected(annotations: Mapping[str, str]) -> Devices | None:
+    """The pod's ``deviceshare.io/selected-devices``, or None (absent or unreadable: only
+    the reconciler writes it, so an unreadable value claims nothing)."""
+    raw = annotations.get(SELECTED_DEVICES)
+    if raw is None:
+        return None
+    try:
+        return parse_selected(raw)
+    except ValueError:
+        return None
+
+
+def _grace(spec: Mapping[str, Any]) -> int:
+    value = spec.get("terminationGracePeriodSeconds")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 30
 
 
 def _filled(cls: type[T], values: dict[str, Any]) -> T:
@@ -328,21 +389,29 @@ class NodeTable:
         self.weights = levels.weights()
         self.by_hostname = {n.hostname: i for i, n in enumerate(self.nodes)}
         self.static_ok = [n.ready and not n.unschedulable for n in self.nodes]
+        #: Per node: opted in to shared device groups (``deviceshare.io/mode: shared``).
+        self.shared = [is_shared(n.labels) for n in self.nodes]
         resources = sorted({r for n in self.nodes for r in n.allocatable})
         self.allocatable: dict[str, tuple[int, ...]] = {
             r: tuple(n.allocatable.get(r, 0) for n in self.nodes) for r in resources}
 
 
 class Snapshot:
-    """Nodes (in topology order), pods and free capacity; see the module docstring.
+    """Nodes (in topology order), pods, SharedDeviceGroups and free capacity; see the
+    module docstring.
 
     ``nodes[i]``, ``paths[i]`` and index ``i`` of every per-node list refer to the same
     node; :attr:`index` maps a node name to ``i``. ``nodes`` may be a prebuilt
     :class:`NodeTable` (made with the same ``levels``), shared by snapshots that differ
-    only in pods. Raises ``ValueError`` on a duplicate node or pod.
+    only in pods. ``groups``: the SharedDeviceGroups by name; ``group_errors``: name ->
+    why a group object could not be read. :attr:`devices` is the device inventory
+    (:class:`~reconciler.engine.devices.DeviceInventory`): the IDs groups hold count as
+    used on their nodes, so no ordinary gang is planned onto them. Raises ``ValueError``
+    on a duplicate node or pod.
     """
 
-    def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels) -> None:
+    def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
+                 groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -356,16 +425,34 @@ class Snapshot:
             if p.key in self.pods:
                 raise ValueError(f"duplicate pod {p.key!r}")
             self.pods[p.key] = p
+        self.groups: dict[str, DeviceGroup] = {g.name: g for g in groups}
+        self.group_errors: dict[str, str] = dict(group_errors or {})
         self._by_hostname = table.by_hostname
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {r: list(col) for r, col in table.allocatable.items()}
         self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
         self._reserved, self._reserved_at = _reservations(self.pods.values())
+        claims = []
         for p in self.pods.values():
             where = self.node_of(p)
             if where is not None:
                 self._take(p.key, where, p.requests)
+                if p.device_group and p.devices is not None and p.active:
+                    claims.append(Holding(p.device_group, self.nodes[where].name, p.devices, f"pod {p.key}"))
+        plans = [h for p in self.pods.values() if p.plan is not None and p.active for h in p.plan.groups.values()]
+        self.devices = DeviceInventory.build(self.index, self.groups, claims, plans)
+        for h in self.devices.holdings.values():
+            self._hold(h)
+
+    @staticmethod
+    def _holding_key(group: str) -> str:
+        """The key under which a group's devices use its node (no pod key has a ``:`` before
+        its ``/``)."""
+        return f"group:{group}"
+
+    def _hold(self, h: Holding) -> None:
+        self._take(self._holding_key(h.group), self.index[h.node], {r: len(ids) for r, ids in h.devices.items()})
 
     @classmethod
     def from_objects(
@@ -374,9 +461,10 @@ class Snapshot:
         pods: Sequence[Mapping[str, Any]],
         levels: TopologyLevels | None = None,
         *,
+        groups: Sequence[Mapping[str, Any]] = (),
         skipped: list[str] | None = None,
     ) -> Snapshot:
-        """A snapshot of Node and Pod objects (levels default to GKE's).
+        """A snapshot of Node, Pod and SharedDeviceGroup objects (levels default to GKE's).
 
         Raises :class:`ObjectError` whose field starts with the object's place
         (``nodes[2].status.allocatable: missing field``). Given a ``skipped`` list, a
@@ -401,6 +489,7 @@ class Snapshot:
             parse("nodes", nodes, NodeInfo.from_object),
             parse("pods", pods, PodInfo.from_object),
             levels or TopologyLevels.default(),
+            parse("groups", groups, DeviceGroup.from_object),
         )
 
     # --- who uses what -------------------------------------------------------------------
@@ -483,12 +572,19 @@ class Snapshot:
             raise
         return done
 
-    def with_assumed(self, result: Any) -> Snapshot:
+    def with_assumed(self, result: Any | None, holdings: Iterable[Holding] = ()) -> Snapshot:
         """A copy in which the placed pods of ``result`` (a
         :class:`~reconciler.engine.placement.PlacementResult`, or anything with
-        ``assignments`` of ``pod_key``, ``node``, ``requests``) use their nodes."""
+        ``assignments`` of ``pod_key``, ``node``, ``requests``; None for none) use their
+        nodes, and the groups of ``holdings`` (bound by the same plan) hold their devices."""
         other = self._copy()
-        other._assume(result.assignments)
+        if result is not None:
+            other._assume(result.assignments)
+        added = [h for h in holdings if h.group not in other.devices.holdings]
+        if added:
+            other.devices = other.devices.with_holdings(added)
+            for h in added:
+                other._hold(h)
         return other
 
     def with_removed(self, pod_keys: Iterable[str]) -> Snapshot:

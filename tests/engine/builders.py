@@ -83,6 +83,12 @@ class NodeBuilder:
         self.obj["spec"]["unschedulable"] = True
         return self
 
+    def shared(self, taint: bool = False) -> NodeBuilder:
+        """Opted in to shared device groups (``deviceshare.io/mode: shared``), with the
+        recommended taint when ``taint``."""
+        self.label("deviceshare.io/mode", "shared")
+        return self.taint("deviceshare.io/mode", "shared") if taint else self
+
     def build(self) -> dict[str, Any]:
         return copy.deepcopy(self.obj)
 
@@ -205,11 +211,64 @@ class PodBuilder:
         self.spec["priority"] = value
         return self
 
+    def group(self, name: str) -> PodBuilder:
+        """Joins SharedDeviceGroup ``name`` (``deviceshare.io/group``)."""
+        return self.annotate("deviceshare.io/group", name)
+
+    def devices(self, **ids: str) -> PodBuilder:
+        """``deviceshare.io/selected-devices``: ``devices(gpu="0,1")``."""
+        import json
+
+        return self.annotate("deviceshare.io/selected-devices",
+                             json.dumps({GPU if k == "gpu" else k: v for k, v in ids.items()}))
+
     def build(self) -> dict[str, Any]:
         return copy.deepcopy(self.obj)
 
     def info(self) -> PodInfo:
         return PodInfo.from_object(self.obj)
+
+
+class GroupBuilder:
+    """A SharedDeviceGroup (cluster-scoped, ``deviceshare.io/v1alpha1``) asking for nothing yet."""
+
+    def __init__(self, name: str) -> None:
+        self.obj: dict[str, Any] = {
+            "apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup",
+            "metadata": {"name": name, "uid": f"uid-sdg-{name}"},
+            "spec": {"resources": {}},
+        }
+
+    def resources(self, gpu: int | None = None, **extended: int) -> GroupBuilder:
+        if gpu is not None:
+            self.obj["spec"]["resources"][GPU] = gpu
+        for k, v in extended.items():
+            self.obj["spec"]["resources"][k.replace("__", "/").replace("_", "-")] = v
+        return self
+
+    def strategy(self, value: str) -> GroupBuilder:
+        self.obj["spec"]["schedulingStrategy"] = value
+        return self
+
+    def node_selector(self, key: str, value: str) -> GroupBuilder:
+        self.obj["spec"].setdefault("nodeSelector", {})[key] = value
+        return self
+
+    def bound(self, node: str, gpu: str) -> GroupBuilder:
+        """``status``: Bound to ``node`` with these GPU IDs (``"0,1"``)."""
+        self.obj["status"] = {"phase": "Bound", "nodeName": node, "selectedDevices": {GPU: gpu}}
+        return self
+
+    def deleting(self) -> GroupBuilder:
+        self.obj["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z"
+        return self
+
+    def build(self) -> dict[str, Any]:
+        return copy.deepcopy(self.obj)
+
+
+def make_group(name: str) -> GroupBuilder:
+    return GroupBuilder(name)
 
 
 def make_node(name: str) -> NodeBuilder:
@@ -232,11 +291,13 @@ def snapshot_of(
     nodes: Iterable[NodeBuilder | Mapping[str, Any]],
     pods: Iterable[PodBuilder | Mapping[str, Any]] = (),
     levels: TopologyLevels | None = None,
+    groups: Iterable[GroupBuilder | Mapping[str, Any]] = (),
 ) -> Snapshot:
-    def obj(x: NodeBuilder | PodBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
-        return x.build() if isinstance(x, NodeBuilder | PodBuilder) else x
+    def obj(x: NodeBuilder | PodBuilder | GroupBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
+        return x.build() if isinstance(x, NodeBuilder | PodBuilder | GroupBuilder) else x
 
-    return Snapshot.from_objects([obj(n) for n in nodes], [obj(p) for p in pods], levels)
+    return Snapshot.from_objects([obj(n) for n in nodes], [obj(p) for p in pods], levels,
+                                 groups=[obj(g) for g in groups])
 
 
 def gang_of(size: int, gpu: int | None = None, name: str = "train", cpu: str | None = None) -> list[PodInfo]:

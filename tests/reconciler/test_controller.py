@@ -23,11 +23,12 @@ class Harness:
     """A cache and a FakeWriter holding the same pods, and a controller over them; the
     watch is simulated by :meth:`sync` (the writer's pods fed back into the cache)."""
 
-    def __init__(self, nodes, pods, config=CONFIG):
+    def __init__(self, nodes, pods, config=CONFIG, groups=()):
         self.config = config
         self.writer = FakeWriter()
         self.cache = ClusterCache(config)
         self.cache.replace_nodes(nodes)
+        self.cache.replace_groups([self.writer.add_group(g) for g in groups])
         self.cache.replace_pods([self.writer.add(p) for p in pods])
         self.wall = 1_800_000_000.0
         self.controller = self.new_controller()
@@ -228,15 +229,86 @@ def test_a_node_that_cannot_be_read_is_left_out_instead_of_stopping_every_plan()
     assert h.reconcile().phase is Phase.PLACED
 
 
-def test_a_device_group_member_stays_gated_until_devices_can_be_allocated():
+def shared_nodes():
+    """n1..n4 of :func:`four_nodes`, opted in to shared device groups."""
+    nodes = four_nodes()
+    for n in nodes:
+        n["metadata"]["labels"][contract.DEVICE_MODE_LABEL] = contract.DEVICE_MODE_SHARED
+    return nodes
+
+
+def device_group(name="team-a-gpus", gpus=2, **status):
+    group = {"apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup",
+             "metadata": {"name": name, "uid": f"uid-{name}"}, "spec": {"resources": {"nvidia.com/gpu": gpus}}}
+    if status:
+        group["status"] = status
+    return group
+
+
+def group_pod(name, group="team-a-gpus"):
+    return make_pod(name).annotate(contract.DEVICE_GROUP, group).gated().build()
+
+
+def test_a_member_of_a_group_that_does_not_exist_is_held_and_told_why():
     pods = gang_pods(2)
     pods[1]["metadata"]["annotations"][contract.DEVICE_GROUP] = "team-a-gpus"
     h = Harness(four_nodes(), pods)
     outcome = h.reconcile()
     assert outcome.phase is Phase.HELD
-    assert "SharedDeviceGroup team-a-gpus" in outcome.reason
+    assert outcome.reason == ("member train-1: SharedDeviceGroup team-a-gpus does not exist "
+                              "(create it, or fix deviceshare.io/group)")
     assert h.writer.patches == []
-    assert {e.reason for e in h.writer.events} == {"SharedDeviceGroupPending"}
+    assert {e.reason for e in h.writer.events} == {"SharedDeviceGroupUnavailable"}
+
+
+def test_a_group_pod_is_released_with_its_devices_and_the_group_is_bound():
+    h = Harness(shared_nodes(), [group_pod("infer")], groups=[device_group()])
+    outcome = h.reconcile("team-a/pod:infer")
+    assert outcome.phase is Phase.PLACED
+    annotations = h.pod("infer")["metadata"]["annotations"]
+    assert json.loads(annotations[contract.SELECTED_DEVICES]) == {"nvidia.com/gpu": "0,1"}
+    assert annotations["deviceshare.io/env.NVIDIA_VISIBLE_DEVICES"] == "0,1"
+    group = h.writer.groups["team-a-gpus"]
+    assert group["metadata"]["finalizers"] == [contract.DEVICE_GROUP_FINALIZER]
+    node = h.node_of("infer")
+    assert {k: v for k, v in group["status"].items() if k != "conditions"} == {
+        "phase": "Bound", "nodeName": node, "selectedDevices": {"nvidia.com/gpu": "0,1"}}
+    [condition] = group["status"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == ("Allocated", "True", "Allocated")
+    assert condition["message"] == f"nvidia.com/gpu 0,1 on node {node}"
+    # Nothing changed: the status is not written again.
+    rv = group["metadata"]["resourceVersion"]
+    assert h.controller.reconcile_group("team-a-gpus") is False
+    assert h.writer.groups["team-a-gpus"]["metadata"]["resourceVersion"] == rv
+
+
+def test_a_group_that_fits_nowhere_is_pending_with_the_shortage():
+    h = Harness(shared_nodes(), [group_pod("infer")], groups=[device_group(gpus=6)])
+    assert h.reconcile("team-a/pod:infer").phase is Phase.UNSCHEDULABLE
+    h.controller.reconcile_group("team-a-gpus")
+    status = h.writer.groups["team-a-gpus"]["status"]
+    assert status["phase"] == "Pending"
+    [condition] = status["conditions"]
+    assert (condition["status"], condition["reason"]) == ("False", "InsufficientDevices")
+    assert condition["message"].startswith(
+        "SharedDeviceGroup team-a-gpus (6 nvidia.com/gpu): no shared node has 6 free nvidia.com/gpu; largest free: 4")
+
+
+def test_a_deleted_group_keeps_its_finalizer_until_none_of_its_pods_runs():
+    h = Harness(shared_nodes(), [group_pod("infer")], groups=[device_group()])
+    h.reconcile("team-a/pod:infer")
+    h.sync()
+    h.bind("infer")
+    group = h.writer.groups["team-a-gpus"]
+    group["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    h.cache.group_event("MODIFIED", group)
+    assert h.controller.reconcile_group("team-a-gpus") is False
+    assert "team-a-gpus" in h.writer.groups  # its pod still runs with the devices
+    pod = h.pod("infer")
+    pod["status"]["phase"] = "Succeeded"
+    h.cache.pod_event("MODIFIED", pod)
+    h.controller.reconcile_group("team-a-gpus")
+    assert "team-a-gpus" not in h.writer.groups  # finalizer removed: the API server deletes it
 
 
 # --- auto-gangs and gangs of one --------------------------------------------------------------

@@ -4,6 +4,7 @@ output, and one-line errors with exit code 2 for bad input."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,14 +110,47 @@ def test_members_that_disagree_on_the_size_are_held(tmp_path, capsys):
     assert out["gangs"][0]["reason"] == "members disagree on troupe.io/gang-size: 2, 3 (held until they agree)"
 
 
-def test_a_multi_document_yaml_works_and_device_groups_are_noted_and_ignored(tmp_path, capsys):
-    group = {"apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup", "metadata": {"name": "g"},
-             "spec": {"resources": {"nvidia.com/gpu": 2}}}
+def shared_node(name, gpus=8):
+    return (make_node(name).topology("b3", "s3", name).allocatable(gpu=gpus).label("deviceshare.io/mode", "shared")
+            .build())
+
+
+def group_obj(name, gpus, strategy="binpack"):
+    return {"apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup", "metadata": {"name": name},
+            "spec": {"resources": {"nvidia.com/gpu": gpus}, "schedulingStrategy": strategy}}
+
+
+def group_pod(name, group, created="2024-05-01T10:00:00Z"):
+    return make_pod(name, "ml").annotate("deviceshare.io/group", group).gated().created(created).build()
+
+
+def test_device_groups_are_allocated_as_the_reconciler_allocates_them(tmp_path, capsys):
     path = tmp_path / "multi.yaml"
-    path.write_text(yaml.safe_dump_all([*NODES, group, member("g", 0, 1), None]))
+    path.write_text(yaml.safe_dump_all([
+        *NODES, shared_node("d1"), shared_node("d2", gpus=4),
+        group_obj("infer", 2), group_obj("huge", 9), group_obj("idle", 1),
+        group_pod("infer-a", "infer"), group_pod("infer-b", "infer", created="2024-05-01T10:01:00Z"),
+        group_pod("big", "huge"), member("g", 0, 1), None]))
     out, err = run_json(capsys, str(path))
-    assert out["gangs"][0]["phase"] == "Placed"
-    assert err == "note: ignored 1 SharedDeviceGroup object(s): device groups are not simulated yet\n"
+    assert err == ""
+    gangs = {g["name"]: g for g in out["gangs"]}
+    # A group pod in no gang is a gang of one; binpack puts the group on d2 (4 free, fewer than d1's 8).
+    assert [(p["pod"], p["node"], p["devices"]) for p in gangs["pod:infer-a"]["placements"]] == [
+        ("infer-a", "d2", {"nvidia.com/gpu": [0, 1]})]
+    assert [(p["node"], p["devices"]) for p in gangs["pod:infer-b"]["placements"]] == [("d2", {"nvidia.com/gpu": [0, 1]})]
+    assert gangs["pod:big"]["phase"] == "Unschedulable"
+    assert "devices" not in gangs["g"]["placements"][0]
+    groups = {g["name"]: g for g in out["deviceGroups"]}
+    assert groups["infer"] == {"name": "infer", "phase": "Bound", "node": "d2", "devices": {"nvidia.com/gpu": [0, 1]},
+                               "pods": ["ml/infer-a", "ml/infer-b"], "reason": "nvidia.com/gpu 0,1 on node d2"}
+    assert (groups["huge"]["phase"], groups["huge"]["node"], groups["huge"]["devices"]) == ("Pending", None, {})
+    assert groups["huge"]["reason"].startswith("SharedDeviceGroup huge (9 nvidia.com/gpu): no shared node has 9 free "
+                                               "nvidia.com/gpu; largest free: 8 on node d1")
+    assert groups["idle"]["reason"] == "no pod waits to join the group"
+    code, table, _ = run(capsys, str(path))
+    assert code == 0
+    assert re.search(r"\n +0 +infer-a +d2 +b3/s3/d2 +nvidia.com/gpu=0,1\n", table)
+    assert re.search(r"\ninfer +Bound +d2 +nvidia.com/gpu=0,1 +2 +nvidia.com/gpu 0,1 on node d2\n", table)
 
 
 def test_gke_gated_pods_with_gang_annotations_are_gangs_too(tmp_path, capsys):
@@ -197,7 +231,7 @@ BAD_INPUTS = [
     ("a document that is not an object", "- just\n- a list\n", "document 1: expected a Kubernetes object, got a list"),
     ("a document without a kind", "metadata: {name: x}\n", "document 1: kind: missing field"),
     ("an unknown kind", "kind: Service\nmetadata: {name: web, namespace: default}\n",
-     "document 1 (Service web): unknown kind 'Service' (expected Node, Pod or Job)"),
+     "document 1 (Service web): unknown kind 'Service' (expected Node, Pod, Job or SharedDeviceGroup)"),
     ("a node without allocatable", "kind: Node\nmetadata: {name: n1}\nstatus: {}\n",
      "document 1 (Node n1): status.allocatable: missing field"),
     ("a pod without containers in a list",
@@ -250,7 +284,7 @@ def test_both_entry_points_run_as_modules(tmp_path, module):
     bad = subprocess.run([sys.executable, "-m", *module, str(tmp_path / "bad.yaml")],
                          cwd=REPO, capture_output=True, text=True, check=False)
     assert bad.returncode == 2
-    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node, Pod or Job)\n"
+    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node, Pod, Job or SharedDeviceGroup)\n"
 
 
 def test_the_snapshot_can_come_from_stdin(tmp_path):
