@@ -107,6 +107,10 @@ class ClusterCache:
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
         self._groups: dict[str, Entry] = {}
         self._group_pods: dict[str, set[PodRef]] = {}
+        #: Objects deleted, with the resourceVersion of their deletion: an object our own
+        #: write returned before the deletion (an assume that lost the race with the
+        #: watch) must not bring them back.
+        self._gone: dict[tuple[str, str], int] = {}
 
     # --- pods ------------------------------------------------------------------------
     def _touch(self, key: str) -> None:
@@ -175,12 +179,38 @@ class ClusterCache:
         with self._lock:
             ref = PodRef.of(pod)
             if kind == "DELETED":
+                self._bury(("pod", str(ref)), pod)
                 return self._drop_pod(ref)
             current = self._pods.get(ref)
             new_rv, cur_rv = _rv(pod), _rv(current.obj) if current is not None else None
             if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
                 return set()
+            if current is None and self._buried(("pod", str(ref)), new_rv):
+                return set()
             return self._put_pod(pod)
+
+    #: Tombstones kept at most (the oldest are dropped first).
+    TOMBSTONES = 50_000
+
+    def _bury(self, key: tuple[str, str], obj: Obj) -> None:
+        rv = _rv(obj)
+        if rv is None:
+            return
+        self._gone.pop(key, None)
+        self._gone[key] = rv
+        while len(self._gone) > self.TOMBSTONES:
+            del self._gone[next(iter(self._gone))]
+
+    def _buried(self, key: tuple[str, str], rv: int | None) -> bool:
+        """Whether an object at ``rv`` is older than its recorded deletion (a stale write
+        result); a newer one (the object created again) lifts the tombstone."""
+        gone = self._gone.get(key)
+        if gone is None:
+            return False
+        if rv is not None and rv <= gone:
+            return True
+        del self._gone[key]
+        return False
 
     def assume(self, pod: Obj) -> None:
         """Record the object a write of ours returned, ahead of its watch event."""
@@ -271,11 +301,14 @@ class ClusterCache:
         with self._lock:
             name = _ns_name(obj)[1]
             if kind == "DELETED":
+                self._bury(("group", name), obj)
                 self._groups.pop(name, None)
             else:
                 current = self._groups.get(name)
                 new_rv, cur_rv = _rv(obj), _rv(current.obj) if current is not None else None
                 if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
+                    return set()
+                if current is None and self._buried(("group", name), new_rv):
                     return set()
                 self._groups[name] = self._parse_group(obj)
             self.version += 1

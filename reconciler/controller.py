@@ -217,7 +217,9 @@ class GangController:
                 running = [p.key for p in self.cache.group_pods(name) if not p.terminal and not p.gated]
                 if contract.DEVICE_GROUP_FINALIZER in info.finalizers and not running:
                     rest = [f for f in info.finalizers if f != contract.DEVICE_GROUP_FINALIZER]
-                    self.cache.assume_group(self.writer.set_group_finalizers(name, rest, info.resource_version))
+                    written = self.writer.set_group_finalizers(name, rest, info.resource_version)
+                    # Without finalizers a group being deleted is gone: so it is for the cache.
+                    self.cache.group_event("MODIFIED" if rest else "DELETED", written)
                     log.info("SharedDeviceGroup %s deleted: no pod of it runs; its devices are free", name)
                 return False
             if contract.DEVICE_GROUP_FINALIZER not in info.finalizers:

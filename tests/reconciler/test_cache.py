@@ -4,6 +4,7 @@ a decision reads, a gang when one of its pods (or a Job) changes."""
 from __future__ import annotations
 
 from reconciler.cache import ClusterCache
+from reconciler.writer import PodRef
 from tests.reconciler.builders import make_node, make_pod
 from troupe.config import Config
 
@@ -57,3 +58,31 @@ def test_a_gang_is_built_again_only_when_a_member_or_a_job_changes():
     for i in range(4):
         cache.pod_event("DELETED", make_pod(f"w-{i}").build())
     assert cache.gang("team-a/g") is None
+
+
+def _versioned(obj, rv):
+    obj["metadata"]["resourceVersion"] = str(rv)
+    return obj
+
+
+def test_a_write_result_that_loses_the_race_with_the_deletion_does_not_bring_a_pod_back():
+    cache = cache_with()
+    pod = _versioned(make_pod("w-0").gang("g", 4).index(0).gpus(1).build(), 10)
+    cache.pod_event("DELETED", _versioned(make_pod("w-0").build(), 12))
+    cache.assume(pod)  # our update (rv 10) returned after the watch told of the deletion (rv 12)
+    assert cache.pod(PodRef("team-a", "w-0")) is None
+    again = _versioned(make_pod("w-0").gang("g", 4).index(0).gpus(1).gated().build(), 20)
+    cache.pod_event("ADDED", again)  # a new pod of the same name
+    assert cache.pod(PodRef("team-a", "w-0")) == again
+
+
+def test_a_group_whose_last_finalizer_was_removed_is_not_brought_back_by_the_patch_result():
+    cache = cache_with()
+    group = {"apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup",
+             "metadata": {"name": "g", "resourceVersion": "30", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+             "spec": {"resources": {"nvidia.com/gpu": 1}}}
+    cache.group_event("ADDED", group)
+    cache.group_event("DELETED", {**group, "metadata": {**group["metadata"], "resourceVersion": "31"}})
+    cache.assume_group(group)
+    assert cache.group("g") is None
+    assert "g" not in cache.snapshot().groups
