@@ -324,6 +324,11 @@ class ClusterCache:
             entry = self._groups.get(name)
             return None if entry is None else (entry.obj, entry.info)
 
+    def group_keys(self) -> set[str]:
+        """The work-queue keys of every cached group."""
+        with self._lock:
+            return {group_key(g) for g in self._groups}
+
     def group_pods(self, name: str) -> list[PodInfo]:
         """Every parsed pod that joins group ``name`` (``deviceshare.io/group``)."""
         with self._lock:

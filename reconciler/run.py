@@ -92,6 +92,8 @@ class Reconciler:
     def _node_event(self, kind: str, node: Mapping[str, Any]) -> None:
         self.cache.node_event(kind, node)
         self._enqueue(self.cache.pending_gangs())
+        if kind == "DELETED":
+            self._enqueue(self.cache.group_keys())  # a group bound to it goes back to Pending
 
     def _jobs_listed(self, items: list[Mapping[str, Any]]) -> None:
         self.cache.replace_jobs(items)
