@@ -19,9 +19,10 @@ What uses a node's resources (DESIGN.md "Topology"): every pod that is not termi
   progress: a pin is a commitment, so a release cut short by a failed write or a killed
   reconciler keeps its nodes until it is finished or rolled back
   (docs/decisions/007-release-writes.md);
-- or released without Troupe and pinned to one node: no Troupe gate and a
-  ``kubernetes.io/hostname`` ``nodeSelector``, or a required node affinity of one term
-  naming one hostname.
+- and nothing else: a pending pod that neither Troupe released nor kube-scheduler bound
+  uses nothing, whatever its node selection says. A tenant's pod pinned to a node it can
+  never be bound to (``{kubernetes.io/hostname: n0, no-such-label: x}``) would otherwise
+  make a free node look full: a phantom reservation.
 """
 
 from __future__ import annotations
@@ -182,8 +183,7 @@ class PodInfo:
     """A pod as the engine sees it. ``requests`` is in units and includes one ``pods``.
 
     ``node_name`` is ``spec.nodeName`` (bound); ``assigned_node`` the reconciler's
-    annotation (a node name) and ``hostname_pin`` a single hostname the pod's node
-    selection allows (``kubernetes.io/hostname`` value); ``rank`` is
+    annotation (a node name); ``rank`` is
     :func:`troupe.contract.rank_key`. ``planned_at`` and ``released_at`` are the
     reconciler's annotations of a released member (RFC 3339 strings, ``""`` when absent),
     ``plan`` the release record the pod carries, if any. ``deleting``: a
@@ -202,7 +202,6 @@ class PodInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     node_name: str = ""
     assigned_node: str = ""
-    hostname_pin: str = ""
     phase: str = "Pending"
     gates: tuple[str, ...] = ()
     creation_timestamp: str = ""
@@ -272,7 +271,6 @@ class PodInfo:
             "annotations": annotations,
             "node_name": string(spec, "nodeName", "spec"),
             "assigned_node": annotations.get(ASSIGNED_NODE, ""),
-            "hostname_pin": _hostname_pin(node_filter),
             "phase": string(status, "phase", "status", default="Pending"),
             "gates": tuple(gates),
             "creation_timestamp": str(meta.get("creationTimestamp") or ""),
@@ -353,21 +351,9 @@ def _reservations(pods: Iterable[PodInfo]) -> tuple[dict[tuple[str, str], str], 
     return nodes, at
 
 
-def _hostname_pin(flt: NodeFilter) -> str:
-    """The one hostname a pod's node selection allows, or ``""``."""
-    for k, v in flt.node_selector:
-        if k == HOSTNAME_LABEL:
-            return v
-    if flt.terms is not None and len(flt.terms) == 1:
-        for r in flt.terms[0].expressions:
-            if r.key == HOSTNAME_LABEL and r.operator == "In" and len(r.values) == 1:
-                return r.values[0]
-    return ""
-
-
 class NodeTable:
     """What a snapshot derives from its nodes alone: the nodes in topology order, their
-    paths, the topology tree, names and hostnames to indexes, which pass the static
+    paths, the topology tree, names to indexes, which pass the static
     checks, and allocatable per resource. Immutable; a cache keeps one per set of nodes
     and builds snapshots on it while only pods change (kwok's and kubelets' status
     heartbeats do not change it).
@@ -387,7 +373,6 @@ class NodeTable:
             self.index[n.name] = i
         self.tree = TopologyTree([n.name for n in self.nodes], self.paths, levels)
         self.weights = levels.weights()
-        self.by_hostname = {n.hostname: i for i, n in enumerate(self.nodes)}
         self.static_ok = [n.ready and not n.unschedulable for n in self.nodes]
         #: Per node: opted in to shared device groups (``deviceshare.io/mode: shared``).
         self.shared = [is_shared(n.labels) for n in self.nodes]
@@ -427,7 +412,6 @@ class Snapshot:
             self.pods[p.key] = p
         self.groups: dict[str, DeviceGroup] = {g.name: g for g in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
-        self._by_hostname = table.by_hostname
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {r: list(col) for r, col in table.allocatable.items()}
@@ -502,10 +486,6 @@ class Snapshot:
         committed = self.committed_node(pod)
         if committed:
             return self.index.get(committed)
-        if pod.gated:
-            return None
-        if pod.hostname_pin:
-            return self._by_hostname.get(pod.hostname_pin)
         return None
 
     def committed_node(self, pod: PodInfo) -> str:

@@ -23,12 +23,12 @@ USAGE_CASES = [
     ("a failed pod uses nothing", make_pod("p").requests(gpu=2).on("n1", phase="Failed"), 8),
     ("a released pod pinned by the reconciler's annotation uses its node",
      make_pod("p").requests(gpu=2).annotate(ASSIGNED_NODE, "n1"), 6),
-    ("a released pod pinned by a hostname nodeSelector uses its node",
-     make_pod("p").requests(gpu=2).node_selector(HOSTNAME, "n1"), 6),
-    ("a released pod pinned by a one-value hostname affinity uses its node",
-     make_pod("p").requests(gpu=2).affinity({"matchExpressions": [expr(HOSTNAME, "In", "n1")]}), 6),
-    ("a hostname affinity with two values pins nothing",
-     make_pod("p").requests(gpu=2).affinity({"matchExpressions": [expr(HOSTNAME, "In", "n1", "n2")]}), 8),
+    ("a pending pod pinned by a hostname nodeSelector uses nothing until it is bound",
+     make_pod("p").requests(gpu=2).node_selector(HOSTNAME, "n1"), 8),
+    ("a pending pod that can never be bound reserves nothing (no phantom reservation)",
+     make_pod("p").requests(gpu=2).node_selector(HOSTNAME, "n1").node_selector("no-such-label", "x"), 8),
+    ("a pending pod pinned by a one-value hostname affinity uses nothing until it is bound",
+     make_pod("p").requests(gpu=2).affinity({"matchExpressions": [expr(HOSTNAME, "In", "n1")]}), 8),
     ("a pod the reconciler pinned is committed while still gated",
      make_pod("p").requests(gpu=2).annotate(ASSIGNED_NODE, "n1").gated(), 6),
     ("a pinned pod still gated by the GKE daemon uses nothing yet",
@@ -97,10 +97,14 @@ def test_a_plan_record_round_trips():
         assert Plan.decode(bad) is None
 
 
-def test_a_pin_by_hostname_finds_the_node_by_its_hostname_label():
-    node = make_node("gke-node-1").label(HOSTNAME, "host-a").allocatable(gpu=8)
-    snapshot = snapshot_of([node], [make_pod("p").requests(gpu=3).node_selector(HOSTNAME, "host-a")])
-    assert gpu_free(snapshot, "gke-node-1") == 5
+def test_phantom_reservations_do_not_keep_a_gang_off_free_nodes():
+    nodes = [make_node(f"n{i}").allocatable(gpu=8) for i in range(2)]
+    phantoms = [make_pod(f"x{i}", "tenant").requests(gpu=8).node_selector(HOSTNAME, f"n{i}")
+                .node_selector("no-such-label", "x") for i in range(2)]
+    gang = [make_pod(f"w-{i}").requests(gpu=8).gang("g", 2).index(i).gated() for i in range(2)]
+    snapshot = snapshot_of(nodes, [*phantoms, *gang])
+    result = place_gang(snapshot, [p.info() for p in gang])
+    assert result.placed, result.reason
 
 
 def test_nodes_are_kept_in_topology_order_whatever_the_input_order():
