@@ -222,6 +222,11 @@ class ClusterCache:
             entry = self._pods.get(ref)
             return None if entry is None else entry.obj
 
+    def pod_refs(self) -> list[PodRef]:
+        """Every cached pod's reference, sorted."""
+        with self._lock:
+            return sorted(self._pods)
+
     def members(self, key: str) -> list[PodInfo]:
         """Every parsed pod of gang ``key`` (active or not), in no particular order."""
         with self._lock:
@@ -350,21 +355,29 @@ class ClusterCache:
             self._node_version += 1
             self.version += 1
 
-    def node_event(self, kind: str, node: Obj) -> None:
-        """Apply a node watch event."""
+    def node_event(self, kind: str, node: Obj) -> bool:
+        """Apply a node watch event; returns whether anything a decision reads changed
+        (a status heartbeat changes nothing)."""
         with self._lock:
             name = _ns_name(node)[1]
             if kind == "DELETED":
                 if self._nodes.pop(name, None) is None:
-                    return
+                    return False
             else:
                 info = _parse("node", node, NodeInfo.from_object)
                 current = self._nodes.get(name)
                 self._nodes[name] = Entry(node, info)
                 if current is not None and _same_node(current.info, info):
-                    return  # a status heartbeat: nothing a decision reads has changed
+                    return False  # a status heartbeat: nothing a decision reads has changed
             self._node_version += 1
             self.version += 1
+            return True
+
+    def node_info(self, name: str) -> NodeInfo | None:
+        """The parsed node, or None (unknown, or unreadable)."""
+        with self._lock:
+            entry = self._nodes.get(name)
+            return None if entry is None else entry.info
 
     def node(self, name: str) -> Obj | None:
         """The cached node object, or None."""

@@ -41,13 +41,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from reconciler.cache import ClusterCache
+from reconciler.engine import victims as victim_gangs
 from reconciler.engine.allocation import GroupView, group_view
-from reconciler.engine.decision import Decision, MemberRelease, decide, rfc3339
+from reconciler.engine.decision import Decision, MemberRelease, decide, queue_effect, rfc3339
 from reconciler.engine.devices import DeviceGroup
+from reconciler.engine.filters import NodeFilter, static_reason
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import IllegalTransition, Phase, check_move
-from reconciler.engine.snapshot import Plan, PodInfo
-from reconciler.writer import Conflict, Gone, PodRef, PodWriter, WriteError
+from reconciler.engine.queueing import Policy, QueueState, queue_order
+from reconciler.engine.snapshot import NodeInfo, Plan, PodInfo
+from reconciler.writer import Conflict, Gone, PodRef, PodWriter, Refused, WriteError
 from troupe import contract
 from troupe.config import Config
 
@@ -65,13 +68,16 @@ class Outcome:
     """What a reconcile did: the decision's ``phase`` and ``reason`` (plus what failed),
     ``retry`` when the work queue should back off and try again (a gang that does not
     fit, a write that failed), ``requeue_after`` seconds when the decision changes by
-    itself (None: only when something changes), and the ``decision``."""
+    itself (None: only when something changes), and the ``decision``. ``others``: what
+    the gang means for the gangs behind it in the queue changed (it started or stopped
+    holding or blocking): they may need deciding again."""
 
     phase: Phase
     reason: str
     requeue_after: float | None = None
     retry: bool = False
     decision: Decision | None = None
+    others: bool = False
 
 
 @dataclass
@@ -85,6 +91,12 @@ class _Memory:
     timeouts: int = 0
     not_before: float = 0.0
     events: dict[tuple[str, str], str] | None = None
+    priority: int = 0
+    #: The gang waits for room (Unschedulable, a preemptor awaiting its victims, queued
+    #: behind a gang that does): only then can another pod's or a node's change help it.
+    #: ``filters``: its gated members' node filters, to tell which nodes could.
+    waits_for_room: bool = False
+    filters: tuple[NodeFilter, ...] = ()
 
 
 class GangController:
@@ -108,6 +120,9 @@ class GangController:
         self.writer = writer
         self.config = config
         self.wall_clock = wall_clock
+        self.policy = Policy.from_config(config)
+        #: The gangs that hold or block those behind them in the queue (docs/decisions/019).
+        self.queue = QueueState(config.queueing_strategy)
         self._memory: dict[str, _Memory] = {}
         self._lock = threading.Lock()
         workers = release_concurrency or config.release_concurrency
@@ -124,6 +139,24 @@ class GangController:
         with self._lock:
             return {k: m.phase for k, m in self._memory.items() if m.phase is not None}
 
+    def priority(self, key: str) -> int:
+        """The priority of gang ``key`` at its last decision (0 when never decided)."""
+        with self._lock:
+            memory = self._memory.get(key)
+            return memory.priority if memory is not None else 0
+
+    def helped_by(self, node: NodeInfo | None) -> list[str]:
+        """The gangs waiting for room that a change on ``node`` could help: some gated
+        member may run there (Ready, schedulable, taints tolerated, node selection
+        matched). None (a change not tied to one node): every gang waiting for room."""
+        with self._lock:
+            waiting = [(k, m.filters) for k, m in self._memory.items() if m.waits_for_room]
+        if node is None:
+            return [k for k, _ in waiting]
+        return [k for k, filters in waiting
+                if any(static_reason(f, node.name, node.labels, node.taints, node.ready, node.unschedulable) is None
+                       for f in filters)]
+
     def status(self) -> dict[str, tuple[Phase, str]]:
         """The last phase and reason of every gang seen, by key."""
         with self._lock:
@@ -132,6 +165,7 @@ class GangController:
     def forget(self, key: str) -> None:
         """Drop what is remembered of a gang that has no pod left, unless a rollback's
         backoff still runs (its owner may be recreating the members)."""
+        self.queue.forget(key)
         with self._lock:
             memory = self._memory.get(key)
             if memory is not None and memory.not_before <= self.wall_clock():
@@ -157,12 +191,18 @@ class GangController:
             return None
         now = self.wall_clock()
         t0 = time.monotonic()
-        decision = decide(gang, self.cache.snapshot(), now)
+        snapshot = self.cache.snapshot()
+        order = queue_order(gang.key, gang.priority, gang.created)
+        decision = decide(gang, snapshot, now, self.policy, self.queue.view(order))
+        effect = queue_effect(gang, decision, snapshot, self.policy, now)
+        others = self.queue.note(key, order, effect.standing, effect.what, effect.hold)
         took_ms = (time.monotonic() - t0) * 1000
         with self._lock:
             memory = self._memory.setdefault(key, _Memory())
             old = memory.phase
-            memory.phase, memory.reason = decision.phase, decision.reason
+            memory.phase, memory.reason, memory.priority = decision.phase, decision.reason, gang.priority
+            memory.waits_for_room = decision.phase in (Phase.UNSCHEDULABLE, Phase.PREEMPTING) or decision.rule == "Queued"
+            memory.filters = tuple(dict.fromkeys(p.node_filter for p in gang.members if p.gated))
         try:
             why = check_move(key, old, decision.phase, decision.observation)
         except IllegalTransition as e:
@@ -172,7 +212,28 @@ class GangController:
         if old is not decision.phase:
             log.info("gang %s: %s -> %s (%s): %s [decided in %.0f ms]", key, old.value if old else "(new)",
                      decision.phase.value, why or decision.rule, decision.reason, took_ms)
-        return self._act(gang, decision, memory, now)
+        if others and effect.hold is not None:
+            log.info("gang %s: waited %ds at the head of the queue: %d node(s) of %s held for it", key,
+                     int(now - effect.hold.since), len(effect.hold.nodes), effect.hold.domain)
+        outcome = self._act(gang, decision, memory, now)
+        if effect.recheck_at is not None:
+            wait = max(effect.recheck_at - now, 0.0)
+            outcome = replace(outcome, requeue_after=wait if outcome.requeue_after is None else min(wait, outcome.requeue_after))
+        return replace(outcome, others=others) if others else outcome
+
+    def warm_queue(self) -> int:
+        """Decide every waiting gang once, in queue order, without acting: what a reconciler
+        that starts (or takes over) must know of the gangs ahead of each before it acts, so
+        that it holds and blocks as the one before it did. Returns how many were decided."""
+        snapshot = self.cache.snapshot()
+        now = self.wall_clock()
+        gangs = [g for k in self.cache.pending_gangs() if (g := self.gang(k)) is not None]
+        for gang in sorted(gangs, key=lambda g: queue_order(g.key, g.priority, g.created)):
+            order = queue_order(gang.key, gang.priority, gang.created)
+            decision = decide(gang, snapshot, now, self.policy, self.queue.view(order))
+            effect = queue_effect(gang, decision, snapshot, self.policy, now)
+            self.queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
+        return len(gangs)
 
     def _act(self, gang: Gang, decision: Decision, memory: _Memory, now: float) -> Outcome:
         requeue = None if decision.recheck_at is None else max(decision.recheck_at - now, 0.0)
@@ -187,12 +248,85 @@ class GangController:
             return Outcome(phase, reason, requeue, decision=decision)
         if phase is Phase.ROLLED_BACK:
             return self._roll_back(gang, decision, memory, now)
+        self._clear_nominations(gang, decision)
+        if phase is Phase.PREEMPTING:
+            return self._preempt(gang, decision, requeue)
         if phase in (Phase.HELD, Phase.UNSCHEDULABLE):
             self._notify(gang, decision, decision.notify, reason)
         if phase is Phase.RELEASED and decision.observation.bound == decision.observation.active == (
                 decision.observation.size or 0):
             memory.timeouts, memory.not_before = 0, 0.0  # the gang runs whole: its next timeout starts afresh
         return Outcome(phase, reason, requeue, retry=phase is Phase.UNSCHEDULABLE, decision=decision)
+
+    # --- preemption ----------------------------------------------------------------------
+    def _clear_nominations(self, gang: Gang, decision: Decision) -> None:
+        by_key = {p.key: p for p in gang.members}
+        for key in decision.clear_nomination:
+            pod = by_key.get(key)
+            if pod is None or pod.nomination is None:
+                continue
+            try:
+                self.cache.assume(self.writer.clear_nomination(PodRef.parse(key)))
+            except WriteError as e:
+                log.warning("gang %s: nomination on %s not removed: %s", gang.key, key, e)
+
+    def _preempt(self, gang: Gang, decision: Decision, requeue: float | None) -> Outcome:
+        """Write the nomination (it holds the gang's nodes from then on), then evict the
+        victims through the Eviction API, at most ``releaseConcurrency`` at once. An
+        eviction a PodDisruptionBudget refuses puts its gang on the nomination's refused
+        list: the next decision plans without it, or waits."""
+        by_key = {p.key: p for p in gang.members}
+        nominee = by_key.get(decision.nominee)
+        nomination = decision.nomination
+        if nominee is None or nomination is None:
+            return Outcome(decision.phase, decision.reason, requeue, retry=True, decision=decision)
+        if nominee.nomination != nomination:
+            try:
+                self.cache.assume(self.writer.set_nomination(PodRef.parse(nominee.key), nomination,
+                                                             nominee.resource_version))
+            except (Conflict, WriteError) as e:  # nothing evicted without the nomination written
+                return Outcome(decision.phase, f"{decision.reason}; nomination not written: {e}", requeue, retry=True,
+                               decision=decision)
+        snapshot = self.cache.snapshot()
+        gang_of = victim_gangs.gang_of_pod(snapshot, self.policy.gang_prefix)
+        why = decision.preemption.reason if decision.preemption is not None else decision.reason
+
+        def evict(key: str) -> str:
+            pod = snapshot.pods.get(key)
+            if pod is None:
+                return ""
+            try:
+                self.writer.evict(PodRef.parse(key), pod.uid)
+            except Refused as e:
+                log.warning("gang %s: eviction of %s refused: %s", gang.key, key, e)
+                return gang_of.get(key, f"{pod.namespace}/pod:{pod.name}")
+            except Gone:
+                return ""
+            except WriteError as e:
+                log.warning("gang %s: eviction of %s failed: %s", gang.key, key, e)
+                return ""
+            node = snapshot.using(key) or "-"
+            self.writer.emit_event(PodRef.parse(key), pod.uid or None, "Warning", "Preempted",
+                                   f"evicted from node {node} by Troupe ({self.policy.preemption}) to make room for "
+                                   f"gang {gang.key} (priority {gang.priority}): {why}")
+            return ""
+
+        refused = sorted({g for g in self._pool.map(evict, decision.victims) if g})
+        if decision.victims:
+            log.info("gang %s: evicting %d pod(s) of %s: %s", gang.key, len(decision.victims),
+                     ", ".join(decision.preemption.gangs) if decision.preemption else "its victims", decision.reason)
+        self._notify(gang, decision, decision.notify, decision.reason)
+        if refused:
+            updated = replace(nomination, refused=tuple(sorted({*nomination.refused, *refused})))
+            current = self.cache.pod(PodRef.parse(nominee.key))
+            rv = str(contract.pod_meta(current).get("resourceVersion") or "") if current else nominee.resource_version
+            try:
+                self.cache.assume(self.writer.set_nomination(PodRef.parse(nominee.key), updated, rv))
+            except WriteError as e:
+                log.warning("gang %s: refused gangs not recorded: %s", gang.key, e)
+            return Outcome(decision.phase, f"{decision.reason}; eviction refused for {', '.join(refused)}", requeue,
+                           retry=True, decision=decision)
+        return Outcome(decision.phase, decision.reason, requeue, decision=decision)
 
     # --- SharedDeviceGroups ------------------------------------------------------------
     @staticmethod

@@ -8,7 +8,14 @@
 - :meth:`WorkQueue.add_rate_limited` delays a key by its own exponential backoff (1 s
   doubling to 60 s per consecutive failure, as client-go's
   ``ItemExponentialFailureRateLimiter``); :meth:`WorkQueue.forget` resets it once the key
-  succeeds. This is the one place where the reconciler's retries back off.
+  succeeds. This is the one place where the reconciler's retries back off. A caller that
+  :meth:`WorkQueue.add` s a key in backoff ends the backoff: it does so only for an event
+  that can change the key's outcome (docs/decisions/019-queue-order.md).
+- Ready keys are handed out by ``order(key) -> (priority, tenant)``: the highest priority
+  first, and among equal priorities one tenant (namespace) after the other, first in first
+  out within a tenant, so that many keys of one namespace (500 unschedulable one-pod
+  gangs, say) do not make another namespace's key wait behind all of them (the fairness
+  of API Priority and Fairness' shuffle-sharded queues, kept simple: round robin).
 
 The clock is injected (a ``() -> float`` in seconds) so tests never sleep.
 """
@@ -20,6 +27,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+
+Order = Callable[[str], tuple[int, str]]
+"""``key -> (priority, tenant)``: higher priority first; round robin across tenants."""
+
+
+def _same(key: str) -> tuple[int, str]:
+    return (0, "")
 
 
 class ShutDown(Exception):
@@ -35,12 +49,17 @@ class WorkQueue:
     """A FIFO of unique keys plus a delay heap and per-key failure backoff. Thread-safe."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 base_delay: float = BACKOFF_BASE_SECONDS, max_delay: float = BACKOFF_MAX_SECONDS) -> None:
+                 base_delay: float = BACKOFF_BASE_SECONDS, max_delay: float = BACKOFF_MAX_SECONDS,
+                 order: Order = _same) -> None:
         self._clock = clock
         self._base, self._max = base_delay, max_delay
+        self._order = order
         self._failures: dict[str, int] = {}
         self._cond = threading.Condition()
-        self._queue: deque[str] = deque()
+        #: priority -> tenant -> keys (FIFO); priority -> tenants in turn.
+        self._ready: dict[int, dict[str, deque[str]]] = {}
+        self._turns: dict[int, deque[str]] = {}
+        self._count = 0
         self._queued: set[str] = set()
         self._processing: set[str] = set()
         self._dirty: set[str] = set()
@@ -51,7 +70,7 @@ class WorkQueue:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._queue)
+            return self._count
 
     def add(self, key: str) -> None:
         """Queue ``key`` now (no-op if already queued; re-queued after done if in flight)."""
@@ -67,8 +86,30 @@ class WorkQueue:
             return
         if key not in self._queued:
             self._queued.add(key)
-            self._queue.append(key)
+            priority, tenant = self._order(key)
+            tenants = self._ready.setdefault(priority, {})
+            if tenant not in tenants:
+                tenants[tenant] = deque()
+                self._turns.setdefault(priority, deque()).append(tenant)
+            tenants[tenant].append(key)
+            self._count += 1
             self._cond.notify()
+
+    def _pop_locked(self) -> str:
+        """The next ready key: highest priority, the tenant whose turn it is, its oldest key."""
+        priority = max(self._ready)
+        tenants, turns = self._ready[priority], self._turns[priority]
+        tenant = turns.popleft()
+        keys = tenants[tenant]
+        key = keys.popleft()
+        if keys:
+            turns.append(tenant)
+        else:
+            del tenants[tenant]
+            if not tenants:
+                del self._ready[priority], self._turns[priority]
+        self._count -= 1
+        return key
 
     def add_after(self, key: str, delay_seconds: float) -> None:
         """Queue ``key`` after ``delay_seconds``; an earlier pending deadline wins."""
@@ -125,8 +166,8 @@ class WorkQueue:
                 if self._shut:
                     raise ShutDown()
                 wait = self._promote_locked()
-                if self._queue:
-                    key = self._queue.popleft()
+                if self._count:
+                    key = self._pop_locked()
                     self._queued.discard(key)
                     self._processing.add(key)
                     return key

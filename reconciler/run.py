@@ -2,8 +2,14 @@
 
 One worker decides gangs one at a time, so two gangs are never planned against the same
 free capacity; a release then writes its members in parallel (``releaseConcurrency``).
-Pod and node watches keep the cache current; a change that may free capacity (a pod
-deleted or finished, a node changed) re-queues every pending gang.
+Pod and node watches keep the cache current. An event re-queues only the gangs it can
+help (docs/decisions/019-queue-order.md): a gang's own pods, and, for a change that may
+make room (a pod deleted or finished, a node whose labels, taints, readiness or capacity
+changed), the gangs waiting for room that some gated member could run on that node; a gang
+the event cannot help keeps its backoff. The worker takes the highest-priority gang first,
+and namespaces of equal priority in turn. On start (and on taking over) every waiting gang
+is decided once in queue order before anything is written, so a new leader holds and
+blocks as the old one did.
 
 The HTTP server (``--metrics-bind``) serves ``/metrics`` (Prometheus), ``/healthz`` (the
 worker and the informers are alive), ``/readyz`` (caches synced and leading, or standing
@@ -33,12 +39,16 @@ from reconciler.controller import GangController
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import TERMINAL_PHASES
 from reconciler.queue import ShutDown, WorkQueue
+from troupe import contract
 from troupe.config import Config
 
 log = logging.getLogger("reconciler")
 
 RECONCILES = Counter("troupe_reconciles_total", "Gang reconciles, by resulting phase.", ["phase"])
 RECONCILE_ERRORS = Counter("troupe_reconcile_errors_total", "Reconciles that raised an unexpected error.")
+PREEMPTIONS = Counter("troupe_preemptions_total", "Preemption plans carried out (nominations written), by mode.",
+                      ["mode"])
+EVICTIONS = Counter("troupe_preemption_victims_total", "Victim pods evicted for preemptors (eviction requested).")
 REFUSED_MOVES = Counter("troupe_lifecycle_refused_moves_total",
                         "Phase moves the gang lifecycle refused (nothing was written; should stay 0).")
 RECONCILE_SECONDS = Histogram(
@@ -60,7 +70,7 @@ class Reconciler:
     def __init__(self, api: Any, config: Config) -> None:
         self.config = config
         self.cache = ClusterCache(config)
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(order=self._order)
         self.writer = kube.KubeWriter(api, kube.RateLimiter(config.kube_api_qps, config.kube_api_burst))
         self.controller = GangController(self.cache, self.writer, config)
         self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event)
@@ -72,6 +82,16 @@ class Reconciler:
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
 
     # --- feeding the queue -----------------------------------------------------------
+    #: Priority of SharedDeviceGroup keys in the work queue: before any gang (cheap, and
+    #: a group's status is what its waiting pods' owners look at).
+    GROUP_PRIORITY = 1 << 40
+
+    def _order(self, key: str) -> tuple[int, str]:
+        """Work-queue order of a key: the gang's priority and its namespace (groups first)."""
+        if group_of_key(key) is not None:
+            return (self.GROUP_PRIORITY, "")
+        return (self.controller.priority(key), key.partition("/")[0])
+
     def _enqueue(self, keys: Iterable[str]) -> None:
         for key in keys:
             self.queue.add(key)
@@ -82,18 +102,28 @@ class Reconciler:
     def _pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
         self._enqueue(self.cache.pod_event(kind, pod))
         phase = (pod.get("status") or {}).get("phase")
-        if kind == "DELETED" or phase in TERMINAL_PHASES:
-            self._enqueue(self.cache.pending_gangs())  # capacity may have been freed
+        if kind == "DELETED" or phase in TERMINAL_PHASES:  # room may have been freed on its node
+            spec = pod.get("spec") or {}
+            node = spec.get("nodeName") or contract.pod_annotations(pod).get(contract.ASSIGNED_NODE)
+            if node:
+                self._enqueue(self.controller.helped_by(self.cache.node_info(str(node))))
+            elif any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod)):
+                self._enqueue(self.controller.helped_by(None))  # a gated member's reservation, if any
 
     def _nodes_listed(self, items: list[Mapping[str, Any]]) -> None:
         self.cache.replace_nodes(items)
         self._enqueue(self.cache.pending_gangs())
 
     def _node_event(self, kind: str, node: Mapping[str, Any]) -> None:
-        self.cache.node_event(kind, node)
-        self._enqueue(self.cache.pending_gangs())
+        if not self.cache.node_event(kind, node):
+            return  # a heartbeat
+        name = str((node.get("metadata") or {}).get("name") or "")
         if kind == "DELETED":
-            self._enqueue(self.cache.group_keys())  # a group bound to it goes back to Pending
+            # Releases reserved on it are rolled back; a group bound to it goes back to Pending.
+            self._enqueue(self.cache.pending_gangs())
+            self._enqueue(self.cache.group_keys())
+        else:
+            self._enqueue(self.controller.helped_by(self.cache.node_info(name)))
 
     def _jobs_listed(self, items: list[Mapping[str, Any]]) -> None:
         self.cache.replace_jobs(items)
@@ -101,17 +131,23 @@ class Reconciler:
 
     def _job_event(self, kind: str, job: Mapping[str, Any]) -> None:
         self.cache.job_event(kind, job)
-        self._enqueue(self.cache.pending_gangs())  # a GKE auto-gang's size may have changed
+        namespace = str((job.get("metadata") or {}).get("namespace") or "default")
+        # A GKE auto-gang's size is its Job's parallelism: the Job's namespace only.
+        self._enqueue(k for k in self.cache.pending_gangs() if k.startswith(namespace + "/"))
 
     def _groups_listed(self, items: list[Mapping[str, Any]]) -> None:
         self._enqueue(self.cache.replace_groups(items))
         self._enqueue(self.cache.pending_gangs())
 
     def _group_event(self, kind: str, group: Mapping[str, Any]) -> None:
-        self._enqueue(self.cache.group_event(kind, group))
-        # A group's devices freed (deleted) or its node or spec changed: every waiting gang
-        # may fit now; a new group lets its waiting members through.
-        self._enqueue(self.cache.pending_gangs())
+        keys = self.cache.group_event(kind, group)
+        self._enqueue(keys)
+        name = str((group.get("metadata") or {}).get("name") or "")
+        # Its own gangs (a new group lets its members through); and when its devices are
+        # freed, every gang waiting for room.
+        self._enqueue(self.cache.group_gangs(name))
+        if kind == "DELETED":
+            self._enqueue(self.controller.helped_by(None))
 
     # --- the worker ------------------------------------------------------------------
     def _work(self) -> None:
@@ -141,6 +177,10 @@ class Reconciler:
                     self.queue.forget(key)
                 else:
                     RECONCILES.labels(outcome.phase.value).inc()
+                    if outcome.decision is not None and outcome.decision.rule == "Preempting" and not outcome.retry:
+                        PREEMPTIONS.labels(self.config.gang_preemption_mode).inc()
+                    if outcome.decision is not None and outcome.phase is Phase.PREEMPTING:
+                        EVICTIONS.inc(len(outcome.decision.victims))
                     if outcome.reason.startswith("refused: "):
                         REFUSED_MOVES.inc()
                     if outcome.retry:
@@ -149,6 +189,8 @@ class Reconciler:
                         self.queue.forget(key)
                     if outcome.requeue_after is not None:
                         self.queue.add_after(key, outcome.requeue_after)
+                    if outcome.others:  # it started or stopped holding or blocking the gangs behind it
+                        self._enqueue(k for k in self.controller.helped_by(None) if k != key)
             finally:
                 RECONCILE_SECONDS.observe(time.perf_counter() - start)
                 self.queue.done(key)
@@ -176,7 +218,8 @@ class Reconciler:
         for informer in (self.nodes, self.jobs, self.groups, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
-        log.info("caches synced; reconciling")
+        decided = self.controller.warm_queue()
+        log.info("caches synced; %d waiting gang(s) decided in queue order; reconciling", decided)
         self.synced.set()
         self._worker.start()
 

@@ -21,9 +21,15 @@ release cut short, finished on its reserved nodes), ``RolledBack``. ``--now`` se
 time of the decision (RFC 3339; default: the current time), which timeouts and settle
 periods are measured against.
 
+Gangs are decided in queue order (the highest priority first, then the earliest creation,
+then the key), with what the gangs ahead hold or block (``queueingStrategy``), and with
+``--gang-preemption-mode`` (default: the configuration's) a gang that does not fit may
+preempt lower-priority gangs, exactly as the reconciler would.
+
 JSON output keeps these keys stable: ``{"gangs": [{"namespace", "name", "phase",
-"reason", "placements": [{"pod", "node", "rank"}]}], "deviceGroups": [{"name", "phase",
-"node", "devices", "pods", "reason"}]}``; it adds ``rule``, ``code``, ``size``,
+"reason", "placements": [{"pod", "node", "rank"}], "victims": [{"namespace", "pod",
+"node"}]}], "deviceGroups": [{"name", "phase", "node", "devices", "pods", "reason"}]}``
+(``victims`` for a gang in phase ``Preempting``); it adds ``rule``, ``code``, ``size``,
 ``members``, ``cost``, ``domain`` per gang, ``topology`` per placement, and ``devices``
 (resource name -> IDs) per placement of a group member. A group pod in no gang is a gang
 of one. ``deviceGroups`` lists every SharedDeviceGroup as it stands after the simulated
@@ -36,6 +42,7 @@ configuration) gives one line on stderr naming the document and the field, and e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import gc
 import json
@@ -47,13 +54,14 @@ from typing import Any
 
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
 from reconciler.engine.allocation import group_view
-from reconciler.engine.decision import decide
+from reconciler.engine.decision import decide, queue_effect
 from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
 from reconciler.engine.lifecycle import Phase
+from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
-from troupe.config import Config, ConfigError, load_config
+from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job", "SharedDeviceGroup")
 EXIT_BAD_INPUT = 2
@@ -75,14 +83,18 @@ class GangOutcome:
     domain: str | None = None
     placements: list[dict[str, Any]] = field(default_factory=list)
     bindings: tuple[Holding, ...] = ()
+    victims: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """The gang's JSON object."""
-        return {
+        """The gang's JSON object (``victims`` only for a gang that preempts)."""
+        out = {
             "namespace": self.namespace, "name": self.name, "phase": self.phase, "reason": self.reason,
             "rule": self.rule, "code": self.code, "size": self.size, "members": self.members, "cost": self.cost,
             "domain": self.domain, "placements": self.placements,
         }
+        if self.phase == Phase.PREEMPTING.value:
+            out["victims"] = self.victims
+        return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", choices=("json", "table"), default="table", help="output format (default table)")
     parser.add_argument("--now", metavar="TIME",
                         help="decide as of this time (RFC 3339, e.g. 2026-11-22T10:00:00Z; default: now)")
+    parser.add_argument("--gang-preemption-mode", choices=PREEMPTION_MODES, metavar="off|minimal|atomic",
+                        help="evict lower-priority gangs for a gang that does not fit: off, minimal (only the pods "
+                        "the plan needs) or atomic (every pod of each chosen gang) (default: the configuration's "
+                        "gangPreemptionMode)")
 
 
 # --- reading the snapshot ----------------------------------------------------------------
@@ -169,28 +185,47 @@ def _topology(snapshot: Snapshot, node: str) -> str:
 
 
 def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple[str, str], int]) -> list[Gang]:
-    """Every gang with a gated active member, in order of creation, then key."""
+    """Every gang with a gated active member, in queue order (:func:`queue_order`: the
+    highest priority first, then the earliest creation, then the key)."""
     gangs = [build_gang(key, pods, config, parallelism)
              for key, pods in group_by_gang(snapshot.pods.values(), config).items()
              if any(p.active and p.gated for p in pods)]
-    return sorted(gangs, key=lambda g: (g.created == "", g.created, g.key))
+    return sorted(gangs, key=lambda g: queue_order(g.key, g.priority, g.created))
 
 
 def simulate(snapshot: Snapshot, config: Config, now: float,
-             parallelism: Mapping[tuple[str, str], int] | None = None) -> list[GangOutcome]:
-    """Decide every waiting gang in order (:func:`waiting_gangs`), each on the snapshot
-    the decisions before it left: a placed gang uses its nodes, a rolled-back gang's
-    deleted members free theirs."""
+             parallelism: Mapping[tuple[str, str], int] | None = None,
+             policy: Policy | None = None) -> list[GangOutcome]:
+    """Decide every waiting gang in queue order (:func:`waiting_gangs`), each on the
+    snapshot the decisions before it left and with what the gangs ahead of it hold or
+    block (:class:`QueueState`), as the reconciler does: a placed gang uses its nodes, a
+    preemptor's victims are gone and it uses their room, a rolled-back gang's deleted
+    members free theirs. ``policy`` defaults to the configuration's."""
+    policy = policy or Policy.from_config(config)
+    queue = QueueState(policy.queueing)
     outcomes = []
     for gang in waiting_gangs(snapshot, config, parallelism or {}):
-        decision = decide(gang, snapshot, now)
+        order = queue_order(gang.key, gang.priority, gang.created)
+        decision = decide(gang, snapshot, now, policy, queue.view(order))
+        effect = queue_effect(gang, decision, snapshot, policy, now)
+        queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
         placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
                        "topology": _topology(snapshot, m.node),
                        **({"devices": {r: list(ids) for r, ids in m.devices.items()}} if m.devices else {})}
                       for m in decision.release]
         result = decision.placement
+        victims = []
+        if decision.phase is Phase.PREEMPTING and result is not None:
+            ranks = {p.key: i for i, p in enumerate(gang.members)}
+            placements = [{"pod": a.pod_key.split("/", 1)[1], "node": a.node, "rank": ranks.get(a.pod_key, a.rank),
+                           "topology": _topology(snapshot, a.node)} for a in result.assignments]
+            where = decision.preemption.nodes if decision.preemption is not None else {}
+            victims = [{"namespace": v.split("/", 1)[0], "pod": v.split("/", 1)[1],
+                        "node": where.get(v) or snapshot.using(v)} for v in decision.victims]
         if decision.phase is Phase.PLACED and result is not None:
             snapshot = snapshot.with_assumed(result, decision.bindings)
+        elif decision.rule == "Preempting" and result is not None:
+            snapshot = snapshot.with_removed(decision.victims).with_assumed(result)
         elif decision.phase is Phase.ROLLED_BACK:
             snapshot = snapshot.with_removed(decision.rollback)
         placed = decision.phase is Phase.PLACED and result is not None
@@ -199,7 +234,7 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             decision.observation.size, len(gang.members),
             cost=result.cost if placed and result is not None else None,
             domain=str(result.domain) if placed and result is not None and result.domain else None,
-            placements=placements, bindings=decision.bindings if placed else (),
+            placements=placements, bindings=decision.bindings if placed else (), victims=victims,
         ))
     return outcomes
 
@@ -261,6 +296,10 @@ def render_table(outcomes: Sequence[GangOutcome], levels: TopologyLevels,
                 sw = [max(len(r[i]) for r in sub) for i in range(4)]
                 for r in sub:
                     lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r[:4], sw, strict=True)) + "  " + r[4])
+            if o is not None and o.victims:
+                vw = max(len(f"{v['namespace']}/{v['pod']}") for v in o.victims)
+                lines.append("    VICTIM".ljust(vw + 6) + "  NODE")
+                lines += [f"    {v['namespace']}/{v['pod']}".ljust(vw + 6) + f"  {v['node'] or '-'}" for v in o.victims]
     if groups:
         rows2 = [("DEVICE GROUP", "PHASE", "NODE", "DEVICES", "PODS", "REASON")]
         rows2 += [(g["name"], g["phase"], g["node"] or "-", _ids(g["devices"]), str(len(g["pods"])), g["reason"])
@@ -302,8 +341,12 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, ConfigError) as e:
         print(f"simulate: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    policy = Policy.from_config(config)
+    mode = getattr(args, "gang_preemption_mode", None)
+    if mode is not None:
+        policy = dataclasses.replace(policy, preemption=mode)
     try:
-        outcomes = simulate(built.snapshot, config, now, built.parallelism)
+        outcomes = simulate(built.snapshot, config, now, built.parallelism, policy)
     finally:
         gc.unfreeze()
     for note in built.notes:

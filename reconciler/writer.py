@@ -28,7 +28,7 @@ from typing import Any
 
 from reconciler.engine.decision import MemberRelease
 from reconciler.engine.devices import encode_selected, format_ids
-from reconciler.engine.snapshot import Plan
+from reconciler.engine.snapshot import Nomination, Plan
 from troupe import contract
 
 
@@ -89,11 +89,13 @@ def release_patch(m: MemberRelease, gates: list[str], resource_version: str, rel
     record on the first member of a release of several, and for a member of a
     SharedDeviceGroup its devices: ``deviceshare.io/selected-devices`` and one
     ``deviceshare.io/env.<VAR>`` per resource, which its containers read through the
-    Downward API), and the removal of Troupe's ``gates`` (by name; other components' gates
-    stay). ``resource_version`` is the precondition."""
-    annotations = {
+    Downward API), the removal of a preemptor's nomination (its release replaces it), and
+    the removal of Troupe's ``gates`` (by name; other components' gates stay).
+    ``resource_version`` is the precondition."""
+    annotations: dict[str, str | None] = {
         contract.ASSIGNED_NODE: m.node, contract.ASSIGNED_RANK: str(m.rank),
         contract.PLANNED_AT: m.planned_at, contract.RELEASED_AT: released_at,
+        contract.NOMINATION: None,  # a preemptor's nomination ends with its release
     }
     if plan is not None:
         annotations[contract.PLAN] = plan.encode()
@@ -209,6 +211,18 @@ class PodWriter(abc.ABC):
                 raise Conflict(f"pod {ref} was ungated by someone else")
             rv = str(meta.get("resourceVersion") or "")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def set_nomination(self, ref: PodRef, nomination: Nomination, resource_version: str) -> dict[str, Any]:
+        """Write a preemptor gang's nomination on its first gated member (if it is still at
+        ``resource_version``); returns the pod. From then on the nodes it names hold
+        capacity for the gang. Raises :class:`Conflict`, :class:`Gone`, :class:`WriteError`."""
+        return self._patch(ref, {"metadata": {"resourceVersion": resource_version,
+                                              "annotations": {contract.NOMINATION: nomination.encode()}}})
+
+    def clear_nomination(self, ref: PodRef) -> dict[str, Any]:
+        """Remove a nomination that ran out; returns the pod. Raises :class:`Gone`,
+        :class:`WriteError`."""
+        return self._patch(ref, {"metadata": {"annotations": {contract.NOMINATION: None}}})
 
     def clear_plan(self, ref: PodRef) -> None:
         """Remove the plan record (``reconciler.troupe.io/plan``) from the pod: its release

@@ -17,6 +17,8 @@ Example (every key, with its default)::
                      cloud.google.com/gce-topology-host]
     topologyFallbackLevels: [topology.gke.io/cluster, topology.gke.io/rack, topology.gke.io/host]
     gangPreemptionMode: "off"
+    queueingStrategy: BestEffortFIFO
+    headOfLineSeconds: 300
     reconcilerUsername: system:serviceaccount:troupe-system:troupe-reconciler
     sharedDeviceResources: [nvidia.com/gpu]
     excludedNamespaces: [kube-system]
@@ -38,6 +40,8 @@ import yaml
 
 PreemptionMode = Literal["off", "minimal", "atomic"]
 PREEMPTION_MODES: tuple[PreemptionMode, ...] = ("off", "minimal", "atomic")
+QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
+QUEUEING_STRATEGIES: tuple[QueueingStrategy, ...] = ("BestEffortFIFO", "StrictFIFO")
 
 #: A qualified name as Kubernetes validates label and annotation keys: an optional DNS
 #: subdomain prefix and ``/``, then a name of at most 63 characters.
@@ -77,6 +81,11 @@ class Config:
     topology_levels: tuple[str, ...] = GKE_LEVELS
     topology_fallback_levels: tuple[str, ...] = GKE_PRERELEASE_LEVELS
     gang_preemption_mode: PreemptionMode = "off"
+    #: Kueue's queueing strategies (docs/decisions/019-queue-order.md): ``BestEffortFIFO``,
+    #: a gang that does not fit does not block those behind it, but once it has waited
+    #: ``head_of_line_seconds`` the capacity it needs is held for it; ``StrictFIFO``, it does.
+    queueing_strategy: QueueingStrategy = "BestEffortFIFO"
+    head_of_line_seconds: int = 300
     reconciler_username: str = "system:serviceaccount:troupe-system:troupe-reconciler"
     shared_device_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
@@ -149,7 +158,7 @@ def from_mapping(data: Mapping[str, Any]) -> Config:
             values[name] = raw
         elif name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds"):
             values[name] = _want_int(key, raw, 1)
-        elif name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds"):
+        elif name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds"):
             values[name] = _want_int(key, raw, 0)
         elif name in ("release_concurrency", "kube_api_burst"):
             values[name] = _want_int(key, raw, 1)
@@ -169,6 +178,10 @@ def from_mapping(data: Mapping[str, Any]) -> Config:
                 hint = ' (quote it: "off")' if raw is False else ""
                 raise ConfigError(f"{key}: must be one of {', '.join(PREEMPTION_MODES)}, got {raw!r}{hint}")
             values[name] = cast(PreemptionMode, raw)
+        elif name == "queueing_strategy":
+            if raw not in QUEUEING_STRATEGIES:
+                raise ConfigError(f"{key}: must be one of {', '.join(QUEUEING_STRATEGIES)}, got {raw!r}")
+            values[name] = cast(QueueingStrategy, raw)
         elif name == "reconciler_username":
             if not isinstance(raw, str) or not raw:
                 raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")

@@ -67,6 +67,12 @@ PLANNED_AT = RESERVED_PREFIX + "planned-at"
 #: ``{"plannedAt": "<RFC 3339>", "nodes": {"<pod uid>": "<node name>", ...}}``. Until every
 #: member it names is released, it reserves their nodes (docs/decisions/007-release-writes.md).
 PLAN = RESERVED_PREFIX + "plan"
+#: A preemptor gang's nomination, on its first gated member: JSON ``{"at": "<RFC 3339>",
+#: "nodes": {"<pod uid>": "<node>"}, "victims": ["<namespace>/<pod>"], "refused":
+#: ["<gang key>"]}``. From the moment it is written the nodes it names hold capacity for
+#: the gang (no other gang is placed there), while the victims are evicted; the gang is
+#: released once they are gone (docs/decisions/020-preemption-in-the-decision.md).
+NOMINATION = RESERVED_PREFIX + "nomination"
 
 # --- Labels read --------------------------------------------------------------------------
 HOSTNAME_LABEL = "kubernetes.io/hostname"

@@ -41,13 +41,22 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from reconciler.engine import lifecycle
-from reconciler.engine.allocation import group_problem, place_with_devices
+from reconciler.engine import lifecycle, victims
+from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
 from reconciler.engine.devices import Devices, Holding
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase
-from reconciler.engine.placement import PlacementResult
-from reconciler.engine.snapshot import Plan, PodInfo, Snapshot
+from reconciler.engine.placement import Code, PlacementResult
+from reconciler.engine.preemption import PreemptionPlan, plan_preemption
+from reconciler.engine.queueing import (
+    Hold,
+    Policy,
+    QueueView,
+    complete_since,
+    hold_for,
+    queue_order,
+)
+from reconciler.engine.snapshot import Nomination, Plan, PodInfo, Snapshot
 
 
 @dataclass(frozen=True)
@@ -90,8 +99,14 @@ class Decision:
     engine's code (``Success``, ``Unschedulable``, ``UnschedulableAndUnresolvable``) when
     it was asked; ``placement`` its result. ``devices``: pod key -> the device IDs of its
     SharedDeviceGroup, for the members released now; ``bindings``: the groups this
-    decision binds to a node (their status is written after the members). ``victims`` is
-    empty in this version (gang-aware preemption is not built yet).
+    decision binds to a node (their status is written after the members).
+
+    Preemption (phase ``Preempting``): ``victims``, the pods to evict now (``namespace/name``,
+    sorted; those already terminating are not listed again); ``nomination``, the record to
+    write on ``nominee`` (the first gated member) before any eviction, holding the nodes
+    of ``placement`` for the gang; ``preemption`` the planner's plan when one was made.
+    ``clear_nomination``: members whose nomination must be removed (it ran out).
+    ``holds``: what gangs ahead in the queue held back from this one (for messages).
     """
 
     gang: str
@@ -112,6 +127,10 @@ class Decision:
     victims: tuple[str, ...] = ()
     devices: Mapping[str, Devices] = field(default_factory=dict)
     bindings: tuple[Holding, ...] = ()
+    nomination: Nomination | None = None
+    nominee: str = ""
+    preemption: PreemptionPlan | None = None
+    clear_nomination: tuple[str, ...] = ()
 
 
 def rfc3339(seconds: float) -> str:
@@ -175,11 +194,15 @@ def _release_clock(gang: Gang, r: _Release, snapshot: Snapshot, now: float) -> _
                   f"{len(unbound)} released member(s) not bound within {seconds}s (+{jit:.0f}s jitter)")
 
 
-def decide(gang: Gang, snapshot: Snapshot, now: float) -> Decision:
+def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = None,
+           queue: QueueView | None = None) -> Decision:
     """The decision for ``gang`` on ``snapshot`` at ``now`` (seconds since the epoch).
 
     ``snapshot`` holds the gang's pods as the gang does (committed members use their
-    nodes; free gated members use nothing). Deterministic; never raises on cluster data.
+    nodes; free gated members use nothing). ``policy``: the preemption mode and queueing
+    strategy (default: none, BestEffortFIFO); ``queue``: what the gangs ahead of this one
+    in the queue hold or block (:mod:`.queueing`; default: nothing). Deterministic; never
+    raises on cluster data.
     """
     released = [p for p in gang.members if not p.gated]
     gated = [p for p in gang.members if p.gated]
@@ -245,7 +268,7 @@ def decide(gang: Gang, snapshot: Snapshot, now: float) -> Decision:
     if rule is lifecycle.SETTLING:
         return made(rule, recheck_at=_earliest(recheck, gang.settle_at))
     latest = max((t for rid in releases if (t := epoch(rid)) is not None), default=None)
-    return _place(gang, snapshot, now, obs, free, released, recheck, latest)
+    return _place(gang, snapshot, now, obs, free, released, recheck, latest, policy or Policy(), queue or QueueView())
 
 
 def _earliest(a: float | None, b: float) -> float:
@@ -260,20 +283,78 @@ def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: 
 
 
 def _place(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
-           released: Sequence[PodInfo], recheck: float | None, latest: float | None) -> Decision:
-    """Rules 10 and 11: ask the engine where the gated members go (next to the members
-    that already run, when there are some). A new release's ``planned_at`` names it, so it
-    is later than every release of the gang already there (``latest``, seconds), by a
-    millisecond if the clock says otherwise."""
-    near = sorted({n for p in released if (n := p.node_name or snapshot.committed_node(p))})
-    found = place_with_devices(snapshot, free, gang.topology.required_level, gang.topology.preferred_level, near=near)
-    result = found.result
+           released: Sequence[PodInfo], recheck: float | None, latest: float | None, policy: Policy,
+           queue: QueueView) -> Decision:
+    """Rules 10 to 13: the queue, then where the gated members go (next to the members
+    that already run, when there are some), then preemption. A new release's
+    ``planned_at`` names it, so it is later than every release of the gang already there
+    (``latest``, seconds), by a millisecond if the clock says otherwise.
+
+    A gang that holds a nomination (docs/decisions/020-preemption-in-the-decision.md) plans
+    on the room the nomination holds for it; while its victims have not all terminated it
+    waits (``AwaitingVictims``), and once they have, it is placed like any gang. A
+    nomination that ran out (the gang's timeout, its jitter and the victims' longest grace
+    period after it was made) is cleared and the gang decided afresh."""
     what = f"replacement member(s) {', '.join(p.name for p in free)}: " if released else ""
     keys = tuple(p.key for p in free)
-    if not result.placed:
-        rule = lifecycle.UNPLACED
-        return Decision(gang.key, rule.phase, rule.name, what + result.reason, obs, code=result.code.value,
-                        notify=keys, event=rule.event, recheck_at=recheck, placement=result)
+    nominee, nom = _nomination(gang)
+    clear: tuple[str, ...] = ()
+    if nom is not None:
+        deadline = _nomination_deadline(gang, nom, snapshot)
+        if deadline <= now:
+            clear, nom = (nominee,), None
+        else:
+            recheck = _earliest(recheck, deadline)
+    own = [p.key for p in free if snapshot.nominated_node(p)]
+    base = snapshot.with_removed(own) if own else snapshot
+    if nom is not None:
+        remaining = [v for v in nom.victims if (p := snapshot.pods.get(v)) is not None and not p.terminal]
+        refused = frozenset(nom.refused)
+        gang_of = victims.gang_of_pod(snapshot, policy.gang_prefix) if refused else {}
+        blocked = [v for v in remaining if gang_of.get(v) in refused]
+        if remaining and not blocked:
+            rule = lifecycle.AWAITING_VICTIMS
+            evict = tuple(v for v in remaining if not snapshot.pods[v].deleting)
+            reason = (f"{what}waiting for {len(remaining)} victim pod(s) to terminate "
+                      f"({len(remaining) - len(evict)} terminating); their room is held for the gang")
+            return Decision(gang.key, rule.phase, rule.name, reason, obs, code=Code.UNSCHEDULABLE.value,
+                            notify=keys, event=rule.event, recheck_at=recheck, victims=evict, nomination=nom,
+                            nominee=nominee)
+    elif queue.blocked_by:
+        rule = lifecycle.QUEUED
+        return Decision(gang.key, rule.phase, rule.name, f"{what}queued behind {queue.blocked_by} (StrictFIFO)", obs,
+                        notify=keys, event=rule.event, recheck_at=recheck, clear_nomination=clear)
+    held = queue.held_nodes - {snapshot.index[n] for p in free if (n := snapshot.nominated_node(p)) in snapshot.index}
+    view = base.with_blocked(held) if held else base
+    near = sorted({n for p in released if (n := p.node_name or snapshot.committed_node(p))})
+    required, preferred = gang.topology.required_level, gang.topology.preferred_level
+    found = place_with_devices(view, free, required, preferred, near=near)
+    result = found.result
+    if result.placed:
+        return _placed(gang, snapshot, now, obs, free, recheck, latest, found, what, clear + (
+            (nominee,) if nom is not None else ()))
+    note = _held_note(queue, held)
+    if result.code is Code.UNSCHEDULABLE and policy.preemption != "off":
+        preempted = _preempt(gang, view, now, obs, free, near, policy, nom, what, keys, recheck)
+        if preempted is not None:
+            return preempted
+        if nom is not None:  # a refused eviction and no other plan: hold what is freed, retry later
+            rule = lifecycle.EVICTION_REFUSED
+            reason = (f"{what}eviction of {', '.join(sorted(nom.refused))} refused (PodDisruptionBudget) and no other "
+                      f"lower-priority gangs make room; retrying when the nomination runs out")
+            return Decision(gang.key, rule.phase, rule.name, reason, obs, code=result.code.value, notify=keys,
+                            event=rule.event, recheck_at=recheck, nomination=nom, nominee=nominee)
+        note += "; no lower-priority gangs whose eviction makes room"
+    rule = lifecycle.UNPLACED
+    return Decision(gang.key, rule.phase, rule.name, what + result.reason + note, obs, code=result.code.value,
+                    notify=keys, event=rule.event, recheck_at=recheck, placement=result,
+                    clear_nomination=clear + ((nominee,) if nom is not None else ()))
+
+
+def _placed(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
+            recheck: float | None, latest: float | None, found: DevicePlacement, what: str,
+            clear: tuple[str, ...]) -> Decision:
+    result = found.result
     planned_at = rfc3339(now if latest is None or now >= latest + 0.001 else latest + 0.001)
     ranks = {p.key: i for i, p in enumerate(gang.members)}
     by_key = {p.key: p for p in free}
@@ -284,5 +365,110 @@ def _place(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: S
             if len(out) > 1 else None)
     rule = lifecycle.PLACED
     return Decision(gang.key, rule.phase, rule.name, what + result.reason, obs, code=result.code.value, release=out,
-                    plan=plan, notify=keys, event=rule.event, recheck_at=recheck, placement=result,
-                    devices=dict(found.devices), bindings=bindings)
+                    plan=plan, notify=tuple(p.key for p in free), event=rule.event, recheck_at=recheck,
+                    placement=result, devices=dict(found.devices), bindings=bindings, clear_nomination=clear)
+
+
+def _nomination(gang: Gang) -> tuple[str, Nomination | None]:
+    """The first gated member in rank order (who carries the gang's nomination) and the
+    latest nomination a gated member carries (None without one)."""
+    gated = [p for p in gang.members if p.gated]
+    noms = sorted((p.nomination for p in gated if p.nomination is not None), key=lambda n: n.at)
+    return (gated[0].key if gated else ""), (noms[-1] if noms else None)
+
+
+def _nomination_deadline(gang: Gang, nom: Nomination, snapshot: Snapshot) -> float:
+    """When a nomination runs out: its time, plus the gang's timeout and jitter, plus the
+    longest grace period of its victims still there (the Eviction API gives each its own)."""
+    start = epoch(nom.at)
+    if start is None:
+        return 0.0
+    grace = max((p.grace_seconds for v in nom.victims if (p := snapshot.pods.get(v)) is not None), default=0)
+    return start + gang.timeout_seconds + jitter(gang, nom.at) + grace
+
+
+def _held_note(queue: QueueView, held: frozenset[int]) -> str:
+    if not held:
+        return ""
+    first = min(queue.holds, key=lambda h: h.order)
+    return (f"; {len(held)} node(s) held for {len(queue.holds)} gang(s) ahead in the queue "
+            f"({first.gang}, priority {first.priority}, in {first.domain})")
+
+
+def _preempt(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
+             near: Sequence[str], policy: Policy, nom: Nomination | None, what: str, keys: tuple[str, ...],
+             recheck: float | None) -> Decision | None:
+    """A ``Preempting`` decision when evicting lower-priority gangs makes room, else None.
+    Pods already terminating count as gone (their room is coming); members of a
+    SharedDeviceGroup plan on their group's node when it is bound (a gang that would bind a
+    new group is not a preemptor: its node is chosen by its devices, not by victims)."""
+    members = []
+    holdings = snapshot.devices.holdings
+    for p in free:
+        if p.device_group:
+            if p.device_group not in holdings:
+                return None
+            p = replace(p, node_filter=p.node_filter.on_node(holdings[p.device_group].node))
+        members.append(p)
+    refused = frozenset(nom.refused) if nom is not None else frozenset()
+    found = victims.candidates(snapshot, policy.gang_prefix, gang.key, gang.priority, refused)
+    if not found:
+        return None
+    going = victims.leaving(snapshot)
+    view = snapshot.with_removed(going) if going else snapshot
+    plan = plan_preemption(view, members, found, policy.preemption, gang.topology.required_level,
+                           gang.topology.preferred_level, near=near, gang=gang.key)
+    if plan is None or not plan.victims:
+        return None
+    by_key = {p.key: p for p in free}
+    nomination = Nomination(rfc3339(now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
+                            plan.victims, tuple(sorted(refused)))
+    nominee, _ = _nomination(gang)
+    rule = lifecycle.PREEMPTING
+    return Decision(gang.key, rule.phase, rule.name, f"{what}{plan.reason} ({policy.preemption})", obs,
+                    code=Code.UNSCHEDULABLE.value, notify=keys, event=rule.event,
+                    recheck_at=_earliest(recheck, now + gang.timeout_seconds), placement=plan.placement,
+                    victims=plan.victims, nomination=nomination, nominee=nominee, preemption=plan)
+
+
+@dataclass(frozen=True)
+class QueueEffect:
+    """What a decision means for the gangs behind this one in the queue (:mod:`.queueing`):
+    ``standing``, it could fit once room frees (placement code ``Unschedulable``, or a
+    preemptor waiting for its victims) and stands in their way; ``what`` describes it for
+    their reasons; ``hold``, the capacity held for it once it has waited
+    ``headOfLineSeconds`` (BestEffortFIFO); ``recheck_at`` (seconds since the epoch), when
+    it will have waited that long."""
+
+    standing: bool
+    what: str = ""
+    hold: Hold | None = None
+    recheck_at: float | None = None
+
+
+def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Policy, now: float) -> QueueEffect:
+    """The :class:`QueueEffect` of ``decision`` for ``gang`` (docs/decisions/019-queue-order.md)."""
+    standing = decision.code == Code.UNSCHEDULABLE.value and decision.phase in (Phase.UNSCHEDULABLE, Phase.PREEMPTING)
+    if not standing:
+        return QueueEffect(False)
+    since = complete_since(gang.members) or now
+    waited = now - since
+    what = f"gang {gang.key} (priority {gang.priority}, waiting {_duration(waited)})"
+    if policy.queueing != "BestEffortFIFO" or decision.phase is not Phase.UNSCHEDULABLE:
+        return QueueEffect(True, what)
+    if waited < policy.head_of_line_seconds:
+        return QueueEffect(True, what, recheck_at=since + policy.head_of_line_seconds)
+    free = [p for p in gang.members if p.gated and not snapshot.committed_node(p)]
+    nodes, domain = hold_for(snapshot, free, gang.topology.required_level) if free else (frozenset(), "")
+    order = queue_order(gang.key, gang.priority, gang.created)
+    hold = Hold(gang.key, order, gang.priority, since, nodes, domain) if nodes else None
+    return QueueEffect(True, what, hold)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

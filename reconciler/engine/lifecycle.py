@@ -25,8 +25,16 @@ order   rule                  phase           applies when
 8       ``Settling``          Waiting         an auto-gang's size is not known yet
 9       ``MembersMissing``    Waiting         fewer than ``size`` active members, none
                                               released (all-or-nothing)
-10      ``Placed``            Placed          a placement exists for every gated member
-11      ``Unplaced``          Unschedulable   it does not
+10      ``Queued``            Waiting         StrictFIFO: a gang ahead in the queue does
+                                              not fit, and every gang behind it waits
+11      ``Placed``            Placed          a placement exists for every gated member
+12      ``Preempting``        Preempting      none does, but evicting lower-priority
+                                              gangs makes one (``gangPreemptionMode``);
+        ``AwaitingVictims``   Preempting      the gang's nomination holds its nodes while
+                                              its victims terminate
+        ``EvictionRefused``   Preempting      a PodDisruptionBudget refused an eviction
+                                              and no other plan exists: wait, then retry
+13      ``Unplaced``          Unschedulable   no placement, and no preemption helps
 ======  ====================  ==============  ==========================================
 
 A pin is a commitment: rules 2 to 4 come before anything that could hold a gang back,
@@ -63,6 +71,7 @@ class Phase(enum.Enum):
     RELEASING = "Releasing"
     RELEASED = "Released"
     ROLLED_BACK = "RolledBack"
+    PREEMPTING = "Preempting"
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,14 @@ READY = Rule("Ready", Phase.PLACED, lambda o: True, lambda o: "complete")
 PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", ("Normal", "GangReleased"))
 #: The engine found no placement; the reason is the engine's.
 UNPLACED = Rule("Unplaced", Phase.UNSCHEDULABLE, None, lambda o: "", ("Warning", "GangUnschedulable"))
+#: StrictFIFO: a gang ahead in the queue does not fit; this one waits behind it.
+QUEUED = Rule("Queued", Phase.WAITING, None, lambda o: "", ("Normal", "GangQueued"))
+#: Evicting lower-priority gangs makes room: the nomination is written, the victims evicted.
+PREEMPTING = Rule("Preempting", Phase.PREEMPTING, None, lambda o: "", ("Normal", "GangPreempting"))
+#: The nomination holds the gang's nodes; its victims have not all terminated yet.
+AWAITING_VICTIMS = Rule("AwaitingVictims", Phase.PREEMPTING, None, lambda o: "", None)
+#: An eviction was refused (a PodDisruptionBudget) and no other plan exists.
+EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "", ("Warning", "GangPreemptionBlocked"))
 
 #: The observation rules, in the order they are tried (module docstring).
 RULES: tuple[Rule, ...] = (
@@ -187,9 +204,9 @@ def classify(o: Observation) -> Rule:
     raise AssertionError("READY always applies")  # pragma: no cover
 
 
-W, H, B, U, P, RG, RD, RB = (
+W, H, B, U, P, RG, RD, RB, PG = (
     Phase.WAITING, Phase.HELD, Phase.BACKING_OFF, Phase.UNSCHEDULABLE, Phase.PLACED, Phase.RELEASING,
-    Phase.RELEASED, Phase.ROLLED_BACK,
+    Phase.RELEASED, Phase.ROLLED_BACK, Phase.PREEMPTING,
 )
 
 #: from-phase -> {to-phase: why that move happens}. Staying is always legal.
@@ -197,29 +214,34 @@ MOVES: dict[Phase, dict[Phase, str]] = {
     W: {H: "the last member came, and the members disagree",
         B: "the owner recreated the members of a rolled-back gang",
         U: "the last member came, and no placement fits",
-        P: "the last member came, and a placement fits"},
+        P: "the last member came, and a placement fits",
+        PG: "the last member came, and evicting lower-priority gangs makes room"},
     H: {W: "a disagreeing member left",
         B: "the members agree again, and a rollback's backoff runs",
         U: "the members agree again, and no placement fits",
         P: "the members agree again, and a placement fits",
+        PG: "the members agree again, and evicting lower-priority gangs makes room",
         RD: "the held replacement member left; the rest of the gang runs",
         RB: "an earlier release of the gang timed out"},
     B: {W: "a member left during the backoff",
         H: "a member now disagrees",
         U: "the backoff ran out, and no placement fits",
         P: "the backoff ran out, and a placement fits",
+        PG: "the backoff ran out, and evicting lower-priority gangs makes room",
         RD: "the waiting replacement member left; the rest of the gang runs",
         RB: "an earlier release of the gang timed out"},
     U: {W: "a member left",
         H: "a member now disagrees",
         B: "the owner recreated the members of a rolled-back gang",
         P: "capacity was freed, and a placement fits",
+        PG: "evicting lower-priority gangs makes room",
         RD: "the unschedulable replacement member left; the rest of the gang runs",
         RB: "an earlier release of the gang timed out"},
     P: {W: "the release was refused before any member was written, and a member left",
         H: "the release was refused before any member was written, and a member now disagrees",
         B: "the release was refused before any member was written; backoff",
         U: "the release was refused before any member was written, and the capacity is gone",
+        PG: "the release was refused before any member was written, and victims must make room now",
         RG: "some writes of the release failed: their members' nodes stay reserved",
         RD: "every member of the release was written",
         RB: "an earlier release of the gang timed out"},
@@ -228,6 +250,7 @@ MOVES: dict[Phase, dict[Phase, str]] = {
          B: "the reservation went with its members; backoff",
          U: "the reservation went with its members; no placement fits",
          P: "the reservation went with its members; a placement fits",
+         PG: "the reservation went with its members; evicting lower-priority gangs makes room",
          RD: "the release was finished",
          RB: "the release could not be finished within the timeout"},
     RD: {W: "every released member finished or was deleted",
@@ -235,13 +258,22 @@ MOVES: dict[Phase, dict[Phase, str]] = {
          B: "a replacement member came during a backoff",
          U: "a replacement member does not fit",
          P: "a replacement member fits",
+         PG: "a replacement member needs lower-priority gangs evicted",
          RB: "released members were not all bound within the timeout"},
     RB: {W: "the rolled-back members were deleted; some are still to be recreated",
          H: "the members were recreated, and disagree",
          B: "the members were recreated; backoff",
          U: "the members were recreated after the backoff, and no placement fits",
          P: "the members were recreated after the backoff, and a placement fits",
+         PG: "the members were recreated after the backoff, and evicting lower-priority gangs makes room",
          RD: "a replacement release was rolled back; the rest of the gang runs"},
+    PG: {W: "a member left while its victims were evicted",
+         H: "a member now disagrees",
+         B: "the owner recreated the members of a rolled-back gang",
+         U: "the nomination ran out, and no placement or preemption fits now",
+         P: "the victims are gone, and the gang fits in the room they left",
+         RD: "the replacement member that needed victims left; the rest of the gang runs",
+         RB: "an earlier release of the gang timed out"},
 }
 
 

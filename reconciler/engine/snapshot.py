@@ -60,6 +60,7 @@ from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
     HOSTNAME_LABEL,
+    NOMINATION,
     PLAN,
     PLANNED_AT,
     RELEASED_AT,
@@ -178,6 +179,46 @@ class Plan:
         return cls(at, nodes, groups)
 
 
+@dataclass(frozen=True)
+class Nomination:
+    """A preemptor gang's nomination (``reconciler.troupe.io/nomination``): when it was
+    made (``at``, RFC 3339), the node each member will go to (pod UID -> node: capacity
+    held for the gang from the moment it is written), the victim pods to evict
+    (``namespace/name``), and the victim gangs whose eviction a PodDisruptionBudget refused
+    (not chosen again while this nomination stands)."""
+
+    at: str
+    nodes: Mapping[str, str]
+    victims: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+
+    def encode(self) -> str:
+        """The annotation value: compact JSON with sorted keys."""
+        return json.dumps({"at": self.at, "nodes": dict(self.nodes), "victims": list(self.victims),
+                           "refused": list(self.refused)}, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, raw: str) -> Nomination | None:
+        """The nomination in an annotation value, or None when it is not one (only the
+        reconciler writes it: an unreadable value holds nothing)."""
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        at, nodes = data.get("at"), data.get("nodes")
+        victims, refused = data.get("victims", []), data.get("refused", [])
+        if not isinstance(at, str) or not isinstance(nodes, dict) or not isinstance(victims, list) \
+                or not isinstance(refused, list):
+            return None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items()):
+            return None
+        if not all(isinstance(v, str) for v in (*victims, *refused)):
+            return None
+        return cls(at, nodes, tuple(victims), tuple(refused))
+
+
 @dataclass(frozen=True, eq=False)
 class PodInfo:
     """A pod as the engine sees it. ``requests`` is in units and includes one ``pods``.
@@ -186,7 +227,8 @@ class PodInfo:
     annotation (a node name); ``rank`` is
     :func:`troupe.contract.rank_key`. ``planned_at`` and ``released_at`` are the
     reconciler's annotations of a released member (RFC 3339 strings, ``""`` when absent),
-    ``plan`` the release record the pod carries, if any. ``deleting``: a
+    ``plan`` the release record the pod carries, if any; ``nomination`` a preemptor's
+    nomination it carries, if any. ``deleting``: a
     ``deletionTimestamp`` is set (the pod still uses its node until it is gone).
     ``device_group``: the SharedDeviceGroup it joins (``deviceshare.io/group``, ``""``);
     ``devices``: the IDs the reconciler gave it (``deviceshare.io/selected-devices``), None
@@ -214,6 +256,7 @@ class PodInfo:
     planned_at: str = ""
     released_at: str = ""
     plan: Plan | None = None
+    nomination: Nomination | None = None
     device_group: str = ""
     devices: Devices | None = None
     grace_seconds: int = 30
@@ -283,6 +326,7 @@ class PodInfo:
             "planned_at": annotations.get(PLANNED_AT, ""),
             "released_at": annotations.get(RELEASED_AT, ""),
             "plan": Plan.decode(annotations[PLAN]) if PLAN in annotations else None,
+            "nomination": Nomination.decode(annotations[NOMINATION]) if NOMINATION in annotations else None,
             "device_group": annotations.get(DEVICE_GROUP, ""),
             "devices": _selected(annotations),
             "grace_seconds": _grace(spec),
@@ -351,6 +395,19 @@ def _reservations(pods: Iterable[PodInfo]) -> tuple[dict[tuple[str, str], str], 
     return nodes, at
 
 
+def _nominations(pods: Iterable[PodInfo]) -> dict[tuple[str, str], str]:
+    """``(namespace, uid) -> node`` for every member named by a nomination that a live pod
+    carries (the later nomination wins when two name the same pod)."""
+    out: dict[tuple[str, str], str] = {}
+    holders = sorted((p for p in pods if p.nomination is not None and p.active),
+                     key=lambda p: (p.nomination.at, p.key))  # type: ignore[union-attr]
+    for holder in holders:
+        assert holder.nomination is not None
+        for uid, node in holder.nomination.nodes.items():
+            out[(holder.namespace, uid)] = node
+    return out
+
+
 class NodeTable:
     """What a snapshot derives from its nodes alone: the nodes in topology order, their
     paths, the topology tree, names to indexes, which pass the static
@@ -417,6 +474,8 @@ class Snapshot:
         self._free: dict[str, list[int]] = {r: list(col) for r, col in table.allocatable.items()}
         self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
         self._reserved, self._reserved_at = _reservations(self.pods.values())
+        self._nominated = _nominations(self.pods.values())
+        self._memo: dict[str, Any] = {}
         claims = []
         for p in self.pods.values():
             where = self.node_of(p)
@@ -486,7 +545,17 @@ class Snapshot:
         committed = self.committed_node(pod)
         if committed:
             return self.index.get(committed)
+        nominated = self.nominated_node(pod)
+        if nominated:
+            return self.index.get(nominated)
         return None
+
+    def nominated_node(self, pod: PodInfo) -> str:
+        """The node a preemptor's nomination holds for ``pod`` (a gated member), or ``""``:
+        its capacity counts as used, so no other gang takes what the eviction frees."""
+        if pod.gated and pod.uid and self._nominated:
+            return self._nominated.get((pod.namespace, pod.uid), "")
+        return ""
 
     def committed_node(self, pod: PodInfo) -> str:
         """The node the reconciler committed ``pod`` to (a node name), or ``""``: its pin
@@ -528,6 +597,18 @@ class Snapshot:
         entry = self._using.get(pod_key)
         return None if entry is None else self.nodes[entry[0]].name
 
+    def node_index_of(self, pod_key: str) -> int | None:
+        """The index of the node whose resources the pod uses in this snapshot, or None
+        (:meth:`using` as an index, for callers that keep per-node arrays)."""
+        entry = self._using.get(pod_key)
+        return None if entry is None else entry[0]
+
+    def free_units(self, resource: str) -> list[int]:
+        """Free units of ``resource`` on every node, in node order: a copy, all zeros when
+        no node has the resource (may be negative where a node is overcommitted)."""
+        col = self._free.get(resource)
+        return list(col) if col is not None else [0] * len(self.nodes)
+
     def free(self, node: str | int) -> dict[str, int]:
         """Free units of every resource on a node (may be negative when overcommitted)."""
         i = node if isinstance(node, int) else self.index[node]
@@ -538,6 +619,23 @@ class Snapshot:
         other = copy.copy(self)
         other._free = {r: list(col) for r, col in self._free.items()}
         other._using = dict(self._using)
+        other._memo = {}
+        return other
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per snapshot (and per copy): what several decisions on the
+        same snapshot derive alike (the candidate victims of preemption, say)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]  # type: ignore[no-any-return]
+
+    def with_blocked(self, nodes: Iterable[int]) -> Snapshot:
+        """A copy in which the nodes of these indices have nothing free: capacity held for
+        a gang ahead in the queue."""
+        other = self._copy()
+        for i in nodes:
+            for col in other._free.values():
+                col[i] = min(col[i], 0)
         return other
 
     def _assume(self, assignments: Iterable[Any]) -> list[str]:

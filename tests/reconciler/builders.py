@@ -68,6 +68,10 @@ class PodBuilder:
         self.obj["spec"]["schedulingGates"] = [{"name": g} for g in (gates or (contract.GATE,))]
         return self
 
+    def priority(self, value: int) -> PodBuilder:
+        self.obj["spec"]["priority"] = value
+        return self
+
     def running_on(self, node: str) -> PodBuilder:
         self.obj["spec"]["nodeName"] = node
         self.obj["status"]["phase"] = "Running"

@@ -51,11 +51,9 @@ class Harness:
         refs = set(self.writer.pods)
         for pod in self.writer.pods.values():
             self.cache.pod_event("MODIFIED", pod)
-        for key in self.cache.gang_keys():
-            for info in self.cache.members(key):
-                ref = PodRef(info.namespace, info.name)
-                if ref not in refs:
-                    self.cache.pod_event("DELETED", {"metadata": {"namespace": ref.namespace, "name": ref.name}})
+        for ref in self.cache.pod_refs():
+            if ref not in refs:
+                self.cache.pod_event("DELETED", {"metadata": {"namespace": ref.namespace, "name": ref.name}})
 
     def bind(self, name, namespace="team-a"):
         """What kube-scheduler does to a released pod: set spec.nodeName to its pin."""

@@ -77,3 +77,21 @@ def test_shutdown_wakes_a_blocked_worker():
     assert raised.is_set()
     with pytest.raises(ShutDown):
         q.get(timeout=0)
+
+
+def test_higher_priority_keys_go_first():
+    priorities = {"low": 0, "high": 100, "mid": 10}
+    q = WorkQueue(FakeClock(), order=lambda k: (priorities[k], "ns"))
+    for k in ("low", "high", "mid"):
+        q.add(k)
+    assert [q.get(timeout=0) for _ in range(3)] == ["high", "mid", "low"]
+
+
+def test_tenants_of_one_priority_take_turns_so_a_flood_in_one_does_not_starve_another():
+    q = WorkQueue(FakeClock(), order=lambda k: (0, k.split("/")[0]))
+    for i in range(500):
+        q.add(f"flood/g{i}")
+    q.add("quiet/fits")
+    first = [q.get(timeout=0) for _ in range(2)]
+    assert first == ["flood/g0", "quiet/fits"], "the other namespace's key is second, not 501st"
+    assert len(q) == 499

@@ -293,3 +293,43 @@ def test_the_snapshot_can_come_from_stdin(tmp_path):
                         cwd=REPO, input=text, capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["gangs"][0]["placements"][0]["node"] == "a1"
+
+
+def running_pod(name, node, priority, namespace="batch"):
+    return make_pod(name, namespace).requests(gpu=8).priority(priority).on(node).build()
+
+
+def test_a_gang_that_needs_victims_is_preempting_with_its_placements_and_victims(tmp_path, capsys):
+    busy = [running_pod(f"low-{n}", n, 0) for n in ("a1", "a2", "a3")] + [running_pod(f"mid-{n}", n, 50)
+                                                                          for n in ("c1", "c2")]
+    high = [make_pod(f"train-{i}", "ml").requests(gpu=8).gang("train", 2).index(i).priority(100).gated().build()
+            for i in range(2)]
+    path = write_list(tmp_path, NODES + busy + high)
+    out, _ = run_json(capsys, path, "--gang-preemption-mode", "minimal")
+    [gang] = out["gangs"]
+    assert (gang["phase"], gang["rule"]) == ("Preempting", "Preempting")
+    assert [(p["pod"], p["rank"]) for p in gang["placements"]] == [("train-0", 0), ("train-1", 1)]
+    assert {p["node"] for p in gang["placements"]} <= {"a1", "a2", "a3"}, "lowest priority first"
+    assert sorted((v["namespace"], v["pod"], v["node"]) for v in gang["victims"]) == sorted(
+        ("batch", f"low-{p['node']}", p["node"]) for p in gang["placements"])
+    off, _ = run_json(capsys, path)
+    assert off["gangs"][0]["phase"] == "Unschedulable" and "victims" not in off["gangs"][0]
+    code, table, _ = run(capsys, path, "--gang-preemption-mode", "atomic")
+    assert code == 0 and "VICTIM" in table and "batch/low-a" in table
+
+
+def test_bad_preemption_mode_is_refused_by_the_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        simulate.main([write_list(tmp_path, NODES), "--gang-preemption-mode", "sometimes"])
+    assert exit_info.value.code == 2
+    assert "--gang-preemption-mode" in capsys.readouterr().err
+
+
+def test_gangs_are_decided_in_priority_order_before_creation_order(tmp_path, capsys):
+    early = [member("early", i, 3, created="2024-05-01T10:00:00Z") for i in range(3)]
+    vip = [make_pod(f"vip-{i}", "ml").requests(gpu=8).gang("vip", 3).index(i).priority(10).gated()
+           .created("2024-05-01T11:00:00Z").build() for i in range(3)]
+    out, _ = run_json(capsys, write_list(tmp_path, NODES + early + vip))
+    # Only b1 holds 3 members: the later but higher-priority gang gets it.
+    assert [(g["name"], g["phase"]) for g in out["gangs"]] == [("vip", "Placed"), ("early", "Unschedulable")]
+    assert {p["node"] for p in out["gangs"][0]["placements"]} == {"a1", "a2", "a3"}
