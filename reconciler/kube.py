@@ -87,10 +87,21 @@ ResyncHandler = Callable[[list[Mapping[str, Any]]], None]
 
 @dataclass
 class Resource:
-    """A watched collection: its list function (cluster-wide) and a name for logs."""
+    """A watched collection: its list function (cluster-wide) and a name for logs.
+
+    ``optional``: the collection may not exist (a custom resource whose CRD is not
+    installed). Its list then answers 404: the informer delivers an empty list, calls
+    ``on_absent`` with the reason, counts as synced, and lists again every
+    :data:`ABSENT_RETRY_SECONDS` until the CRD appears."""
 
     name: str
     list_fn: Callable[..., Any]
+    optional: bool = False
+    on_absent: Callable[[str], None] | None = None
+
+
+#: How often an informer of an absent custom resource looks for its CRD again, seconds.
+ABSENT_RETRY_SECONDS = 60.0
 
 
 def pods(api: client.ApiClient) -> Resource:
@@ -106,6 +117,19 @@ def nodes(api: client.ApiClient) -> Resource:
 def jobs(api: client.ApiClient) -> Resource:
     """All batch/v1 Jobs, in every namespace (the size of GKE auto-gangs they own)."""
     return Resource("jobs", client.BatchV1Api(api).list_job_for_all_namespaces)
+
+
+def custom_objects(api: client.ApiClient, group: str, version: str, plural: str,
+                   on_absent: Callable[[str], None] | None = None) -> Resource:
+    """All objects of a custom resource (``jobsets`` of ``jobset.x-k8s.io/v1alpha2``...),
+    in every namespace; optional (see :class:`Resource`): ``on_absent`` hears why when
+    its CRD is not installed."""
+    objects = client.CustomObjectsApi(api)
+
+    def list_fn(**kwargs: Any) -> Any:
+        return objects.list_cluster_custom_object(group, version, plural, **kwargs)
+
+    return Resource(f"{plural}.{group}", list_fn, optional=True, on_absent=on_absent)
 
 
 class Informer:
@@ -161,6 +185,18 @@ class Informer:
                 sock.shutdown(socket.SHUT_RDWR)
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+
+    def _absent(self) -> None:
+        """The optional resource does not exist: no objects, synced, look again later."""
+        why = f"the resource {self.resource.name} is not served (its CustomResourceDefinition is not installed)"
+        if not self.synced.is_set() or self.resource_version is not None:
+            log.info("%s; looking again every %.0fs", why, ABSENT_RETRY_SECONDS)
+        self.resource_version = None
+        self.on_list([])
+        if self.resource.on_absent is not None:
+            self.resource.on_absent(why)
+        self.synced.set()
+        self._stop.wait(ABSENT_RETRY_SECONDS)
 
     def _list(self) -> None:
         items: list[Mapping[str, Any]] = []
@@ -230,6 +266,11 @@ class Informer:
             except ApiException as e:
                 if e.status == 410:
                     need_list = True
+                    continue
+                if e.status == 404 and self.resource.optional:
+                    if need_list:
+                        self._absent()
+                    need_list = True  # a CRD removed under a watch: list again
                     continue
                 log.warning("%s: API error %s %s; retrying in %.0fs", self.resource.name, e.status, e.reason, delay)
                 self._stop.wait(delay * (1 + random.random() / 4))

@@ -7,8 +7,11 @@ SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o jso
 ``-o yaml`` prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods, read as
 :mod:`reconciler.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
 ``jobs`` to the kubectl command and the size of a GKE auto-gang owned by a Job is that
-Job's parallelism, as in the cluster. SharedDeviceGroups are ignored for now, with a
-note on stderr.
+Job's parallelism, as in the cluster; add ``jobsets,leaderworkersets,pytorchjobs`` too and
+gangs of ``<prefix>-size: auto`` are grouped and sized from their workloads as the
+reconciler does (:mod:`reconciler.engine.workloads`; a workload kind that is absent from
+the snapshot leaves its gangs waiting, with the reason). SharedDeviceGroups are ignored
+for now, with a note on stderr.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
 :func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
+from reconciler.engine import workloads as wl
 from reconciler.engine.decision import decide
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
@@ -48,7 +52,7 @@ from reconciler.engine.lifecycle import Phase
 from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod", "Job")
+KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS))
 IGNORED_KINDS = ("SharedDeviceGroup",)
 EXIT_BAD_INPUT = 2
 
@@ -101,12 +105,14 @@ def _describe(obj: Mapping[str, Any], kind: str) -> str:
 @dataclass
 class Built:
     """A snapshot read from objects: the engine's snapshot, each pod's ``(where,
-    object)`` by key, Jobs' parallelism by ``(namespace, name)``, and notes for stderr."""
+    object)`` by key, Jobs' parallelism by ``(namespace, name)``, notes for stderr, and
+    the workload objects (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs)."""
 
     snapshot: Snapshot
     origin: dict[str, tuple[str, Mapping[str, Any]]]
     parallelism: dict[tuple[str, str], int]
     notes: list[str]
+    workloads: wl.Workloads = field(default_factory=wl.Workloads)
 
 
 def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels) -> Built:
@@ -115,6 +121,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     pods: list[PodInfo] = []
     origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
     parallelism: dict[tuple[str, str], int] = {}
+    workloads: dict[wl.WorkloadKey, wl.Workload] = {}
     ignored: dict[str, int] = {}
     node_where: dict[str, str] = {}
     for where, kind, obj in objects:
@@ -122,7 +129,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
             ignored[kind] = ignored.get(kind, 0) + 1
             continue
         if kind not in KINDS:
-            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected Node, Pod or Job)")
+            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected {', '.join(KINDS)})")
         try:
             if kind == "Node":
                 node = NodeInfo.from_object(obj)
@@ -130,11 +137,15 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                     raise InputError(f"{where} (Node {node.name}): duplicate of {node_where[node.name]}")
                 node_where[node.name] = where
                 nodes.append(node)
-            elif kind == "Job":
+            elif kind != "Pod":
                 meta = mapping(obj, "metadata", required=True)
                 mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
                 key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
-                parallelism[key] = job_parallelism(obj)
+                if kind == "Job":
+                    parallelism[key] = job_parallelism(obj)
+                found = wl.workload(kind, obj)
+                if found is not None:
+                    workloads[found.key] = found
             else:
                 pod = PodInfo.from_object(obj)
                 if pod.key in origin:
@@ -144,7 +155,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     notes = [f"note: ignored {n} {kind} object(s): device groups are not simulated yet" for kind, n in ignored.items()]
-    return Built(Snapshot(nodes, pods, levels), origin, parallelism, notes)
+    return Built(Snapshot(nodes, pods, levels), origin, parallelism, notes, wl.Workloads(workloads))
 
 
 # --- deciding ----------------------------------------------------------------------------
@@ -155,21 +166,23 @@ def _topology(snapshot: Snapshot, node: str) -> str:
     return "/".join("-" if v.startswith("<") else v for v in snapshot.paths[i])
 
 
-def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple[str, str], int]) -> list[Gang]:
+def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple[str, str], int],
+                  workloads: wl.Workloads | None = None) -> list[Gang]:
     """Every gang with a gated active member, in order of creation, then key."""
-    gangs = [build_gang(key, pods, config, parallelism)
+    gangs = [build_gang(key, pods, config, parallelism, workloads)
              for key, pods in group_by_gang(snapshot.pods.values(), config).items()
              if any(p.active and p.gated for p in pods)]
     return sorted(gangs, key=lambda g: (g.created == "", g.created, g.key))
 
 
 def simulate(snapshot: Snapshot, config: Config, now: float,
-             parallelism: Mapping[tuple[str, str], int] | None = None) -> list[GangOutcome]:
+             parallelism: Mapping[tuple[str, str], int] | None = None,
+             workloads: wl.Workloads | None = None) -> list[GangOutcome]:
     """Decide every waiting gang in order (:func:`waiting_gangs`), each on the snapshot
     the decisions before it left: a placed gang uses its nodes, a rolled-back gang's
-    deleted members free theirs."""
+    deleted members free theirs. ``workloads`` size the gangs of ``<prefix>-size: auto``."""
     outcomes = []
-    for gang in waiting_gangs(snapshot, config, parallelism or {}):
+    for gang in waiting_gangs(snapshot, config, parallelism or {}, workloads):
         decision = decide(gang, snapshot, now)
         placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
                        "topology": _topology(snapshot, m.node)} for m in decision.release]
@@ -250,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"simulate: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        outcomes = simulate(built.snapshot, config, now, built.parallelism)
+        outcomes = simulate(built.snapshot, config, now, built.parallelism, built.workloads)
     finally:
         gc.unfreeze()
     for note in built.notes:
