@@ -223,6 +223,18 @@ def local_webhooks(docs: Sequence[Mapping[str, Any]], prefix: str, base_url: str
     return out
 
 
+def install_crds(cluster: Cluster) -> None:
+    """Install the JobSet, LeaderWorkerSet and PyTorchJob CRDs on ``cluster`` and wait until
+    they are served (the e2e fixtures do it before the reconciler starts, so that its
+    informers find the kinds at once rather than on their next look)."""
+    bins = cluster.binaries
+    for crds in (bins.jobset_crds, bins.lws_crds, bins.kubeflow_crds):
+        cluster.kubectl("apply", "--server-side", "-f", str(crds))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/jobsets.jobset.x-k8s.io", "crd/leaderworkersets.leaderworkerset.x-k8s.io",
+                    "crd/pytorchjobs.kubeflow.org")
+
+
 class WorkloadControllers:
     """JobSet and LeaderWorkerSet controllers (and the PyTorchJob CRD) on ``cluster``; a
     context manager. Installs the CRDs, starts each controller as the cluster admin with
@@ -251,11 +263,7 @@ class WorkloadControllers:
         failed with the end of its log (everything started is stopped first)."""
         try:
             bins = self.cluster.binaries
-            for crds in (bins.jobset_crds, bins.lws_crds, bins.kubeflow_crds):
-                self.cluster.kubectl("apply", "--server-side", "-f", str(crds))
-            self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                                 "crd/jobsets.jobset.x-k8s.io", "crd/leaderworkersets.leaderworkerset.x-k8s.io",
-                                 "crd/pytorchjobs.kubeflow.org")
+            install_crds(self.cluster)
             for c in CONTROLLERS:
                 self._start(c, getattr(bins, c.name), getattr(bins, f"{c.name}_webhooks"))
             self._monitor.start()
