@@ -68,8 +68,8 @@ _ESTIMATES = {
     "etcd": "<30 s",
     "kwok": "~1 min",
     "helm": "~1 min",
-    "jobset": "~2 min",
-    "lws": "~2 min",
+    "jobset": "~5-7 min",
+    "lws": "~5-10 min",
 }
 
 _HEARTBEAT_SECONDS = 60.0
@@ -271,7 +271,8 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
     """Build whatever is missing from the cache and return the paths of all binaries.
 
     Warm (everything stamped at the pinned versions) this returns at once without running
-    go. Cold, it takes about 9 minutes on two cores and prints progress lines to ``out``
+    go. Cold, it takes about 9 minutes on two cores for the control plane and 12 to 17 more
+    for the JobSet and LeaderWorkerSet controllers, and prints progress lines to ``out``
     (default stderr). Raises :class:`BuildError` naming the component that failed.
     """
     root = (root or cache_dir()).expanduser().resolve()

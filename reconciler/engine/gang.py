@@ -30,7 +30,6 @@ Pure: plain data in (:class:`~reconciler.engine.snapshot.PodInfo`), a :class:`Ga
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -130,13 +129,6 @@ def group_by_gang(pods: Iterable[PodInfo], config: Config) -> dict[str, list[Pod
     return out
 
 
-def _epoch(timestamp: str) -> float | None:
-    try:
-        return dt.datetime.fromisoformat(timestamp).timestamp()
-    except ValueError:
-        return None
-
-
 def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
     """A message naming the keys the members disagree on (values sorted), or ``""``."""
     values: dict[str, set[str]] = {}
@@ -209,7 +201,7 @@ def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str]
         size = parallelism.get((gang.namespace, owner.name))
         if size is not None:
             return replace(gang, size=max(size, 1), size_from=f"Job {owner.name} parallelism")
-    stamps = [t for p in gang.members if (t := _epoch(p.creation_timestamp)) is not None]
+    stamps = [t for p in gang.members if (t := wl.epoch(p.creation_timestamp)) is not None]
     newest = max(stamps, default=0.0)
     return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
 

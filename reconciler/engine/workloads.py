@@ -136,6 +136,12 @@ def _job_pods(spec: Mapping[str, Any], succeeded: int = 0) -> int:
     return parallelism
 
 
+def _replica_order(item: tuple[Any, Any]) -> tuple[bool, str]:
+    """Replica types with the master (chief, launcher) first, then by name."""
+    name = str(item[0])
+    return (name.lower() not in ("master", "chief", "launcher"), name)
+
+
 def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
     """The :class:`Workload` of an object of a supported ``kind`` (a plain dict in the API
     shape), or None for an unsupported kind or an object without a name. Never raises:
@@ -172,7 +178,7 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
         for key, replica_specs in sorted(spec.items()):
             if not key.endswith("ReplicaSpecs") or not isinstance(replica_specs, Mapping):
                 continue
-            for rtype, rspec in sorted(replica_specs.items(), key=lambda t: (str(t[0]).lower() not in ("master", "chief", "launcher"), str(t[0]))):
+            for rtype, rspec in sorted(replica_specs.items(), key=_replica_order):
                 replicas = _int(_map(rspec).get("replicas"), 1)
                 size += replicas
                 parts.append(f"{rtype} {replicas}")
@@ -213,7 +219,8 @@ def group(pod: PodInfo) -> tuple[str, WorkloadKey] | None:
     return None
 
 
-def _epoch(timestamp: str) -> float | None:
+def epoch(timestamp: str) -> float | None:
+    """An RFC 3339 timestamp as seconds since the epoch, or None when unreadable."""
     try:
         return dt.datetime.fromisoformat(timestamp).timestamp()
     except ValueError:
@@ -227,8 +234,8 @@ def superseded(members: Iterable[PodInfo]) -> set[str]:
     pod created in the same second as the leader is kept. Empty for other workloads."""
     members = list(members)
     leaders = [t for p in members if p.labels.get(contract.LWS_WORKER_INDEX_LABEL) == "0"
-               and (t := _epoch(p.creation_timestamp)) is not None]
+               and (t := epoch(p.creation_timestamp)) is not None]
     if not leaders:
         return set()
     newest = max(leaders)
-    return {p.key for p in members if (t := _epoch(p.creation_timestamp)) is not None and t < newest}
+    return {p.key for p in members if (t := epoch(p.creation_timestamp)) is not None and t < newest}
