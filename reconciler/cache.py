@@ -1,5 +1,7 @@
 """The reconciler's in-memory view of the cluster: each pod and node with its parsed form,
-the index of gangs, and Jobs' parallelism.
+the index of gangs, Jobs' parallelism, and the workload objects that size gangs of
+``<prefix>-size: auto`` (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, kept as
+:class:`~reconciler.engine.workloads.Workload` values, not as objects).
 
 Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 (:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.engine import workloads as wl
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
@@ -98,6 +101,9 @@ class ClusterCache:
         self._gang_of: dict[PodRef, str] = {}
         self._members: dict[str, set[PodRef]] = {}
         self._parallelism: dict[tuple[str, str], int] = {}
+        self._workloads: dict[wl.WorkloadKey, wl.Workload] = {}
+        self._unavailable: dict[str, str] = {}
+        self._workloads_view: tuple[int, wl.Workloads] | None = None
         self.version = 0
         self._snapshot: tuple[int, Snapshot] | None = None
         self._node_version = 0
@@ -246,7 +252,8 @@ class ClusterCache:
                 return memo[1]
             pods = [self._pods[r].info for r in refs]
             parallelism = dict(self._parallelism)
-        gang = build_gang(key, pods, self.config, parallelism)
+            workloads = self._workloads_now()
+        gang = build_gang(key, pods, self.config, parallelism, workloads)
         with self._lock:
             if (self._gang_version.get(key, 0), self._jobs_version) == stamp:
                 self._gangs[key] = (stamp, gang)
@@ -267,10 +274,13 @@ class ClusterCache:
 
     # --- jobs ------------------------------------------------------------------------
     def replace_jobs(self, items: Iterable[Obj]) -> None:
-        """Replace every Job with a fresh list (only its parallelism is kept)."""
+        """Replace every Job with a fresh list (only its parallelism and its
+        :class:`~reconciler.engine.workloads.Workload` are kept)."""
+        items = list(items)
         with self._lock:
             self._parallelism = {_ns_name(j): job_parallelism(j) for j in items}
             self._jobs_version += 1
+        self.replace_workloads(wl.JOB.kind, items)
 
     def job_event(self, kind: str, job: Obj) -> None:
         """Apply a Job watch event."""
@@ -282,6 +292,47 @@ class ClusterCache:
             else:
                 self._parallelism[key] = job_parallelism(job)
             if self._parallelism.get(key) != before:
+                self._jobs_version += 1
+        self.workload_event(wl.JOB.kind, kind, job)
+
+    # --- workloads -------------------------------------------------------------------
+    def _workloads_now(self) -> wl.Workloads:
+        """The workloads as one value, made again only after a change (caller holds the lock)."""
+        if self._workloads_view is None or self._workloads_view[0] != self._jobs_version:
+            self._workloads_view = (self._jobs_version, wl.Workloads(dict(self._workloads), dict(self._unavailable)))
+        return self._workloads_view[1]
+
+    def replace_workloads(self, kind: str, items: Iterable[Obj]) -> None:
+        """Replace every workload of ``kind`` (``JobSet``...) with a fresh list; the kind
+        is readable again."""
+        fresh = wl.workloads_of(kind, items)
+        with self._lock:
+            self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
+            self._workloads.update(fresh)
+            self._unavailable.pop(kind, None)
+            self._jobs_version += 1
+
+    def workload_event(self, kind: str, event: str, obj: Obj) -> None:
+        """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``) of a workload of ``kind``."""
+        new = wl.workload(kind, obj)
+        if new is None:
+            return
+        with self._lock:
+            before = self._workloads.get(new.key)
+            if event == "DELETED":
+                self._workloads.pop(new.key, None)
+            else:
+                self._workloads[new.key] = new
+            if self._workloads.get(new.key) != before:
+                self._jobs_version += 1
+
+    def workload_unavailable(self, kind: str, why: str) -> None:
+        """Record that no object of ``kind`` can be read (``why``: its CRD is not
+        installed, say); its gangs wait with that reason."""
+        with self._lock:
+            self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
+            if self._unavailable.get(kind) != why:
+                self._unavailable[kind] = why
                 self._jobs_version += 1
 
     # --- SharedDeviceGroups ------------------------------------------------------------

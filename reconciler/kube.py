@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import json
 import logging
 import queue
@@ -91,17 +90,20 @@ ResyncHandler = Callable[[list[Mapping[str, Any]]], None]
 @dataclass
 class Resource:
     """A watched collection: its list function (cluster-wide) and a name for logs.
-    ``optional``: the resource may not exist on the cluster (a CRD not installed): a 404
-    on the list counts as an empty list, and the list is tried again every
-    :data:`OPTIONAL_RETRY_SECONDS`."""
+
+    ``optional``: the collection may not exist (a custom resource whose CRD is not
+    installed). Its list then answers 404: the informer delivers an empty list, calls
+    ``on_absent`` with the reason, counts as synced, and lists again every
+    :data:`ABSENT_RETRY_SECONDS` until the CRD appears."""
 
     name: str
     list_fn: Callable[..., Any]
     optional: bool = False
+    on_absent: Callable[[str], None] | None = None
 
 
-#: How often an informer of an optional resource that is not served looks for it again.
-OPTIONAL_RETRY_SECONDS = 30.0
+#: How often an informer of an absent custom resource looks for its CRD again, seconds.
+ABSENT_RETRY_SECONDS = 60.0
 
 
 def pods(api: client.ApiClient) -> Resource:
@@ -119,13 +121,6 @@ def jobs(api: client.ApiClient) -> Resource:
     return Resource("jobs", client.BatchV1Api(api).list_job_for_all_namespaces)
 
 
-def shared_device_groups(api: client.ApiClient) -> Resource:
-    """All SharedDeviceGroups (``deviceshare.io/v1alpha1``, cluster-scoped). Optional: on a
-    cluster without the CRD the informer lists nothing and looks again later."""
-    group, version, plural = contract.DEVICE_GROUP_API
-    return Resource("shareddevicegroups",
-                    functools.partial(client.CustomObjectsApi(api).list_cluster_custom_object, group, version, plural),
-                    optional=True)
 
 
 class Informer:
@@ -181,6 +176,18 @@ class Informer:
                 sock.shutdown(socket.SHUT_RDWR)
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+
+    def _absent(self) -> None:
+        """The optional resource does not exist: no objects, synced, look again later."""
+        why = f"the resource {self.resource.name} is not served (its CustomResourceDefinition is not installed)"
+        if not self.synced.is_set() or self.resource_version is not None:
+            log.info("%s; looking again every %.0fs", why, ABSENT_RETRY_SECONDS)
+        self.resource_version = None
+        self.on_list([])
+        if self.resource.on_absent is not None:
+            self.resource.on_absent(why)
+        self.synced.set()
+        self._stop.wait(ABSENT_RETRY_SECONDS)
 
     def _list(self) -> None:
         items: list[Mapping[str, Any]] = []
@@ -251,13 +258,10 @@ class Informer:
                 if e.status == 410:
                     need_list = True
                     continue
-                if e.status == 404 and self.resource.optional and need_list:
-                    if not self.synced.is_set():
-                        log.info("%s: not served by this cluster (no CRD); looking again every %.0fs",
-                                 self.resource.name, OPTIONAL_RETRY_SECONDS)
-                        self.on_list([])
-                        self.synced.set()
-                    self._stop.wait(OPTIONAL_RETRY_SECONDS)
+                if e.status == 404 and self.resource.optional:
+                    if need_list:
+                        self._absent()
+                    need_list = True  # a CRD removed under a watch: list again
                     continue
                 log.warning("%s: API error %s %s; retrying in %.0fs", self.resource.name, e.status, e.reason, delay)
                 self._stop.wait(delay * (1 + random.random() / 4))

@@ -36,6 +36,7 @@ from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 from reconciler import kube
 from reconciler.cache import ClusterCache, group_of_key
 from reconciler.controller import GangController
+from reconciler.engine import workloads as wl
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import TERMINAL_PHASES
 from reconciler.queue import ShutDown, WorkQueue
@@ -59,8 +60,8 @@ GANGS = Gauge("troupe_gangs", "Gangs known to the reconciler, by phase.", ["phas
 QUEUE_DEPTH = Gauge("troupe_workqueue_depth", "Gang keys waiting in the work queue.")
 
 #: Extra connections in the client's pool besides the release writers: the watches
-#: (pods, nodes, jobs), the Lease, and the Event sender.
-POOL_EXTRA = 8
+#: (pods, nodes, jobs, three workload kinds), the Lease, and the Event sender.
+POOL_EXTRA = 11
 
 
 class Reconciler:
@@ -77,6 +78,10 @@ class Reconciler:
         self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event)
         self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event)
         self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event)
+        #: One informer per workload custom resource (JobSet, LeaderWorkerSet, PyTorchJob):
+        #: the size of gangs of ``<prefix>-size: auto``. A kind whose CRD is not installed
+        #: is skipped, its gangs wait with that reason (docs/decisions/014-workload-gangs.md).
+        self.workloads = [self._workload_informer(api, k) for k in wl.CUSTOM_KINDS]
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
@@ -149,6 +154,21 @@ class Reconciler:
         if kind == "DELETED":
             self._enqueue(self.controller.helped_by(None))
 
+    def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            self.cache.replace_workloads(k.kind, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(kind: str, obj: Mapping[str, Any]) -> None:
+            self.cache.workload_event(k.kind, kind, obj)
+            self._enqueue(self.cache.pending_gangs())  # a workload gang's size may have changed
+
+        def absent(why: str) -> None:
+            self.cache.workload_unavailable(k.kind, why)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(kube.custom_objects(api, k.group, k.version, k.plural, absent), listed, event)
+
     # --- the worker ------------------------------------------------------------------
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -214,8 +234,10 @@ class Reconciler:
         self.nodes.start()
         self.jobs.start()
         self.groups.start()
+        for informer in self.workloads:
+            informer.start()
         self.pods.start()
-        for informer in (self.nodes, self.jobs, self.groups, self.pods):
+        for informer in (self.nodes, self.jobs, self.groups, *self.workloads, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         decided = self.controller.warm_queue()
@@ -236,6 +258,8 @@ class Reconciler:
         self.pods.stop()
         self.groups.stop()
         self.jobs.stop()
+        for informer in self.workloads:
+            informer.stop()
         self.nodes.stop()
         if self._worker.is_alive():
             self._worker.join(timeout=5)

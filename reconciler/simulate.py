@@ -7,9 +7,12 @@ SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o jso
 ``-o yaml`` prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods, read as
 :mod:`reconciler.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
 ``jobs`` to the kubectl command and the size of a GKE auto-gang owned by a Job is that
-Job's parallelism, as in the cluster; add ``shareddevicegroups`` and device groups are
-allocated as the reconciler allocates them (``kubectl get
-nodes,pods,jobs,shareddevicegroups -A -o json``).
+Job's parallelism, as in the cluster; add ``jobsets,leaderworkersets,pytorchjobs`` too and
+gangs of ``<prefix>-size: auto`` are grouped and sized from their workloads as the
+reconciler does (:mod:`reconciler.engine.workloads`; a workload kind that is absent from
+the snapshot leaves its gangs waiting, with the reason); add ``shareddevicegroups`` and
+device groups are allocated as the reconciler allocates them (``kubectl get
+nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups -A -o json``).
 
 Every gang with a gated member is decided by the very function the reconciler calls,
 :func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest
@@ -53,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
+from reconciler.engine import workloads as wl
 from reconciler.engine.allocation import group_view
 from reconciler.engine.decision import decide, queue_effect
 from reconciler.engine.devices import DeviceGroup, Holding
@@ -63,7 +67,7 @@ from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod", "Job", "SharedDeviceGroup")
+KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup")
 EXIT_BAD_INPUT = 2
 
 
@@ -124,12 +128,14 @@ def _describe(obj: Mapping[str, Any], kind: str) -> str:
 @dataclass
 class Built:
     """A snapshot read from objects: the engine's snapshot, each pod's ``(where,
-    object)`` by key, Jobs' parallelism by ``(namespace, name)``, and notes for stderr."""
+    object)`` by key, Jobs' parallelism by ``(namespace, name)``, notes for stderr, and
+    the workload objects (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs)."""
 
     snapshot: Snapshot
     origin: dict[str, tuple[str, Mapping[str, Any]]]
     parallelism: dict[tuple[str, str], int]
     notes: list[str]
+    workloads: wl.Workloads = field(default_factory=wl.Workloads)
 
 
 def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels) -> Built:
@@ -139,12 +145,12 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     groups: list[DeviceGroup] = []
     origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
     parallelism: dict[tuple[str, str], int] = {}
+    workloads: dict[wl.WorkloadKey, wl.Workload] = {}
     node_where: dict[str, str] = {}
     group_where: dict[str, str] = {}
     for where, kind, obj in objects:
         if kind not in KINDS:
-            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} "
-                             f"(expected {', '.join(KINDS[:-1])} or {KINDS[-1]})")
+            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected {', '.join(KINDS)})")
         try:
             if kind == "Node":
                 node = NodeInfo.from_object(obj)
@@ -152,17 +158,21 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                     raise InputError(f"{where} (Node {node.name}): duplicate of {node_where[node.name]}")
                 node_where[node.name] = where
                 nodes.append(node)
-            elif kind == "Job":
-                meta = mapping(obj, "metadata", required=True)
-                mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
-                key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
-                parallelism[key] = job_parallelism(obj)
             elif kind == "SharedDeviceGroup":
                 group = DeviceGroup.from_object(obj)
                 if group.name in group_where:
                     raise InputError(f"{where} (SharedDeviceGroup {group.name}): duplicate of {group_where[group.name]}")
                 group_where[group.name] = where
                 groups.append(group)
+            elif kind != "Pod":
+                meta = mapping(obj, "metadata", required=True)
+                mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
+                key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
+                if kind == "Job":
+                    parallelism[key] = job_parallelism(obj)
+                found = wl.workload(kind, obj)
+                if found is not None:
+                    workloads[found.key] = found
             else:
                 pod = PodInfo.from_object(obj)
                 if pod.key in origin:
@@ -173,7 +183,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     snapshot = Snapshot(nodes, pods, levels, groups)
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
-    return Built(snapshot, origin, parallelism, notes)
+    return Built(snapshot, origin, parallelism, notes, wl.Workloads(workloads))
 
 
 # --- deciding ----------------------------------------------------------------------------
@@ -184,10 +194,11 @@ def _topology(snapshot: Snapshot, node: str) -> str:
     return "/".join("-" if v.startswith("<") else v for v in snapshot.paths[i])
 
 
-def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple[str, str], int]) -> list[Gang]:
+def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple[str, str], int],
+                  workloads: wl.Workloads | None = None) -> list[Gang]:
     """Every gang with a gated active member, in queue order (:func:`queue_order`: the
     highest priority first, then the earliest creation, then the key)."""
-    gangs = [build_gang(key, pods, config, parallelism)
+    gangs = [build_gang(key, pods, config, parallelism, workloads)
              for key, pods in group_by_gang(snapshot.pods.values(), config).items()
              if any(p.active and p.gated for p in pods)]
     return sorted(gangs, key=lambda g: queue_order(g.key, g.priority, g.created))
@@ -195,16 +206,17 @@ def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple
 
 def simulate(snapshot: Snapshot, config: Config, now: float,
              parallelism: Mapping[tuple[str, str], int] | None = None,
-             policy: Policy | None = None) -> list[GangOutcome]:
+             policy: Policy | None = None, workloads: wl.Workloads | None = None) -> list[GangOutcome]:
     """Decide every waiting gang in queue order (:func:`waiting_gangs`), each on the
     snapshot the decisions before it left and with what the gangs ahead of it hold or
     block (:class:`QueueState`), as the reconciler does: a placed gang uses its nodes, a
     preemptor's victims are gone and it uses their room, a rolled-back gang's deleted
-    members free theirs. ``policy`` defaults to the configuration's."""
+    members free theirs. ``policy`` defaults to the configuration's; ``workloads`` size
+    the gangs of ``<prefix>-size: auto``."""
     policy = policy or Policy.from_config(config)
     queue = QueueState(policy.queueing)
     outcomes = []
-    for gang in waiting_gangs(snapshot, config, parallelism or {}):
+    for gang in waiting_gangs(snapshot, config, parallelism or {}, workloads):
         order = queue_order(gang.key, gang.priority, gang.created)
         decision = decide(gang, snapshot, now, policy, queue.view(order))
         effect = queue_effect(gang, decision, snapshot, policy, now)
@@ -346,7 +358,7 @@ def run(args: argparse.Namespace) -> int:
     if mode is not None:
         policy = dataclasses.replace(policy, preemption=mode)
     try:
-        outcomes = simulate(built.snapshot, config, now, built.parallelism, policy)
+        outcomes = simulate(built.snapshot, config, now, built.parallelism, policy, built.workloads)
     finally:
         gc.unfreeze()
     for note in built.notes:

@@ -28,6 +28,15 @@ GANG_NAME_SUFFIX = "-name"
 GANG_SIZE_SUFFIX = "-size"
 GANG_TIMEOUT_SUFFIX = "-schedule-timeout-seconds"
 
+#: The value of ``<prefix>-size`` that asks the reconciler to take the gang's members and
+#: size from the pod's workload (a Job, JobSet, LeaderWorkerSet or Kubeflow job), read
+#: through its informer (docs/decisions/014-workload-gangs.md).
+AUTO_SIZE = "auto"
+#: Namespace label that makes every pod a supported workload creates there a gang member
+#: (the webhook stamps ``<prefix>-size: auto`` on it), with the value :data:`GANG_MODE_AUTO`.
+GANG_MODE_LABEL = "troupe.io/gang-mode"
+GANG_MODE_AUTO = "auto"
+
 # --- Topology requests (DESIGN.md "Topology"; the value is a level's node label key) -----
 TOPOLOGY_REQUIRED_LEVEL = "troupe.io/topology-required-level"
 TOPOLOGY_PREFERRED_LEVEL = "troupe.io/topology-preferred-level"
@@ -80,6 +89,20 @@ JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 JOB_NAME_LABEL = "job-name"
 KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+#: Labels the JobSet controller (sigs.k8s.io/jobset) puts on its pods: the JobSet, the
+#: index of the pod's Job across the replicated Jobs in spec order, and the restart count.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_GLOBAL_INDEX_LABEL = "jobset.sigs.k8s.io/job-global-index"
+JOBSET_RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+#: Labels the LeaderWorkerSet controller (sigs.k8s.io/lws) puts on its pods: the set, the
+#: group, and the pod's index in its group (the leader is 0).
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+#: The Kubeflow training operator's replica type label (``master``, ``worker``...).
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+#: Replica types that come before the workers at the same index (rank 0 is the master).
+_LEAD_REPLICA_TYPES = frozenset({"master", "chief", "launcher", "driver"})
 #: kubelet's annotation on mirror pods (static pods): never mutated.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -124,12 +147,16 @@ class GangKeys:
 @dataclass(frozen=True)
 class GangSpec:
     """A pod's gang membership: gang ``namespace/name``, ``size`` members, and
-    ``timeout_seconds`` (the effective one: defaulted and capped, seeds/001)."""
+    ``timeout_seconds`` (the effective one: defaulted and capped, seeds/001).
+
+    ``auto``: the size is :data:`AUTO_SIZE`: the reconciler groups the pod by its
+    workload and sizes the gang from it; ``name`` is then ``""`` and ``size`` 0."""
 
     namespace: str
     name: str
     size: int
     timeout_seconds: int
+    auto: bool = False
 
     @property
     def key(self) -> str:
@@ -202,7 +229,9 @@ def parse_gang(pod: Mapping[str, Any], config: Config) -> GangSpec | None:
 
     Rules (DESIGN.md "Gangs"): name is a valid label value; size an integer >= 1; the
     timeout a positive integer (defaulted and capped, see :func:`effective_timeout`).
-    Name and size are both required once any gang key is present.
+    Name and size are both required once any gang key is present, except with size
+    :data:`AUTO_SIZE`, which takes no name (the workload names the gang, one per Job,
+    JobSet or LeaderWorkerSet group: a name would join several of them).
     Raises :class:`ContractError` naming the key and the value.
     """
     namespace = pod_meta(pod).get("namespace") or "default"
@@ -214,6 +243,13 @@ def parse_gang_annotations(a: Mapping[str, Any], namespace: str, config: Config)
     keys = GangKeys.for_prefix(config.gang_annotation_prefix)
     if not any(k in a for k in keys.all()):
         return None
+    if a.get(keys.size) == AUTO_SIZE:
+        if keys.name in a:
+            raise ContractError(
+                keys.name, str(a[keys.name]),
+                f"cannot be set together with {keys.size}: {AUTO_SIZE} (the workload names the gang)",
+            )
+        return GangSpec(namespace, "", 0, effective_timeout(a.get(keys.timeout), config, keys.timeout), auto=True)
     name = a.get(keys.name)
     if name is None:
         raise ContractError(keys.name, None, "is required with the other gang annotations")
@@ -293,25 +329,58 @@ def is_reserved_annotation(key: str) -> bool:
     return key == SELECTED_DEVICES or key.startswith(DEVICE_ENV_PREFIX) or key.startswith(RESERVED_PREFIX)
 
 
-def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, str, int, str]:
+def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, int, str, int, str]:
     """Sort key putting a gang's members in rank order (DESIGN.md "Topology", seeds/002).
 
-    By ``batch.kubernetes.io/job-completion-index`` (label, else annotation), then
-    ``training.kubeflow.org/replica-index``, then a numeric name suffix (``worker-2`` before
-    ``worker-10``), then the name. Returns ``(tier, index, prefix, suffix, name)``; pods
-    with an index sort before those ranked by name.
+    By ``batch.kubernetes.io/job-completion-index`` (label, else annotation), after the
+    JobSet's ``jobset.sigs.k8s.io/job-global-index`` when there is one (replicated-job
+    order, then job index); then ``training.kubeflow.org/replica-index`` (the master,
+    chief or launcher before the workers of the same index); then the LeaderWorkerSet's
+    ``leaderworkerset.sigs.k8s.io/worker-index`` (the leader is 0); then a numeric name
+    suffix (``worker-2`` before ``worker-10``), then the name. Returns ``(tier, major,
+    index, prefix, suffix, name)``; pods with an index sort before those ranked by name.
     """
     meta = pod_meta(pod)
     name = str(meta.get("name") or "")
     lab, ann = _mapping_or_empty(meta.get("labels")), _mapping_or_empty(meta.get("annotations"))
-    for tier, key in enumerate((JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX)):
+    for tier, key in enumerate((JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX, LWS_WORKER_INDEX_LABEL)):
         raw = lab.get(key, ann.get(key))
         if isinstance(raw, str) and _DECIMAL.match(raw):
-            return (tier, int(raw), "", 0, name)
+            major = 0
+            if tier == 0:
+                job = lab.get(JOBSET_GLOBAL_INDEX_LABEL)
+                major = int(job) if isinstance(job, str) and _DECIMAL.match(job) else 0
+            elif tier == 1:
+                kind = lab.get(KUBEFLOW_REPLICA_TYPE)
+                major = 0 if isinstance(kind, str) and kind.lower() in _LEAD_REPLICA_TYPES else 1
+            return (tier, major, int(raw), "", 0, name)
     m = _NAME_SUFFIX.match(name)
     if m:
-        return (2, 0, m.group(1), int(m.group(2)), name)
-    return (3, 0, name, 0, name)
+        return (3, 0, 0, m.group(1), int(m.group(2)), name)
+    return (4, 0, 0, name, 0, name)
+
+
+#: Controller owners whose pods a namespace's ``troupe.io/gang-mode: auto`` makes gang
+#: members, as ``(API group, kind)``: a Job (also each Job of a JobSet) and a Kubeflow
+#: PyTorchJob. A LeaderWorkerSet's pods are owned by StatefulSets and are recognised by
+#: their :data:`LWS_NAME_LABEL` instead.
+WORKLOAD_OWNERS = (("batch", "Job"), ("kubeflow.org", "PyTorchJob"))
+
+
+def created_by_workload(pod: Mapping[str, Any]) -> bool:
+    """True when a workload Troupe sizes gangs from created the pod: its controller owner
+    is one of :data:`WORKLOAD_OWNERS`, or it carries a LeaderWorkerSet's name label."""
+    if isinstance(pod_labels(pod).get(LWS_NAME_LABEL), str):
+        return True
+    owners = pod_meta(pod).get("ownerReferences")
+    if not isinstance(owners, Sequence) or isinstance(owners, str):
+        return False
+    for o in owners:
+        if isinstance(o, Mapping) and o.get("controller") is True:
+            api_version, kind = o.get("apiVersion"), o.get("kind")
+            if isinstance(api_version, str) and (api_version.split("/", 1)[0], kind) in WORKLOAD_OWNERS:
+                return True
+    return False
 
 
 def auto_gang_key(pod: Mapping[str, Any]) -> str | None:

@@ -25,6 +25,11 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   overwritten; it produces an admission warning.
 - A pod with any Troupe key (gang, topology, device group) gets the gate
   ``troupe.io/placement``.
+- *Namespace opt-in* (``gang_mode_auto``, the configuration's second webhook entry, which
+  the API server calls only for pods of namespaces labelled ``troupe.io/gang-mode: auto``
+  that a supported workload creates): a pod with neither ``<prefix>-name`` nor
+  ``<prefix>-size`` gets ``<prefix>-size: auto`` (the reconciler sizes its gang from its
+  workload), then the rules above. A pod's own gang keys win; nothing is looked up.
 
 UPDATE of a pod: any change (add, modify, remove) to a protected annotation, or the
 removal of Troupe's gate, by anyone but the reconciler is denied (403): a user who lifted
@@ -54,6 +59,7 @@ import orjson
 
 from troupe.config import Config
 from troupe.contract import (
+    AUTO_SIZE,
     DEVICE_ENV_PREFIX,
     DEVICE_GROUP,
     GATE,
@@ -63,6 +69,7 @@ from troupe.contract import (
     ContractError,
     GangKeys,
     GangSpec,
+    created_by_workload,
     device_env_var,
     is_reserved_annotation,
     parse_gang,
@@ -339,12 +346,32 @@ def _env_ops(spec: Mapping[str, Any], config: Config) -> tuple[list[PatchOp], li
     return ops, warnings
 
 
+def _auto_size(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config) -> tuple[
+        Mapping[str, Any], Mapping[str, Any], list[PatchOp]]:
+    """A namespace opted in with ``troupe.io/gang-mode: auto``: the pod as if it said
+    ``<prefix>-size: auto``, its annotations, and the op that writes it; unchanged (and
+    no op) when the pod names a gang or a size itself, or no supported workload made it."""
+    gang = GangKeys.for_prefix(config.gang_annotation_prefix)
+    if gang.name in ann or gang.size in ann or not created_by_workload(pod):
+        return pod, ann, []
+    meta = pod.get("metadata") or {}
+    if meta.get("annotations") is None:
+        op: PatchOp = {"op": "add", "path": "/metadata/annotations", "value": {gang.size: AUTO_SIZE}}
+    else:
+        op = {"op": "add", "path": _pointer("metadata", "annotations", gang.size), "value": AUTO_SIZE}
+    ann = {**ann, gang.size: AUTO_SIZE}
+    return {**pod, "metadata": {**meta, "annotations": ann}}, ann, [op]
+
+
 def _review_create(
-    pod: Mapping[str, Any], ann: Mapping[str, Any], user: str, config: Config
+    pod: Mapping[str, Any], ann: Mapping[str, Any], user: str, config: Config, gang_mode_auto: bool = False
 ) -> Decision:
     if user != config.reconciler_username and any(map(is_reserved_annotation, ann)):
         reserved = sorted(k for k in ann if is_reserved_annotation(k))
         return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
+    auto_ops: list[PatchOp] = []
+    if gang_mode_auto:
+        pod, ann, auto_ops = _auto_size(pod, ann, config)
     if not any(k in ann for k in _keys(config).troupe):
         # No Troupe key: untouched, including pods created with a GKE topology gate, which
         # the reconciler handles as they are (seeds/002).
@@ -356,7 +383,7 @@ def _review_create(
     if not isinstance(spec, dict):
         return _deny(400, "spec: a Pod with Troupe annotations must have a spec object")
     try:
-        ops = _gate_ops(spec)
+        ops = [*auto_ops, *_gate_ops(spec)]
         if gang is not None:
             key = _keys(config).gang_timeout
             want = str(gang.timeout_seconds)
@@ -372,9 +399,10 @@ def _review_create(
     return Decision(True, ops=tuple(ops), warnings=tuple(warnings))
 
 
-def decide(request: Mapping[str, Any], config: Config) -> Decision:
+def decide(request: Mapping[str, Any], config: Config, gang_mode_auto: bool = False) -> Decision:
     """The :class:`Decision` for one ``AdmissionReview.request`` (see the module docstring
-    for the rules). Never raises for malformed input of any JSON shape; bugs aside."""
+    for the rules; ``gang_mode_auto``: the request came through the namespace opt-in
+    entry). Never raises for malformed input of any JSON shape; bugs aside."""
     resource = request.get("resource")
     if isinstance(resource, dict) and (
         resource.get("group", "") != "" or resource.get("resource", "pods") != "pods"
@@ -400,7 +428,7 @@ def decide(request: Mapping[str, Any], config: Config) -> Decision:
     user = username if isinstance(username, str) else ""
     if operation == "UPDATE":
         return _review_update(request, ann, user, config)
-    return _review_create(pod, ann, user, config)
+    return _review_create(pod, ann, user, config, gang_mode_auto)
 
 
 def _response(uid: str, d: Decision) -> dict[str, Any]:
@@ -415,8 +443,12 @@ def _response(uid: str, d: Decision) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": out}
 
 
-def mutate(review: object, config: Config) -> dict[str, Any]:
+def mutate(review: object, config: Config, gang_mode_auto: bool = False) -> dict[str, Any]:
     """Answer one AdmissionReview v1: ``review`` in (decoded JSON), AdmissionReview v1 out.
+
+    ``gang_mode_auto``: the review came through the namespace opt-in entry
+    (:data:`webhook.registration.MUTATE_AUTO_PATH`), so its pod's namespace is labelled
+    ``troupe.io/gang-mode: auto`` (module docstring).
 
     The response echoes ``request.uid``; when allowed it may carry ``patchType: JSONPatch``
     and a base64 ``patch`` (decode it with :func:`patch_of`) and ``warnings``; when denied,
@@ -435,7 +467,7 @@ def mutate(review: object, config: Config) -> dict[str, Any]:
     assert isinstance(review, dict)
     request = review["request"]
     try:
-        decision = decide(request, config)
+        decision = decide(request, config, gang_mode_auto)
     except Exception as e:  # noqa: BLE001  the webhook must answer, never crash: a bug becomes a denial
         decision = _deny(500, f"internal error in Troupe's webhook ({type(e).__name__}); see its logs")
     return _response(request["uid"], decision)

@@ -3,6 +3,8 @@
 Routes:
 
 - ``POST /mutate``: AdmissionReview v1 (``application/json``) in, AdmissionReview v1 out.
+  ``POST /mutate-auto`` is the same for the namespace opt-in entry of the configuration
+  (pods of namespaces labelled ``troupe.io/gang-mode: auto``).
   JSON is parsed once, with orjson (about twice as fast as the standard library here, see
   ``docs/decisions/002-webhook.md``); it refuses what is not strict JSON (NaN, invalid
   UTF-8, nesting deeper than 1024) with a 400.
@@ -30,6 +32,7 @@ from troupe.config import Config
 from webhook import metrics
 from webhook.admission import envelope_error, mutate, outcome_of
 from webhook.logs import ADMISSION_LOGGER, AdmissionLog, LoggingAdmissionLog
+from webhook.registration import MUTATE_AUTO_PATH, MUTATE_PATH
 from webhook.tls import reloader_for
 
 #: Largest request body accepted. The apiserver's limit for an object is 3 MiB and a
@@ -93,7 +96,8 @@ def create_app(config: Config, cert_file: str | None = None, key_file: str | Non
                              "duration_ms": round(seconds * 1000, 3), **fields})
         return body
 
-    @app.post("/mutate")
+    @app.post(MUTATE_PATH)
+    @app.post(MUTATE_AUTO_PATH)
     def mutate_view() -> Response:
         start = time.perf_counter()
         content_type = request.environ.get("CONTENT_TYPE", "")
@@ -113,7 +117,7 @@ def create_app(config: Config, cert_file: str | None = None, key_file: str | Non
         if problem is not None:
             return finish(start, summary, "error", _bad_request(400, problem), status=400, message=problem)
         try:
-            answer = mutate(review, config)
+            answer = mutate(review, config, gang_mode_auto=request.path == MUTATE_AUTO_PATH)
             outcome = outcome_of(answer)
             body = _json_response(answer)
         except Exception:  # mutate never raises; this guards the adapter itself

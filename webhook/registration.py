@@ -20,12 +20,16 @@ from troupe.config import Config
 from troupe.contract import (
     DEVICE_ENV_PREFIX,
     DEVICE_GROUP,
+    GANG_MODE_AUTO,
+    GANG_MODE_LABEL,
     GATE,
     GKE_GATE_PREFIX,
+    LWS_NAME_LABEL,
     RESERVED_PREFIX,
     SELECTED_DEVICES,
     TOPOLOGY_PREFERRED_LEVEL,
     TOPOLOGY_REQUIRED_LEVEL,
+    WORKLOAD_OWNERS,
     GangKeys,
 )
 
@@ -33,6 +37,11 @@ from troupe.contract import (
 WEBHOOK_NAME = "pods.troupe.io"
 #: The path the Flask app serves admission on.
 MUTATE_PATH = "/mutate"
+#: The namespace opt-in entry: pods a supported workload creates in a namespace labelled
+#: ``troupe.io/gang-mode: auto``, served on :data:`MUTATE_AUTO_PATH`, so the handler knows
+#: the namespace opted in without reading it (docs/decisions/014-workload-gangs.md).
+AUTO_WEBHOOK_NAME = "auto.pods.troupe.io"
+MUTATE_AUTO_PATH = "/mutate-auto"
 #: Default ``timeoutSeconds``: the webhook answers in milliseconds; a short timeout bounds
 #: how long a pod creation can hang on an unhealthy replica.
 DEFAULT_TIMEOUT_SECONDS = 5
@@ -115,6 +124,35 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
     ]
 
 
+def workload_pod_expression(config: Config, var: str = "object") -> str:
+    """CEL: ``var`` names neither a gang nor a size of the configured prefix, and a
+    supported workload created it: its controller owner is one of
+    :data:`troupe.contract.WORKLOAD_OWNERS`, or it carries a LeaderWorkerSet's name label
+    (mirrors :func:`troupe.contract.created_by_workload`)."""
+    keys = GangKeys.for_prefix(config.gang_annotation_prefix)
+    named = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in (keys.name, keys.size))
+    owners = " || ".join(
+        f"(o.apiVersion.startsWith({cel_string(group + '/')}) && o.kind == {cel_string(kind)})"
+        for group, kind in WORKLOAD_OWNERS
+    )
+    return (
+        f"!({_has_annotations(var)} && ({named})) && ("
+        f"(has({var}.metadata.ownerReferences) && {var}.metadata.ownerReferences.exists(o, "
+        f"has(o.controller) && o.controller && ({owners}))) || "
+        f"(has({var}.metadata.labels) && {cel_string(LWS_NAME_LABEL)} in {var}.metadata.labels))"
+    )
+
+
+def auto_match_conditions(config: Config) -> list[dict[str, str]]:
+    """The ``matchConditions`` of the namespace opt-in entry: ``troupe-workload-pods``,
+    a pod being created that a supported workload made and that does not name its gang
+    itself (:func:`workload_pod_expression`)."""
+    return [{
+        "name": "troupe-workload-pods",
+        "expression": f"request.operation == 'CREATE' && {workload_pod_expression(config)}",
+    }]
+
+
 def webhook_configuration(
     config: Config,
     url: str | None = None,
@@ -133,6 +171,11 @@ def webhook_configuration(
     ``sideEffects: None``, ``failurePolicy: Fail``, ``reinvocationPolicy: IfNeeded``,
     ``matchPolicy: Equivalent``, the :func:`match_conditions`, and a namespaceSelector that
     leaves out ``excludedNamespaces``.
+
+    A second entry, :data:`AUTO_WEBHOOK_NAME`, on :data:`MUTATE_AUTO_PATH`: CREATE of pods
+    in namespaces labelled ``troupe.io/gang-mode: auto`` (its namespaceSelector, which also
+    leaves out ``excludedNamespaces``) that a supported workload creates
+    (:func:`auto_match_conditions`); otherwise the same settings.
     """
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url (local cluster) or service (in-cluster)")
@@ -182,9 +225,22 @@ def webhook_configuration(
             "operator": "NotIn",
             "values": list(config.excluded_namespaces),
         }]}
+    auto_client = dict(client)
+    if "url" in auto_client:
+        auto_client["url"] = auto_client["url"].removesuffix(MUTATE_PATH) + MUTATE_AUTO_PATH
+    else:
+        auto_client["service"] = dict(auto_client["service"], path=MUTATE_AUTO_PATH)
+    auto_selector: dict[str, Any] = {"matchLabels": {GANG_MODE_LABEL: GANG_MODE_AUTO}}
+    if config.excluded_namespaces:
+        auto_selector["matchExpressions"] = webhook["namespaceSelector"]["matchExpressions"]
+    auto = dict(
+        webhook, name=AUTO_WEBHOOK_NAME, clientConfig=auto_client,
+        rules=[dict(webhook["rules"][0], operations=["CREATE"])],
+        matchConditions=auto_match_conditions(config), namespaceSelector=auto_selector,
+    )
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "troupe"}},
-        "webhooks": [webhook],
+        "webhooks": [webhook, auto],
     }

@@ -37,9 +37,11 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
 {ETCD_VERSION}, kube-apiserver, kube-controller-manager and kube-scheduler {KUBERNETES_VERSION}
 (stock, RBAC on) and kwok {KWOK_VERSION} simulating nodes, all on free 127.0.0.1 ports.
 
-  build    build the binaries, and helm for the chart tests, into the cache ({cache_dir()};
-           set TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores.
-           Warm: instant. 'up' builds if needed.
+  build    build the binaries, helm for the chart tests, and the JobSet and LeaderWorkerSet
+           controllers for the workload tests, into the cache ({cache_dir()}; set
+           TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores for the
+           control plane, 12 to 17 more for the two controllers. Warm: instant. 'up'
+           builds if needed.
   up       start the control plane, create the fake nodes (default {DEFAULT_NODES.name}),
            wait until Ready, print the admin kubeconfig, then return and leave it running.
   down     stop the running control plane (by its recorded PIDs).

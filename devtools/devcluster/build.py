@@ -9,6 +9,9 @@ Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``
     kwok-v0.8.0/bin/kwok
     kwok-v0.8.0/stages.yaml     node-initialize, node-heartbeat-with-lease, pod-ready, pod-delete
     helm-v3.19.0/bin/helm       renders and lints charts/troupe (tests/chart, tests/e2e)
+    jobset-v0.10.1/bin/jobset   the JobSet controller, with crds.yaml and webhooks.yaml from its
+    lws-v0.7.0/bin/lws          module zip (and the same for LeaderWorkerSet; see workloads.py)
+    training-operator-v1.9.0/crds.yaml   Kubeflow's PyTorchJob CRD (the operator is not built)
     logs/<component>.log        go's output of the last build of that component
 
 How (see "Testing against a real control plane" in DESIGN.md): ``go install
@@ -38,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from devtools.devcluster import workloads
+
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
@@ -63,6 +68,8 @@ _ESTIMATES = {
     "etcd": "<30 s",
     "kwok": "~1 min",
     "helm": "~1 min",
+    "jobset": "~5-7 min",
+    "lws": "~5-10 min",
 }
 
 _HEARTBEAT_SECONDS = 60.0
@@ -85,6 +92,13 @@ class Binaries:
     kwok: Path
     kwok_stages: Path
     helm: Path
+    jobset: Path
+    jobset_crds: Path
+    jobset_webhooks: Path
+    lws: Path
+    lws_crds: Path
+    lws_webhooks: Path
+    kubeflow_crds: Path
 
 
 def cache_dir() -> Path:
@@ -105,6 +119,7 @@ def _layout(root: Path) -> Binaries:
         kwok=kwok / "bin" / "kwok",
         kwok_stages=kwok / "stages.yaml",
         helm=root / f"helm-{HELM_VERSION}" / "bin" / "helm",
+        **workloads.layout(root),
     )
 
 
@@ -152,6 +167,7 @@ def _versions(bins: Binaries) -> list[tuple[Path, str]]:
         (bins.kwok, KWOK_VERSION),
         (bins.kwok_stages, KWOK_VERSION),
         (bins.helm, HELM_VERSION),
+        *workloads.versions(bins),
     ]
 
 
@@ -255,7 +271,8 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
     """Build whatever is missing from the cache and return the paths of all binaries.
 
     Warm (everything stamped at the pinned versions) this returns at once without running
-    go. Cold, it takes about 9 minutes on two cores and prints progress lines to ``out``
+    go. Cold, it takes about 9 minutes on two cores for the control plane and 12 to 17 more
+    for the JobSet and LeaderWorkerSet controllers, and prints progress lines to ``out``
     (default stderr). Raises :class:`BuildError` naming the component that failed.
     """
     root = (root or cache_dir()).expanduser().resolve()
@@ -270,6 +287,7 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
         _build_etcd(builder, bins)
         _build_kwok(builder, bins)
         _build_helm(builder, bins)
+        workloads.build(builder, bins)
     done = built_binaries(root)
     if done is None:  # pragma: no cover - each step above stamps its artifact or raises
         raise BuildError(f"build finished but artifacts under {root} are not all stamped")

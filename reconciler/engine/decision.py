@@ -235,7 +235,7 @@ def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = N
         expired_why="; ".join(clocks[rid].why for rid in expired), held=gang.held,
         device_problem=group_problem(snapshot, gated),
         backoff_left=max(0.0, gang.not_before - now), timeouts=gang.timeouts, settle_left=max(0.0, settle_left),
-        size_from=gang.size_from,
+        size_from=gang.size_from, workload_missing=gang.workload_missing,
     )
     rule = lifecycle.classify(obs)
     recheck = min(pending) if pending else None
@@ -267,6 +267,8 @@ def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = N
         return made(rule, notify=keys, recheck_at=_earliest(recheck, gang.not_before))
     if rule is lifecycle.SETTLING:
         return made(rule, recheck_at=_earliest(recheck, gang.settle_at))
+    if rule is lifecycle.WORKLOAD_UNKNOWN:
+        return made(rule, recheck_at=recheck)
     latest = max((t for rid in releases if (t := epoch(rid)) is not None), default=None)
     return _place(gang, snapshot, now, obs, free, released, recheck, latest, policy or Policy(), queue or QueueView())
 

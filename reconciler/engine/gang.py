@@ -12,6 +12,10 @@ a gang"):
   Job's ``parallelism`` when the Job is known, else the members present once none has been
   created for ``autoGangSettleSeconds`` (read from creation timestamps, so a restarted
   reconciler and the simulator agree).
+- **``<prefix>-size: auto``** (set by the user, or by the webhook in a namespace labelled
+  ``troupe.io/gang-mode: auto``): gang ``<namespace>/<workload id>``, one per Job, JobSet
+  restart attempt, LeaderWorkerSet group or Kubeflow job, sized from the workload object
+  (:mod:`.workloads`). Until that object is known the gang waits, with the reason.
 - **Troupe's gate and nothing else** (a topology or device-group request alone): a gang of
   one, ``<namespace>/pod:<pod name>``, placed on its own. Pods are never grouped by their
   owner without being asked: a Job whose pods carry only a topology request gets each pod
@@ -26,12 +30,12 @@ Pure: plain data in (:class:`~reconciler.engine.snapshot.PodInfo`), a :class:`Ga
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import troupe.contract as contract
+from reconciler.engine import workloads as wl
 from reconciler.engine.snapshot import PodInfo
 from troupe.config import Config
 
@@ -57,6 +61,8 @@ class Gang:
     ``spec.priority`` of its members. ``created``: the earliest creation timestamp
     (RFC 3339). ``not_before`` (seconds since the epoch) and ``timeouts``: the backoff
     after consecutive rollbacks, which only the caller knows (0 and 0 for the simulator).
+    ``workload_missing``: for a gang sized by its workload, why that workload object is
+    not known (the gang waits), else ``""``.
     """
 
     key: str
@@ -75,6 +81,7 @@ class Gang:
     created: str = ""
     not_before: float = 0.0
     timeouts: int = 0
+    workload_missing: str = ""
 
 
 #: The annotation keys of a prefix, made once (every pod of every snapshot asks).
@@ -95,6 +102,9 @@ def gang_key(pod: PodInfo, config: Config) -> str | None:
     keys = _gang_keys(config.gang_annotation_prefix)
     a = pod.annotations
     if a and (keys.name in a or keys.size in a or keys.timeout in a):
+        if a.get(keys.size) == contract.AUTO_SIZE and keys.name not in a:
+            found = wl.group(pod)
+            return f"{pod.namespace}/{found[0]}" if found else f"{pod.namespace}/pod:{pod.name}"
         name = a.get(keys.name, "")
         try:
             contract.parse_gang_annotations({keys.name: name, keys.size: "1"}, pod.namespace, config)
@@ -119,13 +129,6 @@ def group_by_gang(pods: Iterable[PodInfo], config: Config) -> dict[str, list[Pod
     return out
 
 
-def _epoch(timestamp: str) -> float | None:
-    try:
-        return dt.datetime.fromisoformat(timestamp).timestamp()
-    except ValueError:
-        return None
-
-
 def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
     """A message naming the keys the members disagree on (values sorted), or ``""``."""
     values: dict[str, set[str]] = {}
@@ -136,15 +139,21 @@ def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
     return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
 
 
-def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int]) -> Gang:
+def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
+               workloads: wl.Workloads | None = None) -> Gang:
     """The :class:`Gang` ``key`` of ``pods`` (every pod with that key, active or not).
 
     ``parallelism`` maps a Job's ``(namespace, name)`` to its ``spec.parallelism``: the
-    size of an auto-gang owned by that Job. Never raises: what cannot be read makes the
-    gang held, with the reason.
+    size of an auto-gang owned by that Job. ``workloads``: the workload objects that size
+    gangs of ``<prefix>-size: auto`` (none known when None). Never raises: what cannot be
+    read makes the gang held, with the reason.
     """
     namespace, _, name = key.partition("/")
-    members = tuple(sorted((p for p in pods if p.active), key=lambda p: (p.rank, p.key)))
+    pods = list(pods)
+    gang_keys = _gang_keys(config.gang_annotation_prefix)
+    auto = [p for p in pods if p.annotations.get(gang_keys.size) == contract.AUTO_SIZE]
+    old = wl.superseded(p for p in auto if p.active) if auto else set()
+    members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
     base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds)
     if not members:
@@ -159,10 +168,14 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
         held = f"member {members[0].name}: {e}"
     gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
                 topology=topology, held=held, device_groups=groups, priority=priority, created=created)
-    gang_keys = contract.GangKeys.for_prefix(config.gang_annotation_prefix)
     annotated = any(k in members[0].annotations for k in gang_keys.all())
     if name.startswith("gke:"):
         return _auto_sized(gang, config, parallelism)
+    if members[0].annotations.get(gang_keys.size) == contract.AUTO_SIZE:
+        if name.startswith("pod:"):
+            return replace(gang, held=f"member {members[0].name}: {gang_keys.size}: {contract.AUTO_SIZE}, but no "
+                                      f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
+        return _workload_sized(gang, config, workloads or wl.Workloads())
     if name.startswith("pod:") and not annotated:
         return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
     specs = []
@@ -188,6 +201,35 @@ def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str]
         size = parallelism.get((gang.namespace, owner.name))
         if size is not None:
             return replace(gang, size=max(size, 1), size_from=f"Job {owner.name} parallelism")
-    stamps = [t for p in gang.members if (t := _epoch(p.creation_timestamp)) is not None]
+    stamps = [t for p in gang.members if (t := wl.epoch(p.creation_timestamp)) is not None]
     newest = max(stamps, default=0.0)
     return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
+
+
+def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
+    """A gang of ``<prefix>-size: auto`` members: sized by its workload object, with the
+    workload's topology request when the members make none; waiting, with the reason,
+    while the workload is not known (docs/decisions/014-workload-gangs.md)."""
+    found = wl.group(gang.members[0])
+    assert found is not None  # gang_key gave a workload id
+    keys = _gang_keys(config.gang_annotation_prefix)
+    disagree = _disagreement(gang.members, (keys.size, keys.timeout, *AGREE_ON_TOPOLOGY))
+    timeout = gang.timeout_seconds
+    try:
+        spec = contract.parse_gang_annotations(gang.members[0].annotations, gang.namespace, config)
+    except contract.ContractError as e:
+        return replace(gang, held=f"member {gang.members[0].name}: {e} (held until it is fixed)")
+    if spec is not None:
+        timeout = spec.timeout_seconds
+    gang = replace(gang, timeout_seconds=timeout, held=gang.held or disagree)
+    workload = workloads.objects.get(found[1])
+    if workload is None:
+        return replace(gang, settle_at=float("inf"), workload_missing=workloads.missing(found[1]))
+    topology, held = gang.topology, gang.held
+    member_asks = any(k in gang.members[0].annotations for k in AGREE_ON_TOPOLOGY)
+    if workload.topology and not member_asks:
+        try:
+            topology = contract.parse_topology_annotations(workload.topology, config)
+        except contract.ContractError as e:
+            held = held or f"{workload.kind} {workload.name}: {e}"
+    return replace(gang, size=workload.size, size_from=workload.size_from, topology=topology, held=held)

@@ -22,6 +22,8 @@ order   rule                  phase           applies when
 6       ``DeviceGroup``       Held            a gated member's SharedDeviceGroup does not
                                               exist, cannot be read or is being deleted
 7       ``BackingOff``        BackingOff      a rollback's backoff has not run out
+7b      ``WorkloadUnknown``   Waiting         the workload that sizes the gang is not
+                                              known (not found, or its kind unreadable)
 8       ``Settling``          Waiting         an auto-gang's size is not known yet
 9       ``MembersMissing``    Waiting         fewer than ``size`` active members, none
                                               released (all-or-nothing)
@@ -106,6 +108,7 @@ class Observation:
     timeouts: int = 0
     settle_left: float = 0.0
     size_from: str = ""
+    workload_missing: str = ""
 
     def summary(self) -> str:
         """One line for errors and logs: ``active=4 size=4 gated=2 reserved=2 ...``."""
@@ -169,6 +172,11 @@ MEMBERS_DISAGREE = Rule("MembersDisagree", Phase.HELD, lambda o: bool(o.held), l
 DEVICE_GROUP = Rule("DeviceGroup", Phase.HELD, lambda o: bool(o.device_problem), lambda o: o.device_problem,
                     ("Warning", "SharedDeviceGroupUnavailable"))
 BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0, _backoff)
+#: No Event: the workload object normally follows its pods by milliseconds on another
+#: watch, and a Warning for that would be noise; the reason is in /debug/gangs and the
+#: simulator (docs/decisions/014-workload-gangs.md).
+WORKLOAD_UNKNOWN = Rule("WorkloadUnknown", Phase.WAITING, lambda o: bool(o.workload_missing),
+                        lambda o: f"{o.active} members present; size unknown: {o.workload_missing}")
 SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
                 lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more")
 MEMBERS_MISSING = Rule("MembersMissing", Phase.WAITING,
@@ -191,7 +199,7 @@ EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "",
 #: The observation rules, in the order they are tried (module docstring).
 RULES: tuple[Rule, ...] = (
     NO_MEMBERS, TIMED_OUT, RELEASE_IN_PROGRESS, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
-    BACKING_OFF, SETTLING, MEMBERS_MISSING, READY,
+    BACKING_OFF, WORKLOAD_UNKNOWN, SETTLING, MEMBERS_MISSING, READY,
 )
 
 

@@ -133,20 +133,21 @@ def test_the_webhook_configuration_is_the_one_registration_builds(
 def test_the_ca_bundle_value_is_the_client_configs_ca_bundle() -> None:
     pem = certs.create_ca("chart-test-ca", days=1).cert_pem
     expected = webhook_configuration(Config(), service={"name": "x", "namespace": "y"}, ca_bundle_pem=pem)
-    [expected_hook] = expected["webhooks"]
+    expected_hooks = expected["webhooks"]
 
     objects = render("--set", f"webhook.tls.caBundle={base64.b64encode(pem).decode()}")
 
-    [hook] = one(objects, "MutatingWebhookConfiguration")["webhooks"]
-    assert hook["clientConfig"]["caBundle"] == expected_hook["clientConfig"]["caBundle"]
-    [no_bundle] = one(render(), "MutatingWebhookConfiguration")["webhooks"]
-    assert "caBundle" not in no_bundle["clientConfig"]
+    hooks = one(objects, "MutatingWebhookConfiguration")["webhooks"]
+    assert [h["clientConfig"]["caBundle"] for h in hooks] == [h["clientConfig"]["caBundle"] for h in expected_hooks]
+    for no_bundle in one(render(), "MutatingWebhookConfiguration")["webhooks"]:
+        assert "caBundle" not in no_bundle["clientConfig"]
 
 
 def test_the_webhook_configuration_points_at_the_webhook_service_port_and_pods() -> None:
     objects = render()
-    [hook] = one(objects, "MutatingWebhookConfiguration")["webhooks"]
+    hook, auto = one(objects, "MutatingWebhookConfiguration")["webhooks"]
     target = hook["clientConfig"]["service"]
+    assert auto["clientConfig"]["service"] == dict(target, path="/mutate-auto"), "the opt-in entry: same service"
     service = one(objects, "Service", target["name"])
     webhook = one(objects, "Deployment", "troupe-webhook")
 

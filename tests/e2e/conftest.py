@@ -19,6 +19,7 @@ from devtools.devcluster import Cluster
 from devtools.devcluster.build import built_binaries, ensure_built
 from devtools.devcluster.cluster import exists
 from devtools.devcluster.stack import Stack
+from devtools.devcluster.workloads import WorkloadControllers, install_crds
 from tests.e2e.helpers import new_namespace, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,15 +79,25 @@ def troupe(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     1 s timeout jitter (default 30 s), so that a timeout test waits seconds, not a minute."""
     config = tmp_path_factory.mktemp("troupe") / "config.yaml"
     config.write_text("gangScheduleTimeoutJitterSeconds: 1\n")
+    install_crds(cluster)  # the workload kinds the reconciler sizes gangs from
     with Stack(cluster, config) as stack:
         yield stack
+
+
+@pytest.fixture(scope="session")
+def workload_controllers(cluster: Cluster) -> Iterator[WorkloadControllers]:
+    """The JobSet and LeaderWorkerSet controllers, built from their modules, running on
+    ``cluster`` with their CRDs and admission webhooks (devtools/devcluster/workloads.py)."""
+    with WorkloadControllers(cluster) as running:
+        yield running
 
 
 @pytest.fixture(autouse=True)
 def _everything_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test, with the dead process's log tail, if a control-plane component, the
-    webhook or the reconciler exits around it."""
-    running = [request.getfixturevalue(f) for f in ("cluster", "troupe") if f in request.fixturenames]
+    webhook, the reconciler or a workload controller exits around it."""
+    running = [request.getfixturevalue(f) for f in ("cluster", "troupe", "workload_controllers")
+               if f in request.fixturenames]
     for r in running:
         r.check()
     yield

@@ -36,10 +36,12 @@ def test_every_object_the_chart_renders_is_accepted_by_the_api_server(
     accepted_items = accepted["items"] if accepted.get("kind") == "List" else [accepted]
     assert sorted((o["kind"], o["metadata"]["name"]) for o in accepted_items) == sorted(
         (o["kind"], o["metadata"]["name"]) for o in objects)
-    [hook] = next(o for o in accepted_items if o["kind"] == "MutatingWebhookConfiguration")["webhooks"]
-    [rendered] = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")["webhooks"]
-    assert hook["matchConditions"] == rendered["matchConditions"]
-    assert hook["clientConfig"]["caBundle"] == ca
+    hooks = next(o for o in accepted_items if o["kind"] == "MutatingWebhookConfiguration")["webhooks"]
+    rendered = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")["webhooks"]
+    assert len(hooks) == len(rendered) == 2, "the pods entry and the namespace opt-in entry"
+    for hook, want in zip(hooks, rendered, strict=True):
+        assert hook["matchConditions"] == want["matchConditions"], "the API server compiled the CEL as rendered"
+        assert hook["clientConfig"]["caBundle"] == ca
 
 
 def test_helm_installs_the_chart_on_the_cluster_as_a_server_dry_run_and_prints_its_notes(

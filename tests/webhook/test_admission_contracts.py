@@ -362,7 +362,7 @@ def test_a_create_without_an_object_is_denied() -> None:
 def test_a_bug_in_decide_becomes_an_internal_error_denial(monkeypatch: pytest.MonkeyPatch) -> None:
     import webhook.admission as admission
 
-    def boom(request: Any, config: Config) -> Any:
+    def boom(request: Any, config: Config, gang_mode_auto: bool = False) -> Any:
         raise KeyError("oops")
 
     monkeypatch.setattr(admission, "decide", boom)

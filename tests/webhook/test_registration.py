@@ -22,7 +22,8 @@ PFN = Config(gang_annotation_prefix="gang-scheduling.preferred.jp/gang")
 def the_webhook(obj: dict[str, Any]) -> dict[str, Any]:
     assert obj["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert obj["kind"] == "MutatingWebhookConfiguration"
-    [webhook] = obj["webhooks"]
+    webhook, auto = obj["webhooks"]  # the second is the namespace opt-in (test_workload_opt_in.py)
+    assert auto["name"] == "auto.pods.troupe.io"
     return webhook
 
 

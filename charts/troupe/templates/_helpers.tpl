@@ -74,6 +74,19 @@ CEL of the webhook's matchConditions. These mirror webhook/registration.py exact
 {{- $onUpdate := printf "%s || (oldObject != null && (%s || %s))" (include "troupe.celReservedKeys" "object") (include "troupe.celReservedKeys" "oldObject") $gateRemoved -}}
 request.operation == 'CREATE' ? ({{ $onCreate }}) : ({{ $onUpdate }})
 {{- end -}}
+{{/* The namespace opt-in entry: a pod being created by a supported workload that names no gang or size itself (webhook/registration.py workload_pod_expression). */}}
+{{- define "troupe.celWorkloadPods" -}}
+{{- $prefix := .Values.config.gangAnnotationPrefix -}}
+{{- $named := list -}}
+{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix)) -}}
+{{- $named = append $named (printf "%s in object.metadata.annotations" (include "troupe.celString" .)) -}}
+{{- end -}}
+{{- $owners := list -}}
+{{- range (list (list "batch" "Job") (list "kubeflow.org" "PyTorchJob")) -}}
+{{- $owners = append $owners (printf "(o.apiVersion.startsWith(%s) && o.kind == %s)" (include "troupe.celString" (printf "%s/" (index . 0))) (include "troupe.celString" (index . 1))) -}}
+{{- end -}}
+request.operation == 'CREATE' && !({{ include "troupe.celHasAnnotations" "object" }} && ({{ join " || " $named }})) && ((has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller && ({{ join " || " $owners }}))) || (has(object.metadata.labels) && {{ include "troupe.celString" "leaderworkerset.sigs.k8s.io/name" }} in object.metadata.labels))
+{{- end -}}
 {{- define "troupe.celNotReconcilerUpdate" -}}
 request.operation != 'UPDATE' || request.userInfo.username != {{ include "troupe.celString" (include "troupe.reconcilerUsername" .) }}
 {{- end -}}
