@@ -121,6 +121,25 @@ def jobs(api: client.ApiClient) -> Resource:
     return Resource("jobs", client.BatchV1Api(api).list_job_for_all_namespaces)
 
 
+def shared_device_groups(api: client.ApiClient) -> Resource:
+    """All SharedDeviceGroups (``deviceshare.io/v1alpha1``, cluster-scoped): optional, as
+    every custom resource (a cluster without the CRD has no groups)."""
+    return custom_objects(api, *contract.DEVICE_GROUP_API)
+
+
+def custom_objects(api: client.ApiClient, group: str, version: str, plural: str,
+                   on_absent: Callable[[str], None] | None = None) -> Resource:
+    """All objects of a custom resource (``jobsets`` of ``jobset.x-k8s.io/v1alpha2``...),
+    in every namespace (or cluster-scoped); optional (see :class:`Resource`): ``on_absent``
+    hears why when its CRD is not installed."""
+    objects = client.CustomObjectsApi(api)
+
+    def list_fn(**kwargs: Any) -> Any:
+        return objects.list_cluster_custom_object(group, version, plural, **kwargs)
+
+    return Resource(f"{plural}.{group}", list_fn, optional=True, on_absent=on_absent)
+
+
 
 
 class Informer:
