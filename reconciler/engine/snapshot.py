@@ -459,6 +459,18 @@ class Snapshot:
         entry = self._using.get(pod_key)
         return None if entry is None else self.nodes[entry[0]].name
 
+    def node_index_of(self, pod_key: str) -> int | None:
+        """The index of the node whose resources the pod uses in this snapshot, or None
+        (:meth:`using` as an index, for callers that keep per-node arrays)."""
+        entry = self._using.get(pod_key)
+        return None if entry is None else entry[0]
+
+    def free_units(self, resource: str) -> list[int]:
+        """Free units of ``resource`` on every node, in node order: a copy, all zeros when
+        no node has the resource (may be negative where a node is overcommitted)."""
+        col = self._free.get(resource)
+        return list(col) if col is not None else [0] * len(self.nodes)
+
     def free(self, node: str | int) -> dict[str, int]:
         """Free units of every resource on a node (may be negative when overcommitted)."""
         i = node if isinstance(node, int) else self.index[node]

@@ -1,0 +1,1048 @@
+"""Gang-aware preemption: which lower-priority gangs to evict so that a gang can be placed.
+
+:func:`plan_preemption` is the entry point; docs/decisions/009-preemption-planner.md has
+the reasoning, worked examples and measurements. DESIGN.md "Gang-aware preemption" is the
+contract; the Volcano proposal (``seeds/003``) is the behaviour it improves on.
+
+**Victims.** Candidates are the caller's :class:`VictimGang` values: gangs of running (or
+released) pods of strictly lower priority than the preemptor, a pod outside any gang
+being a gang of one. The planner also drops, defensively, candidates that are not of
+strictly lower priority than every member, the preemptor's own gang (``gang``), pods that
+use no node in the snapshot (terminal ones use none) and the members themselves; it never
+returns a pod that is not among what remains.
+
+**Feasibility.** A plan is feasible when :func:`~reconciler.engine.placement.place_gang`,
+on the snapshot without the victims, places every member, with the gang's required or
+preferred level and ``near`` nodes; that placement is part of the plan. With a required
+level the victims come from one domain of that level (the one the placement uses).
+
+**Objective**, lexicographic, in this order:
+
+1. the highest priority among the victim gangs;
+2. the number of gangs disrupted (gangs with at least one pod evicted);
+3. the number of pods evicted;
+4. the *overage*: capacity freed beyond the need. For each resource ``r`` the members
+   request (``pods`` excluded: evicted pods are (3)), in the units of
+   :mod:`.resources` (millicores for ``cpu``, bytes for ``memory``, devices for extended
+   resources)::
+
+       overage[r] = sum over nodes n of  freed[n][r] - clamp(demand[n][r] - free[n][r], 0, freed[n][r])
+
+   where ``freed[n][r]`` is what the victims on ``n`` request, ``free[n][r]`` what ``n``
+   has free before the eviction and ``demand[n][r]`` what the placement's members on ``n``
+   request: the freed capacity that the placement does not use. The vector is compared
+   in the order: extended resources by name (``nvidia.com/gpu``), then ``cpu``,
+   ``memory``, ``ephemeral-storage``; for members asking only for GPUs it reads as GPUs.
+
+Then, for equal objectives, the victims' nodes in topology order (earlier first), then
+the gang keys: the same input gives the same plan whatever the order of the candidates.
+
+**Modes** (``gangPreemptionMode``): ``off`` returns None. ``minimal`` evicts only pods the
+plan needs: every victim pod ``v`` is needed, that is the returned placement does not
+fit on the snapshot without the other victims. ``atomic`` evicts every pod of each
+chosen gang, on every node; (3) then counts whole gangs.
+
+**Search.** The placement engine's capacity arithmetic (members per node, summed over
+the domains of the scope level, :meth:`TopologyTree.caps_by_depth` in spirit) decides
+feasibility without calling it, exactly for members of one shape; for several shapes a
+necessary test (each shape fits) and a sufficient one (their envelope fits) bound it and
+the placement engine decides between them. Then:
+
+- a sweep over candidate priorities, lowest first, finds (1) and the domains that can
+  hold the gang at that priority, in ``O(candidate pods)``;
+- **exact** when the relevant candidate gangs (those of priority at most (1) with a pod
+  on a node the members can use in a feasible domain) are at most :data:`EXACT_GANGS`, in
+  ``minimal`` mode with at most :data:`EXACT_PODS` relevant pods, and the enumeration
+  stays within :data:`EXACT_BUDGET` subset evaluations: gang sets by increasing size,
+  then (``minimal``) pod sets by increasing size, every one checked by the arithmetic;
+  the sets tied on (1)-(3) are placed (at most :data:`PLACEMENT_BUDGET`, least estimated
+  overage first) for (4);
+- otherwise **greedy**, in each feasible domain: repeatedly evict the move (one gang, or
+  every remaining candidate gang of one node) with the most member slots gained per gang,
+  unless a move that completes the need costs no more gangs than the rest would (then the
+  completing move with the fewest pods and least freed: the proposal's "least overage");
+  then a reverse pass drops gangs, and in ``minimal`` mode pods, that are not needed.
+
+Every candidate plan is then *settled*: placed, trimmed against its placement (gangs,
+then per node the fewest pods that cover the deficit), placed again, until nothing more
+can be dropped. The plan with the least objective wins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from reconciler.engine.placement import PlacementResult, place_gang
+from reconciler.engine.resources import PODS, resource_order
+from reconciler.engine.snapshot import UNBOUNDED, PodInfo, Snapshot
+from troupe.config import PREEMPTION_MODES
+
+#: Exact search only when, in ``minimal`` mode, the relevant candidate pods are at most
+#: this many (and the gang sets to enumerate at most :data:`EXACT_BUDGET`).
+EXACT_PODS = 24
+#: Subset evaluations (each a capacity computation over the subset's nodes) the exact
+#: search may make: it runs only when the gang sets it would enumerate are at most this
+#: many, and gives way to the greedy's plans if the pod sets (``minimal``) exceed it too.
+EXACT_BUDGET = 4_000
+#: Calls of :func:`place_gang` spent on choosing among plans tied on (1)-(3), and on
+#: confirming greedy plans, before settling the winner.
+PLACEMENT_BUDGET = 32
+#: Subsets of the greedy's gangs the reverse pass may evaluate.
+REVERSE_BUDGET = 2_000
+#: Completing moves the greedy keeps as alternative last picks (each its own plan).
+ALTERNATIVES = 4
+#: Greedy plans (best estimated objective first) settled and compared.
+GREEDY_SETTLED = 3
+
+_YES, _MAYBE, _NO = 2, 1, 0
+
+
+@dataclass(frozen=True)
+class VictimGang:
+    """A candidate victim gang.
+
+    ``key``: the gang key (``namespace/name``, or ``namespace/pod:<name>`` for a pod
+    outside any gang); ``priority``: the highest ``spec.priority`` of its pods; ``pods``:
+    its pods that use a node in the snapshot (``snapshot.using(p.key) is not None``).
+    """
+
+    key: str
+    priority: int
+    pods: tuple[PodInfo, ...]
+
+    @classmethod
+    def of(cls, key: str, pods: Iterable[PodInfo], snapshot: Snapshot) -> VictimGang:
+        """The gang ``key`` of ``pods``: those that use a node in ``snapshot``, priority
+        the highest among all of them (0 for none)."""
+        pods = list(pods)
+        return cls(key, max((p.priority for p in pods), default=0),
+                   tuple(p for p in pods if snapshot.using(p.key) is not None))
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    """Victims whose eviction lets the gang be placed, and that placement.
+
+    ``victims``: pod keys (``namespace/name``) to evict, sorted; ``gangs``: their gang
+    keys, sorted; ``placement``: :func:`place_gang` on the snapshot without the victims
+    (``placed`` is true). The objective: ``max_priority`` (1), ``len(gangs)`` (2), ``pods``
+    (3, ``len(victims)``) and ``overage`` (4): ``(resource, units)`` pairs in comparison
+    order (module docstring). ``method``: ``exact`` or ``greedy``; ``reason``: one line
+    for Events, e.g. ``evict 2 gangs (5 pods, priority <= 10) to place 4 members in
+    cloud.google.com/gce-topology-subblock=b0/b0s1, freeing 4 nvidia.com/gpu beyond the
+    need``. ``nodes``: victim pod key -> node.
+    """
+
+    victims: tuple[str, ...]
+    gangs: tuple[str, ...]
+    placement: PlacementResult
+    max_priority: int
+    pods: int
+    overage: tuple[tuple[str, int], ...]
+    method: str
+    reason: str
+    nodes: Mapping[str, str] = field(default_factory=dict)
+
+    def objective(self) -> tuple[int, int, int, tuple[int, ...]]:
+        """(1)-(4) as one comparable tuple."""
+        return (self.max_priority, len(self.gangs), self.pods, tuple(v for _, v in self.overage))
+
+
+def overage_order(name: str) -> tuple[int, tuple[int, str]]:
+    """Sort key of resources in the overage vector: extended resources first (by name),
+    then cpu, memory, ephemeral-storage (kube-scheduler's order)."""
+    key = resource_order(name)
+    return (0 if key[0] == 4 else 1, key)
+
+
+# --- candidates, normalised ------------------------------------------------------------
+class _Pod:
+    """A candidate pod: its gang (index), node (index), requests, ``vec`` ((model
+    resource index, amount) for the resources the model tracks), the scope domain of its
+    node (-1: none) and whether a member could use its node (``relevant``)."""
+
+    __slots__ = ("gang", "key", "node", "relevant", "requests", "scope", "vec")
+
+    def __init__(self, key: str, gang: int, node: int, requests: Mapping[str, int],
+                 vec: tuple[tuple[int, int], ...], scope: int, relevant: bool) -> None:
+        self.key = key
+        self.gang = gang
+        self.node = node
+        self.requests = requests
+        self.vec = vec
+        self.scope = scope
+        self.relevant = relevant
+
+
+@dataclass(eq=False)
+class _Gang:
+    key: str
+    priority: int
+    index: int
+    pods: list[_Pod] = field(default_factory=list)
+    #: scope domain -> relevant pods there
+    local: dict[int, list[_Pod]] = field(default_factory=dict)
+
+
+class _Model:
+    """Capacity arithmetic for the members: per *kind* (each shape of members, plus their
+    envelope when there are several shapes), per node, how many members fit, and its sum
+    over each scope domain (the domains of the required level, or the cluster)."""
+
+    def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], depth: int, scope: set[int]) -> None:
+        groups: dict[tuple[tuple[tuple[str, int], ...], object], list[PodInfo]] = {}
+        for p in members:
+            groups.setdefault((tuple(sorted(p.requests.items())), p.node_filter), []).append(p)
+        shapes = list(groups.values())
+        self.x = len(members)
+        requests: list[Mapping[str, int]] = [s[0].requests for s in shapes]
+        eligible = [snapshot.eligible(s[0].node_filter) for s in shapes]
+        self.counts = [len(s) for s in shapes]
+        self.single = len(shapes) == 1
+        if not self.single:
+            names = sorted({r for q in requests for r in q})
+            requests.append({r: max(q.get(r, 0) for q in requests) for r in names})
+            eligible.append([all(t) for t in zip(*eligible, strict=True)])
+        self.main = len(requests) - 1  # the shape when single, else the envelope
+        self.resources = sorted({r for q in requests for r, v in q.items() if v > 0}, key=overage_order)
+        self.index = {r: i for i, r in enumerate(self.resources)}
+        self.q = [tuple((self.index[r], v) for r, v in q.items() if v > 0) for q in requests]
+        self.eligible = eligible
+        self.kinds = range(len(requests))
+        self.free = [snapshot.free_units(r) for r in self.resources]
+        tree = snapshot.tree
+        owner = tree.domain_of[depth]
+        n = len(snapshot.nodes)
+        self.scope_of = [owner[i] if owner[i] in scope else -1 for i in range(n)]
+        any_eligible = [any(e[i] for e in eligible) for i in range(n)]
+        self.usable = [self.scope_of[i] >= 0 and any_eligible[i] for i in range(n)]
+        self.base = [[self.cap(k, i, None) for k in self.kinds] for i in range(n)]
+        self.base_sums: dict[int, list[int]] = {d: [0] * len(requests) for d in scope}
+        for i in range(n):
+            d = self.scope_of[i]
+            if d >= 0:
+                s = self.base_sums[d]
+                for k in self.kinds:
+                    s[k] += self.base[i][k]
+
+    def cap(self, kind: int, i: int, add: Sequence[int] | None) -> int:
+        """Members of ``kind`` that fit on node ``i`` with ``add`` (per model resource)
+        freed on it; what :meth:`Snapshot.capacity` computes."""
+        if not self.eligible[kind][i]:
+            return 0
+        best = UNBOUNDED
+        for r, q in self.q[kind]:
+            f = self.free[r][i] + (add[r] if add is not None else 0)
+            if f < q:
+                return 0
+            c = f // q
+            if c < best:
+                best = c
+        return best
+
+    def status(self, sums: Sequence[int]) -> int:
+        """_YES: the members fit in a domain with these sums; _NO: they cannot; _MAYBE:
+        several shapes, each fits but their envelope does not (the placement engine's
+        mixed fill decides)."""
+        if self.single:
+            return _YES if sums[0] >= self.x else _NO
+        if any(sums[k] < c for k, c in enumerate(self.counts)):
+            return _NO
+        return _YES if sums[self.main] >= self.x else _MAYBE
+
+    def deficit(self, sums: Sequence[int], strict: bool) -> int:
+        """Member slots still missing in a domain: for one shape, the members beyond its
+        capacity; for several, the per-shape shortfalls (or, ``strict``, the envelope's)."""
+        if self.single or strict:
+            return max(0, self.x - sums[self.main])
+        return sum(max(0, c - sums[k]) for k, c in enumerate(self.counts))
+
+    def sums(self, pods: Iterable[_Pod]) -> dict[int, list[int]]:
+        """The domain sums with ``pods`` removed, for the domains they touch."""
+        adds: dict[int, list[int]] = {}
+        width = len(self.resources)
+        for p in pods:
+            if p.scope < 0:
+                continue
+            a = adds.get(p.node)
+            if a is None:
+                a = adds[p.node] = [0] * width
+            for r, v in p.vec:
+                a[r] += v
+        out: dict[int, list[int]] = {}
+        for i, a in adds.items():
+            d = self.scope_of[i]
+            s = out.get(d)
+            if s is None:
+                s = out[d] = list(self.base_sums[d])
+            base = self.base[i]
+            for k in self.kinds:
+                s[k] += self.cap(k, i, a) - base[k]
+        return out
+
+    def best_status(self, pods: Iterable[_Pod]) -> tuple[int, int]:
+        """(status, domain) of the best domain that ``pods`` touch, removed."""
+        best = (_NO, -1)
+        for d, s in sorted(self.sums(pods).items()):
+            st = self.status(s)
+            if st > best[0]:
+                best = (st, d)
+        return best
+
+
+class _Budget:
+    def __init__(self, evaluations: int, placements: int) -> None:
+        self.evaluations = evaluations
+        self.placements = placements
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+@dataclass
+class _Candidate:
+    """A victim set to settle, with its estimated objective."""
+
+    pods: list[_Pod]
+    estimate: tuple[object, ...]
+
+
+class _Planner:
+    def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], gangs: list[_Gang], mode: str,
+                 required_level: str | None, preferred_level: str | None, near: Sequence[str],
+                 model: _Model, depth: int) -> None:
+        self.snapshot = snapshot
+        self.members = members
+        self.gangs = gangs
+        self.atomic = mode == "atomic"
+        self.required_level = required_level
+        self.preferred_level = preferred_level
+        self.near = near
+        self.model = model
+        self.depth = depth
+        self.over_resources = sorted({r for p in members for r, v in p.requests.items() if v > 0 and r != PODS},
+                                     key=overage_order)
+        self._placed: dict[frozenset[str], PlacementResult] = {}
+
+    # --- placement and the objective ----------------------------------------------------
+    def place(self, pods: Iterable[_Pod]) -> PlacementResult:
+        keys = frozenset(p.key for p in pods)
+        cached = self._placed.get(keys)
+        if cached is None:
+            with self.snapshot.without(sorted(keys)) as s:
+                cached = place_gang(s, self.members, self.required_level, self.preferred_level, near=self.near)
+            self._placed[keys] = cached
+        return cached
+
+    def _demand(self, placement: PlacementResult) -> dict[int, dict[str, int]]:
+        out: dict[int, dict[str, int]] = {}
+        for a in placement.assignments:
+            d = out.setdefault(self.snapshot.index[a.node], {})
+            for r, v in a.requests.items():
+                d[r] = d.get(r, 0) + v
+        return out
+
+    def overage(self, pods: Sequence[_Pod], placement: PlacementResult) -> tuple[tuple[str, int], ...]:
+        """Objective (4) of victims ``pods`` and their ``placement`` (module docstring)."""
+        demand = self._demand(placement)
+        freed: dict[int, dict[str, int]] = {}
+        for p in pods:
+            f = freed.setdefault(p.node, {})
+            for r in self.over_resources:
+                f[r] = f.get(r, 0) + p.requests.get(r, 0)
+        total = dict.fromkeys(self.over_resources, 0)
+        for i, f in freed.items():
+            free = self.snapshot.free(i)
+            need = demand.get(i, {})
+            for r, amount in f.items():
+                used = min(max(need.get(r, 0) - free.get(r, 0), 0), amount)
+                total[r] += amount - used
+        return tuple(total.items())
+
+    def key(self, pods: Sequence[_Pod], placement: PlacementResult) -> tuple[object, ...]:
+        gangs = sorted({p.gang for p in pods})
+        return (
+            max((self.gangs[g].priority for g in gangs), default=0),
+            len(gangs),
+            len(pods),
+            tuple(v for _, v in self.overage(pods, placement)),
+            tuple(sorted(p.node for p in pods)),
+            tuple(self.gangs[g].key for g in gangs),
+        )
+
+    def estimate(self, pods: Sequence[_Pod]) -> tuple[object, ...]:
+        """The objective of ``pods`` before placing them, overage estimated: the members
+        take the slots of the nodes the victims free, in node order."""
+        gangs = sorted({p.gang for p in pods})
+        m = self.model
+        adds: dict[int, list[int]] = {}
+        for p in pods:
+            if p.scope >= 0:
+                a = adds.setdefault(p.node, [0] * len(m.resources))
+                for r, v in p.vec:
+                    a[r] += v
+        over = [0] * len(m.resources)
+        left = m.x
+        for i in sorted(adds):
+            a = adds[i]
+            k = min(left, m.cap(m.main, i, a))
+            left -= k
+            for r, q in m.q[m.main]:
+                used = min(max(k * q - m.free[r][i], 0), a[r])
+                over[r] += a[r] - used
+        for p in pods:
+            if p.scope < 0:
+                for r, v in p.vec:
+                    over[r] += v
+        return (max((self.gangs[g].priority for g in gangs), default=0), len(gangs), len(pods), tuple(over),
+                tuple(sorted(p.node for p in pods)), tuple(self.gangs[g].key for g in gangs))
+
+    # --- settling: trimming against the placement --------------------------------------
+    def _slack(self, pods: Sequence[_Pod], demand: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
+        """Per node the placement uses: free + freed - demand, per requested resource."""
+        out: dict[int, dict[str, int]] = {}
+        for i, need in demand.items():
+            free = self.snapshot.free(i)
+            out[i] = {r: free.get(r, 0) - v for r, v in need.items()}
+        for p in pods:
+            s = out.get(p.node)
+            if s is not None:
+                for r in s:
+                    s[r] += p.requests.get(r, 0)
+        return out
+
+    @staticmethod
+    def _can_drop(drop: Iterable[_Pod], slack: dict[int, dict[str, int]]) -> bool:
+        taken: dict[int, dict[str, int]] = {}
+        for p in drop:
+            s = slack.get(p.node)
+            if s is None:
+                continue
+            t = taken.setdefault(p.node, {})
+            for r in s:
+                t[r] = t.get(r, 0) + p.requests.get(r, 0)
+                if t[r] > s[r]:
+                    return False
+        return True
+
+    def trim(self, pods: list[_Pod], placement: PlacementResult) -> list[_Pod]:
+        """The victims ``placement`` needs: gangs whose pods it can do without are dropped
+        (most at once, then most pods), then, in ``minimal`` mode, on each node the fewest
+        pods that cover the deficit there (preferring gangs evicted elsewhere anyway)."""
+        demand = self._demand(placement)
+        slack = self._slack(pods, demand)
+        by_gang: dict[int, list[_Pod]] = {}
+        for p in pods:
+            by_gang.setdefault(p.gang, []).append(p)
+        order = sorted(by_gang, key=lambda g: (-len(by_gang[g]), self.gangs[g].key))
+        dropped: list[int] = []
+        if len(order) <= 12:
+            best: tuple[tuple[int, int, str], tuple[int, ...]] | None = None
+            for size in range(len(order), 0, -1):
+                for combo in combinations(order, size):
+                    if self._can_drop((p for g in combo for p in by_gang[g]), slack):
+                        k = (-size, -sum(len(by_gang[g]) for g in combo), ",".join(self.gangs[g].key for g in combo))
+                        if best is None or k < best[0]:
+                            best = (k, combo)
+                if best is not None:
+                    break
+            dropped = list(best[1]) if best is not None else []
+        else:
+            for g in order:
+                if self._can_drop((p for h in [*dropped, g] for p in by_gang[h]), slack):
+                    dropped.append(g)
+        gone = set(dropped)
+        kept = [p for p in pods if p.gang not in gone]
+        if self.atomic:
+            return kept
+        return self._trim_pods(kept, demand)
+
+    def _trim_pods(self, pods: list[_Pod], demand: dict[int, dict[str, int]]) -> list[_Pod]:
+        by_node: dict[int, list[_Pod]] = {}
+        for p in pods:
+            by_node.setdefault(p.node, []).append(p)
+        nodes_of: dict[int, set[int]] = {}
+        for p in pods:
+            nodes_of.setdefault(p.gang, set()).add(p.node)
+        keep: dict[int, list[_Pod]] = {}
+        for i in sorted(by_node):
+            need = demand.get(i)
+            victims = by_node[i]
+            if need is None:
+                keep[i] = []
+                for p in victims:
+                    nodes_of[p.gang].discard(i)
+                continue
+            free = self.snapshot.free(i)
+            deficit = {r: v - free.get(r, 0) for r, v in need.items() if v - free.get(r, 0) > 0}
+            keep[i] = self._cover(victims, deficit, nodes_of, i) if deficit else []
+            still = {p.gang for p in keep[i]}
+            for p in victims:
+                if p.gang not in still:
+                    nodes_of[p.gang].discard(i)
+        chosen = {id(p) for ps in keep.values() for p in ps}
+        return [p for p in pods if id(p) in chosen]
+
+    def _cover(self, victims: list[_Pod], deficit: dict[str, int], nodes_of: dict[int, set[int]],
+               node: int) -> list[_Pod]:
+        """The victims on one node that cover its deficit, least by (gangs with no victim
+        on another node, pods, freed in overage order, position)."""
+        victims = sorted(victims, key=lambda p: p.key)
+
+        def covers(s: Sequence[_Pod]) -> bool:
+            return all(sum(p.requests.get(r, 0) for p in s) >= v for r, v in deficit.items())
+
+        def rank(s: Sequence[_Pod]) -> tuple[object, ...]:
+            only_here = len({p.gang for p in s if nodes_of.get(p.gang, set()) <= {node}})
+            freed = tuple(sum(p.requests.get(r, 0) for p in s) for r in self.over_resources)
+            return (only_here, len(s), freed, tuple(p.key for p in s))
+
+        if len(victims) <= 12:
+            best: tuple[tuple[object, ...], Sequence[_Pod]] | None = None
+            for size in range(1, len(victims) + 1):
+                for combo in combinations(victims, size):
+                    if covers(combo):
+                        k = rank(combo)
+                        if best is None or k < best[0]:
+                            best = (k, combo)
+            return list(best[1]) if best is not None else victims
+        primary = self.over_resources[0] if self.over_resources else PODS
+        chosen = sorted(victims, key=lambda p: (-p.requests.get(primary, 0), p.key))
+        for p in sorted(chosen, key=lambda p: (p.requests.get(primary, 0), p.key)):
+            rest = [q for q in chosen if q is not p]
+            if covers(rest):
+                chosen = rest
+        return chosen
+
+    def settle(self, pods: list[_Pod], budget: _Budget) -> tuple[list[_Pod], PlacementResult] | None:
+        """Place ``pods`` removed, trim them against the placement, place again, until
+        nothing more can be dropped; None when the first placement fails."""
+        placement = self._spend_place(pods, budget)
+        if not placement.placed:
+            return None
+        while True:
+            trimmed = self.trim(pods, placement)
+            if len(trimmed) == len(pods):
+                return pods, placement
+            again = self._spend_place(trimmed, budget, force=True)
+            if again.placed:
+                pods, placement = trimmed, again
+                continue
+            # Several shapes: the engine's fill can miss a placement that exists. Drop
+            # what it confirms, one pod at a time.
+            for p in [p for p in pods if p not in trimmed]:
+                rest = [q for q in pods if q is not p]
+                again = self._spend_place(rest, budget, force=True)
+                if again.placed:
+                    pods, placement = rest, again
+                    break
+            else:
+                return pods, placement
+
+    def _spend_place(self, pods: Iterable[_Pod], budget: _Budget, force: bool = False) -> PlacementResult:
+        pods = list(pods)
+        if frozenset(p.key for p in pods) not in self._placed:
+            if budget.placements <= 0 and not force:
+                raise _OutOfBudget
+            budget.placements -= 1
+        return self.place(pods)
+
+    # --- the search ---------------------------------------------------------------------
+    def sweep(self) -> tuple[int, list[int]] | None:
+        """Objective (1) and the scope domains where the members fit at that priority:
+        candidates are removed lowest priority first until some domain holds the gang."""
+        m = self.model
+        by_priority: dict[int, list[_Pod]] = {}
+        for g in self.gangs:
+            by_priority.setdefault(g.priority, []).extend(p for p in g.pods if p.relevant)
+        width = len(m.resources)
+        adds: dict[int, list[int]] = {}
+        caps: dict[int, list[int]] = {}
+        sums = {d: list(s) for d, s in m.base_sums.items()}
+        removed: list[_Pod] = []
+        confirmations = PLACEMENT_BUDGET
+        for t in sorted(by_priority):
+            touched: set[int] = set()
+            for p in by_priority[t]:
+                a = adds.get(p.node)
+                if a is None:
+                    a = adds[p.node] = [0] * width
+                for r, v in p.vec:
+                    a[r] += v
+                touched.add(p.node)
+            removed.extend(by_priority[t])
+            domains: set[int] = set()
+            for i in touched:
+                old = caps.get(i, m.base[i])
+                new = [m.cap(k, i, adds[i]) for k in m.kinds]
+                caps[i] = new
+                s = sums[m.scope_of[i]]
+                for k in m.kinds:
+                    s[k] += new[k] - old[k]
+                domains.add(m.scope_of[i])
+            ready = sorted(d for d in sums if m.status(sums[d]) == _YES)
+            maybe = sorted(d for d in sums if m.status(sums[d]) == _MAYBE)
+            if ready:
+                return t, ready + maybe
+            if maybe and confirmations > 0:
+                confirmations -= 1
+                if self.place(removed).placed:
+                    return t, maybe
+        return None
+
+    def relevant(self, t: int, domains: Sequence[int]) -> dict[int, list[_Gang]]:
+        return {d: [g for g in self.gangs if g.priority <= t and d in g.local] for d in domains}
+
+    def exact(self, t: int, relevant: dict[int, list[_Gang]], budget: _Budget, most: int | None) -> list[_Candidate]:
+        """Every victim set tied at the least (gangs, pods) over the domains, with at most
+        ``most`` gangs when given (module docstring); raises _OutOfBudget past
+        :data:`EXACT_BUDGET` evaluations."""
+        m = self.model
+        best: tuple[int, int] | None = None
+        found: list[list[_Pod]] = []
+
+        def check(pods: Sequence[_Pod], d: int) -> bool:
+            budget.evaluations -= 1
+            if budget.evaluations < 0:
+                raise _OutOfBudget
+            st = m.status(m.sums(pods).get(d, m.base_sums[d]))
+            if st == _MAYBE:
+                return self._spend_place(pods, budget).placed
+            return st == _YES
+
+        top = max(len(r) for r in relevant.values())
+        for k in range(1, min(top, most or top) + 1):
+            for d, gangs in sorted(relevant.items()):
+                for combo in combinations(gangs, k):
+                    if max(g.priority for g in combo) != t:
+                        continue
+                    local = [p for g in combo for p in g.local[d]]
+                    if not check(local, d):
+                        continue
+                    if self.atomic:
+                        pods = [p for g in combo for p in g.pods]
+                        cand = [(len(pods), pods)]
+                    else:
+                        cand = self._least_pods(local, k, d, best[1] if best else None, budget, check)
+                    for n, pods in cand:
+                        if best is None or (k, n) < best:
+                            best, found = (k, n), []
+                        if (k, n) == best:
+                            found.append(pods)
+            if best is not None:
+                break
+        return [_Candidate(p, self.estimate(p)) for p in found]
+
+    @staticmethod
+    def _least_pods(local: list[_Pod], k: int, d: int, bound: int | None, budget: _Budget,
+                    check: Callable[[Sequence[_Pod], int], bool]) -> list[tuple[int, list[_Pod]]]:
+        """In ``minimal`` mode: the fewest of a gang set's pods in domain ``d`` that still
+        let the members fit, each of the ``k`` gangs contributing (else fewer gangs would
+        do); every tied set."""
+        out: list[tuple[int, list[_Pod]]] = []
+        for n in range(k, len(local) + 1):
+            if bound is not None and n > bound:
+                break
+            for combo in combinations(local, n):
+                budget.evaluations -= 1
+                if budget.evaluations < 0:
+                    raise _OutOfBudget
+                if len({p.gang for p in combo}) != k:
+                    continue
+                if check(combo, d):
+                    out.append((n, list(combo)))
+            if out:
+                break
+        return out
+
+    def greedy(self, t: int, relevant: dict[int, list[_Gang]], strict: bool) -> list[_Candidate]:
+        """One candidate per domain (module docstring, "greedy")."""
+        out = []
+        for d, gangs in sorted(relevant.items()):
+            for chosen in _Greedy(self, d, gangs, strict).run():
+                pods = self._reverse(d, chosen, strict)
+                out.append(_Candidate(pods, self.estimate(pods)))
+        return out
+
+    def _victims(self, d: int, gangs: Iterable[_Gang]) -> list[_Pod]:
+        if self.atomic:
+            return [p for g in gangs for p in g.pods]
+        return [p for g in gangs for p in g.local[d]]
+
+    def _ok(self, d: int, pods: Sequence[_Pod], strict: bool) -> bool:
+        st = self.model.status(self.model.sums(pods).get(d, self.model.base_sums[d]))
+        return st == _YES or (st == _MAYBE and not strict)
+
+    def _reverse(self, d: int, chosen: list[_Gang], strict: bool) -> list[_Pod]:
+        """The fewest of the ``chosen`` gangs the arithmetic says suffice (then fewest
+        pods, least freed): every subset by increasing size within
+        :data:`REVERSE_BUDGET` evaluations, else dropping the gangs that free least
+        first; then, in ``minimal`` mode, their pods, smallest first."""
+        m = self.model
+        main = m.q[m.main][0][0] if m.q[m.main] else -1
+
+        def freed(gs: Sequence[_Gang]) -> int:
+            return sum(v for g in gs for p in g.local[d] for r, v in p.vec if r == main)
+
+        kept: list[_Gang] | None = None
+        left = REVERSE_BUDGET
+        for size in range(1, len(chosen)):
+            best: tuple[tuple[object, ...], list[_Gang]] | None = None
+            for combo in combinations(chosen, size):
+                left -= 1
+                if left < 0:
+                    break
+                pods = self._victims(d, combo)
+                if self._ok(d, pods, strict):
+                    k = (len(pods), freed(combo), tuple(g.key for g in combo))
+                    if best is None or k < best[0]:
+                        best = (k, list(combo))
+            if left < 0:
+                break
+            if best is not None:
+                kept = best[1]
+                break
+        if kept is None and left >= 0:
+            kept = list(chosen)
+        if kept is None:
+            kept = list(chosen)
+            for g in sorted(chosen, key=lambda g: (freed([g]), -len(g.local[d]), g.key)):
+                rest = [h for h in kept if h is not g]
+                if rest and self._ok(d, self._victims(d, rest), strict):
+                    kept = rest
+        pods = self._victims(d, kept)
+        if self.atomic:
+            return pods
+        for p in sorted(pods, key=lambda p: (sum(v for r, v in p.vec if r == main), -p.node, p.key)):
+            rest = [q for q in pods if q is not p]
+            if rest and self._ok(d, rest, strict):
+                pods = rest
+        return pods
+
+
+class _Greedy:
+    """Greedy gang choice in one scope domain (module docstring)."""
+
+    def __init__(self, planner: _Planner, d: int, gangs: list[_Gang], strict: bool) -> None:
+        self.p = planner
+        self.m = planner.model
+        self.d = d
+        self.strict = strict
+        self.gangs = gangs
+        self.adds: dict[int, list[int]] = {}
+        self.caps: dict[int, list[int]] = {}
+        self.sums = list(self.m.base_sums[d])
+        # moves: one gang, or every candidate gang with a pod on one node
+        moves: dict[tuple[int, ...], None] = {(g.index,): None for g in gangs}
+        on_node: dict[int, set[int]] = {}
+        for g in gangs:
+            for pod in g.local[d]:
+                on_node.setdefault(pod.node, set()).add(g.index)
+        for i in sorted(on_node):
+            if len(on_node[i]) > 1:
+                moves[tuple(sorted(on_node[i]))] = None
+        self.moves = list(moves)
+        self.by_index = {g.index: g for g in gangs}
+        self.touching: dict[int, list[int]] = {}
+        for j, move in enumerate(self.moves):
+            for i in {pod.node for g in move for pod in self.by_index[g].local[d]}:
+                self.touching.setdefault(i, []).append(j)
+        self.cache: dict[int, tuple[list[int], int, tuple[int, ...], int]] = {}
+
+    def _cap(self, i: int) -> list[int]:
+        c = self.caps.get(i)
+        return c if c is not None else self.m.base[i]
+
+    def _gain(self, live: Sequence[int]) -> tuple[list[int], int, tuple[int, ...], int]:
+        """(sum deltas per kind, pods evicted, freed per model resource, first node)."""
+        m = self.m
+        width = len(m.resources)
+        extra: dict[int, list[int]] = {}
+        freed = [0] * width
+        count = 0
+        for g in live:
+            gang = self.by_index[g]
+            for pod in gang.local[self.d]:
+                a = extra.get(pod.node)
+                if a is None:
+                    base = self.adds.get(pod.node)
+                    a = extra[pod.node] = list(base) if base is not None else [0] * width
+                for r, v in pod.vec:
+                    a[r] += v
+                    freed[r] += v
+            count += len(gang.pods) if self.p.atomic else len(gang.local[self.d])
+        delta = [0] * len(m.base_sums[self.d])
+        for i, a in extra.items():
+            old = self._cap(i)
+            for k in m.kinds:
+                delta[k] += m.cap(k, i, a) - old[k]
+        return delta, count, tuple(freed), min(extra) if extra else -1
+
+    def run(self) -> list[list[_Gang]]:
+        """The gangs chosen, and up to :data:`ALTERNATIVES` - 1 variants whose last pick
+        is another completing move; empty when the domain cannot hold the gang."""
+        m = self.m
+        chosen: list[int] = []
+        taken: set[int] = set()
+        while True:
+            need = m.deficit(self.sums, self.strict)
+            if need == 0:
+                return [[self.by_index[g] for g in chosen]]
+            completing: list[tuple[tuple[object, ...], tuple[int, ...]]] = []
+            best_r: tuple[tuple[object, ...], tuple[int, ...]] | None = None
+            for j, move in enumerate(self.moves):
+                live = tuple(g for g in move if g not in taken)
+                if not live:
+                    continue
+                cached = self.cache.get(j)
+                if cached is None:
+                    cached = self.cache[j] = self._gain(live)
+                delta, count, freed, first = cached
+                after = [s + v for s, v in zip(self.sums, delta, strict=True)]
+                gain = need - m.deficit(after, self.strict)
+                if gain <= 0:
+                    continue
+                keys = tuple(self.by_index[g].key for g in live)
+                if gain >= need:
+                    completing.append(((len(live), count, freed, first, keys), live))
+                # most gain per gang, then fewest pods per gang: compare as fractions
+                kr = (-gain / len(live), count / len(live), first, keys)
+                if best_r is None or kr < best_r[0]:
+                    best_r = (kr, live)
+            if best_r is None:
+                return []
+            pick = best_r[1]
+            if completing:
+                completing.sort()
+                rate = -float(best_r[0][0])  # type: ignore[arg-type]
+                if len(completing[0][1]) <= math.ceil(need / rate - 1e-9):
+                    base = [self.by_index[g] for g in chosen]
+                    return [base + [self.by_index[g] for g in live] for _, live in completing[:ALTERNATIVES]]
+            self._apply(pick)
+            chosen.extend(pick)
+            taken.update(pick)
+
+    def _apply(self, live: Sequence[int]) -> None:
+        m = self.m
+        width = len(m.resources)
+        touched: set[int] = set()
+        for g in live:
+            for pod in self.by_index[g].local[self.d]:
+                a = self.adds.get(pod.node)
+                if a is None:
+                    a = self.adds[pod.node] = [0] * width
+                for r, v in pod.vec:
+                    a[r] += v
+                touched.add(pod.node)
+        for i in touched:
+            old = self._cap(i)
+            new = [m.cap(k, i, self.adds[i]) for k in m.kinds]
+            self.caps[i] = new
+            for k in m.kinds:
+                self.sums[k] += new[k] - old[k]
+            for j in self.touching.get(i, ()):
+                self.cache.pop(j, None)
+
+
+def _exact_work(relevant: Mapping[int, Sequence[_Gang]], proposals: Sequence[_Candidate]) -> int:
+    """Gang sets the exact search enumerates at most: in each domain, those of up to the
+    greedy's number of gangs (no better plan has more)."""
+    if not proposals:
+        return EXACT_BUDGET + 1
+    most = len({p.gang for p in proposals[0].pods})
+    return sum(math.comb(len(r), k) for r in relevant.values() for k in range(1, min(most, len(r)) + 1))
+
+
+def _scope(snapshot: Snapshot, required_level: str | None, near: Sequence[str]) -> tuple[int, set[int]] | None:
+    """The depth whose domains must each hold the whole gang (the required level's, else
+    the cluster's) and the domains allowed there (those holding a ``near`` node, as
+    :func:`place_gang` allows them); None for an unknown level."""
+    depth = 0
+    if required_level is not None:
+        found = snapshot.levels.depth_of(required_level)
+        if found is None:
+            return None
+        depth = found
+    if near:
+        owner = snapshot.tree.domain_of[depth]
+        return depth, {owner[snapshot.index[n]] for n in near if n in snapshot.index}
+    return depth, set(range(snapshot.tree.size(depth)))
+
+
+def _normalise(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], gang: str,
+               model: _Model) -> list[_Gang]:
+    """Candidate gangs the planner may use, sorted by key, each with its pods on nodes."""
+    ceiling = max(p.priority for p in members)
+    member_keys = {p.key for p in members}
+    seen: dict[str, VictimGang] = {}
+    for c in candidates:
+        if c.key in seen:
+            raise ValueError(f"candidate gang {c.key!r} given twice")
+        seen[c.key] = c
+    out: list[_Gang] = []
+    owner: dict[str, str] = {}
+    index = model.index
+    scope_of, usable = model.scope_of, model.usable
+    node_of = snapshot.node_index_of
+    vecs: dict[tuple[tuple[str, int], ...], tuple[tuple[int, int], ...]] = {}
+    for gkey in sorted(seen):
+        c = seen[gkey]
+        priority = c.priority
+        for pod in c.pods:
+            if pod.priority > priority:
+                priority = pod.priority
+        if priority >= ceiling or gkey == gang:
+            continue
+        g = _Gang(gkey, priority, len(out))
+        for pod in c.pods:
+            key = pod.key
+            if key in owner:
+                raise ValueError(f"pod {key!r} is in candidate gangs {owner[key]!r} and {gkey!r}")
+            owner[key] = gkey
+            i = node_of(key)
+            if i is None or pod.terminal or key in member_keys:
+                continue
+            items = tuple(pod.requests.items())
+            vec = vecs.get(items)
+            if vec is None:
+                vec = vecs[items] = tuple((index[r], v) for r, v in items if v > 0 and r in index)
+            gp = _Pod(key, len(out), i, pod.requests, vec, scope_of[i], usable[i])
+            g.pods.append(gp)
+        if g.pods:
+            g.pods.sort(key=lambda p: (p.node, p.key))
+            for gp in g.pods:
+                if gp.relevant:
+                    g.local.setdefault(gp.scope, []).append(gp)
+            out.append(g)
+    return out
+
+
+def plan_preemption(
+    snapshot: Snapshot,
+    members: Sequence[PodInfo],
+    candidates: Sequence[VictimGang],
+    mode: str,
+    required_level: str | None = None,
+    preferred_level: str | None = None,
+    *,
+    near: Sequence[str] = (),
+    gang: str = "",
+    exact: bool = True,
+) -> PreemptionPlan | None:
+    """The victims that let ``members`` be placed, least by the module docstring's
+    objective, and the placement; None when no set of candidates makes the gang
+    placeable, or ``mode`` is ``off``.
+
+    ``members``: the preemptor gang's unplaced pods, as :func:`place_gang` takes them
+    (their highest ``spec.priority`` is the preemptor's); ``required_level``,
+    ``preferred_level`` and ``near`` as for :func:`place_gang`. ``candidates``: gangs of
+    lower priority (:class:`VictimGang`); ``gang``: the preemptor's own gang key, never a
+    victim. ``mode``: ``off``, ``minimal`` or ``atomic`` (``gangPreemptionMode``).
+    ``exact=False`` skips the exact search (benchmarks compare the two). A gang that fits
+    without evicting anything gets a plan with no victims. ``snapshot`` is left as it
+    was. Deterministic: the same input in any candidate order gives the same plan.
+
+    Raises ``ValueError`` naming the value for an unknown mode, a candidate gang given
+    twice, or a pod in two candidate gangs.
+    """
+    if mode not in PREEMPTION_MODES:
+        raise ValueError(f"gangPreemptionMode: expected one of {', '.join(PREEMPTION_MODES)}, got {mode!r}")
+    if mode == "off":
+        return None
+    members = list(members)
+    if not members:
+        return None
+    scope = _scope(snapshot, required_level, near)
+    if scope is None or not scope[1]:
+        return None
+    depth, domains = scope
+    model = _Model(snapshot, members, depth, domains)
+    gangs = _normalise(snapshot, members, candidates, gang, model)
+    planner = _Planner(snapshot, members, gangs, mode, required_level, preferred_level, near, model, depth)
+    budget = _Budget(EXACT_BUDGET, PLACEMENT_BUDGET)
+
+    base_status = max((model.status(s) for s in model.base_sums.values()), default=_NO)
+    if base_status != _NO:
+        placement = planner.place([])
+        if placement.placed:
+            return _plan(planner, [], placement, "exact")
+    found = planner.sweep()
+    if found is None:
+        return None
+    t, feasible = found
+    relevant = planner.relevant(t, feasible)
+    proposals = planner.greedy(t, relevant, strict=False)
+    proposals.sort(key=lambda c: c.estimate)
+    proposals = proposals[:GREEDY_SETTLED]
+    method = "greedy"
+    if exact and _exact_work(relevant, proposals) <= EXACT_BUDGET and (
+            planner.atomic or sum(len(g.local[d]) for d, r in relevant.items() for g in r) <= EXACT_PODS):
+        try:
+            ties = planner.exact(t, relevant, budget, len({p.gang for p in proposals[0].pods}) if proposals else None)
+        except _OutOfBudget:
+            budget.placements = PLACEMENT_BUDGET
+        else:
+            if ties:
+                ties.sort(key=lambda c: c.estimate)
+                proposals = ties[:PLACEMENT_BUDGET] + proposals
+                method = "exact"
+    best: tuple[tuple[object, ...], list[_Pod], PlacementResult] | None = None
+    for cand in proposals:
+        try:
+            settled = planner.settle(cand.pods, budget)
+        except _OutOfBudget:
+            break
+        if settled is None:
+            continue
+        pods, placement = settled
+        k = planner.key(pods, placement)
+        if best is None or k < best[0]:
+            best = (k, pods, placement)
+    if best is None:
+        # Several shapes whose fill failed on every candidate: aim at the envelope, then
+        # at everything the sweep removed in a feasible domain.
+        budget = _Budget(0, PLACEMENT_BUDGET)
+        fallback = planner.greedy(t, relevant, strict=True)
+        fallback += [_Candidate(planner._victims(d, r), ()) for d, r in sorted(relevant.items())]
+        for cand in fallback:
+            settled = planner.settle(cand.pods, budget)
+            if settled is not None:
+                best = (planner.key(*settled), *settled)
+                break
+        method = "greedy"
+    if best is None:
+        return None
+    return _plan(planner, best[1], best[2], method)
+
+
+def _plan(planner: _Planner, pods: Sequence[_Pod], placement: PlacementResult, method: str) -> PreemptionPlan:
+    snapshot = planner.snapshot
+    gang_keys = sorted({planner.gangs[p.gang].key for p in pods})
+    top = max((planner.gangs[p.gang].priority for p in pods), default=0)
+    over = planner.overage(pods, placement) if pods else tuple((r, 0) for r in planner.over_resources)
+    x = len(placement.assignments)
+    where = str(placement.domain) if placement.domain is not None else "cluster"
+    if not pods:
+        reason = f"fits without evicting anything: placed {x} members in {where}"
+    else:
+        g, n = len(gang_keys), len(pods)
+        reason = (f"evict {g} gang{'s' if g != 1 else ''} ({n} pod{'s' if n != 1 else ''}, priority <= {top}) "
+                  f"to place {x} members in {where}")
+        extra = [f"{v} {r}" for r, v in over if v]
+        if extra:
+            reason += f", freeing {', '.join(extra)} beyond the need"
+    return PreemptionPlan(
+        victims=tuple(sorted(p.key for p in pods)),
+        gangs=tuple(gang_keys),
+        placement=placement,
+        max_priority=top,
+        pods=len(pods),
+        overage=over,
+        method=method,
+        reason=reason,
+        nodes={p.key: snapshot.nodes[p.node].name for p in sorted(pods, key=lambda p: p.key)},
+    )
