@@ -29,8 +29,8 @@ a brute force over every subset (``tests/engine/preemption_oracle.py``) gives th
 
 Targets (issue "Gang-aware preemption"): Troupe optimal on every brute-forceable
 instance, never worse than the baseline on the lexicographic objective, and under 50 ms
-for the whole plan with 1,000 running gangs on 1,000 nodes (the time is printed with its
-ratio to the baseline's on the same instances).
+for the whole plan with 1,000 running gangs on 1,000 nodes (each plan timed as the best of
+three runs; the time is printed with its ratio to the baseline's on the same instances).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def baseline(inst: Instance, mode: str) -> list[PodInfo] | None:
                     break
                 # phase 2: largest first until the need is met
                 total, chosen = 0, []
-                for key, (c, amount) in sorted(gangs.items(), key=lambda t: (-t[1][1], t[0])):
+                for _, (c, amount) in sorted(gangs.items(), key=lambda t: (-t[1][1], t[0])):
                     total += amount
                     chosen.append(c)
                     if total >= need:
@@ -239,10 +239,17 @@ class Tally:
                 f"{self.worse:>10}")
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    out = fn()
-    return (time.perf_counter() - start) * 1000, out
+def timed(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
+    """Wall time in ms of ``fn``, the best of ``repeats`` runs (the machine may be shared),
+    and its result."""
+    best = float("inf")
+    out = None
+    for _ in range(repeats):
+        gc.collect()  # the garbage of building the instance is not the timed code's
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, (time.perf_counter() - start) * 1000)
+    return best, out
 
 
 HEADER = f"  {'method':<15} {'gangs':>7} {'pods':>7} {'overage':>9} {'optimal':>9} {'no plan':>8} {'worse/base':>10}"
@@ -272,7 +279,7 @@ def small_suite(rng: random.Random, count: int) -> bool:
                     t.found.append(got)
                 t.optimal += got == best
                 t.missed += got is None and best is not None
-                t.worse += got is not None and base is not None and got > base or (got is None and base is not None)
+                t.worse += (got is not None and base is not None and got > base) or (got is None and base is not None)
         print(f"{mode}: a plan exists in {exists} of {count}")
         print(HEADER)
         for name, t in tallies.items():
@@ -294,14 +301,13 @@ def large_suite(rng: random.Random, repeats: int) -> bool:
     worst = 0.0
     for mode in MODES:
         tallies = {name: Tally() for name in ("troupe", "baseline")}
-        for r in range(repeats):
+        for _ in range(repeats):
             seed = rng.randrange(1 << 30)
             for members, gpus, required in LARGE:
                 inst = build(random.Random(seed), 1000, 1000, members, gpus, required)
-                gc.collect()
-                ms, plan = timed(lambda inst=inst: plan_preemption(
+                ms, plan = timed(lambda inst=inst, mode=mode: plan_preemption(
                     inst.snapshot, inst.members, inst.candidates, mode, inst.required))
-                base_ms, base_victims = timed(lambda inst=inst: baseline(inst, mode))
+                base_ms, base_victims = timed(lambda inst=inst, mode=mode: baseline(inst, mode))
                 tallies["troupe"].ms.append(ms)
                 tallies["baseline"].ms.append(base_ms)
                 got = score(inst, None if plan is None else [inst.snapshot.pods[k] for k in plan.victims])
@@ -310,7 +316,7 @@ def large_suite(rng: random.Random, repeats: int) -> bool:
                     if value is not None:
                         tallies[name].found.append(value)
                     tallies[name].missed += value is None
-                if got is None and base is not None or (got is not None and base is not None and got > base):
+                if (got is None and base is not None) or (got is not None and base is not None and got > base):
                     tallies["troupe"].worse += 1
                     print(f"  troupe worse than the baseline: {mode} {members}x{gpus} {required}: {got} > {base}")
         n = repeats * len(LARGE)
@@ -319,7 +325,7 @@ def large_suite(rng: random.Random, repeats: int) -> bool:
         for name, t in tallies.items():
             print(t.row(name, n, False) + f" {statistics.fmean(t.ms):>8.1f} {max(t.ms):>7.1f}")
         ratio = statistics.fmean(tallies["baseline"].ms) / statistics.fmean(tallies["troupe"].ms)
-        print(f"  troupe / baseline time: {1 / ratio:.2f}x (baseline {ratio:.2f}x troupe's speed)")
+        print(f"  troupe's time / the baseline's: {1 / ratio:.2f}")
         worst = max(worst, max(tallies["troupe"].ms))
         if tallies["troupe"].worse:
             ok = False

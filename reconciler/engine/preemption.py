@@ -74,6 +74,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
+from operator import attrgetter
 
 from reconciler.engine.placement import PlacementResult, place_gang
 from reconciler.engine.resources import PODS, resource_order
@@ -90,8 +91,10 @@ EXACT_BUDGET = 4_000
 #: Calls of :func:`place_gang` spent on choosing among plans tied on (1)-(3), and on
 #: confirming greedy plans, before settling the winner.
 PLACEMENT_BUDGET = 32
-#: Subsets of the greedy's gangs the reverse pass may evaluate.
-REVERSE_BUDGET = 2_000
+#: The reverse pass tries every subset of the greedy's gangs when they are at most this
+#: many, evaluating at most :data:`REVERSE_BUDGET` of them; else it drops them in order.
+REVERSE_GANGS = 10
+REVERSE_BUDGET = 200
 #: Completing moves the greedy keeps as alternative last picks (each its own plan).
 ALTERNATIVES = 4
 #: Greedy plans (best estimated objective first) settled and compared.
@@ -219,14 +222,10 @@ class _Model:
         self.scope_of = [owner[i] if owner[i] in scope else -1 for i in range(n)]
         any_eligible = [any(e[i] for e in eligible) for i in range(n)]
         self.usable = [self.scope_of[i] >= 0 and any_eligible[i] for i in range(n)]
-        self.base = [[self.cap(k, i, None) for k in self.kinds] for i in range(n)]
-        self.base_sums: dict[int, list[int]] = {d: [0] * len(requests) for d in scope}
-        for i in range(n):
-            d = self.scope_of[i]
-            if d >= 0:
-                s = self.base_sums[d]
-                for k in self.kinds:
-                    s[k] += self.base[i][k]
+        columns = [snapshot.capacity(q, e) for q, e in zip(requests, eligible, strict=True)]
+        self.base = [list(t) for t in zip(*columns, strict=True)]
+        by_domain = [tree.caps_by_depth(col)[depth] for col in columns]
+        self.base_sums: dict[int, list[int]] = {d: [col[d] for col in by_domain] for d in scope}
 
     def cap(self, kind: int, i: int, add: Sequence[int] | None) -> int:
         """Members of ``kind`` that fit on node ``i`` with ``add`` (per model resource)
@@ -312,12 +311,13 @@ class _Candidate:
 
 
 class _Planner:
-    def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], gangs: list[_Gang], mode: str,
+    def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], pool: _Candidates, mode: str,
                  required_level: str | None, preferred_level: str | None, near: Sequence[str],
                  model: _Model, depth: int) -> None:
         self.snapshot = snapshot
         self.members = members
-        self.gangs = gangs
+        self.pool = pool
+        self.gangs = pool.gangs
         self.atomic = mode == "atomic"
         self.required_level = required_level
         self.preferred_level = preferred_level
@@ -327,6 +327,8 @@ class _Planner:
         self.over_resources = sorted({r for p in members for r, v in p.requests.items() if v > 0 and r != PODS},
                                      key=overage_order)
         self._placed: dict[frozenset[str], PlacementResult] = {}
+        #: node -> member slots it gains when every admitted candidate on it goes (sweep)
+        self.gain: dict[int, int] = {}
 
     # --- placement and the objective ----------------------------------------------------
     def place(self, pods: Iterable[_Pod]) -> PlacementResult:
@@ -375,29 +377,45 @@ class _Planner:
         )
 
     def estimate(self, pods: Sequence[_Pod]) -> tuple[object, ...]:
-        """The objective of ``pods`` before placing them, overage estimated: the members
-        take the slots of the nodes the victims free, in node order."""
+        """The objective of ``pods`` before placing them, with a lower bound of the
+        overage: on a node, the members can use at most the freed capacity that
+        ``min(members that fit there, all members)`` of them need beyond what is free (one
+        shape), or that all of them need (several); a node they cannot use, none. The
+        bound is per resource, so it is below the true vector in the lexicographic order
+        too: among victim sets equal in (1)-(3), the placements are tried least bound
+        first until the bound passes the best overage found."""
         gangs = sorted({p.gang for p in pods})
         m = self.model
+        width = len(m.resources)
         adds: dict[int, list[int]] = {}
+        freed: dict[int, dict[str, int]] = {}
         for p in pods:
-            if p.scope >= 0:
-                a = adds.setdefault(p.node, [0] * len(m.resources))
+            f = freed.setdefault(p.node, {})
+            for r in self.over_resources:
+                f[r] = f.get(r, 0) + p.requests.get(r, 0)
+            if p.relevant:
+                a = adds.get(p.node)
+                if a is None:
+                    a = adds[p.node] = [0] * width
                 for r, v in p.vec:
                     a[r] += v
-        over = [0] * len(m.resources)
-        left = m.x
-        for i in sorted(adds):
-            a = adds[i]
-            k = min(left, m.cap(m.main, i, a))
-            left -= k
-            for r, q in m.q[m.main]:
-                used = min(max(k * q - m.free[r][i], 0), a[r])
-                over[r] += a[r] - used
-        for p in pods:
-            if p.scope < 0:
-                for r, v in p.vec:
-                    over[r] += v
+        total = {r: sum(q.requests.get(r, 0) for q in self.members) for r in self.over_resources}
+        shape = dict(self.members[0].requests) if m.single else None
+        over = []
+        for r in self.over_resources:
+            ri = m.index[r]
+            bound = 0
+            for i, f in freed.items():
+                a = adds.get(i)
+                if a is None:
+                    bound += f[r]
+                    continue
+                if shape is not None:
+                    need = min(m.cap(m.main, i, a), m.x) * shape.get(r, 0)
+                else:
+                    need = total[r]
+                bound += f[r] - min(max(need - m.free[ri][i], 0), f[r])
+            over.append(bound)
         return (max((self.gangs[g].priority for g in gangs), default=0), len(gangs), len(pods), tuple(over),
                 tuple(sorted(p.node for p in pods)), tuple(self.gangs[g].key for g in gangs))
 
@@ -556,25 +574,23 @@ class _Planner:
         """Objective (1) and the scope domains where the members fit at that priority:
         candidates are removed lowest priority first until some domain holds the gang."""
         m = self.model
-        by_priority: dict[int, list[_Pod]] = {}
-        for g in self.gangs:
-            by_priority.setdefault(g.priority, []).extend(p for p in g.pods if p.relevant)
         width = len(m.resources)
         adds: dict[int, list[int]] = {}
         caps: dict[int, list[int]] = {}
         sums = {d: list(s) for d, s in m.base_sums.items()}
         removed: list[_Pod] = []
         confirmations = PLACEMENT_BUDGET
-        for t in sorted(by_priority):
+        for t in sorted(self.pool.levels):
             touched: set[int] = set()
-            for p in by_priority[t]:
+            level = [p for g in self.pool.admit(t) for p in g.pods if p.relevant]
+            for p in level:
                 a = adds.get(p.node)
                 if a is None:
                     a = adds[p.node] = [0] * width
                 for r, v in p.vec:
                     a[r] += v
                 touched.add(p.node)
-            removed.extend(by_priority[t])
+            removed.extend(level)
             domains: set[int] = set()
             for i in touched:
                 old = caps.get(i, m.base[i])
@@ -586,16 +602,39 @@ class _Planner:
                 domains.add(m.scope_of[i])
             ready = sorted(d for d in sums if m.status(sums[d]) == _YES)
             maybe = sorted(d for d in sums if m.status(sums[d]) == _MAYBE)
-            if ready:
+            if ready or (maybe and confirmations > 0 and self._confirm(removed)):
+                self.gain = {i: c[m.main] - m.base[i][m.main] for i, c in caps.items()}
                 return t, ready + maybe
-            if maybe and confirmations > 0:
-                confirmations -= 1
-                if self.place(removed).placed:
-                    return t, maybe
+            confirmations -= bool(maybe)
         return None
 
-    def relevant(self, t: int, domains: Sequence[int]) -> dict[int, list[_Gang]]:
-        return {d: [g for g in self.gangs if g.priority <= t and d in g.local] for d in domains}
+    def _confirm(self, removed: list[_Pod]) -> bool:
+        return self.place(removed).placed
+
+    def relevant(self, domains: Sequence[int]) -> dict[int, list[_Gang]]:
+        """Per feasible domain, the admitted gangs with a pod a member could use there."""
+        out: dict[int, list[_Gang]] = {d: [] for d in domains}
+        for g in self.gangs:
+            for d in g.local:
+                if d in out:
+                    out[d].append(g)
+        return out
+
+    def least_gangs(self, d: int, gangs: Sequence[_Gang]) -> int:
+        """A lower bound of the gangs domain ``d`` needs evicted: the fewest whose
+        potentials add up to its deficit, a gang's potential being the member slots its
+        nodes there gain when every candidate on them goes (one shape; 1 for several)."""
+        if not self.model.single:
+            return 1
+        need = self.model.deficit(self.model.base_sums[d], True)
+        potentials = sorted((sum(self.gain.get(i, 0) for i in {p.node for p in g.local[d]}) for g in gangs),
+                            reverse=True)
+        total = 0
+        for k, v in enumerate(potentials, 1):
+            total += v
+            if total >= need:
+                return k
+        return len(potentials) + 1
 
     def exact(self, t: int, relevant: dict[int, list[_Gang]], budget: _Budget, most: int | None) -> list[_Candidate]:
         """Every victim set tied at the least (gangs, pods) over the domains, with at most
@@ -615,11 +654,16 @@ class _Planner:
             return st == _YES
 
         top = max(len(r) for r in relevant.values())
+        single = m.single
         for k in range(1, min(top, most or top) + 1):
             for d, gangs in sorted(relevant.items()):
+                need = m.deficit(m.base_sums[d], True)
+                potential = {g.index: sum(self.gain.get(i, 0) for i in {p.node for p in g.local[d]}) for g in gangs}
                 for combo in combinations(gangs, k):
                     if max(g.priority for g in combo) != t:
                         continue
+                    if single and sum(potential[g.index] for g in combo) < need:
+                        continue  # cannot fit: the potentials bound the slots gained
                     local = [p for g in combo for p in g.local[d]]
                     if not check(local, d):
                         continue
@@ -659,13 +703,19 @@ class _Planner:
                 break
         return out
 
-    def greedy(self, t: int, relevant: dict[int, list[_Gang]], strict: bool) -> list[_Candidate]:
-        """One candidate per domain (module docstring, "greedy")."""
+    def greedy(self, relevant: dict[int, list[_Gang]], bounds: Mapping[int, int], strict: bool) -> list[_Candidate]:
+        """Candidates from the feasible domains (module docstring, "greedy"), visited by
+        their lower bound of gangs (``bounds``); a domain whose bound exceeds the gangs
+        of the best candidate so far is skipped."""
         out = []
-        for d, gangs in sorted(relevant.items()):
-            for chosen in _Greedy(self, d, gangs, strict).run():
+        fewest = math.inf
+        for d in sorted(relevant, key=lambda d: (bounds[d], d)):
+            if bounds[d] > fewest:
+                break
+            for chosen in _Greedy(self, d, relevant[d], strict).run():
                 pods = self._reverse(d, chosen, strict)
                 out.append(_Candidate(pods, self.estimate(pods)))
+                fewest = min(fewest, len({p.gang for p in pods}))
         return out
 
     def _victims(self, d: int, gangs: Iterable[_Gang]) -> list[_Pod]:
@@ -679,9 +729,9 @@ class _Planner:
 
     def _reverse(self, d: int, chosen: list[_Gang], strict: bool) -> list[_Pod]:
         """The fewest of the ``chosen`` gangs the arithmetic says suffice (then fewest
-        pods, least freed): every subset by increasing size within
-        :data:`REVERSE_BUDGET` evaluations, else dropping the gangs that free least
-        first; then, in ``minimal`` mode, their pods, smallest first."""
+        pods, least freed): every subset by increasing size (:data:`REVERSE_GANGS`,
+        :data:`REVERSE_BUDGET`), else dropping the gangs that free least first; then, in
+        ``minimal`` mode, their pods, smallest first."""
         m = self.model
         main = m.q[m.main][0][0] if m.q[m.main] else -1
 
@@ -690,12 +740,19 @@ class _Planner:
 
         kept: list[_Gang] | None = None
         left = REVERSE_BUDGET
-        for size in range(1, len(chosen)):
+        need = m.deficit(m.base_sums[d], True)
+        potential = {g.index: sum(self.gain.get(i, 0) for i in {p.node for p in g.local[d]}) for g in chosen}
+        least = self.least_gangs(d, chosen) if m.single else 1
+        if len(chosen) > REVERSE_GANGS:
+            left = -1
+        for size in range(least, len(chosen) if left >= 0 else 0):
             best: tuple[tuple[object, ...], list[_Gang]] | None = None
             for combo in combinations(chosen, size):
                 left -= 1
                 if left < 0:
                     break
+                if m.single and sum(potential[g.index] for g in combo) < need:
+                    continue
                 pods = self._victims(d, combo)
                 if self._ok(d, pods, strict):
                     k = (len(pods), freed(combo), tuple(g.key for g in combo))
@@ -717,11 +774,37 @@ class _Planner:
         pods = self._victims(d, kept)
         if self.atomic:
             return pods
+        return self._drop_pods(d, pods, strict, main)
+
+    def _drop_pods(self, d: int, pods: list[_Pod], strict: bool, main: int) -> list[_Pod]:
+        """Drop pods, smallest first, while the arithmetic says the rest suffice; each
+        try recomputes only the pod's node."""
+        m = self.model
+        width = len(m.resources)
+        adds: dict[int, list[int]] = {}
+        for p in pods:
+            a = adds.setdefault(p.node, [0] * width)
+            for r, v in p.vec:
+                a[r] += v
+        caps = {i: [m.cap(k, i, a) for k in m.kinds] for i, a in adds.items()}
+        sums = list(m.base_sums[d])
+        for i, c in caps.items():
+            for k in m.kinds:
+                sums[k] += c[k] - m.base[i][k]
+        gone: set[int] = set()
         for p in sorted(pods, key=lambda p: (sum(v for r, v in p.vec if r == main), -p.node, p.key)):
-            rest = [q for q in pods if q is not p]
-            if rest and self._ok(d, rest, strict):
-                pods = rest
-        return pods
+            if len(gone) == len(pods) - 1:
+                break
+            a = list(adds[p.node])
+            for r, v in p.vec:
+                a[r] -= v
+            new = [m.cap(k, p.node, a) for k in m.kinds]
+            after = [sums[k] + new[k] - caps[p.node][k] for k in m.kinds]
+            st = m.status(after)
+            if st == _YES or (st == _MAYBE and not strict):
+                adds[p.node], caps[p.node], sums = a, new, after
+                gone.add(id(p))
+        return [p for p in pods if id(p) not in gone]
 
 
 class _Greedy:
@@ -873,52 +956,66 @@ def _scope(snapshot: Snapshot, required_level: str | None, near: Sequence[str]) 
     return depth, set(range(snapshot.tree.size(depth)))
 
 
-def _normalise(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], gang: str,
-               model: _Model) -> list[_Gang]:
-    """Candidate gangs the planner may use, sorted by key, each with its pods on nodes."""
-    ceiling = max(p.priority for p in members)
-    member_keys = {p.key for p in members}
-    seen: dict[str, VictimGang] = {}
-    for c in candidates:
-        if c.key in seen:
-            raise ValueError(f"candidate gang {c.key!r} given twice")
-        seen[c.key] = c
-    out: list[_Gang] = []
-    owner: dict[str, str] = {}
-    index = model.index
-    scope_of, usable = model.scope_of, model.usable
-    node_of = snapshot.node_index_of
-    vecs: dict[tuple[tuple[str, int], ...], tuple[tuple[int, int], ...]] = {}
-    for gkey in sorted(seen):
-        c = seen[gkey]
-        priority = c.priority
-        for pod in c.pods:
-            if pod.priority > priority:
-                priority = pod.priority
-        if priority >= ceiling or gkey == gang:
-            continue
-        g = _Gang(gkey, priority, len(out))
-        for pod in c.pods:
-            key = pod.key
-            if key in owner:
-                raise ValueError(f"pod {key!r} is in candidate gangs {owner[key]!r} and {gkey!r}")
-            owner[key] = gkey
-            i = node_of(key)
-            if i is None or pod.terminal or key in member_keys:
-                continue
-            items = tuple(pod.requests.items())
-            vec = vecs.get(items)
-            if vec is None:
-                vec = vecs[items] = tuple((index[r], v) for r, v in items if v > 0 and r in index)
-            gp = _Pod(key, len(out), i, pod.requests, vec, scope_of[i], usable[i])
-            g.pods.append(gp)
-        if g.pods:
-            g.pods.sort(key=lambda p: (p.node, p.key))
-            for gp in g.pods:
-                if gp.relevant:
-                    g.local.setdefault(gp.scope, []).append(gp)
-            out.append(g)
-    return out
+class _Candidates:
+    """The candidate gangs the planner may use, by priority; a level's gangs are turned
+    into :class:`_Gang` values (sorted by key, their pods on nodes sorted by node) only
+    when the sweep reaches it, so gangs above objective (1) cost almost nothing."""
+
+    def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang],
+                 gang: str, model: _Model) -> None:
+        self.snapshot = snapshot
+        self.model = model
+        self.member_keys = {p.key for p in members}
+        ceiling = max(p.priority for p in members)
+        seen: set[str] = set()
+        self.levels: dict[int, list[VictimGang]] = {}
+        for c in candidates:
+            if c.key in seen:
+                raise ValueError(f"candidate gang {c.key!r} given twice")
+            seen.add(c.key)
+            priority = c.priority
+            for pod in c.pods:
+                if pod.priority > priority:
+                    priority = pod.priority
+            if priority < ceiling and c.key != gang:
+                self.levels.setdefault(priority, []).append(c)
+        self.gangs: list[_Gang] = []
+        self._owner: dict[str, str] = {}
+        self._vecs: dict[tuple[tuple[str, int], ...], tuple[tuple[int, int], ...]] = {}
+
+    def admit(self, priority: int) -> list[_Gang]:
+        """The gangs of one priority level, now part of :attr:`gangs`. Raises
+        ``ValueError`` for a pod that is in two candidate gangs."""
+        model, owner, vecs = self.model, self._owner, self._vecs
+        index, scope_of, usable = model.index, model.scope_of, model.usable
+        node_of = self.snapshot.node_index_of
+        out = []
+        for c in sorted(self.levels.get(priority, ()), key=lambda c: c.key):
+            g = _Gang(c.key, priority, len(self.gangs))
+            for pod in c.pods:
+                key = pod.key
+                if key in owner:
+                    raise ValueError(f"pod {key!r} is in candidate gangs {owner[key]!r} and {c.key!r}")
+                owner[key] = c.key
+                i = node_of(key)
+                if i is None or pod.terminal or key in self.member_keys:
+                    continue
+                items = tuple(pod.requests.items())
+                vec = vecs.get(items)
+                if vec is None:
+                    vec = vecs[items] = tuple((index[r], v) for r, v in items if v > 0 and r in index)
+                g.pods.append(_Pod(key, g.index, i, pod.requests, vec, scope_of[i], usable[i]))
+            if g.pods:
+                g.pods.sort(key=_pod_order)
+                for gp in g.pods:
+                    if gp.relevant:
+                        g.local.setdefault(gp.scope, []).append(gp)
+                self.gangs.append(g)
+                out.append(g)
+        return out
+
+
+_pod_order = attrgetter("node", "key")
 
 
 def plan_preemption(
@@ -961,8 +1058,8 @@ def plan_preemption(
         return None
     depth, domains = scope
     model = _Model(snapshot, members, depth, domains)
-    gangs = _normalise(snapshot, members, candidates, gang, model)
-    planner = _Planner(snapshot, members, gangs, mode, required_level, preferred_level, near, model, depth)
+    pool = _Candidates(snapshot, members, candidates, gang, model)
+    planner = _Planner(snapshot, members, pool, mode, required_level, preferred_level, near, model, depth)
     budget = _Budget(EXACT_BUDGET, PLACEMENT_BUDGET)
 
     base_status = max((model.status(s) for s in model.base_sums.values()), default=_NO)
@@ -974,11 +1071,15 @@ def plan_preemption(
     if found is None:
         return None
     t, feasible = found
-    relevant = planner.relevant(t, feasible)
-    proposals = planner.greedy(t, relevant, strict=False)
+    relevant = planner.relevant(feasible)
+    bounds = {d: planner.least_gangs(d, r) for d, r in relevant.items()}
+    proposals = planner.greedy(relevant, bounds, strict=False)
     proposals.sort(key=lambda c: c.estimate)
     proposals = proposals[:GREEDY_SETTLED]
     method = "greedy"
+    if proposals:
+        most = len({p.gang for p in proposals[0].pods})
+        relevant = {d: r for d, r in relevant.items() if bounds[d] <= most}
     if exact and _exact_work(relevant, proposals) <= EXACT_BUDGET and (
             planner.atomic or sum(len(g.local[d]) for d, r in relevant.items() for g in r) <= EXACT_PODS):
         try:
@@ -987,11 +1088,14 @@ def plan_preemption(
             budget.placements = PLACEMENT_BUDGET
         else:
             if ties:
+                # Equal in (1)-(3): best-first by the overage's lower bound (estimate).
                 ties.sort(key=lambda c: c.estimate)
-                proposals = ties[:PLACEMENT_BUDGET] + proposals
+                proposals = ties[:PLACEMENT_BUDGET]
                 method = "exact"
     best: tuple[tuple[object, ...], list[_Pod], PlacementResult] | None = None
     for cand in proposals:
+        if best is not None and cand.estimate >= best[0]:
+            break
         try:
             settled = planner.settle(cand.pods, budget)
         except _OutOfBudget:
@@ -1006,7 +1110,7 @@ def plan_preemption(
         # Several shapes whose fill failed on every candidate: aim at the envelope, then
         # at everything the sweep removed in a feasible domain.
         budget = _Budget(0, PLACEMENT_BUDGET)
-        fallback = planner.greedy(t, relevant, strict=True)
+        fallback = planner.greedy(relevant, dict.fromkeys(relevant, 1), strict=True)
         fallback += [_Candidate(planner._victims(d, r), ()) for d, r in sorted(relevant.items())]
         for cand in fallback:
             settled = planner.settle(cand.pods, budget)
