@@ -44,7 +44,7 @@ bench-simulate: $(BIN)/.installed
 	$(BIN)/python benchmarks/simulate_snapshot.py
 
 # The preemption planner against the Volcano proposal's heuristic, and brute force on small
-# instances (about 2 minutes; --quick: about 20 s).
+# instances (about 35 s; --quick: about 15 s).
 bench-preemption: $(BIN)/.installed
 	$(BIN)/python benchmarks/preemption.py
 

@@ -51,12 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.engine import Snapshot, place_gang
 from reconciler.engine.preemption import VictimGang, plan_preemption
 from reconciler.engine.snapshot import PodInfo
-from tests.engine.preemption_oracle import Objective, brute_force, objective
+from tests.engine.builders import BLOCK, GPU, HOST, SUBBLOCK
+from tests.engine.preemption_oracle import Instance, Objective, brute_force, objective
 
-GPU = "nvidia.com/gpu"
-BLOCK = "cloud.google.com/gce-topology-block"
-SUBBLOCK = "cloud.google.com/gce-topology-subblock"
-HOST = "cloud.google.com/gce-topology-host"
 SUBBLOCKS_PER_BLOCK = 32
 NODES_PER_SUBBLOCK = 16
 PREEMPTOR_PRIORITY = 500
@@ -66,14 +63,6 @@ MODES = ("minimal", "atomic")
 #: (members, GPUs per member, required level) on the large cluster
 LARGE = [(4, 8, None), (8, 8, None), (16, 8, None), (8, 4, None), (32, 2, None),
          (4, 8, SUBBLOCK), (8, 8, SUBBLOCK), (16, 8, SUBBLOCK), (8, 4, SUBBLOCK), (32, 2, SUBBLOCK)]
-
-
-@dataclass
-class Instance:
-    snapshot: Snapshot
-    members: list[PodInfo]
-    candidates: list[VictimGang]
-    required: str | None
 
 
 def node_obj(k: int, name: str, nodes_per_subblock: int) -> dict[str, Any]:
@@ -338,7 +327,7 @@ def large_suite(rng: random.Random, repeats: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer instances (about 20 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer instances (about 15 s)")
     parser.add_argument("--seed", type=int, default=11, help="random seed of the instances")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)

@@ -49,23 +49,30 @@ necessary test (each shape fits) and a sufficient one (their envelope fits) boun
 the placement engine decides between them. Then:
 
 - a sweep over candidate priorities, lowest first, finds (1) and the domains that can
-  hold the gang at that priority, in ``O(candidate pods)``;
-- **exact** when the relevant candidate gangs (those of priority at most (1) with a pod
-  on a node the members can use in a feasible domain) are at most :data:`EXACT_GANGS`, in
-  ``minimal`` mode with at most :data:`EXACT_PODS` relevant pods, and the enumeration
-  stays within :data:`EXACT_BUDGET` subset evaluations: gang sets by increasing size,
-  then (``minimal``) pod sets by increasing size, every one checked by the arithmetic;
-  the sets tied on (1)-(3) are placed (at most :data:`PLACEMENT_BUDGET`, least estimated
-  overage first) for (4);
-- otherwise **greedy**, in each feasible domain: repeatedly evict the move (one gang, or
-  every remaining candidate gang of one node) with the most member slots gained per gang,
+  hold the gang at that priority, in ``O(candidate pods)``; gangs above (1) are never
+  looked at further;
+- **greedy**, in each feasible domain (best lower bound of gangs first, skipping domains
+  whose bound exceeds the best found): repeatedly evict the move (one gang, or every
+  remaining candidate gang of one node) with the most member slots gained per gang,
   unless a move that completes the need costs no more gangs than the rest would (then the
-  completing move with the fewest pods and least freed: the proposal's "least overage");
-  then a reverse pass drops gangs, and in ``minimal`` mode pods, that are not needed.
+  completing move with the fewest pods and least freed: the proposal's "least overage",
+  keeping the next :data:`ALTERNATIVES` - 1 as other plans); then a reverse pass keeps
+  the fewest of the chosen gangs that suffice and, in ``minimal`` mode, drops their pods
+  that are not needed;
+- **exact** when it is small: the gang sets of at most the greedy's number of gangs, in
+  the domains whose bound allows it, are at most :data:`EXACT_BUDGET`, and in ``minimal``
+  mode the relevant pods (on nodes a member can use, in those domains) at most
+  :data:`EXACT_PODS`. Gang sets by increasing size, then (``minimal``) their pod sets by
+  increasing size, each checked by the arithmetic, give every set tied on (1)-(3); they
+  are placed best-first by a lower bound of their overage (:meth:`_Planner.estimate`),
+  at most :data:`PLACEMENT_BUDGET`, until the bound passes the best overage found. Past
+  :data:`EXACT_BUDGET` evaluations in all, the greedy's plans stand.
 
 Every candidate plan is then *settled*: placed, trimmed against its placement (gangs,
 then per node the fewest pods that cover the deficit), placed again, until nothing more
-can be dropped. The plan with the least objective wins.
+can be dropped. The plan with the least objective wins. Exactness: with members of one shape and at most
+:data:`PLACEMENT_BUDGET` ties, the exact search returns an optimal plan (the property
+tests hold it to a brute force over every subset).
 """
 
 from __future__ import annotations
@@ -397,8 +404,8 @@ class _Planner:
                 a = adds.get(p.node)
                 if a is None:
                     a = adds[p.node] = [0] * width
-                for r, v in p.vec:
-                    a[r] += v
+                for ri, v in p.vec:
+                    a[ri] += v
         total = {r: sum(q.requests.get(r, 0) for q in self.members) for r in self.over_resources}
         shape = dict(self.members[0].requests) if m.single else None
         over = []

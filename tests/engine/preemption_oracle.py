@@ -10,6 +10,7 @@ instances: ``2 ** pods`` placements.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain, combinations
 
 from reconciler.engine import PlacementResult, Snapshot, place_gang
@@ -18,6 +19,17 @@ from reconciler.engine.resources import resource_order
 from reconciler.engine.snapshot import PodInfo
 
 Objective = tuple[int, int, int, tuple[int, ...]]
+
+
+@dataclass
+class Instance:
+    """A preemption problem: the cluster, the preemptor's members, the candidate gangs and
+    the members' required level."""
+
+    snapshot: Snapshot
+    members: list[PodInfo]
+    candidates: list[VictimGang]
+    required: str | None
 
 
 def overage_resources(members: Sequence[PodInfo]) -> list[str]:

@@ -10,31 +10,23 @@ running gang may be the preemptor's own.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine import place_gang
 from reconciler.engine.preemption import PreemptionPlan, VictimGang, plan_preemption
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import PodInfo
 from tests.engine.builders import SUBBLOCK, make_node, make_pod, snapshot_of
-from tests.engine.preemption_oracle import brute_force
+from tests.engine.preemption_oracle import Instance, brute_force
 
 PRIORITY = 10
 OWN = "batch/own"
 
 
-@dataclass
-class Instance:
-    snapshot: Snapshot
-    members: list[PodInfo]
-    candidates: list[VictimGang]
-    required: str | None
-
-    def eligible(self) -> list[VictimGang]:
-        """What the caller would pass: strictly lower priority, not the own gang."""
-        return [c for c in self.candidates if c.priority < PRIORITY and c.key != OWN]
+def eligible(inst: Instance) -> list[VictimGang]:
+    """What the caller would pass: strictly lower priority, not the own gang."""
+    return [c for c in inst.candidates if c.priority < PRIORITY and c.key != OWN]
 
 
 @st.composite
@@ -80,7 +72,7 @@ def test_victims_are_candidates_of_strictly_lower_priority_never_the_own_gang(in
     event("plan" if plan else "no plan")
     if plan is None:
         return
-    allowed = {p.key: c for c in inst.eligible() for p in c.pods}
+    allowed = {p.key: c for c in eligible(inst) for p in c.pods}
     for v in plan.victims:
         assert v in allowed, v
         assert allowed[v].priority < PRIORITY
@@ -146,7 +138,7 @@ def test_optimal_against_brute_force_over_every_subset(inst: Instance, mode: str
     """(1) highest victim priority, (2) gangs, (3) pods, (4) overage: the planner's value
     is the least over every subset of the candidates (pods in ``minimal``, gangs in
     ``atomic``); None exactly when no subset lets the gang be placed."""
-    want = brute_force(inst.snapshot, inst.members, inst.eligible(), mode, inst.required)
+    want = brute_force(inst.snapshot, inst.members, eligible(inst), mode, inst.required)
     plan = plan_of(inst, mode)
     event(f"method: {plan.method if plan else None}")
     assert (plan.objective() if plan else None) == want
