@@ -102,6 +102,9 @@ PLACEMENT_BUDGET = 32
 #: many, evaluating at most :data:`REVERSE_BUDGET` of them; else it drops them in order.
 REVERSE_GANGS = 10
 REVERSE_BUDGET = 200
+#: Settling tries every subset of a plan's gangs (of a node's victim pods) to drop (to
+#: keep) when they are at most this many; else it goes in order.
+TRIM_GANGS = 9
 #: Completing moves the greedy keeps as alternative last picks (each its own plan).
 ALTERNATIVES = 4
 #: Greedy plans (best estimated objective first) settled and compared.
@@ -289,16 +292,6 @@ class _Model:
                 s[k] += self.cap(k, i, a) - base[k]
         return out
 
-    def best_status(self, pods: Iterable[_Pod]) -> tuple[int, int]:
-        """(status, domain) of the best domain that ``pods`` touch, removed."""
-        best = (_NO, -1)
-        for d, s in sorted(self.sums(pods).items()):
-            st = self.status(s)
-            if st > best[0]:
-                best = (st, d)
-        return best
-
-
 class _Budget:
     def __init__(self, evaluations: int, placements: int) -> None:
         self.evaluations = evaluations
@@ -465,7 +458,7 @@ class _Planner:
             by_gang.setdefault(p.gang, []).append(p)
         order = sorted(by_gang, key=lambda g: (-len(by_gang[g]), self.gangs[g].key))
         dropped: list[int] = []
-        if len(order) <= 12:
+        if len(order) <= TRIM_GANGS:
             best: tuple[tuple[int, int, str], tuple[int, ...]] | None = None
             for size in range(len(order), 0, -1):
                 for combo in combinations(order, size):
@@ -526,7 +519,7 @@ class _Planner:
             freed = tuple(sum(p.requests.get(r, 0) for p in s) for r in self.over_resources)
             return (only_here, len(s), freed, tuple(p.key for p in s))
 
-        if len(victims) <= 12:
+        if len(victims) <= TRIM_GANGS:
             best: tuple[tuple[object, ...], Sequence[_Pod]] | None = None
             for size in range(1, len(victims) + 1):
                 for combo in combinations(victims, size):
@@ -598,7 +591,6 @@ class _Planner:
                     a[r] += v
                 touched.add(p.node)
             removed.extend(level)
-            domains: set[int] = set()
             for i in touched:
                 old = caps.get(i, m.base[i])
                 new = [m.cap(k, i, adds[i]) for k in m.kinds]
@@ -606,17 +598,19 @@ class _Planner:
                 s = sums[m.scope_of[i]]
                 for k in m.kinds:
                     s[k] += new[k] - old[k]
-                domains.add(m.scope_of[i])
             ready = sorted(d for d in sums if m.status(sums[d]) == _YES)
             maybe = sorted(d for d in sums if m.status(sums[d]) == _MAYBE)
-            if ready or (maybe and confirmations > 0 and self._confirm(removed)):
+            if ready or (maybe and confirmations > 0 and self.place(removed).placed):
                 self.gain = {i: c[m.main] - m.base[i][m.main] for i, c in caps.items()}
                 return t, ready + maybe
             confirmations -= bool(maybe)
         return None
 
-    def _confirm(self, removed: list[_Pod]) -> bool:
-        return self.place(removed).placed
+    def potentials(self, d: int, gangs: Iterable[_Gang]) -> dict[int, int]:
+        """Gang index -> the member slots its nodes in domain ``d`` gain when every
+        admitted candidate on them goes: no set of gangs gains more than the sum of
+        theirs (capacity only grows as pods go)."""
+        return {g.index: sum(self.gain.get(i, 0) for i in {p.node for p in g.local[d]}) for g in gangs}
 
     def relevant(self, domains: Sequence[int]) -> dict[int, list[_Gang]]:
         """Per feasible domain, the admitted gangs with a pod a member could use there."""
@@ -634,8 +628,7 @@ class _Planner:
         if not self.model.single:
             return 1
         need = self.model.deficit(self.model.base_sums[d], True)
-        potentials = sorted((sum(self.gain.get(i, 0) for i in {p.node for p in g.local[d]}) for g in gangs),
-                            reverse=True)
+        potentials = sorted(self.potentials(d, gangs).values(), reverse=True)
         total = 0
         for k, v in enumerate(potentials, 1):
             total += v
@@ -662,10 +655,11 @@ class _Planner:
 
         top = max(len(r) for r in relevant.values())
         single = m.single
+        needs = {d: m.deficit(m.base_sums[d], True) for d in relevant}
+        potentials = {d: self.potentials(d, gangs) for d, gangs in relevant.items()}
         for k in range(1, min(top, most or top) + 1):
             for d, gangs in sorted(relevant.items()):
-                need = m.deficit(m.base_sums[d], True)
-                potential = {g.index: sum(self.gain.get(i, 0) for i in {p.node for p in g.local[d]}) for g in gangs}
+                need, potential = needs[d], potentials[d]
                 for combo in combinations(gangs, k):
                     if max(g.priority for g in combo) != t:
                         continue
@@ -748,7 +742,7 @@ class _Planner:
         kept: list[_Gang] | None = None
         left = REVERSE_BUDGET
         need = m.deficit(m.base_sums[d], True)
-        potential = {g.index: sum(self.gain.get(i, 0) for i in {p.node for p in g.local[d]}) for g in chosen}
+        potential = self.potentials(d, chosen)
         least = self.least_gangs(d, chosen) if m.single else 1
         if len(chosen) > REVERSE_GANGS:
             left = -1
