@@ -135,6 +135,29 @@ class VictimGang:
                    tuple(p for p in pods if snapshot.using(p.key) is not None))
 
 
+def candidate_gangs(snapshot: Snapshot, gang_of: Callable[[PodInfo], str | None], below: int,
+                    exclude: str = "") -> list[VictimGang]:
+    """The candidates for a preemptor of priority ``below``, sorted by key: every pod that
+    uses a node in ``snapshot`` and is neither terminal nor being deleted (its capacity
+    comes back without an eviction), grouped by ``gang_of(pod)`` (e.g.
+    :func:`reconciler.engine.gang.gang_key` with the configuration), a pod outside any gang
+    being the gang of one ``namespace/pod:<name>``; gangs of priority ``below`` or more and
+    the gang ``exclude`` (the preemptor's own) are left out."""
+    by_gang: dict[str, list[PodInfo]] = {}
+    for pod in snapshot.pods.values():
+        if pod.deleting or snapshot.node_index_of(pod.key) is None:
+            continue
+        key = gang_of(pod) or f"{pod.namespace}/pod:{pod.name}"
+        by_gang.setdefault(key, []).append(pod)
+    out = []
+    for key in sorted(by_gang):
+        pods = by_gang[key]
+        priority = max(p.priority for p in pods)
+        if priority < below and key != exclude:
+            out.append(VictimGang(key, priority, tuple(sorted(pods, key=lambda p: p.key))))
+    return out
+
+
 @dataclass(frozen=True)
 class PreemptionPlan:
     """Victims whose eviction lets the gang be placed, and that placement.

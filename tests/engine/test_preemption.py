@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from reconciler.engine import place_gang
-from reconciler.engine.preemption import PreemptionPlan, VictimGang, plan_preemption
+from reconciler.engine.preemption import (
+    PreemptionPlan,
+    VictimGang,
+    candidate_gangs,
+    plan_preemption,
+)
 from reconciler.engine.snapshot import PodInfo, Snapshot
 from tests.engine.builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
 
@@ -264,3 +269,69 @@ def test_a_candidate_gang_given_twice_is_refused() -> None:
     cands = candidates(snapshot)
     with pytest.raises(ValueError, match="candidate gang 'batch/a' given twice"):
         plan_preemption(snapshot, preemptor(1, 8), cands + cands, "minimal")
+
+
+def test_a_replacement_with_a_required_subblock_preempts_only_in_its_gangs_subblock() -> None:
+    """The gang already runs on n4 (s2); its replacement member must join it in s2, so
+    W's pod on n3 goes, not A's on n1 (which sorts first)."""
+    snapshot = cluster(list(SUBBLOCKS), [Running("a", [("n1", 8)]), Running("w", [("n3", 8)]),
+                                         Running("train", [("n4", 8)], priority=100)], SUBBLOCKS)
+    member = preemptor(1, 8)
+    plan = plan_preemption(snapshot, member, candidates(snapshot), "minimal", SUBBLOCK, near=["n4"])
+    assert plan is not None
+    assert names(plan) == ["w-0"]
+    assert plan.placement.nodes() == {"ml/w-0": "n3"}
+    unplaced = plan_preemption(snapshot, member, candidates(snapshot), "minimal", SUBBLOCK, near=["gone"])
+    assert unplaced is None
+
+
+def test_a_preferred_level_may_take_victims_anywhere() -> None:
+    snapshot = cluster(list(SUBBLOCKS), SPLIT, SUBBLOCKS)
+    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), "minimal", preferred_level=SUBBLOCK)
+    assert plan is not None
+    assert plan.gangs == ("batch/w",)
+
+
+def test_an_unknown_required_level_has_no_plan() -> None:
+    snapshot = cluster(["n1"], [Running("a", [("n1", 8)])])
+    assert plan_preemption(snapshot, preemptor(1, 8), candidates(snapshot), "minimal", "example.com/rack") is None
+
+
+def test_pods_that_use_no_node_are_never_victims() -> None:
+    """A candidate's pending pod and its finished pod use nothing: only its running pod on
+    n1 is evicted, even in ``atomic`` mode."""
+    snapshot = snapshot_of(
+        [make_node("n1").allocatable(gpu=8)],
+        [make_pod("a-0", "batch").requests(gpu=8).on("n1").label("gang", "a"),
+         make_pod("a-1", "batch").requests(gpu=8).label("gang", "a"),
+         make_pod("a-2", "batch").requests(gpu=8).on("n1", phase="Succeeded").label("gang", "a")])
+    gang = VictimGang("batch/a", 0, tuple(snapshot.pods[f"batch/a-{i}"] for i in range(3)))
+    plan = plan_preemption(snapshot, preemptor(1, 8), [gang], "atomic")
+    assert plan is not None
+    assert names(plan) == ["a-0"]
+    assert VictimGang.of("batch/a", snapshot.pods.values(), snapshot).pods == (snapshot.pods["batch/a-0"],)
+
+
+def test_candidate_gangs_groups_running_pods_and_leaves_out_what_may_not_be_evicted() -> None:
+    """By gang annotation (here a label stands in for the gang key function); a pod outside
+    any gang is a gang of one; pending, finished and terminating pods use nothing to take
+    back; gangs at the preemptor's priority or above, and its own gang, are left out."""
+    snapshot = snapshot_of([make_node("n1").allocatable(gpu=8), make_node("n2").allocatable(gpu=8)], [
+        make_pod("a-0", "batch").requests(gpu=2).on("n1").label("gang", "a"),
+        make_pod("a-1", "batch").requests(gpu=2).on("n2").label("gang", "a"),
+        make_pod("a-2", "batch").requests(gpu=2).label("gang", "a"),
+        make_pod("lone", "batch").requests(gpu=1).on("n1").priority(5),
+        make_pod("done", "batch").requests(gpu=1).on("n1", phase="Succeeded"),
+        make_pod("going", "batch").requests(gpu=1).on("n2").deleting(),
+        make_pod("hi-0", "batch").requests(gpu=1).on("n2").priority(50).label("gang", "hi"),
+        make_pod("own-0", "ml").requests(gpu=1).on("n2").label("gang", "own"),
+    ])
+
+    def gang_of(pod: PodInfo) -> str | None:
+        return f"{pod.namespace}/{pod.labels['gang']}" if "gang" in pod.labels else None
+
+    got = candidate_gangs(snapshot, gang_of, below=50, exclude="ml/own")
+    assert [(c.key, c.priority, [p.name for p in c.pods]) for c in got] == [
+        ("batch/a", 0, ["a-0", "a-1"]),
+        ("batch/pod:lone", 5, ["lone"]),
+    ]

@@ -3,8 +3,8 @@ against the brute force of :mod:`tests.engine.preemption_oracle` (every subset).
 
 Clusters: 1-4 nodes of 8 GPUs in two subblocks, full or nearly, running gangs of 1-4 pods
 (1, 2, 4 or 8 GPUs) with priorities 0-12; the preemptor: 1-3 members of 2, 4 or 8 GPUs at
-priority 10, so some running gangs may not be evicted (priority 10 or more), and one
-running gang may be the preemptor's own.
+priority 10 (and, for some properties, a launcher asking only cpu), so some running gangs
+may not be evicted (priority 10 or more), and one running gang may be the preemptor's own.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def eligible(inst: Instance) -> list[VictimGang]:
 
 
 @st.composite
-def instances(draw: st.DrawFn, max_nodes: int = 4, max_pods: int = 10) -> Instance:
+def instances(draw: st.DrawFn, max_nodes: int = 4, max_pods: int = 10, launcher: bool = False) -> Instance:
     n = draw(st.integers(1, max_nodes))
     nodes = [make_node(f"n{k}").topology("b0", f"s{k // 2}", f"h{k}").allocatable(gpu=8) for k in range(n)]
     gangs = draw(st.lists(st.integers(0, 12), min_size=1, max_size=6))  # priorities
@@ -52,6 +52,10 @@ def instances(draw: st.DrawFn, max_nodes: int = 4, max_pods: int = 10) -> Instan
     size, gpus = draw(st.integers(1, 3)), draw(st.sampled_from([2, 4, 8]))
     members = [make_pod(f"w-{i}", "ml").requests(gpu=gpus).gang("train", size).index(i).priority(PRIORITY)
                .gated().info() for i in range(size)]
+    if launcher:  # a second shape: cpu only, every node has 8
+        cpu = draw(st.sampled_from(["1", "7"]))
+        members.append(make_pod("launcher", "ml").requests(cpu=cpu).gang("train", size).priority(PRIORITY)
+                       .gated().info())
     required = draw(st.sampled_from([None, SUBBLOCK]))
     return Instance(snapshot, members, candidates, required)
 
@@ -82,7 +86,7 @@ def test_victims_are_candidates_of_strictly_lower_priority_never_the_own_gang(in
 
 
 @FAST
-@given(instances(), MODES)
+@given(instances() | instances(launcher=True), MODES)
 def test_the_plan_is_feasible_and_its_placement_is_the_engines(inst: Instance, mode: str) -> None:
     before = [inst.snapshot.free(i) for i in range(len(inst.snapshot.nodes))]
     plan = plan_of(inst, mode)
@@ -97,10 +101,10 @@ def test_the_plan_is_feasible_and_its_placement_is_the_engines(inst: Instance, m
 
 
 @FAST
-@given(instances(), MODES)
+@given(instances() | instances(launcher=True), MODES)
 def test_minimal_never_evicts_a_pod_the_plan_does_not_need(inst: Instance, mode: str) -> None:
     """For every victim: the plan's placement does not fit without the other victims.
-    In ``atomic`` mode the same holds of whole gangs."""
+    In ``atomic`` mode the same holds of whole gangs. Members of one or two shapes."""
     plan = plan_of(inst, mode)
     if plan is None or not plan.victims:
         return
