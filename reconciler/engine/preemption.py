@@ -51,10 +51,10 @@ the placement engine decides between them. Then:
 - a sweep over candidate priorities, lowest first, finds (1) and the domains that can
   hold the gang at that priority, in ``O(candidate pods)``; gangs above (1) are never
   looked at further;
-- **greedy**, in each feasible domain (best lower bound of gangs first, skipping domains
-  whose bound exceeds the best found): repeatedly evict the move (one gang, or every
-  remaining candidate gang of one node) with the most member slots gained per gang,
-  unless a move that completes the need costs no more gangs than the rest would (then the
+- **greedy**, in the feasible domains (least lower bound of gangs first, at most
+  :data:`GREEDY_DOMAINS`, skipping domains whose bound exceeds the best found):
+  repeatedly evict the move (one gang, or every remaining candidate gang of one node)
+  with the most member slots gained per gang, unless a move that completes the need costs no more gangs than the rest would (then the
   completing move with the fewest pods and least freed: the proposal's "least overage",
   keeping the next :data:`ALTERNATIVES` - 1 as other plans); then a reverse pass keeps
   the fewest of the chosen gangs that suffice and, in ``minimal`` mode, drops their pods
@@ -107,6 +107,8 @@ REVERSE_BUDGET = 200
 TRIM_GANGS = 9
 #: Completing moves the greedy keeps as alternative last picks (each its own plan).
 ALTERNATIVES = 4
+#: Domains the greedy searches at most, least lower bound of gangs first.
+GREEDY_DOMAINS = 6
 #: Greedy plans (best estimated objective first) settled and compared.
 GREEDY_SETTLED = 3
 
@@ -729,11 +731,11 @@ class _Planner:
 
     def greedy(self, relevant: dict[int, list[_Gang]], bounds: Mapping[int, int], strict: bool) -> list[_Candidate]:
         """Candidates from the feasible domains (module docstring, "greedy"), visited by
-        their lower bound of gangs (``bounds``); a domain whose bound exceeds the gangs
-        of the best candidate so far is skipped."""
+        their lower bound of gangs (``bounds``), at most :data:`GREEDY_DOMAINS`; a domain
+        whose bound exceeds the gangs of the best candidate so far is skipped."""
         out = []
         fewest = math.inf
-        for d in sorted(relevant, key=lambda d: (bounds[d], d)):
+        for d in sorted(relevant, key=lambda d: (bounds[d], d))[:GREEDY_DOMAINS]:
             if bounds[d] > fewest:
                 break
             for chosen in _Greedy(self, d, relevant[d], strict).run():
@@ -1065,7 +1067,9 @@ def plan_preemption(
     victim. ``mode``: ``off``, ``minimal`` or ``atomic`` (``gangPreemptionMode``).
     ``exact=False`` skips the exact search (benchmarks compare the two). A gang that fits
     without evicting anything gets a plan with no victims. ``snapshot`` is left as it
-    was. Deterministic: the same input in any candidate order gives the same plan.
+    was (candidate victims are removed from it in place and restored, as
+    :meth:`Snapshot.without` does: do not share it with another thread during the call).
+    Deterministic: the same input in any candidate order gives the same plan.
 
     Raises ``ValueError`` naming the value for an unknown mode, a candidate gang given
     twice, or a pod in two candidate gangs.
@@ -1154,12 +1158,12 @@ def _plan(planner: _Planner, pods: Sequence[_Pod], placement: PlacementResult, m
     over = planner.overage(pods, placement) if pods else tuple((r, 0) for r in planner.over_resources)
     x = len(placement.assignments)
     where = str(placement.domain) if placement.domain is not None else "cluster"
+    members = _plural(x, "member")
     if not pods:
-        reason = f"fits without evicting anything: placed {x} members in {where}"
+        reason = f"fits without evicting anything: placed {members} in {where}"
     else:
-        g, n = len(gang_keys), len(pods)
-        reason = (f"evict {g} gang{'s' if g != 1 else ''} ({n} pod{'s' if n != 1 else ''}, priority <= {top}) "
-                  f"to place {x} members in {where}")
+        reason = (f"evict {_plural(len(gang_keys), 'gang')} ({_plural(len(pods), 'pod')}, priority <= {top}) "
+                  f"to place {members} in {where}")
         extra = [f"{v} {r}" for r, v in over if v]
         if extra:
             reason += f", freeing {', '.join(extra)} beyond the need"
@@ -1174,3 +1178,7 @@ def _plan(planner: _Planner, pods: Sequence[_Pod], placement: PlacementResult, m
         reason=reason,
         nodes={p.key: snapshot.nodes[p.node].name for p in sorted(pods, key=lambda p: p.key)},
     )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
