@@ -80,6 +80,7 @@ class Case:
     want_victims: list[str] = field(default_factory=list)
     want_gangs: int = 0
     want_overage: int = 0
+    want_method: str = "exact"
 
 
 CASES = [
@@ -120,7 +121,7 @@ CASES = [
     # (more than the exact search takes on): the greedy does it.
     Case("many small gangs: whole nodes freed", ["n1", "n2", "n3", "n4"],
          [Running(f"p{n}{k}", [(f"n{n}", 2)]) for n in range(1, 5) for k in range(4)], 2, 8,
-         want_victims=[f"p{n}{k}-0" for n in (1, 2) for k in range(4)], want_gangs=8),
+         want_victims=[f"p{n}{k}-0" for n in (1, 2) for k in range(4)], want_gangs=8, want_method="greedy"),
 ]
 
 
@@ -133,6 +134,7 @@ def test_the_proposal_cases_and_troupes_objective(case: Case) -> None:
     assert names(plan) == case.want_victims
     assert len(plan.gangs) == case.want_gangs
     assert plan.overage == ((GPU, case.want_overage),)
+    assert plan.method == case.want_method
     assert plan.placement.placed
 
 
