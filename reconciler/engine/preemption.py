@@ -336,6 +336,9 @@ class _Candidate:
 
 
 class _Planner:
+    """One call's search: the members, the candidates admitted so far, the arithmetic, and
+    the placements already asked for (by victim set)."""
+
     def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], pool: _Candidates, mode: str,
                  required_level: str | None, preferred_level: str | None, near: Sequence[str],
                  model: _Model, depth: int) -> None:
@@ -682,7 +685,7 @@ class _Planner:
         single = m.single
         needs = {d: m.deficit(m.base_sums[d], True) for d in relevant}
         potentials = {d: self.potentials(d, gangs) for d, gangs in relevant.items()}
-        for k in range(1, min(top, most or top) + 1):
+        for k in range(1, (top if most is None else min(top, most)) + 1):
             for d, gangs in sorted(relevant.items()):
                 need, potential = needs[d], potentials[d]
                 for combo in combinations(gangs, k):
@@ -957,13 +960,11 @@ class _Greedy:
                 self.cache.pop(j, None)
 
 
-def _exact_work(relevant: Mapping[int, Sequence[_Gang]], proposals: Sequence[_Candidate]) -> int:
-    """Gang sets the exact search enumerates at most: in each domain, those of up to the
-    greedy's number of gangs (no better plan has more)."""
-    if not proposals:
-        return EXACT_BUDGET + 1
-    most = len({p.gang for p in proposals[0].pods})
-    return sum(math.comb(len(r), k) for r in relevant.values() for k in range(1, min(most, len(r)) + 1))
+def _exact_work(relevant: Mapping[int, Sequence[_Gang]], most: int | None) -> int:
+    """Gang sets the exact search enumerates at most: in each domain, those of up to
+    ``most`` gangs (the greedy's: no better plan has more), or all of them."""
+    return sum(math.comb(len(r), k) for r in relevant.values()
+               for k in range(1, len(r) + 1 if most is None else min(most, len(r)) + 1))
 
 
 def _scope(snapshot: Snapshot, required_level: str | None, near: Sequence[str]) -> tuple[int, set[int]] | None:
@@ -1078,16 +1079,10 @@ def plan_preemption(
         raise ValueError(f"gangPreemptionMode: expected one of {', '.join(PREEMPTION_MODES)}, got {mode!r}")
     if mode == "off":
         return None
-    members = list(members)
-    if not members:
+    planner = _planner(snapshot, members, candidates, mode, required_level, preferred_level, near, gang)
+    if planner is None:
         return None
-    scope = _scope(snapshot, required_level, near)
-    if scope is None or not scope[1]:
-        return None
-    depth, domains = scope
-    model = _Model(snapshot, members, depth, domains)
-    pool = _Candidates(snapshot, members, candidates, gang, model)
-    planner = _Planner(snapshot, members, pool, mode, required_level, preferred_level, near, model, depth)
+    model = planner.model
     budget = _Budget(EXACT_BUDGET, PLACEMENT_BUDGET)
 
     base_status = max((model.status(s) for s in model.base_sums.values()), default=_NO)
@@ -1105,13 +1100,17 @@ def plan_preemption(
     proposals.sort(key=lambda c: c.estimate)
     proposals = proposals[:GREEDY_SETTLED]
     method = "greedy"
-    if proposals:
-        most = len({p.gang for p in proposals[0].pods})
+    # The greedy's best plan bounds the gangs of a better one (a plan evicting nothing is
+    # one the arithmetic could not confirm: no bound then).
+    most: int | None = len({p.gang for p in proposals[0].pods}) if proposals else 0
+    if most:
         relevant = {d: r for d, r in relevant.items() if bounds[d] <= most}
-    if exact and _exact_work(relevant, proposals) <= EXACT_BUDGET and (
+    else:
+        most = None
+    if exact and relevant and _exact_work(relevant, most) <= EXACT_BUDGET and (
             planner.atomic or sum(len(g.local[d]) for d, r in relevant.items() for g in r) <= EXACT_PODS):
         try:
-            ties = planner.exact(t, relevant, budget, len({p.gang for p in proposals[0].pods}) if proposals else None)
+            ties = planner.exact(t, relevant, budget, most)
         except _OutOfBudget:
             budget.placements = PLACEMENT_BUDGET
         else:
@@ -1149,6 +1148,23 @@ def plan_preemption(
     if best is None:
         return None
     return _plan(planner, best[1], best[2], method)
+
+
+def _planner(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], mode: str,
+             required_level: str | None, preferred_level: str | None, near: Sequence[str],
+             gang: str) -> _Planner | None:
+    """The search's state for one call; None when no domain is allowed (an unknown level,
+    ``near`` nodes none of which exist) or there are no members."""
+    members = list(members)
+    if not members:
+        return None
+    scope = _scope(snapshot, required_level, near)
+    if scope is None or not scope[1]:
+        return None
+    depth, domains = scope
+    model = _Model(snapshot, members, depth, domains)
+    pool = _Candidates(snapshot, members, candidates, gang, model)
+    return _Planner(snapshot, members, pool, mode, required_level, preferred_level, near, model, depth)
 
 
 def _plan(planner: _Planner, pods: Sequence[_Pod], placement: PlacementResult, method: str) -> PreemptionPlan:

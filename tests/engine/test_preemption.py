@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reconciler.engine import place_gang
+from reconciler.engine import place_gang, preemption
 from reconciler.engine.preemption import (
     PreemptionPlan,
     VictimGang,
@@ -339,3 +339,66 @@ def test_candidate_gangs_groups_running_pods_and_leaves_out_what_may_not_be_evic
         ("batch/a", 0, ["a-0", "a-1"]),
         ("batch/pod:lone", 5, ["lone"]),
     ]
+
+
+@pytest.mark.parametrize("mode", ["minimal", "atomic"])
+def test_members_of_two_shapes_the_engines_fill_cannot_place_without_help(mode: str) -> None:
+    """n1 free, n2: [V:2], n3: [U:8]; members 6, 4, 4 GPUs in rank order. Each shape fits
+    the free capacity, but the placement engine's rank-order fill puts the 6 on n1 and then
+    finds room for one 4 only. Evicting V (2 GPUs) lets both 4s share n2: the exact search
+    confirms it with the engine. Without the exact search the greedy's plan aims at the
+    members' envelope (three nodes with 6 free): U, 4 GPUs beyond the need."""
+    snapshot = cluster(["n1", "n2", "n3"], [Running("v", [("n2", 2)]), Running("u", [("n3", 8)])])
+    members = [make_pod(f"w-{i}", "ml").requests(gpu=g).gang("train", 3).index(i).priority(9).gated().info()
+               for i, g in enumerate([6, 4, 4])]
+    assert not place_gang(snapshot, members).placed
+    plan = plan_preemption(snapshot, members, candidates(snapshot), mode)
+    assert plan is not None
+    assert (names(plan), plan.method, plan.overage) == (["v-0"], "exact", ((GPU, 0),))
+    assert plan.placement.nodes() == {"ml/w-0": "n1", "ml/w-1": "n2", "ml/w-2": "n2"}
+    greedy = plan_preemption(snapshot, members, candidates(snapshot), mode, exact=False)
+    assert greedy is not None
+    assert (names(greedy), greedy.method, greedy.overage) == (["u-0"], "greedy", ((GPU, 4),))
+
+
+def test_settling_drops_the_victims_the_placement_does_not_need() -> None:
+    """The last step of every search, on a redundant victim set. n1: [A:4 B:4], n2: [A:4
+    C:4]; one 4-GPU member. With all four pods gone it goes to n1. Gangs first: B and C
+    together, or A and C, can go back (A and C: three pods kept out of the plan); on n1, B's
+    pod covers the member. Placed again without B only, the member still goes to n1: done.
+    (The searches themselves leave nothing to drop for members of one shape; this guards
+    plans whose arithmetic was only a bound, for members of several shapes.)"""
+    snapshot = cluster(["n1", "n2"], [Running("a", [("n1", 4), ("n2", 4)]), Running("b", [("n1", 4)]),
+                                      Running("c", [("n2", 4)])])
+    planner = preemption._planner(snapshot, preemptor(1, 4), candidates(snapshot), "minimal", None, None, (), "")
+    assert planner is not None
+    assert planner.sweep() is not None
+    everything = [p for g in planner.gangs for p in g.pods]
+    settled = planner.settle(everything, preemption._Budget(0, 4))
+    assert settled is not None
+    pods, placement = settled
+    assert [p.key for p in pods] == ["batch/b-0"]
+    assert placement.nodes() == {"ml/w-0": "n1"}
+    with snapshot.without(["batch/b-0"]) as s:
+        assert place_gang(s, preemptor(1, 4)) == placement
+
+
+def test_a_pod_in_two_candidate_gangs_is_refused() -> None:
+    snapshot = cluster(["n1"], [Running("a", [("n1", 8)])])
+    pod = snapshot.pods["batch/a-0"]
+    with pytest.raises(ValueError, match="pod 'batch/a-0' is in candidate gangs 'batch/a' and 'batch/b'"):
+        plan_preemption(snapshot, preemptor(1, 8), [VictimGang("batch/a", 0, (pod,)), VictimGang("batch/b", 0, (pod,))],
+                        "minimal")
+
+
+@pytest.mark.parametrize("mode", ["minimal", "atomic"])
+def test_twelve_gangs_of_one_for_three_whole_nodes(mode: str) -> None:
+    """Three nodes of four 2-GPU gangs of one each, and a fourth node's gangs at a higher
+    (still lower than the preemptor's) priority: three 8-GPU members need the twelve
+    lowest, the first three nodes whole."""
+    running = [Running(f"p{n}{k}", [(f"n{n}", 2)], priority=1 if n == 4 else 0) for n in range(1, 5) for k in range(4)]
+    snapshot = cluster(["n1", "n2", "n3", "n4"], running)
+    plan = plan_preemption(snapshot, preemptor(3, 8), candidates(snapshot), mode)
+    assert plan is not None
+    assert (len(plan.gangs), plan.pods, plan.max_priority, plan.method) == (12, 12, 0, "greedy")
+    assert {plan.nodes[v] for v in plan.victims} == {"n1", "n2", "n3"}
