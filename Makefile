@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench bench-simulate bench-scale cluster-build cluster-up cluster-down clean
+.PHONY: demo test lint unit e2e bench bench-simulate bench-preemption bench-scale cluster-build cluster-up cluster-down clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,9 +38,15 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/reconcile.py
 	$(BIN)/python benchmarks/webhook_load.py
 	$(BIN)/python benchmarks/simulate_snapshot.py
+	$(BIN)/python benchmarks/preemption.py
 
 bench-simulate: $(BIN)/.installed
 	$(BIN)/python benchmarks/simulate_snapshot.py
+
+# The preemption planner against the Volcano proposal's heuristic, and brute force on small
+# instances (about 35 s; --quick: about 15 s).
+bench-preemption: $(BIN)/.installed
+	$(BIN)/python benchmarks/preemption.py
 
 # Indexed Jobs of 64, 256 and 512 whole-node pods on 2,048 kwok nodes, plain and as one
 # gang (about 6 minutes); not part of `bench`, which needs no control plane.

@@ -336,6 +336,9 @@ class _Candidate:
 
 
 class _Planner:
+    """One call's search: the members, the candidates admitted so far, the arithmetic, and
+    the placements already asked for (by victim set)."""
+
     def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], pool: _Candidates, mode: str,
                  required_level: str | None, preferred_level: str | None, near: Sequence[str],
                  model: _Model, depth: int) -> None:
@@ -1076,16 +1079,10 @@ def plan_preemption(
         raise ValueError(f"gangPreemptionMode: expected one of {', '.join(PREEMPTION_MODES)}, got {mode!r}")
     if mode == "off":
         return None
-    members = list(members)
-    if not members:
+    planner = _planner(snapshot, members, candidates, mode, required_level, preferred_level, near, gang)
+    if planner is None:
         return None
-    scope = _scope(snapshot, required_level, near)
-    if scope is None or not scope[1]:
-        return None
-    depth, domains = scope
-    model = _Model(snapshot, members, depth, domains)
-    pool = _Candidates(snapshot, members, candidates, gang, model)
-    planner = _Planner(snapshot, members, pool, mode, required_level, preferred_level, near, model, depth)
+    model = planner.model
     budget = _Budget(EXACT_BUDGET, PLACEMENT_BUDGET)
 
     base_status = max((model.status(s) for s in model.base_sums.values()), default=_NO)
@@ -1151,6 +1148,23 @@ def plan_preemption(
     if best is None:
         return None
     return _plan(planner, best[1], best[2], method)
+
+
+def _planner(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], mode: str,
+             required_level: str | None, preferred_level: str | None, near: Sequence[str],
+             gang: str) -> _Planner | None:
+    """The search's state for one call; None when no domain is allowed (an unknown level,
+    ``near`` nodes none of which exist) or there are no members."""
+    members = list(members)
+    if not members:
+        return None
+    scope = _scope(snapshot, required_level, near)
+    if scope is None or not scope[1]:
+        return None
+    depth, domains = scope
+    model = _Model(snapshot, members, depth, domains)
+    pool = _Candidates(snapshot, members, candidates, gang, model)
+    return _Planner(snapshot, members, pool, mode, required_level, preferred_level, near, model, depth)
 
 
 def _plan(planner: _Planner, pods: Sequence[_Pod], placement: PlacementResult, method: str) -> PreemptionPlan:
