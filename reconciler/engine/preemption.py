@@ -140,14 +140,16 @@ class VictimGang:
 def candidate_gangs(snapshot: Snapshot, gang_of: Callable[[PodInfo], str | None], below: int,
                     exclude: str = "") -> list[VictimGang]:
     """The candidates for a preemptor of priority ``below``, sorted by key: every pod that
-    uses a node in ``snapshot`` and is neither terminal nor being deleted (its capacity
-    comes back without an eviction), grouped by ``gang_of(pod)`` (e.g.
+    uses a node in ``snapshot`` and is neither terminal, nor being deleted (its capacity
+    comes back without an eviction), nor gated (a member of a release still in progress,
+    or of another preemptor's nomination: running or released pods only, DESIGN.md),
+    grouped by ``gang_of(pod)`` (e.g.
     :func:`reconciler.engine.gang.gang_key` with the configuration), a pod outside any gang
     being the gang of one ``namespace/pod:<name>``; gangs of priority ``below`` or more and
     the gang ``exclude`` (the preemptor's own) are left out."""
     by_gang: dict[str, list[PodInfo]] = {}
     for pod in snapshot.pods.values():
-        if pod.deleting or snapshot.node_index_of(pod.key) is None:
+        if pod.deleting or pod.gated or snapshot.node_index_of(pod.key) is None:
             continue
         key = gang_of(pod) or f"{pod.namespace}/pod:{pod.name}"
         by_gang.setdefault(key, []).append(pod)

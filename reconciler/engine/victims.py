@@ -3,10 +3,9 @@
 DESIGN.md "Gang-aware preemption": candidates are running (or released) pods of strictly
 lower priority than the preemptor, grouped by gang (a pod outside any gang is a gang of
 one, ``namespace/pod:<name>``), never terminal pods, never the preemptor's own gang.
-Here, every pod that uses a node's capacity and is neither gated (a member not released
-yet) nor being deleted (it is leaving already: planning counts its room as free), grouped
-as :func:`~reconciler.engine.gang.gang_key` groups Troupe's pods. The grouping is made
-once per snapshot (:meth:`Snapshot.memo`); the filters per preemptor.
+Here, :func:`~reconciler.engine.preemption.candidate_gangs` grouped as
+:func:`~reconciler.engine.gang.gang_key` groups Troupe's pods, once per snapshot
+(:meth:`Snapshot.memo`); the filters per preemptor.
 """
 
 from __future__ import annotations
@@ -14,9 +13,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from reconciler.engine.gang import gang_key
-from reconciler.engine.preemption import VictimGang
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.preemption import VictimGang, candidate_gangs
+from reconciler.engine.snapshot import Snapshot
 from troupe.config import Config
+
+#: A priority above every pod's (``spec.priority`` is an int32).
+_ANY = 1 << 32
 
 
 @lru_cache(maxsize=8)
@@ -26,19 +28,11 @@ def _config(prefix: str) -> Config:
 
 def victim_gangs(snapshot: Snapshot, prefix: str) -> dict[str, VictimGang]:
     """Every gang of ``snapshot`` with a pod that could be evicted, by gang key (gang
-    annotations of ``prefix``; see the module docstring)."""
-
-    def build() -> dict[str, VictimGang]:
-        config = _config(prefix)
-        pods: dict[str, list[PodInfo]] = {}
-        for pod in snapshot.pods.values():
-            if pod.gated or not pod.active or snapshot.using(pod.key) is None:
-                continue
-            key = gang_key(pod, config) or f"{pod.namespace}/pod:{pod.name}"
-            pods.setdefault(key, []).append(pod)
-        return {k: VictimGang.of(k, v, snapshot) for k, v in sorted(pods.items())}
-
-    return snapshot.memo(f"victim-gangs:{prefix}", build)
+    annotations of ``prefix``; :func:`~reconciler.engine.preemption.candidate_gangs` at
+    any priority), made once per snapshot."""
+    config = _config(prefix)
+    return snapshot.memo(f"victim-gangs:{prefix}", lambda: {
+        g.key: g for g in candidate_gangs(snapshot, lambda p: gang_key(p, config), below=_ANY)})
 
 
 def gang_of_pod(snapshot: Snapshot, prefix: str) -> dict[str, str]:
