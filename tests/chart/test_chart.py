@@ -340,7 +340,7 @@ def test_the_webhook_pod_gets_no_service_account_token() -> None:
     (["--set", "reconciler.leaseSeconds=2"], "/reconciler/leaseSeconds"),
     (["--set", "webhook.timeoutSeconds=31"], "/webhook/timeoutSeconds"),
     (["--set", "webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
-    (["--set", "webhook.tls.validitySeconds=60"], "/webhook/tls/validitySeconds"),
+    (["--set", "webhook.tls.validitySeconds=30"], "/webhook/tls/validitySeconds"),
     (["--set", "certManager.duration=90d"], "/certManager/duration"),
     (["--set", "certManager.issuerRef.kind=Vault"], "/certManager/issuerRef/kind"),
     (["--set-json", 'networkPolicy.apiServer=[{"cidr":"10.0.0.0/8"}]'], "/networkPolicy/apiServer/0"),
