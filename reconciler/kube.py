@@ -468,22 +468,30 @@ class KubeCertificateStore:
     carries the resourceVersion read, so a concurrent writer makes it fail with 409) and the
     MutatingWebhookConfiguration (a strategic merge patch of each webhook's
     ``clientConfig.caBundle``, by webhook name, also under the resourceVersion read).
-    RBAC: ``get``/``patch`` of those objects by name (``charts/troupe/templates/rbac.yaml``)."""
+    RBAC: ``get``/``list``/``watch``/``patch`` of those objects by name
+    (``charts/troupe/templates/certificates.yaml``)."""
 
     def __init__(self, api: client.ApiClient, settings: certificates.Settings) -> None:
         self.core = client.CoreV1Api(api)
         self.admission = client.AdmissionregistrationV1Api(api)
         self.settings = settings
 
-    def read_secret(self, name: str) -> certificates.SecretState | None:
+    @staticmethod
+    def _read(what: str, read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        """The object as a dict, None when it does not exist; other errors name ``what``."""
         try:
-            resp = self.core.read_namespaced_secret(name, self.settings.namespace, _preload_content=False,
-                                                    _request_timeout=REQUEST_TIMEOUT)
+            resp = read(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:
             if e.status == 404:
                 return None
-            raise certificates.CertificateError(f"read Secret {self.settings.namespace}/{name}: {e.status} {_message(e)}") from e
-        body = json.loads(resp.data)
+            raise certificates.CertificateError(f"read {what}: {e.status} {_message(e)}") from e
+        return dict(json.loads(resp.data))
+
+    def read_secret(self, name: str) -> certificates.SecretState | None:
+        ns = self.settings.namespace
+        body = self._read(f"Secret {ns}/{name}", self.core.read_namespaced_secret, name, ns)
+        if body is None:
+            return None
         data = {k: base64.b64decode(v) for k, v in (body.get("data") or {}).items()}
         return certificates.SecretState(data, body["metadata"]["resourceVersion"])
 
@@ -501,14 +509,9 @@ class KubeCertificateStore:
 
     def read_config(self) -> certificates.ConfigState | None:
         name = self.settings.webhook_configuration
-        try:
-            resp = self.admission.read_mutating_webhook_configuration(name, _preload_content=False,
-                                                                      _request_timeout=REQUEST_TIMEOUT)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise certificates.CertificateError(f"read MutatingWebhookConfiguration {name}: {e.status} {_message(e)}") from e
-        body = json.loads(resp.data)
+        body = self._read(f"MutatingWebhookConfiguration {name}", self.admission.read_mutating_webhook_configuration, name)
+        if body is None:
+            return None
         names = tuple(w["name"] for w in body.get("webhooks") or [])
         bundles = tuple(base64.b64decode((w.get("clientConfig") or {}).get("caBundle") or "")
                         for w in body.get("webhooks") or [])
