@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench bench-simulate bench-preemption bench-scale cluster-build cluster-up cluster-down clean
+.PHONY: demo test lint unit e2e bench bench-simulate bench-preemption bench-scale cluster-build cluster-up cluster-down clean lock
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,12 @@ cluster-up: $(BIN)/.installed
 
 cluster-down: $(BIN)/.installed
 	$(BIN)/python -m devtools.devcluster down
+
+# The image's dependency lock (Dockerfile installs it with --require-hashes): every runtime
+# dependency of pyproject.toml, pinned, with the sha256 of each of its files on PyPI.
+lock: $(BIN)/.installed
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-unknown-linux-gnu --no-header -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -57,18 +57,35 @@ def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
-def create_ca(common_name: str = "troupe-ca", days: int = CA_DAYS) -> KeyPair:
-    """Create a self-signed CA valid for ``days`` days (basic constraints CA, path length 0).
-
-    Raises ``ValueError`` if ``days`` < 1 or ``common_name`` is empty.
-    """
+def _validity(days: int, lifetime: dt.timedelta | None) -> dt.timedelta:
+    if lifetime is not None:
+        if lifetime <= dt.timedelta(0):
+            raise ValueError(f"lifetime must be positive, got {lifetime}")
+        return lifetime
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days}")
+    return dt.timedelta(days=days)
+
+
+def create_ca(
+    common_name: str = "troupe-ca",
+    days: int = CA_DAYS,
+    *,
+    lifetime: dt.timedelta | None = None,
+    now: dt.datetime | None = None,
+) -> KeyPair:
+    """Create a self-signed CA valid for ``days`` days (basic constraints CA, path length 0).
+
+    ``lifetime``, when given, replaces ``days`` (for validities shorter than a day, such as
+    a rotation test's minutes); ``now`` (aware UTC) is the issue time, default the clock.
+    Raises ``ValueError`` if ``days`` < 1, ``lifetime`` is not positive or ``common_name`` is empty.
+    """
+    validity = _validity(days, lifetime)
     if not common_name:
         raise ValueError("common_name must not be empty")
     key = _new_key()
     name = _name(common_name)
-    now = _now()
+    now = now or _now()
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -76,7 +93,7 @@ def create_ca(common_name: str = "troupe-ca", days: int = CA_DAYS) -> KeyPair:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(seconds=CLOCK_SKEW_SECONDS))
-        .not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -111,16 +128,17 @@ def _leaf(
     usage: x509.ObjectIdentifier,
     sans: Sequence[str],
     days: int,
+    lifetime: dt.timedelta | None = None,
+    now: dt.datetime | None = None,
 ) -> KeyPair:
-    if days < 1:
-        raise ValueError(f"days must be >= 1, got {days}")
+    validity = _validity(days, lifetime)
     ca_cert = ca.cert
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
         raise ValueError("the CA key must be an EC or RSA key")
     key = _new_key()
-    now = _now()
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
+    now = now or _now()
+    not_after = min(now + validity, ca_cert.not_valid_after_utc)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -152,18 +170,26 @@ def _leaf(
 
 
 def create_serving_cert(
-    ca: KeyPair, sans: Sequence[str], common_name: str | None = None, days: int = LEAF_DAYS
+    ca: KeyPair,
+    sans: Sequence[str],
+    common_name: str | None = None,
+    days: int = LEAF_DAYS,
+    *,
+    lifetime: dt.timedelta | None = None,
+    now: dt.datetime | None = None,
 ) -> KeyPair:
     """Create a TLS server certificate signed by ``ca``.
 
     ``sans`` are DNS names or IP addresses (``"127.0.0.1"``, ``"troupe-webhook.troupe-system.svc"``);
     at least one is required, since clients check SANs, not the common name. Validity is
-    ``days`` days, never beyond the CA's. Raises ``ValueError`` on no SANs or ``days`` < 1.
+    ``days`` days (or ``lifetime``, when given), never beyond the CA's; ``now`` is the issue
+    time (default the clock). Raises ``ValueError`` on no SANs, ``days`` < 1 or a
+    non-positive ``lifetime``.
     """
     names = [s for s in sans if s.strip()]
     if not names:
         raise ValueError("a serving certificate needs at least one SAN (DNS name or IP)")
-    return _leaf(ca, _name(common_name or names[0]), ExtendedKeyUsageOID.SERVER_AUTH, names, days)
+    return _leaf(ca, _name(common_name or names[0]), ExtendedKeyUsageOID.SERVER_AUTH, names, days, lifetime, now)
 
 
 def create_client_cert(

@@ -11,10 +11,12 @@ Exits non-zero with a one-line error naming what is wrong.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import sys
 import time
+from typing import Any
 
 from troupe.config import ConfigError, load_config
 
@@ -60,6 +62,35 @@ def _parser() -> argparse.ArgumentParser:
                      help="name of the Lease (default %(default)s)")
     run.add_argument("--leader-elect-lease-seconds", type=int, default=15, metavar="S",
                      help="how long a leader holds the Lease without renewing it (default %(default)s)")
+    certs = run.add_argument_group(
+        "webhook certificates",
+        "With --manage-webhook-certificates, the acting replica makes a CA and the webhook's serving "
+        "certificate, keeps them in two Secrets of the Service's namespace (which must exist; the chart "
+        "creates them empty), writes the CA bundle into the MutatingWebhookConfiguration's caBundle and "
+        "renews both before they expire (docs/decisions/010-webhook-certificates.md). Durations in seconds.",
+    )
+    certs.add_argument("--manage-webhook-certificates", action="store_true",
+                       help="keep the webhook's certificates and the caBundle (needs --webhook-service)")
+    certs.add_argument("--webhook-service", metavar="NAMESPACE/NAME",
+                       help="the webhook's Service: the certificate's DNS names and the Secrets' namespace")
+    certs.add_argument("--webhook-configuration", default="troupe", metavar="NAME",
+                       help="the MutatingWebhookConfiguration whose caBundle is kept (default %(default)s)")
+    certs.add_argument("--webhook-tls-secret", metavar="NAME",
+                       help="Secret of the serving pair, mounted by the webhook (default <service>-tls)")
+    certs.add_argument("--webhook-ca-secret", metavar="NAME", help="Secret of the CA (default <service>-ca)")
+    certs.add_argument("--webhook-cert-san", action="append", default=[], metavar="NAME",
+                       help="one more DNS name or IP of the serving certificate (repeat), e.g. for a URL")
+    certs.add_argument("--webhook-cert-validity-seconds", type=int, default=90 * 86400, metavar="S",
+                       help="validity of a serving certificate (default %(default)s: 90 days)")
+    certs.add_argument("--webhook-cert-renew-before-seconds", type=int, default=30 * 86400, metavar="S",
+                       help="renew a serving certificate this long before it expires (default %(default)s: 30 days); "
+                       "must exceed the time a Secret takes to reach the pods (kubelet: about 1-2 minutes)")
+    certs.add_argument("--webhook-ca-validity-seconds", type=int, default=365 * 86400, metavar="S",
+                       help="validity of a CA (default %(default)s: 365 days); it is replaced when less than one "
+                       "serving validity is left")
+    certs.add_argument("--webhook-cert-settle-seconds", type=int, default=10, metavar="S",
+                       help="how long a new CA is in the caBundle before a certificate it signed replaces a valid "
+                       "one (default %(default)s)")
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     from reconciler import simulate
@@ -81,6 +112,26 @@ def _pod_namespace() -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def webhook_certificate_settings(args: argparse.Namespace) -> Any:
+    """The :class:`reconciler.certificates.Settings` of ``run``'s flags, or None without
+    ``--manage-webhook-certificates``. Raises ``ValueError`` naming the flag that is wrong."""
+    if not args.manage_webhook_certificates:
+        return None
+    from reconciler.certificates import Settings
+
+    namespace, _, service = (args.webhook_service or "").partition("/")
+    if not namespace or not service:
+        raise ValueError(f"--webhook-service: expected NAMESPACE/NAME, got {args.webhook_service!r}")
+    seconds = dt.timedelta(seconds=1)
+    return Settings(
+        namespace=namespace, service=service, webhook_configuration=args.webhook_configuration,
+        tls_secret=args.webhook_tls_secret or f"{service}-tls", ca_secret=args.webhook_ca_secret or f"{service}-ca",
+        extra_sans=tuple(args.webhook_cert_san), validity=args.webhook_cert_validity_seconds * seconds,
+        renew_before=args.webhook_cert_renew_before_seconds * seconds,
+        ca_validity=args.webhook_ca_validity_seconds * seconds, settle=args.webhook_cert_settle_seconds * seconds,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.leader_elect:
             namespace = args.leader_elect_namespace or _pod_namespace() or "troupe-system"
             election = LeaderElection.scaled(namespace, args.leader_elect_name, args.leader_elect_lease_seconds)
-        return run(args.kubeconfig, config, args.metrics_bind, election)
+        return run(args.kubeconfig, config, args.metrics_bind, election, webhook_certificate_settings(args))
     except ValueError as e:  # a bad flag or kubeconfig: the user's to fix
         print(f"reconciler: {e}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 
-from reconciler import kube
+from reconciler import certificates, kube
 from reconciler.cache import ClusterCache, group_of_key
 from reconciler.controller import GangController
 from reconciler.engine import workloads as wl
@@ -339,12 +339,14 @@ def run(
     config: Config,
     metrics_bind: str | None,
     election: kube.LeaderElection | None = None,
+    webhook_certificates: certificates.Settings | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code.
 
     With ``election``, the reconciler acts only while it holds the Lease; a replica that
     loses it stops acting at once and exits with code 1, so that its pod restarts as a
-    follower (what kube-controller-manager does).
+    follower (what kube-controller-manager does). With ``webhook_certificates``, the acting
+    replica also keeps the webhook's certificates (``reconciler/certificates.py``).
     """
     try:
         api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + POOL_EXTRA)
@@ -368,6 +370,7 @@ def run(
         serve_http(host, port, health)
         log.info("metrics and probes on http://%s:%d (/metrics, /healthz, /readyz, /debug/gangs)", host, port)
     reconciler = Reconciler(api, config)
+    certs = kube.webhook_certificates(api, webhook_certificates) if webhook_certificates else None
     done = threading.Event()
     exit_code = 0
 
@@ -379,6 +382,8 @@ def run(
     signal.signal(signal.SIGINT, _signal)
     if election is None:
         health.role, health.reconciler = "single", reconciler
+        if certs is not None:
+            certs.start()
         reconciler.start()
     else:
         identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -386,6 +391,8 @@ def run(
         def started() -> None:
             log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
             health.role, health.reconciler = "leader", reconciler
+            if certs is not None:
+                certs.start()
             reconciler.start()
 
         def stopped() -> None:
@@ -399,5 +406,7 @@ def run(
         health.role = "standby"
         kube.lead(api, election, identity, started, stopped)
     done.wait()
+    if certs is not None:
+        certs.stop()
     reconciler.stop()
     return exit_code

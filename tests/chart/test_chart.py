@@ -76,6 +76,16 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
     assert kinds == sorted([
         ("ClusterRole", "troupe-reconciler"),
         ("ClusterRoleBinding", "troupe-reconciler"),
+        ("ClusterRole", "troupe-reconciler-webhook-certificates"),
+        ("ClusterRoleBinding", "troupe-reconciler-webhook-certificates"),
+        ("Role", "troupe-reconciler-webhook-certificates"),
+        ("RoleBinding", "troupe-reconciler-webhook-certificates"),
+        ("Secret", "troupe-webhook-ca"),
+        ("Secret", "troupe-webhook-tls"),
+        ("NetworkPolicy", "troupe-webhook"),
+        ("NetworkPolicy", "troupe-reconciler"),
+        ("ValidatingAdmissionPolicy", "troupe-reconciler-pod-writes"),
+        ("ValidatingAdmissionPolicyBinding", "troupe-reconciler-pod-writes"),
         ("ConfigMap", "troupe-config"),
         ("Deployment", "troupe-reconciler"),
         ("Deployment", "troupe-webhook"),
@@ -87,7 +97,8 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("ServiceAccount", "troupe-reconciler"),
         ("ServiceAccount", "troupe-webhook"),
     ])
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for o in objects:
         assert o["metadata"].get("namespace") == (None if o["kind"] in cluster_scoped else NAMESPACE), o["kind"]
 
@@ -95,10 +106,10 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
 def test_the_cluster_role_grants_exactly_the_rules_file() -> None:
     rules = yaml.safe_load((CHART / "files" / "reconciler-rules.yaml").read_text())
 
-    role = one(render(), "ClusterRole")
+    role = one(render(), "ClusterRole", "troupe-reconciler")
 
     assert role["rules"] == rules
-    binding = one(render(), "ClusterRoleBinding")
+    binding = one(render(), "ClusterRoleBinding", "troupe-reconciler")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "troupe-reconciler", "namespace": NAMESPACE}]
 
@@ -135,7 +146,8 @@ def test_the_ca_bundle_value_is_the_client_configs_ca_bundle() -> None:
     expected = webhook_configuration(Config(), service={"name": "x", "namespace": "y"}, ca_bundle_pem=pem)
     expected_hooks = expected["webhooks"]
 
-    objects = render("--set", f"webhook.tls.caBundle={base64.b64encode(pem).decode()}")
+    objects = render("--set", "webhook.tls.selfManaged=false",
+                     "--set", f"webhook.tls.caBundle={base64.b64encode(pem).decode()}")
 
     hooks = one(objects, "MutatingWebhookConfiguration")["webhooks"]
     assert [h["clientConfig"]["caBundle"] for h in hooks] == [h["clientConfig"]["caBundle"] for h in expected_hooks]
@@ -328,7 +340,11 @@ def test_the_webhook_pod_gets_no_service_account_token() -> None:
     (["--set", "reconciler.replicas=-1"], "/reconciler/replicas"),
     (["--set", "reconciler.leaseSeconds=2"], "/reconciler/leaseSeconds"),
     (["--set", "webhook.timeoutSeconds=31"], "/webhook/timeoutSeconds"),
-    (["--set", "webhook.failurePolicy=Ignore"], "failurePolicy"),
+    (["--set", "webhook.failurePolicy=Sometimes"], "/webhook/failurePolicy"),
+    (["--set", "webhook.tls.validitySeconds=30"], "/webhook/tls/validitySeconds"),
+    (["--set", "certManager.duration=90d"], "/certManager/duration"),
+    (["--set", "certManager.issuerRef.kind=Vault"], "/certManager/issuerRef/kind"),
+    (["--set-json", 'networkPolicy.apiServer=[{"cidr":"10.0.0.0/8"}]'], "/networkPolicy/apiServer/0"),
     (["--set", "webhook.port=443"], "/webhook/port"),
     (["--set", "webhook.tls.caBundle=-----BEGIN CERTIFICATE-----"], "/webhook/tls/caBundle"),
 ])

@@ -1,5 +1,6 @@
-"""The chart on the real kube-apiserver: every object it renders is accepted (schema of each
-object, and the CEL of the webhook's matchConditions compiled by the API server)."""
+"""The chart on the real kube-apiserver: every object it renders, with each option, is accepted
+(schema of each object with strict field validation, the CEL of the webhook's matchConditions
+and of the ValidatingAdmissionPolicy compiled by the API server), and its NOTES follow the options."""
 
 from __future__ import annotations
 
@@ -11,25 +12,49 @@ import yaml
 import certs
 from devtools.devcluster import Cluster
 from tests.chart.helm import CHART, helm, template
+from tests.chart.third_party_crds import third_party_crds
 
 RELEASE = "troupe-chart"
 PFN_PREFIX = "gang-scheduling.preferred.jp/gang"
 
 
-@pytest.mark.parametrize("values", [
-    [],
-    ["--set", f"config.gangAnnotationPrefix={PFN_PREFIX}", "--set", "config.gangPreemptionMode=atomic",
-     "--set-json", "config.excludedNamespaces=[]", "--set", "webhook.replicas=1"],
-], ids=["defaults", "pfn-prefix-nothing-excluded-one-webhook"])
+@pytest.fixture(scope="module")
+def third_party_kinds(cluster: Cluster) -> list[str]:
+    """cert-manager's and prometheus-operator's CRDs (schemas from their generated models), Established."""
+    crds = third_party_crds()
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(crds))
+    names = [c["metadata"]["name"] for c in crds]
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+    return names
+
+
+SCRAPER = '[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]'
+OPTIONS = {
+    "defaults": [],
+    "pfn-prefix-nothing-excluded-one-webhook": [
+        "--set", f"config.gangAnnotationPrefix={PFN_PREFIX}", "--set", "config.gangPreemptionMode=atomic",
+        "--set-json", "config.excludedNamespaces=[]", "--set", "webhook.replicas=1"],
+    "cert-manager": ["--set", "certManager.enabled=true"],
+    "cert-manager-own-issuer": ["--set", "certManager.enabled=true", "--set", "certManager.issuerRef.name=corp",
+                                "--set", "certManager.issuerRef.kind=ClusterIssuer"],
+    "manual-certificate": ["--set", "webhook.tls.selfManaged=false"],
+    "service-monitor-narrow-policy": [
+        "--set", "serviceMonitor.enabled=true", "--set-json", f"networkPolicy.metricsFrom={SCRAPER}",
+        "--set-json", 'networkPolicy.apiServer=[{"ipBlock":{"cidr":"10.0.0.0/28"}}]'],
+    "fail-open-no-policies": ["--set", "webhook.failurePolicy=Ignore", "--set", "networkPolicy.enabled=false",
+                              "--set", "validatingAdmissionPolicy.enabled=false"],
+}
+
+
+@pytest.mark.parametrize("values", OPTIONS.values(), ids=OPTIONS.keys())
 def test_every_object_the_chart_renders_is_accepted_by_the_api_server(
-    cluster: Cluster, namespace: str, values: list[str]
+    cluster: Cluster, namespace: str, third_party_kinds: list[str], values: list[str]
 ) -> None:
-    ca = base64.b64encode(certs.create_ca("chart-e2e-ca", days=1).cert_pem).decode()
-    manifest = template(*values, "--set", f"webhook.tls.caBundle={ca}", release=RELEASE, namespace=namespace,
-                        binary=cluster.binaries.helm)
+    manifest = template(*values, release=RELEASE, namespace=namespace, binary=cluster.binaries.helm)
     objects = [o for o in yaml.safe_load_all(manifest) if o]
 
-    applied = cluster.kubectl("apply", "--dry-run=server", "-o", "yaml", "-f", "-", input=manifest, check=False)
+    applied = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-o", "yaml", "-f", "-",
+                              input=manifest, check=False)
 
     assert applied.returncode == 0, applied.stderr
     accepted = yaml.safe_load(applied.stdout)
@@ -41,15 +66,60 @@ def test_every_object_the_chart_renders_is_accepted_by_the_api_server(
     assert len(hooks) == len(rendered) == 2, "the pods entry and the namespace opt-in entry"
     for hook, want in zip(hooks, rendered, strict=True):
         assert hook["matchConditions"] == want["matchConditions"], "the API server compiled the CEL as rendered"
-        assert hook["clientConfig"]["caBundle"] == ca
+
+
+def test_the_manual_ca_bundle_reaches_the_api_server(cluster: Cluster, namespace: str) -> None:
+    ca = base64.b64encode(certs.create_ca("chart-e2e-ca", days=1).cert_pem).decode()
+    manifest = template("--set", "webhook.tls.selfManaged=false", "--set", f"webhook.tls.caBundle={ca}",
+                        "--show-only", "templates/mutatingwebhook.yaml", release=RELEASE, namespace=namespace,
+                        binary=cluster.binaries.helm)
+
+    applied = cluster.kubectl("apply", "--dry-run=server", "-o", "yaml", "-f", "-", input=manifest)
+
+    hooks = yaml.safe_load(applied.stdout)["webhooks"]
+    assert len(hooks) == 2
+    assert all(hook["clientConfig"]["caBundle"] == ca for hook in hooks)
+
+
+def test_strict_validation_of_the_third_party_kinds_refuses_a_field_they_do_not_have(
+    cluster: Cluster, namespace: str, third_party_kinds: list[str]
+) -> None:
+    """The dry runs above can fail: a misspelt cert-manager field is refused by name."""
+    manifest = template("--set", "certManager.enabled=true", "--show-only", "templates/certificates.yaml",
+                        release=RELEASE, namespace=namespace, binary=cluster.binaries.helm)
+    broken = manifest.replace("dnsNames:", "dnsName:")
+
+    applied = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=broken, check=False)
+
+    assert applied.returncode != 0 and 'unknown field "spec.dnsName"' in applied.stderr, applied.stderr
+
+
+def notes(cluster: Cluster, namespace: str, *values: str) -> str:
+    return helm("install", RELEASE, str(CHART), "--namespace", namespace, "--dry-run=server", *values,
+                "--kubeconfig", str(cluster.kubeconfig("admin")), binary=cluster.binaries.helm)
 
 
 def test_helm_installs_the_chart_on_the_cluster_as_a_server_dry_run_and_prints_its_notes(
     cluster: Cluster, namespace: str
 ) -> None:
-    out = helm("install", RELEASE, str(CHART), "--namespace", namespace, "--dry-run=server",
-               "--kubeconfig", str(cluster.kubeconfig("admin")), binary=cluster.binaries.helm)
+    out = notes(cluster, namespace)
 
     assert "STATUS: pending-install" in out
-    assert f"Secret {RELEASE}-webhook-tls" in out
-    assert "WARNING: webhook.tls.caBundle is empty" in out
+    assert "Certificates: self-managed." in out
+    assert f"{RELEASE}-webhook-ca" in out and f"{RELEASE}-webhook-tls" in out
+    assert "troupe.io/gang-name: train" in out and 'troupe.io/gang-size: "8"' in out
+    assert "kubectl troupe status" in out
+    assert "networkPolicy.apiServer is empty, so the webhook's port admits every source" in out
+
+
+@pytest.mark.parametrize(("values", "said", "unsaid"), [
+    (["--set", "certManager.enabled=true", "--set-json", 'networkPolicy.apiServer=[{"ipBlock":{"cidr":"10.0.0.0/28"}}]'],
+     "Certificates: cert-manager.", "admits every source"),
+    (["--set", "webhook.tls.selfManaged=false"], "WARNING: webhook.tls.caBundle is empty", "Certificates: self-managed"),
+], ids=["cert-manager-narrow-policy", "manual-without-ca-bundle"])
+def test_the_notes_follow_the_options(cluster: Cluster, namespace: str, values: list[str], said: str,
+                                      unsaid: str) -> None:
+    out = notes(cluster, namespace, *values)
+
+    assert said in out
+    assert unsaid not in out

@@ -17,6 +17,31 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "troupe.reconcilerServiceAccount" -}}{{ include "troupe.name" . }}-reconciler{{- end -}}
 {{- define "troupe.webhookService" -}}{{ include "troupe.name" . }}-webhook{{- end -}}
 {{- define "troupe.tlsSecret" -}}{{ .Values.webhook.tls.secretName | default (printf "%s-webhook-tls" (include "troupe.name" .)) }}{{- end -}}
+{{- define "troupe.caSecret" -}}{{ include "troupe.name" . }}-webhook-ca{{- end -}}
+{{/*
+Where the serving certificate comes from: cert-manager, self-managed (the reconciler) or
+manual (webhook.tls.secretName + caBundle). Fails on values that mix two of them.
+*/}}
+{{- define "troupe.certMode" -}}
+{{- if .Values.certManager.enabled -}}
+{{- if .Values.webhook.tls.caBundle -}}{{- fail "webhook.tls.caBundle: leave it empty with certManager.enabled (cert-manager's CA injector writes the caBundle)" -}}{{- end -}}
+cert-manager
+{{- else if .Values.webhook.tls.selfManaged -}}
+{{- if .Values.webhook.tls.caBundle -}}{{- fail "webhook.tls.caBundle: set webhook.tls.selfManaged=false to provide your own certificate (self-managed certificates write the caBundle)" -}}{{- end -}}
+{{- if .Values.webhook.tls.secretName -}}{{- fail "webhook.tls.secretName: set webhook.tls.selfManaged=false to provide your own Secret (self-managed certificates use <release>-webhook-tls)" -}}{{- end -}}
+{{- $t := .Values.webhook.tls -}}
+{{- if not (lt (int64 $t.renewBeforeSeconds) (int64 $t.validitySeconds)) -}}{{- fail (printf "webhook.tls.renewBeforeSeconds: must be less than validitySeconds (%v), got %v" $t.validitySeconds $t.renewBeforeSeconds) -}}{{- end -}}
+{{- if not (lt (int64 $t.validitySeconds) (int64 $t.caValiditySeconds)) -}}{{- fail (printf "webhook.tls.caValiditySeconds: must be more than validitySeconds (%v), got %v" $t.validitySeconds $t.caValiditySeconds) -}}{{- end -}}
+self-managed
+{{- else -}}
+manual
+{{- end -}}
+{{- end -}}
+{{/* The DNS names the API server may check for the webhook's Service. */}}
+{{- define "troupe.webhookDNSNames" -}}
+{{- $svc := include "troupe.webhookService" . -}}
+{{- toYaml (list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) -}}
+{{- end -}}
 {{- define "troupe.reconcilerUsername" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "troupe.reconcilerServiceAccount" . }}{{- end -}}
 
 {{/*
