@@ -6,9 +6,15 @@ Pod and node watches keep the cache current; a change that may free capacity (a 
 deleted or finished, a node changed) re-queues every pending gang.
 
 The HTTP server (``--metrics-bind``) serves ``/metrics`` (Prometheus), ``/healthz`` (the
-worker and the informers are alive), ``/readyz`` (caches synced and leading, or standing
-by as a follower; JSON body ``{"ready", "role", "synced"}``) and ``/debug/gangs`` (every
-gang's last phase and reason, JSON).
+worker thread is alive and not stuck on one gang, and every informer lists and watches;
+else 503 with the reason), ``/readyz`` (caches synced and leading, or standing by as a
+follower; JSON body ``{"ready", "role", "synced", "waiting_for"}``, the last naming the
+informers that have not listed yet) and ``/debug/gangs`` (every gang's last phase and
+reason, JSON).
+
+With leader election, every write passes the elector's fence, and a clean shutdown
+closes it, drains the writes in flight and releases the Lease
+(docs/decisions/016-bounded-failure-detection.md).
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 from reconciler import kube
 from reconciler.cache import ClusterCache
 from reconciler.controller import GangController
+from reconciler.election import Elector
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import TERMINAL_PHASES
 from reconciler.queue import ShutDown, WorkQueue
+from reconciler.writer import UNFENCED, Fence
 from troupe.config import Config
 
 log = logging.getLogger("reconciler")
@@ -51,17 +59,24 @@ QUEUE_DEPTH = Gauge("troupe_workqueue_depth", "Gang keys waiting in the work que
 #: Extra connections in the client's pool besides the release writers: the watches
 #: (pods, nodes, jobs), the Lease, and the Event sender.
 POOL_EXTRA = 8
+#: A reconcile of one gang that has run this long, seconds, makes ``/healthz`` fail: the
+#: worker is stuck (a release of 512 members takes seconds).
+WORKER_STUCK_SECONDS = 300.0
 
 
 class Reconciler:
     """The running reconciler: owns the informers, the queue, the worker thread and the
-    writer. ``synced`` is set once every informer has listed."""
+    writer. ``synced`` is set once every informer has listed. Writes go through
+    ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease)."""
 
-    def __init__(self, api: Any, config: Config) -> None:
+    def __init__(self, api: Any, config: Config, writer_api: Any = None, fence: Fence = UNFENCED,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self.clock = clock
         self.cache = ClusterCache(config)
         self.queue = WorkQueue()
-        self.writer = kube.KubeWriter(api, kube.RateLimiter(config.kube_api_qps, config.kube_api_burst))
+        self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
+                                      kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence)
         self.controller = GangController(self.cache, self.writer, config)
         self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event)
         self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event)
@@ -69,6 +84,7 @@ class Reconciler:
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
+        self._busy: tuple[str, float] | None = None
 
     # --- feeding the queue -----------------------------------------------------------
     def _enqueue(self, keys: Iterable[str]) -> None:
@@ -109,6 +125,7 @@ class Reconciler:
                 return
             if key is None:
                 continue
+            self._busy = (key, self.clock())
             start = time.perf_counter()
             try:
                 outcome = self.controller.reconcile(key)
@@ -130,6 +147,7 @@ class Reconciler:
                     if outcome.requeue_after is not None:
                         self.queue.add_after(key, outcome.requeue_after)
             finally:
+                self._busy = None
                 RECONCILE_SECONDS.observe(time.perf_counter() - start)
                 self.queue.done(key)
                 self._update_gauges()
@@ -159,11 +177,27 @@ class Reconciler:
         self.synced.set()
         self._worker.start()
 
+    def informers(self) -> list[kube.Informer]:
+        """Every informer this reconciler owns (any attribute that is one)."""
+        return [v for v in vars(self).values() if isinstance(v, kube.Informer)]
+
+    def waiting_for(self) -> list[str]:
+        """The informers that have not listed yet, by resource name, sorted."""
+        return sorted(i.resource.name for i in self.informers() if not i.synced.is_set())
+
     def alive(self) -> str:
-        """``""`` when the worker and the informers run as they should, else what is dead."""
+        """``""`` when the worker and the informers run as they should, else what is wrong
+        (``; ``-separated): the worker thread died or has been on one gang for
+        :data:`WORKER_STUCK_SECONDS`, an informer's thread died or it has not listed or
+        watched successfully for a minute (:meth:`kube.Informer.problem`)."""
+        problems = []
         if self._worker.ident is not None and not self._worker.is_alive() and not self._stop.is_set():
-            return "the gang worker thread has died"
-        return ""
+            problems.append("the gang worker thread has died")
+        busy = self._busy
+        if busy is not None and self.clock() - busy[1] >= WORKER_STUCK_SECONDS:
+            problems.append(f"the gang worker has been on gang {busy[0]} for {self.clock() - busy[1]:.0f}s")
+        problems += [p for p in (i.problem() for i in self.informers()) if p]
+        return "; ".join(problems)
 
     def stop(self) -> None:
         """Stop the worker, the watches and the writer."""
@@ -188,10 +222,12 @@ class Health:
         self.reconciler: Reconciler | None = None
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        """``(ready, body)``: a follower is ready (it stands by); a leader once synced."""
+        """``(ready, body)``: a follower is ready (it stands by); a leader once synced.
+        ``waiting_for`` names the informers that have not listed yet."""
         synced = self.reconciler is not None and self.reconciler.synced.is_set()
         ready = self.role == "standby" or (self.role in ("leader", "single") and synced)
-        return ready, {"ready": ready, "role": self.role, "synced": synced}
+        waiting = self.reconciler.waiting_for() if self.reconciler is not None and self.role != "standby" else []
+        return ready, {"ready": ready, "role": self.role, "synced": synced, "waiting_for": waiting}
 
     def healthy(self) -> tuple[bool, str]:
         """``(healthy, why)``."""
@@ -253,12 +289,18 @@ def run(
 ) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code.
 
-    With ``election``, the reconciler acts only while it holds the Lease; a replica that
-    loses it stops acting at once and exits with code 1, so that its pod restarts as a
-    follower (what kube-controller-manager does).
+    With ``election``, the reconciler acts only while it holds the Lease, and every write
+    passes the elector's fence. A replica that loses the Lease stops acting at once (its
+    fence is closed) and exits with code 1, so that its pod restarts as a follower (what
+    kube-controller-manager does). On SIGTERM it closes its fence, lets the writes in
+    flight finish, stops, and releases the Lease, so the next leader need not wait for it
+    to expire. The user agent of its requests names this replica
+    (``troupe-reconciler (<host>_<id>)``), as the API server's audit log shows it.
     """
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    agent = f"troupe-reconciler ({identity})"
     try:
-        api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + POOL_EXTRA)
+        api = kube.api_client(kubeconfig, pool_size=POOL_EXTRA, user_agent=agent)
     except Exception as e:  # the client raises several types for a bad kubeconfig
         raise ValueError(f"--kubeconfig: cannot build an API client: {e}") from e
     try:
@@ -278,9 +320,33 @@ def run(
         host, port = _host_port(metrics_bind)
         serve_http(host, port, health)
         log.info("metrics and probes on http://%s:%d (/metrics, /healthz, /readyz, /debug/gangs)", host, port)
-    reconciler = Reconciler(api, config)
     done = threading.Event()
     exit_code = 0
+    elector: Elector | None = None
+    reconciler: Reconciler | None = None
+
+    def started() -> None:
+        assert election is not None and reconciler is not None
+        log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
+        health.role, health.reconciler = "leader", reconciler
+        reconciler.start()
+
+    def stopped() -> None:
+        nonlocal exit_code
+        assert election is not None
+        log.error("%s lost the Lease %s/%s: stopping", identity, election.namespace, election.name)
+        exit_code = 1
+        done.set()
+
+    fence: Fence = UNFENCED
+    if election is not None:
+        leases = kube.KubeLeases(kube.api_client(kubeconfig, pool_size=2, user_agent=agent, retries=0),
+                                 election.namespace, election.name)
+        elector = Elector(leases, election, identity, started, stopped)
+        fence = elector
+    writer_api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + 2, user_agent=agent,
+                                 fence=fence.check if elector is not None else None)
+    reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence)
 
     def _signal(signum: int, _frame: object) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
@@ -288,27 +354,18 @@ def run(
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    if election is None:
+    if elector is None:
         health.role, health.reconciler = "single", reconciler
         reconciler.start()
     else:
-        identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-
-        def started() -> None:
-            log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
-            health.role, health.reconciler = "leader", reconciler
-            reconciler.start()
-
-        def stopped() -> None:
-            nonlocal exit_code
-            log.error("%s lost the Lease %s/%s: stopping", identity, election.namespace, election.name)
-            reconciler.stop()
-            exit_code = 1
-            done.set()
-
+        assert election is not None
         log.info("%s campaigns for the Lease %s/%s", identity, election.namespace, election.name)
         health.role = "standby"
-        kube.lead(api, election, identity, started, stopped)
+        elector.start()
     done.wait()
-    reconciler.stop()
+    if elector is not None:
+        elector.stop()  # the fence closes: no write starts from here on
+    reconciler.stop()  # the writes in flight finish (or fail) here
+    if elector is not None and exit_code == 0:
+        elector.release()
     return exit_code

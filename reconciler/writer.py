@@ -12,8 +12,13 @@ PodDisruptionBudgets refusing evictions).
 Every method may be called from several threads at once (a release writes its members in
 parallel). Errors: :class:`Conflict` (the object changed in a way that forbids the
 write), :class:`Gone` (it no longer exists, or was replaced by a pod of another UID),
-:class:`Refused` (an eviction a PodDisruptionBudget forbids), :class:`WriteError`
+:class:`Refused` (an eviction a PodDisruptionBudget forbids), :class:`LostLeadership`
+(this replica may no longer write: its :class:`Fence` is closed), :class:`WriteError`
 (anything else); ``emit_event`` never raises.
+
+Every write of an intent passes the writer's :attr:`PodWriter.fence` first (the leader's
+Lease, docs/decisions/016-bounded-failure-detection.md); :class:`reconciler.kube.KubeWriter`
+checks it again just before the request's bytes leave.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import itertools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from reconciler.engine.decision import MemberRelease
 from reconciler.engine.snapshot import Plan
@@ -46,6 +51,36 @@ class Gone(WriteError):
 
 class Refused(WriteError):
     """An eviction was refused (HTTP 429): a PodDisruptionBudget allows no disruption now."""
+
+
+class LostLeadership(WriteError):
+    """This replica does not hold the Lease, or cannot be sure it still does (its last
+    renewal is older than the renew deadline): it must not write."""
+
+
+class Fence(Protocol):
+    """What a write asks before it goes out (:class:`reconciler.election.Elector`)."""
+
+    def check(self) -> None:
+        """Raise :class:`LostLeadership` unless this replica may write now. No I/O."""
+
+    def confirm(self) -> None:
+        """:meth:`check`, and ask the API server too (before a batch of writes). Raises
+        :class:`LostLeadership`."""
+
+
+class Unfenced:
+    """The fence of a reconciler that runs alone (no leader election): always open."""
+
+    def check(self) -> None:
+        """Never raises."""
+
+    def confirm(self) -> None:
+        """Never raises."""
+
+
+#: The open fence.
+UNFENCED: Fence = Unfenced()
 
 
 @dataclass(frozen=True, order=True)
@@ -112,7 +147,10 @@ def _pinned_to(pod: Mapping[str, Any]) -> str:
 class PodWriter(abc.ABC):
     """The intents (module docstring) over the primitives a subclass provides:
     ``_get``, ``_patch`` (strategic merge), ``_patch_status``, ``_delete`` (with a UID
-    precondition) and ``_evict``, plus :meth:`emit_event`."""
+    precondition) and ``_evict``, plus :meth:`emit_event`. ``fence`` is checked before
+    every primitive write (:class:`Unfenced` unless set)."""
+
+    fence: Fence = UNFENCED
 
     # --- primitives ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -162,6 +200,7 @@ class PodWriter(abc.ABC):
         ref = PodRef.parse(m.pod)
         rv = m.resource_version
         for attempt in range(CONFLICT_RETRIES + 1):
+            self.fence.check()
             try:
                 return self._patch(ref, release_patch(m, gates, rv, released_at, plan))
             except Conflict:
@@ -185,6 +224,7 @@ class PodWriter(abc.ABC):
         """Remove the plan record (``reconciler.troupe.io/plan``) from the pod: its release
         was rolled back and it reserves nothing any more. Raises :class:`Gone`,
         :class:`WriteError`."""
+        self.fence.check()
         self._patch(ref, {"metadata": {"annotations": {contract.PLAN: None}}})
 
     def mark_disrupted_and_delete(self, ref: PodRef, uid: str, reason: str, message: str, at: str) -> None:
@@ -198,17 +238,20 @@ class PodWriter(abc.ABC):
         """
         self.set_pod_condition(ref, {"type": "DisruptionTarget", "status": "True", "reason": reason,
                                      "message": message, "lastTransitionTime": at})
+        self.fence.check()
         self._delete(ref, uid)
 
     def evict(self, ref: PodRef, uid: str) -> None:
         """Evict the pod through the Eviction API (policy/v1), so PodDisruptionBudgets
         hold and the pod's grace period is respected. Raises :class:`Refused` when a
         budget forbids it now, :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
         self._evict(ref, uid)
 
     def set_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
         """Set one ``status.conditions`` entry (merged by ``type``) through
         ``pods/status``. Raises :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
         self._patch_status(ref, {"status": {"conditions": [dict(condition)]}})
 
 
@@ -342,5 +385,9 @@ class FakeWriter(PodWriter):
             self.evicted.append(ref)
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+        try:
+            self.fence.check()
+        except LostLeadership:
+            return  # not the leader: an Event is a write too
         with self._lock:
             self.events.append(RecordedEvent(ref, kind, reason, message))
