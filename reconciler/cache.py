@@ -10,6 +10,14 @@ and kept next to the object; an object that cannot be parsed is kept out of plan
 log line (one odd node, say one still registering without ``status.allocatable``, must not
 stop every plan). Each feeding method returns the gang keys whose state may have changed,
 for the work queue.
+
+Only what Troupe reads is stored: every object is cut down by the retain policy of its
+kind (:mod:`reconciler.retain`) before it is stored, whether it comes from an informer
+(:meth:`ClusterCache.retain_pod`, :meth:`ClusterCache.retain_node` as the informers'
+``transform``, page by page during a list) or from a write's response (:meth:`assume`).
+A re-list after ``410 Gone`` does not hold two copies: an object whose uid and
+resourceVersion the cache already holds is not cut again but shared, and is neither parsed
+nor indexed again (docs/decisions/017-cache-memory.md).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
 from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
+from reconciler.retain import JOB, NODE, POD, Keep, retain
 from reconciler.writer import PodRef
 from troupe import contract
 from troupe.config import Config
@@ -68,17 +77,26 @@ def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
             and a.ready == b.ready and a.unschedulable == b.unschedulable)
 
 
+def _same_version(a: Obj, b: Obj) -> bool:
+    """Same uid and resourceVersion: the same version of the same object."""
+    ma, mb = contract.pod_meta(a), contract.pod_meta(b)
+    rv = ma.get("resourceVersion")
+    return bool(rv) and rv == mb.get("resourceVersion") and ma.get("uid") == mb.get("uid")
+
+
 class ClusterCache:
     """Pods by :class:`PodRef`, nodes by name, gang key -> member refs, Jobs'
     parallelism. Thread-safe.
 
     Objects are never mutated in place: an update replaces the entry, so a caller may keep
     what it was given. :attr:`version` counts changes; :meth:`snapshot` is rebuilt only
-    when it moved.
+    when it moved. ``retained`` (default True) stores objects cut down by
+    :mod:`reconciler.retain`; False stores them whole (a benchmark's baseline).
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, retained: bool = True) -> None:
         self.config = config
+        self.retained = retained
         self.levels = TopologyLevels.from_config(config)
         self._lock = threading.RLock()
         self._pods: dict[PodRef, Entry] = {}
@@ -93,6 +111,30 @@ class ClusterCache:
         self._jobs_version = 0
         self._gang_version: dict[str, int] = {}
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
+
+    # --- retaining ---------------------------------------------------------------------
+    def _retain(self, policy: Keep, obj: Obj, current: Entry | None) -> Obj:
+        if current is not None and _same_version(current.obj, obj):
+            return current.obj
+        return retain(policy, obj) if self.retained else obj
+
+    def retain_pod(self, pod: Obj) -> Obj:
+        """What the cache keeps of ``pod`` (:data:`reconciler.retain.POD`), or the object
+        it holds already when this is the same version: the pods informer's ``transform``."""
+        with self._lock:
+            current = self._pods.get(PodRef.of(pod))
+        return self._retain(POD, pod, current)
+
+    def retain_node(self, node: Obj) -> Obj:
+        """What the cache keeps of ``node`` (:data:`reconciler.retain.NODE`), or the object
+        it holds already when this is the same version: the nodes informer's ``transform``."""
+        with self._lock:
+            current = self._nodes.get(_ns_name(node)[1])
+        return self._retain(NODE, node, current)
+
+    def retain_job(self, job: Obj) -> Obj:
+        """What is read of a Job (:data:`reconciler.retain.JOB`): the jobs informer's ``transform``."""
+        return retain(JOB, job) if self.retained else job
 
     # --- pods ------------------------------------------------------------------------
     def _touch(self, key: str) -> None:
@@ -112,6 +154,10 @@ class ClusterCache:
 
     def _put_pod(self, pod: Obj) -> set[str]:
         ref = PodRef.of(pod)
+        current = self._pods.get(ref)
+        pod = self._retain(POD, pod, current)
+        if current is not None and current.obj is pod:
+            return set()  # this very version is stored, parsed and indexed already
         touched = self._unindex(ref)
         info: PodInfo | None = _parse("pod", pod, PodInfo.from_object)
         self._pods[ref] = Entry(pod, info)
@@ -130,14 +176,17 @@ class ClusterCache:
         return self._unindex(ref)
 
     def replace_pods(self, items: Iterable[Obj]) -> set[str]:
-        """Replace every pod with a fresh list; returns every gang key before or after."""
+        """Replace every pod with a fresh list; returns every gang key before or after.
+        A pod of the same version as the stored one keeps its entry (no second copy, no
+        parse); pods absent from the list are dropped."""
         with self._lock:
             before = set(self._members)
-            self._pods.clear()
-            self._gang_of.clear()
-            self._members.clear()
+            seen: set[PodRef] = set()
             for pod in items:
+                seen.add(PodRef.of(pod))
                 self._put_pod(pod)
+            for ref in [r for r in self._pods if r not in seen]:
+                self._drop_pod(ref)
             self.version += 1
             return before | set(self._members)
 
@@ -226,11 +275,19 @@ class ClusterCache:
 
     # --- nodes -----------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[Obj]) -> None:
-        """Replace every node with a fresh list."""
+        """Replace every node with a fresh list (a node of the same version as the stored
+        one keeps its entry)."""
         with self._lock:
-            self._nodes = {}
+            old, self._nodes = self._nodes, {}
             for n in items:
-                self._nodes[_ns_name(n)[1]] = Entry(n, _parse("node", n, NodeInfo.from_object))
+                name = _ns_name(n)[1]
+                current = old.pop(name, None)
+                n = self._retain(NODE, n, current)
+                if current is not None and current.obj is n:
+                    self._nodes[name] = current
+                else:
+                    self._nodes[name] = Entry(n, _parse("node", n, NodeInfo.from_object))
+            del old
             self._node_version += 1
             self.version += 1
 
@@ -242,8 +299,11 @@ class ClusterCache:
                 if self._nodes.pop(name, None) is None:
                     return
             else:
-                info = _parse("node", node, NodeInfo.from_object)
                 current = self._nodes.get(name)
+                node = self._retain(NODE, node, current)
+                if current is not None and current.obj is node:
+                    return
+                info = _parse("node", node, NodeInfo.from_object)
                 self._nodes[name] = Entry(node, info)
                 if current is not None and _same_node(current.info, info):
                     return  # a status heartbeat: nothing a decision reads has changed

@@ -78,9 +78,12 @@ class Reconciler:
         self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
                                       kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence)
         self.controller = GangController(self.cache, self.writer, config)
-        self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event)
-        self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event)
-        self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event)
+        self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event,
+                                  transform=self.cache.retain_pod)
+        self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event,
+                                   transform=self.cache.retain_node)
+        self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event,
+                                  transform=self.cache.retain_job)
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
