@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,22 @@ def test_a_leader_frozen_mid_release_writes_nothing_once_the_standby_has_taken_o
     assert code == 1, "it noticed it lost the Lease and exited"
     assert ledger.violations == [], "no node over-committed, no pod pinned twice"
     assert all(len(pins) == 1 for pins in ledger.pins.values())
+
+
+def test_a_leader_stopped_cleanly_releases_the_lease_and_the_standby_takes_over_at_its_next_retry(audited):
+    stack, _audit = audited
+    coordination = client.CoordinationV1Api(stack.cluster.api_client("admin"))
+    wait_for("a leader", lambda: lease_holder(coordination), timeout=10 * LEASE_SECONDS)
+    leader = stack.process("troupe-reconciler-b")  # it took over from the frozen one
+    assert leader.popen.poll() is None
+    stack.start_reconciler("troupe-reconciler-c")
+    holder = lease_holder(coordination)
+    os.kill(leader.record.pid, signal.SIGTERM)
+    assert leader.popen.wait(timeout=60) == 0
+    exited = time.monotonic()
+    new = wait_for("the standby to take the Lease", lambda: lease_holder(coordination) not in (holder, None) and
+                   lease_holder(coordination), timeout=10 * LEASE_SECONDS, interval=0.05)
+    took = time.monotonic() - exited
+    print(f"\nclean shutdown: the Lease went from {holder} to {new} {took:.1f}s after the leader exited")
+    assert "released the Lease" in Path(leader.record.log).read_text()
+    assert took < LEASE_SECONDS - 1, "not a whole lease: the Lease was released, not left to expire"
