@@ -282,10 +282,11 @@ def child(mode: str, nodes: int, pods: int, changed: float) -> dict[str, Any]:
     cache = ClusterCache(Config(), retained=mode == "retained")
     node_server = Server(lambda i, rv: realistic_node(i), nodes)
     pod_server = Server(lambda i, rv: realistic_pod(i, nodes, rv * 100_000 + i), pods)
+    retained = mode == "retained"
     node_inf = Informer(Resource("nodes", node_server), cache.replace_nodes, lambda k, o: None,
-                        transform=cache.retain_node if mode == "retained" else None)
+                        transform=cache.retain_node if retained else None, stream=retained)
     pod_inf = Informer(Resource("pods", pod_server), cache.replace_pods, lambda k, o: None,
-                       transform=cache.retain_pod if mode == "retained" else None)
+                       transform=cache.retain_pod if retained else None, stream=retained)
     t0 = time.perf_counter()
     node_inf._list()
     pod_inf._list()

@@ -139,6 +139,7 @@ class ClusterCache:
     # --- pods ------------------------------------------------------------------------
     def _touch(self, key: str) -> None:
         self._gang_version[key] = self._gang_version.get(key, 0) + 1
+        self._gangs.pop(key, None)  # stale now; dropped so its members' old infos can go
 
     def _unindex(self, ref: PodRef) -> set[str]:
         key = self._gang_of.pop(ref, None)
@@ -177,14 +178,28 @@ class ClusterCache:
 
     def replace_pods(self, items: Iterable[Obj]) -> set[str]:
         """Replace every pod with a fresh list; returns every gang key before or after.
-        A pod of the same version as the stored one keeps its entry (no second copy, no
-        parse); pods absent from the list are dropped."""
+
+        Each pod is applied as it comes (``items`` may be an informer's stream of pages:
+        the lock is not held while it fetches the next one), then the pods absent from the
+        list are dropped. A pod of the same version as the stored one keeps its entry (no
+        second copy, no parse). Meanwhile a snapshot may see some pods already fresh and
+        others still stale, as watch events in flight would leave it; the cache lets go
+        of its own snapshot at the start, so the replaced objects can be freed as they go.
+        """
         with self._lock:
             before = set(self._members)
-            seen: set[PodRef] = set()
-            for pod in items:
-                seen.add(PodRef.of(pod))
+            self._snapshot = None
+        seen: set[PodRef] = set()
+        for pod in items:
+            with self._lock:
+                ref = PodRef.of(pod)
+                seen.add(ref)
+                current = self._pods.get(ref)
+                new_rv, cur_rv = _rv(pod), _rv(current.obj) if current is not None else None
+                if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
+                    continue  # the controller assumed a newer version while the list was on its way
                 self._put_pod(pod)
+        with self._lock:
             for ref in [r for r in self._pods if r not in seen]:
                 self._drop_pod(ref)
             self.version += 1
@@ -275,19 +290,23 @@ class ClusterCache:
 
     # --- nodes -----------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[Obj]) -> None:
-        """Replace every node with a fresh list (a node of the same version as the stored
-        one keeps its entry)."""
+        """Replace every node with a fresh list, applied as it comes (``items`` may be a
+        stream, as for :meth:`replace_pods`); a node of the same version as the stored
+        one keeps its entry; nodes absent from the list are dropped."""
         with self._lock:
-            old, self._nodes = self._nodes, {}
-            for n in items:
+            self._snapshot = self._table = None
+        seen: set[str] = set()
+        for n in items:
+            with self._lock:
                 name = _ns_name(n)[1]
-                current = old.pop(name, None)
+                seen.add(name)
+                current = self._nodes.get(name)
                 n = self._retain(NODE, n, current)
-                if current is not None and current.obj is n:
-                    self._nodes[name] = current
-                else:
+                if current is None or current.obj is not n:
                     self._nodes[name] = Entry(n, _parse("node", n, NodeInfo.from_object))
-            del old
+        with self._lock:
+            for name in [k for k in self._nodes if k not in seen]:
+                del self._nodes[name]
             self._node_version += 1
             self.version += 1
 

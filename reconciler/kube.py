@@ -31,7 +31,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -169,8 +169,9 @@ def whoami(api: client.ApiClient) -> str:
 EventHandler = Callable[[str, Mapping[str, Any]], None]
 """Called with ``(type, object)``: type ``ADDED``, ``MODIFIED``, ``DELETED`` or ``SYNC``
 (the object came from a re-list); the object is a plain dict."""
-ResyncHandler = Callable[[list[Mapping[str, Any]]], None]
-"""Called with every object of a fresh list; objects absent from it were deleted."""
+ResyncHandler = Callable[[Any], None]
+"""Called with every object of a fresh list (a list, or an iterator of them for an
+informer with ``stream``); objects absent from it were deleted."""
 
 
 @dataclass
@@ -202,8 +203,11 @@ class Informer:
     ``on_list`` receives each complete list (first and after every ``410 Gone``);
     ``on_event`` each watch event. ``transform``, when given, is applied to every object
     as it arrives, before either sees it, page by page during a list (what a cache keeps
-    of an object: :mod:`reconciler.cache`'s strip policy), so a full page is the most of
-    the API's whole objects held at once. ``synced`` is set after the first list.
+    of an object: :mod:`reconciler.retain`), so a full page is the most of the API's
+    whole objects held at once. With ``stream``, ``on_list`` gets an iterator that fetches
+    the pages as it is consumed (it must consume it all, and may apply each object as it
+    comes: no list of the whole collection is ever built); else a list. ``synced`` is set
+    after the first list.
 
     Errors other than ``410`` back off exponentially (1 s doubling to 30 s, with jitter)
     and resume from the last resourceVersion; so does a watch that ends within
@@ -227,8 +231,10 @@ class Informer:
         read_timeout: float | None = None,
         transform: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stream: bool = False,
     ) -> None:
         self.resource = resource
+        self.stream = stream
         self.watch_seconds = watch_seconds
         self.read_timeout = read_timeout
         self.on_list = on_list
@@ -287,32 +293,42 @@ class Informer:
             self.failing_since = self.clock()
         self.last_error = why
 
-    def _items(self, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-        items = body.get("items") or []
-        if self.transform is None:
-            return list(items)
-        return [self.transform(i) for i in items]
-
-    def _list(self) -> None:
-        items: list[Mapping[str, Any]] = []
+    def _pages(self, counted: list[int]) -> Iterator[Mapping[str, Any]]:
+        """Every object of a paged list, transformed, fetched a page at a time; sets
+        :attr:`resource_version` after the last page and counts the objects."""
         cont: str | None = None
-        while True:
+        version: str | None = None
+        while version is None:
             resp = self.resource.list_fn(
                 limit=LIST_PAGE, _continue=cont, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )
             body = json.loads(resp.data)
             del resp
-            items.extend(self._items(body))
-            cont = (body.get("metadata") or {}).get("continue")
+            meta = body.get("metadata") or {}
+            cont = meta.get("continue")
             if not cont:
-                self.resource_version = body["metadata"]["resourceVersion"]
-                break
+                version = str(meta["resourceVersion"])
+            items = body.pop("items", None) or []
             del body  # one page of whole objects at a time
+            counted[0] += len(items)
+            for item in items:
+                yield self.transform(item) if self.transform is not None else item
+        self.resource_version = version
+
+    def _list(self) -> None:
+        counted = [0]
+        pages = self._pages(counted)
+        if self.stream:
+            self.on_list(pages)
+            for _ in pages:  # a handler that stopped early: the list still completes
+                pass
+        else:
+            items = list(pages)
+            self.on_list(items)
+            del items
         self.relists += 1
         self._ok()
-        log.info("listed %d %s at resourceVersion %s", len(items), self.resource.name, self.resource_version)
-        self.on_list(items)
-        del items
+        log.info("listed %d %s at resourceVersion %s", counted[0], self.resource.name, self.resource_version)
         self.synced.set()
 
     def _watch(self) -> bool:

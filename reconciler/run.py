@@ -79,9 +79,9 @@ class Reconciler:
                                       kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence)
         self.controller = GangController(self.cache, self.writer, config)
         self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event,
-                                  transform=self.cache.retain_pod)
+                                  transform=self.cache.retain_pod, stream=True)
         self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event,
-                                   transform=self.cache.retain_node)
+                                   transform=self.cache.retain_node, stream=True)
         self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event,
                                   transform=self.cache.retain_job)
         self.synced = threading.Event()
@@ -94,7 +94,7 @@ class Reconciler:
         for key in keys:
             self.queue.add(key)
 
-    def _pods_listed(self, items: list[Mapping[str, Any]]) -> None:
+    def _pods_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
         self._enqueue(self.cache.replace_pods(items))
 
     def _pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
@@ -103,7 +103,7 @@ class Reconciler:
         if kind == "DELETED" or phase in TERMINAL_PHASES:
             self._enqueue(self.cache.pending_gangs())  # capacity may have been freed
 
-    def _nodes_listed(self, items: list[Mapping[str, Any]]) -> None:
+    def _nodes_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
         self.cache.replace_nodes(items)
         self._enqueue(self.cache.pending_gangs())
 

@@ -218,3 +218,22 @@ def test_the_transform_is_applied_to_every_listed_object_and_every_event():
     assert lists[0] == [{"metadata": {"name": "a", "namespace": "ns"}}, {"metadata": {"name": "b", "namespace": "ns"}}]
     assert events == [("ADDED", {"metadata": {"name": "c", "namespace": "ns"}})]
     assert seen[:3] == ["a", "b", "c"]
+
+
+def test_a_streamed_list_fetches_each_page_only_when_the_handler_gets_to_it():
+    pages = [{"items": [pod(f"p{i}-{k}", "100") for k in range(2)], "metadata": {"resourceVersion": "100",
+              **({"continue": str(i + 1)} if i < 2 else {})}} for i in range(3)]
+    script = Script(pages)
+    requested_when = []
+
+    def on_list(items):
+        assert not isinstance(items, list)
+        for item in items:
+            requested_when.append((item["metadata"]["name"], len(script.requests)))
+            if item["metadata"]["name"] == "p1-0":
+                return  # a handler that stops early: the list is still completed
+
+    inf = Informer(Resource("pods", script), on_list, lambda k, o: None, stream=True)
+    inf._list()
+    assert requested_when == [("p0-0", 1), ("p0-1", 1), ("p1-0", 2)], "one page in memory at a time"
+    assert len(script.requests) == 3 and inf.resource_version == "100" and inf.synced.is_set()

@@ -180,3 +180,11 @@ def test_the_whole_objects_are_kept_when_asked_for_a_baseline():
     pod = versioned(make_pod("w-0").gpus(1).build(), "u0", 5)
     cache.replace_pods([pod])
     assert cache.pod(PodRef("team-a", "w-0")) is pod
+
+
+def test_a_relist_does_not_undo_a_newer_version_the_controller_assumed_meanwhile():
+    cache = ClusterCache(Config())
+    cache.replace_pods([versioned(make_pod("w-0").gang("g", 2).gpus(1).gated().build(), "u0", 10)])
+    cache.assume(versioned(make_pod("w-0").gang("g", 2).gpus(1).build(), "u0", 12))  # released: rv 12
+    cache.replace_pods([versioned(make_pod("w-0").gang("g", 2).gpus(1).gated().build(), "u0", 11)])
+    assert cache.pod(PodRef("team-a", "w-0"))["metadata"]["resourceVersion"] == "12"
