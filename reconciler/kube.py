@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+import orjson
 import token_bucket
 import urllib3
 from kubernetes import client, config
@@ -302,7 +303,7 @@ class Informer:
             resp = self.resource.list_fn(
                 limit=LIST_PAGE, _continue=cont, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )
-            body = json.loads(resp.data)
+            body = orjson.loads(resp.data)
             del resp
             meta = body.get("metadata") or {}
             cont = meta.get("continue")
@@ -353,7 +354,7 @@ class Informer:
                     return delivered
                 if not line:
                     continue
-                event = json.loads(line)
+                event = orjson.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     code = obj.get("code")

@@ -94,7 +94,7 @@ def _cut(value: Any, policy: bool | Keep | AllBut) -> Any:
     if isinstance(policy, AllBut):
         return {k: v for k, v in value.items() if k not in policy}
     assert isinstance(policy, Mapping)
-    return {k: _cut(value[k], sub) for k, sub in policy.items() if k in value and sub is not False}
+    return {k: value[k] if sub is True else _cut(value[k], sub) for k, sub in policy.items() if k in value}
 
 
 def retain(policy: Keep, obj: Mapping[str, Any]) -> Retained:
