@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"reconciler: {e}", file=sys.stderr)
         return 2
-    from reconciler.kube import LeaderElection
+    from reconciler.election import LeaderElection
     from reconciler.run import run
 
     try:

@@ -45,7 +45,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from reconciler.election import Elector, LeaderElection, LeaseConflict, LeaseError
+from reconciler.election import LeaseConflict, LeaseError
 from reconciler.writer import (
     UNFENCED,
     Conflict,
@@ -459,17 +459,6 @@ class KubeLeases:
         if out is None:
             raise LeaseConflict(f"Lease {self.namespace}/{self.name}: deleted meanwhile")
         return out
-
-
-def lead(api: client.ApiClient, election: LeaderElection, identity: str,
-         on_started: Callable[[], None], on_stopped: Callable[[], None]) -> Elector:
-    """Campaign for the Lease in a background thread (:class:`reconciler.election.Elector`
-    over :class:`KubeLeases` bound to ``api``, a client made with ``retries=0``);
-    ``on_started`` runs once this replica leads, ``on_stopped`` once it has lost the Lease
-    (its fence is closed by then). Returns the running elector: its ``check``/``confirm``
-    are the fence of the writes, its ``release`` gives the Lease up on shutdown."""
-    leases = KubeLeases(api, election.namespace, election.name)
-    return Elector(leases, election, identity, on_started, on_stopped).start()
 
 
 def _message(e: ApiException) -> str:

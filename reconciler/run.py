@@ -36,7 +36,7 @@ from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 from reconciler import kube
 from reconciler.cache import ClusterCache
 from reconciler.controller import GangController
-from reconciler.election import Elector
+from reconciler.election import Elector, LeaderElection
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import TERMINAL_PHASES
 from reconciler.queue import ShutDown, WorkQueue
@@ -55,9 +55,15 @@ RECONCILE_SECONDS = Histogram(
 )
 GANGS = Gauge("troupe_gangs", "Gangs known to the reconciler, by phase.", ["phase"])
 QUEUE_DEPTH = Gauge("troupe_workqueue_depth", "Gang keys waiting in the work queue.")
+LEADER = Gauge("troupe_leader", "1 while this replica may write: it holds the Lease and its fence is open "
+               "(1 without leader election once started).")
+INFORMER_FAILING = Gauge("troupe_informer_failing_seconds",
+                         "Seconds since an informer's lists and watches started failing; 0 while they work.",
+                         ["resource"])
 
-#: Extra connections in the client's pool besides the release writers: the watches
-#: (pods, nodes, jobs), the Lease, and the Event sender.
+#: Connections of the informers' client: a watch or a list per informer, with room for
+#: more informers. The writer's client has ``releaseConcurrency`` + 2 (the Event sender
+#: and a spare), the Lease's 2.
 POOL_EXTRA = 8
 #: A reconcile of one gang that has run this long, seconds, makes ``/healthz`` fail: the
 #: worker is stuck (a release of 512 members takes seconds).
@@ -170,6 +176,7 @@ class Reconciler:
         Planning before both lists are in would count free capacity that is in use.
         Raises ``TimeoutError`` when the lists do not arrive in ``sync_timeout`` seconds.
         """
+        self.export_metrics()
         self.nodes.start()
         self.jobs.start()
         self.pods.start()
@@ -179,6 +186,12 @@ class Reconciler:
         log.info("caches synced; reconciling")
         self.synced.set()
         self._worker.start()
+
+    def export_metrics(self) -> None:
+        """Report every informer's failing time as ``troupe_informer_failing_seconds``."""
+        for informer in self.informers():
+            INFORMER_FAILING.labels(informer.resource.name).set_function(
+                lambda i=informer: 0.0 if i.failing_since is None else i.clock() - i.failing_since)
 
     def informers(self) -> list[kube.Informer]:
         """Every informer this reconciler owns (any attribute that is one)."""
@@ -288,7 +301,7 @@ def run(
     kubeconfig: str | None,
     config: Config,
     metrics_bind: str | None,
-    election: kube.LeaderElection | None = None,
+    election: LeaderElection | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code.
 
@@ -357,6 +370,7 @@ def run(
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
+    LEADER.set_function(lambda: 1.0 if elector is None or elector.leading else 0.0)
     if elector is None:
         health.role, health.reconciler = "single", reconciler
         reconciler.start()

@@ -79,6 +79,10 @@ def test_an_informer_stuck_on_403s_fails_liveness_with_the_reason(served):
     clock.now += 90
     assert get(port, "/healthz") == (
         503, "pods: no list or watch has succeeded for 90s; last error: API error 403 Forbidden")
+    reconciler.export_metrics()
+    metrics = get(port, "/metrics")[1]
+    assert 'troupe_informer_failing_seconds{resource="pods"} 90.0' in metrics
+    assert 'troupe_informer_failing_seconds{resource="nodes"} 0.0' in metrics
 
 
 def test_a_worker_stuck_on_one_gang_fails_liveness(served):
