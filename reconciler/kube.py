@@ -300,6 +300,8 @@ class Informer:
         cont: str | None = None
         version: str | None = None
         while version is None:
+            if self._stop.is_set():  # never end a stream early: its consumer would take it for the whole list
+                raise InterruptedError(f"{self.resource.name}: stopped while listing")
             resp = self.resource.list_fn(
                 limit=LIST_PAGE, _continue=cont, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )

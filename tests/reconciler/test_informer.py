@@ -1,14 +1,19 @@
-"""The informer's list+watch protocol on a scripted transport: resume, 410 Gone, errors."""
+"""The informer's list+watch protocol on a scripted transport: resume, 410 Gone, errors, backoff,
+streamed lists, and what it reports for liveness."""
 
 from __future__ import annotations
 
 import json
 import threading
 
+import pytest
 from kubernetes.client.rest import ApiException
 
+from reconciler.cache import ClusterCache
 from reconciler.kube import Informer, Resource
+from reconciler.writer import PodRef
 from tests.e2e.helpers import wait_for
+from troupe.config import Config
 
 
 class FakeResponse:
@@ -237,3 +242,23 @@ def test_a_streamed_list_fetches_each_page_only_when_the_handler_gets_to_it():
     inf._list()
     assert requested_when == [("p0-0", 1), ("p0-1", 1), ("p1-0", 2)], "one page in memory at a time"
     assert len(script.requests) == 3 and inf.resource_version == "100" and inf.synced.is_set()
+
+
+def test_a_streamed_list_cut_short_by_stop_drops_nothing_from_the_cache():
+    names = [f"p{i}-{k}" for i in range(3) for k in range(2)]
+    cache = ClusterCache(Config())
+    cache.replace_pods([pod(n, "50") for n in names])
+    pages = [{"items": [pod(f"p{i}-{k}", "100") for k in range(2)], "metadata": {"resourceVersion": "100",
+              **({"continue": str(i + 1)} if i < 2 else {})}} for i in range(3)]
+    script = Script(pages)
+    inf = Informer(Resource("pods", script), cache.replace_pods, lambda k, o: None, stream=True)
+    first_page = script.__call__
+
+    def stop_after_first_page(**kwargs):
+        inf._stop.set()
+        return first_page(**kwargs)
+
+    inf.resource.list_fn = stop_after_first_page
+    with pytest.raises(InterruptedError):
+        inf._list()
+    assert all(cache.pod(PodRef("ns", n)) is not None for n in names), "not taken for a list without them"
