@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import orjson
 import token_bucket
 import urllib3
 from kubernetes import client, config
@@ -305,7 +304,7 @@ class Informer:
             resp = self.resource.list_fn(
                 limit=LIST_PAGE, _continue=cont, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )
-            body = orjson.loads(resp.data)
+            body = json.loads(resp.data)
             del resp
             meta = body.get("metadata") or {}
             cont = meta.get("continue")
@@ -356,7 +355,7 @@ class Informer:
                     return delivered
                 if not line:
                     continue
-                event = orjson.loads(line)
+                event = json.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     code = obj.get("code")
