@@ -51,17 +51,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
     run.add_argument("--config", help="Troupe configuration YAML, shared with the webhook (default: built-in defaults)")
-    run.add_argument("--metrics-bind", metavar="HOST:PORT", help="serve /metrics (Prometheus), /healthz, /readyz "
-                     "(cache synced; leader or standby) and /debug/gangs (each gang's decision, JSON) here "
-                     "(default: off)")
+    run.add_argument("--metrics-bind", metavar="HOST:PORT", help="serve /metrics (Prometheus), /healthz (503 with "
+                     "the reason when the worker died or is stuck, or an informer has failed for a minute), /readyz "
+                     "(caches synced, or standing by; names the informers not listed yet) and /debug/gangs (each "
+                     "gang's decision, JSON) here (default: off)")
     run.add_argument("--leader-elect", action="store_true",
-                     help="act only while holding a coordination.k8s.io Lease, so that several replicas can run")
+                     help="act only while holding a coordination.k8s.io Lease, so that several replicas can run; "
+                     "writes stop when the Lease is not renewed within the renew deadline, and the Lease is "
+                     "released on SIGTERM")
     run.add_argument("--leader-elect-namespace", metavar="NS",
                      help="namespace of the Lease (default: this pod's namespace in-cluster, else troupe-system)")
     run.add_argument("--leader-elect-name", default="troupe-reconciler", metavar="NAME",
                      help="name of the Lease (default %(default)s)")
     run.add_argument("--leader-elect-lease-seconds", type=int, default=15, metavar="S",
-                     help="how long a leader holds the Lease without renewing it (default %(default)s)")
+                     help="how long a leader holds the Lease without renewing it (default %(default)s); it renews "
+                     "every 1-2 s and stops writing once 2/3 of it has passed without a renewal")
     certs = run.add_argument_group(
         "webhook certificates",
         "With --manage-webhook-certificates, the acting replica makes a CA and the webhook's serving "
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"reconciler: {e}", file=sys.stderr)
         return 2
-    from reconciler.kube import LeaderElection
+    from reconciler.election import LeaderElection
     from reconciler.run import run
 
     try:

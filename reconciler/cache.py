@@ -12,6 +12,14 @@ and kept next to the object; an object that cannot be parsed is kept out of plan
 log line (one odd node, say one still registering without ``status.allocatable``, must not
 stop every plan). Each feeding method returns the gang keys whose state may have changed,
 for the work queue.
+
+Only what Troupe reads is stored: every object is cut down by the retain policy of its
+kind (:mod:`reconciler.retain`) before it is stored, whether it comes from an informer
+(:meth:`ClusterCache.retain_pod`, :meth:`ClusterCache.retain_node` as the informers'
+``transform``, page by page during a list) or from a write's response (:meth:`assume`).
+A re-list after ``410 Gone`` does not hold two copies: an object whose uid and
+resourceVersion the cache already holds is not cut again but shared, and is neither parsed
+nor indexed again (docs/decisions/017-cache-memory.md).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
 from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
+from reconciler.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from reconciler.writer import PodRef
 from troupe import contract
 from troupe.config import Config
@@ -81,6 +90,11 @@ def group_key(name: str) -> str:
 def group_of_key(key: str) -> str | None:
     """The group name of a :func:`group_key`, or None for a gang key."""
     return key[4:] if key.startswith("sdg:") else None
+def _same_version(a: Obj, b: Obj) -> bool:
+    """Same uid and resourceVersion: the same version of the same object."""
+    ma, mb = contract.pod_meta(a), contract.pod_meta(b)
+    rv = ma.get("resourceVersion")
+    return bool(rv) and rv == mb.get("resourceVersion") and ma.get("uid") == mb.get("uid")
 
 
 class ClusterCache:
@@ -89,11 +103,13 @@ class ClusterCache:
 
     Objects are never mutated in place: an update replaces the entry, so a caller may keep
     what it was given. :attr:`version` counts changes; :meth:`snapshot` is rebuilt only
-    when it moved.
+    when it moved. ``retained`` (default True) stores objects cut down by
+    :mod:`reconciler.retain`; False stores them whole (a benchmark's baseline).
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, retained: bool = True) -> None:
         self.config = config
+        self.retained = retained
         self.levels = TopologyLevels.from_config(config)
         self._lock = threading.RLock()
         self._pods: dict[PodRef, Entry] = {}
@@ -118,9 +134,39 @@ class ClusterCache:
         #: watch) must not bring them back.
         self._gone: dict[tuple[str, str], int] = {}
 
+    # --- retaining ---------------------------------------------------------------------
+    def _retain(self, policy: Keep, obj: Obj, current: Entry | None) -> Obj:
+        if current is not None and _same_version(current.obj, obj):
+            return current.obj
+        return retain(policy, obj) if self.retained else obj
+
+    def retain_pod(self, pod: Obj) -> Obj:
+        """What the cache keeps of ``pod`` (:data:`reconciler.retain.POD`), or the object
+        it holds already when this is the same version: the pods informer's ``transform``."""
+        with self._lock:
+            current = self._pods.get(PodRef.of(pod))
+        return self._retain(POD, pod, current)
+
+    def retain_node(self, node: Obj) -> Obj:
+        """What the cache keeps of ``node`` (:data:`reconciler.retain.NODE`), or the object
+        it holds already when this is the same version: the nodes informer's ``transform``."""
+        with self._lock:
+            current = self._nodes.get(_ns_name(node)[1])
+        return self._retain(NODE, node, current)
+
+    def retain_job(self, job: Obj) -> Obj:
+        """What is read of a Job (:data:`reconciler.retain.JOB`): the jobs informer's ``transform``."""
+        return retain(JOB, job) if self.retained else job
+
+    def retain_group(self, group: Obj) -> Obj:
+        """What is kept of a SharedDeviceGroup (:data:`reconciler.retain.DEVICE_GROUP`): the
+        groups informer's ``transform``, and what the controller's writes return."""
+        return retain(DEVICE_GROUP, group) if self.retained else group
+
     # --- pods ------------------------------------------------------------------------
     def _touch(self, key: str) -> None:
         self._gang_version[key] = self._gang_version.get(key, 0) + 1
+        self._gangs.pop(key, None)  # stale now; dropped so its members' old infos can go
 
     def _unindex(self, ref: PodRef) -> set[str]:
         touched = set()
@@ -142,6 +188,10 @@ class ClusterCache:
 
     def _put_pod(self, pod: Obj) -> set[str]:
         ref = PodRef.of(pod)
+        current = self._pods.get(ref)
+        pod = self._retain(POD, pod, current)
+        if current is not None and current.obj is pod:
+            return set()  # this very version is stored, parsed and indexed already
         touched = self._unindex(ref)
         info: PodInfo | None = _parse("pod", pod, PodInfo.from_object)
         self._pods[ref] = Entry(pod, info)
@@ -164,15 +214,31 @@ class ClusterCache:
         return touched
 
     def replace_pods(self, items: Iterable[Obj]) -> set[str]:
-        """Replace every pod with a fresh list; returns every gang key before or after."""
+        """Replace every pod with a fresh list; returns every gang key before or after.
+
+        Each pod is applied as it comes (``items`` may be an informer's stream of pages:
+        the lock is not held while it fetches the next one), then the pods absent from the
+        list are dropped. A pod of the same version as the stored one keeps its entry (no
+        second copy, no parse). Meanwhile a snapshot may see some pods already fresh and
+        others still stale, as watch events in flight would leave it; the cache lets go
+        of its own snapshot at the start, so the replaced objects can be freed as they go.
+        """
         with self._lock:
             before = set(self._members) | {group_key(g) for g in self._group_pods}
-            self._pods.clear()
-            self._gang_of.clear()
-            self._members.clear()
-            self._group_pods.clear()
-            for pod in items:
+            self._snapshot = None
+        seen: set[PodRef] = set()
+        for pod in items:
+            with self._lock:
+                ref = PodRef.of(pod)
+                seen.add(ref)
+                current = self._pods.get(ref)
+                new_rv, cur_rv = _rv(pod), _rv(current.obj) if current is not None else None
+                if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
+                    continue  # the controller assumed a newer version while the list was on its way
                 self._put_pod(pod)
+        with self._lock:
+            for ref in [r for r in self._pods if r not in seen]:
+                self._drop_pod(ref)
             self.version += 1
             return before | set(self._members) | {group_key(g) for g in self._group_pods}
 
@@ -348,7 +414,7 @@ class ClusterCache:
         (:func:`group_key`) before or after."""
         with self._lock:
             before = set(self._groups)
-            self._groups = {_ns_name(g)[1]: self._parse_group(g) for g in items}
+            self._groups = {_ns_name(g)[1]: self._parse_group(self.retain_group(g)) for g in items}
             self.version += 1
             return {group_key(g) for g in before | set(self._groups)}
 
@@ -366,7 +432,7 @@ class ClusterCache:
                     return set()
                 if current is None and self._buried(("group", name), new_rv):
                     return set()
-                self._groups[name] = self._parse_group(obj)
+                self._groups[name] = self._parse_group(self.retain_group(obj))
             self.version += 1
             return {group_key(name)}
 
@@ -398,11 +464,23 @@ class ClusterCache:
 
     # --- nodes -----------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[Obj]) -> None:
-        """Replace every node with a fresh list."""
+        """Replace every node with a fresh list, applied as it comes (``items`` may be a
+        stream, as for :meth:`replace_pods`); a node of the same version as the stored
+        one keeps its entry; nodes absent from the list are dropped."""
         with self._lock:
-            self._nodes = {}
-            for n in items:
-                self._nodes[_ns_name(n)[1]] = Entry(n, _parse("node", n, NodeInfo.from_object))
+            self._snapshot = self._table = None
+        seen: set[str] = set()
+        for n in items:
+            with self._lock:
+                name = _ns_name(n)[1]
+                seen.add(name)
+                current = self._nodes.get(name)
+                n = self._retain(NODE, n, current)
+                if current is None or current.obj is not n:
+                    self._nodes[name] = Entry(n, _parse("node", n, NodeInfo.from_object))
+        with self._lock:
+            for name in [k for k in self._nodes if k not in seen]:
+                del self._nodes[name]
             self._node_version += 1
             self.version += 1
 
@@ -415,8 +493,11 @@ class ClusterCache:
                 if self._nodes.pop(name, None) is None:
                     return False
             else:
-                info = _parse("node", node, NodeInfo.from_object)
                 current = self._nodes.get(name)
+                node = self._retain(NODE, node, current)
+                if current is not None and current.obj is node:
+                    return False  # the same version again
+                info = _parse("node", node, NodeInfo.from_object)
                 self._nodes[name] = Entry(node, info)
                 if current is not None and _same_node(current.info, info):
                     return False  # a status heartbeat: nothing a decision reads has changed

@@ -14,7 +14,10 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
      gates removed). A plan of several members goes first, on its first member, in that
      member's update; then the others in parallel, at most ``releaseConcurrency`` in
      flight. A write that fails leaves its member gated with its node reserved by the
-     plan: the next reconcile finishes the release (docs/decisions/007-release-writes.md);
+     plan: the next reconcile finishes the release (docs/decisions/007-release-writes.md).
+     The writer's fence is confirmed (the Lease read back) before the first write and
+     before each wave of ``releaseConcurrency`` writes: a replica that lost the Lease
+     starts no more of them (docs/decisions/016-bounded-failure-detection.md);
    - ``RolledBack``: mark the owned members of the timed-out release ``DisruptionTarget``
      and delete them (their controller recreates them, gated again); tell the ownerless
      ones with an Event; remember a backoff (10 s doubling to 5 min) for the next
@@ -36,9 +39,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from reconciler.cache import ClusterCache
 from reconciler.engine import victims as victim_gangs
@@ -50,11 +53,14 @@ from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import IllegalTransition, Phase, check_move
 from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.engine.snapshot import NodeInfo, Plan, PodInfo
-from reconciler.writer import Conflict, Gone, PodRef, PodWriter, Refused, WriteError
+from reconciler.writer import Conflict, Gone, LostLeadership, PodRef, PodWriter, Refused, WriteError
 from troupe import contract
 from troupe.config import Config
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: ``reason`` of the DisruptionTarget condition set on a member before a rollback deletes it.
 DISRUPTION_REASON = "TroupeGangTimeout"
@@ -126,6 +132,7 @@ class GangController:
         self._memory: dict[str, _Memory] = {}
         self._lock = threading.Lock()
         workers = release_concurrency or config.release_concurrency
+        self._concurrency = workers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="release")
         #: Moves the lifecycle refused since start (a metric: it should stay 0).
         self.illegal_moves = 0
@@ -393,6 +400,34 @@ class GangController:
                 self._event_once(gang, by_key[key], kind, reason, message)
 
     # --- the writes ------------------------------------------------------------------
+    def _in_waves(self, items: Sequence[T], write: Callable[[T], R], refused: Callable[[T, str], R]) -> list[R]:
+        """``write`` each item on the release threads, ``releaseConcurrency`` in flight,
+        confirming the writer's fence before each wave of that many: wave ``k`` (items
+        ``k*C`` to ``k*C+C-1``) is started only once the Lease has been read back with
+        this replica as its holder. A wave starts as slots free up, not after the whole
+        previous wave. Items not started because the fence refused get ``refused(item,
+        why)``. Results in the order of ``items``."""
+        slots = threading.Semaphore(self._concurrency)
+        futures: list[Future[R]] = []
+        results: list[R] = []
+        why = ""
+        for i, item in enumerate(items):
+            if i % self._concurrency == 0:
+                try:
+                    self.writer.fence.confirm()
+                except LostLeadership as e:
+                    why = str(e)
+                    break
+            slots.acquire()
+            future = self._pool.submit(write, item)
+            future.add_done_callback(lambda _f: slots.release())
+            futures.append(future)
+        results = [f.result() for f in futures]
+        if why:
+            log.warning("%d write(s) not started: %s", len(items) - len(futures), why)
+            results += [refused(item, why) for item in items[len(futures):]]
+        return results
+
     def _release_one(self, gang: Gang, m: MemberRelease, pod: PodInfo, plan: Plan | None) -> str:
         """Release one member; returns ``""`` or what failed."""
         gates = [g for g in pod.gates if contract.is_troupe_gate(g)]
@@ -400,6 +435,8 @@ class GangController:
             done = self.writer.release_member(m, gates, rfc3339(self.wall_clock()), plan)
         except Gone:
             return ""  # deleted meanwhile: the gang is decided again without it
+        except LostLeadership as e:
+            return f"{m.pod}: {e}"
         except (Conflict, WriteError) as e:
             log.warning("gang %s: release of %s failed: %s", gang.key, m.pod, e)
             return f"{m.pod}: {e}"
@@ -418,10 +455,15 @@ class GangController:
         started = time.monotonic()
         if decision.plan is not None and members:
             first = members.pop(0)
+            try:
+                self.writer.fence.confirm()
+            except LostLeadership as e:
+                return f"release not started: {e}"
             error = self._release_one(gang, first, by_key[first.pod], decision.plan)
             if error:  # the plan was not recorded: nothing is committed, decide again later
                 return f"release not started: {error}"
-        results = list(self._pool.map(lambda m: self._release_one(gang, m, by_key[m.pod], None), members))
+        results = self._in_waves(members, lambda m: self._release_one(gang, m, by_key[m.pod], None),
+                                 lambda m, why: f"{m.pod}: not written: {why}")
         failed = [r for r in results if r]
         if not failed:
             took = time.monotonic() - started
@@ -449,14 +491,14 @@ class GangController:
                 return 0
             return 1
 
-        deleted = sum(self._pool.map(delete, decision.rollback))
+        deleted = sum(self._in_waves(decision.rollback, delete, lambda _key, _why: 0))
         for key in decision.kept:
             self._event_once(gang, by_key[key], "Warning", "GangTimedOut",
                              f"{why}; not deleted: no controller owns this pod, delete it to retry the gang")
         for key in decision.clear_plan:
             try:
                 self.writer.clear_plan(PodRef.parse(key))
-            except WriteError as e:
+            except WriteError as e:  # LostLeadership included: the next leader clears it
                 log.warning("gang %s: plan record of %s not removed: %s", gang.key, key, e)
         detail = f"deleted {deleted} member(s)"
         if decision.kept:

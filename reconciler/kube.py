@@ -9,8 +9,15 @@ protocol, which :class:`KubeWriter` implements against a real API server and
 Watches follow the API concepts of https://kubernetes.io/docs/reference/using-api/api-concepts/
 #efficient-detection-of-changes: list, then watch from the list's ``resourceVersion``,
 resume from the last seen version (bookmarks included) when a watch ends, and list again
-on ``410 Gone``. A read timeout longer than the server-side watch timeout makes a dead
-connection noticed instead of waiting forever.
+on ``410 Gone``. A silent connection is noticed within a bounded time: each watch asks the
+server to end it after 60 to 90 s (jittered, as client-go's reflector does), the client
+gives up reading 15 s after that, and TCP keepalive probes a dead peer out within 60 s
+(docs/decisions/016-bounded-failure-detection.md). A watch that ends at once is retried
+with backoff, not in a loop.
+
+Writes go through a client of their own whose connections check the leader's fence just
+before a request's bytes leave (:func:`api_client` with ``fence``), so a replica frozen
+between deciding to write and writing finds the fence closed when it resumes.
 """
 
 from __future__ import annotations
@@ -26,27 +33,59 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import token_bucket
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 from kubernetes.watch.watch import iter_resp_lines
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from reconciler import certificates
-from reconciler.writer import Conflict, Gone, PodRef, PodWriter, Refused, WriteError
+from reconciler.election import LeaseConflict, LeaseError
+from reconciler.writer import (
+    UNFENCED,
+    Conflict,
+    Fence,
+    Gone,
+    LostLeadership,
+    PodRef,
+    PodWriter,
+    Refused,
+    WriteError,
+)
 from troupe import contract
 
 log = logging.getLogger(__name__)
 
-#: Server-side duration of one watch request, seconds. The server ends the watch after it;
-#: the informer resumes from the last resourceVersion.
-WATCH_SECONDS = 240
-#: Client-side read timeout of a watch, seconds: longer than :data:`WATCH_SECONDS`, so only
-#: a dead connection trips it.
-WATCH_READ_TIMEOUT = WATCH_SECONDS + 30
+#: Server-side duration of one watch request, seconds, the shortest: each watch asks for
+#: a duration drawn from ``[WATCH_SECONDS, WATCH_SECONDS * WATCH_JITTER)``, so the
+#: informers' watches do not all end together (client-go's reflector draws from
+#: ``[5 min, 10 min)``; Troupe is shorter so that a silent connection costs less).
+WATCH_SECONDS = 60
+WATCH_JITTER = 1.5
+#: Client-side read timeout of a watch beyond the duration asked of the server, seconds:
+#: only a connection that stayed silent past the server's own end of the watch trips it.
+WATCH_READ_MARGIN = 15
+#: The longest a silent watch connection lasts, seconds: 105.
+WATCH_READ_TIMEOUT = WATCH_SECONDS * WATCH_JITTER + WATCH_READ_MARGIN
+#: TCP keepalive of every connection to the API server: probes after 30 s idle, every
+#: 10 s, 3 unanswered end it (a dead peer is noticed within 60 s; client-go asks for 30 s
+#: idle and Go's 15 s x 9 probes, 165 s).
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3
+#: A watch that ends sooner than this, seconds, having delivered nothing, counts as a
+#: failure and is retried with backoff (client-go's reflector does the same).
+MIN_WATCH_SECONDS = 1.0
+#: An informer that has not listed or watched successfully for this long, seconds, makes
+#: ``/healthz`` fail (an informer stuck on 403s, say).
+UNHEALTHY_AFTER_SECONDS = 60.0
+#: Backoff of a failing list or watch: seconds, doubling, capped, with up to 25% jitter.
+BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS = 1.0, 30.0
 #: Connect and read timeouts of ordinary requests, seconds.
 REQUEST_TIMEOUT = (5, 30)
 #: Page size of list requests (objects).
@@ -57,10 +96,51 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def api_client(kubeconfig: str | None, pool_size: int | None = None) -> client.ApiClient:
+#: Methods that change nothing: the fence lets them through.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class _Fenced:
+    """Mixed into urllib3's connections: the first bytes of a request that changes
+    something go out only if ``fence()`` does not raise. The check sits right before the
+    send, after the rate limiter, the serialisation and the pool: what stays between it and
+    the socket is a few microseconds of Python."""
+
+    fence: Callable[[], None]
+    _write = False
+
+    def putrequest(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
+        self._write = method.upper() not in SAFE_METHODS
+        super().putrequest(method, url, *args, **kwargs)  # type: ignore[misc]
+
+    def send(self, data: Any) -> None:
+        if self._write:
+            self._write = False
+            type(self).fence()
+        super().send(data)  # type: ignore[misc]
+
+
+def fence_connections(api: client.ApiClient, fence: Callable[[], None]) -> None:
+    """Make every request of ``api`` that is not a GET/HEAD/OPTIONS call ``fence()`` just
+    before its first byte is sent; what ``fence`` raises (:class:`LostLeadership`)
+    reaches the caller and nothing is sent. Call before the first request."""
+    conns = {scheme: type(f"Fenced{base.__name__}", (_Fenced, base), {"fence": staticmethod(fence)})
+             for scheme, base in (("http", HTTPConnection), ("https", HTTPSConnection))}
+    pools = {"http": type("FencedHTTPConnectionPool", (HTTPConnectionPool,), {"ConnectionCls": conns["http"]}),
+             "https": type("FencedHTTPSConnectionPool", (HTTPSConnectionPool,), {"ConnectionCls": conns["https"]})}
+    manager = api.rest_client.pool_manager
+    manager.clear()
+    manager.pool_classes_by_scheme = pools
+
+
+def api_client(kubeconfig: str | None, pool_size: int | None = None, user_agent: str | None = None,
+               fence: Callable[[], None] | None = None, retries: int | None = None) -> client.ApiClient:
     """An API client from ``kubeconfig``, or from the in-cluster service account when None,
     keeping up to ``pool_size`` connections to the API server open (default: the client's,
-    5 per CPU): size it to the writes in flight plus the watches.
+    5 per CPU): size it to the requests in flight. Every connection has TCP keepalive
+    (:data:`KEEPALIVE_IDLE`...). ``user_agent`` names this process in the API server's
+    audit log; ``fence`` guards every write (:func:`fence_connections`); ``retries``
+    bounds urllib3's own retries of a failed connection (default: urllib3's, 3).
 
     Raises ``kubernetes.config.ConfigException`` when neither works.
     """
@@ -71,7 +151,15 @@ def api_client(kubeconfig: str | None, pool_size: int | None = None) -> client.A
         config.load_incluster_config(client_configuration=cfg)
     if pool_size is not None:
         cfg.connection_pool_maxsize = pool_size
-    return client.ApiClient(cfg)
+    cfg.socket_options = tcp_keepalive_socket_options(KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
+    if retries is not None:
+        cfg.retries = urllib3.Retry(total=retries, read=0, redirect=0, status=0)
+    api = client.ApiClient(cfg)
+    if user_agent:
+        api.user_agent = user_agent
+    if fence is not None:
+        fence_connections(api, fence)
+    return api
 
 
 def whoami(api: client.ApiClient) -> str:
@@ -86,8 +174,9 @@ def whoami(api: client.ApiClient) -> str:
 EventHandler = Callable[[str, Mapping[str, Any]], None]
 """Called with ``(type, object)``: type ``ADDED``, ``MODIFIED``, ``DELETED`` or ``SYNC``
 (the object came from a re-list); the object is a plain dict."""
-ResyncHandler = Callable[[list[Mapping[str, Any]]], None]
-"""Called with every object of a fresh list; objects absent from it were deleted."""
+ResyncHandler = Callable[[Any], None]
+"""Called with every object of a fresh list (a list, or an iterator of them for an
+informer with ``stream``); objects absent from it were deleted."""
 
 
 @dataclass
@@ -149,12 +238,25 @@ class Informer:
     """List+watch of one resource in a background thread, delivering plain dicts.
 
     ``on_list`` receives each complete list (first and after every ``410 Gone``);
-    ``on_event`` each watch event. ``synced`` is set after the first list. Errors other
-    than ``410`` back off exponentially (1 s doubling to 30 s, with jitter) and resume
-    from the last resourceVersion. ``watch_seconds`` is the server-side length of one
-    watch; ``read_timeout`` (seconds, longer) is how long a silent connection may last
-    before it is taken for dead and replaced. ``relists`` and ``watches`` count the lists
-    and watch requests made.
+    ``on_event`` each watch event. ``transform``, when given, is applied to every object
+    as it arrives, before either sees it, page by page during a list (what a cache keeps
+    of an object: :mod:`reconciler.retain`), so a full page is the most of the API's
+    whole objects held at once. With ``stream``, ``on_list`` gets an iterator that fetches
+    the pages as it is consumed (it must consume it all, and may apply each object as it
+    comes: no list of the whole collection is ever built); else a list. ``synced`` is set
+    after the first list.
+
+    Errors other than ``410`` back off exponentially (1 s doubling to 30 s, with jitter)
+    and resume from the last resourceVersion; so does a watch that ends within
+    :data:`MIN_WATCH_SECONDS` having delivered nothing. ``watch_seconds`` is the shortest
+    server-side length of one watch (each draws up to :data:`WATCH_JITTER` times it);
+    ``read_timeout`` (seconds) is how long a silent connection may last before it is taken
+    for dead and replaced (default: the watch's length plus :data:`WATCH_READ_MARGIN`).
+    ``relists`` and ``watches`` count the lists and watch requests made.
+
+    :meth:`problem` says what is wrong for the liveness probe: the thread died, or no
+    list or watch has succeeded for :data:`UNHEALTHY_AFTER_SECONDS` (with the last
+    error). ``clock`` is monotonic seconds (injected by tests).
     """
 
     def __init__(
@@ -163,13 +265,19 @@ class Informer:
         on_list: ResyncHandler,
         on_event: EventHandler,
         watch_seconds: int = WATCH_SECONDS,
-        read_timeout: float = WATCH_READ_TIMEOUT,
+        read_timeout: float | None = None,
+        transform: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        stream: bool = False,
     ) -> None:
         self.resource = resource
+        self.stream = stream
         self.watch_seconds = watch_seconds
         self.read_timeout = read_timeout
         self.on_list = on_list
         self.on_event = on_event
+        self.transform = transform
+        self.clock = clock
         self.synced = threading.Event()
         self.resource_version: str | None = None
         self._stop = threading.Event()
@@ -177,6 +285,11 @@ class Informer:
         self._thread = threading.Thread(target=self._run, name=f"informer-{resource.name}", daemon=True)
         self.relists = 0
         self.watches = 0
+        #: Watches that ended at once with nothing delivered (each one backed off).
+        self.short_watches = 0
+        #: Since when (monotonic seconds) every list or watch has failed, and the last error.
+        self.failing_since: float | None = None
+        self.last_error = ""
 
     def start(self) -> Informer:
         """Start the background thread; returns self."""
@@ -211,39 +324,84 @@ class Informer:
         self.synced.set()
         self._stop.wait(ABSENT_RETRY_SECONDS)
 
-    def _list(self) -> None:
-        items: list[Mapping[str, Any]] = []
+    def problem(self) -> str:
+        """``""`` while the informer works, else what is wrong, for ``/healthz``."""
+        if self._thread.ident is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return f"the {self.resource.name} informer thread has died"
+        since = self.failing_since
+        if since is not None and self.clock() - since >= UNHEALTHY_AFTER_SECONDS:
+            return (f"{self.resource.name}: no list or watch has succeeded for {self.clock() - since:.0f}s; "
+                    f"last error: {self.last_error}")
+        return ""
+
+    def _ok(self) -> None:
+        self.failing_since, self.last_error = None, ""
+
+    def _failed(self, why: str) -> None:
+        if self.failing_since is None:
+            self.failing_since = self.clock()
+        self.last_error = why
+
+    def _pages(self, counted: list[int]) -> Iterator[Mapping[str, Any]]:
+        """Every object of a paged list, transformed, fetched a page at a time; sets
+        :attr:`resource_version` after the last page and counts the objects."""
         cont: str | None = None
-        while True:
+        version: str | None = None
+        while version is None:
+            if self._stop.is_set():  # never end a stream early: its consumer would take it for the whole list
+                raise InterruptedError(f"{self.resource.name}: stopped while listing")
             resp = self.resource.list_fn(
                 limit=LIST_PAGE, _continue=cont, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )
             body = json.loads(resp.data)
-            items.extend(body.get("items") or [])
-            cont = (body.get("metadata") or {}).get("continue")
+            del resp
+            meta = body.get("metadata") or {}
+            cont = meta.get("continue")
             if not cont:
-                self.resource_version = body["metadata"]["resourceVersion"]
-                break
+                version = str(meta["resourceVersion"])
+            items = body.pop("items", None) or []
+            del body  # one page of whole objects at a time
+            counted[0] += len(items)
+            for item in items:
+                yield self.transform(item) if self.transform is not None else item
+        self.resource_version = version
+
+    def _list(self) -> None:
+        counted = [0]
+        pages = self._pages(counted)
+        if self.stream:
+            self.on_list(pages)
+            for _ in pages:  # a handler that stopped early: the list still completes
+                pass
+        else:
+            items = list(pages)
+            self.on_list(items)
+            del items
         self.relists += 1
-        log.info("listed %d %s at resourceVersion %s", len(items), self.resource.name, self.resource_version)
-        self.on_list(items)
+        self._ok()
+        log.info("listed %d %s at resourceVersion %s", counted[0], self.resource.name, self.resource_version)
         self.synced.set()
 
-    def _watch(self) -> None:
+    def _watch(self) -> bool:
+        """One watch request, until the server ends it; returns whether it delivered
+        anything (an event or a bookmark)."""
+        seconds = int(self.watch_seconds * (1 + random.random() * (WATCH_JITTER - 1)))
+        read_timeout = self.read_timeout if self.read_timeout is not None else seconds + WATCH_READ_MARGIN
         resp = self.resource.list_fn(
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,
-            timeout_seconds=self.watch_seconds,
+            timeout_seconds=seconds,
             _preload_content=False,
-            _request_timeout=(REQUEST_TIMEOUT[0], self.read_timeout),
+            _request_timeout=(REQUEST_TIMEOUT[0], read_timeout),
         )
         self.watches += 1
         self._resp = resp
+        delivered = False
         try:
             for line in iter_resp_lines(resp):
                 if self._stop.is_set():
-                    return
+                    return delivered
                 if not line:
                     continue
                 event = json.loads(line)
@@ -253,26 +411,44 @@ class Informer:
                     if code == 410:
                         raise Gone(obj.get("message", "resourceVersion too old"))
                     raise ApiException(status=code, reason=str(obj.get("message")))
+                if not delivered:
+                    delivered = True
+                    self._ok()
                 rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if rv:
                     self.resource_version = rv
                 if kind != "BOOKMARK":
-                    self.on_event(kind, obj)
+                    self.on_event(kind, self.transform(obj) if self.transform is not None else obj)
         finally:
             self._resp = None
             resp.close()
             resp.release_conn()
+        return delivered
+
+    def _backoff(self, delay: float) -> float:
+        self._stop.wait(delay * (1 + random.random() / 4))
+        return min(delay * 2, BACKOFF_MAX_SECONDS)
 
     def _run(self) -> None:
-        delay = 1.0
+        delay = BACKOFF_BASE_SECONDS
         need_list = True
         while not self._stop.is_set():
             try:
                 if need_list:
                     self._list()
                     need_list = False
-                self._watch()
-                delay = 1.0
+                began = self.clock()
+                delivered = self._watch()
+                if self._stop.is_set():
+                    return
+                if not delivered and self.clock() - began < MIN_WATCH_SECONDS:
+                    self.short_watches += 1
+                    self._failed("the watch ended at once, having delivered nothing")
+                    log.warning("%s: the watch ended at once; retrying in %.0fs", self.resource.name, delay)
+                    delay = self._backoff(delay)
+                    continue
+                self._ok()
+                delay = BACKOFF_BASE_SECONDS
             except Gone as e:
                 log.info("watch of %s expired (%s): listing again", self.resource.name, e)
                 need_list = True
@@ -285,57 +461,59 @@ class Informer:
                         self._absent()
                     need_list = True  # a CRD removed under a watch: list again
                     continue
+                self._failed(f"API error {e.status} {e.reason}")
                 log.warning("%s: API error %s %s; retrying in %.0fs", self.resource.name, e.status, e.reason, delay)
-                self._stop.wait(delay * (1 + random.random() / 4))
-                delay = min(delay * 2, 30.0)
+                delay = self._backoff(delay)
             except Exception as e:  # noqa: BLE001  a watch must survive any network fault
                 if self._stop.is_set():
                     return
+                self._failed(f"{type(e).__name__}: {e}")
                 log.warning("%s: watch interrupted (%s: %s); retrying in %.0fs",
                             self.resource.name, type(e).__name__, e, delay)
-                self._stop.wait(delay * (1 + random.random() / 4))
-                delay = min(delay * 2, 30.0)
+                delay = self._backoff(delay)
 
 
-@dataclass(frozen=True)
-class LeaderElection:
-    """Where and how replicas elect the one that acts: a ``coordination.k8s.io/v1`` Lease
-    ``namespace/name``, held for ``lease_seconds`` and renewed every ``retry_seconds``
-    (renewal given up after ``renew_seconds``), as kube-controller-manager does with its
-    defaults 15/10/2 s."""
+class KubeLeases:
+    """The elector's Lease calls (:class:`reconciler.election.LeaseApi`) against a real API
+    server: ``coordination.k8s.io/v1`` Lease ``namespace/name``, each request bounded by
+    the timeout it is given (total, connection included). Give it a client of its own
+    with no retries (``api_client(..., retries=0)``), so a timeout is the whole bound."""
 
-    namespace: str
-    name: str = "troupe-reconciler"
-    lease_seconds: int = 15
-    renew_seconds: int = 10
-    retry_seconds: int = 2
+    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+        self.coordination = client.CoordinationV1Api(api)
+        self.namespace, self.name = namespace, name
 
-    @classmethod
-    def scaled(cls, namespace: str, name: str, lease_seconds: int) -> LeaderElection:
-        """Renewal and retry scaled from a lease duration (15 s gives 10 s and 2 s)."""
-        if lease_seconds < 4:
-            raise ValueError(f"--leader-elect-lease-seconds: must be at least 4, got {lease_seconds}")
-        renew = max(2, lease_seconds * 2 // 3)
-        retry = max(1, min(renew // 5, 2))
-        return cls(namespace, name, lease_seconds, renew, retry)
+    def _call(self, fn: Callable[..., Any], *args: Any, timeout: float) -> dict[str, Any] | None:
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=timeout)
+            return dict(json.loads(resp.data))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            if e.status == 409:
+                raise LeaseConflict(f"Lease {self.namespace}/{self.name}: conflict: {_message(e)}") from e
+            raise LeaseError(f"Lease {self.namespace}/{self.name}: {e.status} {_message(e)}") from e
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+            raise LeaseError(f"Lease {self.namespace}/{self.name}: {type(e).__name__}: {e}") from e
 
+    def get(self, timeout: float) -> dict[str, Any] | None:
+        """The Lease, or None when it does not exist."""
+        return self._call(self.coordination.read_namespaced_lease, self.name, self.namespace, timeout=timeout)
 
-def lead(api: client.ApiClient, election: LeaderElection, identity: str,
-         on_started: Callable[[], None], on_stopped: Callable[[], None]) -> threading.Thread:
-    """Campaign for the Lease in a background thread (the client's ``leaderelection``
-    package, a Lease lock bound to ``api``); ``on_started`` runs once this replica
-    leads, ``on_stopped`` once it has lost the Lease (it must stop acting at once)."""
-    from kubernetes.leaderelection import electionconfig, leaderelection
-    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+    def create(self, lease: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """Create the Lease; returns it as stored."""
+        out = self._call(self.coordination.create_namespaced_lease, self.namespace, dict(lease), timeout=timeout)
+        if out is None:
+            raise LeaseError(f"Lease {self.namespace}/{self.name}: namespace not found")
+        return out
 
-    lock = LeaseLock(election.name, election.namespace, identity)
-    lock.api_instance = client.CoordinationV1Api(api)
-    config = electionconfig.Config(
-        lock, election.lease_seconds, election.renew_seconds, election.retry_seconds, on_started, on_stopped
-    )
-    thread = threading.Thread(target=leaderelection.LeaderElection(config).run, name="leader-election", daemon=True)
-    thread.start()
-    return thread
+    def update(self, lease: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """Replace the Lease (its resourceVersion is the precondition); returns it as stored."""
+        out = self._call(self.coordination.replace_namespaced_lease, self.name, self.namespace, dict(lease),
+                         timeout=timeout)
+        if out is None:
+            raise LeaseConflict(f"Lease {self.namespace}/{self.name}: deleted meanwhile")
+        return out
 
 
 def _message(e: ApiException) -> str:
@@ -383,19 +561,22 @@ class KubeWriter(PodWriter):
     """The :class:`~reconciler.writer.PodWriter` primitives against a real API server.
 
     Every request first takes a token from ``limiter`` (the configuration's
-    ``kubeAPIQPS``/``kubeAPIBurst``). A request that API Priority and Fairness turns away
+    ``kubeAPIQPS``/``kubeAPIBurst``), then passes ``fence`` (checked again at the socket
+    when ``api`` was made with :func:`api_client`'s ``fence``). A request that API Priority and Fairness turns away
     (429 with ``Retry-After``) is retried after the wait it asks for, up to
     :data:`APF_RETRIES` times; an eviction's 429 is a PodDisruptionBudget's refusal and
     is not retried (:class:`~reconciler.writer.Refused`). Events go out on a background
     thread (:class:`EventSink`), so a release never waits for them.
     """
 
-    def __init__(self, api: client.ApiClient, limiter: RateLimiter, component: str = "troupe-reconciler") -> None:
+    def __init__(self, api: client.ApiClient, limiter: RateLimiter, component: str = "troupe-reconciler",
+                 fence: Fence = UNFENCED) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.limiter = limiter
         self.component = component
-        self.events = EventSink(self.core, limiter, component)
+        self.fence = fence
+        self.events = EventSink(self.core, limiter, component, fence=fence)
 
     def close(self) -> None:
         """Send the Events still queued (for a few seconds at most), then stop."""
@@ -404,6 +585,7 @@ class KubeWriter(PodWriter):
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, eviction: bool = False, **kwargs: Any) -> Any:
         for attempt in range(APF_RETRIES + 1):
             self.limiter.wait()
+            self.fence.check()
             try:
                 return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
             except ApiException as e:
@@ -471,10 +653,13 @@ class EventSink:
     """Events posted by a background thread, as client-go's event broadcaster does: the
     caller never waits, requests share the writer's rate limit, and when more than
     ``capacity`` are waiting the newest are dropped with one log line per 100 (Events are
-    best effort; the state they tell of is on the pods)."""
+    best effort; the state they tell of is on the pods). An Event is a write: one
+    ``fence`` refuses is dropped (counted in ``fenced``)."""
 
-    def __init__(self, core: client.CoreV1Api, limiter: RateLimiter, component: str, capacity: int = 10_000) -> None:
-        self.core, self.limiter, self.component = core, limiter, component
+    def __init__(self, core: client.CoreV1Api, limiter: RateLimiter, component: str, capacity: int = 10_000,
+                 fence: Fence = UNFENCED) -> None:
+        self.core, self.limiter, self.component, self.fence = core, limiter, component, fence
+        self.fenced = 0
         self._queue: queue.Queue[tuple[PodRef, str | None, str, str, str] | None] = queue.Queue(capacity)
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
@@ -511,8 +696,11 @@ class EventSink:
             )
             self.limiter.wait()
             try:
+                self.fence.check()
                 self.core.create_namespaced_event(ref.namespace, body, _request_timeout=REQUEST_TIMEOUT,
                                                   _preload_content=False)
+            except LostLeadership:
+                self.fenced += 1
             except ApiException as e:
                 log.warning("event %s on pod %s not recorded: %s %s", reason, ref, e.status, _message(e))
             except Exception as e:  # noqa: BLE001  best effort: an Event must never stop the sink

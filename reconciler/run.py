@@ -12,9 +12,15 @@ is decided once in queue order before anything is written, so a new leader holds
 blocks as the old one did.
 
 The HTTP server (``--metrics-bind``) serves ``/metrics`` (Prometheus), ``/healthz`` (the
-worker and the informers are alive), ``/readyz`` (caches synced and leading, or standing
-by as a follower; JSON body ``{"ready", "role", "synced"}``) and ``/debug/gangs`` (every
-gang's last phase and reason, JSON).
+worker thread is alive and not stuck on one gang, and every informer lists and watches;
+else 503 with the reason), ``/readyz`` (caches synced and leading, or standing by as a
+follower; JSON body ``{"ready", "role", "synced", "waiting_for"}``, the last naming the
+informers that have not listed yet) and ``/debug/gangs`` (every gang's last phase and
+reason, JSON).
+
+With leader election, every write passes the elector's fence, and a clean shutdown
+closes it, drains the writes in flight and releases the Lease
+(docs/decisions/016-bounded-failure-detection.md).
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 from reconciler import certificates, kube
 from reconciler.cache import ClusterCache, group_of_key
 from reconciler.controller import GangController
+from reconciler.election import Elector, LeaderElection
 from reconciler.engine import workloads as wl
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import TERMINAL_PHASES
 from reconciler.queue import ShutDown, WorkQueue
+from reconciler.writer import UNFENCED, Fence
 from troupe import contract
 from troupe.config import Config
 
@@ -58,26 +66,43 @@ RECONCILE_SECONDS = Histogram(
 )
 GANGS = Gauge("troupe_gangs", "Gangs known to the reconciler, by phase.", ["phase"])
 QUEUE_DEPTH = Gauge("troupe_workqueue_depth", "Gang keys waiting in the work queue.")
+LEADER = Gauge("troupe_leader", "1 while this replica may write: it holds the Lease and its fence is open "
+               "(1 without leader election once started).")
+INFORMER_FAILING = Gauge("troupe_informer_failing_seconds",
+                         "Seconds since an informer's lists and watches started failing; 0 while they work.",
+                         ["resource"])
 
-#: Extra connections in the client's pool besides the release writers: the watches
-#: (pods, nodes, jobs, three workload kinds), the Lease, and the Event sender.
+#: Connections of the informers' client: a watch or a list per informer (pods, nodes,
+#: Jobs, SharedDeviceGroups, three workload kinds), with room for more. The writer's client
+#: has ``releaseConcurrency`` + 2 (the Event sender and a spare), the Lease's 2.
 POOL_EXTRA = 11
+#: A reconcile of one gang that has run this long, seconds, makes ``/healthz`` fail: the
+#: worker is stuck (a release of 512 members takes seconds).
+WORKER_STUCK_SECONDS = 300.0
 
 
 class Reconciler:
     """The running reconciler: owns the informers, the queue, the worker thread and the
-    writer. ``synced`` is set once every informer has listed."""
+    writer. ``synced`` is set once every informer has listed. Writes go through
+    ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease)."""
 
-    def __init__(self, api: Any, config: Config) -> None:
+    def __init__(self, api: Any, config: Config, writer_api: Any = None, fence: Fence = UNFENCED,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self.clock = clock
         self.cache = ClusterCache(config)
         self.queue = WorkQueue(order=self._order)
-        self.writer = kube.KubeWriter(api, kube.RateLimiter(config.kube_api_qps, config.kube_api_burst))
+        self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
+                                      kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence)
         self.controller = GangController(self.cache, self.writer, config)
-        self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event)
-        self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event)
-        self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event)
-        self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event)
+        self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event,
+                                  transform=self.cache.retain_pod, stream=True)
+        self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event,
+                                   transform=self.cache.retain_node, stream=True)
+        self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event,
+                                  transform=self.cache.retain_job)
+        self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event,
+                                    transform=self.cache.retain_group)
         #: One informer per workload custom resource (JobSet, LeaderWorkerSet, PyTorchJob):
         #: the size of gangs of ``<prefix>-size: auto``. A kind whose CRD is not installed
         #: is skipped, its gangs wait with that reason (docs/decisions/014-workload-gangs.md).
@@ -85,6 +110,7 @@ class Reconciler:
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
+        self._busy: tuple[str, float] | None = None
 
     # --- feeding the queue -----------------------------------------------------------
     #: Priority of SharedDeviceGroup keys in the work queue: before any gang (cheap, and
@@ -101,7 +127,7 @@ class Reconciler:
         for key in keys:
             self.queue.add(key)
 
-    def _pods_listed(self, items: list[Mapping[str, Any]]) -> None:
+    def _pods_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
         self._enqueue(self.cache.replace_pods(items))
 
     def _pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
@@ -115,7 +141,7 @@ class Reconciler:
             elif any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod)):
                 self._enqueue(self.controller.helped_by(None))  # a gated member's reservation, if any
 
-    def _nodes_listed(self, items: list[Mapping[str, Any]]) -> None:
+    def _nodes_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
         self.cache.replace_nodes(items)
         self._enqueue(self.cache.pending_gangs())
 
@@ -178,6 +204,7 @@ class Reconciler:
                 return
             if key is None:
                 continue
+            self._busy = (key, self.clock())
             start = time.perf_counter()
             group = group_of_key(key)
             try:
@@ -212,6 +239,7 @@ class Reconciler:
                     if outcome.others:  # it started or stopped holding or blocking the gangs behind it
                         self._enqueue(k for k in self.controller.helped_by(None) if k != key)
             finally:
+                self._busy = None
                 RECONCILE_SECONDS.observe(time.perf_counter() - start)
                 self.queue.done(key)
                 self._update_gauges()
@@ -231,6 +259,7 @@ class Reconciler:
         Planning before both lists are in would count free capacity that is in use.
         Raises ``TimeoutError`` when the lists do not arrive in ``sync_timeout`` seconds.
         """
+        self.export_metrics()
         self.nodes.start()
         self.jobs.start()
         self.groups.start()
@@ -245,11 +274,36 @@ class Reconciler:
         self.synced.set()
         self._worker.start()
 
+    def export_metrics(self) -> None:
+        """Report every informer's failing time as ``troupe_informer_failing_seconds``."""
+        for informer in self.informers():
+            INFORMER_FAILING.labels(informer.resource.name).set_function(
+                lambda i=informer: 0.0 if i.failing_since is None else i.clock() - i.failing_since)
+
+    def informers(self) -> list[kube.Informer]:
+        """Every informer this reconciler owns (any attribute that is one, or a list of them)."""
+        out: list[kube.Informer] = []
+        for v in vars(self).values():
+            out.extend(i for i in (v if isinstance(v, list) else [v]) if isinstance(i, kube.Informer))
+        return out
+
+    def waiting_for(self) -> list[str]:
+        """The informers that have not listed yet, by resource name, sorted."""
+        return sorted(i.resource.name for i in self.informers() if not i.synced.is_set())
+
     def alive(self) -> str:
-        """``""`` when the worker and the informers run as they should, else what is dead."""
+        """``""`` when the worker and the informers run as they should, else what is wrong
+        (``; ``-separated): the worker thread died or has been on one gang for
+        :data:`WORKER_STUCK_SECONDS`, an informer's thread died or it has not listed or
+        watched successfully for a minute (:meth:`kube.Informer.problem`)."""
+        problems = []
         if self._worker.ident is not None and not self._worker.is_alive() and not self._stop.is_set():
-            return "the gang worker thread has died"
-        return ""
+            problems.append("the gang worker thread has died")
+        busy = self._busy
+        if busy is not None and self.clock() - busy[1] >= WORKER_STUCK_SECONDS:
+            problems.append(f"the gang worker has been on gang {busy[0]} for {self.clock() - busy[1]:.0f}s")
+        problems += [p for p in (i.problem() for i in self.informers()) if p]
+        return "; ".join(problems)
 
     def stop(self) -> None:
         """Stop the worker, the watches and the writer."""
@@ -277,10 +331,12 @@ class Health:
         self.reconciler: Reconciler | None = None
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        """``(ready, body)``: a follower is ready (it stands by); a leader once synced."""
+        """``(ready, body)``: a follower is ready (it stands by); a leader once synced.
+        ``waiting_for`` names the informers that have not listed yet."""
         synced = self.reconciler is not None and self.reconciler.synced.is_set()
         ready = self.role == "standby" or (self.role in ("leader", "single") and synced)
-        return ready, {"ready": ready, "role": self.role, "synced": synced}
+        waiting = self.reconciler.waiting_for() if self.reconciler is not None and self.role != "standby" else []
+        return ready, {"ready": ready, "role": self.role, "synced": synced, "waiting_for": waiting}
 
     def healthy(self) -> tuple[bool, str]:
         """``(healthy, why)``."""
@@ -338,18 +394,25 @@ def run(
     kubeconfig: str | None,
     config: Config,
     metrics_bind: str | None,
-    election: kube.LeaderElection | None = None,
+    election: LeaderElection | None = None,
     webhook_certificates: certificates.Settings | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code.
 
-    With ``election``, the reconciler acts only while it holds the Lease; a replica that
-    loses it stops acting at once and exits with code 1, so that its pod restarts as a
-    follower (what kube-controller-manager does). With ``webhook_certificates``, the acting
-    replica also keeps the webhook's certificates (``reconciler/certificates.py``).
+    With ``election``, the reconciler acts only while it holds the Lease, and every write
+    passes the elector's fence. A replica that loses the Lease stops acting at once (its
+    fence is closed) and exits with code 1, so that its pod restarts as a follower (what
+    kube-controller-manager does). On SIGTERM it closes its fence, lets the writes in
+    flight finish, stops, and releases the Lease, so the next leader need not wait for it
+    to expire. The user agent of its requests names this replica
+    (``troupe-reconciler (<host>_<id>)``), as the API server's audit log shows it. With
+    ``webhook_certificates``, the acting replica also keeps the webhook's certificates
+    (``reconciler/certificates.py``).
     """
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    agent = f"troupe-reconciler ({identity})"
     try:
-        api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + POOL_EXTRA)
+        api = kube.api_client(kubeconfig, pool_size=POOL_EXTRA, user_agent=agent)
     except Exception as e:  # the client raises several types for a bad kubeconfig
         raise ValueError(f"--kubeconfig: cannot build an API client: {e}") from e
     try:
@@ -369,10 +432,36 @@ def run(
         host, port = _host_port(metrics_bind)
         serve_http(host, port, health)
         log.info("metrics and probes on http://%s:%d (/metrics, /healthz, /readyz, /debug/gangs)", host, port)
-    reconciler = Reconciler(api, config)
     certs = kube.webhook_certificates(api, webhook_certificates) if webhook_certificates else None
     done = threading.Event()
     exit_code = 0
+    elector: Elector | None = None
+    reconciler: Reconciler | None = None
+
+    def started() -> None:
+        assert election is not None and reconciler is not None
+        log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
+        health.role, health.reconciler = "leader", reconciler
+        if certs is not None:
+            certs.start()
+        reconciler.start()
+
+    def stopped() -> None:
+        nonlocal exit_code
+        assert election is not None
+        log.error("%s lost the Lease %s/%s: stopping", identity, election.namespace, election.name)
+        exit_code = 1
+        done.set()
+
+    fence: Fence = UNFENCED
+    if election is not None:
+        leases = kube.KubeLeases(kube.api_client(kubeconfig, pool_size=2, user_agent=agent, retries=0),
+                                 election.namespace, election.name)
+        elector = Elector(leases, election, identity, started, stopped)
+        fence = elector
+    writer_api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + 2, user_agent=agent,
+                                 fence=fence.check if elector is not None else None)
+    reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence)
 
     def _signal(signum: int, _frame: object) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
@@ -380,33 +469,23 @@ def run(
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    if election is None:
+    LEADER.set_function(lambda: 1.0 if elector is None or elector.leading else 0.0)
+    if elector is None:
         health.role, health.reconciler = "single", reconciler
         if certs is not None:
             certs.start()
         reconciler.start()
     else:
-        identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-
-        def started() -> None:
-            log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
-            health.role, health.reconciler = "leader", reconciler
-            if certs is not None:
-                certs.start()
-            reconciler.start()
-
-        def stopped() -> None:
-            nonlocal exit_code
-            log.error("%s lost the Lease %s/%s: stopping", identity, election.namespace, election.name)
-            reconciler.stop()
-            exit_code = 1
-            done.set()
-
+        assert election is not None
         log.info("%s campaigns for the Lease %s/%s", identity, election.namespace, election.name)
         health.role = "standby"
-        kube.lead(api, election, identity, started, stopped)
+        elector.start()
     done.wait()
     if certs is not None:
         certs.stop()
-    reconciler.stop()
+    if elector is not None:
+        elector.stop()  # the fence closes: no write starts from here on
+    reconciler.stop()  # the writes in flight finish (or fail) here
+    if elector is not None and exit_code == 0:
+        elector.release()
     return exit_code

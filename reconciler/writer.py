@@ -12,8 +12,13 @@ PodDisruptionBudgets refusing evictions).
 Every method may be called from several threads at once (a release writes its members in
 parallel). Errors: :class:`Conflict` (the object changed in a way that forbids the
 write), :class:`Gone` (it no longer exists, or was replaced by a pod of another UID),
-:class:`Refused` (an eviction a PodDisruptionBudget forbids), :class:`WriteError`
+:class:`Refused` (an eviction a PodDisruptionBudget forbids), :class:`LostLeadership`
+(this replica may no longer write: its :class:`Fence` is closed), :class:`WriteError`
 (anything else); ``emit_event`` never raises.
+
+Every write of an intent passes the writer's :attr:`PodWriter.fence` first (the leader's
+Lease, docs/decisions/016-bounded-failure-detection.md); :class:`reconciler.kube.KubeWriter`
+checks it again just before the request's bytes leave.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import itertools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from reconciler.engine.decision import MemberRelease
 from reconciler.engine.devices import encode_selected, format_ids
@@ -47,6 +52,36 @@ class Gone(WriteError):
 
 class Refused(WriteError):
     """An eviction was refused (HTTP 429): a PodDisruptionBudget allows no disruption now."""
+
+
+class LostLeadership(WriteError):
+    """This replica does not hold the Lease, or cannot be sure it still does (its last
+    renewal is older than the renew deadline): it must not write."""
+
+
+class Fence(Protocol):
+    """What a write asks before it goes out (:class:`reconciler.election.Elector`)."""
+
+    def check(self) -> None:
+        """Raise :class:`LostLeadership` unless this replica may write now. No I/O."""
+
+    def confirm(self) -> None:
+        """:meth:`check`, and ask the API server too (before a batch of writes). Raises
+        :class:`LostLeadership`."""
+
+
+class Unfenced:
+    """The fence of a reconciler that runs alone (no leader election): always open."""
+
+    def check(self) -> None:
+        """Never raises."""
+
+    def confirm(self) -> None:
+        """Never raises."""
+
+
+#: The open fence.
+UNFENCED: Fence = Unfenced()
 
 
 @dataclass(frozen=True, order=True)
@@ -122,7 +157,10 @@ class PodWriter(abc.ABC):
     """The intents (module docstring) over the primitives a subclass provides:
     ``_get``, ``_patch`` (strategic merge), ``_patch_status``, ``_delete`` (with a UID
     precondition) and ``_evict`` for pods, ``_patch_group`` for SharedDeviceGroups, plus
-    :meth:`emit_event`."""
+    :meth:`emit_event`. ``fence`` is checked before every primitive write (:class:`Unfenced`
+    unless set)."""
+
+    fence: Fence = UNFENCED
 
     # --- primitives ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -167,6 +205,7 @@ class PodWriter(abc.ABC):
         """Replace the group's whole ``status`` (phase, nodeName, selectedDevices,
         conditions) through its status subresource; returns the group. Raises
         :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
         return self._patch_group(name, [{"op": "add", "path": "/status", "value": dict(status)}], status=True)
 
     def set_group_finalizers(self, name: str, finalizers: list[str], resource_version: str) -> dict[str, Any]:
@@ -174,6 +213,7 @@ class PodWriter(abc.ABC):
         ``resource_version`` (adding or removing Troupe's finalizer; other finalizers are
         kept by the caller); returns the group. Raises :class:`Conflict` when the group
         changed meanwhile, :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
         return self._patch_group(name, {"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}})
 
     # --- intents ------------------------------------------------------------------------
@@ -193,6 +233,7 @@ class PodWriter(abc.ABC):
         ref = PodRef.parse(m.pod)
         rv = m.resource_version
         for attempt in range(CONFLICT_RETRIES + 1):
+            self.fence.check()
             try:
                 return self._patch(ref, release_patch(m, gates, rv, released_at, plan))
             except Conflict:
@@ -216,18 +257,21 @@ class PodWriter(abc.ABC):
         """Write a preemptor gang's nomination on its first gated member (if it is still at
         ``resource_version``); returns the pod. From then on the nodes it names hold
         capacity for the gang. Raises :class:`Conflict`, :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
         return self._patch(ref, {"metadata": {"resourceVersion": resource_version,
                                               "annotations": {contract.NOMINATION: nomination.encode()}}})
 
     def clear_nomination(self, ref: PodRef) -> dict[str, Any]:
         """Remove a nomination that ran out; returns the pod. Raises :class:`Gone`,
         :class:`WriteError`."""
+        self.fence.check()
         return self._patch(ref, {"metadata": {"annotations": {contract.NOMINATION: None}}})
 
     def clear_plan(self, ref: PodRef) -> None:
         """Remove the plan record (``reconciler.troupe.io/plan``) from the pod: its release
         was rolled back and it reserves nothing any more. Raises :class:`Gone`,
         :class:`WriteError`."""
+        self.fence.check()
         self._patch(ref, {"metadata": {"annotations": {contract.PLAN: None}}})
 
     def mark_disrupted_and_delete(self, ref: PodRef, uid: str, reason: str, message: str, at: str) -> None:
@@ -241,17 +285,20 @@ class PodWriter(abc.ABC):
         """
         self.set_pod_condition(ref, {"type": "DisruptionTarget", "status": "True", "reason": reason,
                                      "message": message, "lastTransitionTime": at})
+        self.fence.check()
         self._delete(ref, uid)
 
     def evict(self, ref: PodRef, uid: str) -> None:
         """Evict the pod through the Eviction API (policy/v1), so PodDisruptionBudgets
         hold and the pod's grace period is respected. Raises :class:`Refused` when a
         budget forbids it now, :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
         self._evict(ref, uid)
 
     def set_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
         """Set one ``status.conditions`` entry (merged by ``type``) through
         ``pods/status``. Raises :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
         self._patch_status(ref, {"status": {"conditions": [dict(condition)]}})
 
 
@@ -421,5 +468,9 @@ class FakeWriter(PodWriter):
             return copy.deepcopy(group)
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+        try:
+            self.fence.check()
+        except LostLeadership:
+            return  # not the leader: an Event is a write too
         with self._lock:
             self.events.append(RecordedEvent(ref, kind, reason, message))

@@ -89,6 +89,7 @@ class Cluster:
     Python process (no parent-death signal, nothing stopped at exit).
     ``on_failure``: called from a monitor thread when a component exits on its own; by
     default the message is printed to stderr. :meth:`check` raises it in the caller.
+    ``apiserver_args``: extra kube-apiserver flags (an audit log, say).
     """
 
     def __init__(
@@ -102,6 +103,7 @@ class Cluster:
         on_failure: Callable[[ComponentDied], None] | None = None,
         start_timeout: float = 120.0,
         out: TextIO | None = None,
+        apiserver_args: Iterable[str] = (),
     ) -> None:
         self._temp = run_dir is None
         self.run_dir = (
@@ -115,6 +117,7 @@ class Cluster:
         self._persistent = persistent
         self._on_failure = on_failure or _report_failure
         self._timeout = start_timeout
+        self._apiserver_args = list(apiserver_args)
         self._out = out or sys.stderr
         self._started: list[Started] = []
         self._monitor = Monitor([], self._on_failure)
@@ -291,6 +294,7 @@ class Cluster:
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *self._apiserver_args,
             ],
         )
         ssl_context = ssl.create_default_context(cadata=pki.ca_pem.decode())

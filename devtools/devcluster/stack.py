@@ -220,15 +220,16 @@ class Stack:
 
         self._wait("troupe-reconciler", started, leading)
 
-    def start_reconciler(self, name: str, metrics_port: int | None = None) -> Started:
+    def start_reconciler(self, name: str, metrics_port: int | None = None, identity: str = "reconciler") -> Started:
         """Start one more reconciler replica (log ``logs/<name>.log``), as the chart runs it:
-        with leader election in ``troupe-system``. Returns once its ``/readyz`` answers 200
-        (standing by as a follower, or leading with synced caches), as a readiness probe
-        would see it."""
+        with leader election in ``troupe-system``, with the token of the cluster identity
+        ``identity`` (another token of the same user tells replicas apart in an audit
+        log). Returns once its ``/readyz`` answers 200 (standing by as a follower, or
+        leading with synced caches), as a readiness probe would see it."""
         port = metrics_port or free_port()
         started = self._spawn(name, [
             sys.executable, "-m", "reconciler", "run",
-            "--kubeconfig", str(self.cluster.kubeconfig("reconciler")),
+            "--kubeconfig", str(self.cluster.kubeconfig(identity)),
             "--config", str(self.config_path),
             "--metrics-bind", f"127.0.0.1:{port}",
             "--leader-elect", "--leader-elect-namespace", NAMESPACE,

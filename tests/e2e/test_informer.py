@@ -117,3 +117,25 @@ def test_a_silent_connection_is_noticed_and_replaced(cluster, admin_core, namesp
     finally:
         proxy.close()
     assert isinstance(api, client.ApiClient)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_an_informer_refused_by_rbac_says_so_for_the_liveness_probe(cluster):
+    clock = Clock()
+    rec = Recorder()
+    inf = kube.Informer(kube.pods(cluster.api_client("alice")), rec.on_list, rec.on_event, clock=clock).start()
+    try:
+        wait_for("a refused list", lambda: inf.last_error, timeout=30)
+        assert not inf.synced.is_set()
+        assert inf.problem() == ""
+        clock.now += kube.UNHEALTHY_AFTER_SECONDS + 1
+        assert inf.problem() == "pods: no list or watch has succeeded for 61s; last error: API error 403 Forbidden"
+    finally:
+        inf.stop()

@@ -304,6 +304,7 @@ def test_a_deleted_group_keeps_its_finalizer_until_none_of_its_pods_runs():
     assert "team-a-gpus" in h.writer.groups  # its pod still runs with the devices
     pod = h.pod("infer")
     pod["status"]["phase"] = "Succeeded"
+    pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
     h.controller.reconcile_group("team-a-gpus")
     assert "team-a-gpus" not in h.writer.groups  # finalizer removed: the API server deletes it

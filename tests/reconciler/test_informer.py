@@ -1,12 +1,19 @@
-"""The informer's list+watch protocol on a scripted transport: resume, 410 Gone, errors."""
+"""The informer's list+watch protocol on a scripted transport: resume, 410 Gone, errors, backoff,
+streamed lists, and what it reports for liveness."""
 
 from __future__ import annotations
 
 import json
 import threading
 
+import pytest
+from kubernetes.client.rest import ApiException
+
+from reconciler.cache import ClusterCache
 from reconciler.kube import Informer, Resource
+from reconciler.writer import PodRef
 from tests.e2e.helpers import wait_for
+from troupe.config import Config
 
 
 class FakeResponse:
@@ -98,3 +105,160 @@ def test_a_broken_connection_is_retried_from_where_it_was():
     assert server.lists == 1, "a network error does not cost a re-list"
     assert server.watch_requests[:3] == ["100", "105", "105"]
     assert [k for k, _ in events] == ["ADDED", "DELETED"]
+
+
+class Script:
+    """A scripted API server answering each request with the next step: a list body, a
+    list of watch events, or an exception. Records every request's keyword arguments."""
+
+    def __init__(self, steps, then=None):
+        self.steps = list(steps)
+        self.then = then
+        self.requests = []
+        self.done = threading.Event()
+
+    def __call__(self, **kwargs):
+        self.requests.append(kwargs)
+        step = self.steps.pop(0) if self.steps else self.then
+        if not self.steps:
+            self.done.set()
+        if isinstance(step, Exception):
+            raise step
+        if kwargs.get("watch"):
+            return FakeResponse(events=step or [])
+        return FakeResponse(step)
+
+
+def listing(*names, rv="100"):
+    return {"items": [pod(n, rv) for n in names], "metadata": {"resourceVersion": rv}}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def informer(script, clock=None, **kwargs):
+    lists, events, delays = [], [], []
+    inf = Informer(Resource("pods", script), lambda items: lists.append(list(items)),
+                   lambda k, o: events.append((k, o)), clock=clock or Clock(), **kwargs)
+    inf._stop.wait = lambda delay: delays.append(delay) or False
+    return inf, lists, events, delays
+
+
+def test_a_watch_that_ends_at_once_is_retried_with_growing_backoff_not_in_a_loop():
+    script = Script([listing("a")] + [[] for _ in range(6)])
+    inf, _lists, _events, delays = informer(script)
+    inf.start()
+    wait_for("six empty watches", script.done.is_set, timeout=10)
+    inf.stop()
+    assert inf.short_watches >= 5
+    assert all(1 <= d / base <= 1.25 for d, base in zip(delays[:5], (1, 2, 4, 8, 16), strict=True)), delays
+    assert inf.last_error == "the watch ended at once, having delivered nothing"
+
+
+def test_a_watch_asks_the_server_to_end_it_within_60_to_90s_and_reads_15s_longer():
+    script = Script([listing("a"), [{"type": "BOOKMARK", "object": pod("", "150")}]] + [[] for _ in range(20)])
+    inf, *_ = informer(script)
+    inf.start()
+    wait_for("the script to run out", script.done.is_set, timeout=10)
+    inf.stop()
+    watches = [r for r in script.requests if r.get("watch")]
+    assert watches
+    for r in watches:
+        assert 60 <= r["timeout_seconds"] < 90
+        assert r["_request_timeout"][1] == r["timeout_seconds"] + 15, "a dead connection is noticed within 105 s"
+
+
+def test_an_informer_stuck_on_403s_makes_liveness_fail_after_a_minute_with_the_reason():
+    forbidden = ApiException(status=403, reason="Forbidden")
+    clock = Clock()
+    script = Script([forbidden] * 4, then=forbidden)
+    inf, *_ = informer(script, clock=clock)
+    inf.start()
+    wait_for("four refused lists", script.done.is_set, timeout=10)
+    assert not inf.synced.is_set()
+    assert inf.problem() == "", "a minute's grace: an RBAC change may be on its way"
+    clock.now += 61
+    assert inf.problem() == "pods: no list or watch has succeeded for 61s; last error: API error 403 Forbidden"
+    inf.stop()
+
+
+def test_a_list_that_succeeds_again_clears_the_problem():
+    clock = Clock()
+    inf, lists, *_ = informer(Script([]), clock=clock)
+    inf._failed("API error 403 Forbidden")
+    clock.now += 120
+    assert inf.problem().startswith("pods: no list or watch has succeeded for 120s")
+    inf.resource.list_fn = Script([listing("a")])
+    inf._list()
+    assert inf.problem() == "" and lists == [[pod("a", "100")]]
+
+
+def test_a_dead_informer_thread_is_a_problem():
+    inf, *_ = informer(Script([]))
+    inf._run = lambda: None  # the thread ends at once, as one killed by a BaseException would
+    inf._thread = threading.Thread(target=inf._run)
+    inf.start()
+    inf._thread.join()
+    assert inf.problem() == "the pods informer thread has died"
+
+
+def test_the_transform_is_applied_to_every_listed_object_and_every_event():
+    script = Script([listing("a", "b"), [{"type": "ADDED", "object": pod("c", "101")}]])
+    seen = []
+
+    def strip(obj):
+        seen.append(obj["metadata"]["name"])
+        return {"metadata": {"name": obj["metadata"]["name"], "namespace": "ns"}}
+
+    inf, lists, events, _ = informer(script, transform=strip)
+    inf.start()
+    wait_for("the script to run out", script.done.is_set, timeout=10)
+    wait_for("the event", lambda: events, timeout=10)
+    inf.stop()
+    assert lists[0] == [{"metadata": {"name": "a", "namespace": "ns"}}, {"metadata": {"name": "b", "namespace": "ns"}}]
+    assert events == [("ADDED", {"metadata": {"name": "c", "namespace": "ns"}})]
+    assert seen[:3] == ["a", "b", "c"]
+
+
+def test_a_streamed_list_fetches_each_page_only_when_the_handler_gets_to_it():
+    pages = [{"items": [pod(f"p{i}-{k}", "100") for k in range(2)], "metadata": {"resourceVersion": "100",
+              **({"continue": str(i + 1)} if i < 2 else {})}} for i in range(3)]
+    script = Script(pages)
+    requested_when = []
+
+    def on_list(items):
+        assert not isinstance(items, list)
+        for item in items:
+            requested_when.append((item["metadata"]["name"], len(script.requests)))
+            if item["metadata"]["name"] == "p1-0":
+                return  # a handler that stops early: the list is still completed
+
+    inf = Informer(Resource("pods", script), on_list, lambda k, o: None, stream=True)
+    inf._list()
+    assert requested_when == [("p0-0", 1), ("p0-1", 1), ("p1-0", 2)], "one page in memory at a time"
+    assert len(script.requests) == 3 and inf.resource_version == "100" and inf.synced.is_set()
+
+
+def test_a_streamed_list_cut_short_by_stop_drops_nothing_from_the_cache():
+    names = [f"p{i}-{k}" for i in range(3) for k in range(2)]
+    cache = ClusterCache(Config())
+    cache.replace_pods([pod(n, "50") for n in names])
+    pages = [{"items": [pod(f"p{i}-{k}", "100") for k in range(2)], "metadata": {"resourceVersion": "100",
+              **({"continue": str(i + 1)} if i < 2 else {})}} for i in range(3)]
+    script = Script(pages)
+    inf = Informer(Resource("pods", script), cache.replace_pods, lambda k, o: None, stream=True)
+    first_page = script.__call__
+
+    def stop_after_first_page(**kwargs):
+        inf._stop.set()
+        return first_page(**kwargs)
+
+    inf.resource.list_fn = stop_after_first_page
+    with pytest.raises(InterruptedError):
+        inf._list()
+    assert all(cache.pod(PodRef("ns", n)) is not None for n in names), "not taken for a list without them"

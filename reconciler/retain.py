@@ -1,0 +1,119 @@
+"""What the reconciler's cache keeps of each kind of object: the retain policy.
+
+Objects arrive from the API server whole: a pod of an indexed Job is about 6.9 KB of JSON,
+a third of it ``managedFields``, most of the rest volumes, env, probes and container
+statuses that no decision reads. 20,000 such pods take 701 MiB as Python dicts; what
+Troupe reads of them takes a fraction (docs/decisions/017-cache-memory.md). So every
+object is cut down as it arrives, before the cache stores it, to the fields listed here,
+the way client-go informers take a ``TransformFunc`` that drops ``managedFields``.
+
+A policy is a tree (:data:`Keep`): a key mapped to ``True`` keeps its whole value; mapped
+to a tree, keeps those keys of the mapping below it (of each mapping, for a list of
+them); :class:`AllBut` keeps every key of a mapping except those it names. Keys absent
+from the object stay absent. The result is a :class:`Retained` dict, so the cache can tell
+an object already cut down from one that is whole (a write's response, say).
+
+To cache a new kind: declare its policy here with every field any reader of the cache
+uses (the engine's parser, the controller, the writers, the debug endpoints), cut its
+objects with :func:`retain` in the informer's ``transform`` and wherever the cache
+stores one, and add it to ``tests/reconciler/test_retain.py``, which checks that what a
+reader gets from a retained object is what it gets from the whole one. A field not listed
+is gone: a reader that needs one more adds it here, nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Union
+
+
+class AllBut(frozenset[str]):
+    """Keep every key of a mapping but these."""
+
+
+Keep = Mapping[str, Union[bool, "Keep", AllBut]]
+"""A retain policy: see the module docstring."""
+
+
+class Retained(dict[str, Any]):
+    """An object cut down by :func:`retain` (a plain dict otherwise)."""
+
+
+#: Annotations no reader wants and that can be large (kubectl's copy of the whole object).
+BULKY_ANNOTATIONS = AllBut({"kubectl.kubernetes.io/last-applied-configuration"})
+
+_OBJECT_META: dict[str, Any] = {
+    "name": True, "namespace": True, "uid": True, "resourceVersion": True, "generation": True,
+    "creationTimestamp": True, "deletionTimestamp": True, "labels": True, "annotations": BULKY_ANNOTATIONS,
+    "ownerReferences": True,
+}
+
+_CONTAINER: dict[str, Any] = {"name": True, "resources": True, "restartPolicy": True}
+
+#: Pods: identity and owners; labels and annotations (gang, topology, device-group and rank
+#: keys, the reconciler's decisions); what placement filters on (node selection, affinity,
+#: tolerations, gates, priority) and counts (container, init-container and pod-level
+#: requests, overhead); where it runs and whether it has ended.
+POD: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": _OBJECT_META,
+    "spec": {
+        "nodeName": True, "nodeSelector": True, "affinity": True, "tolerations": True,
+        "schedulingGates": True, "priority": True, "priorityClassName": True, "preemptionPolicy": True,
+        "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
+        "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
+    },
+    "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True}},
+}
+
+#: Nodes: name and labels (topology levels, hostname, device-sharing mode); taints and
+#: cordon; allocatable resources; the Ready condition. Not kept: annotations, images,
+#: addresses, node info, volumes, capacity.
+NODE: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "uid": True, "resourceVersion": True, "creationTimestamp": True,
+                 "deletionTimestamp": True, "labels": True},
+    "spec": {"taints": True, "unschedulable": True},
+    "status": {"allocatable": True, "conditions": {"type": True, "status": True}},
+}
+
+#: Jobs: identity, the topology annotations a workload may carry, and the sizes a gang takes
+#: from its Job (parallelism capped by the completions still to go).
+JOB: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True, "labels": True,
+                 "annotations": BULKY_ANNOTATIONS},
+    "spec": {"parallelism": True, "completions": True, "completionMode": True},
+    "status": {"succeeded": True},
+}
+
+#: SharedDeviceGroups: small objects, kept whole but for the server's bookkeeping.
+DEVICE_GROUP: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "uid": True, "resourceVersion": True, "generation": True, "creationTimestamp": True,
+                 "deletionTimestamp": True, "labels": True, "finalizers": True},
+    "spec": True,
+    "status": True,
+}
+
+
+def _cut(value: Any, policy: bool | Keep | AllBut) -> Any:
+    if policy is True:
+        return value
+    if isinstance(value, list):
+        return [_cut(v, policy) for v in value]
+    if not isinstance(value, Mapping):
+        return value
+    if isinstance(policy, AllBut):
+        return {k: v for k, v in value.items() if k not in policy}
+    assert isinstance(policy, Mapping)
+    return {k: value[k] if sub is True else _cut(value[k], sub) for k, sub in policy.items() if k in value}
+
+
+def retain(policy: Keep, obj: Mapping[str, Any]) -> Retained:
+    """What ``policy`` keeps of ``obj`` (API JSON, camelCase), as a new :class:`Retained`
+    dict sharing the kept values with ``obj``. An object already retained is returned as
+    it is."""
+    if isinstance(obj, Retained):
+        return obj
+    return Retained(_cut(obj, policy))

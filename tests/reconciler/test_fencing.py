@@ -1,0 +1,180 @@
+"""Every write passes the leader's fence: at the writer port, before each wave of a release,
+and at the socket of the real client, where a request built before the fence closed is
+still stopped before its first byte (docs/decisions/016-bounded-failure-detection.md)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+from kubernetes import client
+
+from reconciler import kube
+from reconciler.cache import ClusterCache
+from reconciler.controller import GangController
+from reconciler.writer import FakeWriter, LostLeadership, PodRef
+from tests.reconciler.builders import make_node, make_pod
+from troupe.config import Config
+
+
+class Fence:
+    """A fence that stays open for ``confirms`` confirmations, then closes; counts both calls."""
+
+    def __init__(self, confirms: int = 1 << 30) -> None:
+        self.left = confirms
+        self.checks = 0
+        self.confirms = 0
+        self.open = True
+
+    def check(self) -> None:
+        self.checks += 1
+        if not self.open:
+            raise LostLeadership("test: the Lease is held by b")
+
+    def confirm(self) -> None:
+        self.check()
+        self.confirms += 1
+        self.left -= 1
+        if self.left < 0:
+            self.open = False
+            raise LostLeadership("test: the Lease is held by b")
+
+
+def harness(members: int, concurrency: int, fence: Fence) -> tuple[GangController, FakeWriter]:
+    config = Config(release_concurrency=concurrency)
+    writer = FakeWriter()
+    writer.fence = fence
+    cache = ClusterCache(config)
+    cache.replace_nodes([make_node(f"n{i}").topology("b1", "s1", f"h{i}").gpus(8).build() for i in range(members)])
+    cache.replace_pods([writer.add(make_pod(f"w-{i}").gang("g", members).index(i).gpus(8).gated().build())
+                        for i in range(members)])
+    return GangController(cache, writer, config, wall_clock=lambda: 1_800_000_000.0), writer
+
+
+def released(writer: FakeWriter) -> list[str]:
+    return sorted(ref.name for ref, pod in writer.pods.items() if not pod["spec"].get("schedulingGates"))
+
+
+@pytest.mark.parametrize(("members", "concurrency", "want_confirms"), [
+    # the plan's member, then waves of 3 over the other 9: 1 + 3
+    ("ten members, three in flight", 3, 4),
+    ("ten members, all in flight at once", 16, 2),
+])
+def test_the_fence_is_confirmed_before_the_first_write_and_before_each_wave(members, concurrency, want_confirms):
+    fence = Fence()
+    controller, writer = harness(10, concurrency, fence)
+    outcome = controller.reconcile("team-a/g")
+    assert not outcome.retry
+    assert len(released(writer)) == 10
+    assert fence.confirms == want_confirms
+    assert fence.checks >= 10 + want_confirms, "and every write checked it"
+
+
+def test_a_release_stops_at_the_wave_whose_confirmation_fails():
+    fence = Fence(confirms=2)  # the plan's member and the first wave; the Lease is gone before the second
+    controller, writer = harness(10, 3, fence)
+    outcome = controller.reconcile("team-a/g")
+    assert outcome.retry
+    assert len(released(writer)) == 4, "the first member and one wave of 3"
+    assert "not written: test: the Lease is held by b" in outcome.reason
+    assert not [e for e in writer.events if e.reason == "GangReleased" and e.pod.name not in released(writer)]
+
+
+def test_no_release_starts_when_the_fence_is_closed_and_no_event_goes_out():
+    fence = Fence(confirms=0)
+    controller, writer = harness(4, 3, fence)
+    outcome = controller.reconcile("team-a/g")
+    assert outcome.retry and "release not started" in outcome.reason
+    assert writer.patches == [] and writer.events == []
+
+
+def test_every_intent_of_the_writer_port_checks_the_fence():
+    writer = FakeWriter()
+    pod = writer.add(make_pod("w-0").gpus(1).gated().build())
+    writer.fence = Fence(confirms=0)
+    writer.fence.open = False
+    ref, uid = PodRef.of(pod), "uid-w-0"
+    for write in (lambda: writer.clear_plan(ref), lambda: writer.evict(ref, uid),
+                  lambda: writer.set_pod_condition(ref, {"type": "X", "status": "True"}),
+                  lambda: writer.mark_disrupted_and_delete(ref, uid, "r", "m", "t")):
+        with pytest.raises(LostLeadership):
+            write()
+    writer.emit_event(ref, uid, "Normal", "R", "m")
+    assert writer.patches == [] and writer.conditions == [] and writer.deleted == [] and writer.events == []
+
+
+# --- the real client: the fence at the socket, keepalive -------------------------------------
+class Recorder(BaseHTTPRequestHandler):
+    """An API server stand-in that records each request line and answers ``{}``."""
+
+    protocol_version = "HTTP/1.1"
+    seen: ClassVar[list[str]] = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        Recorder.seen.append(f"{self.command} {self.path.split('?')[0]}")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_PATCH = do_POST = do_DELETE = do_PUT = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def api_server(tmp_path: Path):
+    Recorder.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    yield str(kubeconfig)
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_write_built_while_leading_is_stopped_at_the_socket_once_the_fence_closes(api_server):
+    state = {"open": True}
+
+    def fence() -> None:
+        if not state["open"]:
+            raise LostLeadership("the Lease is held by b")
+
+    api = kube.api_client(api_server, fence=fence, user_agent="troupe-reconciler (a)")
+    core = client.CoreV1Api(api)
+    core.patch_namespaced_pod("p", "ns", {"metadata": {"labels": {"x": "1"}}}, _preload_content=False)
+    state["open"] = False  # frozen here, say, and resumed after the takeover
+    with pytest.raises(LostLeadership):
+        core.patch_namespaced_pod("p", "ns", {"metadata": {"labels": {"x": "2"}}}, _preload_content=False)
+    with pytest.raises(LostLeadership):
+        core.delete_namespaced_pod("p", "ns", _preload_content=False)
+    core.read_namespaced_pod("p", "ns", _preload_content=False)  # reads pass
+    assert Recorder.seen == ["PATCH /api/v1/namespaces/ns/pods/p", "GET /api/v1/namespaces/ns/pods/p"]
+
+
+def test_every_connection_has_tcp_keepalive_that_notices_a_dead_peer_within_a_minute(api_server):
+    api = kube.api_client(api_server)
+    resp = client.CoreV1Api(api).read_namespaced_pod("p", "ns", _preload_content=False)
+    sock = resp.connection.sock
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    idle = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+    interval = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)
+    count = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)
+    assert (idle, interval, count) == (kube.KEEPALIVE_IDLE, kube.KEEPALIVE_INTERVAL, kube.KEEPALIVE_COUNT)
+    assert idle + interval * count <= 60

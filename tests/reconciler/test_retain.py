@@ -1,0 +1,213 @@
+"""The retain policy: what the cache keeps of an object is everything its readers read, and a
+re-list shares what the cache holds already instead of copying it
+(docs/decisions/017-cache-memory.md)."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.cache import ClusterCache
+from reconciler.engine.devices import DeviceGroup
+from reconciler.engine.gang import job_parallelism
+from reconciler.engine.snapshot import NodeInfo, PodInfo
+from reconciler.engine.workloads import workload
+from reconciler.retain import DEVICE_GROUP, JOB, NODE, POD, Retained, retain
+from reconciler.writer import PodRef
+from tests.reconciler.builders import make_node, make_pod
+from troupe.config import Config
+
+MANAGED = [{"manager": "kube-controller-manager", "operation": "Update", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {"f:job-name": {}}}, "f:spec": {"f:containers": {}}}}]
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def bulky(obj: dict) -> dict:
+    """``obj`` as the API server returns it: managed fields, volumes, env, statuses..."""
+    obj = copy.deepcopy(obj)
+    meta = obj.setdefault("metadata", {})
+    meta["managedFields"] = MANAGED
+    meta.setdefault("annotations", {})[LAST_APPLIED] = '{"apiVersion":"v1","kind":"Pod"}' * 20
+    meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    spec = obj.setdefault("spec", {})
+    spec["volumes"] = [{"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]
+    for c in spec.get("containers", []):
+        c.update(image="trainer:1", env=[{"name": "A", "value": "1"}], volumeMounts=[{"name": "v", "mountPath": "/v"}])
+    status = obj.setdefault("status", {})
+    status["containerStatuses"] = [{"name": "main", "ready": True, "imageID": "sha256:" + "0" * 64}]
+    status["images"] = [{"names": ["trainer:1"], "sizeBytes": 1}]
+    return obj
+
+
+def same_info(kept: object, whole: object) -> bool:
+    """Equal in every field, but for kubectl's copy of the object, the one thing dropped."""
+    want = dict(vars(whole))
+    if "annotations" in want:
+        want["annotations"] = {k: v for k, v in want["annotations"].items() if k != LAST_APPLIED}
+    return vars(kept) == want
+
+
+pods = st.builds(
+    lambda name, gang, index, gpus, gated, node, owned, deleting, extras: _pod(
+        name, gang, index, gpus, gated, node, owned, deleting, extras),
+    st.sampled_from(["w-0", "w-1", "train-7"]), st.sampled_from(["g", "train"]), st.integers(0, 63),
+    st.integers(0, 8), st.booleans(), st.sampled_from([None, "n1", "n2"]), st.booleans(), st.booleans(),
+    st.fixed_dictionaries({}, optional={
+        "affinity": st.just({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "cloud.google.com/gce-topology-block", "operator": "In", "values": ["b1"]}]}]}}}),
+        "tolerations": st.just([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+        "initContainers": st.just([{"name": "sidecar", "restartPolicy": "Always", "image": "proxy:1",
+                                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                                   {"name": "init", "image": "init:1", "resources": {"requests": {"cpu": "4"}}}]),
+        "overhead": st.just({"cpu": "250m", "memory": "120Mi"}),
+        "resources": st.just({"requests": {"cpu": "8", "memory": "64Gi"}}),
+        "priority": st.integers(-10, 1000),
+        "nodeSelector": st.just({"pool": "gpu"}),
+        "terminationGracePeriodSeconds": st.integers(0, 120),
+    }),
+)
+
+
+def _pod(name, gang, index, gpus, gated, node, owned, deleting, extras):
+    b = make_pod(name).gang(gang, 64).index(index).gpus(gpus)
+    if gated:
+        b = b.gated("troupe.io/placement", "example.com/quota")
+    if node:
+        b = b.running_on(node)
+    pod = b.build()
+    pod["spec"].update(copy.deepcopy(extras))
+    if owned:
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": gang, "uid": "u1",
+                                               "controller": True, "blockOwnerDeletion": True}]
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-23T09:00:00Z"
+    return pod
+
+
+@settings(max_examples=150, deadline=None)
+@given(pods)
+def test_a_retained_pod_parses_exactly_as_the_whole_one(pod):
+    whole = bulky(pod)
+    kept = retain(POD, whole)
+    assert same_info(PodInfo.from_object(kept), PodInfo.from_object(whole))
+    assert "managedFields" not in kept["metadata"] and "volumes" not in kept["spec"]
+    assert LAST_APPLIED not in kept["metadata"]["annotations"]
+    assert "containerStatuses" not in kept["status"] and "image" not in kept["spec"]["containers"][0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 8), st.booleans(), st.booleans(), st.sampled_from(["True", "False", "Unknown"]))
+def test_a_retained_node_parses_exactly_as_the_whole_one(gpus, tainted, cordoned, ready):
+    node = make_node("n1").topology("b1", "s1", "h1").gpus(gpus).build()
+    node["spec"]["unschedulable"] = cordoned
+    if tainted:
+        node["spec"]["taints"] = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
+    node["status"]["conditions"] = [{"type": "Ready", "status": ready, "reason": "KubeletReady", "message": "ok",
+                                     "lastHeartbeatTime": "2026-11-23T09:00:00Z"}]
+    whole = bulky(node)
+    kept = retain(NODE, whole)
+    assert same_info(NodeInfo.from_object(kept), NodeInfo.from_object(whole))
+    assert "images" not in kept["status"] and "managedFields" not in kept["metadata"]
+    assert "annotations" not in kept["metadata"]
+
+
+def test_a_retained_job_keeps_its_parallelism():
+    job = bulky({"metadata": {"name": "train", "namespace": "team-a"}, "spec": {"parallelism": 64, "template": {}}})
+    kept = retain(JOB, job)
+    assert job_parallelism(kept) == 64 and "template" not in kept["spec"]
+
+
+def test_a_retained_job_gives_the_same_workload_as_the_whole_one():
+    job = bulky({"metadata": {"name": "train", "namespace": "team-a",
+                              "annotations": {"troupe.io/topology-required-level": "cloud.google.com/gce-topology-block"}},
+                 "spec": {"parallelism": 8, "completions": 8, "template": {}}, "status": {"succeeded": 3}})
+    assert workload("Job", retain(JOB, job)) == workload("Job", job)
+    assert workload("Job", job).size == 5
+
+
+def test_a_retained_device_group_parses_exactly_as_the_whole_one():
+    group = bulky({"apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup",
+                   "metadata": {"name": "g", "uid": "u", "resourceVersion": "7", "deletionTimestamp": "2026-11-23T09:00:00Z"},
+                   "spec": {"resources": {"nvidia.com/gpu": 2}, "nodeSelector": {"pool": "a"}, "schedulingStrategy": "spread"},
+                   "status": {"phase": "Bound", "nodeName": "n1", "selectedDevices": {"nvidia.com/gpu": "0,1"},
+                              "conditions": [{"type": "Allocated", "status": "True"}]}})
+    group["metadata"]["finalizers"] = ["deviceshare.io/release-devices"]
+    kept = retain(DEVICE_GROUP, group)
+    assert DeviceGroup.from_object(kept) == DeviceGroup.from_object(group)
+    assert "managedFields" not in kept["metadata"]
+
+
+def test_retaining_is_done_once():
+    kept = retain(POD, bulky(make_pod("w-0").build()))
+    assert isinstance(kept, Retained) and retain(POD, kept) is kept
+
+
+def versioned(pod: dict, uid: str, rv: int) -> dict:
+    pod = bulky(pod)
+    pod["metadata"].update(uid=uid, resourceVersion=str(rv))
+    return pod
+
+
+def test_a_relist_shares_what_the_cache_holds_and_parses_only_what_changed():
+    cache = ClusterCache(Config())
+    first = [versioned(make_pod(f"w-{i}").gang("g", 4).index(i).gpus(1).gated().build(), f"u{i}", 10 + i)
+             for i in range(4)]
+    cache.replace_pods([cache.retain_pod(p) for p in first])
+    held = {i: cache.pod(PodRef("team-a", f"w-{i}")) for i in range(4)}
+    infos = {i: cache.members("team-a/g") for i in range(1)}[0]
+    assert all("managedFields" not in p["metadata"] for p in held.values())
+
+    # the same list again, w-1 changed, w-3 gone, w-4 new: as a re-list after 410 Gone delivers it
+    second = [versioned(make_pod(f"w-{i}").gang("g", 4).index(i).gpus(1).gated().build(), f"u{i}", 10 + i)
+              for i in (0, 2)]
+    second.append(versioned(make_pod("w-1").gang("g", 4).index(1).gpus(1).build(), "u1", 99))
+    second.append(versioned(make_pod("w-4").gang("g", 4).index(3).gpus(1).gated().build(), "u4", 100))
+    transformed = [cache.retain_pod(p) for p in second]
+    assert transformed[0] is held[0] and transformed[1] is held[2], "the same version: the cached object, no copy"
+    touched = cache.replace_pods(transformed)
+    assert touched == {"team-a/g"}
+    assert cache.pod(PodRef("team-a", "w-0")) is held[0]
+    assert cache.pod(PodRef("team-a", "w-1"))["metadata"]["resourceVersion"] == "99"
+    assert cache.pod(PodRef("team-a", "w-3")) is None
+    assert "managedFields" not in cache.pod(PodRef("team-a", "w-4"))["metadata"]
+    kept_infos = {i.name: i for i in cache.members("team-a/g")}
+    old_infos = {i.name: i for i in infos}
+    assert kept_infos["w-0"] is old_infos["w-0"], "not parsed again"
+    assert kept_infos["w-1"] is not old_infos["w-1"] and not kept_infos["w-1"].gated
+
+
+def test_a_write_response_is_retained_when_assumed():
+    cache = ClusterCache(Config())
+    cache.assume(versioned(make_pod("w-0").gang("g", 2).gpus(1).build(), "u0", 5))
+    pod = cache.pod(PodRef("team-a", "w-0"))
+    assert isinstance(pod, Retained) and "managedFields" not in pod["metadata"]
+
+
+def test_a_node_relist_keeps_the_entries_of_unchanged_nodes():
+    cache = ClusterCache(Config())
+    nodes = [bulky(make_node(f"n{i}").gpus(8).build()) for i in range(3)]
+    for i, n in enumerate(nodes):
+        n["metadata"].update(uid=f"n{i}", resourceVersion=str(i + 1))
+    cache.replace_nodes([cache.retain_node(n) for n in nodes])
+    held = cache.node("n1")
+    again = copy.deepcopy(nodes)
+    cache.replace_nodes([cache.retain_node(n) for n in again])
+    assert cache.node("n1") is held
+    assert "images" not in held["status"]
+
+
+def test_the_whole_objects_are_kept_when_asked_for_a_baseline():
+    cache = ClusterCache(Config(), retained=False)
+    pod = versioned(make_pod("w-0").gpus(1).build(), "u0", 5)
+    cache.replace_pods([pod])
+    assert cache.pod(PodRef("team-a", "w-0")) is pod
+
+
+def test_a_relist_does_not_undo_a_newer_version_the_controller_assumed_meanwhile():
+    cache = ClusterCache(Config())
+    cache.replace_pods([versioned(make_pod("w-0").gang("g", 2).gpus(1).gated().build(), "u0", 10)])
+    cache.assume(versioned(make_pod("w-0").gang("g", 2).gpus(1).build(), "u0", 12))  # released: rv 12
+    cache.replace_pods([versioned(make_pod("w-0").gang("g", 2).gpus(1).gated().build(), "u0", 11)])
+    assert cache.pod(PodRef("team-a", "w-0"))["metadata"]["resourceVersion"] == "12"
