@@ -8,8 +8,7 @@ thread of the chart's two replicas, and with ``failurePolicy: Fail`` every opted
 creation failed. Here, every byte a client sends is read by the event loop, which never
 waits on one client:
 
-- **TLS handshake deadline**: ``Limits.handshake_timeout`` seconds from accept
-  (asyncio's ``ssl_handshake_timeout``).
+- **TLS handshake deadline**: ``Limits.handshake_timeout`` seconds from accept.
 - **Whole-request deadline**: ``Limits.request_timeout`` seconds from the end of the
   handshake (first request) or from the request's first byte (later requests on a kept-alive
   connection) to its last body byte; then the connection is closed.
@@ -25,10 +24,12 @@ waits on one client:
 
 Only a complete request reaches the WSGI application (Flask), run in the loop itself or,
 with ``threads > 1``, in a pool of that many threads. HTTP/1.1 is parsed by h11 (a
-sans-I/O parser); TLS is asyncio's, with a context from :func:`webhook.tls.reloader_for`
-chosen for each new connection, so rotated certificate files serve new connections. A
-listener may also be plain HTTP (the health port, ``--health-bind``), answering only the
-paths in ``plain_paths``.
+sans-I/O parser). TLS is done by each connection with an ``ssl.SSLObject`` over memory
+buffers, with a context chosen for each new connection (:func:`webhook.tls.reloader_for`:
+rotated certificate files serve new connections); asyncio's own TLS transport keeps a
+256 KiB read buffer per connection, so 1,000 connections of a worker took 280 MiB with it.
+A listener may also be plain HTTP (the health port, ``--health-bind``), answering only
+its ``paths``.
 
 Nothing here knows Troupe: it serves any WSGI application.
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import logging
 import socket
@@ -57,7 +59,7 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 #: Why a connection was closed by the server, for the ``closed`` callback (and metrics).
 CLOSE_REASONS = ("handshake_failed", "handshake_timeout", "request_timeout", "idle", "evicted",
                  "over_capacity", "bad_request", "not_ready", "shutdown")
-_ABORT = frozenset({"request_timeout", "idle", "evicted"})
+_ABORT = frozenset({"handshake_timeout", "request_timeout", "idle", "evicted", "over_capacity", "not_ready"})
 
 
 @dataclass(frozen=True)
@@ -98,41 +100,90 @@ def _status_body(code: int, message: str) -> bytes:
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: h11 state, the request being read, and its timer."""
+    """One client connection: its TLS state (an ``ssl.SSLObject`` over memory buffers,
+    so a connection costs OpenSSL's state and no fixed read buffer), h11 state, the request
+    being read, and its one timer (handshake, request or idle deadline)."""
 
-    def __init__(self, server: ConnectionServer, listener: Listener, tls: bool) -> None:
+    def __init__(self, server: ConnectionServer, listener: Listener) -> None:
         self.server = server
         self.listener = listener
-        self.tls = tls
+        self.tls = listener.tls is not None
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes)
         self.transport: asyncio.Transport | None = None
+        self.sslobj: ssl.SSLObject | None = None
+        self.incoming = self.outgoing = ssl.MemoryBIO()
         # handshake -> reading -> busy -> idle -> reading ...; closed at the end.
         self.state = "handshake"
         self.request: h11.Request | None = None
         self.body: list[bytes] = []
         self.body_size = 0
         self.timer: asyncio.TimerHandle | None = None
-        self.task: asyncio.Task[None] | None = None
 
     # --- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.state = "reading"
-        self._arm(self.server.limits.request_timeout, "request_timeout")
+        if not self.server._admit(self):
+            self.close("over_capacity", "")
+            return
+        if self.listener.tls is None:
+            self._start_reading()
+            return
+        try:
+            ctx = self.listener.tls()
+        except (OSError, ssl.SSLError):  # no certificate (yet): nothing to serve TLS with
+            self.close("not_ready", "")
+            return
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.sslobj = ctx.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self._arm(self.server.limits.handshake_timeout, "handshake_timeout")
 
     def data_received(self, data: bytes) -> None:
-        if self.state == "idle":
-            self.state = "reading"
-            self._arm(self.server.limits.request_timeout, "request_timeout")
-        try:
-            self.h11.receive_data(data)
-        except h11.RemoteProtocolError as e:  # data after the peer's close
-            self.close("bad_request", str(e))
+        sslobj = self.sslobj
+        if sslobj is None:
+            self._received(data)
             return
-        self._read_events()
+        self.incoming.write(data)
+        if self.state == "handshake":
+            try:
+                sslobj.do_handshake()
+            except ssl.SSLWantReadError:
+                self._flush_tls()
+                return
+            except (ssl.SSLError, OSError) as e:
+                self._flush_tls()  # the alert, if any
+                log.debug("handshake failed: %s", e)
+                self.close("handshake_failed", str(e))
+                return
+            self._flush_tls()
+            self._start_reading()
+        chunks = []
+        ended = False
+        while True:
+            try:
+                chunk = sslobj.read(65536)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:  # close_notify
+                ended = True
+                break
+            except ssl.SSLError as e:
+                self.close("bad_request", f"TLS: {e}")
+                return
+            if not chunk:
+                ended = True
+                break
+            chunks.append(chunk)
+        self._flush_tls()  # TLS 1.3 session tickets, key updates
+        if chunks:
+            self._received(b"".join(chunks))
+        if ended and self.state != "closed":
+            self.eof_received()
 
     def eof_received(self) -> bool | None:
+        if self.state == "handshake":
+            self.close(None, "")
+            return None
         with contextlib.suppress(h11.RemoteProtocolError):
             self.h11.receive_data(b"")
         self._read_events()
@@ -143,11 +194,30 @@ class _Connection(asyncio.Protocol):
         self.state = "closed"
         self.server._forget(self)
 
+    def _start_reading(self) -> None:
+        """The first request may come: its deadline starts now."""
+        self.state = "reading"
+        self._arm(self.server.limits.request_timeout, "request_timeout")
+
+    def _received(self, data: bytes) -> None:
+        if self.state == "idle":
+            self._start_reading()
+        try:
+            self.h11.receive_data(data)
+        except h11.RemoteProtocolError as e:  # data after the peer's close
+            self.close("bad_request", str(e))
+            return
+        self._read_events()
+
+    def _flush_tls(self) -> None:
+        data = self.outgoing.read()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
     # --- timers ------------------------------------------------------------------------
     def _arm(self, seconds: float, reason: str) -> None:
         self._disarm()
-        self.timer = self.server.loop.call_later(seconds, self.close, reason, f"no complete request in {seconds:g} s"
-                                                 if reason == "request_timeout" else f"idle for {seconds:g} s")
+        self.timer = self.server.loop.call_later(seconds, self.close, reason, f"{reason} after {seconds:g} s")
 
     def _disarm(self) -> None:
         if self.timer is not None:
@@ -205,7 +275,12 @@ class _Connection(asyncio.Protocol):
     def _send(self, events: list[Any]) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        self.transport.write(b"".join(self.h11.send(e) or b"" for e in events))
+        data = b"".join(self.h11.send(e) or b"" for e in events)
+        if self.sslobj is None:
+            self.transport.write(data)
+            return
+        self.sslobj.write(data)
+        self._flush_tls()
 
     def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """Send one response, then wait for the next request or close."""
@@ -235,8 +310,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self.transport.resume_reading()
         if self.h11.trailing_data[0]:  # a pipelined request already arrived
-            self.state = "reading"
-            self._arm(self.server.limits.request_timeout, "request_timeout")
+            self._start_reading()
             self._read_events()
 
     def _refuse(self, status: int, message: str) -> None:
@@ -260,8 +334,6 @@ class _Connection(asyncio.Protocol):
         self._disarm()
         if reason is not None:
             self.server._closed(reason)
-        if self.task is not None and not self.task.done():  # still handshaking
-            self.task.cancel()
         if self.transport is not None:
             if reason in _ABORT:
                 self.transport.abort()  # nothing worth flushing to a client that stalled
@@ -281,32 +353,34 @@ class ConnectionServer:
     """
 
     def __init__(self, app: WSGIApp, listeners: list[Listener], limits: Limits = DEFAULT_LIMITS,
-                 threads: int = 1, closed: Callable[[str], None] | None = None) -> None:
+                 threads: int = 1, closed: Callable[[str], None] | None = None, backlog: int = 2048) -> None:
         self.app = app
         self.listeners = listeners
         self.limits = limits
+        self.backlog = backlog
         self._closed_hook = closed
         self.loop = asyncio.get_running_loop()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="wsgi") if threads > 1 else None
         #: Open connections, oldest first (dicts keep insertion order).
         self.connections: dict[_Connection, None] = {}
         self.accepting = False
-        self._accept_tasks: list[asyncio.Task[None]] = []
+        self._servers: list[asyncio.Server] = []
 
     # --- lifecycle ---------------------------------------------------------------------
-    def start(self) -> None:
-        """Start accepting on every listener."""
+    async def start(self) -> None:
+        """Start accepting on every listener (asyncio's accept loop, which also backs off
+        when the process runs out of file descriptors)."""
         self.accepting = True
         for listener in self.listeners:
-            listener.sock.setblocking(False)
-            self._accept_tasks.append(self.loop.create_task(self._accept(listener)))
+            self._servers.append(await self.loop.create_server(
+                functools.partial(_Connection, self, listener), sock=listener.sock, backlog=self.backlog))
 
     async def stop(self, grace: float) -> None:
         """Stop accepting, close idle and unfinished connections at once, and give requests
         being answered up to ``grace`` seconds."""
         self.accepting = False
-        for task in self._accept_tasks:
-            task.cancel()
+        for server in self._servers:
+            server.close()
         for conn in list(self.connections):
             if conn.state != "busy":
                 conn.close("shutdown", "")
@@ -318,62 +392,23 @@ class ConnectionServer:
         if self.pool is not None:
             self.pool.shutdown(wait=False)
 
-    # --- accepting ---------------------------------------------------------------------
-    async def _accept(self, listener: Listener) -> None:
-        while True:
-            try:
-                sock, _ = await self.loop.sock_accept(listener.sock)
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                continue
-            except OSError as e:  # EMFILE and the like: back off a little, keep serving
-                log.warning("accept failed: %s", e)
-                await asyncio.sleep(0.1)
-                continue
-            if not self._make_room():
-                self._closed("over_capacity")
-                sock.close()
-                continue
-            ctx = None
-            if listener.tls is not None:
-                try:
-                    ctx = listener.tls()
-                except (OSError, ssl.SSLError):
-                    self._closed("not_ready")
-                    sock.close()
-                    continue
-            conn = _Connection(self, listener, tls=ctx is not None)
-            self.connections[conn] = None
-            conn.task = self.loop.create_task(self._open(conn, sock, ctx))
-
-    async def _open(self, conn: _Connection, sock: socket.socket, ctx: ssl.SSLContext | None) -> None:
-        start = self.loop.time()
-        try:
-            await self.loop.connect_accepted_socket(
-                lambda: conn, sock, ssl=ctx,
-                ssl_handshake_timeout=self.limits.handshake_timeout if ctx is not None else None)
-        except asyncio.CancelledError:  # evicted or shut down while handshaking (asyncio closes the socket)
-            self._forget(conn)
-        except (OSError, ssl.SSLError, EOFError) as e:
-            # asyncio reports its handshake deadline as ConnectionAbortedError: tell by the clock.
-            timed_out = self.loop.time() - start >= self.limits.handshake_timeout
-            log.debug("handshake failed: %s", e)
-            self._closed("handshake_timeout" if timed_out else "handshake_failed")
-            self._forget(conn)
-        finally:
-            conn.task = None
-
-    def _make_room(self) -> bool:
-        """True when a new connection may be taken: below the cap, or after closing the
-        oldest unproductive connection (handshaking, or reading a request that has not
-        completed), else the oldest idle one."""
-        if len(self.connections) < self.limits.max_connections:
-            return True
-        for state in ("handshake", "reading", "idle"):
-            oldest = next((c for c in self.connections if c.state == state), None)
-            if oldest is not None:
-                oldest.close("evicted", "")
-                return True
-        return False
+    # --- the connection cap ------------------------------------------------------------
+    def _admit(self, conn: _Connection) -> bool:
+        """Take ``conn`` in: below the cap, or after closing the oldest unproductive
+        connection (handshaking, then reading a request that has not completed, then idle).
+        False when every connection is being answered."""
+        if not self.accepting:
+            return False
+        if len(self.connections) >= self.limits.max_connections:
+            for state in ("handshake", "reading", "idle"):
+                oldest = next((c for c in self.connections if c.state == state), None)
+                if oldest is not None:
+                    oldest.close("evicted", "")
+                    break
+            else:
+                return False
+        self.connections[conn] = None
+        return True
 
     def _forget(self, conn: _Connection) -> None:
         self.connections.pop(conn, None)

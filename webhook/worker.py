@@ -70,8 +70,8 @@ class GuardedWorker(Worker):  # type: ignore[misc]
             for s in self.sockets
         ]
         server = ConnectionServer(self.wsgi, listeners, serving.limits, threads=int(self.cfg.threads),
-                                  closed=metrics.connection_closed)
-        server.start()
+                                  closed=metrics.connection_closed, backlog=int(self.cfg.backlog))
+        await server.start()
         try:
             while self.alive:
                 self.notify()

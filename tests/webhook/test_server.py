@@ -57,7 +57,7 @@ class Running:
             async def start() -> None:
                 self.server = ConnectionServer(app, [Listener(self.sock, context, paths)], limits, threads=threads,
                                                closed=lambda reason: self.closed.update([reason]))
-                self.server.start()
+                await self.server.start()
                 ready.set()
 
             self.loop.run_until_complete(start())
