@@ -188,8 +188,14 @@ def serve(opts: ServeOptions) -> None:
     from webhook.worker import Serving
 
     if not opts.certificate_present:
-        sys.stderr.write(f"{PROG} serve: waiting for certificate files {opts.cert_file} and {opts.key_file}; "
-                         "/readyz answers 503 until they exist\n")
+        import logging
+
+        from webhook.logs import configure_troupe_logging
+
+        configure_troupe_logging()
+        logging.getLogger("troupe.webhook.tls").warning(
+            "waiting for certificate files; /readyz answers 503 until they exist",
+            extra={"fields": {"cert_file": opts.cert_file, "key_file": opts.key_file}})
 
     class WebhookApplication(BaseApplication):  # type: ignore[misc]
         """gunicorn, configured from ``webhook.gunicorn_conf`` plus the command line. TLS

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.helpers import gang_annotations, indexed_job, job_pods, wait_for
+from tests.e2e.helpers import gang_annotations, indexed_job, job_pods, running_job_pods, wait_for
 from troupe import contract
 from webhook.registration import webhook_configuration
 
@@ -57,11 +57,7 @@ def test_a_released_gangs_pods_finish_terminating_while_the_webhook_is_down(
     batch = client.BatchV1Api(admin_api)
     batch.create_namespaced_job(namespace, indexed_job("train", 2, gang_annotations("train", 2), gpus=1))
 
-    def running():
-        pods = job_pods(admin_core, namespace, "train")
-        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else None
-
-    pods = wait_for("2 Running pods of Job train", running, timeout=90)
+    pods = running_job_pods(admin_core, namespace, "train", 2)
     for pod in pods:
         assert contract.ASSIGNED_NODE in pod.metadata.annotations, "released by the reconciler"
         assert "batch.kubernetes.io/job-tracking" in (pod.metadata.finalizers or [])

@@ -101,6 +101,26 @@ def make_pod(name: str = "w-0", namespace: str = "ml") -> PodBuilder:
     return PodBuilder(name, namespace)
 
 
+def gated_member(size: str = "2", **annotations: str) -> dict[str, Any]:
+    """A gang member of ``g`` (``size`` members, 30 s timeout) as the reconciler sees it
+    after admission: gated by Troupe, with ``annotations`` added."""
+    b = make_pod().gang("g", size, timeout="30").gate("troupe.io/placement").container()
+    for k, v in annotations.items():
+        b.annotate(k, v)
+    return b.obj()
+
+
+def with_annotations(pod: dict[str, Any], **changes: str | None) -> dict[str, Any]:
+    """A copy of ``pod`` with annotations set (a value) or removed (None)."""
+    out = {**pod, "metadata": {**pod["metadata"], "annotations": dict(pod["metadata"].get("annotations", {}))}}
+    for k, v in changes.items():
+        if v is None:
+            out["metadata"]["annotations"].pop(k, None)
+        else:
+            out["metadata"]["annotations"][k] = v
+    return out
+
+
 def make_review(pod: Any, operation: str = "CREATE", user: str = ALICE, old: Any = None,
                 dry_run: bool = False, uid: str = "uid-1", namespace: str | None = None,
                 groups: list[str] | None = None, sub_resource: str | None = None) -> dict[str, Any]:

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import ALICE, RECONCILER, admit, make_pod
+from tests.webhook.builders import (
+    ALICE,
+    RECONCILER,
+    admit,
+    gated_member,
+    make_pod,
+    with_annotations,
+)
 from troupe.config import Config
 
 NODE = "reconciler.troupe.io/node"
@@ -20,23 +27,7 @@ ENV = "deviceshare.io/env.NVIDIA_VISIBLE_DEVICES"
 
 def member(**annotations: str) -> dict[str, Any]:
     """A gated gang member as the reconciler sees it after admission."""
-    b = make_pod().gang("g", "2", timeout="30").gate("troupe.io/placement").container()
-    for k, v in annotations.items():
-        b.annotate(k, v)
-    return b.obj()
-
-
-def with_annotations(pod: dict[str, Any], **changes: str | None) -> dict[str, Any]:
-    """``pod`` with annotations set (a value) or removed (None)."""
-    out = make_pod().obj()
-    out.update(pod)
-    out["metadata"] = dict(pod["metadata"], annotations=dict(pod["metadata"].get("annotations", {})))
-    for k, v in changes.items():
-        if v is None:
-            out["metadata"]["annotations"].pop(k, None)
-        else:
-            out["metadata"]["annotations"][k] = v
-    return out
+    return gated_member("2", **annotations)
 
 
 def keyed(**kw: str | None) -> dict[str, str | None]:

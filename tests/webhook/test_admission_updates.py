@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import ALICE, RECONCILER, admit, make_pod
+from tests.webhook.builders import (
+    ALICE,
+    RECONCILER,
+    admit,
+    gated_member,
+    make_pod,
+    with_annotations,
+)
 from troupe.config import Config
 
 PFN = Config(gang_annotation_prefix="gang-scheduling.preferred.jp/gang")
@@ -19,21 +26,12 @@ HOST = "cloud.google.com/gce-topology-host"
 
 
 def gated(**annotations: str) -> dict[str, Any]:
-    b = make_pod().gang("g", "4", timeout="30").gate("troupe.io/placement").container()
-    for k, v in annotations.items():
-        b.annotate(k, v)
-    return b.obj()
+    return gated_member("4", **annotations)
 
 
 def changed(pod: dict[str, Any], **changes: str | None) -> dict[str, Any]:
     """``pod`` with annotations (real keys, via a dict) set, or removed when None."""
-    out = {**pod, "metadata": {**pod["metadata"], "annotations": dict(pod["metadata"].get("annotations", {}))}}
-    for k, v in changes.items():
-        if v is None:
-            out["metadata"]["annotations"].pop(k, None)
-        else:
-            out["metadata"]["annotations"][k] = v
-    return out
+    return with_annotations(pod, **changes)
 
 
 def released(pod: dict[str, Any]) -> dict[str, Any]:

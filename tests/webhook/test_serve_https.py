@@ -301,7 +301,8 @@ def test_without_certificate_files_it_starts_not_ready_and_serves_tls_once_they_
         assert status == 404, "no admission without TLS"
         status, body = _plain_get(health, "/metrics")
         assert status == 200 and b'troupe_webhook_connections_closed_total{reason="not_ready"}' in body
-        assert b"waiting for certificate files" in log_path.read_bytes()
+        [waiting] = [line for line in server.log_lines() if line.get("msg", "").startswith("waiting for certificate")]
+        assert (waiting["level"], waiting["cert_file"], waiting["key_file"]) == ("warning", str(cert), str(key))
     finally:
         server.stop()
 
