@@ -187,7 +187,8 @@ class _Connection(asyncio.Protocol):
         with contextlib.suppress(h11.RemoteProtocolError):
             self.h11.receive_data(b"")
         self._read_events()
-        return None  # close the transport
+        # A client that half-closed after its request still gets the answer being made.
+        return True if self.state == "busy" else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

@@ -105,9 +105,13 @@ def request(method: str = "GET", path: str = "/x", body: bytes = b"", headers: s
     return (f"{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n{headers}\r\n").encode() + body
 
 
+_unread: dict[int, bytes] = {}
+
+
 def read_response(sock: socket.socket) -> tuple[int, bytes]:
-    """One response (status, body) read from ``sock`` (Content-Length framed)."""
-    data = b""
+    """One response (status, body) read from ``sock`` (Content-Length framed); bytes of a
+    pipelined next response are kept for the next call."""
+    data = _unread.pop(sock.fileno(), b"")
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
@@ -125,6 +129,8 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
         if not chunk:
             raise ConnectionError("closed mid-body")
         rest += chunk
+    if rest[length:]:
+        _unread[sock.fileno()] = rest[length:]
     return status, rest[:length]
 
 
@@ -290,6 +296,18 @@ def test_head_gets_headers_only_and_connection_close_is_honoured() -> None:
         while chunk := c.recv(65536):
             data += chunk
         assert data.count(b"HTTP/1.1 200") == 2 and data.endswith(b"GET /x 0 ")
+
+
+def test_a_client_that_half_closes_after_its_request_still_gets_the_answer() -> None:
+    def slow_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        time.sleep(0.2)  # the answer is still being made when the client's EOF arrives
+        return echo_app(environ, start_response)
+
+    with serving(app=slow_app, threads=2) as r:
+        c = r.client()
+        c.sendall(request("POST", "/x", b"abc"))
+        c.shutdown(socket.SHUT_WR)
+        assert read_response(c) == (200, b"POST /x 3 ")
 
 
 def test_a_client_expecting_100_continue_is_told_to_go_on() -> None:
