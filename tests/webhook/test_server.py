@@ -10,6 +10,7 @@ connection (a read that returns), never for a fixed time.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import ssl
 import threading
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.webhook.builders import TLSFiles, make_tls
 from webhook.server import DEFAULT_LIMITS, ConnectionServer, Limits, Listener, run_wsgi
@@ -341,3 +344,29 @@ def test_no_certificate_yet_means_new_tls_connections_are_closed(tmp_path: Path)
         c = r.raw()
         assert closed_by_server(c, within=5) < 5
         assert r.closed["not_ready"] == 1
+
+
+# --- however the bytes are cut, the answers are the same ------------------------------------
+
+_STREAM = (request("POST", "/a", b'{"x": 1}', "X-Probe: one\r\n")
+           + b"POST /b HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nX-Probe: two\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+           + request("GET", "/c%20d", headers="X-Probe: three\r\n"))
+_WANT = [(200, b"POST /a 8 one"), (200, b"POST /b 3 two"), (200, b"GET /c d 0 three")]
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[Running]:
+    with serving() as r:
+        yield r
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=1, max_value=len(_STREAM) - 1), max_size=12, unique=True))
+def test_requests_cut_anywhere_get_the_same_answers(shared_server: Running, cuts: list[int]) -> None:
+    c = shared_server.client()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    bounds = [0, *sorted(cuts), len(_STREAM)]
+    for start, end in itertools.pairwise(bounds):
+        c.sendall(_STREAM[start:end])
+    assert [read_response(c) for _ in _WANT] == _WANT
+    c.close()
