@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/webhook_load.py [--duration 10] [--connections 8] [--check]
 
 Starts two servers on free 127.0.0.1 ports with the same gunicorn settings
-(``webhook/gunicorn_conf.py``: gthread, keep-alive, TLS 1.2+, same worker and thread
+(``webhook/gunicorn_conf.py``: the event-loop worker, keep-alive, TLS 1.2+, same worker and thread
 counts): ``python -m webhook serve`` and a Flask app that echoes the request body. After a
 short warm-up, ``wrk`` (Debian's ``apt-get install wrk``; HTTPS, keep-alive, a Lua script
 POSTing a realistic AdmissionReview of a gang pod) loads them in turn, ``--rounds``
@@ -421,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpus = len(os.sched_getaffinity(0))
     tool = results[0].tool
     print(f"webhook load: {tool}, {args.connections} keep-alive HTTPS connections, {args.duration:.0f}s per "
-          f"target in {args.rounds} interleaved rounds, {args.workers} gthread workers, {cpus} CPUs, body {len(body)} bytes")
+          f"target in {args.rounds} interleaved rounds, {args.workers} workers, {cpus} CPUs, body {len(body)} bytes")
     print(f"{'target':<18}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>9}")
     for r in results:
         print(f"{r.name:<18}{r.rps:>10.0f}{r.p50_ms:>10.2f}{r.p99_ms:>10.2f}{r.errors:>9}")

@@ -57,6 +57,12 @@ DEVICE_GROUP_API = ("deviceshare.io", "v1alpha1", "shareddevicegroups")
 #: Finalizer the reconciler keeps on a SharedDeviceGroup until none of its pods runs, so
 #: that the group's devices are not given to another group while containers still use them.
 DEVICE_GROUP_FINALIZER = "deviceshare.io/release-devices"
+#: The taint recommended on shared nodes (``kubectl taint node N deviceshare.io/mode=shared:NoSchedule``),
+#: so that ordinary pods, whose devices the groups' accounting would not see, stay off them.
+#: The webhook gives every group pod the matching toleration (:func:`device_shared_toleration`).
+DEVICE_SHARED_TAINT_KEY = DEVICE_MODE_LABEL
+DEVICE_SHARED_TAINT_VALUE = DEVICE_MODE_SHARED
+DEVICE_SHARED_TAINT_EFFECT = "NoSchedule"
 
 # --- Decisions written by the reconciler ------------------------------------------------
 #: Every annotation under this prefix is written only by the reconciler's identity.
@@ -321,6 +327,13 @@ def device_env_var(resource: str) -> str:
         vendor = parts[0].split(".")[0]
         return f"{vendor}_{parts[1]}".upper() + "_VISIBLE_DEVICES"
     return resource.upper().replace(".", "_").replace("/", "_") + "_VISIBLE_DEVICES"
+
+
+def device_shared_toleration() -> dict[str, str]:
+    """The toleration of the shared-node taint (``deviceshare.io/mode=shared:NoSchedule``),
+    as a pod spec carries it; a new dict on every call."""
+    return {"key": DEVICE_SHARED_TAINT_KEY, "operator": "Equal", "value": DEVICE_SHARED_TAINT_VALUE,
+            "effect": DEVICE_SHARED_TAINT_EFFECT}
 
 
 def is_reserved_annotation(key: str) -> bool:

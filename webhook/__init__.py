@@ -5,6 +5,9 @@
 - :mod:`webhook.registration`: the MutatingWebhookConfiguration builder.
 - :mod:`webhook.cli`, :mod:`webhook.gunicorn_conf`, :mod:`webhook.tls`: serving under
   gunicorn over TLS with certificate reload.
+- :mod:`webhook.worker`, :mod:`webhook.server`: the gunicorn worker whose connections an
+  event loop reads, with deadlines and a connection cap, so no slow client stalls it.
 
-Decisions: ``docs/decisions/002-webhook.md``.
+Decisions: ``docs/decisions/002-webhook.md``, ``docs/decisions/012-slow-clients.md``,
+``docs/decisions/013-update-rules.md``.
 """

@@ -22,7 +22,11 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   name; every container and init container gets one env var per resource of
   ``sharedDeviceResources`` (name from :func:`troupe.contract.device_env_var`), read by the
   Downward API from ``deviceshare.io/env.<VAR>``. An existing variable of that name is not
-  overwritten; it produces an admission warning.
+  overwritten; it produces an admission warning. A group pod that requests one of those
+  resources itself (a container's, an init container's or the pod-level ``resources``) is
+  denied (400) naming the container and the resource: the device plugin would hand it
+  other devices than the group's. It gets the toleration of the shared-node taint
+  ``deviceshare.io/mode=shared:NoSchedule`` unless one already tolerates it.
 - A pod with any Troupe key (gang, topology, device group) gets the gate
   ``troupe.io/placement``.
 - *Namespace opt-in* (``gang_mode_auto``, the configuration's second webhook entry, which
@@ -30,14 +34,20 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   that a supported workload creates): a pod with neither ``<prefix>-name`` nor
   ``<prefix>-size`` gets ``<prefix>-size: auto`` (the reconciler sizes its gang from its
   workload), then the rules above. A pod's own gang keys win; nothing is looked up.
+- *Mirror pods* (``kubernetes.io/config.mirror``) made by a kubelet (``system:node:*`` in
+  group ``system:nodes``) are not gated or mutated, but may not carry a protected
+  annotation; anyone else's pod with that annotation is an ordinary pod.
 
-UPDATE of a pod: any change (add, modify, remove) to a protected annotation, or the
-removal of Troupe's gate, by anyone but the reconciler is denied (403): a user who lifted
-one member's gate would release a gang piecemeal. Nothing is ever patched on UPDATE, so the reconciler's own
-writes pass unchanged.
+UPDATE of a pod or of its ``pods/status`` (which can change annotations too): any change
+(add, modify, remove) to a protected annotation, or the removal of Troupe's gate, by anyone
+but the reconciler is denied (403): a user who lifted one member's gate would release a
+gang piecemeal. A Troupe key (gang, topology, device group) added, changed or removed after
+creation is denied (400): the reconciler groups and places pods by them
+(``docs/decisions/013-update-rules.md``). Nothing is ever patched on UPDATE, so the
+reconciler's own writes pass unchanged.
 
-Always untouched: mirror pods, pods in ``excludedNamespaces``, other resources,
-subresources and operations. Idempotent: calling :func:`mutate` again on the patched pod
+Always untouched: pods in ``excludedNamespaces``, other resources, subresources and
+operations. Idempotent: calling :func:`mutate` again on the patched pod
 (``reinvocationPolicy: IfNeeded``) adds nothing. ``dryRun`` requests get the same answer;
 there is nothing else to skip, since the webhook has no side effects.
 
@@ -62,6 +72,9 @@ from troupe.contract import (
     AUTO_SIZE,
     DEVICE_ENV_PREFIX,
     DEVICE_GROUP,
+    DEVICE_SHARED_TAINT_EFFECT,
+    DEVICE_SHARED_TAINT_KEY,
+    DEVICE_SHARED_TAINT_VALUE,
     GATE,
     MIRROR_POD_ANNOTATION,
     TOPOLOGY_PREFERRED_LEVEL,
@@ -71,6 +84,7 @@ from troupe.contract import (
     GangSpec,
     created_by_workload,
     device_env_var,
+    device_shared_toleration,
     is_reserved_annotation,
     parse_gang,
     parse_topology_request,
@@ -89,6 +103,14 @@ Outcome = Literal["allowed", "patched", "denied", "error"]
 #: A DNS-1123 subdomain: what a cluster-scoped object name (a SharedDeviceGroup) must be.
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _MISSING = object()
+#: The kubelet's identity (the Node authorizer's convention,
+#: https://kubernetes.io/docs/reference/access-authn-authz/node/): user ``system:node:<name>``
+#: in group ``system:nodes``. Only it makes real mirror pods.
+NODE_USER_PREFIX = "system:node:"
+NODES_GROUP = "system:nodes"
+#: A resource quantity that is zero (``0``, ``0m``, ``0.0``, ``0Gi``): requesting none of a
+#: shared resource is harmless.
+_ZERO_QUANTITY = re.compile(r"^\+?(0+(\.0*)?|\.0+)[A-Za-z]*$")
 
 
 class Decision(NamedTuple):
@@ -235,9 +257,32 @@ def _gate_names(pod: object) -> set[str]:
     return {g["name"] for g in gates if isinstance(g, dict) and isinstance(g.get("name"), str)}
 
 
+def _troupe_key_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], config: Config
+) -> list[str]:
+    """One message per Troupe key (gang keys of the prefix, topology levels, device group)
+    that an UPDATE adds, changes or removes. They are fixed at creation
+    (``docs/decisions/013-update-rules.md``): the reconciler groups and places pods by them."""
+    problems = []
+    for k in _keys(config).troupe:
+        before, after = old.get(k, _MISSING), new.get(k, _MISSING)
+        if before == after:
+            continue
+        if before is _MISSING:
+            what = f"cannot be added after the pod is created, got {after!r}"
+        elif after is _MISSING:
+            what = f"cannot be removed after the pod is created (it is {before!r})"
+        else:
+            what = f"cannot change after the pod is created, from {before!r} to {after!r}"
+        problems.append(f"annotation {k}: {what}; delete the pod and create it again with the value wanted")
+    return problems
+
+
 def _review_update(
-    request: Mapping[str, Any], new_ann: Mapping[str, Any], user: str, config: Config
+    request: Mapping[str, Any], new_ann: Mapping[str, Any], user: str, config: Config, status: bool
 ) -> Decision:
+    """An UPDATE of a pod (``status``: of its ``pods/status`` subresource, whose strategy
+    resets the spec but keeps metadata, so annotations can change there too)."""
     old = request.get("oldObject")
     if not isinstance(old, dict):
         return _deny(400, "request.oldObject: must be the existing Pod on UPDATE")
@@ -245,13 +290,16 @@ def _review_update(
     if user == config.reconciler_username:
         return _ALLOW
     problems = [_protection_message(k, verb, user, config) for k, verb in _protected_changes(old_ann, new_ann)]
-    if GATE in _gate_names(old) and GATE not in _gate_names(request.get("object")):
+    if not status and GATE in _gate_names(old) and GATE not in _gate_names(request.get("object")):
         problems.append(
             f"scheduling gate {GATE}: only Troupe's reconciler ({config.reconciler_username}) may remove it, "
             f"because it releases a whole gang at once; requested by {user or 'an unknown user'}"
         )
     if problems:
         return _deny(403, "; ".join(problems))
+    changed = _troupe_key_changes(old_ann, new_ann, config)
+    if changed:
+        return _deny(400, "; ".join(changed))
     return _ALLOW
 
 
@@ -361,6 +409,69 @@ def _auto_size(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config) -
         op = {"op": "add", "path": _pointer("metadata", "annotations", gang.size), "value": AUTO_SIZE}
     ann = {**ann, gang.size: AUTO_SIZE}
     return {**pod, "metadata": {**meta, "annotations": ann}}, ann, [op]
+def _shared_resource_requests(spec: Mapping[str, Any], config: Config) -> list[str]:
+    """One message per shared resource (``sharedDeviceResources``) that a device-group pod
+    requests itself, in a container's, an init container's or the pod-level ``resources``:
+    the device plugin would hand it devices of its own choosing, not the group's, and the
+    group's accounting would not see them (issue: shared device groups, accounting)."""
+    shared = config.shared_device_resources
+    places: list[tuple[str, object]] = []
+    for list_name in ("initContainers", "containers"):
+        containers = spec.get(list_name)
+        if isinstance(containers, list):
+            for i, c in enumerate(containers):
+                if isinstance(c, dict):
+                    name = c.get("name")
+                    label = f"{'init container' if list_name == 'initContainers' else 'container'} " + (
+                        name if isinstance(name, str) and name else f"#{i}")
+                    places.append((label, c.get("resources")))
+    places.append(("the pod-level resources", spec.get("resources")))
+    problems = []
+    for label, resources in places:
+        if not isinstance(resources, dict):
+            continue
+        for field in ("requests", "limits"):
+            amounts = resources.get(field)
+            if not isinstance(amounts, dict):
+                continue
+            for resource in shared:
+                amount = amounts.get(resource)
+                if amount is None or (isinstance(amount, str) and _ZERO_QUANTITY.match(amount)) or amount == 0:
+                    continue
+                problems.append(
+                    f"{label}: resources.{field}[{resource}] = {amount!r}: a pod in {DEVICE_GROUP} gets "
+                    f"{resource} from its SharedDeviceGroup and must not request it itself (the device plugin "
+                    f"would hand it other devices than the group's)"
+                )
+    return problems
+
+
+def _tolerates_shared_taint(toleration: object) -> bool:
+    """Whether ``toleration`` already tolerates the shared-node taint, by kube-scheduler's
+    rule (an empty effect matches every effect; ``Exists`` any value; an empty key with
+    ``Exists`` every taint)."""
+    if not isinstance(toleration, dict):
+        return False
+    effect = toleration.get("effect") or ""
+    if effect not in ("", DEVICE_SHARED_TAINT_EFFECT):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return key in ("", DEVICE_SHARED_TAINT_KEY)
+    return operator == "Equal" and key == DEVICE_SHARED_TAINT_KEY and toleration.get("value") == DEVICE_SHARED_TAINT_VALUE
+
+
+def _toleration_ops(spec: Mapping[str, Any]) -> list[PatchOp]:
+    """Add the shared-node taint's toleration unless one already tolerates it."""
+    tolerations = spec.get("tolerations")
+    if tolerations is None:
+        return [{"op": "add", "path": "/spec/tolerations", "value": [device_shared_toleration()]}]
+    if not isinstance(tolerations, list):
+        raise _Malformed("spec.tolerations: must be a list")
+    if any(_tolerates_shared_taint(t) for t in tolerations):
+        return []
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": device_shared_toleration()}]
 
 
 def _review_create(
@@ -392,8 +503,12 @@ def _review_create(
                 ops.append({"op": op, "path": _pointer("metadata", "annotations", key), "value": want})
         warnings: list[str] = []
         if DEVICE_GROUP in ann:
+            requested = _shared_resource_requests(spec, config)
+            if requested:
+                return _deny(400, "; ".join(requested))
             env_ops, warnings = _env_ops(spec, config)
             ops.extend(env_ops)
+            ops.extend(_toleration_ops(spec))
     except _Malformed as e:
         return _deny(400, str(e))
     return Decision(True, ops=tuple(ops), warnings=tuple(warnings))
@@ -408,10 +523,11 @@ def decide(request: Mapping[str, Any], config: Config, gang_mode_auto: bool = Fa
         resource.get("group", "") != "" or resource.get("resource", "pods") != "pods"
     ):
         return _ALLOW
-    if request.get("subResource"):
+    sub = request.get("subResource")
+    if sub and sub != "status":
         return _ALLOW
     operation = request.get("operation")
-    if operation not in ("CREATE", "UPDATE"):
+    if operation != "UPDATE" and (sub or operation != "CREATE"):
         return _ALLOW
     pod = request.get("object")
     if not isinstance(pod, dict):
@@ -421,14 +537,30 @@ def decide(request: Mapping[str, Any], config: Config, gang_mode_auto: bool = Fa
         return _deny(400, "metadata.annotations: must be a map of strings to strings")
     meta = pod.get("metadata")
     namespace = request.get("namespace") or (meta.get("namespace") if isinstance(meta, dict) else None)
-    if namespace in config.excluded_namespaces or MIRROR_POD_ANNOTATION in ann:
+    if namespace in config.excluded_namespaces:
         return _ALLOW
     user_info = request.get("userInfo")
     username = user_info.get("username") if isinstance(user_info, dict) else None
     user = username if isinstance(username, str) else ""
     if operation == "UPDATE":
-        return _review_update(request, ann, user, config)
+        return _review_update(request, ann, user, config, status=bool(sub))
+    if MIRROR_POD_ANNOTATION in ann and _is_node(user, user_info):
+        # A static pod's mirror, made by its kubelet: never gated or mutated (the kubelet runs
+        # it whatever the API says), but it may not carry Troupe's decisions either.
+        reserved = sorted(k for k in ann if isinstance(k, str) and is_reserved_annotation(k))
+        if reserved:
+            return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
+        return _ALLOW
     return _review_create(pod, ann, user, config, gang_mode_auto)
+
+
+def _is_node(user: str, user_info: object) -> bool:
+    """Whether the requester is a kubelet: ``system:node:<name>`` in group ``system:nodes``.
+    Anyone else's ``kubernetes.io/config.mirror`` annotation is not trusted."""
+    if not user.startswith(NODE_USER_PREFIX) or not isinstance(user_info, dict):
+        return False
+    groups = user_info.get("groups")
+    return isinstance(groups, list) and NODES_GROUP in groups
 
 
 def _response(uid: str, d: Decision) -> dict[str, Any]:

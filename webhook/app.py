@@ -13,7 +13,8 @@ Routes:
   HTTP 200 with the decision inside, including a bug (a denial with code 500), so the
   apiserver never sees a 5xx or a stack trace. One JSON log line per review.
 - ``GET /healthz``: the process answers.
-- ``GET /readyz``: configuration loaded and the serving certificate readable.
+- ``GET /readyz``: configuration loaded and the serving certificate readable (503
+  ``waiting for certificate files X and Y`` while they do not exist yet).
 - ``GET /metrics``: Prometheus text exposition (see :mod:`webhook.metrics`).
 """
 

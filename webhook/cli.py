@@ -1,13 +1,18 @@
 """``python -m webhook``: serve the admission webhook, or print its registration.
 
     python -m webhook serve --tls-cert FILE --tls-key FILE [--bind HOST:PORT]
-                            [--config FILE] [--workers N] [--threads N]
+                            [--health-bind HOST:PORT] [--config FILE] [--workers N]
+                            [--threads N] [--max-connections N]
+                            [--tls-handshake-timeout S] [--request-timeout S]
     python -m webhook configuration (--url URL | --service NAMESPACE/NAME[:PORT])
                             [--ca-bundle FILE] [--config FILE] [--name NAME]
 
-Everything is checked before gunicorn starts (certificate and key readable and matching,
-certificate not expired, configuration valid, address free); a problem exits with status 2
-and one line on stderr naming it.
+Everything is checked before gunicorn starts (certificate and key, when they exist,
+readable and matching, certificate not expired; configuration valid; addresses free); a
+problem exits with status 2 and one line on stderr naming it. Certificate files that do not
+exist yet are waited for (in-cluster they are created after install): ``/readyz`` answers
+503 "waiting for certificate files X and Y" until they appear, and TLS is served from then
+on (``docs/decisions/012-slow-clients.md``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from troupe.config import Config, ConfigError, load_config
+from webhook.server import DEFAULT_LIMITS, Limits
 
 PROG = "python -m webhook"
 DEFAULT_BIND = "0.0.0.0:8443"
@@ -39,10 +45,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _parse_bind(value: str) -> tuple[str, int]:
+def _parse_bind(value: str, flag: str = "--bind") -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"--bind {value!r}: must be HOST:PORT, e.g. 0.0.0.0:8443")
+        raise UsageError(f"{flag} {value!r}: must be HOST:PORT, e.g. 0.0.0.0:8443")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -53,10 +59,13 @@ def _check_readable(flag: str, path: str) -> None:
         raise UsageError(f"{flag} {path}: not readable")
 
 
-def check_tls(cert_file: str, key_file: str, now: dt.datetime | None = None) -> None:
-    """Raise :class:`UsageError` unless the pair loads, matches and the cert is in date."""
+def check_tls(cert_file: str, key_file: str, now: dt.datetime | None = None) -> bool:
+    """False when either file does not exist yet (the webhook waits for them); True when
+    the pair loads, matches and the certificate is in date; else raise :class:`UsageError`."""
     from cryptography import x509
 
+    if not os.path.exists(cert_file) or not os.path.exists(key_file):
+        return False
     _check_readable("--tls-cert", cert_file)
     _check_readable("--tls-key", key_file)
     try:
@@ -71,9 +80,10 @@ def check_tls(cert_file: str, key_file: str, now: dt.datetime | None = None) -> 
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
     except ssl.SSLError as e:
         raise UsageError(f"--tls-key {key_file}: not a PEM private key matching --tls-cert ({e.reason or e})") from e
+    return True
 
 
-def check_bind(host: str, port: int) -> None:
+def check_bind(host: str, port: int, flag: str = "--bind") -> None:
     """Raise :class:`UsageError` if ``host:port`` cannot be listened on right now."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -81,7 +91,7 @@ def check_bind(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            raise UsageError(f"--bind {host}:{port}: cannot listen: {e.strerror}") from e
+            raise UsageError(f"{flag} {host}:{port}: cannot listen: {e.strerror}") from e
 
 
 @dataclass(frozen=True)
@@ -94,22 +104,43 @@ class ServeOptions:
     config: Config
     workers: int | None
     threads: int | None
+    health_bind: str | None = None
+    max_connections: int | None = None
+    limits: Limits = DEFAULT_LIMITS
+    certificate_present: bool = True
+
+
+def _bind_string(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _serve_options(args: argparse.Namespace) -> ServeOptions:
     cert, key = os.path.abspath(args.tls_cert), os.path.abspath(args.tls_key)
-    check_tls(cert, key)
+    present = check_tls(cert, key)
     try:
         config = load_config(args.config)
     except ConfigError as e:
         raise UsageError(f"--config {e}") from e
     host, port = _parse_bind(args.bind)
-    for flag, n in (("--workers", args.workers), ("--threads", args.threads)):
+    for flag, n in (("--workers", args.workers), ("--threads", args.threads),
+                    ("--max-connections", args.max_connections)):
         if n is not None and n < 1:
             raise UsageError(f"{flag} {n}: must be >= 1")
+    for flag, seconds in (("--tls-handshake-timeout", args.tls_handshake_timeout),
+                          ("--request-timeout", args.request_timeout)):
+        if not 0 < seconds <= 300:
+            raise UsageError(f"{flag} {seconds:g}: must be seconds in (0, 300]")
     check_bind(host, port)
-    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return ServeOptions(cert, key, bind, config, args.workers, args.threads)
+    health = None
+    if args.health_bind is not None:
+        health_host, health_port = _parse_bind(args.health_bind, "--health-bind")
+        if (health_host, health_port) == (host, port):
+            raise UsageError(f"--health-bind {args.health_bind}: must differ from --bind")
+        check_bind(health_host, health_port, "--health-bind")
+        health = _bind_string(health_host, health_port)
+    limits = Limits(handshake_timeout=args.tls_handshake_timeout, request_timeout=args.request_timeout)
+    return ServeOptions(cert, key, _bind_string(host, port), config, args.workers, args.threads, health,
+                        args.max_connections, limits, present)
 
 
 METRICS_DIR_PREFIX = "troupe-webhook-metrics-"
@@ -154,22 +185,39 @@ def serve(opts: ServeOptions) -> None:
     from gunicorn.app.base import BaseApplication
 
     import webhook.gunicorn_conf as conf_module
+    from webhook.worker import Serving
+
+    if not opts.certificate_present:
+        import logging
+
+        from webhook.logs import configure_troupe_logging
+
+        configure_troupe_logging()
+        logging.getLogger("troupe.webhook.tls").warning(
+            "waiting for certificate files; /readyz answers 503 until they exist",
+            extra={"fields": {"cert_file": opts.cert_file, "key_file": opts.key_file}})
 
     class WebhookApplication(BaseApplication):  # type: ignore[misc]
-        """gunicorn, configured from ``webhook.gunicorn_conf`` plus the command line."""
+        """gunicorn, configured from ``webhook.gunicorn_conf`` plus the command line. TLS
+        is the worker's (:mod:`webhook.worker`), not gunicorn's: gunicorn would refuse to
+        start while the certificate files do not exist yet."""
+
+        troupe_serving = Serving(opts.cert_file, opts.key_file, opts.health_bind, opts.limits)
 
         def load_config(self) -> None:
             for name, value in vars(conf_module).items():
                 if name in self.cfg.settings and value is not None:
                     self.cfg.set(name, value)
             overrides: dict[str, Any] = {
-                "bind": [opts.bind], "certfile": opts.cert_file, "keyfile": opts.key_file,
+                "bind": [opts.bind, *([opts.health_bind] if opts.health_bind else [])],
                 "proc_name": "troupe-webhook",
             }
             if opts.workers is not None:
                 overrides["workers"] = opts.workers
             if opts.threads is not None:
                 overrides["threads"] = opts.threads
+            if opts.max_connections is not None:
+                overrides["worker_connections"] = opts.max_connections
             for name, value in overrides.items():
                 self.cfg.set(name, value)
 
@@ -218,19 +266,36 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     s = sub.add_parser(
         "serve", help="serve POST /mutate over HTTPS under gunicorn",
-        description="Serve the admission webhook over HTTPS under gunicorn (gthread workers, "
-        "keep-alive, TLS 1.2+). Routes: POST /mutate (AdmissionReview v1), GET /healthz, "
-        "/readyz, /metrics. The certificate and key files are re-read when they change, for "
-        "new connections. Logs are JSON lines on stderr.",
+        description="Serve the admission webhook over HTTPS under gunicorn: worker processes "
+        "whose connections are read by an event loop, with a deadline on each TLS handshake and "
+        "on reading each whole request and a cap on connections per worker, so that slow or silent "
+        "clients cannot hold what real admissions need; keep-alive; TLS 1.2+. Routes: POST /mutate "
+        "(AdmissionReview v1), GET /healthz, /readyz, /metrics; with --health-bind, the last three "
+        "also over plain HTTP there (for probes and scrapers). The certificate and key files are "
+        "re-read when they change, for new connections; if they do not exist yet, the webhook "
+        "starts, /readyz answers 503 'waiting for certificate files ...', and TLS is served once "
+        "they appear. Logs are JSON lines on stderr.",
     )
     s.add_argument("--tls-cert", required=True, metavar="FILE", help="PEM serving certificate (chain)")
     s.add_argument("--tls-key", required=True, metavar="FILE", help="PEM private key of the certificate")
     s.add_argument("--bind", default=DEFAULT_BIND, metavar="HOST:PORT",
-                   help=f"address to listen on (default {DEFAULT_BIND})")
+                   help=f"HTTPS address to listen on (default {DEFAULT_BIND})")
+    s.add_argument("--health-bind", metavar="HOST:PORT",
+                   help="also serve /healthz, /readyz and /metrics over plain HTTP here, e.g. 0.0.0.0:8081 "
+                   "(needs no certificate; default: none)")
     s.add_argument("--config", metavar="FILE",
                    help="Troupe's YAML configuration, the file the reconciler reads (default: all defaults)")
     s.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
-    s.add_argument("--threads", type=int, metavar="N", help="threads per worker (default 4)")
+    s.add_argument("--threads", type=int, metavar="N",
+                   help="threads per worker that run the application (default 1: in the worker's event loop)")
+    s.add_argument("--max-connections", type=int, metavar="N",
+                   help="open connections per worker; at the cap the oldest one without a complete request "
+                   "makes room (default 1000)")
+    s.add_argument("--tls-handshake-timeout", type=float, default=Limits.handshake_timeout, metavar="SECONDS",
+                   help=f"close a connection whose TLS handshake takes longer (default {Limits.handshake_timeout:g})")
+    s.add_argument("--request-timeout", type=float, default=Limits.request_timeout, metavar="SECONDS",
+                   help="close a connection that takes longer to send one whole request, headers and body "
+                   f"(default {Limits.request_timeout:g})")
     c = sub.add_parser(
         "configuration", help="print the MutatingWebhookConfiguration as YAML",
         description="Print the MutatingWebhookConfiguration (matchConditions for the configured "

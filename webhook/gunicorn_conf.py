@@ -1,14 +1,17 @@
 """gunicorn settings for Troupe's webhook (read by ``python -m webhook serve``; usable as
-``gunicorn -c python:webhook.gunicorn_conf``). Why these: ``docs/decisions/002-webhook.md``.
+``gunicorn -c python:webhook.gunicorn_conf``). Why these: ``docs/decisions/002-webhook.md``
+and ``docs/decisions/012-slow-clients.md``.
 
-- ``gthread`` workers, one per CPU, with keep-alive: kube-apiserver keeps its connections
-  to a webhook open, so after the first TLS handshake each review costs one request, and
-  the threads let one worker serve several of those connections.
+- Workers of :class:`webhook.worker.GuardedWorker`, one per CPU, with keep-alive: each
+  reads its connections with an event loop (a deadline on every TLS handshake and on every
+  whole request, ``worker_connections`` as the cap on its connections), so slow or silent
+  clients hold no thread; kube-apiserver keeps its connections to a webhook open, so after
+  the first TLS handshake each review costs one request.
 - ``keepalive`` above Go's ``IdleConnTimeout`` (90 s, which the apiserver's webhook client
   uses): the client, not the server, closes an idle connection, so the apiserver never
   sends a review on a connection the server is closing at that moment.
-- TLS 1.2 minimum, and certificate files re-read when they change: the ``ssl_context``
-  hook returns :meth:`webhook.tls.CertReloader.context`, called for every new connection.
+- TLS 1.2 minimum, and certificate files re-read when they change: the worker asks
+  :meth:`webhook.tls.CertReloader.context` for every new connection.
 - JSON logs (:class:`webhook.logs.GunicornJSONLogger`); no access log, since the app logs
   one line per admission.
 - prometheus-client multiprocess mode: a dead worker's live gauges are dropped
@@ -44,9 +47,13 @@ def _cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
 
 
 workers = _cpus()
-worker_class = "gthread"
-threads = 4
+worker_class = "webhook.worker.GuardedWorker"
+# The application runs in the worker's event loop: it is CPU-bound and answers in
+# microseconds, so threads would only contend for the GIL (measured in decision 012).
+threads = 1
 keepalive = 120
+# Open connections per worker (idle, handshaking, reading or being answered); at the cap the
+# oldest connection without a complete request makes room (webhook.server).
 worker_connections = 1000
 # Each worker listens on its own SO_REUSEPORT socket, so the kernel spreads connections
 # over the workers by their address hash. With one shared socket, whichever worker wakes
@@ -65,15 +72,6 @@ logger_class = "webhook.logs.GunicornJSONLogger"
 control_socket_disable = True
 # Request limits stay at gunicorn's defaults (line 4094 bytes, 100 headers); bodies are
 # bounded by the app (webhook.app.MAX_BODY_BYTES).
-
-
-def ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
-    """A TLS context for a new connection: the cached one, or a new one if the certificate
-    files changed since (see :mod:`webhook.tls`). gunicorn's own factory is not used, so
-    its ``ca_certs``/``cert_reqs``/``ciphers`` settings do not apply."""
-    from webhook.tls import reloader_for
-
-    return reloader_for(conf.certfile, conf.keyfile).context()
 
 
 def child_exit(server: Any, worker: Any) -> None:

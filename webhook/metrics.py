@@ -36,6 +36,15 @@ LATENCY = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
 )
 
+#: Connections the server closed on its own, by ``reason`` (``webhook.server.CLOSE_REASONS``:
+#: a deadline ran out, the connection cap, a malformed request, no certificate yet...).
+#: Many ``handshake_timeout``/``request_timeout``/``evicted`` mean slow or hostile clients.
+CONNECTIONS_CLOSED = Counter(
+    "troupe_webhook_connections_closed_total",
+    "Connections Troupe's webhook closed on its own, by reason.",
+    ["reason"],
+)
+
 _OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 
@@ -55,6 +64,11 @@ def record(operation: str, outcome: str, seconds: float) -> None:
         pair = _children[(operation, outcome)] = (ADMISSIONS.labels(operation, outcome), LATENCY.labels(operation))
     pair[0].inc()
     pair[1].observe(seconds)
+
+
+def connection_closed(reason: str) -> None:
+    """Count one connection closed by the server for ``reason`` (a bounded set)."""
+    CONNECTIONS_CLOSED.labels(reason).inc()
 
 
 def multiprocess_dir() -> str | None:

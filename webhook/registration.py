@@ -59,20 +59,55 @@ def _has_annotations(var: str) -> str:
 def troupe_keys_expression(config: Config, var: str = "object") -> str:
     """CEL: ``var`` carries a Troupe key (gang keys of the configured prefix, topology level
     requests, ``deviceshare.io/group``)."""
-    keys = (*GangKeys.for_prefix(config.gang_annotation_prefix).all(),
-            TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, DEVICE_GROUP)
-    present = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in keys)
+    present = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in _troupe_keys(config))
     return f"({_has_annotations(var)} && ({present}))"
+
+
+def _reserved_key(k: str) -> str:
+    """CEL: the key ``k`` is one only the reconciler may write (mirrors
+    :func:`troupe.contract.is_reserved_annotation`)."""
+    return (f"{k}.startsWith({cel_string(RESERVED_PREFIX)}) || {k}.startsWith({cel_string(DEVICE_ENV_PREFIX)}) "
+            f"|| {k} == {cel_string(SELECTED_DEVICES)}")
 
 
 def reserved_keys_expression(var: str = "object") -> str:
     """CEL: ``var`` carries an annotation that only the reconciler may write (mirrors
     :func:`troupe.contract.is_reserved_annotation`)."""
+    return f"({_has_annotations(var)} && {var}.metadata.annotations.exists(k, {_reserved_key('k')}))"
+
+
+def _troupe_keys(config: Config) -> tuple[str, ...]:
+    return (*GangKeys.for_prefix(config.gang_annotation_prefix).all(),
+            TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, DEVICE_GROUP)
+
+
+def _not_kept(var: str, other: str, selected: str) -> str:
+    """CEL: an annotation of ``var`` whose key ``k`` satisfies ``selected`` is missing from
+    ``other`` or has another value there."""
     return (
-        f"({_has_annotations(var)} && {var}.metadata.annotations.exists(k, "
-        f"k.startsWith({cel_string(RESERVED_PREFIX)}) || k.startsWith({cel_string(DEVICE_ENV_PREFIX)}) "
-        f"|| k == {cel_string(SELECTED_DEVICES)}))"
+        f"({_has_annotations(var)} && {var}.metadata.annotations.exists(k, ({selected}) && "
+        f"!({_has_annotations(other)} && k in {other}.metadata.annotations && "
+        f"{other}.metadata.annotations[k] == {var}.metadata.annotations[k])))"
     )
+
+
+def annotations_changed_expression(selected: str, old: str = "oldObject", new: str = "object") -> str:
+    """CEL: the annotations whose key ``k`` satisfies the CEL predicate ``selected`` differ
+    between ``old`` and ``new`` (one added, changed or removed): the subsets are compared,
+    not merely tested for presence, so an update that leaves them alone is not sent."""
+    return f"({_not_kept(old, new, selected)} || {_not_kept(new, old, selected)})"
+
+
+def reserved_keys_changed_expression(old: str = "oldObject", new: str = "object") -> str:
+    """CEL: an UPDATE adds, changes or removes an annotation only the reconciler may write."""
+    return annotations_changed_expression(_reserved_key("k"), old, new)
+
+
+def troupe_keys_changed_expression(config: Config, old: str = "oldObject", new: str = "object") -> str:
+    """CEL: an UPDATE adds, changes or removes a Troupe key (gang keys of the configured
+    prefix, topology level requests, ``deviceshare.io/group``), which are fixed at creation."""
+    keys = ", ".join(cel_string(k) for k in _troupe_keys(config))
+    return annotations_changed_expression(f"k in [{keys}]", old, new)
 
 
 def troupe_gate_expression(var: str = "object") -> str:
@@ -95,8 +130,11 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
     """The ``matchConditions``; all must hold for a request to reach the webhook.
 
     - ``troupe-pods``: on CREATE, the pod has a Troupe key, a GKE topology gate or a
-      reserved annotation; on UPDATE, the new or the old pod has a reserved annotation, or
-      the update removes Troupe's gate.
+      reserved annotation; on UPDATE (of the pod or its ``pods/status``), the update adds,
+      changes or removes a reserved annotation or a Troupe key, or removes Troupe's gate.
+      An update that merely *has* them is not sent: the Job controller's patch that removes
+      its finalizer from a released pod must not depend on the webhook being up
+      (``docs/decisions/013-update-rules.md``).
     - ``not-reconciler-update``: UPDATEs by the reconciler's own identity skip the
       webhook (they are always allowed and never mutated), so placement writes do not
       depend on the webhook being up.
@@ -105,9 +143,9 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
         (troupe_keys_expression(config), gke_gate_expression(), reserved_keys_expression())
     )
     on_update = (
-        f"{reserved_keys_expression()} || "
-        f"(oldObject != null && ({reserved_keys_expression('oldObject')} || "
-        f"({troupe_gate_expression('oldObject')} && !{troupe_gate_expression()})))"
+        f"oldObject != null && ({reserved_keys_changed_expression()} || "
+        f"{troupe_keys_changed_expression(config)} || "
+        f"({troupe_gate_expression('oldObject')} && !{troupe_gate_expression()}))"
     )
     return [
         {
@@ -167,7 +205,8 @@ def webhook_configuration(
     ``service`` (``{"namespace": ..., "name": ..., "port": 443}``, optional ``path``, default
     ``/mutate``, for in-cluster) must be given, else ``ValueError``. ``ca_bundle_pem`` is the
     PEM of the CA that signed the serving certificate (omitted when empty: the apiserver's
-    trust roots are used then). Fixed settings: CREATE and UPDATE of ``pods``,
+    trust roots are used then). Fixed settings: CREATE and UPDATE of ``pods`` and
+    ``pods/status`` (whose updates can change annotations),
     ``sideEffects: None``, ``failurePolicy: Fail``, ``reinvocationPolicy: IfNeeded``,
     ``matchPolicy: Equivalent``, the :func:`match_conditions`, and a namespaceSelector that
     leaves out ``excludedNamespaces``.
@@ -209,7 +248,7 @@ def webhook_configuration(
             "apiGroups": [""],
             "apiVersions": ["v1"],
             "operations": ["CREATE", "UPDATE"],
-            "resources": ["pods"],
+            "resources": ["pods", "pods/status"],
             "scope": "Namespaced",
         }],
         "matchPolicy": "Equivalent",
@@ -235,7 +274,7 @@ def webhook_configuration(
         auto_selector["matchExpressions"] = webhook["namespaceSelector"]["matchExpressions"]
     auto = dict(
         webhook, name=AUTO_WEBHOOK_NAME, clientConfig=auto_client,
-        rules=[dict(webhook["rules"][0], operations=["CREATE"])],
+        rules=[dict(webhook["rules"][0], operations=["CREATE"], resources=["pods"])],
         matchConditions=auto_match_conditions(config), namespaceSelector=auto_selector,
     )
     return {

@@ -1,8 +1,7 @@
 """The webhook's TLS context, re-read when the certificate files are rotated.
 
-Mechanism (``docs/decisions/002-webhook.md``): gunicorn's gthread worker asks its
-``ssl_context`` hook for a context for every new connection (``gunicorn.sock.ssl_wrap_socket``).
-The hook (``webhook/gunicorn_conf.py``) returns :meth:`CertReloader.context`, which
+Mechanism (``docs/decisions/002-webhook.md``): the server (:mod:`webhook.server`) asks
+:meth:`CertReloader.context` for a context for every new connection; it
 ``stat``s the certificate and key files (inode, mtime in ns, size: a few microseconds) and
 returns the cached context while they are unchanged. When they change (a Secret update
 swaps the mounted files; ``certs`` rewrites them), it builds a new context, so the next
@@ -14,7 +13,9 @@ entries).
 If the new pair does not load (for example the certificate was replaced but not yet the
 key), the previous context keeps serving and the load is retried on the next connection.
 
-Every context requires TLS 1.2 or newer.
+Every context requires TLS 1.2 or newer. The files need not exist when the webhook starts
+(in-cluster they are created after install): until they do, new TLS connections are closed
+and :meth:`CertReloader.ready` says it is waiting for them.
 """
 
 from __future__ import annotations
@@ -140,8 +141,12 @@ class CertReloader:
 
     def ready(self) -> tuple[bool, str]:
         """(True, "") when the current files are readable and a context is being served;
-        else (False, reason). A rotation that failed to load leaves the previous certificate
-        in service: still ready, with the reason as a note."""
+        else (False, reason): ``waiting for certificate files X and Y`` while one of them
+        does not exist and none was ever loaded (they are created after the webhook starts).
+        A rotation that failed to load leaves the previous certificate in service: still
+        ready, with the reason as a note."""
+        if self._ctx is None and not (os.path.exists(self.cert_file) and os.path.exists(self.key_file)):
+            return False, f"waiting for certificate files {self.cert_file} and {self.key_file}"
         try:
             self.context()
             self._current_stamp()

@@ -248,7 +248,7 @@ def test_the_webhook_container_args_parse_as_python_m_webhook_serve() -> None:
     assert module == "webhook"
     assert parsed.command == "serve"
     assert parsed.bind == f"0.0.0.0:{port_named(container(webhook), 'https')}" == "0.0.0.0:9443"
-    assert (parsed.workers, parsed.threads) == (3, 4)
+    assert (parsed.workers, parsed.threads) == (3, 1)
     tls, cert_key = mounted_file(webhook, parsed.tls_cert)
     assert (tls["secret"]["secretName"], cert_key) == ("troupe-webhook-tls", "tls.crt")
     assert mounted_file(webhook, parsed.tls_key) == (tls, "tls.key")

@@ -75,3 +75,12 @@ def job_pods(core: client.CoreV1Api, namespace: str, job: str) -> list[Any]:
     """The Job's pods, by completion index."""
     pods = core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
     return sorted(pods, key=lambda p: int(p.metadata.labels.get("batch.kubernetes.io/job-completion-index", 0)))
+
+
+def running_job_pods(core: client.CoreV1Api, namespace: str, job: str, count: int, timeout: float = 90) -> list[Any]:
+    """Wait until the Job has ``count`` pods, all Running; they, by completion index."""
+    def running() -> list[Any] | None:
+        pods = job_pods(core, namespace, job)
+        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+
+    return wait_for(f"{count} Running pods of Job {job}", running, timeout=timeout)

@@ -1,4 +1,6 @@
-"""The webhook in the real API server's admission chain: protected decisions, device env vars.
+"""The webhook in the real API server's admission chain: protected decisions (on pods, on
+``pods/status``, on pods posing as mirror pods), Troupe keys fixed at creation, device env
+vars and the device-group rules.
 
 ``alice`` is an ordinary user with the ``edit`` role in the test namespace; ``reconciler``
 is Troupe's own identity (``system:serviceaccount:troupe-system:troupe-reconciler``).
@@ -12,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.helpers import pod_body, wait_for
+from tests.e2e.helpers import gang_annotations, pod_body, wait_for
 from troupe import contract
 
 SELECTED = contract.SELECTED_DEVICES
@@ -79,6 +81,9 @@ def test_a_device_group_pod_gets_its_env_var_from_the_downward_api_and_stays_gat
         ref = env["NVIDIA_VISIBLE_DEVICES"].value_from.field_ref
         assert ref.field_path == f"metadata.annotations['{ENV_KEY}']"
     assert {e.name: e.value for e in pod.spec.containers[0].env}["KEEP"] == "me"
+    shared = [t for t in pod.spec.tolerations if t.key == contract.DEVICE_SHARED_TAINT_KEY]
+    assert [(t.operator, t.value, t.effect) for t in shared] == [
+        ("Equal", contract.DEVICE_SHARED_TAINT_VALUE, contract.DEVICE_SHARED_TAINT_EFFECT)], "tolerates shared nodes"
     wait_for("the reconciler's SharedDeviceGroupPending event", lambda: [
         e for e in admin_core.list_namespaced_event(namespace).items if e.reason == "SharedDeviceGroupPending"])
     pod = admin_core.read_namespaced_pod("shared", namespace)
@@ -94,3 +99,69 @@ def test_a_user_cannot_lift_troupes_gate_and_release_one_member_alone(troupe, al
     assert "scheduling gate troupe.io/placement" in message
     pod = admin_core.read_namespaced_pod("lonely", namespace)
     assert [g.name for g in pod.spec.scheduling_gates] == [contract.GATE]
+
+
+def test_a_device_group_pod_may_not_request_gpus_itself(troupe, alice, namespace):
+    body = pod_body("greedy", {contract.DEVICE_GROUP: "team-a-gpus"}, gpus=2)
+    with pytest.raises(ApiException) as err:
+        alice.create_namespaced_pod(namespace, body)
+    assert err.value.status == 400, err.value.body
+    message = json.loads(err.value.body)["message"]
+    assert "container main" in message and "nvidia.com/gpu" in message
+    assert alice.list_namespaced_pod(namespace).items == []
+
+
+@pytest.fixture
+def alice_writes_status(admin_api, namespace, alice):
+    """alice may also patch pods/status in the namespace (as a controller of hers would)."""
+    rbac = client.RbacAuthorizationV1Api(admin_api)
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "pod-status-writer"}, "rules": [
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "alice-pod-status"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-status-writer"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+    })
+    return alice
+
+
+def test_pods_status_cannot_forge_the_reconcilers_decisions(troupe, alice_writes_status, admin_core, namespace):
+    alice = alice_writes_status
+    alice.create_namespaced_pod(namespace, pod_body("worker", gang_annotations("pair", 2)))
+    condition = {"status": {"conditions": [{"type": "example.com/Checked", "status": "True"}]}}
+
+    def status_patched():
+        try:
+            alice.patch_namespaced_pod_status("worker", namespace, condition)
+        except ApiException as e:
+            if e.status == 403 and "cannot patch" in (e.body or ""):  # her role is not in effect yet
+                return False
+            raise
+        return True
+
+    wait_for("alice's status patch that leaves the decisions alone", status_patched, timeout=30)
+    for change in ({contract.ASSIGNED_NODE: "gpu-b0-s0-h0"}, {SELECTED: '{"nvidia.com/gpu": "0"}'}):
+        message = refused(lambda change=change: alice.patch_namespaced_pod_status(
+            "worker", namespace, {"metadata": {"annotations": change}}))
+        assert next(iter(change)) in message and "only Troupe's reconciler" in message
+    pod = admin_core.read_namespaced_pod("worker", namespace)
+    assert not any(contract.is_reserved_annotation(k) for k in pod.metadata.annotations)
+
+
+def test_a_pod_posing_as_a_mirror_pod_cannot_carry_decisions(troupe, alice, namespace):
+    body = pod_body("static-like", {contract.MIRROR_POD_ANNOTATION: "forged", **gang_annotations("g", 1),
+                                    contract.ASSIGNED_NODE: "gpu-b0-s0-h0"})
+    message = refused(lambda: alice.create_namespaced_pod(namespace, body))
+    assert contract.ASSIGNED_NODE in message and "alice" in message
+    assert alice.list_namespaced_pod(namespace).items == []
+
+
+def test_gang_keys_are_fixed_once_the_pod_exists(troupe, alice, namespace):
+    alice.create_namespaced_pod(namespace, pod_body("member", gang_annotations("pair", 2)))
+    with pytest.raises(ApiException) as err:
+        alice.patch_namespaced_pod("member", namespace, {"metadata": {"annotations": {"troupe.io/gang-size": "3"}}})
+    assert err.value.status == 400, err.value.body
+    message = json.loads(err.value.body)["message"]
+    assert "troupe.io/gang-size" in message and "from '2' to '3'" in message
+    # Other annotations of the waiting member may still change.
+    alice.patch_namespaced_pod("member", namespace, {"metadata": {"annotations": {"example.com/owner": "b"}}})

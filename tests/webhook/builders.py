@@ -59,18 +59,33 @@ class PodBuilder:
             self.annotate(f"{prefix}-schedule-timeout-seconds", timeout)
         return self
 
-    def container(self, name: str = "main", env: list[dict[str, Any]] | None = None) -> PodBuilder:
+    def container(self, name: str = "main", env: list[dict[str, Any]] | None = None,
+                  resources: dict[str, Any] | None = None) -> PodBuilder:
         c: dict[str, Any] = {"name": name, "image": "registry.example.com/train:1"}
         if env is not None:
             c["env"] = env
+        if resources is not None:
+            c["resources"] = resources
         self._pod["spec"]["containers"].append(c)
         return self
 
-    def init_container(self, name: str = "init", env: list[dict[str, Any]] | None = None) -> PodBuilder:
+    def init_container(self, name: str = "init", env: list[dict[str, Any]] | None = None,
+                       resources: dict[str, Any] | None = None) -> PodBuilder:
         c: dict[str, Any] = {"name": name, "image": "registry.example.com/init:1"}
         if env is not None:
             c["env"] = env
+        if resources is not None:
+            c["resources"] = resources
         self._pod["spec"].setdefault("initContainers", []).append(c)
+        return self
+
+    def pod_resources(self, resources: dict[str, Any]) -> PodBuilder:
+        """Pod-level ``spec.resources`` (KEP-2837)."""
+        self._pod["spec"]["resources"] = resources
+        return self
+
+    def toleration(self, **fields: Any) -> PodBuilder:
+        self._pod["spec"].setdefault("tolerations", []).append(fields)
         return self
 
     def gate(self, name: str) -> PodBuilder:
@@ -86,12 +101,34 @@ def make_pod(name: str = "w-0", namespace: str = "ml") -> PodBuilder:
     return PodBuilder(name, namespace)
 
 
+def gated_member(size: str = "2", **annotations: str) -> dict[str, Any]:
+    """A gang member of ``g`` (``size`` members, 30 s timeout) as the reconciler sees it
+    after admission: gated by Troupe, with ``annotations`` added."""
+    b = make_pod().gang("g", size, timeout="30").gate("troupe.io/placement").container()
+    for k, v in annotations.items():
+        b.annotate(k, v)
+    return b.obj()
+
+
+def with_annotations(pod: dict[str, Any], **changes: str | None) -> dict[str, Any]:
+    """A copy of ``pod`` with annotations set (a value) or removed (None)."""
+    out = {**pod, "metadata": {**pod["metadata"], "annotations": dict(pod["metadata"].get("annotations", {}))}}
+    for k, v in changes.items():
+        if v is None:
+            out["metadata"]["annotations"].pop(k, None)
+        else:
+            out["metadata"]["annotations"][k] = v
+    return out
+
+
 def make_review(pod: Any, operation: str = "CREATE", user: str = ALICE, old: Any = None,
-                dry_run: bool = False, uid: str = "uid-1", namespace: str | None = None) -> dict[str, Any]:
-    """An AdmissionReview v1 request as kube-apiserver sends it for a pod."""
+                dry_run: bool = False, uid: str = "uid-1", namespace: str | None = None,
+                groups: list[str] | None = None, sub_resource: str | None = None) -> dict[str, Any]:
+    """An AdmissionReview v1 request as kube-apiserver sends it for a pod (``sub_resource``
+    ``"status"``: for ``pods/status``)."""
     meta = pod.get("metadata", {}) if isinstance(pod, dict) else {}
     meta = meta if isinstance(meta, dict) else {}
-    return {
+    review: dict[str, Any] = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
@@ -101,12 +138,15 @@ def make_review(pod: Any, operation: str = "CREATE", user: str = ALICE, old: Any
             "namespace": namespace if namespace is not None else meta.get("namespace", "ml"),
             "name": meta.get("name", ""),
             "operation": operation,
-            "userInfo": {"username": user, "groups": ["system:authenticated"]},
+            "userInfo": {"username": user, "groups": groups if groups is not None else ["system:authenticated"]},
             "object": pod,
             "oldObject": old,
             "dryRun": dry_run,
         },
     }
+    if sub_resource:
+        review["request"]["subResource"] = sub_resource
+    return review
 
 
 @dataclass

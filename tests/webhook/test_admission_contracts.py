@@ -222,8 +222,9 @@ UNTOUCHED_CASES = [
     Case("a configured excluded namespace is honoured",
          make_pod(namespace="batch-legacy").gang().container().obj(),
          config=Config(excluded_namespaces=("batch-legacy",)), want_untouched=True),
-    Case("a mirror pod passes untouched",
+    Case("a mirror pod made by its kubelet passes untouched",
          make_pod().gang().annotate("kubernetes.io/config.mirror", "abc").container().obj(),
+         review={"user": "system:node:gpu-0", "groups": ["system:nodes", "system:authenticated"]},
          want_untouched=True),
 ]
 
@@ -325,7 +326,10 @@ Mutation = Callable[[dict[str, Any]], None]
 @pytest.mark.parametrize(("name", "change"), [
     ("another resource", lambda r: r["request"].update(resource={"group": "apps", "version": "v1",
                                                                     "resource": "deployments"})),
-    ("a subresource", lambda r: r["request"].update(subResource="status")),
+    ("a subresource other than status", lambda r: r["request"].update(subResource="ephemeralcontainers")),
+    ("an update of another subresource", lambda r: r["request"].update(
+        operation="UPDATE", subResource="resize", oldObject=make_pod().obj())),
+    ("a create of the status subresource", lambda r: r["request"].update(subResource="status")),
     ("a DELETE", lambda r: r["request"].update(operation="DELETE", object=None)),
     ("a CONNECT", lambda r: r["request"].update(operation="CONNECT")),
 ], ids=lambda v: v if isinstance(v, str) else "")

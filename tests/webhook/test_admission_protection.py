@@ -1,5 +1,6 @@
 """Only the reconciler's identity may write the annotations that carry Troupe's decisions
-(``troupe.contract.is_reserved_annotation``): on CREATE and on UPDATE, add, change, remove."""
+(``troupe.contract.is_reserved_annotation``): on CREATE and on UPDATE (of the pod or of its
+``pods/status``), add, change, remove; mirror pods included."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import ALICE, RECONCILER, admit, make_pod
+from tests.webhook.builders import (
+    ALICE,
+    RECONCILER,
+    admit,
+    gated_member,
+    make_pod,
+    with_annotations,
+)
 from troupe.config import Config
 
 NODE = "reconciler.troupe.io/node"
@@ -19,23 +27,7 @@ ENV = "deviceshare.io/env.NVIDIA_VISIBLE_DEVICES"
 
 def member(**annotations: str) -> dict[str, Any]:
     """A gated gang member as the reconciler sees it after admission."""
-    b = make_pod().gang("g", "2", timeout="30").gate("troupe.io/placement").container()
-    for k, v in annotations.items():
-        b.annotate(k, v)
-    return b.obj()
-
-
-def with_annotations(pod: dict[str, Any], **changes: str | None) -> dict[str, Any]:
-    """``pod`` with annotations set (a value) or removed (None)."""
-    out = make_pod().obj()
-    out.update(pod)
-    out["metadata"] = dict(pod["metadata"], annotations=dict(pod["metadata"].get("annotations", {})))
-    for k, v in changes.items():
-        if v is None:
-            out["metadata"]["annotations"].pop(k, None)
-        else:
-            out["metadata"]["annotations"][k] = v
-    return out
+    return gated_member("2", **annotations)
 
 
 def keyed(**kw: str | None) -> dict[str, str | None]:
@@ -56,8 +48,13 @@ class Case:
     want_allowed: bool = True
     want_in_message: list[str] = field(default_factory=list)
     config: Config = field(default_factory=Config)
+    sub_resource: str | None = None
+    groups: list[str] | None = None
 
 
+KUBELET = "system:node:gpu-0"
+NODES = ["system:nodes", "system:authenticated"]
+MIRROR = "kubernetes.io/config.mirror"
 BEFORE = member(**{NODE: "node-a", RANK: "0"})
 
 CASES = [
@@ -122,12 +119,44 @@ CASES = [
          ALICE, "UPDATE", with_annotations(make_pod(namespace="kube-system").annotate(NODE, "a").obj(),
                                            **keyed(node="b")),
          old=make_pod(namespace="kube-system").annotate(NODE, "a").obj()),
+    # pods/status: its strategy resets the spec but keeps metadata, so annotations change there too.
+    Case("a user adding a node decision through pods/status is denied",
+         ALICE, "UPDATE", with_annotations(member(), **keyed(node="node-b")), old=member(), sub_resource="status",
+         want_allowed=False, want_in_message=[NODE, "may add it", ALICE]),
+    Case("a user changing device env values through pods/status is denied",
+         ALICE, "UPDATE", with_annotations(member(**{ENV: "0,1"}), **keyed(env="2,3")), old=member(**{ENV: "0,1"}),
+         sub_resource="status", want_allowed=False, want_in_message=[ENV, "may change it"]),
+    Case("a kubelet removing a decision through pods/status is denied",
+         KUBELET, "UPDATE", with_annotations(BEFORE, **keyed(rank=None)), old=BEFORE, sub_resource="status",
+         groups=NODES, want_allowed=False, want_in_message=[RANK, "may remove it", KUBELET]),
+    Case("a kubelet's status update of a placed pod is allowed",
+         KUBELET, "UPDATE", dict(BEFORE, status={"phase": "Running"}), old=BEFORE, sub_resource="status",
+         groups=NODES),
+    Case("the reconciler writing decisions through pods/status is allowed",
+         RECONCILER, "UPDATE", with_annotations(member(), **keyed(node="node-a")), old=member(), sub_resource="status"),
+    Case("a status update whose object lacks the gate is not a gate removal (the spec is reset)",
+         ALICE, "UPDATE", make_pod().gang("g", "2", timeout="30").container().obj(), old=member(),
+         sub_resource="status"),
+    # Mirror pods: only a kubelet makes real ones.
+    Case("a user's pod posing as a mirror pod with decisions is denied",
+         ALICE, "CREATE", make_pod().gang().annotate(MIRROR, "abc").annotate(NODE, "node-a").container().obj(),
+         want_allowed=False, want_in_message=[NODE, "may set it", ALICE]),
+    Case("a kubelet's mirror pod carrying a decision is denied",
+         KUBELET, "CREATE", make_pod().annotate(MIRROR, "abc").annotate(SELECTED, "{}").container().obj(),
+         groups=NODES, want_allowed=False, want_in_message=[SELECTED, KUBELET]),
+    Case("a node name outside the nodes group is not a kubelet",
+         "system:node:gpu-0", "CREATE", make_pod().annotate(MIRROR, "abc").annotate(RANK, "0").container().obj(),
+         want_allowed=False, want_in_message=[RANK]),
+    Case("a user changing a decision of a mirror pod is denied",
+         ALICE, "UPDATE", with_annotations(make_pod().annotate(MIRROR, "a").annotate(NODE, "x").obj(), **keyed(node="y")),
+         old=make_pod().annotate(MIRROR, "a").annotate(NODE, "x").obj(), want_allowed=False, want_in_message=[NODE]),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_only_the_reconciler_writes_troupe_decisions(case: Case) -> None:
-    got = admit(case.pod, case.config, operation=case.operation, user=case.user, old=case.old)
+    got = admit(case.pod, case.config, operation=case.operation, user=case.user, old=case.old,
+                sub_resource=case.sub_resource, groups=case.groups)
     assert got.allowed == case.want_allowed, got.response
     if not case.want_allowed:
         assert got.code == 403

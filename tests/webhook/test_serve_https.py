@@ -176,13 +176,12 @@ def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
 def test_help_explains_serve() -> None:
     r = run_cli("serve", "--help")
     assert r.returncode == 0
-    for flag in ("--tls-cert", "--tls-key", "--bind", "--config", "--workers"):
+    for flag in ("--tls-cert", "--tls-key", "--bind", "--health-bind", "--config", "--workers", "--max-connections",
+                 "--tls-handshake-timeout", "--request-timeout"):
         assert flag in r.stdout
 
 
 @pytest.mark.parametrize(("name", "make_args", "want"), [
-    ("a missing certificate file",
-     lambda t, tls: ["--tls-cert", str(t / "nope.crt"), "--tls-key", str(tls.key)], "--tls-cert"),
     ("a key that does not match",
      lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(_other_key(t, tls))], "--tls-key"),
     ("a certificate file that is not PEM",
@@ -198,6 +197,12 @@ def test_help_explains_serve() -> None:
      lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--bind", "localhost"], "--bind"),
     ("zero workers",
      lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--workers", "0"], "--workers"),
+    ("a handshake timeout of zero",
+     lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-handshake-timeout", "0"],
+     "--tls-handshake-timeout"),
+    ("a malformed health address",
+     lambda t, tls: ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--health-bind", "8081"],
+     "--health-bind"),
 ])
 def test_serve_refuses_bad_input_with_one_line_naming_it(tmp_path: Path, name: str, make_args: Any,
                                                          want: str) -> None:
@@ -237,3 +242,74 @@ def _other_key(tmp: Path, tls: Any) -> Path:
     path = tmp / "other.key"
     path.write_bytes(create_serving_cert(tls.ca, ["127.0.0.1"]).key_pem)
     return path
+
+
+# --- Starting before the certificate exists, and the plain-HTTP health port -------------------
+
+def _plain_get(port: int, path: str, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        return exchange(conn, method, path, body)
+    finally:
+        conn.close()
+
+
+def _wait_for(what: str, probe: Any, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = probe()
+        except OSError:
+            got = None
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_without_certificate_files_it_starts_not_ready_and_serves_tls_once_they_appear(tmp_path: Path) -> None:
+    later = tmp_path / "later"
+    cert, key = later / "tls.crt", later / "tls.key"
+    port, health = free_port(), free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log_path = tmp_path / "webhook.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "webhook", "serve", "--tls-cert", str(cert), "--tls-key",
+                                 str(key), "--bind", f"127.0.0.1:{port}", "--health-bind", f"127.0.0.1:{health}",
+                                 "--workers", "2"], cwd=REPO, env=env, stdout=log, stderr=log)
+    server = Server(proc, port, None, log_path)  # type: ignore[arg-type]
+    try:
+        _wait_for("/healthz on the health port", lambda: _plain_get(health, "/healthz")[0] == 200)
+        assert _plain_get(health, "/readyz") == (503, f"waiting for certificate files {cert} and {key}\n".encode())
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            ssl.create_default_context().wrap_socket(
+                __import__("socket").create_connection(("127.0.0.1", port), timeout=5), server_hostname="127.0.0.1")
+
+        tls = make_tls(later)  # the certificate arrives (in-cluster: the Secret mount is updated)
+        server.tls = tls
+        _wait_for("/readyz 200 on the health port", lambda: _plain_get(health, "/readyz")[0] == 200)
+        answer = review_over_https(server, make_review(make_pod().gang().container().obj(), uid="after"))
+        assert answer["response"]["uid"] == "after" and "patch" in answer["response"]
+        conn = server.connection()
+        assert exchange(conn, "GET", "/readyz")[0] == 200, "the TLS port serves the probes too"
+        conn.close()
+
+        status, body = _plain_get(health, "/mutate", "POST", json.dumps(make_review(make_pod().obj())).encode())
+        assert status == 404, "no admission without TLS"
+        status, body = _plain_get(health, "/metrics")
+        assert status == 200 and b'troupe_webhook_connections_closed_total{reason="not_ready"}' in body
+        [waiting] = [line for line in server.log_lines() if line.get("msg", "").startswith("waiting for certificate")]
+        assert (waiting["level"], waiting["cert_file"], waiting["key_file"]) == ("warning", str(cert), str(key))
+    finally:
+        server.stop()
+
+
+def test_health_bind_must_differ_from_bind(tmp_path: Path) -> None:
+    tls = make_tls(tmp_path / "tls")
+    port = free_port()
+    r = run_cli("serve", "--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--bind", f"127.0.0.1:{port}",
+                "--health-bind", f"127.0.0.1:{port}")
+    assert r.returncode == 2 and "--health-bind" in r.stderr and len(r.stderr.strip().splitlines()) == 1

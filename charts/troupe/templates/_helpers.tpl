@@ -83,9 +83,31 @@ CEL of the webhook's matchConditions. These mirror webhook/registration.py exact
 {{- end -}}
 ({{ include "troupe.celHasAnnotations" $var }} && ({{ join " || " $present }}))
 {{- end -}}
+{{/* The annotation key k is one only the reconciler may write. */}}
+{{- define "troupe.celReservedKey" -}}
+k.startsWith({{ include "troupe.celString" "reconciler.troupe.io/" }}) || k.startsWith({{ include "troupe.celString" "deviceshare.io/env." }}) || k == {{ include "troupe.celString" "deviceshare.io/selected-devices" }}
+{{- end -}}
 {{/* The pod "object"/"oldObject" carries an annotation only the reconciler may write. */}}
 {{- define "troupe.celReservedKeys" -}}
-({{ include "troupe.celHasAnnotations" . }} && {{ . }}.metadata.annotations.exists(k, k.startsWith({{ include "troupe.celString" "reconciler.troupe.io/" }}) || k.startsWith({{ include "troupe.celString" "deviceshare.io/env." }}) || k == {{ include "troupe.celString" "deviceshare.io/selected-devices" }}))
+({{ include "troupe.celHasAnnotations" . }} && {{ . }}.metadata.annotations.exists(k, {{ include "troupe.celReservedKey" . }}))
+{{- end -}}
+{{/* (list var other selected): an annotation of var whose key k satisfies selected is missing from other or differs there. */}}
+{{- define "troupe.celNotKept" -}}
+{{- $var := index . 0 -}}{{- $other := index . 1 -}}{{- $selected := index . 2 -}}
+({{ include "troupe.celHasAnnotations" $var }} && {{ $var }}.metadata.annotations.exists(k, ({{ $selected }}) && !({{ include "troupe.celHasAnnotations" $other }} && k in {{ $other }}.metadata.annotations && {{ $other }}.metadata.annotations[k] == {{ $var }}.metadata.annotations[k])))
+{{- end -}}
+{{/* An UPDATE adds, changes or removes an annotation whose key k satisfies the predicate given. */}}
+{{- define "troupe.celAnnotationsChanged" -}}
+({{ include "troupe.celNotKept" (list "oldObject" "object" .) }} || {{ include "troupe.celNotKept" (list "object" "oldObject" .) }})
+{{- end -}}
+{{/* k is one of Troupe's keys (gang keys of the prefix, level requests, deviceshare.io/group). */}}
+{{- define "troupe.celTroupeKey" -}}
+{{- $prefix := .Values.config.gangAnnotationPrefix -}}
+{{- $keys := list -}}
+{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "deviceshare.io/group") -}}
+{{- $keys = append $keys (include "troupe.celString" .) -}}
+{{- end -}}
+k in [{{ join ", " $keys }}]
 {{- end -}}
 {{- define "troupe.celGkeGate" -}}
 (has({{ . }}.spec) && has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, has(g.name) && g.name.startsWith({{ include "troupe.celString" "gke.io/topology-aware-auto-" }})))
@@ -96,7 +118,7 @@ CEL of the webhook's matchConditions. These mirror webhook/registration.py exact
 {{- define "troupe.celTroupePods" -}}
 {{- $onCreate := join " || " (list (include "troupe.celTroupeKeys" (list . "object")) (include "troupe.celGkeGate" "object") (include "troupe.celReservedKeys" "object")) -}}
 {{- $gateRemoved := printf "(%s && !%s)" (include "troupe.celTroupeGate" "oldObject") (include "troupe.celTroupeGate" "object") -}}
-{{- $onUpdate := printf "%s || (oldObject != null && (%s || %s))" (include "troupe.celReservedKeys" "object") (include "troupe.celReservedKeys" "oldObject") $gateRemoved -}}
+{{- $onUpdate := printf "oldObject != null && (%s || %s || %s)" (include "troupe.celAnnotationsChanged" (include "troupe.celReservedKey" .)) (include "troupe.celAnnotationsChanged" (include "troupe.celTroupeKey" .)) $gateRemoved -}}
 request.operation == 'CREATE' ? ({{ $onCreate }}) : ({{ $onUpdate }})
 {{- end -}}
 {{/* The namespace opt-in entry: a pod being created by a supported workload that names no gang or size itself (webhook/registration.py workload_pod_expression). */}}
