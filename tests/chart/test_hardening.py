@@ -203,10 +203,11 @@ def test_with_the_api_server_named_the_webhook_admits_it_and_the_scrapers_only()
     objects = render("--set-json", f"networkPolicy.apiServer={json.dumps(API_SERVER)}",
                      "--set-json", f"networkPolicy.metricsFrom={json.dumps(SCRAPER)}")
 
-    [webhook_rule] = policy(objects, "webhook")["ingress"]
+    admission, scraping = policy(objects, "webhook")["ingress"]
     [reconciler_rule] = policy(objects, "reconciler")["ingress"]
 
-    assert webhook_rule == {"ports": [{"port": "https", "protocol": "TCP"}], "from": API_SERVER + SCRAPER}
+    assert admission == {"ports": [{"port": "https", "protocol": "TCP"}], "from": API_SERVER}
+    assert scraping == {"ports": [{"port": "health", "protocol": "TCP"}], "from": SCRAPER}
     assert reconciler_rule == {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": SCRAPER}
     metrics_port = {p["name"]: p["containerPort"] for p in container(objects, "reconciler")["ports"]}
     assert "metrics" in metrics_port
@@ -224,11 +225,8 @@ def test_a_service_monitor_behind_a_network_policy_needs_the_scrapers_named() ->
 # --- ServiceMonitor -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("values", "verified"), [([], True), (CERT_MANAGER, True), (MANUAL, False)],
-                         ids=["self-managed", "cert-manager", "manual"])
-def test_the_service_monitor_scrapes_both_components_and_verifies_the_webhook_with_its_ca(
-    values: list[str], verified: bool
-) -> None:
+@pytest.mark.parametrize("values", [[], CERT_MANAGER, MANUAL], ids=["self-managed", "cert-manager", "manual"])
+def test_the_service_monitor_scrapes_both_components_on_their_plain_http_ports(values: list[str]) -> None:
     objects = render(*values, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom",
                      "--set-json", f"networkPolicy.metricsFrom={json.dumps(SCRAPER)}")
 
@@ -238,10 +236,10 @@ def test_the_service_monitor_scrapes_both_components_and_verifies_the_webhook_wi
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert metrics_service["spec"]["selector"] == one(objects, "Deployment", "troupe-reconciler")["spec"]["selector"]["matchLabels"]
     by_port = {e["port"]: e for e in monitor["spec"]["endpoints"]}
-    assert set(by_port) == {"metrics", "https"}
-    assert by_port["https"]["tlsConfig"]["serverName"] == f"troupe-webhook.{NAMESPACE}.svc"
-    if verified:
-        assert by_port["https"]["tlsConfig"]["ca"] == {"secret": {"name": tls_volume(objects)["secretName"], "key": "ca.crt"}}
+    assert set(by_port) == {"metrics", "health"}
+    assert all("tlsConfig" not in e for e in by_port.values())
+    webhook_ports = {p["name"] for p in one(objects, "Service", "troupe-webhook")["spec"]["ports"]}
+    assert webhook_ports == {"https", "health"}
     for service in (metrics_service, one(objects, "Service", "troupe-webhook")):
         assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
 
