@@ -66,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--leader-elect-lease-seconds", type=int, default=15, metavar="S",
                      help="how long a leader holds the Lease without renewing it (default %(default)s); it renews "
                      "every 1-2 s and stops writing once 2/3 of it has passed without a renewal")
+    run.add_argument("--state-configmap", default="troupe-reconciler-state", metavar="[NS/]NAME",
+                     help="ConfigMap that keeps what a new leader must know (the backoff of gangs that timed out), "
+                     "in the Lease's namespace unless NS/ is given; made when absent (the chart makes it); '-' "
+                     "keeps it in memory only (default %(default)s)")
     certs = run.add_argument_group(
         "webhook certificates",
         "With --manage-webhook-certificates, the acting replica makes a CA and the webhook's serving "
@@ -107,6 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     simulate.add_arguments(sim)
     return p
+
+
+def _namespaced(value: str, default_namespace: str) -> tuple[str, str]:
+    """``NS/NAME`` or ``NAME`` (in ``default_namespace``) as ``(namespace, name)``."""
+    namespace, _, name = value.rpartition("/")
+    if not name:
+        raise ValueError(f"--state-configmap: expected [NAMESPACE/]NAME, got {value!r}")
+    return (namespace or default_namespace, name)
 
 
 def _pod_namespace() -> str | None:
@@ -165,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.leader_elect:
             namespace = args.leader_elect_namespace or _pod_namespace() or "troupe-system"
             election = LeaderElection.scaled(namespace, args.leader_elect_name, args.leader_elect_lease_seconds)
-        return run(args.kubeconfig, config, args.metrics_bind, election, webhook_certificate_settings(args))
+        state_namespace = election.namespace if election else (_pod_namespace() or "troupe-system")
+        state = _namespaced(args.state_configmap, state_namespace) if args.state_configmap != "-" else None
+        return run(args.kubeconfig, config, args.metrics_bind, election, webhook_certificate_settings(args), state)
     except ValueError as e:  # a bad flag or kubeconfig: the user's to fix
         print(f"reconciler: {e}", file=sys.stderr)
         return 2

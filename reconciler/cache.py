@@ -294,6 +294,12 @@ class ClusterCache:
             entry = self._pods.get(ref)
             return None if entry is None else entry.obj
 
+    def pod_info(self, ref: PodRef) -> PodInfo | None:
+        """The parsed cached pod, or None (unknown, or unreadable)."""
+        with self._lock:
+            entry = self._pods.get(ref)
+            return None if entry is None else entry.info
+
     def pod_refs(self) -> list[PodRef]:
         """Every cached pod's reference, sorted."""
         with self._lock:

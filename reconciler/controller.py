@@ -44,8 +44,13 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from reconciler.cache import ClusterCache
+from reconciler.conditions import DELAY_SECONDS as CONDITION_DELAY_SECONDS
+from reconciler.conditions import ConditionSink
 from reconciler.engine import victims as victim_gangs
 from reconciler.engine.allocation import GroupView, group_view
+from reconciler.engine.conditions import MAX_MESSAGE
+from reconciler.engine.conditions import conditions as gang_conditions
+from reconciler.engine.conditions import released as released_condition
 from reconciler.engine.decision import Decision, MemberRelease, decide, queue_effect, rfc3339
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.filters import NodeFilter, static_reason
@@ -110,8 +115,9 @@ class GangController:
 
     ``wall_clock`` returns seconds since the epoch: the ``now`` of every decision (the
     timestamps it writes and reads survive a restart). ``release_concurrency`` defaults
-    to the configuration's ``releaseConcurrency``. Tests pass a fake clock and a
-    :class:`~reconciler.writer.FakeWriter`.
+    to the configuration's ``releaseConcurrency``; ``condition_delay`` (seconds) is how
+    long a member's new condition waits to be written (:mod:`reconciler.conditions`).
+    Tests pass a fake clock and a :class:`~reconciler.writer.FakeWriter`.
     """
 
     def __init__(
@@ -121,11 +127,16 @@ class GangController:
         config: Config,
         wall_clock: Callable[[], float] = time.time,
         release_concurrency: int | None = None,
+        condition_delay: float = CONDITION_DELAY_SECONDS,
     ) -> None:
         self.cache = cache
         self.writer = writer
         self.config = config
         self.wall_clock = wall_clock
+        #: The members' ``troupe.io/Gang`` conditions, written coalesced and late (the
+        #: caller runs :meth:`ConditionSink.run` on a thread, or flushes it).
+        self.conditions = ConditionSink(writer, self._current_condition, delay=condition_delay,
+                                        wall=lambda: rfc3339(self.wall_clock()))
         self.policy = Policy.from_config(config)
         #: The gangs that hold or block those behind them in the queue (docs/decisions/019).
         self.queue = QueueState(config.queueing_strategy)
@@ -228,6 +239,30 @@ class GangController:
             outcome = replace(outcome, requeue_after=wait if outcome.requeue_after is None else min(wait, outcome.requeue_after))
         return replace(outcome, others=others) if others else outcome
 
+    def load_state(self) -> int:
+        """Read back the rollback backoffs recorded by this or an earlier leader (a failover
+        keeps every deadline); returns how many. Backoffs that ran out an hour ago or more
+        are dropped from the record."""
+        try:
+            found = self.writer.load_backoffs()
+        except WriteError as e:
+            log.warning("recorded backoffs not read (gangs that timed out may be retried early): %s", e)
+            return 0
+        now = self.wall_clock()
+        with self._lock:
+            for key, (timeouts, not_before) in found.items():
+                if not_before < now - 3600:
+                    continue
+                memory = self._memory.setdefault(key, _Memory())
+                memory.timeouts, memory.not_before = timeouts, not_before
+        for key, (_, not_before) in found.items():
+            if not_before < now - 3600:
+                try:
+                    self.writer.save_backoff(key, 0, 0.0)
+                except WriteError:
+                    break
+        return sum(1 for _, nb in found.values() if nb >= now - 3600)
+
     def warm_queue(self) -> int:
         """Decide every waiting gang once, in queue order, without acting: what a reconciler
         that starts (or takes over) must know of the gangs ahead of each before it acts, so
@@ -242,8 +277,16 @@ class GangController:
             self.queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
         return len(gangs)
 
+    def _current_condition(self, ref: PodRef) -> tuple[str, str, str] | bool | None:
+        info = self.cache.pod_info(ref)
+        return False if info is None else info.condition
+
     def _act(self, gang: Gang, decision: Decision, memory: _Memory, now: float) -> Outcome:
         requeue = None if decision.recheck_at is None else max(decision.recheck_at - now, 0.0)
+        if not decision.release:  # a release's members get theirs as each is written
+            by_key = {p.key: p for p in gang.members}
+            for key, condition in gang_conditions(gang, decision).items():
+                self.conditions.want(PodRef.parse(key), by_key[key].uid, condition)
         phase, reason = decision.phase, decision.reason
         if phase in (Phase.PLACED, Phase.RELEASING):
             failed = self._release(gang, decision)
@@ -260,9 +303,13 @@ class GangController:
             return self._preempt(gang, decision, requeue)
         if phase in (Phase.HELD, Phase.UNSCHEDULABLE):
             self._notify(gang, decision, decision.notify, reason)
-        if phase is Phase.RELEASED and decision.observation.bound == decision.observation.active == (
+        if phase is Phase.RELEASED and memory.timeouts and decision.observation.bound == decision.observation.active == (
                 decision.observation.size or 0):
             memory.timeouts, memory.not_before = 0, 0.0  # the gang runs whole: its next timeout starts afresh
+            try:
+                self.writer.save_backoff(gang.key, 0, 0.0)
+            except WriteError as e:
+                log.warning("gang %s: recorded backoff not cleared: %s", gang.key, e)
         return Outcome(phase, reason, requeue, retry=phase is Phase.UNSCHEDULABLE, decision=decision)
 
     # --- preemption ----------------------------------------------------------------------
@@ -381,7 +428,11 @@ class GangController:
 
     # --- events ----------------------------------------------------------------------
     def _event_once(self, gang: Gang, pod: PodInfo, kind: str, reason: str, message: str) -> None:
-        """Emit an Event unless this pod already got the same reason and message."""
+        """Emit an Event unless this pod already got the same reason and message: from this
+        replica (remembered), or as its ``troupe.io/Gang`` condition (any replica: so a new
+        leader does not repeat what the old one told)."""
+        if pod.condition is not None and pod.condition[2] == message[:MAX_MESSAGE]:
+            return
         with self._lock:
             memory = self._memory.setdefault(gang.key, _Memory())
             sent = memory.events = memory.events or {}
@@ -444,6 +495,7 @@ class GangController:
         others = [g for g in contract.pod_gates(done) if not contract.is_troupe_gate(g)]
         extra = f"; still gated by {', '.join(others)}" if others else ""
         self._event_once(gang, pod, "Normal", "GangReleased", f"placed on node {m.node} (rank {m.rank}){extra}")
+        self.conditions.want(PodRef.parse(m.pod), pod.uid, released_condition(m, len(gang.members)))
         return ""
 
     def _release(self, gang: Gang, decision: Decision) -> str:
@@ -474,9 +526,18 @@ class GangController:
 
     def _roll_back(self, gang: Gang, decision: Decision, memory: _Memory, now: float) -> Outcome:
         """Delete the owned members of the timed-out release (their owner recreates them),
-        tell the ownerless ones, drop a surviving plan record, and back off."""
+        tell the ownerless ones, drop a surviving plan record, and back off. The backoff is
+        recorded (:meth:`PodWriter.save_backoff`) before any member is deleted, so a new
+        leader keeps it even if this one dies mid-rollback."""
         by_key = {p.key: p for p in gang.members}
         why, at = decision.reason, rfc3339(now)
+        timeouts = memory.timeouts + 1
+        backoff = float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (timeouts - 1), TIMEOUT_BACKOFF_MAX_SECONDS))
+        if decision.rollback:
+            try:
+                self.writer.save_backoff(gang.key, timeouts, now + backoff)
+            except WriteError as e:
+                log.warning("gang %s: backoff not recorded (a new leader would not know it): %s", gang.key, e)
 
         def delete(key: str) -> int:
             pod = by_key[key]
@@ -506,9 +567,7 @@ class GangController:
         if not deleted:
             return Outcome(Phase.ROLLED_BACK, f"{why}; {detail}", None, retry=bool(decision.rollback), decision=decision)
         with self._lock:
-            memory.timeouts += 1
-            backoff = float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (memory.timeouts - 1), TIMEOUT_BACKOFF_MAX_SECONDS))
-            memory.not_before = now + backoff
+            memory.timeouts, memory.not_before = timeouts, now + backoff
         return Outcome(Phase.ROLLED_BACK, f"{why}; {detail}; next release in {backoff:.0f}s at the earliest",
                        backoff, decision=decision)
 

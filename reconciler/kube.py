@@ -566,16 +566,20 @@ class KubeWriter(PodWriter):
     (429 with ``Retry-After``) is retried after the wait it asks for, up to
     :data:`APF_RETRIES` times; an eviction's 429 is a PodDisruptionBudget's refusal and
     is not retried (:class:`~reconciler.writer.Refused`). Events go out on a background
-    thread (:class:`EventSink`), so a release never waits for them.
+    thread (:class:`EventSink`), so a release never waits for them. ``state`` is the
+    ``(namespace, name)`` of the ConfigMap that keeps the reconciler's own state (rollback
+    backoffs), so a new leader continues where the last one stopped; None keeps it in
+    memory only.
     """
 
     def __init__(self, api: client.ApiClient, limiter: RateLimiter, component: str = "troupe-reconciler",
-                 fence: Fence = UNFENCED) -> None:
+                 fence: Fence = UNFENCED, state: tuple[str, str] | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.limiter = limiter
         self.component = component
         self.fence = fence
+        self.state = state
         self.events = EventSink(self.core, limiter, component, fence=fence)
 
     def close(self) -> None:
@@ -634,6 +638,29 @@ class KubeWriter(PodWriter):
                        eviction=True, _preload_content=False)
         except Conflict as e:
             raise Gone(f"evict pod {ref}: replaced by a pod with another uid") from e
+
+    def _read_state(self) -> dict[str, str]:
+        if self.state is None:
+            return {}
+        namespace, name = self.state
+        try:
+            resp = self._call(f"read configmap {namespace}/{name}", self.core.read_namespaced_config_map, name,
+                              namespace, _preload_content=False)
+        except Gone:
+            return {}
+        return dict(json.loads(resp.data).get("data") or {})
+
+    def _write_state(self, changes: Mapping[str, str | None]) -> None:
+        if self.state is None:
+            return
+        namespace, name = self.state
+        try:
+            self._call(f"patch configmap {namespace}/{name}", self.core.patch_namespaced_config_map, name, namespace,
+                       {"data": dict(changes)}, _content_type=MERGE_PATCH, _preload_content=False)
+        except Gone:  # not made yet (the chart makes it empty): make it
+            self._call(f"create configmap {namespace}/{name}", self.core.create_namespaced_config_map, namespace,
+                       {"metadata": {"name": name, "labels": {"app.kubernetes.io/name": "troupe"}},
+                        "data": {k: v for k, v in changes.items() if v is not None}}, _preload_content=False)
 
     def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
         group, version, plural = contract.DEVICE_GROUP_API

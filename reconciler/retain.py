@@ -63,7 +63,7 @@ POD: Keep = {
         "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
     },
-    "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True}},
+    "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True, "message": True}},
 }
 
 #: Nodes: name and labels (topology levels, hostname, device-sharing mode); taints and

@@ -84,16 +84,19 @@ WORKER_STUCK_SECONDS = 300.0
 class Reconciler:
     """The running reconciler: owns the informers, the queue, the worker thread and the
     writer. ``synced`` is set once every informer has listed. Writes go through
-    ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease)."""
+    ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease); ``state`` is
+    the ``(namespace, name)`` of the ConfigMap keeping what a new leader must know (rollback
+    backoffs; None: memory only)."""
 
     def __init__(self, api: Any, config: Config, writer_api: Any = None, fence: Fence = UNFENCED,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, state: tuple[str, str] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.cache = ClusterCache(config)
         self.queue = WorkQueue(order=self._order)
         self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
-                                      kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence)
+                                      kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence,
+                                      state=state)
         self.controller = GangController(self.cache, self.writer, config)
         self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event,
                                   transform=self.cache.retain_pod, stream=True)
@@ -110,6 +113,8 @@ class Reconciler:
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
+        self._conditions = threading.Thread(target=self.controller.conditions.run, args=(self._stop,),
+                                            name="conditions", daemon=True)
         self._busy: tuple[str, float] | None = None
 
     # --- feeding the queue -----------------------------------------------------------
@@ -269,10 +274,13 @@ class Reconciler:
         for informer in (self.nodes, self.jobs, self.groups, *self.workloads, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
+        backoffs = self.controller.load_state()
         decided = self.controller.warm_queue()
-        log.info("caches synced; %d waiting gang(s) decided in queue order; reconciling", decided)
+        log.info("caches synced; %d recorded backoff(s) read; %d waiting gang(s) decided in queue order; reconciling",
+                 backoffs, decided)
         self.synced.set()
         self._worker.start()
+        self._conditions.start()
 
     def export_metrics(self) -> None:
         """Report every informer's failing time as ``troupe_informer_failing_seconds``."""
@@ -396,6 +404,7 @@ def run(
     metrics_bind: str | None,
     election: LeaderElection | None = None,
     webhook_certificates: certificates.Settings | None = None,
+    state: tuple[str, str] | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code.
 
@@ -407,7 +416,8 @@ def run(
     to expire. The user agent of its requests names this replica
     (``troupe-reconciler (<host>_<id>)``), as the API server's audit log shows it. With
     ``webhook_certificates``, the acting replica also keeps the webhook's certificates
-    (``reconciler/certificates.py``).
+    (``reconciler/certificates.py``). ``state``: the ConfigMap of the reconciler's own
+    state (rollback backoffs), so that a failover or restart continues where it stopped.
     """
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     agent = f"troupe-reconciler ({identity})"
@@ -461,7 +471,7 @@ def run(
         fence = elector
     writer_api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + 2, user_agent=agent,
                                  fence=fence.check if elector is not None else None)
-    reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence)
+    reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence, state=state)
 
     def _signal(signum: int, _frame: object) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)

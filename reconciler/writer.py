@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import abc
 import copy
+import hashlib
 import itertools
+import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -109,6 +111,12 @@ class PodRef:
 
 #: Writes retried on conflict, each after a fresh read.
 CONFLICT_RETRIES = 3
+
+
+def state_key(gang: str) -> str:
+    """The state ConfigMap's data key of a gang (``gang-`` and a hash: a gang key's ``/`` and
+    ``:`` may not be in a ConfigMap key)."""
+    return "gang-" + hashlib.blake2b(gang.encode(), digest_size=10).hexdigest()
 
 
 def _troupe_gates(pod: Mapping[str, Any]) -> list[str]:
@@ -199,6 +207,39 @@ class PodWriter(abc.ABC):
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
         effort, never raises."""
+
+    @abc.abstractmethod
+    def _read_state(self) -> dict[str, str]:
+        """The data of the reconciler's state ConfigMap (``{}`` when it does not exist).
+        Raises :class:`WriteError` when it cannot be read."""
+
+    @abc.abstractmethod
+    def _write_state(self, changes: Mapping[str, str | None]) -> None:
+        """Merge ``changes`` into the state ConfigMap's data (None removes a key), creating
+        it when absent. Raises :class:`WriteError`."""
+
+    # --- the reconciler's own state -------------------------------------------------------
+    def load_backoffs(self) -> dict[str, tuple[int, float]]:
+        """The rollback backoffs a reconciler recorded (:meth:`save_backoff`): gang key ->
+        ``(consecutive timeouts, not before (seconds since the epoch))``. Unreadable entries
+        are skipped. Raises :class:`WriteError` when the state cannot be read."""
+        out = {}
+        for raw in self._read_state().values():
+            try:
+                entry = json.loads(raw)
+                out[str(entry["gang"])] = (int(entry["timeouts"]), float(entry["notBefore"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def save_backoff(self, gang: str, timeouts: int, not_before: float) -> None:
+        """Record gang ``gang``'s rollback backoff (``timeouts`` 0: forget it), so that a new
+        leader keeps the same deadline. Raises :class:`WriteError`."""
+        self.fence.check()
+        key = state_key(gang)
+        value = None if timeouts <= 0 else json.dumps(
+            {"gang": gang, "timeouts": timeouts, "notBefore": round(not_before, 3)}, separators=(",", ":"))
+        self._write_state({key: value})
 
     # --- SharedDeviceGroups ----------------------------------------------------------------
     def set_group_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
@@ -336,6 +377,7 @@ class FakeWriter(PodWriter):
     protected: set[str] = field(default_factory=set)
     fail: dict[str, WriteError] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    state: dict[str, str] = field(default_factory=dict)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -474,3 +516,15 @@ class FakeWriter(PodWriter):
             return  # not the leader: an Event is a write too
         with self._lock:
             self.events.append(RecordedEvent(ref, kind, reason, message))
+
+    def _read_state(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self.state)
+
+    def _write_state(self, changes: Mapping[str, str | None]) -> None:
+        with self._lock:
+            for k, v in changes.items():
+                if v is None:
+                    self.state.pop(k, None)
+                else:
+                    self.state[k] = v

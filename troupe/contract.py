@@ -89,6 +89,13 @@ PLAN = RESERVED_PREFIX + "plan"
 #: released once they are gone (docs/decisions/020-preemption-in-the-decision.md).
 NOMINATION = RESERVED_PREFIX + "nomination"
 
+# --- Pod condition written by the reconciler ---------------------------------------------
+#: The condition type on every gated member of a waiting gang, through ``pods/status``:
+#: status ``False`` with the reason it waits (``WaitingForMembers``, ``Queued``, ``Held``,
+#: ``BackingOff``, ``Unschedulable``, ``Preempting``...) and a message with numbers; ``True``,
+#: reason ``Released``, once it is released. Where ``kubectl describe pod`` shows it.
+GANG_CONDITION = "troupe.io/Gang"
+
 # --- Labels read --------------------------------------------------------------------------
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

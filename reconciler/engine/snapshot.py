@@ -59,6 +59,7 @@ from reconciler.engine.topology import TopologyLevels, TopologyTree
 from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
+    GANG_CONDITION,
     HOSTNAME_LABEL,
     NOMINATION,
     PLAN,
@@ -233,7 +234,8 @@ class PodInfo:
     ``device_group``: the SharedDeviceGroup it joins (``deviceshare.io/group``, ``""``);
     ``devices``: the IDs the reconciler gave it (``deviceshare.io/selected-devices``), None
     when it has none (or an unreadable value). ``grace_seconds``: its
-    ``terminationGracePeriodSeconds`` (30 when unset, the API default).
+    ``terminationGracePeriodSeconds`` (30 when unset, the API default). ``condition``:
+    its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one.
     """
 
     namespace: str
@@ -260,6 +262,7 @@ class PodInfo:
     device_group: str = ""
     devices: Devices | None = None
     grace_seconds: int = 30
+    condition: tuple[str, str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -330,6 +333,7 @@ class PodInfo:
             "device_group": annotations.get(DEVICE_GROUP, ""),
             "devices": _selected(annotations),
             "grace_seconds": _grace(spec),
+            "condition": _gang_condition(status),
         })
 
 
@@ -343,6 +347,16 @@ def _selected(annotations: Mapping[str, str]) -> Devices | None:
         return parse_selected(raw)
     except ValueError:
         return None
+
+
+def _gang_condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == GANG_CONDITION:
+            return (str(c.get("status") or ""), str(c.get("reason") or ""), str(c.get("message") or ""))
+    return None
 
 
 def _grace(spec: Mapping[str, Any]) -> int:

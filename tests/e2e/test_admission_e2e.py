@@ -84,8 +84,8 @@ def test_a_device_group_pod_gets_its_env_var_from_the_downward_api_and_stays_gat
     shared = [t for t in pod.spec.tolerations if t.key == contract.DEVICE_SHARED_TAINT_KEY]
     assert [(t.operator, t.value, t.effect) for t in shared] == [
         ("Equal", contract.DEVICE_SHARED_TAINT_VALUE, contract.DEVICE_SHARED_TAINT_EFFECT)], "tolerates shared nodes"
-    wait_for("the reconciler's SharedDeviceGroupPending event", lambda: [
-        e for e in admin_core.list_namespaced_event(namespace).items if e.reason == "SharedDeviceGroupPending"])
+    wait_for("the reconciler's SharedDeviceGroupUnavailable event (no such group)", lambda: [
+        e for e in admin_core.list_namespaced_event(namespace).items if e.reason == "SharedDeviceGroupUnavailable"])
     pod = admin_core.read_namespaced_pod("shared", namespace)
     assert [g.name for g in pod.spec.scheduling_gates] == [contract.GATE], "not released without its device IDs"
     assert pod.spec.node_name is None

@@ -1,0 +1,83 @@
+"""The ``troupe.io/Gang`` pod condition: a gang's decision, where users look for it.
+
+``kubectl describe pod`` and ``kubectl get pod -o yaml`` show a pod's conditions; so every
+gated member of a waiting gang carries the reason its gang waits, with numbers, and a
+released member says so (DESIGN.md; the "why is my gang waiting" issue). Pure: a
+:class:`~reconciler.engine.decision.Decision` in, the conditions each member should have
+out; the reconciler writes those that differ from what the pods carry (through
+``pods/status``), and sends an Event only when a member's condition changes, so a new
+leader, which reads the conditions back, sends no duplicate.
+
+===================================  ===========  =====================================
+rule                                 status       reason
+===================================  ===========  =====================================
+``MembersMissing``, ``Settling``     False        ``WaitingForMembers``
+``WorkloadUnknown``                  False        ``WaitingForWorkload``
+``Queued``                           False        ``Queued``
+``MembersDisagree``, ``DeviceGroup`` False        ``Held``
+``BackingOff``                       False        ``BackingOff``
+``Unplaced``                         False        ``Unschedulable``
+``Preempting``, ``AwaitingVictims``,  False        ``Preempting``
+``EvictionRefused``
+``Placed``, ``ReleaseInProgress``     True         ``Released`` (the members released now)
+===================================  ===========  =====================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from reconciler.engine.decision import Decision, MemberRelease
+from reconciler.engine.gang import Gang
+
+#: The condition's reason for each rule that leaves gated members waiting.
+WAITING: Mapping[str, str] = {
+    "MembersMissing": "WaitingForMembers", "Settling": "WaitingForMembers", "WorkloadUnknown": "WaitingForWorkload",
+    "Queued": "Queued", "MembersDisagree": "Held", "DeviceGroup": "Held", "BackingOff": "BackingOff",
+    "Unplaced": "Unschedulable", "Preempting": "Preempting", "AwaitingVictims": "Preempting",
+    "EvictionRefused": "Preempting",
+}
+RELEASED = "Released"
+
+
+@dataclass(frozen=True)
+class GangCondition:
+    """One member's ``troupe.io/Gang`` condition: ``status`` (``"True"`` once released),
+    ``reason`` and ``message``."""
+
+    status: str
+    reason: str
+    message: str
+
+    def as_tuple(self) -> tuple[str, str, str]:
+        """``(status, reason, message)``, as :attr:`PodInfo.condition` holds it."""
+        return (self.status, self.reason, self.message)
+
+
+#: Longest condition message written (the API takes 32 KiB; a describe stays readable).
+MAX_MESSAGE = 1024
+
+
+def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
+    """Pod key -> the condition it should carry after ``decision``: the gated members that
+    still wait get the rule's reason and the decision's reason as message; the members
+    released now get ``Released`` with their node and rank. Members the decision does not
+    speak of are left out (a released member keeps its ``Released``)."""
+    if decision.release:
+        return {m.pod: released(m, len(gang.members)) for m in decision.release}
+    reason = WAITING.get(decision.rule)
+    if reason is None:
+        return {}
+    message = decision.reason[:MAX_MESSAGE]
+    return {p.key: GangCondition("False", reason, message) for p in gang.members if p.gated}
+
+
+def released(m: MemberRelease, size: int) -> GangCondition:
+    """The condition of member ``m`` once released, in a gang of ``size`` members."""
+    devices = f" with devices {_ids(m.devices)}" if m.devices else ""
+    return GangCondition("True", RELEASED, f"released onto node {m.node} as rank {m.rank} of {size}{devices}")
+
+
+def _ids(devices: Mapping[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"{r} {','.join(map(str, ids))}" for r, ids in sorted(devices.items()))
