@@ -286,7 +286,10 @@ class GangController:
         if not decision.release:  # a release's members get theirs as each is written
             by_key = {p.key: p for p in gang.members}
             for key, condition in gang_conditions(gang, decision).items():
-                self.conditions.want(PodRef.parse(key), by_key[key].uid, condition)
+                pod = by_key[key]
+                self.conditions.want(PodRef.parse(key), pod.uid, condition)
+                if decision.event is not None and decision.phase in (Phase.WAITING, Phase.BACKING_OFF):
+                    self._event_on_transition(gang, pod, decision.event, condition.reason, condition.message)
         phase, reason = decision.phase, decision.reason
         if phase in (Phase.PLACED, Phase.RELEASING):
             failed = self._release(gang, decision)
@@ -440,6 +443,21 @@ class GangController:
                 return
             sent[(pod.key, reason)] = message
         self.writer.emit_event(PodRef.parse(pod.key), pod.uid or None, kind, reason, message)
+
+    def _event_on_transition(self, gang: Gang, pod: PodInfo, event: tuple[str, str], reason: str, message: str) -> None:
+        """An Event when the member's condition moves to ``reason`` (not at every new count
+        of a waiting gang): judged by the condition the pod carries, so a new leader does not
+        repeat it, and by what this replica already sent."""
+        if pod.condition is not None and pod.condition[1] == reason:
+            return
+        kind, name = event
+        with self._lock:
+            memory = self._memory.setdefault(gang.key, _Memory())
+            sent = memory.events = memory.events or {}
+            if (pod.key, name) in sent:
+                return
+            sent[(pod.key, name)] = message
+        self.writer.emit_event(PodRef.parse(pod.key), pod.uid or None, kind, name, message)
 
     def _notify(self, gang: Gang, decision: Decision, keys: Sequence[str], message: str) -> None:
         if decision.event is None:

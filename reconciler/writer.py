@@ -453,9 +453,11 @@ class FakeWriter(PodWriter):
                 raise Gone(f"pod {ref}: not found")
             status = self.pods[ref].setdefault("status", {})
             for condition in patch["status"]["conditions"]:
+                old = next((c for c in status.get("conditions", []) if c.get("type") == condition["type"]), {})
                 others = [c for c in status.get("conditions", []) if c.get("type") != condition["type"]]
-                status["conditions"] = [*others, dict(condition)]
+                status["conditions"] = [*others, {**old, **condition}]  # merged by type, as the API server does
                 self.conditions.append((ref, dict(condition)))
+            self.pods[ref]["metadata"]["resourceVersion"] = str(next(self._rv))
 
     def _delete(self, ref: PodRef, uid: str) -> None:
         with self._lock:

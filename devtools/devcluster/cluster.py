@@ -357,6 +357,30 @@ class Cluster:
         if self._nodes_file is not None:
             self.apply_nodes(self._nodes_file)
 
+    def restart(self, component: str, down_seconds: float = 0.0, timeout: float = 60.0) -> None:
+        """Stop ``component`` (SIGTERM, then SIGKILL after 10 s), leave it down for
+        ``down_seconds``, and start it again with the same arguments and log; for
+        ``kube-apiserver``, wait until it is ready again. An outage, as a test makes it.
+        Raises ``KeyError`` for a component this cluster did not start, :class:`ClusterError`
+        when it does not come back within ``timeout`` seconds."""
+        old = next(s for s in self._started if s.record.name == component)
+        self._monitor.discard(old)
+        old.popen.terminate()
+        try:
+            old.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            old.popen.kill()
+            old.popen.wait()
+        old.log_handle.close()
+        self._started.remove(old)
+        time.sleep(down_seconds)
+        self._spawn(component, old.popen.args if isinstance(old.popen.args, list) else list(old.popen.args))
+        if component == "kube-apiserver":
+            assert self._pki is not None
+            context = ssl.create_default_context(cadata=self._pki.ca_pem.decode())
+            self._wait("kube-apiserver /readyz after a restart",
+                       lambda: _http_ok(f"{self.server}/readyz", context, self._pki.tokens["admin"]), timeout)
+
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
         started = spawn(
             name, argv, self.logs_dir / f"{name}.log", die_with_parent=not self._persistent

@@ -223,6 +223,11 @@ class Monitor:
         """Start watching."""
         self._thread.start()
 
+    def discard(self, started: Started) -> None:
+        """Stop watching ``started`` (a component stopped on purpose, to be started again)."""
+        if started in self._started:
+            self._started.remove(started)
+
     def add(self, started: Started) -> None:
         """Watch one more component."""
         self._started.append(started)

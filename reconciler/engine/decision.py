@@ -26,7 +26,8 @@ Each group of committed members that one decision released (they share
 A release whose clock runs out is rolled back, and only that release: members released
 later (replacements, retried writes) never roll back members that are already running
 from an earlier release, and a gang's first release is the whole gang. A release whose
-planned node no longer exists is rolled back at once. The phase itself comes from the
+planned node no longer exists, or was cordoned before its member was bound there (it
+never will be), is rolled back at once. The phase itself comes from the
 rules of :mod:`.lifecycle`, in their order.
 
 The jitter is drawn from ``[0, gangScheduleTimeoutJitterSeconds]`` (``seeds/001``) by a hash
@@ -177,6 +178,8 @@ def _release_clock(gang: Gang, r: _Release, snapshot: Snapshot, now: float) -> _
         node = pod.node_name or snapshot.committed_node(pod)
         if not pod.node_name and node and node not in snapshot.index:
             return _Clock(now, f"the planned node {node} of member {pod.name} no longer exists")
+        if not pod.node_name and node and snapshot.nodes[snapshot.index[node]].unschedulable:
+            return _Clock(now, f"the planned node {node} of member {pod.name} was cordoned before it was bound")
     if r.reserved:
         start = epoch(r.id)
         if start is None:

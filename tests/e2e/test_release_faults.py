@@ -7,6 +7,7 @@ reconciler's updates of one chosen member, as a policy engine or a quota would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.helpers import gang_annotations, pod_body, wait_for
+from tests.e2e.helpers import gang_annotations, indexed_job, job_pods, pod_body, wait_for
 from troupe import contract
 from troupe.config import Config
 
@@ -143,3 +144,81 @@ def test_the_simulator_decides_as_the_reconciler_on_the_clusters_snapshot(troupe
     assert simulated[f"{namespace}/big"][0] == "Unschedulable"
     assert simulated[f"{namespace}/odd"][0] == "Held"
     assert reconciler_view()[f"{namespace}/ok"][0] == "Released", "a released gang is not the simulator's to decide"
+
+
+def test_a_member_held_gated_on_a_node_that_is_cordoned_is_rolled_back_and_placed_elsewhere(
+        troupe, cluster, admin_api, admin_core, namespace):
+    """A release cut short leaves index 1 gated with its node reserved (the API server refuses
+    the reconciler's first update of it); that node is cordoned: the release is rolled back at
+    once (never left gated forever), and the recreated gang runs elsewhere."""
+    core_as_reconciler = client.CoreV1Api(cluster.api_client("reconciler"))
+    reg = client.AdmissionregistrationV1Api(admin_api)
+    name = f"cordon-{namespace}"
+    reg.create_validating_admission_policy({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["UPDATE"], "resources": ["pods"]}]},
+                 "matchConditions": [{"name": "reconciler",
+                                      "expression": f"request.userInfo.username == '{RECONCILER}'"}],
+                 "validations": [{"expression": "!(has(object.metadata.labels) && "
+                                  "object.metadata.labels[?'batch.kubernetes.io/job-completion-index'].orValue('') == '1'"
+                                  " && has(oldObject.spec.schedulingGates) && size(oldObject.spec.schedulingGates) > 0)",
+                                  "message": "the release of index 1 is refused by policy (test)"}]},
+    })
+    reg.create_validating_admission_policy_binding({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+    })
+    probe = pod_body("probe", labels={"batch.kubernetes.io/job-completion-index": "1"})
+    probe["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    admin_core.create_namespaced_pod(namespace, probe)
+
+    def enforced() -> bool:
+        try:
+            core_as_reconciler.patch_namespaced_pod("probe", namespace, {"metadata": {"labels": {"t": str(time.time_ns())}}})
+        except ApiException as e:
+            return "refused by policy" in (e.body or "")
+        return False
+
+    wait_for("the policy to be enforced", lambda: enforced() or None, timeout=30)
+    job = indexed_job("cord", 2, gang_annotations("cord", 2, timeout=60), gpus=8)
+    job["spec"]["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    client.BatchV1Api(admin_api).create_namespaced_job(namespace, job)
+
+    def held() -> tuple[Any, str] | None:
+        pods = job_pods(admin_core, namespace, "cord")
+        first = next((p for p in pods if (p.metadata.annotations or {}).get(contract.PLAN)), None)
+        second = next((p for p in pods if p.metadata.labels.get("batch.kubernetes.io/job-completion-index") == "1"
+                       and p.spec.scheduling_gates), None)
+        if first is None or second is None:
+            return None
+        return second, json.loads(first.metadata.annotations[contract.PLAN])["nodes"][second.metadata.uid]
+
+    member, reserved = wait_for("index 1 gated on its reserved node", held, timeout=60)
+    admin_core.patch_node(reserved, {"spec": {"unschedulable": True}})
+    try:
+        def rolled_back() -> list[str]:
+            return [e.message for e in admin_core.list_namespaced_event(namespace).items
+                    if e.reason == "GangTimedOut" and f"the planned node {reserved} of member" in e.message
+                    and "was cordoned" in e.message]
+
+        wait_for("the release rolled back at once", rolled_back, timeout=30)
+        reg.delete_validating_admission_policy_binding(name)
+        reg.delete_validating_admission_policy(name)
+
+        def replaced() -> list[Any] | None:
+            pods = [p for p in job_pods(admin_core, namespace, "cord") if not p.metadata.deletion_timestamp]
+            fresh = [p for p in pods if p.metadata.uid != member.metadata.uid and p.spec.node_name]
+            return fresh if len(fresh) == 2 and member.metadata.uid not in {p.metadata.uid for p in pods} else None
+
+        pods = wait_for("the recreated gang running elsewhere", replaced, timeout=90)
+        assert reserved not in {p.spec.node_name for p in pods}, "never on the cordoned node"
+    finally:
+        admin_core.patch_node(reserved, {"spec": {"unschedulable": False}})
+        with contextlib.suppress(ApiException):
+            reg.delete_validating_admission_policy_binding(name)
+            reg.delete_validating_admission_policy(name)

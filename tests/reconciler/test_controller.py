@@ -421,6 +421,35 @@ def test_a_release_whose_planned_node_is_gone_is_rolled_back_at_once():
     assert outcome.reason.startswith("the planned node n4 of member train-3 no longer exists")
 
 
+def test_a_release_whose_planned_node_was_cordoned_is_rolled_back_at_once_and_placed_again_elsewhere():
+    h = Harness([*four_nodes(), *[make_node(f"n{i}").topology("b1", "s3", f"h{i}").gpus(4).build() for i in (5, 6)]],
+                gang_pods(2, gpus=4, owned=True))
+    h.writer.fail["train-1"] = WriteError("500")
+    h.reconcile()
+    h.sync()
+    cordoned_node = h.pod("train-0")["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
+    reserved = json.loads(h.pod("train-0")["metadata"]["annotations"][contract.PLAN])["nodes"]
+    [held] = [n for uid, n in reserved.items() if uid == h.pod("train-1")["metadata"]["uid"]]
+    node = make_node(held).topology("b1", "s1" if held in ("n1", "n2") else "s2", f"h{held[1]}").gpus(4).build()
+    node["spec"]["unschedulable"] = True
+    h.cache.node_event("MODIFIED", node)
+    h.writer.fail.clear()
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.ROLLED_BACK
+    assert outcome.reason.startswith(f"the planned node {held} of member train-1 was cordoned before it was bound")
+    assert sorted(r.name for r in h.writer.deleted) == ["train-0", "train-1"]
+    # The Job recreates them; after the backoff they go elsewhere, never onto the cordoned node.
+    h.sync()
+    for pod in gang_pods(2, gpus=4, owned=True):
+        pod["metadata"]["name"] += "-b"
+        pod["metadata"]["uid"] = pod["metadata"]["uid"] + "-b"
+        h.add(pod)
+    h.wall += 11
+    out = h.reconcile()
+    assert out.phase is Phase.PLACED
+    assert held not in {m.node for m in out.decision.release} and cordoned_node is not None
+
+
 # --- replacements ---------------------------------------------------------------------------
 def running(i, node, planned="2027-01-15T07:00:00.000+00:00"):
     return (make_pod(f"train-{i}").gang("train", 4).index(i).gpus(2).running_on(node)

@@ -1,0 +1,131 @@
+"""Nothing lives only in the leader's memory, and the reconciler rides out its API server.
+
+A cluster and Troupe of this module's own (a leader is killed, the API server restarted),
+two reconciler replicas electing a leader with a 4 s Lease.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from devtools.devcluster import Cluster
+from devtools.devcluster.stack import Stack
+from tests.e2e.helpers import gang_annotations, new_namespace, pod_body, wait_for
+from troupe import contract
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    config = tmp_path_factory.mktemp("failover") / "config.yaml"
+    config.write_text("gangScheduleTimeoutJitterSeconds: 0\n")
+    with Cluster(nodes=REPO / "examples" / "nodes.yaml") as cluster, Stack(cluster, config, lease_seconds=4) as stack:
+        stack.start_reconciler("troupe-reconciler-2")
+        yield stack
+
+
+@pytest.fixture
+def core(pair: Stack) -> client.CoreV1Api:
+    return client.CoreV1Api(pair.cluster.api_client("admin"))
+
+
+def held_job(name: str) -> dict[str, Any]:
+    """An Indexed Job of 2 whose pods carry another component's scheduling gate as well: Troupe
+    releases them, kube-scheduler never binds them, so every release times out (5 s) and is
+    rolled back, and the Job recreates the pods."""
+    pod = pod_body("unused", gang_annotations(name, 2, timeout=5), gpus=1)
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    pod["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
+                     "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                                     "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+                     "template": {"metadata": {"annotations": pod["metadata"]["annotations"]}, "spec": pod["spec"]}}}
+
+
+def leader(stack: Stack) -> Any:
+    """The replica holding the Lease (by its identity in the Lease)."""
+    lease = client.CoordinationV1Api(stack.cluster.api_client("admin")).read_namespaced_lease(
+        "troupe-reconciler", "troupe-system")
+    holder = lease.spec.holder_identity or ""
+    for started in stack._started:
+        if (started.record.name.startswith("troupe-reconciler") and started.popen.poll() is None
+                and holder and holder.split("_")[-1] in Path(started.record.log).read_text()):
+            return started
+    raise AssertionError(f"no running replica holds the Lease ({holder!r})")
+
+
+def epoch(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp).timestamp()
+
+
+def test_a_new_leader_keeps_a_backing_off_gangs_deadline_and_repeats_no_event(pair, core):
+    namespace = new_namespace(core, "fo")
+    client.BatchV1Api(pair.cluster.api_client("admin")).create_namespaced_job(namespace, held_job("stuck"))
+
+    def backing_off() -> list[Any]:
+        pods = [p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp]
+        conditions = [next((c for c in p.status.conditions or [] if c.type == contract.GANG_CONDITION), None)
+                      for p in pods]
+        return pods if len(pods) == 2 and all(c is not None and c.reason == "BackingOff" for c in conditions) else []
+
+    pods = wait_for("the recreated members backing off", backing_off, timeout=90)
+    state = core.read_namespaced_config_map("troupe-reconciler-state", "troupe-system").data or {}
+    [entry] = [json.loads(v) for v in state.values() if json.loads(v)["gang"] == f"{namespace}/stuck"]
+    not_before = entry["notBefore"]
+    assert not_before > time.time(), "killed while the backoff runs"
+    os.kill(leader(pair).record.pid, signal.SIGKILL)
+
+    def released() -> list[Any]:
+        fresh = [p for p in core.list_namespaced_pod(namespace).items if p.metadata.uid in {q.metadata.uid for q in pods}]
+        return [p for p in fresh if (p.metadata.annotations or {}).get(contract.PLANNED_AT)]
+
+    again = wait_for("the members released again by the new leader", released, timeout=60)
+    planned = min(epoch(p.metadata.annotations[contract.PLANNED_AT]) for p in again)
+    print(f"backoff until {not_before:.3f}, released again at {planned:.3f} ({planned - not_before:+.3f}s)")
+    assert planned >= not_before - 1.0, "the new leader kept the old leader's deadline"
+    assert planned - not_before < 10.0
+    events = [e for e in core.list_namespaced_event(namespace).items if e.reason == "GangBackingOff"]
+    per_pod: dict[str, int] = {}
+    for e in events:
+        per_pod[e.involved_object.name] = per_pod.get(e.involved_object.name, 0) + (e.count or 1)
+    assert all(per_pod.get(p.metadata.name, 0) == 1 for p in pods), f"one GangBackingOff per member: {per_pod}"
+    client.BatchV1Api(pair.cluster.api_client("admin")).delete_namespaced_job(
+        "stuck", namespace, propagation_policy="Background")
+
+
+def test_gangs_waiting_while_the_api_server_is_down_are_released_after_it_returns(pair, core):
+    namespace = new_namespace(core, "api")
+    # Every GPU taken by one blocker per node: the gang waits for room.
+    blockers = [f"blocker-{i}" for i in range(16)]
+    for name in blockers:
+        core.create_namespaced_pod(namespace, pod_body(name, gpus=8))
+    wait_for("the blockers running", lambda: sum(1 for p in core.list_namespaced_pod(namespace).items
+                                                 if p.status.phase == "Running") == 16, timeout=90)
+    for i in range(2):
+        core.create_namespaced_pod(namespace, pod_body(f"w-{i}", gang_annotations("after", 2), gpus=8))
+    wait_for("the gang Unschedulable", lambda: any(
+        e.reason == "GangUnschedulable" for e in core.list_namespaced_event(namespace).items), timeout=30)
+    pair.cluster.restart("kube-apiserver", down_seconds=10)
+    core = client.CoreV1Api(pair.cluster.api_client("admin"))
+    # A replica that could not renew the Lease through the outage exits (its pod restarts as
+    # a follower): restart those, as a Deployment's kubelet would.
+    for started in list(pair._started):
+        if started.record.name.startswith("troupe-reconciler") and started.popen.poll() is not None:
+            pair.start_reconciler(f"{started.record.name}-restarted")
+    for name in blockers[:2]:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    bound = wait_for("the gang bound after the API server returned", lambda: all(
+        core.read_namespaced_pod(f"w-{i}", namespace).spec.node_name for i in range(2)), timeout=120)
+    assert bound

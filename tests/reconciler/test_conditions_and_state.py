@@ -1,0 +1,110 @@
+"""What users see on the pods, and what a new leader reads back from the cluster: the
+``troupe.io/Gang`` condition (written coalesced, late, only when it changes), Events not
+repeated after a failover, and the rollback backoff kept across a restart."""
+
+from __future__ import annotations
+
+from reconciler.engine.lifecycle import Phase
+from reconciler.writer import PodRef, state_key
+from tests.reconciler.test_controller import NO_JITTER, Harness, four_nodes, gang_pods
+from troupe import contract
+
+
+def gang_conditions(h: Harness, names):
+    out = {}
+    for name in names:
+        [c] = [c for c in h.pod(name).get("status", {}).get("conditions", []) if c["type"] == contract.GANG_CONDITION]
+        out[name] = (c["status"], c["reason"], c["message"])
+    return out
+
+
+def written(h: Harness) -> list[tuple[str, str]]:
+    return [(ref.name, c["reason"]) for ref, c in h.writer.conditions if c["type"] == contract.GANG_CONDITION]
+
+
+def test_every_gated_member_of_a_waiting_gang_shows_why_with_numbers():
+    h = Harness(four_nodes(), gang_pods(3, size=4))
+    assert h.reconcile().phase is Phase.WAITING
+    assert h.controller.conditions.flush(everything=True) == 3
+    h.sync()
+    assert gang_conditions(h, ["train-0", "train-1", "train-2"]) == {
+        f"train-{i}": ("False", "WaitingForMembers", "3 of 4 members present") for i in range(3)}
+
+
+def test_conditions_are_coalesced_so_a_forming_gang_costs_one_write_per_member():
+    pods = gang_pods(8, size=8)
+    h = Harness(four_nodes(), pods[:1])
+    for pod in pods[1:7]:  # members arrive one by one, each decided: the count changes every time
+        h.reconcile()
+        h.add(pod)
+    h.reconcile()
+    h.controller.conditions.flush(everything=True)
+    assert sorted(written(h)) == sorted((f"train-{i}", "WaitingForMembers") for i in range(7))
+    h.sync()
+    assert gang_conditions(h, ["train-0"])["train-0"][2] == "7 of 8 members present"
+
+
+def test_a_released_member_says_where_it_went_and_a_gang_released_at_once_writes_no_condition():
+    h = Harness(four_nodes(), gang_pods(2))
+    h.reconcile()
+    h.controller.conditions.flush(everything=True)
+    assert written(h) == [], "never shown waiting: nothing to correct"
+    h2 = Harness(four_nodes(), gang_pods(1, size=2))
+    h2.reconcile()
+    h2.controller.conditions.flush(everything=True)
+    h2.sync()
+    h2.add(gang_pods(2)[1])
+    assert h2.reconcile().phase is Phase.PLACED
+    h2.controller.conditions.flush(everything=True)
+    h2.sync()
+    status, reason, message = gang_conditions(h2, ["train-0"])["train-0"]
+    assert (status, reason) == ("True", "Released")
+    assert message.startswith("released onto node n") and message.endswith("as rank 0 of 2")
+
+
+def test_a_new_leader_sends_no_event_the_pods_condition_already_tells():
+    h = Harness(four_nodes(), gang_pods(4, gpus=8))  # 8 GPUs on 4-GPU nodes: never fits
+    assert h.reconcile().phase is Phase.UNSCHEDULABLE
+    h.controller.conditions.flush(everything=True)
+    h.sync()
+    sent = len(h.writer.events)
+    assert sent == 4
+    h.controller = h.new_controller()  # a failover: nothing in memory
+    assert h.reconcile().phase is Phase.UNSCHEDULABLE
+    assert len(h.writer.events) == sent, "no duplicate Events"
+
+
+def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
+    h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
+    h.reconcile()
+    h.sync()
+    h.bind("train-0")
+    h.wall += 30
+    assert h.reconcile().phase is Phase.ROLLED_BACK
+    assert state_key("team-a/train") in h.writer.state, "recorded before the members were deleted"
+    h.sync()
+    for pod in gang_pods(2, owned=True):
+        pod["metadata"]["name"] += "-retry"
+        pod["metadata"]["uid"] += "-retry"
+        h.add(pod)
+    h.wall += 4
+    h.controller = h.new_controller()
+    assert h.controller.load_state() == 1
+    waiting = h.reconcile()
+    assert (waiting.phase, waiting.reason) == (Phase.BACKING_OFF, "backing off after 1 timeout(s): 6s left")
+    h.wall += 6
+    assert h.reconcile().phase is Phase.PLACED
+    h.sync()
+    for name in ("train-0-retry", "train-1-retry"):
+        h.bind(name)
+    assert h.reconcile().phase is Phase.RELEASED
+    assert h.writer.state == {}, "the gang runs whole: its backoff is forgotten"
+
+
+def test_a_condition_is_not_written_for_a_pod_that_is_gone():
+    h = Harness(four_nodes(), gang_pods(3, size=4))
+    h.reconcile()
+    h.writer.pods.pop(PodRef("team-a", "train-2"))
+    h.sync()
+    h.controller.conditions.flush(everything=True)
+    assert sorted(written(h)) == [("train-0", "WaitingForMembers"), ("train-1", "WaitingForMembers")]
