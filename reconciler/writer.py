@@ -453,7 +453,7 @@ class FakeWriter(PodWriter):
                 raise Gone(f"pod {ref}: not found")
             status = self.pods[ref].setdefault("status", {})
             for condition in patch["status"]["conditions"]:
-                old = next((c for c in status.get("conditions", []) if c.get("type") == condition["type"]), {})
+                old: dict[str, Any] = next((c for c in status.get("conditions", []) if c.get("type") == condition["type"]), {})
                 others = [c for c in status.get("conditions", []) if c.get("type") != condition["type"]]
                 status["conditions"] = [*others, {**old, **condition}]  # merged by type, as the API server does
                 self.conditions.append((ref, dict(condition)))
