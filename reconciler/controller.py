@@ -103,6 +103,8 @@ class _Memory:
     not_before: float = 0.0
     events: dict[tuple[str, str], str] | None = None
     priority: int = 0
+    #: Releases rolled back whose owned members must still all be deleted (planned-at).
+    rolled_back: tuple[str, ...] = ()
     #: The gang waits for room (Unschedulable, a preemptor awaiting its victims, queued
     #: behind a gang that does): only then can another pod's or a node's change help it.
     #: ``filters``: its gated members' node filters, to tell which nodes could.
@@ -199,7 +201,7 @@ class GangController:
             memory = self._memory.get(key)
         if memory is None or not memory.timeouts:
             return gang
-        return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before)
+        return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back)
 
     def reconcile(self, key: str) -> Outcome | None:
         """Reconcile gang ``key``; returns the outcome, or None when the gang is gone."""
@@ -250,18 +252,18 @@ class GangController:
             return 0
         now = self.wall_clock()
         with self._lock:
-            for key, (timeouts, not_before) in found.items():
-                if not_before < now - 3600:
+            for key, (timeouts, not_before, releases) in found.items():
+                if not_before < now - 3600 and not releases:
                     continue
                 memory = self._memory.setdefault(key, _Memory())
-                memory.timeouts, memory.not_before = timeouts, not_before
-        for key, (_, not_before) in found.items():
-            if not_before < now - 3600:
+                memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
+        for key, (_, not_before, releases) in found.items():
+            if not_before < now - 3600 and not releases:
                 try:
                     self.writer.save_backoff(key, 0, 0.0)
                 except WriteError:
                     break
-        return sum(1 for _, nb in found.values() if nb >= now - 3600)
+        return sum(1 for _, nb, rel in found.values() if nb >= now - 3600 or rel)
 
     def warm_queue(self) -> int:
         """Decide every waiting gang once, in queue order, without acting: what a reconciler
@@ -308,7 +310,7 @@ class GangController:
             self._notify(gang, decision, decision.notify, reason)
         if phase is Phase.RELEASED and memory.timeouts and decision.observation.bound == decision.observation.active == (
                 decision.observation.size or 0):
-            memory.timeouts, memory.not_before = 0, 0.0  # the gang runs whole: its next timeout starts afresh
+            memory.timeouts, memory.not_before, memory.rolled_back = 0, 0.0, ()  # the gang runs whole: afresh
             try:
                 self.writer.save_backoff(gang.key, 0, 0.0)
             except WriteError as e:
@@ -549,13 +551,17 @@ class GangController:
         leader keeps it even if this one dies mid-rollback."""
         by_key = {p.key: p for p in gang.members}
         why, at = decision.reason, rfc3339(now)
-        timeouts = memory.timeouts + 1
+        again = set(decision.rolled_back) <= set(memory.rolled_back)  # finishing a rollback cut short
+        timeouts = memory.timeouts if again else memory.timeouts + 1
         backoff = float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (timeouts - 1), TIMEOUT_BACKOFF_MAX_SECONDS))
-        if decision.rollback:
+        not_before = memory.not_before if again else now + backoff
+        present = {p.planned_at or p.released_at for p in gang.members}
+        releases = tuple(sorted({*decision.rolled_back, *(r for r in memory.rolled_back if r in present)}))
+        if decision.rollback and not again:
             try:
-                self.writer.save_backoff(gang.key, timeouts, now + backoff)
+                self.writer.save_backoff(gang.key, timeouts, not_before, releases)
             except WriteError as e:
-                log.warning("gang %s: backoff not recorded (a new leader would not know it): %s", gang.key, e)
+                log.warning("gang %s: rollback not recorded (a new leader would not know it): %s", gang.key, e)
 
         def delete(key: str) -> int:
             pod = by_key[key]
@@ -582,10 +588,11 @@ class GangController:
         detail = f"deleted {deleted} member(s)"
         if decision.kept:
             detail += f"; ownerless, kept: {', '.join(sorted(PodRef.parse(k).name for k in decision.kept))}"
+        if decision.rollback:
+            with self._lock:
+                memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
         if not deleted:
             return Outcome(Phase.ROLLED_BACK, f"{why}; {detail}", None, retry=bool(decision.rollback), decision=decision)
-        with self._lock:
-            memory.timeouts, memory.not_before = timeouts, now + backoff
         return Outcome(Phase.ROLLED_BACK, f"{why}; {detail}; next release in {backoff:.0f}s at the earliest",
                        backoff, decision=decision)
 

@@ -219,26 +219,30 @@ class PodWriter(abc.ABC):
         it when absent. Raises :class:`WriteError`."""
 
     # --- the reconciler's own state -------------------------------------------------------
-    def load_backoffs(self) -> dict[str, tuple[int, float]]:
-        """The rollback backoffs a reconciler recorded (:meth:`save_backoff`): gang key ->
-        ``(consecutive timeouts, not before (seconds since the epoch))``. Unreadable entries
-        are skipped. Raises :class:`WriteError` when the state cannot be read."""
+    def load_backoffs(self) -> dict[str, tuple[int, float, tuple[str, ...]]]:
+        """The rollbacks a reconciler recorded (:meth:`save_backoff`): gang key ->
+        ``(consecutive timeouts, not before (seconds since the epoch), releases rolled back)``.
+        Unreadable entries are skipped. Raises :class:`WriteError` when the state cannot be read."""
         out = {}
         for raw in self._read_state().values():
             try:
                 entry = json.loads(raw)
-                out[str(entry["gang"])] = (int(entry["timeouts"]), float(entry["notBefore"]))
-            except (ValueError, KeyError, TypeError):
+                releases = tuple(str(r) for r in entry.get("releases", []))
+                out[str(entry["gang"])] = (int(entry["timeouts"]), float(entry["notBefore"]), releases)
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
         return out
 
-    def save_backoff(self, gang: str, timeouts: int, not_before: float) -> None:
-        """Record gang ``gang``'s rollback backoff (``timeouts`` 0: forget it), so that a new
-        leader keeps the same deadline. Raises :class:`WriteError`."""
+    def save_backoff(self, gang: str, timeouts: int, not_before: float, releases: tuple[str, ...] = ()) -> None:
+        """Record gang ``gang``'s rollback backoff and the releases it rolled back (their
+        ``planned-at``, whose members must all go) (``timeouts`` 0: forget it), so that a new
+        leader keeps the same deadline and finishes a rollback cut short. Raises
+        :class:`WriteError`."""
         self.fence.check()
         key = state_key(gang)
         value = None if timeouts <= 0 else json.dumps(
-            {"gang": gang, "timeouts": timeouts, "notBefore": round(not_before, 3)}, separators=(",", ":"))
+            {"gang": gang, "timeouts": timeouts, "notBefore": round(not_before, 3), "releases": list(releases)},
+            separators=(",", ":"))
         self._write_state({key: value})
 
     # --- SharedDeviceGroups ----------------------------------------------------------------

@@ -7,7 +7,7 @@ Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``
     etcd-v3.6.16/bin/etcd
     etcd-v3.6.16/src/           wrapper module
     kwok-v0.8.0/bin/kwok
-    kwok-v0.8.0/stages.yaml     node-initialize, node-heartbeat-with-lease, pod-ready, pod-delete
+    kwok-v0.8.0/stages.yaml     node-initialize, node-heartbeat-with-lease, pod-ready, and kwok-pod-stages.yaml
     helm-v3.19.0/bin/helm       renders and lints charts/troupe (tests/chart, tests/e2e)
     jobset-v0.10.1/bin/jobset   the JobSet controller, with crds.yaml and webhooks.yaml from its
     lws-v0.7.0/bin/lws          module zip (and the same for LeaderWorkerSet; see workloads.py)
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -51,13 +52,22 @@ HELM_VERSION = "v3.19.0"
 KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 #: Stage files taken from the kwok module, in order. ``pod/fast/pod-complete.yaml`` is left
-#: out on purpose: it completes every Job-owned pod at once, so a gang never stays Running.
+#: out on purpose: it completes every Job-owned pod at once, so a gang never stays Running;
+#: ``pod/fast/pod-delete.yaml`` is replaced by :data:`KWOK_POD_STAGES` (pods with finalizers).
 KWOK_STAGE_FILES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "kustomize/stage/pod/fast/pod-ready.yaml",
-    "kustomize/stage/pod/fast/pod-delete.yaml",
 )
+#: The local cluster's own pod stages, appended to kwok's: terminate, then delete.
+KWOK_POD_STAGES = Path(__file__).resolve().parent / "kwok-pod-stages.yaml"
+
+
+def kwok_stages_version() -> str:
+    """The stamp of the stages file: kwok's version and a digest of our own stages, so that
+    a change to them builds the file again."""
+    digest = hashlib.sha256(KWOK_POD_STAGES.read_bytes()).hexdigest()[:12]
+    return f"{KWOK_VERSION}+{digest}"
 
 #: Rough cold-build durations on two cores, shown in progress lines.
 _ESTIMATES = {
@@ -165,7 +175,7 @@ def _versions(bins: Binaries) -> list[tuple[Path, str]]:
         (bins.kubectl, KUBERNETES_VERSION),
         (bins.etcd, ETCD_VERSION),
         (bins.kwok, KWOK_VERSION),
-        (bins.kwok_stages, KWOK_VERSION),
+        (bins.kwok_stages, kwok_stages_version()),
         (bins.helm, HELM_VERSION),
         *workloads.versions(bins),
     ]
@@ -480,7 +490,7 @@ def _build_kwok(builder: _Builder, bins: Binaries) -> None:
     if not _is_built(bins.kwok, KWOK_VERSION):
         with builder.step("kwok", KWOK_VERSION):
             _go_install(builder, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, "-s -w", bins.kwok)
-    if not _is_built(bins.kwok_stages, KWOK_VERSION):
+    if not _is_built(bins.kwok_stages, kwok_stages_version()):
         mod = _module_dir(builder, "kwok", f"sigs.k8s.io/kwok@{KWOK_VERSION}", base)
         docs = []
         for rel in KWOK_STAGE_FILES:
@@ -490,9 +500,10 @@ def _build_kwok(builder: _Builder, bins: Binaries) -> None:
                     f"kwok {KWOK_VERSION} module has no stage file {rel} (looked in {mod})"
                 )
             docs.append(path.read_text().strip() + "\n")
+        docs.append(KWOK_POD_STAGES.read_text().strip() + "\n")
         tmp = bins.kwok_stages.with_name(f".stages.tmp-{os.getpid()}")
         tmp.write_text("---\n".join(docs))
-        _mark_built(tmp, bins.kwok_stages, KWOK_VERSION)
+        _mark_built(tmp, bins.kwok_stages, kwok_stages_version())
 
 
 def helm_ldflags(helm_go_mod: str, version: str = HELM_VERSION) -> str:

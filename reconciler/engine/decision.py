@@ -93,7 +93,9 @@ class Decision:
     as disrupted and delete (their controller recreates them); ``kept``: members of the
     same rolled-back release that no controller owns, never deleted (they get an Event);
     ``clear_plan``: members whose plan record must be removed (the record of a rolled-back
-    release that survives on an ownerless member). ``notify``: the members the rule's
+    release that survives on an ownerless member). ``rolled_back``: the releases (their
+    ``planned-at``) rolled back, which the caller must remember until their members are
+    gone (:attr:`Gang.rolled_back`), so that a rollback cut short is finished. ``notify``: the members the rule's
     ``event`` (``(type, reason)``) is about. ``recheck_at`` (seconds since the epoch): when
     the decision changes with nothing else happening (a deadline, the end of a settle
     period or of a backoff); None: only when something changes. ``code`` is the placement
@@ -128,6 +130,7 @@ class Decision:
     victims: tuple[str, ...] = ()
     devices: Mapping[str, Devices] = field(default_factory=dict)
     bindings: tuple[Holding, ...] = ()
+    rolled_back: tuple[str, ...] = ()
     nomination: Nomination | None = None
     nominee: str = ""
     preemption: PreemptionPlan | None = None
@@ -221,6 +224,10 @@ def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = N
         if pod.gated:
             r.reserved.append(pod)
     clocks = {rid: c for rid, r in sorted(releases.items()) if (c := _release_clock(gang, r, snapshot, now))}
+    for rid in gang.rolled_back:  # a rollback cut short (a refused delete): finish it
+        left = [p for p in releases[rid].members if p.owner is not None] if rid in releases else []
+        if left:
+            clocks[rid] = _Clock(now, f"the release of {rid} was rolled back; {len(left)} member(s) of it still to delete")
     expired = [rid for rid, c in clocks.items() if c.deadline <= now]
     pending = [c.deadline for c in clocks.values() if c.deadline > now]
 
@@ -253,7 +260,8 @@ def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = N
         holders = [p for p in gang.members if p.plan is not None and p.plan.planned_at in expired and p.owner is None]
         return made(rule, rollback=tuple(p.key for p in members if p.owner is not None),
                     kept=tuple(p.key for p in members if p.owner is None),
-                    clear_plan=tuple(p.key for p in holders), notify=tuple(p.key for p in members))
+                    clear_plan=tuple(p.key for p in holders), notify=tuple(p.key for p in members),
+                    rolled_back=tuple(expired))
     if rule is lifecycle.RELEASE_IN_PROGRESS:
         ranks = {p.key: i for i, p in enumerate(gang.members)}
         holdings = snapshot.devices.holdings

@@ -60,7 +60,9 @@ class Gang:
     ``device_groups``: the SharedDeviceGroups its members join. ``priority``: the highest
     ``spec.priority`` of its members. ``created``: the earliest creation timestamp
     (RFC 3339). ``not_before`` (seconds since the epoch) and ``timeouts``: the backoff
-    after consecutive rollbacks, which only the caller knows (0 and 0 for the simulator).
+    after consecutive rollbacks, and ``rolled_back``: the releases (their ``planned-at``)
+    rolled back whose owned members must still be deleted: what the caller knows (the
+    reconciler keeps it in the cluster; 0, 0 and none for the simulator).
     ``workload_missing``: for a gang sized by its workload, why that workload object is
     not known (the gang waits), else ``""``.
     """
@@ -81,6 +83,7 @@ class Gang:
     created: str = ""
     not_before: float = 0.0
     timeouts: int = 0
+    rolled_back: tuple[str, ...] = ()
     workload_missing: str = ""
 
 

@@ -34,6 +34,7 @@ from reconciler.engine import selection
 from reconciler.engine.filters import NodeFilter, reason_order
 from reconciler.engine.snapshot import PodInfo, Snapshot
 from reconciler.engine.topology import sequence_cost
+from troupe.contract import HOSTNAME_LABEL
 
 #: :func:`selection.exact` is used when its estimated work over all candidate domains is
 #: at most this (about 20 ms); :func:`selection.greedy` otherwise.
@@ -76,9 +77,13 @@ class DomainRef:
     path: tuple[str, ...]
 
     def __str__(self) -> str:
+        """``cluster``, ``node n4`` (one node), or ``<level>=<path>`` with ``-`` for a level
+        the nodes have no label of: ``cloud.google.com/gce-topology-subblock=b0/b0-s1``."""
         if not self.level:
             return "cluster"
-        return f"{self.level}={'/'.join(self.path)}"
+        if self.level == HOSTNAME_LABEL:
+            return f"node {self.path[-1]}"
+        return f"{self.level}={'/'.join('-' if v.startswith('<') else v for v in self.path)}"
 
 
 @dataclass(frozen=True)

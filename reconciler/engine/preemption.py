@@ -1169,6 +1169,19 @@ def _planner(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequenc
     return _Planner(snapshot, members, pool, mode, required_level, preferred_level, near, model, depth)
 
 
+def _amount(resource: str, units: int) -> str:
+    """``units`` of ``resource`` as a person reads them: millicores as ``400m cpu``, bytes as
+    ``2Gi memory``, anything else as a count (``4 nvidia.com/gpu``)."""
+    if resource == "cpu":
+        return f"{units // 1000} cpu" if units % 1000 == 0 else f"{units}m cpu"
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        for suffix, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+            if units >= size and units % size == 0:
+                return f"{units // size}{suffix} {resource}"
+        return f"{units} bytes of {resource}"
+    return f"{units} {resource}"
+
+
 def _plan(planner: _Planner, pods: Sequence[_Pod], placement: PlacementResult, method: str) -> PreemptionPlan:
     snapshot = planner.snapshot
     gang_keys = sorted({planner.gangs[p.gang].key for p in pods})
@@ -1180,9 +1193,9 @@ def _plan(planner: _Planner, pods: Sequence[_Pod], placement: PlacementResult, m
     if not pods:
         reason = f"fits without evicting anything: placed {members} in {where}"
     else:
-        reason = (f"evict {_plural(len(gang_keys), 'gang')} ({_plural(len(pods), 'pod')}, priority <= {top}) "
-                  f"to place {members} in {where}")
-        extra = [f"{v} {r}" for r, v in over if v]
+        reason = (f"evict {_plural(len(gang_keys), 'gang')} ({_plural(len(pods), 'pod')}, priority <= {top}: "
+                  f"{', '.join(gang_keys)}) to place {members} in {where}")
+        extra = [_amount(r, v) for r, v in over if v]
         if extra:
             reason += f", freeing {', '.join(extra)} beyond the need"
     return PreemptionPlan(

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,17 +345,21 @@ JSON_PATCH = "application/json-patch+json"
 
 
 @pytest.fixture
-def gated_pod(installed: Installed, namespace: str) -> dict[str, Any]:
+def gated_pod(installed: Installed) -> Iterator[dict[str, Any]]:
     """A pod the admin created with Troupe's gate and another component's, a user
-    nodeSelector, a label and an annotation (no Troupe keys, so the webhook does not see it)."""
+    nodeSelector, a label and an annotation, in kube-system: a namespace no Troupe webhook of
+    this session looks at (excludedNamespaces), so that only the admission policy judges the
+    writes (the webhooks of other tests' reconcilers, of other identities, would refuse them)."""
+    name = f"member-{uuid.uuid4().hex[:6]}"
     body = {
-        "metadata": {"name": "member", "labels": {"app": "train"}, "annotations": {"team": "vision"}},
+        "metadata": {"name": name, "labels": {"app": "train"}, "annotations": {"team": "vision"}},
         "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
                  "schedulingGates": [{"name": "troupe.io/placement"}, {"name": "example.com/quota"}],
                  "nodeSelector": {"pool": "gpu"}},
     }
     core = client.CoreV1Api(admin_api(installed.cluster))
-    return dict(core.create_namespaced_pod(namespace, body).to_dict())
+    yield dict(core.create_namespaced_pod("kube-system", body).to_dict())
+    core.delete_namespaced_pod(name, "kube-system", grace_period_seconds=0)
 
 
 RELEASE_PATCH = [
@@ -381,31 +386,33 @@ RELEASE_PATCH = [
      "may only add kubernetes.io/hostname"),
 ])
 def test_the_admission_policy_lets_the_reconciler_release_and_refuses_anything_else(
-    installed: Installed, gated_pod: dict[str, Any], namespace: str, what: str, patch: list[dict[str, Any]],
+    installed: Installed, gated_pod: dict[str, Any], what: str, patch: list[dict[str, Any]],
     refused_with: str | None,
 ) -> None:
     as_reconciler = reconciler_core(installed)
+    namespace, member = gated_pod["metadata"]["namespace"], gated_pod["metadata"]["name"]
 
     try:
-        as_reconciler.patch_namespaced_pod("member", namespace, patch, _content_type=JSON_PATCH)
+        as_reconciler.patch_namespaced_pod(member, namespace, patch, _content_type=JSON_PATCH)
     except ApiException as e:
         assert refused_with is not None, f"{what}: refused: {e.body}"
         assert e.status in (403, 422) and refused_with in json.loads(e.body)["message"], e.body
         return
     assert refused_with is None, f"{what}: was allowed"
-    pod = client.CoreV1Api(admin_api(installed.cluster)).read_namespaced_pod("member", namespace)
+    pod = client.CoreV1Api(admin_api(installed.cluster)).read_namespaced_pod(member, namespace)
     assert [g.name for g in pod.spec.scheduling_gates] == ["example.com/quota"]
 
 
 @pytest.mark.parametrize(("condition", "allowed"), [("troupe.io/Gang", True), ("DisruptionTarget", True),
                                                     ("Ready", False)])
 def test_the_reconciler_may_set_only_its_own_pod_conditions(
-    installed: Installed, gated_pod: dict[str, Any], namespace: str, condition: str, allowed: bool
+    installed: Installed, gated_pod: dict[str, Any], condition: str, allowed: bool
 ) -> None:
+    namespace, member = gated_pod["metadata"]["namespace"], gated_pod["metadata"]["name"]
     patch = {"status": {"conditions": [{"type": condition, "status": "True", "reason": "Test"}]}}
 
     try:
-        reconciler_core(installed).patch_namespaced_pod_status("member", namespace, patch,
+        reconciler_core(installed).patch_namespaced_pod_status(member, namespace, patch,
                                                                _content_type="application/strategic-merge-patch+json")
     except ApiException as e:
         assert not allowed and "may change only its own pod conditions" in e.body, e.body
@@ -413,14 +420,14 @@ def test_the_reconciler_may_set_only_its_own_pod_conditions(
     assert allowed
 
 
-def test_the_admission_policy_leaves_other_identities_alone(installed: Installed, gated_pod: dict[str, Any],
-                                                              namespace: str) -> None:
+def test_the_admission_policy_leaves_other_identities_alone(installed: Installed, gated_pod: dict[str, Any]) -> None:
     core = client.CoreV1Api(admin_api(installed.cluster))
+    namespace, member = gated_pod["metadata"]["namespace"], gated_pod["metadata"]["name"]
 
-    core.patch_namespaced_pod("member", namespace, [{"op": "add", "path": "/metadata/labels/owned", "value": "yes"}],
+    core.patch_namespaced_pod(member, namespace, [{"op": "add", "path": "/metadata/labels/owned", "value": "yes"}],
                               _content_type=JSON_PATCH)
 
-    assert core.read_namespaced_pod("member", namespace).metadata.labels["owned"] == "yes"
+    assert core.read_namespaced_pod(member, namespace).metadata.labels["owned"] == "yes"
 
 
 # --- rotation under load --------------------------------------------------------------------

@@ -85,7 +85,8 @@ def gang_job(name: str, size: int, priority: str, annotations: dict[str, str] | 
             "completionMode": "Indexed", "completions": size, "parallelism": size, "backoffLimit": 0,
             "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
             "template": {
-                "metadata": {"annotations": {**gang_annotations(name, size), **(annotations or {})}},
+                "metadata": {"labels": {"gang": name},
+                             "annotations": {**gang_annotations(name, size), **(annotations or {})}},
                 "spec": {"restartPolicy": "Never", "priorityClassName": priority, "terminationGracePeriodSeconds": 0,
                          "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                                          "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "8"},
@@ -95,20 +96,34 @@ def gang_job(name: str, size: int, priority: str, annotations: dict[str, str] | 
     }
 
 
-def pods_of(core: client.CoreV1Api, ns: str, job: str) -> list[Any]:
-    return core.list_namespaced_pod(ns, label_selector=f"job-name={job}").items
+def gang_of_jobs(name: str, size: int, priority: str) -> list[dict[str, Any]]:
+    """One gang of ``size`` whole-node pods, each the one pod of a Job of its own: an evicted
+    member is recreated by its Job after the Job controller's first backoff (10 s), where an
+    Indexed Job that lost several pods backs off for minutes."""
+    jobs = []
+    for i in range(size):
+        job = gang_job(name, 1, priority)
+        job["metadata"]["name"] = f"{name}-{i}"
+        job["spec"]["template"]["metadata"]["annotations"] = gang_annotations(name, size)
+        jobs.append(job)
+    return jobs
 
 
-def running(core: client.CoreV1Api, ns: str, job: str, size: int) -> list[Any] | None:
-    pods = [p for p in pods_of(core, ns, job) if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+def pods_of(core: client.CoreV1Api, ns: str, gang: str) -> list[Any]:
+    return core.list_namespaced_pod(ns, label_selector=f"gang={gang}").items
+
+
+def running(core: client.CoreV1Api, ns: str, gang: str, size: int) -> list[Any] | None:
+    pods = [p for p in pods_of(core, ns, gang) if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
     return pods if len(pods) == size else None
 
 
 def fill(api: Any, core: client.CoreV1Api, ns: str, gangs: dict[str, int]) -> None:
-    """Low-priority gangs (name -> size) running, filling their nodes."""
+    """Low-priority gangs (name -> size) of single-pod Jobs running, filling their nodes."""
     batch = client.BatchV1Api(api)
     for name, size in gangs.items():
-        batch.create_namespaced_job(ns, gang_job(name, size, "troupe-e2e-low"))
+        for job in gang_of_jobs(name, size, "troupe-e2e-low"):
+            batch.create_namespaced_job(ns, job)
         wait_for(f"gang {name} running", lambda n=name, s=size: running(core, ns, n, s), timeout=120)
 
 
@@ -128,16 +143,15 @@ def test_a_high_priority_gang_of_4_preempts_and_runs_and_the_victims_come_back_g
     client.BatchV1Api(api).create_namespaced_job(ns, gang_job("high", 4, "troupe-e2e-high"))
     high = wait_for("gang high running", lambda: running(core, ns, "high", 4), timeout=120)
     victims = evicted(core, ns)
-    victim_gangs = {v.rsplit("-", 2)[0] for v in victims}
+    victim_gangs = {v.rsplit("-", 3)[0] for v in victims}  # pod low-a-3-0-x7k2q of Job low-a-3
     assert len(victim_gangs) == 1, f"one gang disrupted, got {victims}"
     assert len(victims) == (4 if mode == "minimal" else 8), victims
     assert len({subblock_of(core, p.spec.node_name) for p in high}) == 1, "the gang lands in one subblock"
     (victim,) = victim_gangs
     # The victim's Job recreates the evicted members; they come back gated and wait.
-    gated = wait_for(f"{victim}'s recreated members gated", lambda: len(
+    wait_for(f"{victim}'s recreated members gated", lambda: len(
         [p for p in pods_of(core, ns, victim) if p.spec.scheduling_gates and not p.metadata.deletion_timestamp])
-        == len(victims) and True)
-    assert gated
+        == len(victims), timeout=60)
     time.sleep(3)  # give the reconciler a chance to (wrongly) release them
     still = [p for p in pods_of(core, ns, victim) if p.spec.scheduling_gates]
     assert len(still) == len(victims)
@@ -150,7 +164,7 @@ def test_a_budget_that_forbids_evicting_one_gang_makes_troupe_pick_another(stack
     fill(api, core, ns, {"low-a": 8, "low-b": 8})
     client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(ns, {
         "metadata": {"name": "keep-low-a"},
-        "spec": {"minAvailable": 8, "selector": {"matchLabels": {"job-name": "low-a"}}}})
+        "spec": {"minAvailable": 8, "selector": {"matchLabels": {"gang": "low-a"}}}})
     time.sleep(2)  # the disruption controller computes the budget's status
     client.BatchV1Api(api).create_namespaced_job(ns, gang_job("high", 4, "troupe-e2e-high"))
     wait_for("gang high running", lambda: running(core, ns, "high", 4), timeout=150)
@@ -169,7 +183,7 @@ def test_a_gang_with_a_required_subblock_preempts_only_inside_one_subblock(stack
     where = {subblock_of(core, p.spec.node_name) for p in high}
     assert len(where) == 1
     victims = evicted(core, ns)
-    assert len({v.rsplit("-", 2)[0] for v in victims}) == 2, "two 2-node gangs make one 4-node subblock"
+    assert len({v.rsplit("-", 3)[0] for v in victims}) == 2, "two 2-node gangs make one 4-node subblock"
     events = core.list_namespaced_event(ns).items
     victim_nodes = {e.message.split("evicted from node ", 1)[1].split(" ", 1)[0] for e in events if e.reason == "Preempted"}
     assert {subblock_of(core, n) for n in victim_nodes} == where, "every victim from the gang's subblock"

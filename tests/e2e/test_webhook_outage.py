@@ -40,7 +40,8 @@ def webhook_down(troupe, admin_api, namespace):
     name = f"troupe-down-{namespace}"
     hook = webhook_configuration(troupe.config, url=f"https://127.0.0.1:{_dead_port()}/mutate",
                                  ca_bundle_pem=(troupe.dir / "ca.crt").read_bytes(), name=name)
-    [webhook] = hook["webhooks"]
+    webhook = hook["webhooks"][0]  # the pods entry (not the namespace opt-in one)
+    hook["webhooks"] = [webhook]
     webhook["name"] = "down.pods.troupe.io"
     webhook["namespaceSelector"] = {"matchExpressions": [{
         "key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}]}

@@ -156,8 +156,8 @@ def test_the_review_example_fewest_gangs_come_before_overage() -> None:
         assert plan.overage == ((WIDGET, 20),)
         assert plan.objective() == (0, 2, 2, (20,))
     assert plan.method == "greedy"
-    assert plan.reason == ("evict 2 gangs (2 pods, priority <= 0) to place 1 member in "
-                           "kubernetes.io/hostname=<n1>/<n1>/<n1>/n1, freeing 20 example/com-widget beyond the need")
+    assert plan.reason == ("evict 2 gangs (2 pods, priority <= 0: batch/g0, batch/g1) to place 1 member in "
+                           "node n1, freeing 20 example/com-widget beyond the need")
 
 
 #   b0
@@ -186,7 +186,8 @@ def test_a_required_subblock_takes_its_victims_from_one_subblock(mode: str) -> N
     assert plan.gangs == ("batch/a", "batch/w")
     assert names(plan) == (["a-0", "w-0"] if mode == "minimal" else ["a-0", "w-0", "w-1"])
     assert str(plan.placement.domain) == f"{SUBBLOCK}=b0/s1"
-    assert plan.reason == (f"evict 2 gangs ({plan.pods} pods, priority <= 0) to place 2 members in {SUBBLOCK}=b0/s1"
+    assert plan.reason == (f"evict 2 gangs ({plan.pods} pods, priority <= 0: batch/a, batch/w) to place 2 members "
+                           f"in {SUBBLOCK}=b0/s1"
                            + (", freeing 8 nvidia.com/gpu beyond the need" if mode == "atomic" else ""))
     assert {a.node for a in plan.placement.assignments} == {"n1", "n2"}
     if mode == "minimal":
@@ -223,7 +224,7 @@ def test_a_gang_that_fits_gets_a_plan_without_victims() -> None:
     plan = plan_preemption(snapshot, preemptor(1, 8), candidates(snapshot), "minimal")
     assert plan is not None
     assert plan.victims == () and plan.gangs == () and plan.pods == 0
-    assert plan.reason == "fits without evicting anything: placed 1 member in kubernetes.io/hostname=<n2>/<n2>/<n2>/n2"
+    assert plan.reason == "fits without evicting anything: placed 1 member in node n2"
 
 
 def test_the_overage_counts_gpus_first_then_cpu_in_millicores() -> None:

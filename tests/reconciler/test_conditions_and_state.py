@@ -5,7 +5,7 @@ repeated after a failover, and the rollback backoff kept across a restart."""
 from __future__ import annotations
 
 from reconciler.engine.lifecycle import Phase
-from reconciler.writer import PodRef, state_key
+from reconciler.writer import PodRef, WriteError, state_key
 from tests.reconciler.test_controller import NO_JITTER, Harness, four_nodes, gang_pods
 from troupe import contract
 
@@ -108,3 +108,22 @@ def test_a_condition_is_not_written_for_a_pod_that_is_gone():
     h.sync()
     h.controller.conditions.flush(everything=True)
     assert sorted(written(h)) == [("train-0", "WaitingForMembers"), ("train-1", "WaitingForMembers")]
+
+
+def test_a_rollback_cut_short_by_a_refused_delete_is_finished_by_a_new_leader():
+    h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
+    h.reconcile()
+    h.sync()
+    h.bind("train-0")  # train-1 is never bound: the release times out
+    h.wall += 30
+    h.writer.fail["train-0"] = WriteError("500 refused")
+    assert h.reconcile().phase is Phase.ROLLED_BACK
+    assert [r.name for r in h.writer.deleted] == ["train-1"], "train-0's delete was refused: it still runs"
+    h.writer.fail.clear()
+    h.sync()
+    h.controller = h.new_controller()  # the old leader dies with the rollback half done
+    h.controller.load_state()
+    out = h.reconcile()
+    assert out.phase is Phase.ROLLED_BACK, out.reason
+    assert out.reason.startswith("the release of ") and "rolled back; 1 member(s) of it still to delete" in out.reason
+    assert sorted(r.name for r in h.writer.deleted) == ["train-0", "train-1"], "the gang never runs partly"

@@ -61,6 +61,7 @@ class Faults(RuleBasedStateMachine):
         self.cache.replace_nodes(NODES)
         self.cache.replace_pods(list(self.writer.pods.values()))
         self.controller = GangController(self.cache, self.writer, CONFIG, wall_clock=lambda: self.wall)
+        self.controller.load_state()  # what a reconciler reads back when it starts (rollbacks)
 
     def _sync(self) -> None:
         self.cache.replace_pods(list(self.writer.pods.values()))

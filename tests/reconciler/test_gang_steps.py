@@ -69,7 +69,7 @@ STEPS = [
     ("a member is deleted", delete("train-3"), Phase.RELEASED, "AllReleased",
      "all 3 active members released and bound (3 running); 1 missing"),
     ("its replacement fits and is released on its own", add(3), Phase.PLACED, "Placed",
-     "replacement member(s) train-3: placed 1 members in kubernetes.io/hostname=b1/s1/h2/n2"),
+     "replacement member(s) train-3: placed 1 members in node n2"),
     ("it runs", bind_all, Phase.RELEASED, "AllReleased", "all 4 active members released and bound"),
     ("a member is replaced by one that does not fit", lambda h: (delete("train-3")(h), add(3, gpus=8)(h)),
      Phase.UNSCHEDULABLE, "Unplaced", "replacement member(s) train-3: fits 0 of 1 members"),
