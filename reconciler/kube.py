@@ -49,8 +49,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from reconciler import certificates, metrics
-from reconciler.engine import workloads as wl
 from reconciler.election import LeaseConflict, LeaseError
+from reconciler.engine import workloads as wl
 from reconciler.writer import (
     UNFENCED,
     Conflict,
@@ -915,7 +915,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tup
                       client.SchedulingV1Api(api).list_priority_class, {}, True))
 
     def one(entry: tuple[str, str, Callable[..., Any], dict[str, Any], bool]) -> list[dict[str, Any]]:
-        kind, what, fn, kwargs, optional = entry
+        _, what, fn, kwargs, optional = entry
         try:
             return _list_all(fn, what, **kwargs)
         except OSError as e:

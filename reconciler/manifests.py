@@ -53,7 +53,8 @@ class ManifestError(ValueError):
 class Expanded:
     """What a manifest creates: ``pods`` (admitted: as the reconciler would see them),
     ``workloads`` (``(kind, object)`` of its Jobs and JobSets, which size gangs), and
-    ``managed``: the keys (``namespace/name``) of the pods the webhook gates."""
+    ``managed``: the keys (``namespace/name``) of the pods that carry a Troupe gate once
+    admitted (the reconciler manages them)."""
 
     pods: tuple[dict[str, Any], ...]
     workloads: tuple[tuple[str, dict[str, Any]], ...]
@@ -240,8 +241,13 @@ def _tolerates_shared(spec: Mapping[str, Any]) -> bool:
         return False
 
 
+def _gated(pod: Mapping[str, Any]) -> bool:
+    return any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod))
+
+
 def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
-    """``pod`` as the API server would store it, and whether the webhook gates it.
+    """``pod`` as the API server would store it, and whether it carries a Troupe gate then
+    (Troupe's own or a GKE auto gate: the reconciler manages it).
 
     The API server's part: ``creationTimestamp`` (``ctx.now``), a ``uid``, ``spec.priority``
     from ``priorityClassName`` (or the global default class), ``status.phase: Pending``.
@@ -271,7 +277,7 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
         spec["priority"] = default[0] if default else 0
     config = ctx.config
     if namespace in config.excluded_namespaces:
-        return out, False
+        return out, _gated(out)
     ann = meta["annotations"] = dict(_map(meta.get("annotations"), f"pod {namespace}/{name}: annotations"))
     reserved = sorted(k for k in ann if contract.is_reserved_annotation(k))
     if reserved and ctx.user != config.reconciler_username:
@@ -284,7 +290,7 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
     troupe_keys = (*keys.all(), contract.TOPOLOGY_REQUIRED_LEVEL, contract.TOPOLOGY_PREFERRED_LEVEL,
                    contract.DEVICE_GROUP)
     if not any(k in ann for k in troupe_keys):
-        return out, False
+        return out, _gated(out)
     try:
         gang = contract.parse_gang(out, config)
         if contract.TOPOLOGY_REQUIRED_LEVEL in ann or contract.TOPOLOGY_PREFERRED_LEVEL in ann:

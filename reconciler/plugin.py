@@ -40,7 +40,8 @@ from reconciler import simulate as sim
 from reconciler import views
 from reconciler.engine.occupancy import DomainUsage
 from reconciler.engine.queueing import Policy
-from reconciler.engine.shortfall import short_level
+from reconciler.engine.shortfall import Shortfall, short_level
+from reconciler.engine.topology import TopologyLevels
 from reconciler.manifests import Context, ManifestError, expand
 from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, from_mapping, load_config
@@ -260,24 +261,29 @@ def render_why(w: views.Why, levels: Sequence[str], limit: int) -> str:
     if outcome is not None and outcome.victims:
         lines.append("Would evict:")
         lines += [f"  {v['namespace']}/{v['pod']} on {v['node'] or '-'}" for v in outcome.victims]
-    f = w.shortfall
-    if f is not None:
-        what = "smallest level that could ever hold them"
-        topo = s.gang.topology
-        if topo.required_level:
-            what = "the gang's required level"
-        elif topo.preferred_level:
-            what = "the gang's preferred level"
-        lines.append(f"Domains:  {f.members} gated member(s) at {short_level(f.level)} ({what}), best first:")
-        shown = f.domains if limit <= 0 else f.domains[:limit]
-        width = max((len(d.describe()) for d in shown), default=0)
-        for d in shown:
-            lines.append(f"  {d.describe().ljust(width)}  free {f.resource}: {d.free}")
-        rest = f.domains[len(shown):]
-        if rest:
-            best = max(d.fits for d in rest)
-            lines.append(f"  ... {len(rest)} more {short_level(f.level)}(s), {best} or fewer fit in each")
+    lines += render_shortfall(w.shortfall, s, limit)
     return "\n".join(lines) + "\n"
+
+
+def render_shortfall(f: Shortfall | None, s: views.GangStatus, limit: int) -> list[str]:
+    """The ``Domains:`` lines of a gang's per-domain shortfall (none for None)."""
+    if f is None:
+        return []
+    what = "smallest level that could ever hold them"
+    topo = s.gang.topology
+    if topo.required_level:
+        what = "the gang's required level"
+    elif topo.preferred_level:
+        what = "the gang's preferred level"
+    lines = [f"Domains:  {f.members} gated member(s) at {short_level(f.level)} ({what}), best first:"]
+    shown = f.domains if limit <= 0 else f.domains[:limit]
+    width = max((len(d.describe()) for d in shown), default=0)
+    lines += [f"  {d.describe().ljust(width)}  free {f.resource}: {d.free}" for d in shown]
+    rest = f.domains[len(shown):]
+    if rest:
+        best = max(d.fits for d in rest)
+        lines.append(f"  ... {len(rest)} more {short_level(f.level)}(s), {best} or fewer fit in each")
+    return lines
 
 
 def _ordinal(n: int) -> str:
@@ -302,37 +308,51 @@ def render_topology(root: DomainUsage, resource: str) -> str:
     with its state and holders."""
     lines = [f"cluster: {root.free} of {root.allocatable} {resource} free"]
 
+    def node_row(label: str, n: Any) -> tuple[str, str, str, str]:
+        state = "not ready" if not n.ready else "cordoned" if n.cordoned else ""
+        held = ", ".join(f"{g} ({u} {resource}, {c} pod{'s' if c != 1 else ''})" if c else f"{g} ({u} {resource})"
+                         for g, u, c in n.holders)
+        others = f"{n.others} other pod{'s' if n.others != 1 else ''}" if n.others else ""
+        return (label, f"{max(n.free, 0)} of {n.allocatable} free", state, "; ".join(x for x in (held, others) if x))
+
     def walk(d: DomainUsage, pad: str) -> None:
+        rows: list[tuple[str, str, str, str]] = []
         for c in d.children:
+            if len(c.nodes) == 1 and not c.children:  # a host of one node: one line
+                n = c.nodes[0]
+                name = c.name if c.name == n.name else f"{c.name} (node {n.name})"
+                rows.append(node_row(f"{pad}{short_level(c.level)} {name}", n))
+                continue
+            lines.extend(r.rstrip() for r in columns(rows))
+            rows = []
             lines.append(f"{pad}{short_level(c.level)} {c.name}: {c.free} of {c.allocatable} free")
             walk(c, pad + "  ")
-        rows = []
-        for n in d.nodes:
-            state = "not ready" if not n.ready else "cordoned" if n.cordoned else ""
-            held = ", ".join(f"{g} ({u} {resource}, {c} pod{'s' if c != 1 else ''})" if c else f"{g} ({u} {resource})"
-                             for g, u, c in n.holders)
-            others = f"{n.others} other pod{'s' if n.others != 1 else ''}" if n.others else ""
-            rows.append((f"{pad}node {n.name}", f"{max(n.free, 0)} of {n.allocatable} free", state,
-                         "; ".join(x for x in (held, others) if x)))
+        rows += [node_row(f"{pad}node {n.name}", n) for n in d.nodes]
         lines.extend(r.rstrip() for r in columns(rows))
 
     walk(root, "  ")
     return "\n".join(lines) + "\n"
 
 
-def render_plan(result: views.PlanResult, levels: Sequence[str], source: str) -> str:
+def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -> str:
     """``plan`` as text: the pods, the gangs' decisions (the simulator's table), what
     they wait for, whom they would evict."""
     lines = [f"{len(result.pods)} pod(s) from {source}, decided with every waiting gang of the cluster "
              f"(nothing is created):"]
     outcomes = [g.outcome for g in result.gangs if g.outcome is not None]
-    body = sim.render_table(outcomes, sim.TopologyLevels(tuple(levels))) if outcomes else ""
+    levels = TopologyLevels.from_config(cluster.config)
+    body = sim.render_table(outcomes, levels) if outcomes else ""
     lines += body.rstrip("\n").splitlines()
     for g in result.gangs:
-        if g.phase != "Placed":
-            lines.append(f"{g.key} waits: {g.reason}")
-        if g.queue > 1:
-            lines.append(f"{g.key} is {_ordinal(g.queue)} in the queue")
+        place = f", {_ordinal(g.queue)} in the queue" if g.queue else ""
+        if g.phase == "Placed":
+            lines.append(f"{g.key} would be released now{place}.")
+        elif g.phase == "Preempting" and g.outcome is not None:
+            gangs = sorted({f"{v['namespace']}/{v['pod']}" for v in g.outcome.victims})
+            lines.append(f"{g.key} would evict {len(gangs)} pod(s), then be released once they are gone{place}.")
+        else:
+            lines.append(f"{g.key} would wait ({g.phase}{place}): {g.reason}")
+            lines += render_shortfall(views.room_shortfall(cluster, g), g, WHY_DOMAINS // 2)
     if result.untouched:
         lines.append(f"not Troupe's (no Troupe key; kube-scheduler places them alone): {', '.join(result.untouched)}")
     return "\n".join(lines) + "\n"
@@ -403,7 +423,7 @@ def _plan(args: argparse.Namespace) -> int:
         gangs = [{**g.to_json(), **(g.outcome.to_json() if g.outcome is not None else {})} for g in result.gangs]
         print(json.dumps({"pods": list(result.pods), "untouched": list(result.untouched), "gangs": gangs}, indent=2))
     else:
-        sys.stdout.write(render_plan(result, cluster.config.topology_levels, source))
+        sys.stdout.write(render_plan(result, result.cluster, source))
     return 0
 
 

@@ -196,9 +196,11 @@ def status(cluster: Cluster, namespaces: Sequence[str] = (), until: str | None =
 class Why:
     """``kubectl troupe why POD``: the ``pod`` (``namespace/name``), its ``rank`` in its
     gang (0-based), the gang's :class:`GangStatus`, the gangs ahead of it in the queue
-    (``ahead``: their statuses, nearest first, at most a few) and ``shortfall``, the
-    per-domain shortfall of its gated members that have no node yet (None when none is
-    waiting for one)."""
+    (``ahead``: their statuses, nearest first, at most a few; none when it does not wait),
+    ``held``: capacity those gangs hold (gang -> ``(domain, nodes)``), and ``shortfall``,
+    the per-domain shortfall of its gated members that have no node yet, when the gang
+    waits for room (``Unschedulable``, ``Preempting``, queued behind one that does); else
+    None."""
 
     pod: str
     rank: int
@@ -231,25 +233,34 @@ def why(cluster: Cluster, pod: PodInfo, resource: str = "nvidia.com/gpu", ahead:
         found = next(s for s in status(cluster) if s.key == key)
     gang = found.gang
     rank = next((i for i, p in enumerate(gang.members) if p.key == pod.key), -1)
-    before = tuple(s for s in reversed(waiting) if s.key != key)[:ahead]
+    before = tuple(s for s in reversed(waiting) if s.key != key)[:ahead] if found.queue else ()
     outcome = found.outcome
-    seen = outcome.seen if outcome is not None and outcome.seen is not None else cluster.snapshot
     holds = outcome.queue.holds if outcome is not None and outcome.queue is not None else ()
+    held = {h.gang: (h.domain, len(h.nodes)) for h in holds}
+    return Why(pod.key, rank, found, before, held, room_shortfall(cluster, found, resource))
+
+
+def room_shortfall(cluster: Cluster, found: GangStatus, resource: str = "nvidia.com/gpu") -> Shortfall | None:
+    """The per-domain shortfall of ``found``'s gated members that have no node yet, on the
+    snapshot its decision was made on, with the nodes gangs ahead hold for themselves;
+    None unless it waits for room (``Unschedulable``, ``Preempting``, or queued behind a
+    gang that does)."""
+    room = found.phase in (Phase.UNSCHEDULABLE.value, Phase.PREEMPTING.value) or found.rule == "Queued"
+    gang, outcome = found.gang, found.outcome
+    seen = outcome.seen if outcome is not None and outcome.seen is not None else cluster.snapshot
+    free = [p for p in gang.members if p.gated and not seen.committed_node(p)]
+    if not room or not free:
+        return None
     held_nodes: dict[int, str] = {}
-    for h in holds:
+    for h in outcome.queue.holds if outcome is not None and outcome.queue is not None else ():
         for i in h.nodes:
             held_nodes.setdefault(i, h.gang)
-    held = {h.gang: (h.domain, len(h.nodes)) for h in holds}
-    free = [p for p in gang.members if p.gated and not seen.committed_node(p)]
     own = [p.key for p in free if seen.nominated_node(p)]
     if own:
         seen = seen.with_removed(own)
     near = sorted({n for p in gang.members if not p.gated and (n := p.node_name or seen.committed_node(p))})
-    report = None
-    if free and found.phase not in (Phase.PLACED.value, Phase.RELEASING.value):
-        report = shortfall(seen, free, gang.topology.required_level, gang.topology.preferred_level,
-                           held=held_nodes, near=near, resource=resource)
-    return Why(pod.key, rank, found, before, held, report)
+    return shortfall(seen, free, gang.topology.required_level, gang.topology.preferred_level,
+                     held=held_nodes, near=near, resource=resource)
 
 
 # --- topology -------------------------------------------------------------------------------
@@ -278,6 +289,7 @@ class PlanResult:
     pods: tuple[str, ...]
     gangs: tuple[GangStatus, ...]
     untouched: tuple[str, ...]
+    cluster: Cluster = field(repr=False, compare=False)
 
 
 def plan(cluster: Cluster, pods: Sequence[Mapping[str, Any]], workloads: Sequence[tuple[str, Mapping[str, Any]]],
@@ -316,4 +328,4 @@ def plan(cluster: Cluster, pods: Sequence[Mapping[str, Any]], workloads: Sequenc
     view = dataclasses.replace(cluster, built=grown)
     gangs = tuple(s for s in status(view) if s.key in keys)
     untouched = tuple(p.key for p in added if p.key not in set(managed))
-    return PlanResult(tuple(p.key for p in added), gangs, untouched)
+    return PlanResult(tuple(p.key for p in added), gangs, untouched, view)

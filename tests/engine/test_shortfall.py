@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from reconciler.engine import place_gang
 from reconciler.engine.occupancy import occupancy
-from reconciler.engine.shortfall import shortfall, short_level, target_depth
+from reconciler.engine.shortfall import short_level, shortfall, target_depth
 from tests.engine.builders import BLOCK, SUBBLOCK, gang_of, make_node, make_pod, snapshot_of
 
 
