@@ -48,7 +48,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from reconciler import certificates, metrics
+from reconciler import certificates, metrics, snapshot_io
 from reconciler.election import LeaseConflict, LeaseError
 from reconciler.engine import workloads as wl
 from reconciler.writer import (
@@ -880,9 +880,12 @@ def _list_all(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> list[dic
             raise error(f"list {what}: {e.status} {_message(e)}") from e
         except urllib3.exceptions.HTTPError as e:
             raise OSError(f"list {what}: {type(e).__name__}: {e}") from e
-        body = orjson.loads(resp.data)
-        items.extend(body.get("items") or [])
-        cont = (body.get("metadata") or {}).get("continue")
+        page = snapshot_io.decode_retained(resp.data)  # what the cache keeps of each object, read fast
+        if page is None:
+            body = orjson.loads(resp.data)
+            page = (body.get("items") or [], body.get("metadata") or {})
+        items.extend(page[0])
+        cont = page[1].get("continue")
         if not cont:
             return items
 

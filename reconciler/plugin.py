@@ -38,12 +38,19 @@ import yaml
 
 from reconciler import simulate as sim
 from reconciler import views
+from reconciler.engine.gang import gang_key
 from reconciler.engine.occupancy import DomainUsage
 from reconciler.engine.queueing import Policy
 from reconciler.engine.shortfall import Shortfall, short_level
 from reconciler.engine.topology import TopologyLevels
-from reconciler.manifests import Context, ManifestError, expand
-from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
+from reconciler.manifests import Context, Expanded, ManifestError, expand
+from reconciler.snapshot_io import (
+    InputError,
+    collector_paused,
+    read_file,
+    read_objects,
+    read_retained,
+)
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, from_mapping, load_config
 
 COMMANDS = ("status", "why", "topology", "plan")
@@ -145,10 +152,13 @@ def _config(args: argparse.Namespace, api: Any) -> Config:
         raise ConfigError(f"ConfigMap {ref} config.yaml: {e}") from None
 
 
-def load(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> tuple[views.Cluster, str]:
-    """The cluster the command answers on, and the default namespace (the kubeconfig
-    context's; ``""``, meaning all, for a snapshot). Raises ``InputError``/``ConfigError``
-    for bad input, ``OSError`` when the cluster cannot be read."""
+def load(args: argparse.Namespace, extra: tuple[str, ...] = (),
+         manifest: Sequence[tuple[str, str, Any]] = ()) -> tuple[views.Cluster, str, Expanded | None]:
+    """The cluster the command answers on, the default namespace (the kubeconfig
+    context's; ``""``, meaning all, for a snapshot) and, given a ``manifest``'s objects,
+    what it expands to, added to the cluster before anything is decided. Raises
+    ``InputError``/``ConfigError``/``ManifestError`` for bad input, ``OSError`` when the
+    cluster cannot be read."""
     now = _now(args.now)
     api, namespace = None, ""
     with collector_paused():  # millions of objects made, none freed: no collection need walk them
@@ -158,7 +168,7 @@ def load(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> tuple[views.C
                 data = sys.stdin.buffer.read() if args.snapshot == "-" else read_file(args.snapshot)
             except OSError as e:
                 raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
-            objects = read_objects(data, source)
+            objects = read_retained(data, source)  # what the reconciler's cache keeps of each object
             where = f"snapshot {source}"
         else:
             from reconciler import kube
@@ -170,10 +180,18 @@ def load(args: argparse.Namespace, extra: tuple[str, ...] = ()) -> tuple[views.C
         policy = Policy.from_config(config)
         if args.gang_preemption_mode is not None:
             policy = dataclasses.replace(policy, preemption=args.gang_preemption_mode)
+        expanded = None
+        if manifest:
+            _, namespaces, classes = views.split(objects)
+            ctx = Context(config, args.namespace or namespace or "default", namespaces, classes, now)
+            expanded = expand(manifest, ctx)
+            objects = [*objects, *((f"{args.filename}: {kind} {k}", kind, obj) for k, (kind, obj) in
+                                   enumerate(expanded.workloads)),
+                       *((f"{args.filename}: pod {k}", "Pod", obj) for k, obj in enumerate(expanded.pods))]
         cluster = views.read(objects, config, now, policy, where)
         del objects
         gc.freeze()  # what was read lives to the end: no collection need walk it again
-        return cluster, namespace
+        return cluster, namespace, expanded
 
 
 # --- rendering ---------------------------------------------------------------------------
@@ -364,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.command == "plan":
             return _plan(args)
-        cluster, namespace = load(args)
+        cluster, namespace, _ = load(args)
     except (InputError, ConfigError, ManifestError, ValueError) as e:
         print(f"kubectl-troupe: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -411,14 +429,14 @@ def _plan(args: argparse.Namespace) -> int:
     if not manifest:
         raise InputError(f"{source}: no objects")
     try:
-        cluster, namespace = load(args, views.EXTRA_KINDS)
+        cluster, _, expanded = load(args, views.EXTRA_KINDS, manifest)
     except OSError as e:
         print(f"kubectl-troupe: {e}", file=sys.stderr)
         return EXIT_NOT_FOUND
-    ctx = Context(cluster.config, args.namespace or namespace or "default", cluster.namespaces,
-                  cluster.priority_classes, cluster.now)
-    expanded = expand(manifest, ctx)
-    result = views.plan(cluster, expanded.pods, expanded.workloads, expanded.managed)
+    assert expanded is not None
+    keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in expanded.pods]
+    gangs = {k for key in keys if (k := gang_key(cluster.snapshot.pods[key], cluster.config)) is not None}
+    result = views.plan(cluster, keys, expanded.managed, gangs)
     if args.output == "json":
         gangs = [{**g.to_json(), **(g.outcome.to_json() if g.outcome is not None else {})} for g in result.gangs]
         print(json.dumps({"pods": list(result.pods), "untouched": list(result.untouched), "gangs": gangs}, indent=2))

@@ -20,16 +20,13 @@ I/O: a :class:`Cluster` in (objects already read, ``now`` given), plain values o
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler import simulate as sim
-from reconciler.engine import workloads as wl
 from reconciler.engine.decision import Decision, decide
-from reconciler.engine.fields import ObjectError
-from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang, job_parallelism
+from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.occupancy import DomainUsage, occupancy
 from reconciler.engine.queueing import Policy, epoch
@@ -73,6 +70,16 @@ def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, 
     :mod:`reconciler.kube`). Namespaces and PriorityClasses are kept aside; every other
     object goes to :func:`reconciler.simulate.build`. Raises
     :class:`~reconciler.snapshot_io.InputError` naming the object and field."""
+    rest, namespaces, classes = split(objects)
+    built = sim.build(rest, TopologyLevels.from_config(config))
+    return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source)
+
+
+def split(objects: Iterable[tuple[str, str, Mapping[str, Any]]]) -> tuple[
+        list[tuple[str, str, Mapping[str, Any]]], dict[str, Mapping[str, str]], dict[str, tuple[int, bool]]]:
+    """The objects the simulator builds a snapshot of, namespace labels by name, and
+    PriorityClasses by name (``(value, globalDefault)``). Raises
+    :class:`~reconciler.snapshot_io.InputError` for a Namespace or PriorityClass it cannot read."""
     rest: list[tuple[str, str, Mapping[str, Any]]] = []
     namespaces: dict[str, Mapping[str, str]] = {}
     classes: dict[str, tuple[int, bool]] = {}
@@ -92,8 +99,7 @@ def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, 
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"{where} (PriorityClass {name}): value: expected an integer, got {value!r}")
             classes[name] = (value, obj.get("globalDefault") is True)
-    built = sim.build(rest, TopologyLevels.from_config(config))
-    return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source)
+    return rest, namespaces, classes
 
 
 # --- every gang's decision ----------------------------------------------------------------
@@ -292,40 +298,12 @@ class PlanResult:
     cluster: Cluster = field(repr=False, compare=False)
 
 
-def plan(cluster: Cluster, pods: Sequence[Mapping[str, Any]], workloads: Sequence[tuple[str, Mapping[str, Any]]],
-         managed: Sequence[str]) -> PlanResult:
-    """Decide the gangs of ``pods`` (Pod objects, as admitted: gated where the webhook
-    gates them) with ``workloads`` (``(kind, object)`` of the Jobs and JobSets that own
-    them) added to the cluster; ``managed``: the keys of the pods the webhook gates.
-    Every waiting gang is decided in queue order, so the new gangs wait behind those ahead
-    and are placed on what they leave. Raises :class:`~reconciler.snapshot_io.InputError`
-    for a pod that cannot be parsed, or a name the cluster already has."""
-    built = cluster.built
-    added: list[PodInfo] = []
-    for obj in pods:
-        try:
-            info = PodInfo.from_object(obj)
-        except ObjectError as e:
-            raise InputError(f"pod {obj.get('metadata', {}).get('name')}: {e}") from None
-        if info.key in built.snapshot.pods:
-            raise InputError(f"pod {info.key} already exists in {cluster.source or 'the snapshot'}")
-        added.append(info)
-    parallelism = dict(built.parallelism)
-    objects = dict(built.workloads.objects)
-    for kind, obj in workloads:
-        found = wl.workload(kind, obj)
-        if found is not None:
-            objects[found.key] = found
-        if kind == "Job":
-            meta = obj.get("metadata") or {}
-            parallelism[(str(meta.get("namespace") or "default"), str(meta.get("name")))] = \
-                job_parallelism(obj)
-    snapshot = Snapshot(built.snapshot.table, [*built.snapshot.pods.values(), *added], built.snapshot.levels,
-                        built.snapshot.groups.values(), built.snapshot.group_errors)
-    grown = dataclasses.replace(built, snapshot=snapshot, parallelism=parallelism,
-                                workloads=wl.Workloads(objects, built.workloads.unavailable))
-    keys = {k for p in added if (k := gang_key(p, cluster.config)) is not None}
-    view = dataclasses.replace(cluster, built=grown)
-    gangs = tuple(s for s in status(view) if s.key in keys)
-    untouched = tuple(p.key for p in added if p.key not in set(managed))
-    return PlanResult(tuple(p.key for p in added), gangs, untouched, view)
+def plan(cluster: Cluster, pods: Sequence[str], managed: Sequence[str], gang_keys: Iterable[str]) -> PlanResult:
+    """The decisions for a manifest's gangs: ``cluster`` was read with the manifest's pods
+    (``pods``: their keys; ``managed``: those carrying a Troupe gate) and workloads added
+    (:func:`reconciler.manifests.expand`), so every waiting gang was decided in queue order
+    with them: the new gangs wait behind those ahead and are placed on what they leave.
+    ``gang_keys``: the keys of the gangs the new pods form."""
+    keys = set(gang_keys)
+    gangs = tuple(s for s in status(cluster) if s.key in keys)
+    return PlanResult(tuple(pods), gangs, tuple(p for p in pods if p not in set(managed)), cluster)
