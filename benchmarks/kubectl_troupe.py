@@ -107,13 +107,13 @@ def live(snapshot: dict[str, Any], pods: int) -> None:
 
         def make_pod(obj: dict[str, Any]) -> None:
             body = {k: obj[k] for k in ("apiVersion", "kind")}
+            # No ownerReferences: the garbage collector would delete pods whose owner is absent.
             body["metadata"] = {k: v for k, v in obj["metadata"].items()
                                 if k in ("name", "namespace", "labels", "annotations")}
             spec = {k: v for k, v in obj["spec"].items() if k not in ("nodeName",)}
             spec["schedulingGates"] = [{"name": "bench.troupe.io/hold"}]
             body["spec"] = spec
-            namespace = "kube-system" if obj["metadata"]["namespace"] == "kube-system" else obj["metadata"]["namespace"]
-            core.create_namespaced_pod(namespace, body, _preload_content=False)
+            core.create_namespaced_pod(obj["metadata"]["namespace"], body, _preload_content=False)
 
         start = time.perf_counter()
         with ThreadPoolExecutor(16) as pool:

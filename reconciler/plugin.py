@@ -54,6 +54,17 @@ from reconciler.snapshot_io import (
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, from_mapping, load_config
 
 COMMANDS = ("status", "why", "topology", "plan")
+EPILOG = """examples:
+  kubectl troupe status -A                      every gang of every namespace
+  kubectl troupe why train-3 -n ml              why pod ml/train-3's gang waits, domain by domain
+  kubectl troupe topology                       who holds which node, free GPUs per domain
+  kubectl troupe plan -f job.yaml -n ml --gang-preemption-mode atomic
+                                                where the Job's gang would go, whom it would evict
+  kubectl get nodes,pods,jobs,shareddevicegroups -A -o json > snap.json
+  kubectl troupe status -A --snapshot snap.json the same answers, offline
+
+Each command has --help. Exit codes: 0 answered; 1 the pod was not found or is not Troupe's,
+or the cluster could not be read; 2 bad input (one line on stderr names it)."""
 DEFAULT_CONFIG_MAP = "troupe-system/troupe-config"
 EXIT_NOT_FOUND, EXIT_BAD_INPUT = 1, 2
 #: Candidate domains ``why`` lists (the best ones); the rest are summed up in one line.
@@ -448,8 +459,10 @@ def _plan(args: argparse.Namespace) -> int:
 def parser(prog: str = "kubectl troupe") -> argparse.ArgumentParser:
     """The plugin's argument parser."""
     p = argparse.ArgumentParser(
-        prog=prog, description="Why is my gang waiting? Troupe's own decision, read-only, on the live cluster or "
-        "a snapshot: status of every gang, why one waits, the topology, and a what-if plan for a manifest.")
+        prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Why is my gang waiting? Troupe's own decision, read-only, on the live cluster or a snapshot:\n"
+        "status of every gang, why one waits, the topology, and a what-if plan for a manifest.",
+        epilog=EPILOG)
     add_commands(p.add_subparsers(dest="command", required=True))
     return p
 
