@@ -156,6 +156,8 @@ def _config(args: argparse.Namespace, api: Any) -> Config:
     if text is None:
         if args.config_map:
             raise ConfigError(f"--config-map: ConfigMap {ref} has no config.yaml or cannot be read")
+        print(f"note: ConfigMap {ref} not found or not readable: deciding with the built-in configuration "
+              f"(give --config FILE or --config-map NAMESPACE/NAME)", file=sys.stderr)
         return Config()
     try:
         return from_mapping(yaml.safe_load(text) or {})

@@ -233,12 +233,16 @@ def why(cluster: Cluster, pod: PodInfo, resource: str = "nvidia.com/gpu", ahead:
     if key is None:
         raise LookupError(f"pod {pod.key} is not managed by Troupe: it carries no gang annotation, no "
                           f"{cluster.config.gang_annotation_prefix}-size and no Troupe scheduling gate")
-    waiting = status(cluster, until=key)
-    found = next((s for s in waiting if s.key == key), None)
-    if found is None:  # not waiting: decided on its own
-        found = next(s for s in status(cluster) if s.key == key)
-    gang = found.gang
-    rank = next((i for i, p in enumerate(gang.members) if p.key == pod.key), -1)
+    pods = [p for p in cluster.snapshot.pods.values() if gang_key(p, cluster.config) == key]
+    waiting: list[GangStatus] = []
+    if any(p.active and p.gated for p in pods):  # decided in queue order, behind the gangs ahead
+        waiting = status(cluster, until=key)
+        found = next(s for s in waiting if s.key == key)
+    else:  # nothing gated: its rules read no capacity and no queue
+        built = cluster.built
+        gang = build_gang(key, pods, cluster.config, built.parallelism, built.workloads)
+        found = _status(gang, decide(gang, built.snapshot, cluster.now, cluster.policy), cluster.now, 0, None)
+    rank = next((i for i, p in enumerate(found.gang.members) if p.key == pod.key), -1)
     before = tuple(s for s in reversed(waiting) if s.key != key)[:ahead] if found.queue else ()
     outcome = found.outcome
     holds = outcome.queue.holds if outcome is not None and outcome.queue is not None else ()
