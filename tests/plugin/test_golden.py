@@ -178,3 +178,17 @@ def test_a_manifest_the_webhook_would_deny_is_refused_with_its_message(capsys, s
     _, err = capsys.readouterr()
     assert code == 2
     assert "denied by Troupe's webhook: annotation troupe.io/gang-size: must be an integer >= 1, got 'four'" in err
+
+
+def test_status_gives_every_waiting_gang_the_simulators_decision(capsys, snapshot_file, tmp_path):
+    from reconciler import simulate
+
+    plain = snapshot()  # the simulator reads no PriorityClass
+    plain["items"] = [o for o in plain["items"] if o["kind"] != "PriorityClass"]
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    assert simulate.main([str(tmp_path / "plain.json"), "--now", NOW, "--output", "json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)["gangs"]
+    status = json.loads(run(capsys, snapshot_file, "status", "-o", "json"))["gangs"]
+    waiting = [g for g in status if g["queuePosition"]]
+    assert [(g["namespace"], g["name"], g["phase"], g["reason"]) for g in waiting] == [
+        (g["namespace"], g["name"], g["phase"], g["reason"]) for g in simulated]
