@@ -856,6 +856,7 @@ def plugin_client(kubeconfig: str | None, context: str | None) -> tuple[client.A
                              f"(known: {', '.join(sorted(str(c.get('name')) for c in contexts))})")
         cfg = client.Configuration()
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        cfg.retries = urllib3.Retry(total=2, read=0, redirect=0, status=0)  # a command line fails fast
     except config.ConfigException as e:
         raise ValueError(f"kubeconfig {kubeconfig or '(default)'}: {e}") from e
     api = client.ApiClient(cfg)
