@@ -138,3 +138,24 @@ def test_the_topology_tree_sums_free_devices_and_names_who_holds_each_node():
 ])
 def test_levels_are_called_by_their_last_word(level, want):
     assert short_level(level) == want
+
+
+def test_a_preferred_level_is_shown_at_that_level():
+    members = [make_pod(f"w-{i}").requests(gpu=8).gang("train", 2).index(i).gated()
+               .annotate("troupe.io/topology-preferred-level", BLOCK).info() for i in range(2)]
+    report = shortfall(cluster(), members, preferred_level=BLOCK)
+    assert (report.level, [d.describe() for d in report.domains]) == (BLOCK, ["block b0: 2 of 2 fit (1 node not ready, "
+                                                                              "1 cordoned, 1 untolerated taint "
+                                                                              "dedicated=infer, 2 full)"])
+
+
+def test_members_of_several_shapes_are_counted_shape_by_shape():
+    # Two whole-GPU-node members and two CPU-only ones: in s1 the GPU members fit twice
+    # (m2, m3) and the CPU ones on any node without the taint.
+    gpu = [make_pod(f"g-{i}").requests(gpu=8).index(i).gated().info() for i in range(2)]
+    cpu = [make_pod(f"c-{i}").requests(cpu="1").index(2 + i).gated().info() for i in range(2)]
+    report = shortfall(cluster(), gpu + cpu, required_level=SUBBLOCK)
+    s1 = next(d for d in report.domains if d.name == "s1")
+    assert (s1.need, s1.fits, s1.could) == (4, 4, 4)
+    s0 = next(d for d in report.domains if d.name == "s0")
+    assert (s0.fits, s0.could) == (3, 4)  # one GPU member (n3), both CPU ones; two GPU nodes when emptied
