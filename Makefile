@@ -39,6 +39,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/webhook_load.py
 	$(BIN)/python benchmarks/simulate_snapshot.py
 	$(BIN)/python benchmarks/preemption.py
+	$(BIN)/python benchmarks/kubectl_troupe.py
 
 bench-simulate: $(BIN)/.installed
 	$(BIN)/python benchmarks/simulate_snapshot.py

@@ -4,6 +4,8 @@
   nodes and release whole gangs (in-cluster credentials when no kubeconfig is given).
 - ``simulate SNAPSHOT [--config FILE] [--output json|table]``: the what-if simulator on a
   ``kubectl get nodes,pods -A -o json`` (or ``-o yaml``) snapshot.
+- ``status``, ``why POD``, ``topology``, ``plan -f MANIFEST``: what ``kubectl troupe`` answers
+  (:mod:`reconciler.plugin`), on the live cluster or a ``--snapshot``.
 
 Exits non-zero with a one-line error naming what is wrong.
 """
@@ -110,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
         "the reconciler's own decision: the same phase, reason and placement it would reach.",
     )
     simulate.add_arguments(sim)
+    from reconciler import plugin
+
+    plugin.add_commands(sub)  # status, why, topology, plan: what kubectl-troupe runs
     return p
 
 
@@ -157,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         from reconciler import simulate
 
         return simulate.run(args)
+    if args.command in ("status", "why", "topology", "plan"):
+        from reconciler import plugin
+
+        return plugin.run(args)
     handler = logging.StreamHandler()
     if args.log_format == "json":
         handler.setFormatter(JsonFormatter())

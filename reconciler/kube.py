@@ -34,9 +34,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+import orjson
 import token_bucket
 import urllib3
 from kubernetes import client, config
@@ -46,8 +48,9 @@ from kubernetes.watch.watch import iter_resp_lines
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from reconciler import certificates
+from reconciler import certificates, metrics, snapshot_io
 from reconciler.election import LeaseConflict, LeaseError
+from reconciler.engine import workloads as wl
 from reconciler.writer import (
     UNFENCED,
     Conflict,
@@ -134,19 +137,22 @@ def fence_connections(api: client.ApiClient, fence: Callable[[], None]) -> None:
 
 
 def api_client(kubeconfig: str | None, pool_size: int | None = None, user_agent: str | None = None,
-               fence: Callable[[], None] | None = None, retries: int | None = None) -> client.ApiClient:
+               fence: Callable[[], None] | None = None, retries: int | None = None,
+               context: str | None = None) -> client.ApiClient:
     """An API client from ``kubeconfig``, or from the in-cluster service account when None,
     keeping up to ``pool_size`` connections to the API server open (default: the client's,
     5 per CPU): size it to the requests in flight. Every connection has TCP keepalive
     (:data:`KEEPALIVE_IDLE`...). ``user_agent`` names this process in the API server's
     audit log; ``fence`` guards every write (:func:`fence_connections`); ``retries``
-    bounds urllib3's own retries of a failed connection (default: urllib3's, 3).
+    bounds urllib3's own retries of a failed connection (default: urllib3's, 3);
+    ``context`` names the kubeconfig context (default: its current one). Every request is
+    counted by verb, resource and code (:func:`reconciler.metrics.instrument`).
 
     Raises ``kubernetes.config.ConfigException`` when neither works.
     """
     cfg = client.Configuration()
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg, context=context)
     else:
         config.load_incluster_config(client_configuration=cfg)
     if pool_size is not None:
@@ -159,6 +165,7 @@ def api_client(kubeconfig: str | None, pool_size: int | None = None, user_agent:
         api.user_agent = user_agent
     if fence is not None:
         fence_connections(api, fence)
+    metrics.instrument(api)
     return api
 
 
@@ -378,6 +385,7 @@ class Informer:
             self.on_list(items)
             del items
         self.relists += 1
+        metrics.listed(self.resource.name)
         self._ok()
         log.info("listed %d %s at resourceVersion %s", counted[0], self.resource.name, self.resource_version)
         self.synced.set()
@@ -443,17 +451,21 @@ class Informer:
                     return
                 if not delivered and self.clock() - began < MIN_WATCH_SECONDS:
                     self.short_watches += 1
+                    metrics.watch_restarted(self.resource.name, "empty")
                     self._failed("the watch ended at once, having delivered nothing")
                     log.warning("%s: the watch ended at once; retrying in %.0fs", self.resource.name, delay)
                     delay = self._backoff(delay)
                     continue
                 self._ok()
+                metrics.watch_restarted(self.resource.name, "timeout")
                 delay = BACKOFF_BASE_SECONDS
             except Gone as e:
                 log.info("watch of %s expired (%s): listing again", self.resource.name, e)
+                metrics.watch_restarted(self.resource.name, "expired")
                 need_list = True
             except ApiException as e:
                 if e.status == 410:
+                    metrics.watch_restarted(self.resource.name, "expired")
                     need_list = True
                     continue
                 if e.status == 404 and self.resource.optional:
@@ -462,12 +474,16 @@ class Informer:
                     need_list = True  # a CRD removed under a watch: list again
                     continue
                 self._failed(f"API error {e.status} {e.reason}")
+                if not need_list:
+                    metrics.watch_restarted(self.resource.name, "error")
                 log.warning("%s: API error %s %s; retrying in %.0fs", self.resource.name, e.status, e.reason, delay)
                 delay = self._backoff(delay)
             except Exception as e:  # noqa: BLE001  a watch must survive any network fault
                 if self._stop.is_set():
                     return
                 self._failed(f"{type(e).__name__}: {e}")
+                if not need_list:
+                    metrics.watch_restarted(self.resource.name, "error")
                 log.warning("%s: watch interrupted (%s: %s); retrying in %.0fs",
                             self.resource.name, type(e).__name__, e, delay)
                 delay = self._backoff(delay)
@@ -846,3 +862,119 @@ def webhook_certificates(api: client.ApiClient, settings: certificates.Settings)
                                            functools.partial(admission.list_mutating_webhook_configuration,
                                                              field_selector=f"metadata.name={settings.webhook_configuration}"))))
     return manager
+
+
+# --- read once: the cluster for ``kubectl troupe`` ------------------------------------------
+#: The pods that use nothing and count for nothing are not listed: a gang's members are its
+#: active pods, and a finished pod frees its node (a field selector the API server serves).
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def plugin_client(kubeconfig: str | None, context: str | None) -> tuple[client.ApiClient, str]:
+    """A read-only caller's API client and its default namespace, from ``kubeconfig``
+    (default: ``$KUBECONFIG``, else ``~/.kube/config``, as kubectl) and ``context``
+    (default: the current one): the context's namespace, else ``default``. Raises
+    ``ValueError`` naming the file or context when neither works."""
+    try:
+        contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
+        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+        if chosen is None:
+            raise ValueError(f"--context: no context {context!r} in the kubeconfig "
+                             f"(known: {', '.join(sorted(str(c.get('name')) for c in contexts))})")
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        cfg.retries = urllib3.Retry(total=2, read=0, redirect=0, status=0)  # a command line fails fast
+    except config.ConfigException as e:
+        raise ValueError(f"kubeconfig {kubeconfig or '(default)'}: {e}") from e
+    api = client.ApiClient(cfg)
+    api.user_agent = "kubectl-troupe"
+    namespace = str((chosen.get("context") or {}).get("namespace") or "default")
+    return api, namespace
+
+
+def _list_all(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> list[dict[str, Any]]:
+    """Every object of a list, page by page (:data:`LIST_PAGE`), from the API server's
+    watch cache (``resourceVersion=0``: no quorum read of etcd; a page token keeps the
+    pages of one list consistent). Raises ``OSError`` naming ``what`` on an API error
+    (``PermissionError`` for 401/403)."""
+    items: list[dict[str, Any]] = []
+    cont: str | None = None
+    while True:
+        try:
+            resp = list_fn(limit=LIST_PAGE, _continue=cont, resource_version=None if cont else "0",
+                           _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        except ApiException as e:
+            error = PermissionError if e.status in (401, 403) else OSError
+            raise error(f"list {what}: {e.status} {_message(e)}") from e
+        except urllib3.exceptions.HTTPError as e:
+            raise OSError(f"list {what}: {type(e).__name__}: {e}") from e
+        page = snapshot_io.decode_retained(resp.data)  # what the cache keeps of each object, read fast
+        if page is None:
+            body = orjson.loads(resp.data)
+            page = (body.get("items") or [], body.get("metadata") or {})
+        items.extend(page[0])
+        cont = page[1].get("continue")
+        if not cont:
+            return items
+
+
+def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
+    SharedDeviceGroups and the workload kinds of :mod:`reconciler.engine.workloads` (a
+    custom resource whose CRD is not installed, or that this user may not list, is left
+    out: its gangs wait with that reason), and ``extra`` kinds (``Namespace``,
+    ``PriorityClass``). Lists run in parallel. Returns ``(where, kind, object)`` triples
+    in the order :func:`reconciler.simulate.build` takes. Raises ``OSError`` (a
+    ``PermissionError`` for a core list this user may not make)."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    custom = client.CustomObjectsApi(api)
+
+    def crd(group: str, version: str, plural: str) -> Callable[..., Any]:
+        return functools.partial(custom.list_cluster_custom_object, group, version, plural)
+
+    lists: list[tuple[str, str, Callable[..., Any], dict[str, Any], bool]] = [
+        ("Pod", "pods", core.list_pod_for_all_namespaces, {"field_selector": ACTIVE_PODS}, False),
+        ("Node", "nodes", core.list_node, {}, False),
+        ("Job", "jobs", batch.list_job_for_all_namespaces, {}, False),
+        *[(k.kind, k.crd, crd(k.group, k.version, k.plural), {}, True) for k in wl.CUSTOM_KINDS],
+        ("SharedDeviceGroup", "shareddevicegroups", crd(*contract.DEVICE_GROUP_API), {}, True),
+    ]
+    if "Namespace" in extra:
+        lists.append(("Namespace", "namespaces", core.list_namespace, {}, True))
+    if "PriorityClass" in extra:
+        lists.append(("PriorityClass", "priorityclasses",
+                      client.SchedulingV1Api(api).list_priority_class, {}, True))
+
+    def one(entry: tuple[str, str, Callable[..., Any], dict[str, Any], bool]) -> list[dict[str, Any]]:
+        _, what, fn, kwargs, optional = entry
+        try:
+            return _list_all(fn, what, **kwargs)
+        except OSError as e:
+            cause = e.__cause__
+            if optional and isinstance(cause, ApiException) and cause.status in (403, 404):
+                return []
+            raise
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(one, lists))
+    order = {"Node": 0, "Pod": 2, "SharedDeviceGroup": 3}
+    out: list[tuple[str, str, Mapping[str, Any]]] = []
+    for (kind, what, *_), items in sorted(zip(lists, results, strict=True), key=lambda t: order.get(t[0][0], 1)):
+        out += [(f"{what} item {i}", kind, obj) for i, obj in enumerate(items)]
+    return out
+
+
+def read_config_map(api: client.ApiClient, namespace: str, name: str, key: str) -> str | None:
+    """``data[key]`` of ConfigMap ``namespace/name``, or None when it, or the key, does not
+    exist or this user may not read it. Raises ``OSError`` for other failures."""
+    try:
+        resp = client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False,
+                                                                _request_timeout=REQUEST_TIMEOUT)
+    except ApiException as e:
+        if e.status in (401, 403, 404):
+            return None
+        raise OSError(f"read ConfigMap {namespace}/{name}: {e.status} {_message(e)}") from e
+    except urllib3.exceptions.HTTPError as e:
+        raise OSError(f"read ConfigMap {namespace}/{name}: {type(e).__name__}: {e}") from e
+    value = (orjson.loads(resp.data).get("data") or {}).get(key)
+    return value if isinstance(value, str) else None

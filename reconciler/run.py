@@ -39,7 +39,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 
-from reconciler import certificates, kube
+from reconciler import certificates, kube, metrics
 from reconciler.cache import ClusterCache, group_of_key
 from reconciler.controller import GangController
 from reconciler.election import Elector, LeaderElection
@@ -116,6 +116,8 @@ class Reconciler:
         self._conditions = threading.Thread(target=self.controller.conditions.run, args=(self._stop,),
                                             name="conditions", daemon=True)
         self._busy: tuple[str, float] | None = None
+        #: Gang timings and counts derived from each outcome (reconciler/metrics.py).
+        self.gang_metrics = metrics.GangMetrics()
 
     # --- feeding the queue -----------------------------------------------------------
     #: Priority of SharedDeviceGroup keys in the work queue: before any gang (cheap, and
@@ -226,8 +228,10 @@ class Reconciler:
                 log.exception("gang %s: reconcile failed; retrying in %.0fs", key, delay)
             else:
                 if outcome is None:
+                    self.gang_metrics.forget(key)
                     self.queue.forget(key)
                 else:
+                    self.gang_metrics.observe(key, outcome, lambda k=key: self.cache.gang(k), time.time())
                     RECONCILES.labels(outcome.phase.value).inc()
                     if outcome.decision is not None and outcome.decision.rule == "Preempting" and not outcome.retry:
                         PREEMPTIONS.labels(self.config.gang_preemption_mode).inc()

@@ -58,12 +58,12 @@ from typing import Any
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
 from reconciler.engine import workloads as wl
 from reconciler.engine.allocation import group_view
-from reconciler.engine.decision import decide, queue_effect
+from reconciler.engine.decision import Decision, decide, queue_effect
 from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
 from reconciler.engine.lifecycle import Phase
-from reconciler.engine.queueing import Policy, QueueState, queue_order
+from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
@@ -88,6 +88,12 @@ class GangOutcome:
     placements: list[dict[str, Any]] = field(default_factory=list)
     bindings: tuple[Holding, ...] = ()
     victims: list[dict[str, Any]] = field(default_factory=list)
+    #: What the decision was made of, for callers that explain it (``kubectl troupe why``):
+    #: the gang, the decision itself, the snapshot it was made on and the queue's view.
+    gang: Gang | None = field(default=None, repr=False, compare=False)
+    decision: Decision | None = field(default=None, repr=False, compare=False)
+    seen: Snapshot | None = field(default=None, repr=False, compare=False)
+    queue: QueueView | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The gang's JSON object (``victims`` only for a gang that preempts)."""
@@ -206,19 +212,23 @@ def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple
 
 def simulate(snapshot: Snapshot, config: Config, now: float,
              parallelism: Mapping[tuple[str, str], int] | None = None,
-             policy: Policy | None = None, workloads: wl.Workloads | None = None) -> list[GangOutcome]:
+             policy: Policy | None = None, workloads: wl.Workloads | None = None,
+             until: str | None = None) -> list[GangOutcome]:
     """Decide every waiting gang in queue order (:func:`waiting_gangs`), each on the
     snapshot the decisions before it left and with what the gangs ahead of it hold or
     block (:class:`QueueState`), as the reconciler does: a placed gang uses its nodes, a
     preemptor's victims are gone and it uses their room, a rolled-back gang's deleted
     members free theirs. ``policy`` defaults to the configuration's; ``workloads`` size
-    the gangs of ``<prefix>-size: auto``."""
+    the gangs of ``<prefix>-size: auto``. ``until``: stop once the gang of this key is
+    decided (the gangs behind it change nothing for it)."""
     policy = policy or Policy.from_config(config)
     queue = QueueState(policy.queueing)
     outcomes = []
     for gang in waiting_gangs(snapshot, config, parallelism or {}, workloads):
         order = queue_order(gang.key, gang.priority, gang.created)
-        decision = decide(gang, snapshot, now, policy, queue.view(order))
+        view = queue.view(order)
+        seen = snapshot
+        decision = decide(gang, snapshot, now, policy, view)
         effect = queue_effect(gang, decision, snapshot, policy, now)
         queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
         placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
@@ -247,7 +257,10 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             cost=result.cost if placed and result is not None else None,
             domain=str(result.domain) if placed and result is not None and result.domain else None,
             placements=placements, bindings=decision.bindings if placed else (), victims=victims,
+            gang=gang, decision=decision, seen=seen, queue=view,
         ))
+        if gang.key == until:
+            break
     return outcomes
 
 
@@ -322,7 +335,9 @@ def render_table(outcomes: Sequence[GangOutcome], levels: TopologyLevels,
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def _now(raw: str | None) -> float:
+def decision_time(raw: str | None) -> float:
+    """``--now``: an RFC 3339 time (with a zone) in seconds since the epoch; the current
+    time for None. Raises :class:`InputError` naming the flag."""
     if raw is None:
         return time.time()
     try:
@@ -338,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the simulator on parsed arguments; returns the exit code."""
     try:
         config = load_config(args.config)
-        now = _now(getattr(args, "now", None))
+        now = decision_time(getattr(args, "now", None))
         source = "<stdin>" if args.snapshot == "-" else args.snapshot
         try:
             data = sys.stdin.buffer.read() if args.snapshot == "-" else read_file(args.snapshot)

@@ -71,6 +71,14 @@ def connection_closed(reason: str) -> None:
     CONNECTIONS_CLOSED.labels(reason).inc()
 
 
+def declare_close_reasons(reasons: tuple[str, ...]) -> None:
+    """Make every close reason's series exist at 0 in this process, so that
+    ``troupe_webhook_connections_closed_total`` is served (and graphed as 0) before the
+    first close: in multiprocess mode a series nobody touched is not exported at all."""
+    for reason in reasons:
+        CONNECTIONS_CLOSED.labels(reason)
+
+
 def multiprocess_dir() -> str | None:
     """The multiprocess directory in use, or None in single-process mode."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from gunicorn import util
 from gunicorn.workers.base import Worker
 
-from webhook.server import DEFAULT_LIMITS, ConnectionServer, Limits, Listener
+from webhook.server import CLOSE_REASONS, DEFAULT_LIMITS, ConnectionServer, Limits, Listener
 
 #: What the plain-HTTP health port answers: no admission without TLS.
 HEALTH_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -69,6 +69,7 @@ class GuardedWorker(Worker):  # type: ignore[misc]
             else Listener(s.sock, tls)
             for s in self.sockets
         ]
+        metrics.declare_close_reasons(CLOSE_REASONS)
         server = ConnectionServer(self.wsgi, listeners, serving.limits, threads=int(self.cfg.threads),
                                   closed=metrics.connection_closed, backlog=int(self.cfg.backlog))
         await server.start()

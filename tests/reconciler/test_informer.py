@@ -3,6 +3,7 @@ streamed lists, and what it reports for liveness."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 
@@ -262,3 +263,34 @@ def test_a_streamed_list_cut_short_by_stop_drops_nothing_from_the_cache():
     with pytest.raises(InterruptedError):
         inf._list()
     assert all(cache.pod(PodRef("ns", n)) is not None for n in names), "not taken for a list without them"
+
+
+def restarts(reason, resource="metered"):
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("troupe_informer_watch_restarts_total",
+                                     {"resource": resource, "reason": reason}) or 0.0
+
+
+def test_every_list_and_every_restarted_watch_is_counted_with_why_the_last_one_ended():
+    from prometheus_client import REGISTRY
+
+    server = Server([
+        [{"type": "ADDED", "object": pod("a", "101")}],                        # ended by the server: timeout
+        [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}],    # expired: listed again
+        ApiException(status=500, reason="boom"),                               # error
+    ])
+    before = {r: restarts(r) for r in ("timeout", "expired", "error")}
+    lists = REGISTRY.get_sample_value("troupe_informer_lists_total", {"resource": "metered"}) or 0.0
+    inf = Informer(Resource("metered", server), lambda items: None, lambda k, o: None)
+    inf._stop.wait = lambda delay: False
+    inf.clock = itertools.count(0, 5).__next__  # every watch lasts long enough not to count as empty
+    inf.start()
+    wait_for("the script to run out", server.done.is_set, timeout=10)
+    inf.stop()
+    # (the scripted server then answers with watches that end at once, until it is stopped)
+    counted = {r: restarts(r) - before[r] for r in before}
+    assert (counted["expired"], counted["error"]) == (1, 1) and counted["timeout"] >= 1
+    assert REGISTRY.get_sample_value("troupe_informer_lists_total", {"resource": "metered"}) == lists + 2
+    stamp = REGISTRY.get_sample_value("troupe_informer_last_list_timestamp_seconds", {"resource": "metered"})
+    assert stamp is not None and stamp > 1.7e9

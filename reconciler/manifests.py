@@ -1,0 +1,307 @@
+"""The pods a manifest would create, as they would reach the reconciler: ``kubectl troupe plan``.
+
+A manifest (YAML or JSON: one object, a ``List``, or several documents) holds Pods, Jobs
+(``batch/v1``) and JobSets (``jobset.x-k8s.io/v1alpha2``). :func:`expand` makes the pods
+their controllers would create, as those controllers make them:
+
+- a **Job** runs ``parallelism`` pods (default 1), capped by ``completions``; an
+  ``Indexed`` Job's pod ``i`` is named ``<job>-<i>-<suffix>`` and carries
+  ``batch.kubernetes.io/job-completion-index`` (label and annotation); every pod carries
+  ``job-name``, ``batch.kubernetes.io/job-name``, ``controller-uid`` and
+  ``batch.kubernetes.io/controller-uid``, and the Job as its controlling owner
+  (https://kubernetes.io/docs/concepts/workloads/controllers/job/);
+- a **JobSet** makes ``replicas`` Jobs ``<jobset>-<replicatedJob>-<i>`` of each replicated
+  Job, in order, labelled ``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``,
+  ``job-index``, ``job-global-index`` (replicated-job order, then index) and
+  ``restart-attempt: "0"`` (sigs.k8s.io/jobset's ``pkg/controllers``), then each Job its pods;
+- a **Pod** is itself (``generateName`` gets a suffix).
+
+Names made here end in a suffix derived from the owner and index (deterministic: the same
+manifest gives the same plan). Then what the API server does at creation that the
+decision reads: the namespace (the manifest's, else the one given), ``spec.priority``
+from ``priorityClassName`` or the global default PriorityClass, ``creationTimestamp`` (now),
+a ``uid``; and the webhook's contract (:func:`admit`, from :mod:`troupe.contract`).
+
+Pure: objects and a clock value in, objects out; nothing is created anywhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.engine.filters import Taint, parse_tolerations
+from troupe import contract
+from troupe.config import Config
+
+#: The kinds a manifest may hold.
+KINDS = ("Pod", "Job", "JobSet")
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOBSET_LABELS = "jobset.sigs.k8s.io/"
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be planned, or a pod the webhook or the API server would
+    refuse; the message names the object and the field (and the key and value)."""
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """What a manifest creates: ``pods`` (admitted: as the reconciler would see them),
+    ``workloads`` (``(kind, object)`` of its Jobs and JobSets, which size gangs), and
+    ``managed``: the keys (``namespace/name``) of the pods that carry a Troupe gate once
+    admitted (the reconciler manages them)."""
+
+    pods: tuple[dict[str, Any], ...]
+    workloads: tuple[tuple[str, dict[str, Any]], ...]
+    managed: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What admission reads besides the object: the Troupe ``config``, the ``namespace``
+    of objects that name none, namespace labels by name (a namespace's
+    ``troupe.io/gang-mode: auto`` opts its workloads' pods in), PriorityClasses by name
+    (``(value, globalDefault)``), ``now`` (seconds since the epoch: creation time) and
+    the requesting ``user`` (the webhook refuses Troupe's reserved annotations from
+    anyone but the reconciler)."""
+
+    config: Config
+    namespace: str = "default"
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    priority_classes: Mapping[str, tuple[int, bool]] = field(default_factory=dict)
+    now: float = 0.0
+    user: str = ""
+
+
+def _suffix(*parts: object) -> str:
+    """Five characters of [a-z0-9], from a hash of ``parts`` (as generateName's five)."""
+    digest = int.from_bytes(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), "big")
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
+    out = ""
+    for _ in range(5):
+        digest, k = divmod(digest, len(alphabet))
+        out += alphabet[k]
+    return out
+
+
+def _uid(*parts: object) -> str:
+    return "plan-" + hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=12).hexdigest()
+
+
+def _map(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ManifestError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _count(spec: Mapping[str, Any], key: str, where: str, default: int | None) -> int | None:
+    value = spec.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ManifestError(f"{where}.{key}: expected an integer >= 0, got {value!r}")
+    return value
+
+
+def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> Expanded:
+    """The pods and workloads of a manifest's objects (``(where, kind, object)``, as
+    :func:`reconciler.snapshot_io.read_objects` gives them). Raises :class:`ManifestError`
+    naming the object: an unsupported kind, a malformed field, a pod admission refuses."""
+    pods: list[dict[str, Any]] = []
+    workloads: list[tuple[str, dict[str, Any]]] = []
+    for where, kind, obj in objects:
+        if kind not in KINDS:
+            raise ManifestError(f"{where}: kind {kind!r} cannot be planned (supported: {', '.join(KINDS)})")
+        meta = _map(obj.get("metadata"), f"{where}: metadata")
+        namespace = str(meta.get("namespace") or ctx.namespace)
+        name = meta.get("name")
+        if kind == "Pod":
+            if not name:
+                prefix = meta.get("generateName")
+                if not isinstance(prefix, str) or not prefix:
+                    raise ManifestError(f"{where} (Pod): metadata.name or metadata.generateName is required")
+                name = prefix + _suffix(namespace, prefix, len(pods))
+            pod = copy.deepcopy(dict(obj))
+            pod["metadata"] = {**meta, "name": name, "namespace": namespace}
+            pod["metadata"].pop("generateName", None)
+            pods.append(pod)
+            continue
+        if not isinstance(name, str) or not name:
+            raise ManifestError(f"{where} ({kind}): metadata.name: missing field")
+        whole = {**copy.deepcopy(dict(obj)), "metadata": {**meta, "namespace": namespace,
+                                                          "uid": _uid(namespace, kind, name)}}
+        if kind == "Job":
+            workloads.append(("Job", whole))
+            pods += _job_pods(whole, f"{where} (Job {name})")
+        else:
+            workloads.append(("JobSet", whole))
+            for job in _jobset_jobs(whole, f"{where} (JobSet {name})"):
+                workloads.append(("Job", job))
+                pods += _job_pods(job, f"{where} (JobSet {name}, Job {job['metadata']['name']})")
+    admitted, managed = [], []
+    for pod in pods:
+        done, gated = admit(pod, ctx)
+        admitted.append(done)
+        if gated:
+            managed.append(f"{done['metadata']['namespace']}/{done['metadata']['name']}")
+    return Expanded(tuple(admitted), tuple(workloads), tuple(managed))
+
+
+def _jobset_jobs(jobset: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    meta = jobset["metadata"]
+    spec = _map(jobset.get("spec"), f"{where}: spec")
+    name, namespace = meta["name"], meta["namespace"]
+    jobs: list[dict[str, Any]] = []
+    global_index = 0
+    replicated = spec.get("replicatedJobs")
+    if not isinstance(replicated, list) or not replicated:
+        raise ManifestError(f"{where}: spec.replicatedJobs: expected a non-empty list")
+    for r, rj in enumerate(replicated):
+        at = f"{where}: spec.replicatedJobs[{r}]"
+        rj = _map(rj, at)
+        rname = rj.get("name")
+        if not isinstance(rname, str) or not rname:
+            raise ManifestError(f"{at}.name: missing field")
+        replicas = _count(rj, "replicas", at, 1) or 0
+        template = _map(rj.get("template"), f"{at}.template")
+        tmeta = _map(template.get("metadata"), f"{at}.template.metadata")
+        for i in range(replicas):
+            job_name = f"{name}-{rname}-{i}"
+            labels = {
+                JOBSET_LABELS + "jobset-name": name, JOBSET_LABELS + "replicatedjob-name": rname,
+                JOBSET_LABELS + "replicatedjob-replicas": str(replicas), JOBSET_LABELS + "job-index": str(i),
+                JOBSET_LABELS + "job-global-index": str(global_index), JOBSET_LABELS + "restart-attempt": "0",
+            }
+            global_index += 1
+            job_spec = copy.deepcopy(_map(template.get("spec"), f"{at}.template.spec"))
+            pod_template = _map(job_spec.get("template"), f"{at}.template.spec.template")
+            pod_meta = _map(pod_template.get("metadata"), f"{at}.template.spec.template.metadata")
+            pod_meta["labels"] = {**_map(pod_meta.get("labels"), f"{at}: labels"), **labels}
+            pod_meta["annotations"] = {**_map(pod_meta.get("annotations"), f"{at}: annotations"), **labels}
+            job_spec["template"] = {**pod_template, "metadata": pod_meta}
+            jobs.append({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {**tmeta, "name": job_name, "namespace": namespace, "uid": _uid(namespace, "Job", job_name),
+                             "labels": {**_map(tmeta.get("labels"), f"{at}: labels"), **labels},
+                             "ownerReferences": [{"apiVersion": JOBSET_API, "kind": "JobSet", "name": name,
+                                                  "uid": meta["uid"], "controller": True}]},
+                "spec": job_spec,
+            })
+    return jobs
+
+
+def _job_pods(job: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    meta = job["metadata"]
+    spec = _map(job.get("spec"), f"{where}: spec")
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    parallelism = _count(spec, "parallelism", f"{where}: spec", 1) or 0
+    completions = _count(spec, "completions", f"{where}: spec", None)
+    count = parallelism if completions is None else min(parallelism, completions)
+    indexed = spec.get("completionMode") == "Indexed"
+    template = _map(spec.get("template"), f"{where}: spec.template")
+    tmeta = _map(template.get("metadata"), f"{where}: spec.template.metadata")
+    pod_spec = _map(template.get("spec"), f"{where}: spec.template.spec")
+    if not pod_spec.get("containers"):
+        raise ManifestError(f"{where}: spec.template.spec.containers: missing field")
+    out = []
+    for i in range(count):
+        labels = {**_map(tmeta.get("labels"), f"{where}: labels"), "job-name": name, "controller-uid": uid,
+                  "batch.kubernetes.io/job-name": name, "batch.kubernetes.io/controller-uid": uid}
+        annotations = dict(_map(tmeta.get("annotations"), f"{where}: annotations"))
+        if indexed:
+            labels[contract.JOB_COMPLETION_INDEX] = annotations[contract.JOB_COMPLETION_INDEX] = str(i)
+        pod_name = f"{name}-{i}-{_suffix(namespace, name, i)}" if indexed else f"{name}-{_suffix(namespace, name, i)}"
+        out.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name, "namespace": namespace, "labels": labels, "annotations": annotations,
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": copy.deepcopy(pod_spec),
+        })
+    return out
+
+
+def _rfc3339(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _tolerates_shared(spec: Mapping[str, Any]) -> bool:
+    taint = Taint(contract.DEVICE_SHARED_TAINT_KEY, contract.DEVICE_SHARED_TAINT_VALUE,
+                  contract.DEVICE_SHARED_TAINT_EFFECT)
+    try:
+        return any(t.tolerates(taint) for t in parse_tolerations(spec))
+    except ValueError:
+        return False
+
+
+def _gated(pod: Mapping[str, Any]) -> bool:
+    return any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod))
+
+
+def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
+    """``pod`` as the API server would store it, and whether it carries a Troupe gate then
+    (Troupe's own or a GKE auto gate: the reconciler manages it).
+
+    The API server's part: ``creationTimestamp`` (``ctx.now``), a ``uid``, ``spec.priority``
+    from ``priorityClassName`` (or the global default class), ``status.phase: Pending``.
+    The webhook's part (its rules are the contract's, ``docs/contract.md``): nothing in an
+    ``excludedNamespaces`` namespace; in a namespace labelled ``troupe.io/gang-mode: auto``,
+    a pod a supported workload creates that names no gang and no size gets
+    ``<prefix>-size: auto``; a pod with any Troupe key is checked (gang, topology and device
+    group keys), gets Troupe's gate, its effective timeout written back, and, in a device
+    group, the shared-node toleration. (The device env vars it also adds do not change
+    where a pod goes, and are left out.) Raises :class:`ManifestError` with the webhook's
+    or the API server's message for a pod they would refuse."""
+    out = copy.deepcopy(dict(pod))
+    meta = out["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    spec = out["spec"] = _map(out.get("spec"), f"pod {namespace}/{name}: spec")
+    meta["creationTimestamp"] = _rfc3339(ctx.now)
+    meta["uid"] = _uid(namespace, "Pod", name)
+    out.setdefault("status", {"phase": "Pending"})
+    klass = spec.get("priorityClassName")
+    if klass:
+        if klass not in ctx.priority_classes and klass not in ("system-cluster-critical", "system-node-critical"):
+            raise ManifestError(f"pod {namespace}/{name}: spec.priorityClassName: no PriorityClass with name "
+                                f"{klass} was found")
+        spec["priority"] = ctx.priority_classes.get(klass, (2000000000, False))[0]
+    elif "priority" not in spec:
+        default = [v for v, is_default in ctx.priority_classes.values() if is_default]
+        spec["priority"] = default[0] if default else 0
+    config = ctx.config
+    if namespace in config.excluded_namespaces:
+        return out, _gated(out)
+    ann = meta["annotations"] = dict(_map(meta.get("annotations"), f"pod {namespace}/{name}: annotations"))
+    reserved = sorted(k for k in ann if contract.is_reserved_annotation(k))
+    if reserved and ctx.user != config.reconciler_username:
+        raise ManifestError(f"pod {namespace}/{name}: annotation {reserved[0]}: only Troupe's reconciler "
+                            f"({config.reconciler_username}) may set it")
+    keys = contract.GangKeys.for_prefix(config.gang_annotation_prefix)
+    opted = ctx.namespaces.get(namespace, {}).get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO
+    if opted and keys.name not in ann and keys.size not in ann and contract.created_by_workload(out):
+        ann[keys.size] = contract.AUTO_SIZE
+    troupe_keys = (*keys.all(), contract.TOPOLOGY_REQUIRED_LEVEL, contract.TOPOLOGY_PREFERRED_LEVEL,
+                   contract.DEVICE_GROUP)
+    if not any(k in ann for k in troupe_keys):
+        return out, _gated(out)
+    try:
+        gang = contract.parse_gang(out, config)
+        if contract.TOPOLOGY_REQUIRED_LEVEL in ann or contract.TOPOLOGY_PREFERRED_LEVEL in ann:
+            contract.parse_topology_request(out, config)
+    except contract.ContractError as e:
+        raise ManifestError(f"pod {namespace}/{name}: denied by Troupe's webhook: {e}") from None
+    gates = spec.get("schedulingGates") or []
+    if not any(isinstance(g, Mapping) and g.get("name") == contract.GATE for g in gates):
+        spec["schedulingGates"] = [*gates, {"name": contract.GATE}]
+    if gang is not None:
+        ann[keys.timeout] = str(gang.timeout_seconds)
+    if contract.DEVICE_GROUP in ann and not _tolerates_shared(spec):
+        spec["tolerations"] = [*(spec.get("tolerations") or []), contract.device_shared_toleration()]
+    return out, True

@@ -1,0 +1,313 @@
+"""What ``kubectl troupe`` shows: every gang's state, why one waits, the topology, a plan.
+
+Every answer is the reconciler's own decision: waiting gangs (those with a gated member)
+are decided by :func:`reconciler.simulate.simulate`, in queue order, each on what the
+gangs ahead of it left and with what they hold or block, exactly as the reconciler and the
+simulator decide them (:func:`reconciler.engine.decision.decide`); gangs with no gated
+member are decided by the same function (their rules, ``AllReleased``, ``TimedOut``,
+``NoMembers``, do not depend on capacity or the queue). Nothing here reads a clock or does
+I/O: a :class:`Cluster` in (objects already read, ``now`` given), plain values out
+(docs/decisions/021-why-and-status.md).
+
+- :func:`status`: one :class:`GangStatus` per gang.
+- :func:`why`: a pod's gang, its decision and the per-domain shortfall
+  (:func:`reconciler.engine.shortfall.shortfall`).
+- :func:`topology`: blocks > subblocks > hosts > nodes with who holds what
+  (:func:`reconciler.engine.occupancy.occupancy`).
+- :func:`plan`: the decision for the pods a manifest would create
+  (:mod:`reconciler.manifests`), on the cluster as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler import simulate as sim
+from reconciler.engine.decision import Decision, decide
+from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang
+from reconciler.engine.lifecycle import Phase
+from reconciler.engine.occupancy import DomainUsage, occupancy
+from reconciler.engine.queueing import Policy, epoch
+from reconciler.engine.shortfall import Shortfall, shortfall
+from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.topology import TopologyLevels
+from reconciler.snapshot_io import InputError
+from troupe.config import Config
+
+#: Kinds read besides those the simulator builds a snapshot of: what ``plan`` needs to apply
+#: the webhook's contract (a namespace's opt-in label) and the API server's priority
+#: admission (a PriorityClass's value) to the pods a manifest would create.
+EXTRA_KINDS = ("Namespace", "PriorityClass")
+
+
+@dataclass
+class Cluster:
+    """The cluster as read once: the simulator's :class:`~reconciler.simulate.Built`
+    snapshot, the configuration and policy the reconciler follows, ``now`` (seconds since
+    the epoch) that decisions are made at, namespace labels by name and PriorityClasses by
+    name (``(value, globalDefault)``), and ``source`` (how it was read, for messages)."""
+
+    built: sim.Built
+    config: Config
+    now: float
+    policy: Policy
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    priority_classes: Mapping[str, tuple[int, bool]] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The engine's snapshot of every node and pod."""
+        return self.built.snapshot
+
+
+def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, now: float,
+         policy: Policy | None = None, source: str = "") -> Cluster:
+    """A :class:`Cluster` of ``(where, kind, object)`` triples (what
+    :func:`reconciler.snapshot_io.read_objects` gives, or the live reader in
+    :mod:`reconciler.kube`). Namespaces and PriorityClasses are kept aside; every other
+    object goes to :func:`reconciler.simulate.build`. Raises
+    :class:`~reconciler.snapshot_io.InputError` naming the object and field."""
+    rest, namespaces, classes = split(objects)
+    built = sim.build(rest, TopologyLevels.from_config(config))
+    return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source)
+
+
+def split(objects: Iterable[tuple[str, str, Mapping[str, Any]]]) -> tuple[
+        list[tuple[str, str, Mapping[str, Any]]], dict[str, Mapping[str, str]], dict[str, tuple[int, bool]]]:
+    """The objects the simulator builds a snapshot of, namespace labels by name, and
+    PriorityClasses by name (``(value, globalDefault)``). Raises
+    :class:`~reconciler.snapshot_io.InputError` for a Namespace or PriorityClass it cannot read."""
+    rest: list[tuple[str, str, Mapping[str, Any]]] = []
+    namespaces: dict[str, Mapping[str, str]] = {}
+    classes: dict[str, tuple[int, bool]] = {}
+    for where, kind, obj in objects:
+        if kind not in EXTRA_KINDS:
+            rest.append((where, kind, obj))
+            continue
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{where} ({kind}): metadata.name: missing field")
+        if kind == "Namespace":
+            labels = meta.get("labels") if isinstance(meta, Mapping) else None
+            namespaces[name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+        else:
+            value = obj.get("value", 0)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"{where} (PriorityClass {name}): value: expected an integer, got {value!r}")
+            classes[name] = (value, obj.get("globalDefault") is True)
+    return rest, namespaces, classes
+
+
+# --- every gang's decision ----------------------------------------------------------------
+@dataclass(frozen=True)
+class GangStatus:
+    """One gang as ``kubectl troupe status`` shows it: the decision's ``phase``, ``rule``,
+    ``reason`` and placement ``code``; ``size`` (None while unknown) and the members:
+    ``present`` (active), ``gated``, ``released``, ``bound``, ``running``; ``waiting``:
+    seconds its oldest gated member has waited (since its creation; None with no gated
+    member); ``queue``: its 1-based place among the waiting gangs (0 when not waiting);
+    ``priority``; ``domain`` of a placement (``Placed``); and the gang, its decision and
+    (for waiting gangs) the simulator's outcome, for :func:`why`."""
+
+    namespace: str
+    name: str
+    phase: str
+    rule: str
+    reason: str
+    code: str
+    size: int | None
+    present: int
+    gated: int
+    released: int
+    bound: int
+    running: int
+    waiting: float | None
+    queue: int
+    priority: int
+    domain: str | None
+    gang: Gang = field(repr=False, compare=False)
+    decision: Decision = field(repr=False, compare=False)
+    outcome: sim.GangOutcome | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON object of ``status --output json``."""
+        out: dict[str, Any] = {
+            "namespace": self.namespace, "name": self.name, "phase": self.phase, "rule": self.rule,
+            "reason": self.reason, "code": self.code, "size": self.size,
+            "members": {"present": self.present, "gated": self.gated, "released": self.released,
+                        "bound": self.bound, "running": self.running},
+            "waitingSeconds": None if self.waiting is None else round(self.waiting, 3),
+            "queuePosition": self.queue or None, "priority": self.priority, "domain": self.domain,
+        }
+        if self.outcome is not None and self.outcome.victims:
+            out["victims"] = self.outcome.victims
+        return out
+
+
+def _waiting(gang: Gang, now: float) -> float | None:
+    stamps = [t for p in gang.members if p.gated and (t := epoch(p.creation_timestamp)) is not None]
+    return max(0.0, now - min(stamps)) if stamps else None
+
+
+def _status(gang: Gang, decision: Decision, now: float, queue: int, outcome: sim.GangOutcome | None) -> GangStatus:
+    o = decision.observation
+    return GangStatus(
+        gang.namespace, gang.name, decision.phase.value, decision.rule, decision.reason, decision.code, o.size,
+        o.active, o.gated, o.released, o.bound, o.running, _waiting(gang, now), queue, gang.priority,
+        outcome.domain if outcome is not None else None, gang, decision, outcome)
+
+
+def _gangs(cluster: Cluster) -> list[Gang]:
+    built, config = cluster.built, cluster.config
+    return [build_gang(key, pods, config, built.parallelism, built.workloads)
+            for key, pods in group_by_gang(built.snapshot.pods.values(), config).items()]
+
+
+def status(cluster: Cluster, namespaces: Sequence[str] = (), until: str | None = None) -> list[GangStatus]:
+    """Every gang of the cluster (in ``namespaces``; all when empty): the waiting ones in
+    queue order first, as the reconciler would decide them now, then the others by key.
+    ``until``: stop deciding waiting gangs after this gang key (what ``why`` needs: the
+    gangs behind it change nothing for it); the others are then left out."""
+    built = cluster.built
+    outcomes = sim.simulate(built.snapshot, cluster.config, cluster.now, built.parallelism, cluster.policy,
+                            built.workloads, until=until)
+    out: list[GangStatus] = []
+    decided = set()
+    for position, o in enumerate(outcomes, start=1):
+        assert o.gang is not None and o.decision is not None
+        decided.add(o.gang.key)
+        if not namespaces or o.namespace in namespaces:
+            out.append(_status(o.gang, o.decision, cluster.now, position, o))
+    if until is not None:
+        return out
+    rest = sorted((g for g in _gangs(cluster) if g.key not in decided and (not namespaces or g.namespace in namespaces)),
+                  key=lambda g: g.key)
+    for gang in rest:
+        decision = decide(gang, built.snapshot, cluster.now, cluster.policy)
+        out.append(_status(gang, decision, cluster.now, 0, None))
+    return out
+
+
+# --- why ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Why:
+    """``kubectl troupe why POD``: the ``pod`` (``namespace/name``), its ``rank`` in its
+    gang (0-based), the gang's :class:`GangStatus`, the gangs ahead of it in the queue
+    (``ahead``: their statuses, nearest first, at most a few; none when it does not wait),
+    ``held``: capacity those gangs hold (gang -> ``(domain, nodes)``), and ``shortfall``,
+    the per-domain shortfall of its gated members that have no node yet, when the gang
+    waits for room (``Unschedulable``, ``Preempting``, queued behind one that does); else
+    None."""
+
+    pod: str
+    rank: int
+    gang: GangStatus
+    ahead: tuple[GangStatus, ...]
+    held: Mapping[str, tuple[str, int]]
+    shortfall: Shortfall | None
+
+
+def find_pod(cluster: Cluster, name: str, namespace: str) -> PodInfo:
+    """The pod ``name`` (``NAME`` in ``namespace``, or ``NAMESPACE/NAME``). Raises
+    ``LookupError`` naming it when the snapshot has no such pod."""
+    key = name if "/" in name else f"{namespace}/{name}"
+    pod = cluster.snapshot.pods.get(key)
+    if pod is None:
+        raise LookupError(f"pod {key} not found in {cluster.source or 'the snapshot'}")
+    return pod
+
+
+def why(cluster: Cluster, pod: PodInfo, resource: str = "nvidia.com/gpu", ahead: int = 3) -> Why:
+    """Why ``pod``'s gang is where it is (:class:`Why`). Raises ``LookupError`` when
+    Troupe does not manage the pod (no gang key, no Troupe gate)."""
+    key = gang_key(pod, cluster.config)
+    if key is None:
+        raise LookupError(f"pod {pod.key} is not managed by Troupe: it carries no gang annotation, no "
+                          f"{cluster.config.gang_annotation_prefix}-size and no Troupe scheduling gate")
+    pods = [p for p in cluster.snapshot.pods.values() if gang_key(p, cluster.config) == key]
+    waiting: list[GangStatus] = []
+    if any(p.active and p.gated for p in pods):  # decided in queue order, behind the gangs ahead
+        waiting = status(cluster, until=key)
+        found = next(s for s in waiting if s.key == key)
+    else:  # nothing gated: its rules read no capacity and no queue
+        built = cluster.built
+        gang = build_gang(key, pods, cluster.config, built.parallelism, built.workloads)
+        found = _status(gang, decide(gang, built.snapshot, cluster.now, cluster.policy), cluster.now, 0, None)
+    rank = next((i for i, p in enumerate(found.gang.members) if p.key == pod.key), -1)
+    before = tuple(s for s in reversed(waiting) if s.key != key)[:ahead] if found.queue else ()
+    outcome = found.outcome
+    holds = outcome.queue.holds if outcome is not None and outcome.queue is not None else ()
+    held = {h.gang: (h.domain, len(h.nodes)) for h in holds}
+    return Why(pod.key, rank, found, before, held, room_shortfall(cluster, found, resource))
+
+
+def room_shortfall(cluster: Cluster, found: GangStatus, resource: str = "nvidia.com/gpu") -> Shortfall | None:
+    """The per-domain shortfall of ``found``'s gated members that have no node yet, on the
+    snapshot its decision was made on, with the nodes gangs ahead hold for themselves;
+    None unless it waits for room (``Unschedulable``, ``Preempting``, or queued behind a
+    gang that does)."""
+    room = found.phase in (Phase.UNSCHEDULABLE.value, Phase.PREEMPTING.value) or found.rule == "Queued"
+    gang, outcome = found.gang, found.outcome
+    seen = outcome.seen if outcome is not None and outcome.seen is not None else cluster.snapshot
+    free = [p for p in gang.members if p.gated and not seen.committed_node(p)]
+    if not room or not free:
+        return None
+    held_nodes: dict[int, str] = {}
+    for h in outcome.queue.holds if outcome is not None and outcome.queue is not None else ():
+        for i in h.nodes:
+            held_nodes.setdefault(i, h.gang)
+    own = [p.key for p in free if seen.nominated_node(p)]
+    if own:
+        seen = seen.with_removed(own)
+    near = sorted({n for p in gang.members if not p.gated and (n := p.node_name or seen.committed_node(p))})
+    return shortfall(seen, free, gang.topology.required_level, gang.topology.preferred_level,
+                     held=held_nodes, near=near, resource=resource)
+
+
+# --- topology -------------------------------------------------------------------------------
+def gang_of_pods(cluster: Cluster) -> dict[str, str]:
+    """Pod key -> the key of the gang it belongs to, for every pod Troupe manages."""
+    out = {}
+    for key, pods in group_by_gang(cluster.snapshot.pods.values(), cluster.config).items():
+        for p in pods:
+            out[p.key] = key
+    return out
+
+
+def topology(cluster: Cluster, resource: str = "nvidia.com/gpu") -> DomainUsage:
+    """The topology tree with who holds what (:func:`reconciler.engine.occupancy.occupancy`)."""
+    return occupancy(cluster.snapshot, gang_of_pods(cluster), resource)
+
+
+# --- plan -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanResult:
+    """``kubectl troupe plan``: the pods the manifest would create (``pods``: their
+    names, in order), the gangs they form (their statuses, with the simulator's outcome:
+    placements, victims), and ``untouched``: pods the webhook would leave alone (no Troupe
+    key), which kube-scheduler places on its own."""
+
+    pods: tuple[str, ...]
+    gangs: tuple[GangStatus, ...]
+    untouched: tuple[str, ...]
+    cluster: Cluster = field(repr=False, compare=False)
+
+
+def plan(cluster: Cluster, pods: Sequence[str], managed: Sequence[str], gang_keys: Iterable[str]) -> PlanResult:
+    """The decisions for a manifest's gangs: ``cluster`` was read with the manifest's pods
+    (``pods``: their keys; ``managed``: those carrying a Troupe gate) and workloads added
+    (:func:`reconciler.manifests.expand`), so every waiting gang was decided in queue order
+    with them: the new gangs wait behind those ahead and are placed on what they leave.
+    ``gang_keys``: the keys of the gangs the new pods form."""
+    keys = set(gang_keys)
+    gangs = tuple(s for s in status(cluster) if s.key in keys)
+    return PlanResult(tuple(pods), gangs, tuple(p for p in pods if p not in set(managed)), cluster)

@@ -1,0 +1,110 @@
+"""``kubectl troupe`` against the live local cluster, and the metrics it leaves behind.
+
+The installed ``kubectl-troupe`` executable runs ``status``, ``why``, ``topology`` and
+``plan`` with the admin's kubeconfig while three gangs stand on the nodes of
+examples/nodes.yaml (2 blocks x 2 subblocks x 4 hosts, 8 GPUs each)::
+
+    ran       4 x 8 GPUs, released and Running (one subblock)
+    partial   3 of 4 members present: waits for the fourth
+    wide      5 x 8 GPUs required in one subblock (4 nodes): never fits
+
+Then the reconciler's /metrics shows the release (counted and timed) and its API traffic, and
+every metric the chart's dashboard queries is served by the reconciler or the webhook.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from kubernetes import client
+
+from tests.chart.test_dashboard import families, queried
+from tests.e2e.helpers import gang_annotations, pod_body, running_job_pods, wait_for
+from tests.e2e.helpers import indexed_job as job_body
+
+SUBBLOCK = "cloud.google.com/gce-topology-subblock"
+PLUGIN = Path(sys.executable).parent / "kubectl-troupe"
+
+
+def troupe_cli(cluster, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(PLUGIN), *argv, "--kubeconfig", str(cluster.kubeconfig("admin"))],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def metrics_text(url: str, context: ssl.SSLContext | None = None) -> str:
+    with urllib.request.urlopen(url, timeout=5, context=context) as r:
+        return str(r.read().decode())
+
+
+def sample(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and (line[len(name)] in " {"))
+
+
+def test_status_why_topology_and_plan_answer_on_the_live_cluster(cluster, troupe, admin_core, namespace, tmp_path):
+    batch = client.BatchV1Api(cluster.api_client("admin"))
+    batch.create_namespaced_job(namespace, job_body("ran", 4, gang_annotations("ran", 4), gpus=8))
+    running_job_pods(admin_core, namespace, "ran", 4)
+    for i in range(3):
+        admin_core.create_namespaced_pod(namespace, pod_body(f"partial-{i}", gang_annotations("partial", 4), gpus=1))
+    wide = {**gang_annotations("wide", 5), "troupe.io/topology-required-level": SUBBLOCK}
+    for i in range(5):
+        admin_core.create_namespaced_pod(namespace, pod_body(f"wide-{i}", wide, gpus=8))
+    wait_for("the wide gang's members gated", lambda: len([
+        p for p in admin_core.list_namespaced_pod(namespace).items
+        if p.metadata.name.startswith("wide-") and p.spec.scheduling_gates]) == 5)
+
+    status = troupe_cli(cluster, "status", "-n", namespace, "-o", "json")
+    assert status.returncode == 0, status.stderr
+    gangs = {g["name"]: g for g in json.loads(status.stdout)["gangs"]}
+    assert (gangs["ran"]["phase"], gangs["ran"]["members"]) == (
+        "Released", {"present": 4, "gated": 0, "released": 4, "bound": 4, "running": 4})
+    assert (gangs["partial"]["phase"], gangs["partial"]["reason"]) == ("Waiting", "3 of 4 members present")
+    assert gangs["wide"]["phase"] == "Unschedulable"
+    assert gangs["wide"]["reason"].startswith(f"fits 4 of 5 members in one {SUBBLOCK}")
+    assert gangs["wide"]["waitingSeconds"] >= 0 and gangs["wide"]["queuePosition"] >= 1
+    table = troupe_cli(cluster, "status", "-n", namespace)
+    assert table.stdout.splitlines()[0].split() == [
+        "NAMESPACE", "GANG", "PHASE", "MEMBERS", "RELEASED", "BOUND", "RUNNING", "WAITING", "QUEUE", "REASON"]
+
+    why = troupe_cli(cluster, "why", "wide-2", "-n", namespace)
+    assert why.returncode == 0, why.stderr
+    assert f"Pod:      {namespace}/wide-2 (rank 2 of gang {namespace}/wide)" in why.stdout
+    assert "Phase:    Unschedulable" in why.stdout
+    assert "Domains:  5 gated member(s) at subblock (the gang's required level), best first:" in why.stdout
+    assert "subblock gpu-b0-s1: 4 of 5 fit; at most 4 even when empty" in why.stdout
+    ran_subblock = next(line for line in why.stdout.splitlines() if "0 of 5 fit (4 nodes full)" in line)
+    assert "free nvidia.com/gpu: 0" in ran_subblock
+
+    topology = troupe_cli(cluster, "topology")
+    assert topology.returncode == 0, topology.stderr
+    holding = [line for line in topology.stdout.splitlines() if f"{namespace}/ran (8 nvidia.com/gpu, 1 pod)" in line]
+    assert len(holding) == 4
+
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(json.dumps(job_body("next", 2, gang_annotations("next", 2), gpus=8)))
+    before = len(admin_core.list_namespaced_pod(namespace).items)
+    plan = troupe_cli(cluster, "plan", "-f", str(manifest), "-n", namespace)
+    assert plan.returncode == 0, plan.stderr
+    assert f"{namespace}/next  Placed" in plan.stdout
+    assert f"{namespace}/next would be released now" in plan.stdout
+    assert len(admin_core.list_namespaced_pod(namespace).items) == before  # nothing created
+    assert not batch.list_namespaced_job(namespace, field_selector="metadata.name=next").items
+
+    reconciler = metrics_text(f"http://127.0.0.1:{troupe.metrics_port}/metrics")
+    assert sample(reconciler, "troupe_gang_releases_total") >= 1
+    assert sample(reconciler, "troupe_gang_complete_to_released_seconds_count") >= 1
+    wait_for("the release's binding timed", lambda: sample(
+        metrics_text(f"http://127.0.0.1:{troupe.metrics_port}/metrics"), "troupe_gang_released_to_bound_seconds_count") >= 1)
+    assert 'troupe_kube_api_requests_total{code="200",resource="pods",verb="list"}' in reconciler
+    assert 'troupe_kube_api_requests_total{code="200",resource="pods",verb="patch"}' in reconciler
+    assert 'troupe_informer_last_list_timestamp_seconds{resource="nodes"}' in reconciler
+    context = ssl.create_default_context(cafile=str(troupe.dir / "ca.crt"))
+    webhook = metrics_text(f"https://127.0.0.1:{troupe.webhook_port}/metrics", context)
+    missing = sorted(queried() - families(reconciler) - families(webhook))
+    assert not missing, f"the dashboard queries metrics the running reconciler and webhook do not serve: {missing}"

@@ -1,0 +1,194 @@
+"""Golden outputs of ``kubectl troupe status``, ``why``, ``topology`` and ``plan`` on one snapshot.
+
+The snapshot (``snapshot()`` below) is the demo cluster's topology with gangs in every state
+an operator asks about. Each test runs the plugin's ``main`` with ``--snapshot`` and a fixed
+``--now`` and compares what it prints with ``tests/plugin/golden/<name>``.
+
+To regenerate the golden files after an intended change of the output, run
+
+    TROUPE_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/plugin/test_golden.py
+
+and review the diff (``git diff tests/plugin/golden``) before committing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from reconciler import plugin
+from tests.engine.builders import SUBBLOCK, make_node, make_pod
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+NOW = "2026-03-01T10:00:00Z"
+UPDATE = os.environ.get("TROUPE_UPDATE_GOLDEN") == "1"
+
+
+def node(b: int, s: int, h: int):
+    name = f"gpu-b{b}-s{s}-h{h}"
+    return make_node(name).topology(f"gpu-b{b}", f"gpu-b{b}-s{s}", name).allocatable(gpu=8, cpu="32")
+
+
+def member(namespace, gang, i, size, created, gpus=8, priority=0):
+    return (make_pod(f"{gang}-{i}", namespace).requests(gpu=gpus, cpu="1").gang(gang, size).index(i)
+            .owned_by("Job", gang).created(created).priority(priority))
+
+
+# The demo cluster: 2 blocks x 2 subblocks x 4 hosts of 8 GPUs, every host one node.
+#
+#   gpu-b0   gpu-b0-s0: h0 h1 h2 h3    ml/running (4 x 8 GPUs, priority 10) runs here
+#            gpu-b0-s1: h0 h1 h2 h3    h0 cordoned, h1 runs a 4-GPU pod outside any gang
+#   gpu-b1   gpu-b1-s0: h0 h1 h2 h3    h3 not ready
+#            gpu-b1-s1: h0 h1 h2 h3    ml/batch (4 x 8 GPUs, priority 0) runs here
+#
+# Waiting: ml/wide (8 x 8 GPUs in one subblock: no subblock has 8 nodes), ml/partial (3 of 4
+# members), team/held (members disagree on the size), team/small (2 x 8 GPUs: fits).
+# The plan: ml/urgent-train, 4 x 8 GPUs in one subblock at priority 100: no subblock has
+# room; with preemption, ml/batch (the lowest priority) makes it.
+def snapshot() -> dict:
+    nodes = [node(b, s, h) for b in (0, 1) for s in (0, 1) for h in range(4)]
+    nodes[4] = nodes[4].unschedulable()
+    nodes[11] = nodes[11].not_ready()
+    pods = [member("ml", "running", i, 4, "2026-03-01T08:00:00Z", priority=10).on(f"gpu-b0-s0-h{i}")
+            .annotate("reconciler.troupe.io/released-at", "2026-03-01T08:00:05.000+00:00")
+            .annotate("reconciler.troupe.io/planned-at", "2026-03-01T08:00:04.000+00:00")
+            for i in range(4)]
+    pods += [member("ml", "batch", i, 4, "2026-03-01T07:00:00Z").on(f"gpu-b1-s1-h{i}")
+             .annotate("reconciler.troupe.io/released-at", "2026-03-01T07:00:05.000+00:00")
+             .annotate("reconciler.troupe.io/planned-at", "2026-03-01T07:00:04.000+00:00")
+             for i in range(4)]
+    pods.append(make_pod("notebook", "lab").requests(gpu=4, cpu="1").on("gpu-b0-s1-h1"))
+    pods += [member("ml", "wide", i, 8, "2026-03-01T09:30:00Z").annotate(
+        "troupe.io/topology-required-level", SUBBLOCK).gated() for i in range(8)]
+    pods += [member("ml", "partial", i, 4, "2026-03-01T09:50:00Z", gpus=2).gated() for i in range(3)]
+    pods += [member("team", "held", i, 2, "2026-03-01T09:55:00Z", gpus=1).gated() for i in range(2)]
+    pods[-1] = pods[-1].annotate("troupe.io/gang-size", "3")
+    pods += [member("team", "small", i, 2, "2026-03-01T09:58:00Z").gated() for i in range(2)]
+    objects = [n.build() for n in nodes] + [p.build() for p in pods]
+    objects.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": "urgent"}, "value": 100})
+    return {"apiVersion": "v1", "kind": "List", "items": objects}
+
+
+MANIFEST = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: urgent-train
+  namespace: ml
+spec:
+  completionMode: Indexed
+  completions: 4
+  parallelism: 4
+  template:
+    metadata:
+      annotations:
+        troupe.io/gang-name: urgent-train
+        troupe.io/gang-size: "4"
+        troupe.io/topology-required-level: cloud.google.com/gce-topology-subblock
+    spec:
+      priorityClassName: urgent
+      restartPolicy: Never
+      containers:
+        - name: worker
+          image: registry.k8s.io/pause:3.10
+          resources:
+            requests: {cpu: "1", nvidia.com/gpu: "8"}
+            limits: {nvidia.com/gpu: "8"}
+"""
+
+
+@pytest.fixture(scope="module")
+def snapshot_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("golden") / "snapshot.json"
+    path.write_text(json.dumps(snapshot(), indent=1))
+    return path
+
+
+@pytest.fixture(scope="module")
+def manifest_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("manifest") / "urgent-train.yaml"
+    path.write_text(MANIFEST)
+    return path
+
+
+def run(capsys, snapshot_file, *argv) -> str:
+    code = plugin.main([*argv, "--snapshot", str(snapshot_file), "--now", NOW])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out.replace(str(snapshot_file.parent), "<tmp>")
+
+
+def check(name: str, got: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(got)
+    assert got == path.read_text(), f"{name} changed; see the module docstring to regenerate it"
+
+
+@pytest.mark.parametrize(("name", "argv"), [
+    ("status.txt", ["status"]),
+    ("status-team.txt", ["status", "-n", "team"]),
+    ("status.json", ["status", "-o", "json"]),
+    ("why-unschedulable.txt", ["why", "ml/wide-3"]),
+    ("why-waiting-for-members.txt", ["why", "partial-0", "-n", "ml"]),
+    ("why-held.txt", ["why", "team/held-1"]),
+    ("why-placed.txt", ["why", "team/small-0"]),
+    ("why-released.txt", ["why", "ml/running-2"]),
+    ("why-unschedulable.json", ["why", "ml/wide-3", "-o", "json"]),
+    ("topology.txt", ["topology"]),
+    ("topology.json", ["topology", "-o", "json"]),
+])
+def test_output_matches_its_golden_file(capsys, snapshot_file, name, argv):
+    check(name, run(capsys, snapshot_file, *argv))
+
+
+@pytest.mark.parametrize(("name", "mode"), [("plan.txt", "off"), ("plan-atomic.txt", "atomic"),
+                                            ("plan-atomic.json", "atomic")])
+def test_plan_matches_its_golden_file(capsys, snapshot_file, manifest_file, name, mode):
+    argv = ["plan", "-f", str(manifest_file), "--gang-preemption-mode", mode]
+    if name.endswith(".json"):
+        argv += ["-o", "json"]
+    check(name, run(capsys, snapshot_file, *argv).replace(str(manifest_file.parent), "<tmp>"))
+
+
+def test_why_of_a_pod_troupe_does_not_manage_says_so_and_exits_1(capsys, snapshot_file):
+    code = plugin.main(["why", "lab/notebook", "--snapshot", str(snapshot_file), "--now", NOW])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert err.strip() == ("kubectl-troupe: pod lab/notebook is not managed by Troupe: it carries no gang "
+                           "annotation, no troupe.io/gang-size and no Troupe scheduling gate")
+
+
+def test_why_of_a_missing_pod_names_it(capsys, snapshot_file):
+    code = plugin.main(["why", "ml/nope", "--snapshot", str(snapshot_file), "--now", NOW])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert err.strip() == f"kubectl-troupe: pod ml/nope not found in snapshot {snapshot_file}"
+
+
+def test_a_manifest_the_webhook_would_deny_is_refused_with_its_message(capsys, snapshot_file, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(MANIFEST.replace('troupe.io/gang-size: "4"', 'troupe.io/gang-size: "four"'))
+    code = plugin.main(["plan", "-f", str(bad), "--snapshot", str(snapshot_file), "--now", NOW])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert "denied by Troupe's webhook: annotation troupe.io/gang-size: must be an integer >= 1, got 'four'" in err
+
+
+def test_status_gives_every_waiting_gang_the_simulators_decision(capsys, snapshot_file, tmp_path):
+    from reconciler import simulate
+
+    plain = snapshot()  # the simulator reads no PriorityClass
+    plain["items"] = [o for o in plain["items"] if o["kind"] != "PriorityClass"]
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    assert simulate.main([str(tmp_path / "plain.json"), "--now", NOW, "--output", "json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)["gangs"]
+    status = json.loads(run(capsys, snapshot_file, "status", "-o", "json"))["gangs"]
+    waiting = [g for g in status if g["queuePosition"]]
+    assert [(g["namespace"], g["name"], g["phase"], g["reason"]) for g in waiting] == [
+        (g["namespace"], g["name"], g["phase"], g["reason"]) for g in simulated]
