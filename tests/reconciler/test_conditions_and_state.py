@@ -127,3 +127,15 @@ def test_a_rollback_cut_short_by_a_refused_delete_is_finished_by_a_new_leader():
     assert out.phase is Phase.ROLLED_BACK, out.reason
     assert out.reason.startswith("the release of ") and "rolled back; 1 member(s) of it still to delete" in out.reason
     assert sorted(r.name for r in h.writer.deleted) == ["train-0", "train-1"], "the gang never runs partly"
+
+
+def test_a_member_whose_keys_were_changed_past_the_webhook_holds_its_gang_and_never_raises():
+    pods = gang_pods(2)
+    for pod in pods:  # an update the webhook did not see (it was down, or bypassed)
+        pod["metadata"]["annotations"]["troupe.io/topology-required-level"] = "example.com/no-such-level"
+    h = Harness(four_nodes(), pods)
+    for _ in range(3):  # decided again and again: the same answer, no exception
+        out = h.reconcile()
+        assert out.phase is Phase.HELD
+    assert "troupe.io/topology-required-level: must name a configured level" in out.reason
+    assert h.writer.patches == []
