@@ -171,16 +171,19 @@ MEMBERS_DISAGREE = Rule("MembersDisagree", Phase.HELD, lambda o: bool(o.held), l
                         ("Warning", "GangSpecMismatch"))
 DEVICE_GROUP = Rule("DeviceGroup", Phase.HELD, lambda o: bool(o.device_problem), lambda o: o.device_problem,
                     ("Warning", "SharedDeviceGroupUnavailable"))
-BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0, _backoff)
+BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0, _backoff,
+                   ("Normal", "GangBackingOff"))
 #: No Event: the workload object normally follows its pods by milliseconds on another
 #: watch, and a Warning for that would be noise; the reason is in /debug/gangs and the
 #: simulator (docs/decisions/014-workload-gangs.md).
 WORKLOAD_UNKNOWN = Rule("WorkloadUnknown", Phase.WAITING, lambda o: bool(o.workload_missing),
                         lambda o: f"{o.active} members present; size unknown: {o.workload_missing}")
 SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
-                lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more")
+                lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more",
+                ("Normal", "GangWaiting"))
 MEMBERS_MISSING = Rule("MembersMissing", Phase.WAITING,
-                       lambda o: o.released == 0 and o.size is not None and o.active < o.size, _members)
+                       lambda o: o.released == 0 and o.size is not None and o.active < o.size, _members,
+                       ("Normal", "GangWaiting"))
 #: Every rule above passed: ask the placement engine (not a phase of its own).
 READY = Rule("Ready", Phase.PLACED, lambda o: True, lambda o: "complete")
 #: The engine placed every gated member; the reason is the engine's.

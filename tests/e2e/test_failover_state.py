@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,18 +41,45 @@ def core(pair: Stack) -> client.CoreV1Api:
     return client.CoreV1Api(pair.cluster.api_client("admin"))
 
 
-def held_job(name: str) -> dict[str, Any]:
-    """An Indexed Job of 2 whose pods carry another component's scheduling gate as well: Troupe
+class HeldMembers:
+    """A controller the test plays: it keeps two members of gang ``name`` present, each
+    owned by a ConfigMap and carrying another component's scheduling gate as well. Troupe
     releases them, kube-scheduler never binds them, so every release times out (5 s) and is
-    rolled back, and the Job recreates the pods."""
-    pod = pod_body("unused", gang_annotations(name, 2, timeout=5), gpus=1)
-    pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
-    pod["spec"]["restartPolicy"] = "Never"
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
-                     "podFailurePolicy": {"rules": [{"action": "Ignore",
-                                                     "onPodConditions": [{"type": "DisruptionTarget"}]}]},
-                     "template": {"metadata": {"annotations": pod["metadata"]["annotations"]}, "spec": pod["spec"]}}}
+    rolled back; this controller recreates a deleted member at once (a Job waits for its
+    own pod backoff first, which would hide Troupe's)."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, name: str) -> None:
+        self.core, self.namespace, self.name = core, namespace, name
+        owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+        self.owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": owner.metadata.uid,
+                      "controller": True}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _member(self, index: int) -> dict[str, Any]:
+        pod = pod_body(f"{self.name}-{index}", gang_annotations(self.name, 2, timeout=5), gpus=1,
+                       labels={"member": str(index)})
+        del pod["metadata"]["name"]
+        pod["metadata"]["generateName"] = f"{self.name}-{index}-"
+        pod["metadata"]["ownerReferences"] = [self.owner]
+        pod["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+        return pod
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            present = {p.metadata.labels.get("member") for p in self.core.list_namespaced_pod(self.namespace).items
+                       if not p.metadata.deletion_timestamp}
+            for index in range(2):
+                if str(index) not in present:
+                    self.core.create_namespaced_pod(self.namespace, self._member(index))
+
+    def __enter__(self) -> HeldMembers:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def leader(stack: Stack) -> Any:
@@ -72,8 +100,11 @@ def epoch(stamp: str) -> float:
 
 def test_a_new_leader_keeps_a_backing_off_gangs_deadline_and_repeats_no_event(pair, core):
     namespace = new_namespace(core, "fo")
-    client.BatchV1Api(pair.cluster.api_client("admin")).create_namespaced_job(namespace, held_job("stuck"))
+    with HeldMembers(core, namespace, "stuck"):
+        released_again(pair, core, namespace)
 
+
+def released_again(pair: Stack, core: client.CoreV1Api, namespace: str) -> None:
     def backing_off() -> list[Any]:
         pods = [p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp]
         conditions = [next((c for c in p.status.conditions or [] if c.type == contract.GANG_CONDITION), None)
@@ -101,8 +132,6 @@ def test_a_new_leader_keeps_a_backing_off_gangs_deadline_and_repeats_no_event(pa
     for e in events:
         per_pod[e.involved_object.name] = per_pod.get(e.involved_object.name, 0) + (e.count or 1)
     assert all(per_pod.get(p.metadata.name, 0) == 1 for p in pods), f"one GangBackingOff per member: {per_pod}"
-    client.BatchV1Api(pair.cluster.api_client("admin")).delete_namespaced_job(
-        "stuck", namespace, propagation_policy="Background")
 
 
 def test_gangs_waiting_while_the_api_server_is_down_are_released_after_it_returns(pair, core):
