@@ -135,17 +135,6 @@ def test_a_port_that_cannot_be_made_stops_the_build_naming_the_file(tmp_path, go
         workloads.port_module(gofmt, module, controller)
 
 
-def test_a_controller_built_with_other_libraries_is_built_again(tmp_path):
-    layout = build._layout(tmp_path)
-    for path, version in build._versions(layout):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("x")
-        build._stamp(path).write_text(version + "\n")
-    assert build.built_binaries(tmp_path) == layout
-    build._stamp(layout.jobset).write_text("v0.10.1\n")  # its own go.mod's libraries
-    assert build.built_binaries(tmp_path) is None
-
-
 def test_the_controllers_and_their_manifests_are_stamped_artifacts_of_the_cache(tmp_path):
     layout = build._layout(tmp_path)
     assert layout.jobset == tmp_path / "jobset-v0.10.1" / "bin" / "jobset"
