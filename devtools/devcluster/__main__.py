@@ -40,8 +40,8 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
   build    build the binaries, helm for the chart tests, and the JobSet and LeaderWorkerSet
            controllers for the workload tests, into the cache ({cache_dir()}; set
            TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores for the
-           control plane, 12 to 17 more for the two controllers. Warm: instant. 'up'
-           builds if needed.
+           control plane, about 1 more for the two controllers (they reuse its compiled
+           packages). Warm: instant. 'up' builds if needed.
   up       start the control plane, create the fake nodes (default {DEFAULT_NODES.name}),
            wait until Ready, print the admin kubeconfig, then return and leave it running.
   down     stop the running control plane (by its recorded PIDs).

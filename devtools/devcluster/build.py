@@ -11,8 +11,10 @@ Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``
     helm-v3.19.0/bin/helm       renders and lints charts/troupe (tests/chart, tests/e2e)
     jobset-v0.10.1/bin/jobset   the JobSet controller, with crds.yaml and webhooks.yaml from its
     lws-v0.7.0/bin/lws          module zip (and the same for LeaderWorkerSet; see workloads.py)
+    workload-controllers/src/   their one wrapper module, sharing the k8s-v1.36.3 module graph
     training-operator-v1.9.0/crds.yaml   Kubeflow's PyTorchJob CRD (the operator is not built)
-    logs/<component>.log        go's output of the last build of that component
+    logs/<component>.log        go's output of the builds of that component, each command
+                                with its duration (downloads and compiles apart)
 
 How (see "Testing against a real control plane" in DESIGN.md): ``go install
 k8s.io/kubernetes/cmd/...`` cannot work because kubernetes' go.mod replaces its staging
@@ -78,8 +80,7 @@ _ESTIMATES = {
     "etcd": "<30 s",
     "kwok": "~1 min",
     "helm": "~1 min",
-    "jobset": "~5-7 min",
-    "lws": "~5-10 min",
+    "workload-controllers": "~1 min once the control plane's packages are compiled",
 }
 
 _HEARTBEAT_SECONDS = 60.0
@@ -246,6 +247,8 @@ class _Builder:
             finally:
                 stop.set()
                 beat.join()
+            # Durations in the log separate module downloads (mod, get) from compiling (build).
+            log.write(f"# exit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
         if proc.returncode != 0:
             tail = log_path.read_text(errors="replace").splitlines()[-_FAILURE_TAIL_LINES:]
             raise BuildError(
@@ -259,11 +262,12 @@ class _Builder:
             self.say(f"still building {what} … {time.monotonic() - started:.0f}s")
 
     @contextlib.contextmanager
-    def step(self, component: str, version: str) -> Iterator[None]:
-        self.say(f"building {component} {version} (cold build, {_ESTIMATES[component]})…")
+    def step(self, component: str, version: str, *, label: str | None = None) -> Iterator[None]:
+        shown = label or f"{component} {version}"
+        self.say(f"building {shown} (cold build, {_ESTIMATES[component]})…")
         started = time.monotonic()
         yield
-        self.say(f"built {component} {version} in {time.monotonic() - started:.0f}s")
+        self.say(f"built {shown} in {time.monotonic() - started:.0f}s")
 
 
 @contextlib.contextmanager
@@ -281,9 +285,11 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
     """Build whatever is missing from the cache and return the paths of all binaries.
 
     Warm (everything stamped at the pinned versions) this returns at once without running
-    go. Cold, it takes about 9 minutes on two cores for the control plane and 12 to 17 more
-    for the JobSet and LeaderWorkerSet controllers, and prints progress lines to ``out``
-    (default stderr). Raises :class:`BuildError` naming the component that failed.
+    go. Cold, it takes about 9 minutes on two cores for the control plane and about 1 more
+    for the JobSet and LeaderWorkerSet controllers, which reuse the control plane's compiled
+    packages (docs/decisions/023-controllers-share-the-kubernetes-build.md), and prints
+    progress lines to ``out`` (default stderr). Raises :class:`BuildError` naming the
+    component that failed.
     """
     root = (root or cache_dir()).expanduser().resolve()
     out = out or sys.stderr
@@ -334,13 +340,23 @@ def staging_replacements(kubernetes_go_mod: str) -> list[str]:
     return modules
 
 
-def kubernetes_wrapper_go_mod(kubernetes_go_mod: str, version: str = KUBERNETES_VERSION) -> str:
-    """The go.mod text of the wrapper module that builds kubernetes ``version``.
+def staging_version(version: str = KUBERNETES_VERSION) -> str:
+    """The published version of the staging modules (k8s.io/api, client-go, ...) of a
+    kubernetes release: ``v1.36.3`` gives ``v0.36.3``."""
+    return "v0." + version.removeprefix("v").split(".", 1)[1]
+
+
+def kubernetes_wrapper_go_mod(
+    kubernetes_go_mod: str,
+    version: str = KUBERNETES_VERSION,
+    module: str = "troupe.local/k8s-wrapper",
+) -> str:
+    """The go.mod text of the wrapper module ``module`` that builds kubernetes ``version``.
 
     Copies the ``go`` and ``godebug`` lines of kubernetes' own go.mod and replaces each
     staging module with its published ``v0.<minor>.<patch>`` version.
     """
-    staging_version = "v0." + version.removeprefix("v").split(".", 1)[1]
+    staging = staging_version(version)
     directives = [
         line.strip()
         for line in kubernetes_go_mod.splitlines()
@@ -352,7 +368,7 @@ def kubernetes_wrapper_go_mod(kubernetes_go_mod: str, version: str = KUBERNETES_
             "kubernetes' go.mod lists no ./staging replacements; cannot make the wrapper module"
         )
     lines = [
-        "module troupe.local/k8s-wrapper",
+        f"module {module}",
         "",
         *directives,
         "",
@@ -360,7 +376,7 @@ def kubernetes_wrapper_go_mod(kubernetes_go_mod: str, version: str = KUBERNETES_
         "",
         "replace (",
     ]
-    lines += [f"\t{module} => {module} {staging_version}" for module in modules]
+    lines += [f"\t{path} => {path} {staging}" for path in modules]
     lines += [")", ""]
     return "\n".join(lines)
 

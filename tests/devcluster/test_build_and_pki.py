@@ -70,6 +70,9 @@ def test_a_binary_without_its_stamp_or_with_another_version_is_not_reused(tmp_pa
     assert build.built_binaries(tmp_path) is None
     build._stamp(layout.kube_scheduler).unlink()
     assert build.built_binaries(tmp_path) is None
+    build._stamp(layout.kube_scheduler).write_text(build.KUBERNETES_VERSION + "\n")
+    build._stamp(layout.jobset).write_text("v0.10.1\n")  # built with its own go.mod's libraries
+    assert build.built_binaries(tmp_path) is None
 
 
 def test_token_file_lines_quote_the_group_list():

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
 
 from devtools.devcluster import build, workloads
 
@@ -49,9 +55,84 @@ def test_registered_locally_each_webhook_calls_the_controllers_port_with_its_pat
     assert docs[0]["webhooks"][1]["clientConfig"]["service"]["path"] == "/mutate--v1-pod", "the input is not changed"
 
 
-def test_the_wrapper_module_requires_the_controller_at_its_pinned_version():
-    assert workloads.wrapper_go_mod(workloads.JOBSET).splitlines()[-1] == "require sigs.k8s.io/jobset v0.10.1"
-    assert workloads.wrapper_go_mod(workloads.LWS).splitlines()[-1] == "require sigs.k8s.io/lws v0.7.0"
+KUBERNETES_GO_MOD = """\
+module k8s.io/kubernetes
+
+go 1.26.0
+
+godebug default=go1.26
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/client-go => ./staging/src/k8s.io/client-go
+)
+"""
+
+
+def test_the_controllers_module_is_the_kubernetes_graph_with_controller_runtime_and_the_ported_copies():
+    lines = [line.strip() for line in workloads.controllers_go_mod(KUBERNETES_GO_MOD).splitlines()]
+    assert lines[0] == "module troupe.local/workload-controllers"
+    # The kube-* build's module graph, so the packages it compiled are reused from Go's cache.
+    assert "require k8s.io/kubernetes v1.36.3" in lines
+    assert "k8s.io/client-go => k8s.io/client-go v0.36.3" in lines
+    assert "godebug default=go1.26" in lines
+    assert "sigs.k8s.io/controller-runtime v0.24.1" in lines
+    assert "sigs.k8s.io/jobset v0.10.1" in lines and "sigs.k8s.io/lws v0.7.0" in lines
+    assert "replace sigs.k8s.io/jobset => ./modules/jobset" in lines
+    assert "replace sigs.k8s.io/lws => ./modules/lws" in lines
+
+
+SETUP_IN_THE_OLD_FORM = """\
+package webhooks
+
+func (p *podWebhook) SetupWebhookWithManager(mgr ctrl.Manager) error {
+\treturn ctrl.NewWebhookManagedBy(mgr).
+\t\tFor(&corev1.Pod{}).
+\t\tWithDefaulter(p).
+\t\tWithValidator(p).
+\t\tComplete()
+}
+"""
+VALIDATOR_ONLY = SETUP_IN_THE_OLD_FORM.replace("\t\tWithDefaulter(p).\n", "")
+
+
+@pytest.fixture(scope="module")
+def gofmt() -> str:
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("the Go toolchain is not on PATH")
+    goroot = subprocess.run([go, "env", "GOROOT"], capture_output=True, text=True, check=True).stdout.strip()
+    return str(Path(goroot) / "bin" / "gofmt")
+
+
+def _module_with(tmp_path: Path, source: str) -> tuple[Path, workloads.Controller]:
+    (tmp_path / "pkg" / "webhooks").mkdir(parents=True)
+    (tmp_path / "pkg" / "webhooks" / "pod.go").write_text(source)
+    return tmp_path, dataclasses.replace(workloads.JOBSET, webhook_setup_files=("pkg/webhooks/pod.go",))
+
+
+def test_the_webhook_builder_chain_is_ported_to_the_typed_builder_of_controller_runtime_0_24(tmp_path, gofmt):
+    module, controller = _module_with(tmp_path, SETUP_IN_THE_OLD_FORM)
+    workloads.port_module(gofmt, module, controller)
+    ported = "".join((module / "pkg" / "webhooks" / "pod.go").read_text().split())
+    assert "ctrl.NewWebhookManagedBy(mgr,&corev1.Pod{}).WithCustomDefaulter(p).WithCustomValidator(p).Complete()" in ported
+
+
+@pytest.mark.parametrize(
+    ("case", "source", "listed", "error"),
+    [
+        ("a setup the rule does not match is named, not built half-ported", VALIDATOR_ONLY,
+         "pkg/webhooks/pod.go", r"pkg/webhooks/pod\.go of sigs\.k8s\.io/jobset@v0\.10\.1 still calls NewWebhookManagedBy"),
+        ("a listed file the module no longer has", SETUP_IN_THE_OLD_FORM,
+         "pkg/webhooks/gone.go", r"sigs\.k8s\.io/jobset@v0\.10\.1 has no .*gone\.go to port"),
+        ("a file that is not Go", "package webhooks\nfunc {", "pkg/webhooks/pod.go", r"gofmt -r could not port"),
+    ],
+)
+def test_a_port_that_cannot_be_made_stops_the_build_naming_the_file(tmp_path, gofmt, case, source, listed, error):
+    module, controller = _module_with(tmp_path, source)
+    controller = dataclasses.replace(controller, webhook_setup_files=(listed,))
+    with pytest.raises(build.BuildError, match=error):
+        workloads.port_module(gofmt, module, controller)
 
 
 def test_the_controllers_and_their_manifests_are_stamped_artifacts_of_the_cache(tmp_path):
@@ -60,4 +141,5 @@ def test_the_controllers_and_their_manifests_are_stamped_artifacts_of_the_cache(
     assert layout.lws_webhooks == tmp_path / "lws-v0.7.0" / "webhooks.yaml"
     assert layout.kubeflow_crds == tmp_path / "training-operator-v1.9.0" / "crds.yaml"
     stamped = dict(build._versions(layout))
-    assert stamped[layout.jobset_crds] == "v0.10.1" and stamped[layout.lws] == "v0.7.0"
+    assert stamped[layout.jobset_crds] == "v0.10.1"
+    assert stamped[layout.lws] == "v0.7.0 k8s.io/v0.36.3 controller-runtime/v0.24.1"
