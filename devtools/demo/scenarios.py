@@ -449,8 +449,9 @@ def gang_rolled_back_and_retried(stage: Stage) -> str:
     held = "Troupe held them until its backoff ran out" if (back - rolled_back).total_seconds() < 10 else \
         "Troupe's backoff had run out by then"
     stage.say(f"Released at {released_first:%H:%M:%S}; rolled back at {rolled_back:%H:%M:%S}; recreated by the Job at "
-              f"{back:%H:%M:%S} (the Job controller's own backoff for lost pods); released again at {second:%H:%M:%S}, "
-              f"{waited:.0f}s after the rollback ({held}: 10 s, doubling with each further rollback); running.")
+              f"{back:%H:%M:%S} (the Job controller's own backoff for lost pods).")
+    stage.say(f"Released again at {second:%H:%M:%S}, {waited:.0f}s after the rollback ({held}: 10 s, doubling "
+              "with each further rollback), and running.")
     return (f"not bound {timeout}s after release: rolled back (2 pods recreated by the Job), released again "
             f"{waited:.0f}s later, ran")
 

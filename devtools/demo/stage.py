@@ -16,6 +16,7 @@ import os
 import shlex
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -168,14 +169,16 @@ class Narrator:
     """Writes the story: a heading per scenario, a line per step, commands with their output."""
 
     out: TextIO = field(default_factory=lambda: sys.stdout)
+    width: int = 110
 
     def heading(self, text: str) -> None:
         """A scenario's title line."""
         print(f"\n== {text}", file=self.out, flush=True)
 
     def step(self, text: str) -> None:
-        """One line of narration."""
-        print(f"   {text}", file=self.out, flush=True)
+        """One step of narration, wrapped at :attr:`width` columns."""
+        print(textwrap.fill(text, self.width, initial_indent="   ", subsequent_indent="     ",
+                            break_on_hyphens=False, break_long_words=False), file=self.out, flush=True)
 
     def command(self, shown: str, output: str) -> None:
         """``$ command`` and its output, indented."""
