@@ -1,11 +1,11 @@
 # The two commands of the README, and the pieces they are made of.
-#   make demo   starts a local control plane, Troupe, and releases a 4-GPU indexed Job as one gang
+#   make demo   a local control plane of 32 GPU nodes, Troupe, and eight scenarios, each narrated and checked
 #   make test   lint + unit, property, HTTPS and end-to-end tests (builds what it needs first)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint unit e2e bench bench-simulate bench-preemption bench-scale bench-memory cluster-build cluster-up cluster-down clean lock
+.PHONY: demo snapshot test lint unit e2e bench bench-simulate bench-preemption bench-scale bench-memory cluster-build cluster-up cluster-down clean lock
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(BIN)/.installed: pyproject.toml
 
 demo: $(BIN)/.installed
 	$(BIN)/python -m devtools.demo
+
+# examples/snapshot.json, the look at Troupe that needs no cluster, made on the demo's cluster.
+snapshot: $(BIN)/.installed cluster-build
+	$(BIN)/python -m devtools.demo.snapshot
 
 test: $(BIN)/.installed cluster-build lint
 	$(BIN)/python -m pytest

@@ -420,11 +420,16 @@ class Cluster:
             self._failed = True
             raise failure
 
-    def detach(self) -> None:
+    def detach(self, also: Iterable[Recorded] = ()) -> None:
         """Stop watching and leave the processes running (``up``); :meth:`stop` is then a no-op.
 
         They can later be stopped with :func:`stop_run_dir` (``python -m devtools.devcluster down``).
+        ``also``: processes others started on this cluster (Troupe, workload controllers),
+        recorded after the components in ``pids.json`` so that ``down`` stops them first.
         """
+        extra = list(also)
+        if extra:
+            write_pids(self.run_dir / "pids.json", [s.record for s in self._started] + extra)
         self._monitor.stop()
         for started in self._started:
             started.log_handle.close()

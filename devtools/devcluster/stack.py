@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 
 import certs
 from devtools.devcluster.cluster import Cluster, free_port
-from devtools.devcluster.processes import Monitor, Started, spawn, stop_all, tail
+from devtools.devcluster.processes import Monitor, Recorded, Started, spawn, stop_all, tail
 from troupe.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,11 +84,16 @@ class Stack:
     to the run directory so both processes read the same file). The reconciler runs with
     leader election, as the chart runs it; ``lease_seconds`` is its Lease duration. Logs go to
     ``<cluster.run_dir>/logs/troupe-webhook.log`` and ``troupe-reconciler.log``.
+    ``persistent``: the processes may outlive this Python process (no parent-death signal);
+    :meth:`detach` then leaves them running.
     """
 
-    def __init__(self, cluster: Cluster, config: str | Path | None = None, lease_seconds: int = 15) -> None:
+    def __init__(self, cluster: Cluster, config: str | Path | None = None, lease_seconds: int = 15,
+                 persistent: bool = False) -> None:
         self.cluster = cluster
         self.lease_seconds = lease_seconds
+        self.persistent = persistent
+        self._detached = False
         self.dir = cluster.run_dir / "troupe"
         self.dir.mkdir(parents=True, exist_ok=True)
         if config is None:
@@ -113,7 +118,7 @@ class Stack:
         return f"https://127.0.0.1:{self.webhook_port}/mutate"
 
     def _spawn(self, name: str, argv: list[str]) -> Started:
-        started = spawn(name, argv, self.cluster.logs_dir / f"{name}.log", die_with_parent=True)
+        started = spawn(name, argv, self.cluster.logs_dir / f"{name}.log", die_with_parent=not self.persistent)
         self._started.append(started)
         self._monitor.add(started)
         return started
@@ -254,8 +259,23 @@ class Stack:
         if failure is not None:
             raise StackError(str(failure))
 
+    def detach(self) -> list[Recorded]:
+        """Stop watching and leave the processes running (``persistent`` stacks); returns
+        their records, for the cluster's ``pids.json`` (:meth:`Cluster.detach`)."""
+        self._monitor.stop()
+        records = [s.record for s in self._started]
+        for s in self._started:
+            with contextlib.suppress(OSError):
+                s.log_handle.close()
+        self._started.clear()
+        self._detached = True
+        return records
+
     def stop(self) -> None:
-        """Stop both processes (by their recorded pids) and remove the webhook registration."""
+        """Stop both processes (by their recorded pids) and remove the webhook registration;
+        after :meth:`detach`, nothing."""
+        if self._detached:
+            return
         self._monitor.stop()
         with contextlib.suppress(Exception):  # the cluster may already be gone
             api = self.cluster.api_client("admin")

@@ -56,6 +56,7 @@ import yaml
 if TYPE_CHECKING:  # build imports this module; the build helpers are imported lazily
     from devtools.devcluster.build import Binaries, _Builder
     from devtools.devcluster.cluster import Cluster
+    from devtools.devcluster.processes import Recorded
 
 JOBSET_VERSION = "v0.10.1"
 LWS_VERSION = "v0.7.0"
@@ -362,12 +363,18 @@ class WorkloadControllers:
     its webhook on a free 127.0.0.1 port, waits for its ``/readyz``, then registers its
     webhook configurations and waits until they are in effect. :meth:`stop` removes the
     configurations first (so no pod creation waits on a stopped webhook), then stops the
-    processes by their recorded pids. Logs: ``<run_dir>/logs/<name>.log``."""
+    processes by their recorded pids. Logs: ``<run_dir>/logs/<name>.log``.
+    ``controllers``: which to run (default both); the CRDs are installed either way.
+    ``persistent``: the processes may outlive this Python process; :meth:`detach` then
+    leaves them running."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, controllers: Sequence[Controller] = CONTROLLERS,
+                 persistent: bool = False) -> None:
         from devtools.devcluster.processes import Monitor, Started
 
         self.cluster = cluster
+        self.controllers = tuple(controllers)
+        self.persistent = persistent
         self.dir = cluster.run_dir / "workload-controllers"
         self._started: list[Started] = []
         self._monitor = Monitor([], lambda f: print(f"[workloads] {f}", file=sys.stderr, flush=True))
@@ -385,7 +392,7 @@ class WorkloadControllers:
         try:
             bins = self.cluster.binaries
             install_crds(self.cluster)
-            for c in CONTROLLERS:
+            for c in self.controllers:
                 self._start(c, getattr(bins, c.name), getattr(bins, f"{c.name}_webhooks"))
             self._monitor.start()
         except BaseException:
@@ -416,7 +423,7 @@ class WorkloadControllers:
         (work / "config.yaml").write_text(yaml.safe_dump(config))
         env = dict(os.environ, KUBECONFIG=str(self.cluster.kubeconfig("admin")))
         started = spawn(c.name, [str(binary), f"--config={work / 'config.yaml'}", "--leader-elect=false"],
-                        self.cluster.logs_dir / f"{c.name}.log", die_with_parent=True, env=env)
+                        self.cluster.logs_dir / f"{c.name}.log", die_with_parent=not self.persistent, env=env)
         self._started.append(started)
         self._monitor.add(started)
         end = time.monotonic() + 60
@@ -456,6 +463,19 @@ class WorkloadControllers:
         failure = self._monitor.check_now()
         if failure is not None:
             raise RuntimeError(str(failure))
+
+    def detach(self) -> list[Recorded]:
+        """Stop watching and leave the controllers and their webhook configurations in
+        place (``persistent``); returns the processes' records, for the cluster's
+        ``pids.json`` (:meth:`Cluster.detach`)."""
+        self._monitor.stop()
+        records = [s.record for s in self._started]
+        for s in self._started:
+            with contextlib.suppress(OSError):
+                s.log_handle.close()
+        self._started.clear()
+        self._configurations.clear()
+        return records
 
     def stop(self) -> None:
         """Unregister the webhooks, then stop the controllers by their recorded pids."""
