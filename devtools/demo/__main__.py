@@ -149,7 +149,7 @@ def local(args: argparse.Namespace, scenarios: Sequence[Scenario], narrator: Nar
     timings: list[tuple[str, float]] = []
     if built_binaries() is None:
         narrator.step("building the control plane and the JobSet controller from their Go modules (first run "
-                      "only; about 25 minutes on two cores, progress below)")
+                      "only; about 10 minutes on two cores, progress below)")
     ensure_built()
     timings.append(("binaries", time.monotonic() - began))
     narrator.step("starting the local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "

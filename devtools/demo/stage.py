@@ -148,18 +148,30 @@ def node_objects(api: Any) -> list[dict[str, Any]]:
     return [api.sanitize_for_serialization(n) for n in client.CoreV1Api(api).list_node().items]
 
 
+#: Taints the node lifecycle controller puts on a node until it has seen it Ready.
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def settled_layout(api: Any, levels: Sequence[str], timeout: float = 60.0) -> Layout:
     """:func:`read_layout` of a cluster just started: new nodes carry the
     ``node.kubernetes.io/not-ready`` taint until the node lifecycle controller has seen them
-    Ready, so read again until the layout is complete; raises :class:`Unsuitable` after
-    ``timeout`` seconds."""
+    Ready (and :func:`read_layout` would cut every subblock to the size of one still
+    tainted), so read again until no node carries a taint of :data:`LIFECYCLE_TAINTS` and
+    the layout is complete; raises :class:`Unsuitable` after ``timeout`` seconds."""
     end = time.monotonic() + timeout
     while True:
+        nodes = node_objects(api)
+        tainted = sorted(n["metadata"]["name"] for n in nodes
+                         if any(t.get("key") in LIFECYCLE_TAINTS for t in (n.get("spec") or {}).get("taints") or []))
         try:
-            return read_layout(node_objects(api), levels)
+            if not tainted:
+                return read_layout(nodes, levels)
         except Unsuitable:
             if time.monotonic() > end:
                 raise
+        if tainted and time.monotonic() > end:
+            raise Unsuitable(f"{len(tainted)} node(s) still tainted not-ready after {timeout:.0f}s: "
+                             f"{', '.join(tainted[:5])}")
         time.sleep(POLL_SECONDS)
 
 
