@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo snapshot test lint unit e2e bench bench-simulate bench-preemption bench-scale bench-memory cluster-build cluster-up cluster-down clean lock
+.PHONY: demo snapshot test lint unit e2e bench bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ bench-preemption: $(BIN)/.installed
 # (about 3 minutes); the chart's reconciler memory comes from it.
 bench-memory: $(BIN)/.installed
 	$(BIN)/python benchmarks/cache_memory.py
+
+# All-or-nothing under SIGKILL at the scale of the measured result: 20 kills mid-release of
+# 40 gangs of 32-64 members (about 7 minutes; the suite runs 8 kills).
+bench-kills: $(BIN)/.installed cluster-build
+	TROUPE_KILL_ROUNDS=20 $(BIN)/python -m pytest -s -p no:cacheprovider tests/e2e/test_release_kills.py
 
 # Indexed Jobs of 64, 256 and 512 whole-node pods on 2,048 kwok nodes, plain and as one
 # gang (about 6 minutes); not part of `bench`, which needs no control plane.

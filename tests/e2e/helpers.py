@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -32,6 +33,17 @@ def new_namespace(core: client.CoreV1Api, prefix: str) -> str:
     wait_for(f"serviceaccount default in {name}",
              lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items))
     return name
+
+
+@contextlib.contextmanager
+def temporary_namespace(core: client.CoreV1Api, prefix: str, timeout: float = 60.0) -> Iterator[str]:
+    """A fresh namespace (:func:`new_namespace`), deleted on exit; waits until it is gone, so
+    that what comes next starts with every node's capacity free again."""
+    name = new_namespace(core, prefix)
+    yield name
+    core.delete_namespace(name, grace_period_seconds=0)
+    wait_for(f"namespace {name} gone", lambda: name not in {n.metadata.name for n in core.list_namespace().items},
+             timeout=timeout)
 
 
 def gang_annotations(name: str, size: int, timeout: int | None = None) -> dict[str, str]:

@@ -27,7 +27,12 @@ from kubernetes.client.rest import ApiException
 from devtools.devcluster import Cluster
 from devtools.devcluster.nodes import make_node
 from devtools.devcluster.stack import Stack
-from tests.e2e.helpers import gang_annotations, new_namespace, pod_body, wait_for
+from tests.e2e.helpers import (
+    gang_annotations,
+    pod_body,
+    temporary_namespace,
+    wait_for,
+)
 from troupe import contract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,11 +72,8 @@ def core(api: Any) -> client.CoreV1Api:
 
 @pytest.fixture
 def ns(core: client.CoreV1Api) -> Iterator[str]:
-    name = new_namespace(core, "sdg")
-    yield name
-    core.delete_namespace(name, grace_period_seconds=0)
-    wait_for(f"namespace {name} gone", lambda: name not in {n.metadata.name for n in core.list_namespace().items},
-             timeout=60)
+    with temporary_namespace(core, "sdg", timeout=60) as name:
+        yield name
 
 
 @pytest.fixture

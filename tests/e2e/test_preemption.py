@@ -27,7 +27,7 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
-from tests.e2e.helpers import gang_annotations, new_namespace, wait_for
+from tests.e2e.helpers import gang_annotations, temporary_namespace, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
@@ -69,11 +69,8 @@ def core(api: Any) -> client.CoreV1Api:
 
 @pytest.fixture
 def ns(core: client.CoreV1Api) -> Iterator[str]:
-    name = new_namespace(core, "pre")
-    yield name
-    core.delete_namespace(name, grace_period_seconds=0)
-    wait_for(f"namespace {name} gone", lambda: name not in {n.metadata.name for n in core.list_namespace().items},
-             timeout=90)
+    with temporary_namespace(core, "pre", timeout=90) as name:
+        yield name
 
 
 def gang_job(name: str, size: int, priority: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
