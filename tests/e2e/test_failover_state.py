@@ -101,37 +101,33 @@ def epoch(stamp: str) -> float:
 def test_a_new_leader_keeps_a_backing_off_gangs_deadline_and_repeats_no_event(pair, core):
     namespace = new_namespace(core, "fo")
     with HeldMembers(core, namespace, "stuck"):
-        released_again(pair, core, namespace)
+        def backing_off() -> list[Any]:
+            pods = [p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp]
+            conditions = [next((c for c in p.status.conditions or [] if c.type == contract.GANG_CONDITION), None)
+                          for p in pods]
+            return pods if len(pods) == 2 and all(c is not None and c.reason == "BackingOff" for c in conditions) else []
 
+        pods = wait_for("the recreated members backing off", backing_off, timeout=90)
+        state = core.read_namespaced_config_map("troupe-reconciler-state", "troupe-system").data or {}
+        [entry] = [json.loads(v) for v in state.values() if json.loads(v)["gang"] == f"{namespace}/stuck"]
+        not_before = entry["notBefore"]
+        assert not_before > time.time(), "killed while the backoff runs"
+        os.kill(leader(pair).record.pid, signal.SIGKILL)
 
-def released_again(pair: Stack, core: client.CoreV1Api, namespace: str) -> None:
-    def backing_off() -> list[Any]:
-        pods = [p for p in core.list_namespaced_pod(namespace).items if not p.metadata.deletion_timestamp]
-        conditions = [next((c for c in p.status.conditions or [] if c.type == contract.GANG_CONDITION), None)
-                      for p in pods]
-        return pods if len(pods) == 2 and all(c is not None and c.reason == "BackingOff" for c in conditions) else []
+        def released() -> list[Any]:
+            fresh = [p for p in core.list_namespaced_pod(namespace).items if p.metadata.uid in {q.metadata.uid for q in pods}]
+            return [p for p in fresh if (p.metadata.annotations or {}).get(contract.PLANNED_AT)]
 
-    pods = wait_for("the recreated members backing off", backing_off, timeout=90)
-    state = core.read_namespaced_config_map("troupe-reconciler-state", "troupe-system").data or {}
-    [entry] = [json.loads(v) for v in state.values() if json.loads(v)["gang"] == f"{namespace}/stuck"]
-    not_before = entry["notBefore"]
-    assert not_before > time.time(), "killed while the backoff runs"
-    os.kill(leader(pair).record.pid, signal.SIGKILL)
-
-    def released() -> list[Any]:
-        fresh = [p for p in core.list_namespaced_pod(namespace).items if p.metadata.uid in {q.metadata.uid for q in pods}]
-        return [p for p in fresh if (p.metadata.annotations or {}).get(contract.PLANNED_AT)]
-
-    again = wait_for("the members released again by the new leader", released, timeout=60)
-    planned = min(epoch(p.metadata.annotations[contract.PLANNED_AT]) for p in again)
-    print(f"backoff until {not_before:.3f}, released again at {planned:.3f} ({planned - not_before:+.3f}s)")
-    assert planned >= not_before - 1.0, "the new leader kept the old leader's deadline"
-    assert planned - not_before < 10.0
-    events = [e for e in core.list_namespaced_event(namespace).items if e.reason == "GangBackingOff"]
-    per_pod: dict[str, int] = {}
-    for e in events:
-        per_pod[e.involved_object.name] = per_pod.get(e.involved_object.name, 0) + (e.count or 1)
-    assert all(per_pod.get(p.metadata.name, 0) == 1 for p in pods), f"one GangBackingOff per member: {per_pod}"
+        again = wait_for("the members released again by the new leader", released, timeout=60)
+        planned = min(epoch(p.metadata.annotations[contract.PLANNED_AT]) for p in again)
+        print(f"backoff until {not_before:.3f}, released again at {planned:.3f} ({planned - not_before:+.3f}s)")
+        assert planned >= not_before - 1.0, "the new leader kept the old leader's deadline"
+        assert planned - not_before < 10.0
+        events = [e for e in core.list_namespaced_event(namespace).items if e.reason == "GangBackingOff"]
+        per_pod: dict[str, int] = {}
+        for e in events:
+            per_pod[e.involved_object.name] = per_pod.get(e.involved_object.name, 0) + (e.count or 1)
+        assert all(per_pod.get(p.metadata.name, 0) == 1 for p in pods), f"one GangBackingOff per member: {per_pod}"
 
 
 def test_gangs_waiting_while_the_api_server_is_down_are_released_after_it_returns(pair, core):

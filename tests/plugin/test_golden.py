@@ -122,12 +122,16 @@ def run(capsys, snapshot_file, *argv) -> str:
     return out.replace(str(snapshot_file.parent), "<tmp>")
 
 
-def check(name: str, got: str) -> None:
+def golden(name: str, got: str) -> str:
+    """The golden file ``name``'s text (rewritten with ``got`` first when regenerating)."""
     path = GOLDEN / name
     if UPDATE:
         path.parent.mkdir(exist_ok=True)
         path.write_text(got)
-    assert got == path.read_text(), f"{name} changed; see the module docstring to regenerate it"
+    return path.read_text()
+
+
+CHANGED = "changed; see the module docstring to regenerate it"
 
 
 @pytest.mark.parametrize(("name", "argv"), [
@@ -144,7 +148,8 @@ def check(name: str, got: str) -> None:
     ("topology.json", ["topology", "-o", "json"]),
 ])
 def test_output_matches_its_golden_file(capsys, snapshot_file, name, argv):
-    check(name, run(capsys, snapshot_file, *argv))
+    got = run(capsys, snapshot_file, *argv)
+    assert got == golden(name, got), f"{name} {CHANGED}"
 
 
 @pytest.mark.parametrize(("name", "mode"), [("plan.txt", "off"), ("plan-atomic.txt", "atomic"),
@@ -153,7 +158,8 @@ def test_plan_matches_its_golden_file(capsys, snapshot_file, manifest_file, name
     argv = ["plan", "-f", str(manifest_file), "--gang-preemption-mode", mode]
     if name.endswith(".json"):
         argv += ["-o", "json"]
-    check(name, run(capsys, snapshot_file, *argv).replace(str(manifest_file.parent), "<tmp>"))
+    got = run(capsys, snapshot_file, *argv).replace(str(manifest_file.parent), "<tmp>")
+    assert got == golden(name, got), f"{name} {CHANGED}"
 
 
 def test_why_of_a_pod_troupe_does_not_manage_says_so_and_exits_1(capsys, snapshot_file):
