@@ -153,17 +153,10 @@ class Plan:
         """The record in an annotation value, or None when it is not one. Only the
         reconciler writes it (the webhook refuses anyone else), so a malformed value is
         ignored rather than refused: a record it cannot read reserves nothing."""
-        try:
-            data = json.loads(raw)
-        except ValueError:
+        read = _stamped_node_map(raw, "plannedAt")
+        if read is None:
             return None
-        if not isinstance(data, dict):
-            return None
-        at, nodes = data.get("plannedAt"), data.get("nodes")
-        if not isinstance(at, str) or not isinstance(nodes, dict):
-            return None
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items()):
-            return None
+        data, at, nodes = read
         groups: dict[str, Holding] = {}
         raw_groups = data.get("groups") or {}
         if not isinstance(raw_groups, dict):
@@ -178,6 +171,24 @@ class Plan:
             except (ValueError, AttributeError):
                 return None
         return cls(at, nodes, groups)
+
+
+def _stamped_node_map(raw: str, stamp: str) -> tuple[dict[str, Any], str, dict[str, str]] | None:
+    """A record the reconciler writes in an annotation (a plan, a nomination): a JSON
+    object with a string under ``stamp`` and a ``nodes`` map of strings to strings.
+    Returns ``(object, stamp, nodes)``, or None when ``raw`` is not such a record."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    at, nodes = data.get(stamp), data.get("nodes")
+    if not isinstance(at, str) or not isinstance(nodes, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items()):
+        return None
+    return data, at, nodes
 
 
 @dataclass(frozen=True)
@@ -202,18 +213,12 @@ class Nomination:
     def decode(cls, raw: str) -> Nomination | None:
         """The nomination in an annotation value, or None when it is not one (only the
         reconciler writes it: an unreadable value holds nothing)."""
-        try:
-            data = json.loads(raw)
-        except ValueError:
+        read = _stamped_node_map(raw, "at")
+        if read is None:
             return None
-        if not isinstance(data, dict):
-            return None
-        at, nodes = data.get("at"), data.get("nodes")
+        data, at, nodes = read
         victims, refused = data.get("victims", []), data.get("refused", [])
-        if not isinstance(at, str) or not isinstance(nodes, dict) or not isinstance(victims, list) \
-                or not isinstance(refused, list):
-            return None
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items()):
+        if not isinstance(victims, list) or not isinstance(refused, list):
             return None
         if not all(isinstance(v, str) for v in (*victims, *refused)):
             return None
