@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +41,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simulate_snapshot import build_snapshot
+from simulate_snapshot import build_snapshot, progress, timed
 
 REPO = Path(__file__).resolve().parents[1]
 NOW = "2026-03-01T10:00:00Z"
@@ -57,30 +54,6 @@ PLAN = {
                  "containers": [{"name": "w", "image": "x", "resources": {
                      "requests": {"cpu": "100", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}}},
 }
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def timed(argv: list[str], repeat: int) -> tuple[float, float, str]:
-    """Best wall time of ``repeat`` runs of ``python -m reconciler ARGV``, its CPU time, its output."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    best, best_cpu, out = float("inf"), 0.0, ""
-    for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "reconciler", *argv], cwd=REPO, env=env, capture_output=True,
-                              text=True, check=False)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(argv[:2])} failed: {done.stderr.strip()}")
-        if wall < best:
-            best = wall
-            best_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-            out = done.stdout
-    return best, best_cpu, out
 
 
 def live(snapshot: dict[str, Any], pods: int) -> None:

@@ -365,25 +365,32 @@ def best_of(n: int, run: Callable[[], Any]) -> tuple[float, float]:
     return best, best_cpu
 
 
-def simulate_end_to_end(path: Path, repeat: int) -> tuple[float, float, list[dict[str, Any]]]:
-    """``python -m reconciler simulate PATH --output json`` ``repeat`` times: the best
-    wall time, the CPU time (user + system) of that run, and the gangs it printed."""
+def timed(argv: list[str], repeat: int) -> tuple[float, float, str]:
+    """``python -m reconciler ARGV`` ``repeat`` times: the best wall time (seconds), the
+    CPU time (user + system, seconds) of that run, and what it printed. Raises
+    ``SystemExit`` naming the command when a run fails."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    command = [sys.executable, "-m", "reconciler", "simulate", str(path), "--output", "json",
-               "--now", "2026-03-01T10:00:00Z"]
     best, best_cpu, out = float("inf"), 0.0, ""
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run([sys.executable, "-m", "reconciler", *argv], cwd=REPO, env=env, capture_output=True,
+                              text=True, check=False)
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
-            raise SystemExit(f"simulate failed on {path.name}: {done.stderr.strip()}")
+            raise SystemExit(f"{' '.join(argv[:2])} failed: {done.stderr.strip()}")
         if wall < best:
             best = wall
             best_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        out = done.stdout
+            out = done.stdout
+    return best, best_cpu, out
+
+
+def simulate_end_to_end(path: Path, repeat: int) -> tuple[float, float, list[dict[str, Any]]]:
+    """``python -m reconciler simulate PATH --output json`` ``repeat`` times: the best
+    wall time, the CPU time (user + system) of that run, and the gangs it printed."""
+    best, best_cpu, out = timed(["simulate", str(path), "--output", "json", "--now", "2026-03-01T10:00:00Z"], repeat)
     gangs: list[dict[str, Any]] = json.loads(out)["gangs"]
     return best, best_cpu, gangs
 
