@@ -8,7 +8,7 @@ each as kube-apiserver returns them, ``managedFields`` included; GPU nodes with 
 feature labels, images and managed fields, about 11 KB) are served in pages of 500 by a
 stand-in for the API server, as JSON bytes, to the reconciler's own informer
 (:class:`reconciler.kube.Informer`, its ``_list``) and cache
-(:class:`reconciler.cache.ClusterCache`), each mode in a fresh interpreter:
+(:class:`reconciler.daemon.cache.ClusterCache`), each mode in a fresh interpreter:
 
 - **whole**: objects kept whole, as the cache did before the retain policy;
 - **retained**: objects cut down as they arrive (the shipped behaviour).
@@ -273,7 +273,7 @@ def reset_peak() -> None:
 
 def child(mode: str, nodes: int, pods: int, changed: float) -> dict[str, Any]:
     """One mode in this (fresh) interpreter; returns the measurements."""
-    from reconciler.cache import ClusterCache
+    from reconciler.daemon.cache import ClusterCache
     from reconciler.kube import Informer, Resource
     from troupe.config import Config
 

@@ -24,7 +24,7 @@ Timed:
   ``--repeat`` on the JSON and one run on the YAML, with the CPU time (user + system)
   of that run, since wall time on a shared machine includes waiting for a CPU. Both
   must decide the same.
-- **read**, in this process, file bytes to objects: :func:`reconciler.snapshot_io.read_objects`
+- **read**, in this process, file bytes to objects: :func:`reconciler.objects.snapshot_io.read_objects`
   on the JSON (orjson) and on the YAML (``yaml.CSafeLoader`` when PyYAML has libyaml),
   and the **baseline**, the simulator's former reader: the text decoded, then
   ``yaml.safe_load_all`` (pure Python). The baseline reads about 0.3 MiB a second, so by
@@ -59,7 +59,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.snapshot_io import read_objects, yaml_loader
+from reconciler.objects.snapshot_io import read_objects, yaml_loader
 
 REPO = Path(__file__).resolve().parents[1]
 GPU = "nvidia.com/gpu"

@@ -5,7 +5,7 @@
 - ``simulate SNAPSHOT [--config FILE] [--output json|table]``: the what-if simulator on a
   ``kubectl get nodes,pods -A -o json`` (or ``-o yaml``) snapshot.
 - ``status``, ``why POD``, ``topology``, ``plan -f MANIFEST``: what ``kubectl troupe`` answers
-  (:mod:`reconciler.plugin`), on the live cluster or a ``--snapshot``.
+  (:mod:`reconciler.tools.plugin`), on the live cluster or a ``--snapshot``.
 
 Exits non-zero with a one-line error naming what is wrong.
 """
@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
                        "one (default %(default)s)")
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    from reconciler import simulate
+    from reconciler.tools import simulate
 
     sim = sub.add_parser(
         "simulate", help="plan gangs offline on a snapshot",
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         "the reconciler's own decision: the same phase, reason and placement it would reach.",
     )
     simulate.add_arguments(sim)
-    from reconciler import plugin
+    from reconciler.tools import plugin
 
     plugin.add_commands(sub)  # status, why, topology, plan: what kubectl-troupe runs
     return p
@@ -136,11 +136,11 @@ def _pod_namespace() -> str | None:
 
 
 def webhook_certificate_settings(args: argparse.Namespace) -> Any:
-    """The :class:`reconciler.certificates.Settings` of ``run``'s flags, or None without
+    """The :class:`reconciler.daemon.certificates.Settings` of ``run``'s flags, or None without
     ``--manage-webhook-certificates``. Raises ``ValueError`` naming the flag that is wrong."""
     if not args.manage_webhook_certificates:
         return None
-    from reconciler.certificates import Settings
+    from reconciler.daemon.certificates import Settings
 
     namespace, _, service = (args.webhook_service or "").partition("/")
     if not namespace or not service:
@@ -159,11 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = _parser().parse_args(argv)
     if args.command == "simulate":
-        from reconciler import simulate
+        from reconciler.tools import simulate
 
         return simulate.run(args)
     if args.command in ("status", "why", "topology", "plan"):
-        from reconciler import plugin
+        from reconciler.tools import plugin
 
         return plugin.run(args)
     handler = logging.StreamHandler()
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"reconciler: {e}", file=sys.stderr)
         return 2
-    from reconciler.election import LeaderElection
-    from reconciler.run import run
+    from reconciler.daemon.election import LeaderElection
+    from reconciler.daemon.run import run
 
     try:
         election = None

@@ -2,9 +2,9 @@
 
 This is the only module of Troupe that imports the ``kubernetes`` client (enforced by
 import-linter). Everything above it sees pods and nodes as plain dicts in the API's JSON
-shape (camelCase keys), and writes through the :class:`reconciler.writer.Writer`
+shape (camelCase keys), and writes through the :class:`reconciler.daemon.writer.Writer`
 protocol, which :class:`KubeWriter` implements against a real API server and
-:class:`reconciler.writer.FakeWriter` in memory.
+:class:`reconciler.daemon.writer.FakeWriter` in memory.
 
 Watches follow the API concepts of https://kubernetes.io/docs/reference/using-api/api-concepts/
 #efficient-detection-of-changes: list, then watch from the list's ``resourceVersion``,
@@ -48,10 +48,9 @@ from kubernetes.watch.watch import iter_resp_lines
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from reconciler import certificates, metrics, snapshot_io
-from reconciler.election import LeaseConflict, LeaseError
-from reconciler.engine import workloads as wl
-from reconciler.writer import (
+from reconciler.daemon import certificates, metrics
+from reconciler.daemon.election import LeaseConflict, LeaseError
+from reconciler.daemon.writer import (
     UNFENCED,
     Conflict,
     Fence,
@@ -62,6 +61,8 @@ from reconciler.writer import (
     Refused,
     WriteError,
 )
+from reconciler.engine import workloads as wl
+from reconciler.objects import snapshot_io
 from troupe import contract
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def api_client(kubeconfig: str | None, pool_size: int | None = None, user_agent:
     audit log; ``fence`` guards every write (:func:`fence_connections`); ``retries``
     bounds urllib3's own retries of a failed connection (default: urllib3's, 3);
     ``context`` names the kubeconfig context (default: its current one). Every request is
-    counted by verb, resource and code (:func:`reconciler.metrics.instrument`).
+    counted by verb, resource and code (:func:`reconciler.daemon.metrics.instrument`).
 
     Raises ``kubernetes.config.ConfigException`` when neither works.
     """
@@ -247,7 +248,7 @@ class Informer:
     ``on_list`` receives each complete list (first and after every ``410 Gone``);
     ``on_event`` each watch event. ``transform``, when given, is applied to every object
     as it arrives, before either sees it, page by page during a list (what a cache keeps
-    of an object: :mod:`reconciler.retain`), so a full page is the most of the API's
+    of an object: :mod:`reconciler.objects.retain`), so a full page is the most of the API's
     whole objects held at once. With ``stream``, ``on_list`` gets an iterator that fetches
     the pages as it is consumed (it must consume it all, and may apply each object as it
     comes: no list of the whole collection is ever built); else a list. ``synced`` is set
@@ -490,7 +491,7 @@ class Informer:
 
 
 class KubeLeases:
-    """The elector's Lease calls (:class:`reconciler.election.LeaseApi`) against a real API
+    """The elector's Lease calls (:class:`reconciler.daemon.election.LeaseApi`) against a real API
     server: ``coordination.k8s.io/v1`` Lease ``namespace/name``, each request bounded by
     the timeout it is given (total, connection included). Give it a client of its own
     with no retries (``api_client(..., retries=0)``), so a timeout is the whole bound."""
@@ -574,14 +575,14 @@ APF_MAX_WAIT = 5.0
 
 
 class KubeWriter(PodWriter):
-    """The :class:`~reconciler.writer.PodWriter` primitives against a real API server.
+    """The :class:`~reconciler.daemon.writer.PodWriter` primitives against a real API server.
 
     Every request first takes a token from ``limiter`` (the configuration's
     ``kubeAPIQPS``/``kubeAPIBurst``), then passes ``fence`` (checked again at the socket
     when ``api`` was made with :func:`api_client`'s ``fence``). A request that API Priority and Fairness turns away
     (429 with ``Retry-After``) is retried after the wait it asks for, up to
     :data:`APF_RETRIES` times; an eviction's 429 is a PodDisruptionBudget's refusal and
-    is not retried (:class:`~reconciler.writer.Refused`). Events go out on a background
+    is not retried (:class:`~reconciler.daemon.writer.Refused`). Events go out on a background
     thread (:class:`EventSink`), so a release never waits for them. ``state`` is the
     ``(namespace, name)`` of the ConfigMap that keeps the reconciler's own state (rollback
     backoffs), so a new leader continues where the last one stopped; None keeps it in
@@ -754,7 +755,7 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubeCertificateStore:
-    """:class:`reconciler.certificates.CertificateStore` against the API server: the two
+    """:class:`reconciler.daemon.certificates.CertificateStore` against the API server: the two
     Secrets of ``settings.namespace`` (read with ``get``, written with a merge patch that
     carries the resourceVersion read, so a concurrent writer makes it fail with 409) and the
     MutatingWebhookConfiguration (a strategic merge patch of each webhook's
@@ -846,7 +847,7 @@ class KubeCertificateStore:
 
 
 def webhook_certificates(api: client.ApiClient, settings: certificates.Settings) -> certificates.CertificateManager:
-    """The :class:`~reconciler.certificates.CertificateManager` for ``settings`` on ``api``, with
+    """The :class:`~reconciler.daemon.certificates.CertificateManager` for ``settings`` on ``api``, with
     watches of the two Secrets and the webhook configuration (each by a ``metadata.name``
     field selector, which RBAC authorizes against ``resourceNames``) that wake it on any change."""
     manager = certificates.CertificateManager(KubeCertificateStore(api, settings), settings)
@@ -924,7 +925,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tup
     custom resource whose CRD is not installed, or that this user may not list, is left
     out: its gangs wait with that reason), and ``extra`` kinds (``Namespace``,
     ``PriorityClass``). Lists run in parallel. Returns ``(where, kind, object)`` triples
-    in the order :func:`reconciler.simulate.build` takes. Raises ``OSError`` (a
+    in the order :func:`reconciler.tools.simulate.build` takes. Raises ``OSError`` (a
     ``PermissionError`` for a core list this user may not make)."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     custom = client.CustomObjectsApi(api)

@@ -4,8 +4,8 @@ The reconciler and the simulator both call :func:`decide`, so a what-if is never
 opinion: the same gang on the same snapshot at the same time gives the same phase, the
 same reason and the same plan. It is pure: plain data in, plain data out; ``now`` (seconds
 since the epoch) is the only clock, and nothing is written. The caller acts on it: the
-reconciler writes (:mod:`reconciler.controller`), the simulator applies the plan to its
-snapshot and moves to the next gang (:mod:`reconciler.simulate`).
+reconciler writes (:mod:`reconciler.daemon.controller`), the simulator applies the plan to its
+snapshot and moves to the next gang (:mod:`reconciler.tools.simulate`).
 
 What it sees of each active member of the gang (``snapshot`` must hold the gang's pods):
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from devtools.demo.snapshot import decision_time
-from reconciler import plugin
-from reconciler import simulate as sim
+from reconciler.tools import plugin
+from reconciler.tools import simulate as sim
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "examples" / "snapshot.json"

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import plugin
+from reconciler.tools import plugin
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_package_installs_kubectl_troupe_as_the_plugins_main():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["kubectl-troupe"] == "reconciler.plugin:main"
+    assert scripts["kubectl-troupe"] == "reconciler.tools.plugin:main"
 
 
 def test_python_m_reconciler_runs_the_same_commands(tmp_path):

@@ -11,8 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from reconciler import retain, views
-from reconciler.snapshot_io import decode_retained, read_objects, read_retained
+from reconciler.objects import retain
+from reconciler.objects.snapshot_io import decode_retained, read_objects, read_retained
+from reconciler.tools import views
 from tests.plugin.test_golden import snapshot as golden_snapshot
 from troupe.config import Config
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import plugin
+from reconciler.tools import plugin
 from tests.engine.builders import SUBBLOCK, make_node, make_pod
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -187,7 +187,7 @@ def test_a_manifest_the_webhook_would_deny_is_refused_with_its_message(capsys, s
 
 
 def test_status_gives_every_waiting_gang_the_simulators_decision(capsys, snapshot_file, tmp_path):
-    from reconciler import simulate
+    from reconciler.tools import simulate
 
     plain = snapshot()  # the simulator reads no PriorityClass
     plain["items"] = [o for o in plain["items"] if o["kind"] != "PriorityClass"]

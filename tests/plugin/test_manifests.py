@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from reconciler.engine import workloads as wl
 from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.snapshot import PodInfo
-from reconciler.manifests import Context, ManifestError, admit, expand
+from reconciler.tools.manifests import Context, ManifestError, admit, expand
 from troupe.config import Config
 from webhook.admission import mutate, patch_of
 

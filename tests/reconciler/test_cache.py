@@ -3,8 +3,8 @@ a decision reads, a gang when one of its pods (or a Job) changes."""
 
 from __future__ import annotations
 
-from reconciler.cache import ClusterCache
-from reconciler.writer import PodRef
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.writer import PodRef
 from tests.reconciler.builders import make_node, make_pod
 from troupe.config import Config
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from reconciler.cache import ClusterCache
-from reconciler.controller import GangController
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.controller import GangController
+from reconciler.daemon.writer import FakeWriter, PodRef, WriteError
 from reconciler.engine.lifecycle import Phase
-from reconciler.writer import FakeWriter, PodRef, WriteError
 from tests.reconciler.builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config

@@ -22,11 +22,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from reconciler.cache import ClusterCache
-from reconciler.controller import GangController
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.controller import GangController
+from reconciler.daemon.writer import FakeWriter, PodRef, WriteError
 from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
-from reconciler.writer import FakeWriter, PodRef, WriteError
 from tests.reconciler.builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config

@@ -8,14 +8,14 @@ import threading
 
 import pytest
 
-from reconciler.election import (
+from reconciler.daemon.election import (
     LEASE_REQUEST_SECONDS,
     Elector,
     LeaderElection,
     LeaseConflict,
     LeaseError,
 )
-from reconciler.writer import LostLeadership
+from reconciler.daemon.writer import LostLeadership
 
 ELECTION = LeaderElection("troupe-system", "troupe-reconciler", lease_seconds=15, renew_seconds=10, retry_seconds=2)
 

@@ -15,9 +15,9 @@ import yaml
 from kubernetes import client
 
 from reconciler import kube
-from reconciler.cache import ClusterCache
-from reconciler.controller import GangController
-from reconciler.writer import FakeWriter, LostLeadership, PodRef
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.controller import GangController
+from reconciler.daemon.writer import FakeWriter, LostLeadership, PodRef
 from tests.reconciler.builders import make_node, make_pod
 from troupe.config import Config
 

@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
+from reconciler.daemon.writer import PodRef
 from reconciler.engine.decision import decide
 from reconciler.engine.lifecycle import MOVES, Phase
-from reconciler.writer import PodRef
 from tests.reconciler.builders import make_pod
 from tests.reconciler.test_controller import NO_JITTER, Harness, four_nodes, own
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from reconciler.run import WORKER_STUCK_SECONDS, Health, Reconciler, serve_http
+from reconciler.daemon.run import WORKER_STUCK_SECONDS, Health, Reconciler, serve_http
 from tests.e2e.helpers import wait_for
 from troupe.config import Config
 

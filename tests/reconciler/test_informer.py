@@ -10,9 +10,9 @@ import threading
 import pytest
 from kubernetes.client.rest import ApiException
 
-from reconciler.cache import ClusterCache
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.writer import PodRef
 from reconciler.kube import Informer, Resource
-from reconciler.writer import PodRef
 from tests.e2e.helpers import wait_for
 from troupe.config import Config
 

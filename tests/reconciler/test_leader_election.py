@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from reconciler.election import LeaderElection
+from reconciler.daemon.election import LeaderElection
 
 
 @pytest.mark.parametrize(("lease", "want"), [(15, (15, 10, 2)), (60, (60, 40, 2)), (6, (6, 4, 1)), (4, (4, 2, 1))])

@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-from reconciler import metrics
-from reconciler.controller import Outcome
+from reconciler.daemon import metrics
+from reconciler.daemon.controller import Outcome
 from reconciler.engine.decision import Decision, MemberRelease
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
+from reconciler.daemon.writer import PodRef
 from reconciler.engine.lifecycle import Phase
-from reconciler.writer import PodRef
 from tests.reconciler.builders import make_pod
 from tests.reconciler.test_controller import CONFIG, Harness, four_nodes
 from troupe import contract

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from reconciler.queue import ShutDown, WorkQueue
+from reconciler.daemon.queue import ShutDown, WorkQueue
 
 
 class FakeClock:

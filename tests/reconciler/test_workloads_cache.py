@@ -7,7 +7,7 @@ import threading
 
 from kubernetes.client.rest import ApiException
 
-from reconciler.cache import ClusterCache
+from reconciler.daemon.cache import ClusterCache
 from reconciler.kube import Informer, Resource
 from tests.e2e.helpers import wait_for
 from tests.reconciler.test_informer import FakeResponse

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler import simulate
+from reconciler.tools import simulate
 from tests.engine.builders import make_node, make_pod
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,7 +273,7 @@ def test_a_bad_configuration_is_a_one_line_error(tmp_path, capsys):
     assert err.startswith(f"simulate: {config}: topologyLevels") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("module", [["reconciler.simulate"], ["reconciler", "simulate"]])
+@pytest.mark.parametrize("module", [["reconciler.tools.simulate"], ["reconciler", "simulate"]])
 def test_both_entry_points_run_as_modules(tmp_path, module):
     snapshot = write_list(tmp_path, [*NODES, member("g", 0, 1)])
     ok = subprocess.run([sys.executable, "-m", *module, snapshot, "--output", "json"],
@@ -289,7 +289,7 @@ def test_both_entry_points_run_as_modules(tmp_path, module):
 
 def test_the_snapshot_can_come_from_stdin(tmp_path):
     text = yaml.safe_dump({"kind": "List", "items": [*NODES, member("g", 0, 1)]})
-    ok = subprocess.run([sys.executable, "-m", "reconciler.simulate", "-", "--output", "json"],
+    ok = subprocess.run([sys.executable, "-m", "reconciler.tools.simulate", "-", "--output", "json"],
                         cwd=REPO, input=text, capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["gangs"][0]["placements"][0]["node"] == "a1"

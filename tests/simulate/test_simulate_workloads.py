@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler import simulate
+from reconciler.tools import simulate
 from tests.engine.builders import make_node, make_pod
 from tests.simulate.test_simulate_cli import write_list
 from troupe import contract

@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from reconciler import simulate, snapshot_io
-from reconciler.snapshot_io import (
+from reconciler.objects import snapshot_io
+from reconciler.objects.snapshot_io import (
     InputError,
     load_documents,
     read_file,
@@ -18,6 +18,7 @@ from reconciler.snapshot_io import (
     snapshot_format,
     yaml_loader,
 )
+from reconciler.tools import simulate
 from tests.engine.builders import make_node, make_pod
 
 NODE = make_node("a1").topology("b1", "s1", "a1").allocatable(gpu=8).build()

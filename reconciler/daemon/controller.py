@@ -8,7 +8,7 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
 3. Check the move against the lifecycle (:func:`~reconciler.engine.lifecycle.check_move`):
    a move it refuses is logged with the gang, both phases and the observation, and
    nothing is written this time.
-4. Act on the decision, through the :class:`~reconciler.writer.PodWriter` port:
+4. Act on the decision, through the :class:`~reconciler.daemon.writer.PodWriter` port:
 
    - ``Placed``/``Releasing``: release the members, one update each (pin, annotations,
      gates removed). A plan of several members goes first, on its first member, in that
@@ -43,9 +43,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from reconciler.cache import ClusterCache
-from reconciler.conditions import DELAY_SECONDS as CONDITION_DELAY_SECONDS
-from reconciler.conditions import ConditionSink
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.conditions import DELAY_SECONDS as CONDITION_DELAY_SECONDS
+from reconciler.daemon.conditions import ConditionSink
+from reconciler.daemon.writer import (
+    Conflict,
+    Gone,
+    LostLeadership,
+    PodRef,
+    PodWriter,
+    Refused,
+    WriteError,
+)
 from reconciler.engine import victims as victim_gangs
 from reconciler.engine.allocation import GroupView, group_view
 from reconciler.engine.conditions import MAX_MESSAGE
@@ -58,7 +67,6 @@ from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import IllegalTransition, Phase, check_move
 from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.engine.snapshot import NodeInfo, Plan, PodInfo
-from reconciler.writer import Conflict, Gone, LostLeadership, PodRef, PodWriter, Refused, WriteError
 from troupe import contract
 from troupe.config import Config
 
@@ -118,8 +126,8 @@ class GangController:
     ``wall_clock`` returns seconds since the epoch: the ``now`` of every decision (the
     timestamps it writes and reads survive a restart). ``release_concurrency`` defaults
     to the configuration's ``releaseConcurrency``; ``condition_delay`` (seconds) is how
-    long a member's new condition waits to be written (:mod:`reconciler.conditions`).
-    Tests pass a fake clock and a :class:`~reconciler.writer.FakeWriter`.
+    long a member's new condition waits to be written (:mod:`reconciler.daemon.conditions`).
+    Tests pass a fake clock and a :class:`~reconciler.daemon.writer.FakeWriter`.
     """
 
     def __init__(

@@ -14,7 +14,7 @@ stop every plan). Each feeding method returns the gang keys whose state may have
 for the work queue.
 
 Only what Troupe reads is stored: every object is cut down by the retain policy of its
-kind (:mod:`reconciler.retain`) before it is stored, whether it comes from an informer
+kind (:mod:`reconciler.objects.retain`) before it is stored, whether it comes from an informer
 (:meth:`ClusterCache.retain_pod`, :meth:`ClusterCache.retain_node` as the informers'
 ``transform``, page by page during a list) or from a write's response (:meth:`assume`).
 A re-list after ``410 Gone`` does not hold two copies: an object whose uid and
@@ -30,14 +30,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.daemon.writer import PodRef
 from reconciler.engine import workloads as wl
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
 from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
-from reconciler.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
-from reconciler.writer import PodRef
+from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract
 from troupe.config import Config
 
@@ -104,7 +104,7 @@ class ClusterCache:
     Objects are never mutated in place: an update replaces the entry, so a caller may keep
     what it was given. :attr:`version` counts changes; :meth:`snapshot` is rebuilt only
     when it moved. ``retained`` (default True) stores objects cut down by
-    :mod:`reconciler.retain`; False stores them whole (a benchmark's baseline).
+    :mod:`reconciler.objects.retain`; False stores them whole (a benchmark's baseline).
     """
 
     def __init__(self, config: Config, retained: bool = True) -> None:
@@ -141,25 +141,25 @@ class ClusterCache:
         return retain(policy, obj) if self.retained else obj
 
     def retain_pod(self, pod: Obj) -> Obj:
-        """What the cache keeps of ``pod`` (:data:`reconciler.retain.POD`), or the object
+        """What the cache keeps of ``pod`` (:data:`reconciler.objects.retain.POD`), or the object
         it holds already when this is the same version: the pods informer's ``transform``."""
         with self._lock:
             current = self._pods.get(PodRef.of(pod))
         return self._retain(POD, pod, current)
 
     def retain_node(self, node: Obj) -> Obj:
-        """What the cache keeps of ``node`` (:data:`reconciler.retain.NODE`), or the object
+        """What the cache keeps of ``node`` (:data:`reconciler.objects.retain.NODE`), or the object
         it holds already when this is the same version: the nodes informer's ``transform``."""
         with self._lock:
             current = self._nodes.get(_ns_name(node)[1])
         return self._retain(NODE, node, current)
 
     def retain_job(self, job: Obj) -> Obj:
-        """What is read of a Job (:data:`reconciler.retain.JOB`): the jobs informer's ``transform``."""
+        """What is read of a Job (:data:`reconciler.objects.retain.JOB`): the jobs informer's ``transform``."""
         return retain(JOB, job) if self.retained else job
 
     def retain_group(self, group: Obj) -> Obj:
-        """What is kept of a SharedDeviceGroup (:data:`reconciler.retain.DEVICE_GROUP`): the
+        """What is kept of a SharedDeviceGroup (:data:`reconciler.objects.retain.DEVICE_GROUP`): the
         groups informer's ``transform``, and what the controller's writes return."""
         return retain(DEVICE_GROUP, group) if self.retained else group
 

@@ -62,7 +62,7 @@ class LostLeadership(WriteError):
 
 
 class Fence(Protocol):
-    """What a write asks before it goes out (:class:`reconciler.election.Elector`)."""
+    """What a write asks before it goes out (:class:`reconciler.daemon.election.Elector`)."""
 
     def check(self) -> None:
         """Raise :class:`LostLeadership` unless this replica may write now. No I/O."""

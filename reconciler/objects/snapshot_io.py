@@ -231,7 +231,7 @@ def _unpacked(docs: list[Any], source: str) -> list[tuple[str, str, Mapping[str,
 
 # --- the retained fast path: only what Troupe reads -----------------------------------------
 #: Kinds whose objects :func:`read_retained` decodes cut down to the fields the reconciler's
-#: cache keeps of them (:mod:`reconciler.retain`): the bulk of any snapshot. Other kinds
+#: cache keeps of them (:mod:`reconciler.objects.retain`): the bulk of any snapshot. Other kinds
 #: (workload custom resources, SharedDeviceGroups...) are decoded whole.
 RETAINED_KINDS = ("Pod", "Node", "Job")
 
@@ -265,7 +265,7 @@ def _typed(policy: Mapping[str, Any], name: str) -> Any:
 def _decoders() -> tuple[Any, Any]:
     """The decoder of a List whose items keep the union of :data:`RETAINED_KINDS`' fields,
     and the one that gives each item's raw bytes."""
-    from reconciler import retain
+    from reconciler.objects import retain
 
     policy = {"kind": True, "apiVersion": True, **_merged(_merged(retain.POD, retain.NODE), retain.JOB)}
     item = _typed(policy, "Item")

@@ -1,7 +1,7 @@
 """What ``kubectl troupe`` shows: every gang's state, why one waits, the topology, a plan.
 
 Every answer is the reconciler's own decision: waiting gangs (those with a gated member)
-are decided by :func:`reconciler.simulate.simulate`, in queue order, each on what the
+are decided by :func:`reconciler.tools.simulate.simulate`, in queue order, each on what the
 gangs ahead of it left and with what they hold or block, exactly as the reconciler and the
 simulator decide them (:func:`reconciler.engine.decision.decide`); gangs with no gated
 member are decided by the same function (their rules, ``AllReleased``, ``TimedOut``,
@@ -15,7 +15,7 @@ I/O: a :class:`Cluster` in (objects already read, ``now`` given), plain values o
 - :func:`topology`: blocks > subblocks > hosts > nodes with who holds what
   (:func:`reconciler.engine.occupancy.occupancy`).
 - :func:`plan`: the decision for the pods a manifest would create
-  (:mod:`reconciler.manifests`), on the cluster as it is.
+  (:mod:`reconciler.tools.manifests`), on the cluster as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler import simulate as sim
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang
 from reconciler.engine.lifecycle import Phase
@@ -33,7 +32,8 @@ from reconciler.engine.queueing import Policy, epoch
 from reconciler.engine.shortfall import Shortfall, shortfall
 from reconciler.engine.snapshot import PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
-from reconciler.snapshot_io import InputError
+from reconciler.objects.snapshot_io import InputError
+from reconciler.tools import simulate as sim
 from troupe.config import Config
 
 #: Kinds read besides those the simulator builds a snapshot of: what ``plan`` needs to apply
@@ -44,7 +44,7 @@ EXTRA_KINDS = ("Namespace", "PriorityClass")
 
 @dataclass
 class Cluster:
-    """The cluster as read once: the simulator's :class:`~reconciler.simulate.Built`
+    """The cluster as read once: the simulator's :class:`~reconciler.tools.simulate.Built`
     snapshot, the configuration and policy the reconciler follows, ``now`` (seconds since
     the epoch) that decisions are made at, namespace labels by name and PriorityClasses by
     name (``(value, globalDefault)``), and ``source`` (how it was read, for messages)."""
@@ -66,10 +66,10 @@ class Cluster:
 def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, now: float,
          policy: Policy | None = None, source: str = "") -> Cluster:
     """A :class:`Cluster` of ``(where, kind, object)`` triples (what
-    :func:`reconciler.snapshot_io.read_objects` gives, or the live reader in
+    :func:`reconciler.objects.snapshot_io.read_objects` gives, or the live reader in
     :mod:`reconciler.kube`). Namespaces and PriorityClasses are kept aside; every other
-    object goes to :func:`reconciler.simulate.build`. Raises
-    :class:`~reconciler.snapshot_io.InputError` naming the object and field."""
+    object goes to :func:`reconciler.tools.simulate.build`. Raises
+    :class:`~reconciler.objects.snapshot_io.InputError` naming the object and field."""
     rest, namespaces, classes = split(objects)
     built = sim.build(rest, TopologyLevels.from_config(config))
     return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source)
@@ -79,7 +79,7 @@ def split(objects: Iterable[tuple[str, str, Mapping[str, Any]]]) -> tuple[
         list[tuple[str, str, Mapping[str, Any]]], dict[str, Mapping[str, str]], dict[str, tuple[int, bool]]]:
     """The objects the simulator builds a snapshot of, namespace labels by name, and
     PriorityClasses by name (``(value, globalDefault)``). Raises
-    :class:`~reconciler.snapshot_io.InputError` for a Namespace or PriorityClass it cannot read."""
+    :class:`~reconciler.objects.snapshot_io.InputError` for a Namespace or PriorityClass it cannot read."""
     rest: list[tuple[str, str, Mapping[str, Any]]] = []
     namespaces: dict[str, Mapping[str, str]] = {}
     classes: dict[str, tuple[int, bool]] = {}
@@ -305,7 +305,7 @@ class PlanResult:
 def plan(cluster: Cluster, pods: Sequence[str], managed: Sequence[str], gang_keys: Iterable[str]) -> PlanResult:
     """The decisions for a manifest's gangs: ``cluster`` was read with the manifest's pods
     (``pods``: their keys; ``managed``: those carrying a Troupe gate) and workloads added
-    (:func:`reconciler.manifests.expand`), so every waiting gang was decided in queue order
+    (:func:`reconciler.tools.manifests.expand`), so every waiting gang was decided in queue order
     with them: the new gangs wait behind those ahead and are placed on what they leave.
     ``gang_keys``: the keys of the gangs the new pods form."""
     keys = set(gang_keys)

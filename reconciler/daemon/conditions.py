@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from reconciler.daemon.writer import Gone, PodRef, PodWriter, WriteError
 from reconciler.engine.conditions import RELEASED, GangCondition
-from reconciler.writer import Gone, PodRef, PodWriter, WriteError
 from troupe import contract
 
 log = logging.getLogger(__name__)

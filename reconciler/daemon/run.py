@@ -39,15 +39,16 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 
-from reconciler import certificates, kube, metrics
-from reconciler.cache import ClusterCache, group_of_key
-from reconciler.controller import GangController
-from reconciler.election import Elector, LeaderElection
+from reconciler import kube
+from reconciler.daemon import certificates, metrics
+from reconciler.daemon.cache import ClusterCache, group_of_key
+from reconciler.daemon.controller import GangController
+from reconciler.daemon.election import Elector, LeaderElection
+from reconciler.daemon.queue import ShutDown, WorkQueue
+from reconciler.daemon.writer import UNFENCED, Fence
 from reconciler.engine import workloads as wl
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import TERMINAL_PHASES
-from reconciler.queue import ShutDown, WorkQueue
-from reconciler.writer import UNFENCED, Fence
 from troupe import contract
 from troupe.config import Config
 
@@ -116,7 +117,7 @@ class Reconciler:
         self._conditions = threading.Thread(target=self.controller.conditions.run, args=(self._stop,),
                                             name="conditions", daemon=True)
         self._busy: tuple[str, float] | None = None
-        #: Gang timings and counts derived from each outcome (reconciler/metrics.py).
+        #: Gang timings and counts derived from each outcome (reconciler/daemon/metrics.py).
         self.gang_metrics = metrics.GangMetrics()
 
     # --- feeding the queue -----------------------------------------------------------
@@ -420,7 +421,7 @@ def run(
     to expire. The user agent of its requests names this replica
     (``troupe-reconciler (<host>_<id>)``), as the API server's audit log shows it. With
     ``webhook_certificates``, the acting replica also keeps the webhook's certificates
-    (``reconciler/certificates.py``). ``state``: the ConfigMap of the reconciler's own
+    (``reconciler/daemon/certificates.py``). ``state``: the ConfigMap of the reconciler's own
     state (rollback backoffs), so that a failover or restart continues where it stopped.
     """
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"

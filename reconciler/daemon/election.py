@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from reconciler.writer import LostLeadership
+from reconciler.daemon.writer import LostLeadership
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class Elector:
         return True
 
     def check(self) -> None:
-        """Raise :class:`~reconciler.writer.LostLeadership` unless this replica leads and
+        """Raise :class:`~reconciler.daemon.writer.LostLeadership` unless this replica leads and
         sent its last successful renew less than ``renew_seconds`` ago. No I/O: cheap
         enough to call just before every request."""
         with self._lock:
@@ -182,7 +182,7 @@ class Elector:
     def confirm(self) -> None:
         """:meth:`check`, then read the Lease back: this replica must still be its holder
         there (no one took it over, no one deleted or edited it). Raises
-        :class:`~reconciler.writer.LostLeadership` otherwise, or when the read fails:
+        :class:`~reconciler.daemon.writer.LostLeadership` otherwise, or when the read fails:
         a batch that cannot be confirmed does not start."""
         self.check()
         try:

@@ -10,7 +10,7 @@ PATH as ``kubectl <name>``). Each command reads the cluster once, read-only, fro
 kubeconfig (``--kubeconfig``, default ``$KUBECONFIG`` or ``~/.kube/config``; ``--context``) or
 from a snapshot file (``--snapshot FILE``: what ``kubectl get nodes,pods,jobs,jobsets,
 leaderworkersets,pytorchjobs,shareddevicegroups -A -o json`` prints, read by the simulator's
-reader), and answers with the reconciler's own decision (:mod:`reconciler.views`): every
+reader), and answers with the reconciler's own decision (:mod:`reconciler.tools.views`): every
 waiting gang decided in queue order by :func:`reconciler.engine.decision.decide`, as
 ``python -m reconciler simulate`` does. Nothing is written.
 
@@ -36,21 +36,21 @@ from typing import Any
 
 import yaml
 
-from reconciler import simulate as sim
-from reconciler import views
 from reconciler.engine.gang import gang_key
 from reconciler.engine.occupancy import DomainUsage
 from reconciler.engine.queueing import Policy
 from reconciler.engine.shortfall import Shortfall, short_level
 from reconciler.engine.topology import TopologyLevels
-from reconciler.manifests import Context, Expanded, ManifestError, expand
-from reconciler.snapshot_io import (
+from reconciler.objects.snapshot_io import (
     InputError,
     collector_paused,
     read_file,
     read_objects,
     read_retained,
 )
+from reconciler.tools import simulate as sim
+from reconciler.tools import views
+from reconciler.tools.manifests import Context, Expanded, ManifestError, expand
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, from_mapping, load_config
 
 COMMANDS = ("status", "why", "topology", "plan")

@@ -1,11 +1,11 @@
 """The what-if simulator: the reconciler's decision for every waiting gang of a snapshot.
 
     python -m reconciler simulate SNAPSHOT [--config FILE] [--output json|table] [--now TIME]
-    python -m reconciler.simulate SNAPSHOT ...          (the same, standalone)
+    python -m reconciler.tools.simulate SNAPSHOT ...          (the same, standalone)
 
 SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o json`` or
 ``-o yaml`` prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods, read as
-:mod:`reconciler.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
+:mod:`reconciler.objects.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
 ``jobs`` to the kubectl command and the size of a GKE auto-gang owned by a Job is that
 Job's parallelism, as in the cluster; add ``jobsets,leaderworkersets,pytorchjobs`` too and
 gangs of ``<prefix>-size: auto`` are grouped and sized from their workloads as the
@@ -64,7 +64,7 @@ from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
-from reconciler.snapshot_io import InputError, collector_paused, read_file, read_objects
+from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup")
@@ -387,9 +387,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reconciler.simulate``."""
+    """``python -m reconciler.tools.simulate``."""
     parser = argparse.ArgumentParser(
-        prog="python -m reconciler.simulate",
+        prog="python -m reconciler.tools.simulate",
         description="Plan the gated gangs of a snapshot offline, as the reconciler would.",
     )
     add_arguments(parser)

@@ -45,7 +45,7 @@ from prometheus_client import Counter, Gauge
 
 import certs
 
-log = logging.getLogger("reconciler.certificates")
+log = logging.getLogger("reconciler.daemon.certificates")
 
 #: Keys of both Secrets (the ``kubernetes.io/tls`` names, plus ``ca.crt`` as cert-manager writes it).
 CERT_KEY = "tls.crt"

@@ -112,7 +112,7 @@ def _count(spec: Mapping[str, Any], key: str, where: str, default: int | None) -
 
 def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> Expanded:
     """The pods and workloads of a manifest's objects (``(where, kind, object)``, as
-    :func:`reconciler.snapshot_io.read_objects` gives them). Raises :class:`ManifestError`
+    :func:`reconciler.objects.snapshot_io.read_objects` gives them). Raises :class:`ManifestError`
     naming the object: an unsupported kind, a malformed field, a pod admission refuses."""
     pods: list[dict[str, Any]] = []
     workloads: list[tuple[str, dict[str, Any]]] = []
