@@ -32,7 +32,6 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import Counter, Gauge, Histogram
 
 from reconciler.engine.gang import Gang
-from reconciler.engine.lifecycle import Phase
 from reconciler.engine.queueing import complete_since, epoch
 
 #: Seconds a gang waits from complete to released: fractions of a second when it fits at
@@ -167,8 +166,7 @@ class GangMetrics:
         decision = outcome.decision
         if decision is None:
             return
-        phase = outcome.phase
-        if phase in (Phase.PLACED, Phase.RELEASING) and decision.release and not outcome.retry:
+        if outcome.released and not outcome.retry:
             RELEASES.inc()
             found = gang()
             since = complete_since(found.members) if found is not None else None
@@ -176,7 +174,7 @@ class GangMetrics:
                 COMPLETE_TO_RELEASED.observe(max(0.0, now - since))
             self._unbound.add(key)
             return
-        if phase is Phase.ROLLED_BACK:
+        if outcome.rolled_back:
             if not outcome.retry:
                 ROLLBACKS.inc()
             self._unbound.discard(key)

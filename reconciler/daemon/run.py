@@ -217,7 +217,7 @@ class Reconciler:
             group = group_of_key(key)
             try:
                 if group is not None:
-                    if self.controller.reconcile_group(group):
+                    if self.controller.groups.reconcile(group):
                         self.queue.add_rate_limited(key)
                     else:
                         self.queue.forget(key)
@@ -234,11 +234,10 @@ class Reconciler:
                 else:
                     self.gang_metrics.observe(key, outcome, lambda k=key: self.cache.gang(k), time.time())
                     RECONCILES.labels(outcome.phase.value).inc()
-                    if outcome.decision is not None and outcome.decision.rule == "Preempting" and not outcome.retry:
+                    if outcome.preempted and not outcome.retry:
                         PREEMPTIONS.labels(self.config.gang_preemption_mode).inc()
-                    if outcome.decision is not None and outcome.phase is Phase.PREEMPTING:
-                        EVICTIONS.inc(len(outcome.decision.victims))
-                    if outcome.reason.startswith("refused: "):
+                    EVICTIONS.inc(outcome.evicted)
+                    if outcome.refused_move:
                         REFUSED_MOVES.inc()
                     if outcome.retry:
                         self.queue.add_rate_limited(key)

@@ -8,19 +8,11 @@ out; the reconciler writes those that differ from what the pods carry (through
 ``pods/status``), and sends an Event only when a member's condition changes, so a new
 leader, which reads the conditions back, sends no duplicate.
 
-===================================  ===========  =====================================
-rule                                 status       reason
-===================================  ===========  =====================================
-``MembersMissing``, ``Settling``     False        ``WaitingForMembers``
-``WorkloadUnknown``                  False        ``WaitingForWorkload``
-``Queued``                           False        ``Queued``
-``MembersDisagree``, ``DeviceGroup`` False        ``Held``
-``BackingOff``                       False        ``BackingOff``
-``Unplaced``                         False        ``Unschedulable``
-``Preempting``, ``AwaitingVictims``,  False        ``Preempting``
-``EvictionRefused``
-``Placed``, ``ReleaseInProgress``     True         ``Released`` (the members released now)
-===================================  ===========  =====================================
+Which reason each rule's waiting members carry is a column of the lifecycle table
+(:attr:`reconciler.engine.lifecycle.Rule.condition`: ``WaitingForMembers``,
+``WaitingForWorkload``, ``Queued``, ``Held``, ``BackingOff``, ``Unschedulable``,
+``Preempting``); the members a :class:`~reconciler.engine.actions.Release` releases carry
+``True``/``Released`` with their node and rank.
 """
 
 from __future__ import annotations
@@ -28,16 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from reconciler.engine.decision import Decision, MemberRelease
+from reconciler.engine.actions import MemberRelease, Release, Wait
+from reconciler.engine.decision import Decision
 from reconciler.engine.gang import Gang
 
-#: The condition's reason for each rule that leaves gated members waiting.
-WAITING: Mapping[str, str] = {
-    "MembersMissing": "WaitingForMembers", "Settling": "WaitingForMembers", "WorkloadUnknown": "WaitingForWorkload",
-    "Queued": "Queued", "MembersDisagree": "Held", "DeviceGroup": "Held", "BackingOff": "BackingOff",
-    "Unplaced": "Unschedulable", "Preempting": "Preempting", "AwaitingVictims": "Preempting",
-    "EvictionRefused": "Preempting",
-}
 RELEASED = "Released"
 
 
@@ -60,17 +46,20 @@ MAX_MESSAGE = 1024
 
 
 def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
-    """Pod key -> the condition it should carry after ``decision``: the gated members that
-    still wait get the rule's reason and the decision's reason as message; the members
+    """Pod key -> the condition it should carry after ``decision``: the members its
+    :class:`~reconciler.engine.actions.Wait` (or ``Hold``) names get the rule's condition
+    reason and the decision's reason as message; the members
     released now get ``Released`` with their node and rank. Members the decision does not
     speak of are left out (a released member keeps its ``Released``)."""
-    if decision.release:
-        return {m.pod: released(m, len(gang.members)) for m in decision.release}
-    reason = WAITING.get(decision.rule)
+    release = decision.find(Release)
+    if release is not None:
+        return {m.pod: released(m, len(gang.members)) for m in release.members}
+    reason = decision.rule.condition
     if reason is None:
         return {}
     message = decision.reason[:MAX_MESSAGE]
-    return {p.key: GangCondition("False", reason, message) for p in gang.members if p.gated}
+    waiting = {k for action in decision.actions if isinstance(action, Wait) for k in action.members}
+    return {p.key: GangCondition("False", reason, message) for p in gang.members if p.key in waiting}
 
 
 def released(m: MemberRelease, size: int) -> GangCondition:

@@ -1,11 +1,14 @@
-"""One decision per gang: ``decide(gang, snapshot, now) -> Decision``.
+"""One decision per gang: ``decide(gang, snapshot, now) -> Decision``, and the typed actions it holds.
 
 The reconciler and the simulator both call :func:`decide`, so a what-if is never a second
 opinion: the same gang on the same snapshot at the same time gives the same phase, the
-same reason and the same plan. It is pure: plain data in, plain data out; ``now`` (seconds
-since the epoch) is the only clock, and nothing is written. The caller acts on it: the
-reconciler writes (:mod:`reconciler.daemon.controller`), the simulator applies the plan to its
-snapshot and moves to the next gang (:mod:`reconciler.tools.simulate`).
+same reason and the same actions. It is pure: plain data in, plain data out; ``now``
+(seconds since the epoch) is the only clock, and nothing is written. The lifecycle rule
+that matches builds the decision and its actions (:data:`_BUILD`: the table is the
+machine); the reconciler (:mod:`reconciler.daemon.controller`) and the simulator
+(:mod:`reconciler.tools.simulate`) are two interpreters of the same actions
+(:mod:`.actions`), and :func:`step` is the one call both make: decide, then note what the
+gang means for the queue behind it.
 
 What it sees of each active member of the gang (``snapshot`` must hold the gang's pods):
 
@@ -37,118 +40,102 @@ and in the simulator.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from reconciler.engine import lifecycle, victims
-from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
-from reconciler.engine.devices import Devices, Holding
-from reconciler.engine.gang import Gang
-from reconciler.engine.lifecycle import Observation, Phase
-from reconciler.engine.placement import Code, PlacementResult
-from reconciler.engine.preemption import PreemptionPlan, plan_preemption
-from reconciler.engine.queueing import (
+from reconciler.engine.actions import (
+    Action,
+    ClearNominations,
+    ClearPlans,
+    ForgetBackoff,
     Hold,
+    MemberRelease,
+    Preempt,
+    Release,
+    RollBack,
+    Status,
+    Wait,
+)
+from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
+from reconciler.engine.devices import Devices
+from reconciler.engine.gang import Gang
+from reconciler.engine.lifecycle import Observation, Phase, Rule
+from reconciler.engine.placement import Code, PlacementResult
+from reconciler.engine.preemption import plan_preemption
+from reconciler.engine.queueing import (
+    Hold as QueueHold,
+)
+from reconciler.engine.queueing import (
     Policy,
+    QueueState,
     QueueView,
     complete_since,
     hold_for,
     queue_order,
 )
 from reconciler.engine.snapshot import Nomination, Plan, PodInfo, Snapshot
+from reconciler.engine.timestamps import epoch, rfc3339
 
+__all__ = ["Decision", "MemberRelease", "QueueEffect", "Step", "decide", "epoch", "jitter", "queue_effect",
+           "rfc3339", "step"]
 
-@dataclass(frozen=True)
-class MemberRelease:
-    """One member to release in one write: pin it to ``node`` (the pin adds
-    ``kubernetes.io/hostname: <hostname>`` to its node selection), stamp its ``rank``
-    (0-based, in the whole gang) and the release's ``planned_at``, and remove its Troupe
-    gates. ``pod`` is ``namespace/name``; ``uid`` and ``resource_version`` are those the
-    decision saw (a write made against a newer version must check it is still the same
-    pod, still unpinned or pinned to ``node``). ``devices``: the IDs of its
-    SharedDeviceGroup, written in the same update (``deviceshare.io/selected-devices`` and
-    ``deviceshare.io/env.<VAR>``); empty for a pod in no group."""
-
-    pod: str
-    uid: str
-    resource_version: str
-    node: str
-    hostname: str
-    rank: int
-    planned_at: str
-    devices: Devices = field(default_factory=dict)
+A = TypeVar("A")
 
 
 @dataclass(frozen=True)
 class Decision:
     """What to do with one gang, and why.
 
-    ``phase``/``rule``/``reason``: the lifecycle rule that applied and its reason (with
-    numbers); ``observation`` what it saw. ``release``: members to release now, in rank
-    order (a new plan for ``Placed``, the reserved members for ``Releasing``). ``plan``:
-    the record to write on ``release[0]`` together with its release, before any other
-    member is written (a new plan of more than one member). ``rollback``: members to mark
-    as disrupted and delete (their controller recreates them); ``kept``: members of the
-    same rolled-back release that no controller owns, never deleted (they get an Event);
-    ``clear_plan``: members whose plan record must be removed (the record of a rolled-back
-    release that survives on an ownerless member). ``rolled_back``: the releases (their
-    ``planned-at``) rolled back, which the caller must remember until their members are
-    gone (:attr:`Gang.rolled_back`), so that a rollback cut short is finished. ``notify``: the members the rule's
-    ``event`` (``(type, reason)``) is about. ``recheck_at`` (seconds since the epoch): when
-    the decision changes with nothing else happening (a deadline, the end of a settle
-    period or of a backoff); None: only when something changes. ``code`` is the placement
-    engine's code (``Success``, ``Unschedulable``, ``UnschedulableAndUnresolvable``) when
-    it was asked; ``placement`` its result. ``devices``: pod key -> the device IDs of its
-    SharedDeviceGroup, for the members released now; ``bindings``: the groups this
-    decision binds to a node (their status is written after the members).
-
-    Preemption (phase ``Preempting``): ``victims``, the pods to evict now (``namespace/name``,
-    sorted; those already terminating are not listed again); ``nomination``, the record to
-    write on ``nominee`` (the first gated member) before any eviction, holding the nodes
-    of ``placement`` for the gang; ``preemption`` the planner's plan when one was made.
-    ``clear_nomination``: members whose nomination must be removed (it ran out).
-    ``holds``: what gangs ahead in the queue held back from this one (for messages).
+    ``rule``: the lifecycle rule that applied (its phase, condition and Event are data of
+    the table, :mod:`.lifecycle`); ``status`` why, structured (:class:`~.actions.Status`);
+    ``observation`` what it saw; ``actions`` what to do (:mod:`.actions`), in order;
+    ``recheck_at`` (seconds since the epoch) when the decision changes with nothing else
+    happening (a deadline, the end of a settle period or of a backoff), None: only when
+    something changes; ``placement`` the placement engine's result when it was asked (for
+    a preemptor, the placement its victims make room for).
     """
 
     gang: str
-    phase: Phase
-    rule: str
-    reason: str
+    rule: Rule
+    status: Status
     observation: Observation
-    code: str = ""
-    release: tuple[MemberRelease, ...] = ()
-    plan: Plan | None = None
-    rollback: tuple[str, ...] = ()
-    kept: tuple[str, ...] = ()
-    clear_plan: tuple[str, ...] = ()
-    notify: tuple[str, ...] = ()
-    event: tuple[str, str] | None = None
+    actions: tuple[Action, ...] = ()
     recheck_at: float | None = None
     placement: PlacementResult | None = None
-    victims: tuple[str, ...] = ()
-    devices: Mapping[str, Devices] = field(default_factory=dict)
-    bindings: tuple[Holding, ...] = ()
-    rolled_back: tuple[str, ...] = ()
-    nomination: Nomination | None = None
-    nominee: str = ""
-    preemption: PreemptionPlan | None = None
-    clear_nomination: tuple[str, ...] = ()
 
+    @property
+    def phase(self) -> Phase:
+        """The phase the rule leads to."""
+        return self.rule.phase
 
-def rfc3339(seconds: float) -> str:
-    """``seconds`` since the epoch as RFC 3339 in UTC with milliseconds
-    (``2026-11-22T10:00:00.000+00:00``): the form of ``planned-at`` and ``released-at``."""
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
+    @property
+    def reason(self) -> str:
+        """The status rendered: what users read in the condition, Events and the simulator."""
+        return self.status.message()
 
+    @property
+    def code(self) -> str:
+        """The placement engine's code (``""`` when it was not asked)."""
+        return self.status.code.value if self.status.code is not None else ""
 
-def epoch(timestamp: str) -> float | None:
-    """An RFC 3339 timestamp as seconds since the epoch, or None when unreadable."""
-    try:
-        return dt.datetime.fromisoformat(timestamp).timestamp()
-    except ValueError:
-        return None
+    def find(self, kind: type[A]) -> A | None:
+        """The first action of exactly type ``kind``, or None."""
+        return next((a for a in self.actions if type(a) is kind), None)
+
+    @property
+    def release(self) -> tuple[MemberRelease, ...]:
+        """The members a :class:`~.actions.Release` action releases (``()`` without one)."""
+        found = self.find(Release)
+        return found.members if found is not None else ()
+
+    @property
+    def victims(self) -> tuple[str, ...]:
+        """The pods a :class:`~.actions.Preempt` action evicts (``()`` without one)."""
+        found = self.find(Preempt)
+        return found.evict if found is not None else ()
 
 
 def jitter(gang: Gang, release: str) -> float:
@@ -200,16 +187,41 @@ def _release_clock(gang: Gang, r: _Release, snapshot: Snapshot, now: float) -> _
                   f"{len(unbound)} released member(s) not bound within {seconds}s (+{jit:.0f}s jitter)")
 
 
-def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = None,
-           queue: QueueView | None = None) -> Decision:
-    """The decision for ``gang`` on ``snapshot`` at ``now`` (seconds since the epoch).
+@dataclass
+class _Seen:
+    """Everything one decision sees of its gang: the inputs of :func:`decide`, the members
+    sorted by state, its releases and their clocks, and the :class:`Observation` the
+    rules read. ``recheck``: the earliest deadline still ahead (None: none)."""
 
-    ``snapshot`` holds the gang's pods as the gang does (committed members use their
-    nodes; free gated members use nothing). ``policy``: the preemption mode and queueing
-    strategy (default: none, BestEffortFIFO); ``queue``: what the gangs ahead of this one
-    in the queue hold or block (:mod:`.queueing`; default: nothing). Deterministic; never
-    raises on cluster data.
-    """
+    gang: Gang
+    snapshot: Snapshot
+    now: float
+    policy: Policy
+    queue: QueueView
+    released: list[PodInfo]
+    gated: list[PodInfo]
+    reserved: list[PodInfo]
+    free: list[PodInfo]
+    releases: dict[str, _Release]
+    expired: list[str]
+    obs: Observation
+    recheck: float | None
+
+    def made(self, rule: Rule, actions: Sequence[Action] = (), status: Status | None = None,
+             recheck_at: float | None = None, placement: PlacementResult | None = None) -> Decision:
+        """The decision of ``rule``: its own reason unless ``status`` is given; rechecked at
+        the earliest of ``recheck_at`` and the release clocks."""
+        return Decision(self.gang.key, rule, status if status is not None else Status.of(rule.reason(self.obs)),
+                        self.obs, tuple(actions), _earliest(self.recheck, recheck_at), placement)
+
+    @property
+    def gated_keys(self) -> tuple[str, ...]:
+        """The gated members' keys, in rank order."""
+        return tuple(p.key for p in self.gated)
+
+
+def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: QueueView) -> _Seen:
+    """Sort the gang's members, time its releases and build the :class:`Observation`."""
     released = [p for p in gang.members if not p.gated]
     gated = [p for p in gang.members if p.gated]
     reserved = [p for p in gated if snapshot.committed_node(p)]
@@ -230,9 +242,7 @@ def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = N
             clocks[rid] = _Clock(now, f"the release of {rid} was rolled back; {len(left)} member(s) of it still to delete")
     expired = [rid for rid, c in clocks.items() if c.deadline <= now]
     pending = [c.deadline for c in clocks.values() if c.deadline > now]
-
-    size = gang.size
-    settle_left = 0.0
+    size, settle_left = gang.size, 0.0
     if size is None:
         settle_left = gang.settle_at - now
         if settle_left <= 0:
@@ -247,45 +257,85 @@ def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = N
         backoff_left=max(0.0, gang.not_before - now), timeouts=gang.timeouts, settle_left=max(0.0, settle_left),
         size_from=gang.size_from, workload_missing=gang.workload_missing,
     )
-    rule = lifecycle.classify(obs)
-    recheck = min(pending) if pending else None
-
-    def made(rule: lifecycle.Rule, reason: str | None = None, **fields: object) -> Decision:
-        return Decision(gang.key, rule.phase, rule.name, rule.reason(obs) if reason is None else reason, obs,
-                        event=rule.event, **fields)  # type: ignore[arg-type]
-
-    keys = tuple(p.key for p in gated)
-    if rule is lifecycle.TIMED_OUT:
-        members = [p for rid in expired for p in releases[rid].members]
-        holders = [p for p in gang.members if p.plan is not None and p.plan.planned_at in expired and p.owner is None]
-        return made(rule, rollback=tuple(p.key for p in members if p.owner is not None),
-                    kept=tuple(p.key for p in members if p.owner is None),
-                    clear_plan=tuple(p.key for p in holders), notify=tuple(p.key for p in members),
-                    rolled_back=tuple(expired))
-    if rule is lifecycle.RELEASE_IN_PROGRESS:
-        ranks = {p.key: i for i, p in enumerate(gang.members)}
-        holdings = snapshot.devices.holdings
-        out = tuple(_member(p, snapshot.committed_node(p), snapshot, ranks[p.key], snapshot.plan_of(p) or p.released_at,
-                            holdings[p.device_group].devices if p.device_group in holdings else {})
-                    for p in reserved)
-        return made(rule, release=out, notify=tuple(m.pod for m in out), recheck_at=recheck,
-                    devices={m.pod: m.devices for m in out if m.devices})
-    if rule in (lifecycle.ALL_RELEASED, lifecycle.NO_MEMBERS, lifecycle.MEMBERS_MISSING):
-        return made(rule, recheck_at=recheck)
-    if rule in (lifecycle.MEMBERS_DISAGREE, lifecycle.DEVICE_GROUP):
-        return made(rule, notify=keys, recheck_at=recheck)
-    if rule is lifecycle.BACKING_OFF:
-        return made(rule, notify=keys, recheck_at=_earliest(recheck, gang.not_before))
-    if rule is lifecycle.SETTLING:
-        return made(rule, recheck_at=_earliest(recheck, gang.settle_at))
-    if rule is lifecycle.WORKLOAD_UNKNOWN:
-        return made(rule, recheck_at=recheck)
-    latest = max((t for rid in releases if (t := epoch(rid)) is not None), default=None)
-    return _place(gang, snapshot, now, obs, free, released, recheck, latest, policy or Policy(), queue or QueueView())
+    return _Seen(gang, snapshot, now, policy, queue, released, gated, reserved, free, releases, expired, obs,
+                 min(pending) if pending else None)
 
 
-def _earliest(a: float | None, b: float) -> float:
-    return b if a is None else min(a, b)
+def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = None,
+           queue: QueueView | None = None) -> Decision:
+    """The decision for ``gang`` on ``snapshot`` at ``now`` (seconds since the epoch).
+
+    ``snapshot`` holds the gang's pods as the gang does (committed members use their
+    nodes; free gated members use nothing). ``policy``: the preemption mode and queueing
+    strategy (default: none, BestEffortFIFO); ``queue``: what the gangs ahead of this one
+    in the queue hold or block (:mod:`.queueing`; default: nothing). The first rule of
+    :data:`lifecycle.RULES` that applies builds the decision (:data:`_BUILD`).
+    Deterministic; never raises on cluster data.
+    """
+    seen = _see(gang, snapshot, now, policy or Policy(), queue or QueueView())
+    return _BUILD[lifecycle.classify(seen.obs)](seen)
+
+
+# --- the rules' builders: one per observation rule ---------------------------------------
+def _no_members(s: _Seen) -> Decision:
+    return s.made(lifecycle.NO_MEMBERS)
+
+
+def _timed_out(s: _Seen) -> Decision:
+    members = [p for rid in s.expired for p in s.releases[rid].members]
+    holders = tuple(p.key for p in s.gang.members
+                    if p.plan is not None and p.plan.planned_at in s.expired and p.owner is None)
+    rollback = RollBack(delete=tuple(p.key for p in members if p.owner is not None),
+                        keep=tuple(p.key for p in members if p.owner is None), releases=tuple(s.expired))
+    return s.made(lifecycle.TIMED_OUT, (rollback, ClearPlans(holders)) if holders else (rollback,))
+
+
+def _finish_release(s: _Seen) -> Decision:
+    ranks = {p.key: i for i, p in enumerate(s.gang.members)}
+    holdings = s.snapshot.devices.holdings
+    out = tuple(_member(p, s.snapshot.committed_node(p), s.snapshot, ranks[p.key],
+                        s.snapshot.plan_of(p) or p.released_at,
+                        holdings[p.device_group].devices if p.device_group in holdings else {})
+                for p in s.reserved)
+    return s.made(lifecycle.RELEASE_IN_PROGRESS, (Release(out, finishing=True),))
+
+
+def _all_released(s: _Seen) -> Decision:
+    o = s.obs
+    whole = bool(s.gang.timeouts) and o.bound == o.active == (o.size or 0)
+    return s.made(lifecycle.ALL_RELEASED, (ForgetBackoff(),) if whole else ())
+
+
+def _waiting(rule: Rule, until: Callable[[Gang], float | None] = lambda g: None) -> Callable[[_Seen], Decision]:
+    """The builder of a rule whose gated members wait (rechecked at ``until(gang)`` too)."""
+    return lambda s: s.made(rule, (Wait(s.gated_keys),), recheck_at=until(s.gang))
+
+
+def _held(rule: Rule) -> Callable[[_Seen], Decision]:
+    """The builder of a rule that holds the gated members."""
+    return lambda s: s.made(rule, (Hold(s.gated_keys),))
+
+
+#: The lifecycle table's observation rules and the builder of each: the machine.
+_BUILD: Mapping[Rule, Callable[[_Seen], Decision]] = {
+    lifecycle.NO_MEMBERS: _no_members,
+    lifecycle.TIMED_OUT: _timed_out,
+    lifecycle.RELEASE_IN_PROGRESS: _finish_release,
+    lifecycle.ALL_RELEASED: _all_released,
+    lifecycle.MEMBERS_DISAGREE: _held(lifecycle.MEMBERS_DISAGREE),
+    lifecycle.DEVICE_GROUP: _held(lifecycle.DEVICE_GROUP),
+    lifecycle.BACKING_OFF: _waiting(lifecycle.BACKING_OFF, lambda g: g.not_before),
+    lifecycle.WORKLOAD_UNKNOWN: _waiting(lifecycle.WORKLOAD_UNKNOWN),
+    lifecycle.SETTLING: _waiting(lifecycle.SETTLING, lambda g: g.settle_at),
+    lifecycle.MEMBERS_MISSING: _waiting(lifecycle.MEMBERS_MISSING),
+    lifecycle.READY: lambda s: _place(s),
+}
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: str,
@@ -295,91 +345,102 @@ def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: 
     return MemberRelease(pod.key, pod.uid, pod.resource_version, node, hostname, rank, planned_at, devices or {})
 
 
-def _place(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
-           released: Sequence[PodInfo], recheck: float | None, latest: float | None, policy: Policy,
-           queue: QueueView) -> Decision:
+# --- rules 10 to 13: the queue, placement, preemption --------------------------------------
+def _place(s: _Seen) -> Decision:
     """Rules 10 to 13: the queue, then where the gated members go (next to the members
-    that already run, when there are some), then preemption. A new release's
-    ``planned_at`` names it, so it is later than every release of the gang already there
-    (``latest``, seconds), by a millisecond if the clock says otherwise.
+    that already run, when there are some), then preemption.
 
     A gang that holds a nomination (docs/decisions/020-preemption-in-the-decision.md) plans
     on the room the nomination holds for it; while its victims have not all terminated it
     waits (``AwaitingVictims``), and once they have, it is placed like any gang. A
     nomination that ran out (the gang's timeout, its jitter and the victims' longest grace
     period after it was made) is cleared and the gang decided afresh."""
-    what = f"replacement member(s) {', '.join(p.name for p in free)}: " if released else ""
-    keys = tuple(p.key for p in free)
+    gang, snapshot = s.gang, s.snapshot
+    subject = f"replacement member(s) {', '.join(p.name for p in s.free)}: " if s.released else ""
     nominee, nom = _nomination(gang)
     clear: tuple[str, ...] = ()
     if nom is not None:
         deadline = _nomination_deadline(gang, nom, snapshot)
-        if deadline <= now:
+        if deadline <= s.now:
             clear, nom = (nominee,), None
         else:
-            recheck = _earliest(recheck, deadline)
-    own = [p.key for p in free if snapshot.nominated_node(p)]
-    base = snapshot.with_removed(own) if own else snapshot
+            s.recheck = _earliest(s.recheck, deadline)
+    wait = Wait(s.gated_keys)
     if nom is not None:
-        remaining = [v for v in nom.victims if (p := snapshot.pods.get(v)) is not None and not p.terminal]
-        refused = frozenset(nom.refused)
-        gang_of = victims.gang_of_pod(snapshot, policy.gang_prefix) if refused else {}
-        blocked = [v for v in remaining if gang_of.get(v) in refused]
-        if remaining and not blocked:
-            rule = lifecycle.AWAITING_VICTIMS
-            evict = tuple(v for v in remaining if not snapshot.pods[v].deleting)
-            reason = (f"{what}waiting for {len(remaining)} victim pod(s) to terminate "
-                      f"({len(remaining) - len(evict)} terminating); their room is held for the gang")
-            return Decision(gang.key, rule.phase, rule.name, reason, obs, code=Code.UNSCHEDULABLE.value,
-                            notify=keys, event=rule.event, recheck_at=recheck, victims=evict, nomination=nom,
-                            nominee=nominee)
-    elif queue.blocked_by:
-        rule = lifecycle.QUEUED
-        return Decision(gang.key, rule.phase, rule.name, f"{what}queued behind {queue.blocked_by} (StrictFIFO)", obs,
-                        notify=keys, event=rule.event, recheck_at=recheck, clear_nomination=clear)
-    held = queue.held_nodes - {snapshot.index[n] for p in free if (n := snapshot.nominated_node(p)) in snapshot.index}
+        awaiting = _awaiting_victims(s, nom, nominee, subject, wait)
+        if awaiting is not None:
+            return awaiting
+    elif s.queue.blocked_by:
+        return s.made(lifecycle.QUEUED, _with_clear((wait,), clear),
+                      Status.of(f"queued behind {s.queue.blocked_by} (StrictFIFO)", subject=subject))
+    own = [p.key for p in s.free if snapshot.nominated_node(p)]
+    base = snapshot.with_removed(own) if own else snapshot
+    held = s.queue.held_nodes - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
     view = base.with_blocked(held) if held else base
-    near = sorted({n for p in released if (n := p.node_name or snapshot.committed_node(p))})
-    required, preferred = gang.topology.required_level, gang.topology.preferred_level
-    found = place_with_devices(view, free, required, preferred, near=near)
-    result = found.result
-    if result.placed:
-        return _placed(gang, snapshot, now, obs, free, recheck, latest, found, what, clear + (
-            (nominee,) if nom is not None else ()))
-    note = _held_note(queue, held)
-    if result.code is Code.UNSCHEDULABLE and policy.preemption != "off":
-        preempted = _preempt(gang, view, now, obs, free, near, policy, nom, what, keys, recheck)
+    near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})
+    found = place_with_devices(view, s.free, gang.topology.required_level, gang.topology.preferred_level, near=near)
+    if nom is not None:
+        clear += (nominee,)
+    if found.result.placed:
+        return _placed(s, found, subject, clear)
+    return _unplaced(s, view, found.result, near, nom, nominee, subject, wait, clear, _held_note(s.queue, held))
+
+
+def _with_clear(actions: tuple[Action, ...], clear: tuple[str, ...]) -> tuple[Action, ...]:
+    return (*actions, ClearNominations(clear)) if clear else actions
+
+
+def _awaiting_victims(s: _Seen, nom: Nomination, nominee: str, subject: str, wait: Wait) -> Decision | None:
+    """``AwaitingVictims`` while victims of the gang's nomination still run and none of
+    their gangs refused an eviction; None otherwise (the gang is placed on what is left)."""
+    snapshot = s.snapshot
+    remaining = [v for v in nom.victims if (p := snapshot.pods.get(v)) is not None and not p.terminal]
+    refused = frozenset(nom.refused)
+    gang_of = victims.gang_of_pod(snapshot, s.policy.gang_prefix) if refused else {}
+    if not remaining or any(gang_of.get(v) in refused for v in remaining):
+        return None
+    evict = tuple(v for v in remaining if not snapshot.pods[v].deleting)
+    reason = (f"waiting for {len(remaining)} victim pod(s) to terminate "
+              f"({len(remaining) - len(evict)} terminating); their room is held for the gang")
+    return s.made(lifecycle.AWAITING_VICTIMS, (Preempt(nominee, nom, evict), wait),
+                  Status.of(reason, Code.UNSCHEDULABLE, subject))
+
+
+def _unplaced(s: _Seen, view: Snapshot, result: PlacementResult, near: Sequence[str], nom: Nomination | None,
+              nominee: str, subject: str, wait: Wait, clear: tuple[str, ...], note: str) -> Decision:
+    """No placement: preempt when the mode allows and eviction makes room, hold a refused
+    nomination's room, or wait ``Unschedulable`` with the engine's reasons."""
+    reasons = [result.reason, *([note.removeprefix("; ")] if note else [])]
+    if result.code is Code.UNSCHEDULABLE and s.policy.preemption != "off":
+        preempted = _preempt(s, view, near, nom, subject, wait)
         if preempted is not None:
             return preempted
         if nom is not None:  # a refused eviction and no other plan: hold what is freed, retry later
-            rule = lifecycle.EVICTION_REFUSED
-            reason = (f"{what}eviction of {', '.join(sorted(nom.refused))} refused (PodDisruptionBudget) and no other "
+            reason = (f"eviction of {', '.join(sorted(nom.refused))} refused (PodDisruptionBudget) and no other "
                       f"lower-priority gangs make room; retrying when the nomination runs out")
-            return Decision(gang.key, rule.phase, rule.name, reason, obs, code=result.code.value, notify=keys,
-                            event=rule.event, recheck_at=recheck, nomination=nom, nominee=nominee)
-        note += "; no lower-priority gangs whose eviction makes room"
-    rule = lifecycle.UNPLACED
-    return Decision(gang.key, rule.phase, rule.name, what + result.reason + note, obs, code=result.code.value,
-                    notify=keys, event=rule.event, recheck_at=recheck, placement=result,
-                    clear_nomination=clear + ((nominee,) if nom is not None else ()))
+            return s.made(lifecycle.EVICTION_REFUSED, (Preempt(nominee, nom, ()), wait),
+                          Status.of(reason, result.code, subject))
+        reasons.append("no lower-priority gangs whose eviction makes room")
+    return s.made(lifecycle.UNPLACED, _with_clear((wait,), clear), Status(tuple(reasons), result.code, subject),
+                  placement=result)
 
 
-def _placed(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
-            recheck: float | None, latest: float | None, found: DevicePlacement, what: str,
-            clear: tuple[str, ...]) -> Decision:
-    result = found.result
+def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ...]) -> Decision:
+    """A new release of the free gated members. Its ``planned_at`` names it, so it is later
+    than every release of the gang already there, by a millisecond if the clock says
+    otherwise."""
+    result, snapshot, now = found.result, s.snapshot, s.now
+    latest = max((t for rid in s.releases if (t := epoch(rid)) is not None), default=None)
     planned_at = rfc3339(now if latest is None or now >= latest + 0.001 else latest + 0.001)
-    ranks = {p.key: i for i, p in enumerate(gang.members)}
-    by_key = {p.key: p for p in free}
+    ranks = {p.key: i for i, p in enumerate(s.gang.members)}
+    by_key = {p.key: p for p in s.free}
     out = tuple(_member(by_key[a.pod_key], a.node, snapshot, ranks[a.pod_key], planned_at, found.devices.get(a.pod_key))
                 for a in result.assignments)
     bindings = tuple(replace(h, source=f"plan {planned_at}") for h in found.bindings)
     plan = (Plan(planned_at, {by_key[m.pod].uid: m.node for m in out}, {h.group: h for h in bindings})
             if len(out) > 1 else None)
-    rule = lifecycle.PLACED
-    return Decision(gang.key, rule.phase, rule.name, what + result.reason, obs, code=result.code.value, release=out,
-                    plan=plan, notify=tuple(p.key for p in free), event=rule.event, recheck_at=recheck,
-                    placement=result, devices=dict(found.devices), bindings=bindings, clear_nomination=clear)
+    return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings),), clear),
+                  Status.of(result.reason, result.code, subject), placement=result)
 
 
 def _nomination(gang: Gang) -> tuple[str, Nomination | None]:
@@ -408,16 +469,16 @@ def _held_note(queue: QueueView, held: frozenset[int]) -> str:
             f"({first.gang}, priority {first.priority}, in {first.domain})")
 
 
-def _preempt(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free: Sequence[PodInfo],
-             near: Sequence[str], policy: Policy, nom: Nomination | None, what: str, keys: tuple[str, ...],
-             recheck: float | None) -> Decision | None:
+def _preempt(s: _Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination | None, subject: str,
+             wait: Wait) -> Decision | None:
     """A ``Preempting`` decision when evicting lower-priority gangs makes room, else None.
     Pods already terminating count as gone (their room is coming); members of a
     SharedDeviceGroup plan on their group's node when it is bound (a gang that would bind a
     new group is not a preemptor: its node is chosen by its devices, not by victims)."""
+    gang, policy = s.gang, s.policy
     members = []
     holdings = snapshot.devices.holdings
-    for p in free:
+    for p in s.free:
         if p.device_group:
             if p.device_group not in holdings:
                 return None
@@ -433,17 +494,16 @@ def _preempt(gang: Gang, snapshot: Snapshot, now: float, obs: Observation, free:
                            gang.topology.preferred_level, near=near, gang=gang.key)
     if plan is None or not plan.victims:
         return None
-    by_key = {p.key: p for p in free}
-    nomination = Nomination(rfc3339(now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
+    by_key = {p.key: p for p in s.free}
+    nomination = Nomination(rfc3339(s.now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
                             plan.victims, tuple(sorted(refused)))
     nominee, _ = _nomination(gang)
-    rule = lifecycle.PREEMPTING
-    return Decision(gang.key, rule.phase, rule.name, f"{what}{plan.reason} ({policy.preemption})", obs,
-                    code=Code.UNSCHEDULABLE.value, notify=keys, event=rule.event,
-                    recheck_at=_earliest(recheck, now + gang.timeout_seconds), placement=plan.placement,
-                    victims=plan.victims, nomination=nomination, nominee=nominee, preemption=plan)
+    return s.made(lifecycle.PREEMPTING, (Preempt(nominee, nomination, plan.victims, plan), wait),
+                  Status.of(f"{plan.reason} ({policy.preemption})", Code.UNSCHEDULABLE, subject),
+                  recheck_at=s.now + gang.timeout_seconds, placement=plan.placement)
 
 
+# --- the queue ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class QueueEffect:
     """What a decision means for the gangs behind this one in the queue (:mod:`.queueing`):
@@ -455,27 +515,53 @@ class QueueEffect:
 
     standing: bool
     what: str = ""
-    hold: Hold | None = None
+    hold: QueueHold | None = None
     recheck_at: float | None = None
 
 
 def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Policy, now: float) -> QueueEffect:
-    """The :class:`QueueEffect` of ``decision`` for ``gang`` (docs/decisions/019-queue-order.md)."""
-    standing = decision.code == Code.UNSCHEDULABLE.value and decision.phase in (Phase.UNSCHEDULABLE, Phase.PREEMPTING)
-    if not standing:
+    """The :class:`QueueEffect` of ``decision`` for ``gang`` (docs/decisions/019-queue-order.md):
+    a gang stands in the way when it waits for room that freed capacity (or eviction) could
+    give it; only a gang with no nomination of its own (:data:`lifecycle.UNPLACED`) gets the
+    head-of-line hold."""
+    if not (decision.rule.waits_for_room and decision.status.preemption_can_help):
         return QueueEffect(False)
     since = complete_since(gang.members) or now
     waited = now - since
     what = f"gang {gang.key} (priority {gang.priority}, waiting {_duration(waited)})"
-    if policy.queueing != "BestEffortFIFO" or decision.phase is not Phase.UNSCHEDULABLE:
+    if policy.queueing != "BestEffortFIFO" or decision.rule is not lifecycle.UNPLACED:
         return QueueEffect(True, what)
     if waited < policy.head_of_line_seconds:
         return QueueEffect(True, what, recheck_at=since + policy.head_of_line_seconds)
     free = [p for p in gang.members if p.gated and not snapshot.committed_node(p)]
     nodes, domain = hold_for(snapshot, free, gang.topology.required_level) if free else (frozenset(), "")
     order = queue_order(gang.key, gang.priority, gang.created)
-    hold = Hold(gang.key, order, gang.priority, since, nodes, domain) if nodes else None
+    hold = QueueHold(gang.key, order, gang.priority, since, nodes, domain) if nodes else None
     return QueueEffect(True, what, hold)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One gang's turn in the queue: its ``decision``, the ``effect`` on the gangs behind it,
+    ``others`` (True when that effect changed: they may need deciding again) and ``queue``,
+    what the gangs ahead of it held or blocked when it was decided."""
+
+    decision: Decision
+    effect: QueueEffect
+    others: bool
+    queue: QueueView
+
+
+def step(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: QueueState) -> Step:
+    """Decide ``gang`` behind the gangs ahead of it in ``queue``, then note in ``queue``
+    what it means for the gangs behind it: the one call the reconciler, its warm-up and
+    the simulator all make. ``now`` in seconds since the epoch."""
+    order = queue_order(gang.key, gang.priority, gang.created)
+    view = queue.view(order)
+    decision = decide(gang, snapshot, now, policy, view)
+    effect = queue_effect(gang, decision, snapshot, policy, now)
+    others = queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
+    return Step(decision, effect, others, view)
 
 
 def _duration(seconds: float) -> str:

@@ -124,18 +124,45 @@ class Observation:
 Reason = Callable[[Observation], str]
 
 
+class Audience(enum.Enum):
+    """Who gets a rule's Event (docs/decisions/025-actions.md)."""
+
+    #: One Event per change of the gang, on its lead member (the first concerned, in rank
+    #: order): the per-member story is in each member's condition.
+    GANG = "gang"
+    #: One Event on each member concerned: the news is about that member's own input.
+    EACH = "each"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """The Event a rule sends: ``kind`` (``Normal`` or ``Warning``), ``reason``
+    (``GangWaiting``...), ``audience``, and ``every_message``: sent again whenever the
+    message changes (False: only when the lead's condition moves to this rule's reason)."""
+
+    kind: str
+    reason: str
+    audience: Audience = Audience.GANG
+    every_message: bool = False
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One rule: ``name`` (what was observed), the ``phase`` it leads to, ``applies``
-    (None for the placement rules, which the engine's answer picks), ``reason`` (the
-    text, with numbers) and ``event``: ``(type, reason)`` of the Event the affected
-    members get, or None."""
+    """One rule of the lifecycle table: ``name`` (what was observed), the ``phase`` it
+    leads to, ``applies`` (None for the placement rules, which the engine's answer picks),
+    ``reason`` (the text, with numbers), ``notice`` (the Event, or None), ``condition``
+    (the ``troupe.io/Gang`` condition reason its waiting members carry, or None),
+    ``waits_for_room`` (only freed capacity can move it on: a pod's or node's change may
+    help) and ``retry`` (the work queue backs off and tries again)."""
 
     name: str
     phase: Phase
     applies: Callable[[Observation], bool] | None
     reason: Reason
-    event: tuple[str, str] | None = None
+    notice: Notice | None = None
+    condition: str | None = None
+    waits_for_room: bool = False
+    retry: bool = False
 
 
 def _members(o: Observation) -> str:
@@ -159,45 +186,53 @@ def _backoff(o: Observation) -> str:
 
 NO_MEMBERS = Rule("NoMembers", Phase.WAITING, lambda o: o.active == 0, lambda o: "no active members")
 TIMED_OUT = Rule("TimedOut", Phase.ROLLED_BACK, lambda o: o.expired > 0, lambda o: o.expired_why,
-                 ("Warning", "GangTimedOut"))
+                 Notice("Warning", "GangTimedOut", every_message=True))
 RELEASE_IN_PROGRESS = Rule(
     "ReleaseInProgress", Phase.RELEASING, lambda o: o.reserved > 0,
     lambda o: f"finishing a release: {o.released} of {o.released + o.reserved} members released, "
               f"{o.reserved} to go on their planned nodes",
-    ("Normal", "GangReleased"),
+    Notice("Normal", "GangReleased", every_message=True),
 )
 ALL_RELEASED = Rule("AllReleased", Phase.RELEASED, lambda o: o.gated == 0, _released)
 MEMBERS_DISAGREE = Rule("MembersDisagree", Phase.HELD, lambda o: bool(o.held), lambda o: o.held,
-                        ("Warning", "GangSpecMismatch"))
+                        Notice("Warning", "GangSpecMismatch", Audience.EACH, every_message=True), "Held")
 DEVICE_GROUP = Rule("DeviceGroup", Phase.HELD, lambda o: bool(o.device_problem), lambda o: o.device_problem,
-                    ("Warning", "SharedDeviceGroupUnavailable"))
+                    Notice("Warning", "SharedDeviceGroupUnavailable", Audience.EACH, every_message=True), "Held")
 BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0, _backoff,
-                   ("Normal", "GangBackingOff"))
+                   Notice("Normal", "GangBackingOff"), "BackingOff")
 #: No Event: the workload object normally follows its pods by milliseconds on another
 #: watch, and a Warning for that would be noise; the reason is in /debug/gangs and the
 #: simulator (docs/decisions/014-workload-gangs.md).
 WORKLOAD_UNKNOWN = Rule("WorkloadUnknown", Phase.WAITING, lambda o: bool(o.workload_missing),
-                        lambda o: f"{o.active} members present; size unknown: {o.workload_missing}")
+                        lambda o: f"{o.active} members present; size unknown: {o.workload_missing}",
+                        None, "WaitingForWorkload")
 SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
                 lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more",
-                ("Normal", "GangWaiting"))
+                Notice("Normal", "GangWaiting"), "WaitingForMembers")
 MEMBERS_MISSING = Rule("MembersMissing", Phase.WAITING,
                        lambda o: o.released == 0 and o.size is not None and o.active < o.size, _members,
-                       ("Normal", "GangWaiting"))
+                       Notice("Normal", "GangWaiting"), "WaitingForMembers")
 #: Every rule above passed: ask the placement engine (not a phase of its own).
 READY = Rule("Ready", Phase.PLACED, lambda o: True, lambda o: "complete")
 #: The engine placed every gated member; the reason is the engine's.
-PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", ("Normal", "GangReleased"))
+PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", Notice("Normal", "GangReleased", every_message=True))
 #: The engine found no placement; the reason is the engine's.
-UNPLACED = Rule("Unplaced", Phase.UNSCHEDULABLE, None, lambda o: "", ("Warning", "GangUnschedulable"))
+UNPLACED = Rule("Unplaced", Phase.UNSCHEDULABLE, None, lambda o: "",
+                Notice("Warning", "GangUnschedulable", every_message=True), "Unschedulable",
+                waits_for_room=True, retry=True)
 #: StrictFIFO: a gang ahead in the queue does not fit; this one waits behind it.
-QUEUED = Rule("Queued", Phase.WAITING, None, lambda o: "", ("Normal", "GangQueued"))
+QUEUED = Rule("Queued", Phase.WAITING, None, lambda o: "", Notice("Normal", "GangQueued"), "Queued",
+              waits_for_room=True)
 #: Evicting lower-priority gangs makes room: the nomination is written, the victims evicted.
-PREEMPTING = Rule("Preempting", Phase.PREEMPTING, None, lambda o: "", ("Normal", "GangPreempting"))
+PREEMPTING = Rule("Preempting", Phase.PREEMPTING, None, lambda o: "",
+                  Notice("Normal", "GangPreempting", every_message=True), "Preempting", waits_for_room=True)
 #: The nomination holds the gang's nodes; its victims have not all terminated yet.
-AWAITING_VICTIMS = Rule("AwaitingVictims", Phase.PREEMPTING, None, lambda o: "", None)
+AWAITING_VICTIMS = Rule("AwaitingVictims", Phase.PREEMPTING, None, lambda o: "", None, "Preempting",
+                        waits_for_room=True)
 #: An eviction was refused (a PodDisruptionBudget) and no other plan exists.
-EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "", ("Warning", "GangPreemptionBlocked"))
+EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "",
+                        Notice("Warning", "GangPreemptionBlocked", every_message=True), "Preempting",
+                        waits_for_room=True)
 
 #: The observation rules, in the order they are tried (module docstring).
 RULES: tuple[Rule, ...] = (
@@ -208,11 +243,7 @@ RULES: tuple[Rule, ...] = (
 
 def classify(o: Observation) -> Rule:
     """The first rule of :data:`RULES` that applies to ``o`` (:data:`READY` at the end)."""
-    for rule in RULES:
-        assert rule.applies is not None
-        if rule.applies(o):
-            return rule
-    raise AssertionError("READY always applies")  # pragma: no cover
+    return next(rule for rule in RULES if rule.applies is not None and rule.applies(o))
 
 
 W, H, B, U, P, RG, RD, RB, PG = (

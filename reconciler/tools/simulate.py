@@ -51,18 +51,27 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
 from reconciler.engine import workloads as wl
+from reconciler.engine.actions import (
+    ClearNominations,
+    ClearPlans,
+    ForgetBackoff,
+    Hold,
+    Preempt,
+    Release,
+    RollBack,
+    Wait,
+)
 from reconciler.engine.allocation import group_view
-from reconciler.engine.decision import Decision, decide, queue_effect
+from reconciler.engine.decision import Decision, step
 from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
-from reconciler.engine.lifecycle import Phase
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
@@ -88,6 +97,10 @@ class GangOutcome:
     placements: list[dict[str, Any]] = field(default_factory=list)
     bindings: tuple[Holding, ...] = ()
     victims: list[dict[str, Any]] = field(default_factory=list)
+    #: The decision released new members (``placed``: they use their nodes from then on),
+    #: or makes room by preemption (``preempting``: the output lists its victims).
+    placed: bool = False
+    preempting: bool = False
     #: What the decision was made of, for callers that explain it (``kubectl troupe why``):
     #: the gang, the decision itself, the snapshot it was made on and the queue's view.
     gang: Gang | None = field(default=None, repr=False, compare=False)
@@ -102,7 +115,7 @@ class GangOutcome:
             "rule": self.rule, "code": self.code, "size": self.size, "members": self.members, "cost": self.cost,
             "domain": self.domain, "placements": self.placements,
         }
-        if self.phase == Phase.PREEMPTING.value:
+        if self.preempting:
             out["victims"] = self.victims
         return out
 
@@ -216,7 +229,8 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
              until: str | None = None) -> list[GangOutcome]:
     """Decide every waiting gang in queue order (:func:`waiting_gangs`), each on the
     snapshot the decisions before it left and with what the gangs ahead of it hold or
-    block (:class:`QueueState`), as the reconciler does: a placed gang uses its nodes, a
+    block (:class:`QueueState`), as the reconciler does (:func:`step`), and apply each
+    decision's actions to the snapshot (:class:`_Applied`): a placed gang uses its nodes, a
     preemptor's victims are gone and it uses their room, a rolled-back gang's deleted
     members free theirs. ``policy`` defaults to the configuration's; ``workloads`` size
     the gangs of ``<prefix>-size: auto``. ``until``: stop once the gang of this key is
@@ -225,43 +239,85 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
     queue = QueueState(policy.queueing)
     outcomes = []
     for gang in waiting_gangs(snapshot, config, parallelism or {}, workloads):
-        order = queue_order(gang.key, gang.priority, gang.created)
-        view = queue.view(order)
         seen = snapshot
-        decision = decide(gang, snapshot, now, policy, view)
-        effect = queue_effect(gang, decision, snapshot, policy, now)
-        queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
-        placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
-                       "topology": _topology(snapshot, m.node),
-                       **({"devices": {r: list(ids) for r, ids in m.devices.items()}} if m.devices else {})}
-                      for m in decision.release]
-        result = decision.placement
-        victims = []
-        if decision.phase is Phase.PREEMPTING and result is not None:
-            ranks = {p.key: i for i, p in enumerate(gang.members)}
-            placements = [{"pod": a.pod_key.split("/", 1)[1], "node": a.node, "rank": ranks.get(a.pod_key, a.rank),
-                           "topology": _topology(snapshot, a.node)} for a in result.assignments]
-            where = decision.preemption.nodes if decision.preemption is not None else {}
-            victims = [{"namespace": v.split("/", 1)[0], "pod": v.split("/", 1)[1],
-                        "node": where.get(v) or snapshot.using(v)} for v in decision.victims]
-        if decision.phase is Phase.PLACED and result is not None:
-            snapshot = snapshot.with_assumed(result, decision.bindings)
-        elif decision.rule == "Preempting" and result is not None:
-            snapshot = snapshot.with_removed(decision.victims).with_assumed(result)
-        elif decision.phase is Phase.ROLLED_BACK:
-            snapshot = snapshot.with_removed(decision.rollback)
-        placed = decision.phase is Phase.PLACED and result is not None
+        turn = step(gang, snapshot, now, policy, queue)
+        decision = turn.decision
+        applied = _Applied(gang, decision, snapshot)
+        for action in decision.actions:
+            _APPLY[type(action)](applied, action)
+        snapshot = applied.snapshot
+        result = decision.placement if applied.placed else None
         outcomes.append(GangOutcome(
-            gang.namespace, gang.name, decision.phase.value, decision.reason, decision.rule, decision.code,
+            gang.namespace, gang.name, decision.phase.value, decision.reason, decision.rule.name, decision.code,
             decision.observation.size, len(gang.members),
-            cost=result.cost if placed and result is not None else None,
-            domain=str(result.domain) if placed and result is not None and result.domain else None,
-            placements=placements, bindings=decision.bindings if placed else (), victims=victims,
-            gang=gang, decision=decision, seen=seen, queue=view,
+            cost=result.cost if result is not None else None,
+            domain=str(result.domain) if result is not None and result.domain else None,
+            placements=applied.placements, bindings=applied.bindings, victims=applied.victims,
+            gang=gang, decision=decision, seen=seen, queue=turn.queue, placed=applied.placed,
+            preempting=applied.preempting,
         ))
         if gang.key == until:
             break
     return outcomes
+
+
+@dataclass
+class _Applied:
+    """The simulator's interpreter state for one decision: the ``snapshot`` as its actions
+    leave it, and what the output shows: ``placements`` (members placed, or a preemptor's
+    intended placement), ``victims``, ``bindings`` of device groups, whether it ``placed``
+    a release of new members and whether it is ``preempting``."""
+
+    gang: Gang
+    decision: Decision
+    snapshot: Snapshot
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    victims: list[dict[str, Any]] = field(default_factory=list)
+    bindings: tuple[Holding, ...] = ()
+    placed: bool = False
+    preempting: bool = False
+
+
+def _apply_release(state: _Applied, action: Release) -> None:
+    snapshot = state.snapshot
+    state.placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
+                         "topology": _topology(snapshot, m.node),
+                         **({"devices": {r: list(ids) for r, ids in m.devices.items()}} if m.devices else {})}
+                        for m in action.members]
+    result = state.decision.placement
+    if not action.finishing and result is not None:  # a new release: its members now use their nodes
+        state.snapshot = snapshot.with_assumed(result, action.bindings)
+        state.placed, state.bindings = True, action.bindings
+
+
+def _apply_preempt(state: _Applied, action: Preempt) -> None:
+    snapshot, result = state.snapshot, state.decision.placement
+    state.preempting = True
+    if result is not None:
+        ranks = {p.key: i for i, p in enumerate(state.gang.members)}
+        state.placements = [{"pod": a.pod_key.split("/", 1)[1], "node": a.node, "rank": ranks.get(a.pod_key, a.rank),
+                             "topology": _topology(snapshot, a.node)} for a in result.assignments]
+    where = action.plan.nodes if action.plan is not None else {}
+    state.victims = [{"namespace": v.split("/", 1)[0], "pod": v.split("/", 1)[1],
+                      "node": where.get(v) or snapshot.using(v)} for v in action.evict]
+    if action.plan is not None and result is not None:  # a new plan: its victims go, the gang takes their room
+        state.snapshot = snapshot.with_removed(action.evict).with_assumed(result)
+
+
+def _apply_rollback(state: _Applied, action: RollBack) -> None:
+    state.snapshot = state.snapshot.with_removed(action.delete)
+
+
+def _apply_nothing(state: _Applied, action: Any) -> None:
+    """Telling members and clearing records change no capacity."""
+
+
+#: The simulator's interpreter: one handler per action type (a missing one fails loudly).
+_APPLY: Mapping[type, Callable[[_Applied, Any], None]] = {
+    Release: _apply_release, Preempt: _apply_preempt, RollBack: _apply_rollback, Wait: _apply_nothing,
+    Hold: _apply_nothing, ClearNominations: _apply_nothing, ClearPlans: _apply_nothing,
+    ForgetBackoff: _apply_nothing,
+}
 
 
 def device_groups(snapshot: Snapshot, outcomes: Sequence[GangOutcome]) -> list[dict[str, Any]]:
@@ -274,7 +330,7 @@ def device_groups(snapshot: Snapshot, outcomes: Sequence[GangOutcome]) -> list[d
     for pod in snapshot.pods.values():
         if pod.device_group and pod.active:
             members.setdefault(pod.device_group, []).append(pod)
-    placed = {p["pod"] for o in outcomes if o.phase == Phase.PLACED.value for p in o.placements}
+    placed = {p["pod"] for o in outcomes if o.placed for p in o.placements}
     out = []
     for name in sorted(after.groups):
         pods = sorted(members.get(name, []), key=lambda p: p.key)

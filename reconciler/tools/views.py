@@ -26,7 +26,6 @@ from typing import Any
 
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang
-from reconciler.engine.lifecycle import Phase
 from reconciler.engine.occupancy import DomainUsage, occupancy
 from reconciler.engine.queueing import Policy, epoch
 from reconciler.engine.shortfall import Shortfall, shortfall
@@ -161,7 +160,7 @@ def _waiting(gang: Gang, now: float) -> float | None:
 def _status(gang: Gang, decision: Decision, now: float, queue: int, outcome: sim.GangOutcome | None) -> GangStatus:
     o = decision.observation
     return GangStatus(
-        gang.namespace, gang.name, decision.phase.value, decision.rule, decision.reason, decision.code, o.size,
+        gang.namespace, gang.name, decision.phase.value, decision.rule.name, decision.reason, decision.code, o.size,
         o.active, o.gated, o.released, o.bound, o.running, _waiting(gang, now), queue, gang.priority,
         outcome.domain if outcome is not None else None, gang, decision, outcome)
 
@@ -255,7 +254,7 @@ def room_shortfall(cluster: Cluster, found: GangStatus, resource: str = "nvidia.
     snapshot its decision was made on, with the nodes gangs ahead hold for themselves;
     None unless it waits for room (``Unschedulable``, ``Preempting``, or queued behind a
     gang that does)."""
-    room = found.phase in (Phase.UNSCHEDULABLE.value, Phase.PREEMPTING.value) or found.rule == "Queued"
+    room = found.decision.rule.waits_for_room
     gang, outcome = found.gang, found.outcome
     seen = outcome.seen if outcome is not None and outcome.seen is not None else cluster.snapshot
     free = [p for p in gang.members if p.gated and not seen.committed_node(p)]

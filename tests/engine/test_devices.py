@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine.allocation import group_candidates, group_view
+from reconciler.engine.actions import Preempt, Release
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, parse_ids, pick_ids
 from reconciler.engine.gang import build_gang, group_by_gang
@@ -47,7 +48,7 @@ def decide_all(snapshot: Snapshot) -> dict[str, Decision]:
         d = decide(build_gang(key, pods, CONFIG, {}), snapshot, NOW)
         out[key] = d
         if d.phase is Phase.PLACED and d.placement is not None:
-            snapshot = snapshot.with_assumed(d.placement, d.bindings)
+            snapshot = snapshot.with_assumed(d.placement, d.find(Release).bindings)
     return out
 
 
@@ -177,14 +178,14 @@ def test_the_first_pod_binds_the_group_and_a_later_pod_gets_the_same_node_and_id
     # binpack: d0 has 6 free. The ordinary pod's 2 GPUs lower the count; which IDs the device
     # plugin gave it is unknown, hence the recommended taint that keeps such pods off.
     assert [(m.node, dict(m.devices)) for m in d.release] == [("d0", {GPU: (0, 1)})]
-    assert d.bindings == (Holding("g", "d0", {GPU: (0, 1)}, f"plan {d.release[0].planned_at}"),)
+    assert d.find(Release).bindings == (Holding("g", "d0", {GPU: (0, 1)}, f"plan {d.release[0].planned_at}"),)
     # The pod is released with its annotation; a second pod comes.
     released = make_pod("a").group("g").devices(gpu="0,1").on("d0")
     later = decide_all(snapshot_of(nodes, [_busy("d0", 2), released, make_pod("b").group("g").gated()],
                                    groups=[group]))
     m = later["default/pod:b"].release[0]
     assert (m.node, dict(m.devices)) == ("d0", {GPU: (0, 1)})
-    assert later["default/pod:b"].bindings == ()
+    assert later["default/pod:b"].find(Release).bindings == ()
 
 
 def test_two_groups_on_one_node_get_disjoint_ids():
@@ -201,7 +202,7 @@ def test_a_gang_of_two_sharing_one_group_runs_on_one_node_with_the_same_ids():
     d = decide_all(snap)["default/train"]
     assert d.phase is Phase.PLACED
     assert {(m.node, m.devices[GPU]) for m in d.release} == {("d0", (0, 1, 2, 3))}
-    assert d.plan is not None and d.plan.groups["g"].devices == {GPU: (0, 1, 2, 3)}
+    assert d.find(Release).plan is not None and d.find(Release).plan.groups["g"].devices == {GPU: (0, 1, 2, 3)}
 
 
 def test_a_gang_spanning_two_groups_puts_each_member_on_its_groups_node():
@@ -227,7 +228,7 @@ def test_a_gang_spanning_two_groups_puts_each_member_on_its_groups_node():
 
 def test_a_pod_of_a_missing_group_is_held_with_the_reason():
     d = decide_all(snapshot_of([shared("d0")], [make_pod("a").group("nope").gated()]))["default/pod:a"]
-    assert (d.phase, d.rule) == (Phase.HELD, "DeviceGroup")
+    assert (d.phase, d.rule.name) == (Phase.HELD, "DeviceGroup")
     assert d.reason == "member a: SharedDeviceGroup nope does not exist (create it, or fix deviceshare.io/group)"
 
 
@@ -260,10 +261,10 @@ def test_a_release_cut_short_keeps_its_groups_ids_from_the_plan_record():
     pods = [make_pod(f"w-{i}").gang("train", 2).index(i).group("g").gated() for i in range(2)]
     snap = snapshot_of([shared("d0"), shared("d1")], pods, groups=[make_group("g").resources(gpu=2)])
     d = decide_all(snap)["default/train"]
-    assert d.plan is not None
+    assert d.find(Release).plan is not None
     # Only the first member was written (with the plan record) before the reconciler died.
     first = next(p for p in pods if p.obj["metadata"]["name"] == d.release[0].pod.split("/")[1])
-    first.annotate("reconciler.troupe.io/plan", d.plan.encode())
+    first.annotate("reconciler.troupe.io/plan", d.find(Release).plan.encode())
     restarted = snapshot_of([shared("d0"), shared("d1")], pods, groups=[make_group("g").resources(gpu=2)])
     assert restarted.devices.holdings["g"].devices == {GPU: (0, 1)}
     again = decide_all(restarted)["default/train"]
@@ -300,7 +301,7 @@ def _run(nodes, busy, groups, arrivals):
             m = d.release[0]
             got[f"p{k}"] = (f"g{g}", m.node, dict(m.devices))
             pod = make_pod(f"p{k}").group(f"g{g}").devices(gpu=",".join(map(str, m.devices[GPU]))).on(m.node)
-            snaps.append((snap.with_assumed(d.placement, d.bindings), snapshot_of(nodes, [*pods, pod], groups=groups)))
+            snaps.append((snap.with_assumed(d.placement, d.find(Release).bindings), snapshot_of(nodes, [*pods, pod], groups=groups)))
         pods.append(pod)
     return got, snaps
 

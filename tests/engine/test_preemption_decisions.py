@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from reconciler.engine.actions import Preempt, Release
 from reconciler.engine.decision import decide, queue_effect
 from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
@@ -59,11 +60,11 @@ def test_a_high_priority_gang_evicts_a_whole_lower_priority_gang_and_nominates_i
     pods = [running("low", 0, "n0"), running("low", 1, "n1"),
             running("other", 0, "n2", priority=50), running("other", 1, "n3", priority=50), *waiting("high", 2)]
     d = decide_key(snapshot_of(nodes(), pods), "default/high")
-    assert (d.phase, d.rule) == (Phase.PREEMPTING, "Preempting")
+    assert (d.phase, d.rule.name) == (Phase.PREEMPTING, "Preempting")
     assert d.victims == ("default/low-0", "default/low-1"), "the lowest priority goes first"
-    assert d.nomination is not None and sorted(d.nomination.nodes.values()) == ["n0", "n1"]
-    assert d.nominee == "default/high-0"
-    assert d.nomination.victims == d.victims
+    assert d.find(Preempt).nomination is not None and sorted(d.find(Preempt).nomination.nodes.values()) == ["n0", "n1"]
+    assert d.find(Preempt).nominee == "default/high-0"
+    assert d.find(Preempt).nomination.victims == d.victims
     assert d.release == (), "nothing is released before the victims are gone"
 
 
@@ -94,12 +95,12 @@ def test_a_required_subblock_takes_its_victims_from_one_subblock():
     assert d.phase is Phase.PREEMPTING
     # s0 needs one eviction (n1 is free), s1 two: one subblock, the fewest gangs.
     assert d.victims == ("default/a-0",)
-    assert sorted(d.nomination.nodes.values()) == ["n0", "n1"]
+    assert sorted(d.find(Preempt).nomination.nodes.values()) == ["n0", "n1"]
 
 
 def _nominated(pods, d):
     """The preemptor's first member carrying the nomination ``d`` wrote."""
-    pods[-len(d.nomination.nodes)].annotate(NOMINATION, d.nomination.encode())
+    pods[-len(d.find(Preempt).nomination.nodes)].annotate(NOMINATION, d.find(Preempt).nomination.encode())
     return pods
 
 
@@ -112,7 +113,7 @@ def test_the_nomination_holds_the_room_until_the_victims_are_gone_then_the_gang_
         p.obj["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z"
     snap = snapshot_of(nodes()[:2], pods)
     wait = decide_key(snap, "default/high")
-    assert (wait.phase, wait.rule) == (Phase.PREEMPTING, "AwaitingVictims")
+    assert (wait.phase, wait.rule.name) == (Phase.PREEMPTING, "AwaitingVictims")
     assert wait.victims == (), "already terminating: not evicted again"
     assert wait.reason == "waiting for 2 victim pod(s) to terminate (2 terminating); their room is held for the gang"
     # A third gang of lower priority cannot take what the eviction frees.
@@ -131,8 +132,8 @@ def test_a_nomination_that_ran_out_is_cleared_and_the_gang_decided_afresh():
     pods = _nominated([*low, *high], d)
     later = NOW + 30 + 30 + 30 + 1  # timeout, jitter at most, victims' grace
     again = decide_key(snapshot_of(nodes()[:2], pods), "default/high", now=later)
-    assert again.phase is Phase.PREEMPTING and again.rule == "Preempting"
-    assert again.nomination.at != d.nomination.at, "a new nomination"
+    assert again.phase is Phase.PREEMPTING and again.rule.name == "Preempting"
+    assert again.find(Preempt).nomination.at != d.find(Preempt).nomination.at, "a new nomination"
 
 
 def test_a_refused_gang_is_not_chosen_again_and_another_one_is():
@@ -140,21 +141,21 @@ def test_a_refused_gang_is_not_chosen_again_and_another_one_is():
     high = waiting("high", 1)
     first = decide_key(snapshot_of(nodes()[:2], [*pods, *high]), "default/high")
     assert first.victims == ("default/pdb-0",)
-    refused = Nomination(first.nomination.at, first.nomination.nodes, first.victims, ("default/pdb",))
+    refused = Nomination(first.find(Preempt).nomination.at, first.find(Preempt).nomination.nodes, first.victims, ("default/pdb",))
     high[0].annotate(NOMINATION, refused.encode())
     second = decide_key(snapshot_of(nodes()[:2], [*pods, *high]), "default/high")
-    assert (second.phase, second.rule, second.victims) == (Phase.PREEMPTING, "Preempting", ("default/spare-0",))
-    assert second.nomination.refused == ("default/pdb",)
+    assert (second.phase, second.rule.name, second.victims) == (Phase.PREEMPTING, "Preempting", ("default/spare-0",))
+    assert second.find(Preempt).nomination.refused == ("default/pdb",)
 
 
 def test_a_refused_eviction_with_no_other_plan_waits():
     pods = [running("pdb", 0, "n0", size=1)]
     high = waiting("high", 1)
     first = decide_key(snapshot_of(nodes()[:1], [*pods, *high]), "default/high")
-    high[0].annotate(NOMINATION, Nomination(first.nomination.at, first.nomination.nodes, first.victims,
+    high[0].annotate(NOMINATION, Nomination(first.find(Preempt).nomination.at, first.find(Preempt).nomination.nodes, first.victims,
                                             ("default/pdb",)).encode())
     d = decide_key(snapshot_of(nodes()[:1], [*pods, *high]), "default/high")
-    assert (d.phase, d.rule) == (Phase.PREEMPTING, "EvictionRefused")
+    assert (d.phase, d.rule.name) == (Phase.PREEMPTING, "EvictionRefused")
     assert d.victims == ()
 
 
@@ -191,7 +192,7 @@ def test_a_gang_that_does_not_fit_blocks_those_behind_only_in_strict_fifo(strate
     out = _cycle(snapshot_of(nodes(), _busy_and_queue()), Policy(queueing=strategy, head_of_line_seconds=10**9))
     assert out["default/big"][0].phase is Phase.UNSCHEDULABLE
     small = out["default/small"][0]
-    assert (small.phase, small.rule) == (small_phase, small_rule)
+    assert (small.phase, small.rule.name) == (small_phase, small_rule)
     if strategy == "StrictFIFO":
         assert small.reason.startswith("queued behind gang default/big (priority 50, waiting")
 

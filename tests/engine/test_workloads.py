@@ -155,7 +155,7 @@ def test_a_jobset_waits_for_its_ninth_member_all_or_nothing() -> None:
     snapshot = snapshot_of(NODES, JOBSET_PODS[:-1])
     [(key, pods)] = group_by_gang(snapshot.pods.values(), CONFIG).items()
     decision = decide(build_gang(key, pods, CONFIG, {}, JOBSET_WORKLOADS), snapshot, NOW)
-    assert (decision.phase, decision.rule) == (Phase.WAITING, "MembersMissing")
+    assert (decision.phase, decision.rule.name) == (Phase.WAITING, "MembersMissing")
     assert decision.reason == "8 of 9 members present (JobSet js: driver 1x1 + workers 2x4)"
     assert decision.release == ()
 
@@ -202,7 +202,7 @@ def test_a_recreated_group_leaves_out_the_old_groups_pods_on_their_way_out() -> 
     gang = build_gang("ml/lws:serve:0", list(snapshot.pods.values()), CONFIG, {}, workloads)
     assert [p.name for p in gang.members] == ["serve-0", "serve-0-2"]
     decision = decide(gang, snapshot, NOW)
-    assert (decision.phase, decision.rule) == (Phase.WAITING, "MembersMissing"), \
+    assert (decision.phase, decision.rule.name) == (Phase.WAITING, "MembersMissing"), \
         "the new leader is not released alone as a replacement next to the old worker"
 
 
@@ -212,7 +212,7 @@ def test_a_job_whose_parallelism_drops_needs_only_the_new_size() -> None:
     snapshot = snapshot_of(NODES, pods)
     members = list(snapshot.pods.values())
     before = build_gang("ml/job:train", members, CONFIG, {}, wl.Workloads(wl.workloads_of("Job", [job("train", 6, 6)])))
-    assert decide(before, snapshot, NOW).rule == "MembersMissing"
+    assert decide(before, snapshot, NOW).rule.name == "MembersMissing"
     after = build_gang("ml/job:train", members, CONFIG, {}, wl.Workloads(wl.workloads_of("Job", [job("train", 4, 6)])))
     assert decide(after, snapshot, NOW).phase is Phase.PLACED
 
@@ -240,6 +240,6 @@ def test_a_gang_whose_workload_is_unknown_stays_gated_with_a_reason_that_says_so
     snapshot = snapshot_of(NODES, [jobset_pod(f"p-{i}", 0, i) for i in range(2)])
     gang = build_gang("ml/jobset:js:0", list(snapshot.pods.values()), CONFIG, {}, workloads)
     decision = decide(gang, snapshot, NOW + 3600)
-    assert (decision.phase, decision.rule, decision.reason) == (Phase.WAITING, "WorkloadUnknown", want)
+    assert (decision.phase, decision.rule.name, decision.reason) == (Phase.WAITING, "WorkloadUnknown", want)
     assert decision.release == () and decision.recheck_at is None
 

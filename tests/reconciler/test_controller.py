@@ -110,7 +110,9 @@ def test_a_complete_gang_is_released_whole_with_one_write_per_member():
         assert ann[contract.RELEASED_AT] == "2027-01-15T08:00:00.000+00:00"
     # 4 members x 2 GPUs fit in one subblock (2 nodes x 4 GPUs); neighbouring ranks share nodes.
     assert nodes == {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
-    assert [e.reason for e in h.writer.events] == ["GangReleased"] * 4
+    assert [(e.reason, e.pod.name) for e in h.writer.events] == [("GangReleased", "train-0")], \
+        "one Event for the gang's release, on its first member: each member's condition tells its own part"
+    assert h.writer.events[0].message.startswith("released 4 member(s) (ranks 0-3) onto 2 nodes: placed 4 members")
     h.sync()
     assert h.reconcile().phase is Phase.RELEASED
 
@@ -276,14 +278,14 @@ def test_a_group_pod_is_released_with_its_devices_and_the_group_is_bound():
     assert condition["message"] == f"nvidia.com/gpu 0,1 on node {node}"
     # Nothing changed: the status is not written again.
     rv = group["metadata"]["resourceVersion"]
-    assert h.controller.reconcile_group("team-a-gpus") is False
+    assert h.controller.groups.reconcile("team-a-gpus") is False
     assert h.writer.groups["team-a-gpus"]["metadata"]["resourceVersion"] == rv
 
 
 def test_a_group_that_fits_nowhere_is_pending_with_the_shortage():
     h = Harness(shared_nodes(), [group_pod("infer")], groups=[device_group(gpus=6)])
     assert h.reconcile("team-a/pod:infer").phase is Phase.UNSCHEDULABLE
-    h.controller.reconcile_group("team-a-gpus")
+    h.controller.groups.reconcile("team-a-gpus")
     status = h.writer.groups["team-a-gpus"]["status"]
     assert status["phase"] == "Pending"
     [condition] = status["conditions"]
@@ -300,13 +302,13 @@ def test_a_deleted_group_keeps_its_finalizer_until_none_of_its_pods_runs():
     group = h.writer.groups["team-a-gpus"]
     group["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     h.cache.group_event("MODIFIED", group)
-    assert h.controller.reconcile_group("team-a-gpus") is False
+    assert h.controller.groups.reconcile("team-a-gpus") is False
     assert "team-a-gpus" in h.writer.groups  # its pod still runs with the devices
     pod = h.pod("infer")
     pod["status"]["phase"] = "Succeeded"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
-    h.controller.reconcile_group("team-a-gpus")
+    h.controller.groups.reconcile("team-a-gpus")
     assert "team-a-gpus" not in h.writer.groups  # finalizer removed: the API server deletes it
 
 

@@ -102,12 +102,12 @@ def test_a_gang_steps_through_its_lifecycle_and_a_restart_decides_the_same_at_ea
             # A restarted reconciler remembers nothing (a backoff is the one thing it loses).
             fresh = h.new_controller().gang("team-a/train")
             restarted = decide(fresh, h.cache.snapshot(), h.wall)
-            assert (restarted.phase, restarted.rule) == (want_phase, want_rule), f"{step}: after a restart"
+            assert (restarted.phase, restarted.rule.name) == (want_phase, want_rule), f"{step}: after a restart"
         outcome = h.reconcile()
         if want_phase is None:
             assert outcome is None, step
             continue
-        assert (outcome.phase, outcome.decision.rule) == (want_phase, want_rule), f"{step}: {outcome.reason}"
+        assert (outcome.phase, outcome.decision.rule.name) == (want_phase, want_rule), f"{step}: {outcome.reason}"
         assert outcome.reason.startswith(want_reason), f"{step}: {outcome.reason}"
         seen.append(outcome.phase)
     assert h.controller.illegal_moves == 0

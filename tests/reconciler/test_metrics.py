@@ -13,7 +13,9 @@ from prometheus_client import REGISTRY
 
 from reconciler.daemon import metrics
 from reconciler.daemon.controller import Outcome
-from reconciler.engine.decision import Decision, MemberRelease
+from reconciler.engine import lifecycle
+from reconciler.engine.actions import MemberRelease, Release, Status
+from reconciler.engine.decision import Decision
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase
 from tests.engine.builders import make_pod
@@ -104,9 +106,14 @@ def gang(released_at=""):
     return Gang("ml/g", "ml", "g", tuple(members), 2, 30, 0)
 
 
+RULES = {Phase.PLACED: lifecycle.PLACED, Phase.RELEASED: lifecycle.ALL_RELEASED, Phase.ROLLED_BACK: lifecycle.TIMED_OUT}
+
+
 def outcome(phase, obs, release=(), retry=False):
-    decision = Decision("ml/g", phase, phase.value, "", obs, release=release)
-    return Outcome(phase, "", retry=retry, decision=decision)
+    actions = (Release(tuple(release)),) if release else ()
+    decision = Decision("ml/g", RULES[phase], Status(()), obs, actions)
+    return Outcome(phase, "", retry=retry, decision=decision, released=0 if retry else len(release),
+                   rolled_back=phase is Phase.ROLLED_BACK)
 
 
 T0 = 1772359210.0  # 2026-03-01T10:00:10Z: the gang's newest member was created

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from reconciler.daemon.writer import PodRef
+from reconciler.engine.actions import Preempt
 from reconciler.engine.lifecycle import Phase
 from tests.reconciler.builders import make_pod
 from tests.reconciler.test_controller import CONFIG, Harness, four_nodes
@@ -31,7 +32,7 @@ def test_the_nomination_is_written_before_the_victims_are_evicted_and_the_gang_f
     h = Harness(four_nodes(), [low("a", "n1"), low("b", "n2"), low("c", "n3", 50), low("d", "n4", 50), *high()],
                 config=PREEMPTING)
     out = h.reconcile()
-    assert (out.phase, out.decision.rule) == (Phase.PREEMPTING, "Preempting")
+    assert (out.phase, out.decision.rule.name) == (Phase.PREEMPTING, "Preempting")
     assert sorted(r.name for r in h.writer.evicted) == ["a", "b"], "the lowest priority, the fewest gangs"
     first_patch = h.writer.patches[0]
     assert contract.NOMINATION in first_patch[1]["metadata"]["annotations"], "the nomination comes first"
@@ -73,7 +74,7 @@ def test_a_restarted_reconciler_waits_for_the_victims_its_predecessor_evicted():
     h.controller = h.new_controller()
     out = h.reconcile()
     assert out.phase is Phase.PREEMPTING
-    assert out.decision.nomination is not None
+    assert out.decision.find(Preempt).nomination is not None
 
 
 def test_without_preemption_the_gang_just_waits():

@@ -1,0 +1,101 @@
+"""The SharedDeviceGroup controller: a group's finalizer and status follow its pods.
+
+A group's devices are chosen by the gang decision that releases its first pod (the
+engine's :mod:`~reconciler.engine.allocation`); this controller only keeps the object in
+line with the cluster (docs/decisions/018-shared-device-groups.md): Troupe's finalizer on a
+live group, removed once none of its pods runs when the group is deleted (which frees its
+devices), and its ``status`` (phase, nodeName, selectedDevices, the ``Allocated``
+condition) as :func:`~reconciler.engine.allocation.group_view` computes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.writer import Gone, PodWriter, WriteError
+from reconciler.engine.allocation import GroupView, group_view
+from reconciler.engine.devices import DeviceGroup
+from reconciler.engine.timestamps import rfc3339
+from troupe import contract
+
+log = logging.getLogger(__name__)
+
+#: The condition type of a SharedDeviceGroup's status that says whether it holds devices.
+GROUP_CONDITION = "Allocated"
+
+
+class GroupController:
+    """Reconciles one SharedDeviceGroup at a time from the cache, writing through
+    ``writer``; ``wall_clock`` gives seconds since the epoch (condition times)."""
+
+    def __init__(self, cache: ClusterCache, writer: PodWriter, wall_clock: Callable[[], float] = time.time) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.wall_clock = wall_clock
+
+    def reconcile(self, name: str) -> bool:
+        """Bring SharedDeviceGroup ``name`` in line with the cluster; returns True when it
+        should be retried (a write failed). Keeps Troupe's finalizer on a live group; on a
+        group being deleted, removes it once none of its pods runs (gated pods never ran;
+        a pod being deleted still runs until it is gone), which frees its devices; writes
+        its status (phase, nodeName, selectedDevices and the ``Allocated`` condition) when
+        it differs from :func:`~reconciler.engine.allocation.group_view`."""
+        found = self.cache.group(name)
+        if found is None:
+            return False
+        obj, info = found
+        if not isinstance(info, DeviceGroup):
+            return False  # unreadable: its pods are held with the reason; nothing to write
+        try:
+            if info.deleting:
+                self._finish_deletion(name, info)
+                return False
+            if contract.DEVICE_GROUP_FINALIZER not in info.finalizers:
+                obj = self.writer.set_group_finalizers(
+                    name, [*info.finalizers, contract.DEVICE_GROUP_FINALIZER], info.resource_version)
+                self.cache.assume_group(obj)
+            view = group_view(self.cache.snapshot(), info, self.cache.group_pods(name))
+            status = group_status(view, obj.get("status") or {}, rfc3339(self.wall_clock()))
+            if status is not None:
+                self.cache.assume_group(self.writer.set_group_status(name, status))
+                log.info("SharedDeviceGroup %s: %s (%s: %s)", name, view.phase, view.reason, view.message)
+        except Gone:
+            return False
+        except WriteError as e:  # Conflict included: decided again on a fresh read
+            log.warning("SharedDeviceGroup %s: %s", name, e)
+            return True
+        return False
+
+    def _finish_deletion(self, name: str, info: DeviceGroup) -> None:
+        """Remove Troupe's finalizer from a group being deleted once none of its pods runs."""
+        running = [p.key for p in self.cache.group_pods(name) if not p.terminal and not p.gated]
+        if contract.DEVICE_GROUP_FINALIZER not in info.finalizers or running:
+            return
+        rest = [f for f in info.finalizers if f != contract.DEVICE_GROUP_FINALIZER]
+        written = self.writer.set_group_finalizers(name, rest, info.resource_version)
+        # Without finalizers a group being deleted is gone: so it is for the cache.
+        self.cache.group_event("MODIFIED" if rest else "DELETED", written)
+        log.info("SharedDeviceGroup %s deleted: no pod of it runs; its devices are free", name)
+
+
+def group_status(view: GroupView, current: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """The status to write for ``view`` given the ``current`` one (RFC 3339 ``now``), or
+    None when they agree. The condition's ``lastTransitionTime`` moves only when its status
+    flips (``metav1.Condition`` semantics)."""
+    want = view.status()
+    condition = {"type": GROUP_CONDITION, "status": "True" if view.phase == "Bound" else "False",
+                 "reason": view.reason, "message": view.message[:1024]}
+    old = next((c for c in current.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == GROUP_CONDITION),
+               None)
+    same_fields = all(current.get(k) == v for k, v in want.items()) and set(want) == {
+        k for k in ("phase", "nodeName", "selectedDevices") if k in current}
+    if same_fields and old is not None and all(old.get(k) == v for k, v in condition.items()):
+        return None
+    keep = old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime")
+    condition["lastTransitionTime"] = keep or now
+    others = [c for c in current.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") != GROUP_CONDITION]
+    return {**want, "conditions": [*others, condition]}
