@@ -203,15 +203,25 @@ def place_with_devices(snapshot: Snapshot, members: Sequence[PodInfo], required_
             devices = {p.key: holdings[p.device_group].devices for p in members if p.device_group}
             return DevicePlacement(result, tuple(bindings), devices)
         last = result
-    assert last is not None or not options
     if last is None:  # every trial put two new groups on a node without room for both
-        return DevicePlacement(PlacementResult(False, [], Code.UNSCHEDULABLE,
-                                               "no shared node holds the devices of every new group of the gang"))
+        return DevicePlacement(PlacementResult(False, [], Code.UNSCHEDULABLE, _no_joint_binding(snapshot, unbound, options)))
     groups = ", ".join(f"{g} on {h.node}" for g, h in fixed.items())
     where = f"members of SharedDeviceGroup {groups} must run there: " if groups and not unbound else ""
     if unbound:
         where = f"tried {min(MAX_TRIALS, _product(options))} node choice(s) for SharedDeviceGroup {', '.join(unbound)}: "
     return DevicePlacement(replace(last, reason=where + last.reason))
+
+
+def _no_joint_binding(snapshot: Snapshot, unbound: Sequence[str], options: Sequence[Sequence[Candidate]]) -> str:
+    """Why no trial bound every new group of a gang: each fits some shared node alone, but
+    every choice put two of them on a node without room for both. Names each group with
+    what it asks and the largest free count a candidate node offers."""
+    wants = ", ".join(f"{g} ({', '.join(f'{n} {r}' for r, n in snapshot.groups[g].resources.items())})"
+                      for g in unbound)
+    best = max((c for found in options for c in found), key=lambda c: (c.free, c.node), default=None)
+    largest = f"; largest free: {best.free} on node {best.node}" if best is not None else ""
+    return (f"SharedDeviceGroups {wants}: each fits a shared node alone, but no choice of nodes holds them all "
+            f"(tried {min(MAX_TRIALS, _product(options))} node choice(s){largest})")
 
 
 def _product(options: Sequence[Sequence[object]]) -> int:

@@ -205,6 +205,21 @@ def test_a_gang_of_two_sharing_one_group_runs_on_one_node_with_the_same_ids():
     assert d.find(Release).plan is not None and d.find(Release).plan.groups["g"].devices == {GPU: (0, 1, 2, 3)}
 
 
+def test_two_new_groups_that_fit_a_node_only_one_at_a_time_leave_the_gang_unschedulable_with_both_named():
+    """Two 3-GPU groups and one 4-GPU shared node: either group alone fits, both never do.
+    The decision must not raise (it once hit an assert): the gang waits Unschedulable."""
+    tolerate = ("deviceshare.io/mode", "Equal", "shared", "NoSchedule")
+    pods = [make_pod("w-0").gang("pair", 2).index(0).group("a").tolerate(*tolerate).gated(),
+            make_pod("w-1").gang("pair", 2).index(1).group("b").tolerate(*tolerate).gated()]
+    snap = snapshot_of([shared("d0", gpu=4)], pods, groups=[make_group("a").resources(gpu=3),
+                                                           make_group("b").resources(gpu=3)])
+    d = decide_all(snap)["default/pair"]
+    assert (d.phase, d.code) == (Phase.UNSCHEDULABLE, "Unschedulable")
+    assert d.reason.startswith("SharedDeviceGroups a (3 nvidia.com/gpu), b (3 nvidia.com/gpu): each fits a shared "
+                               "node alone, but no choice of nodes holds them all"), d.reason
+    assert "largest free: 4 on node d0" in d.reason
+
+
 def test_a_gang_spanning_two_groups_puts_each_member_on_its_groups_node():
     def tolerant(pod):  # what the webhook adds to group pods
         return pod.tolerate("deviceshare.io/mode", "Equal", "shared", "NoSchedule")
