@@ -121,9 +121,14 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 #: A label value (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/
 #: #syntax-and-character-set): at most 63 characters, alphanumerics at both ends.
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DECIMAL = re.compile(r"^[0-9]+$")
-_NAME_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+# Patterns are used with ``fullmatch`` only: ``$`` alone would accept a trailing newline.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+#: A count or an index: ASCII digits, at most 9 (Python's int() refuses over 4,300 digits,
+#: and no gang, timeout or rank comes near a billion).
+_DECIMAL = re.compile(r"[0-9]{1,9}")
+_NAME_SUFFIX = re.compile(r"(.*?)([0-9]{1,9})")
+#: Longest value quoted whole in an error message; longer ones are cut and their length said.
+MAX_QUOTED = 64
 
 
 class ContractError(ValueError):
@@ -135,8 +140,16 @@ class ContractError(ValueError):
 
     def __init__(self, key: str, value: str | None, why: str) -> None:
         self.key, self.value, self.why = key, value, why
-        got = "it is missing" if value is None else f"got {value!r}"
+        got = "it is missing" if value is None else f"got {quoted(value)}"
         super().__init__(f"annotation {key}: {why}, {got}")
+
+
+def quoted(value: str) -> str:
+    """``value`` quoted for a message: whole up to :data:`MAX_QUOTED` characters, else its
+    start and its length (``'99999...' (5000 characters)``)."""
+    if len(value) <= MAX_QUOTED:
+        return repr(value)
+    return f"{value[:MAX_QUOTED]!r}... ({len(value)} characters)"
 
 
 @dataclass(frozen=True)
@@ -218,7 +231,9 @@ def has_gang_keys(pod: Mapping[str, Any], config: Config) -> bool:
 
 
 def _positive_int(key: str, raw: Any, what: str) -> int:
-    if not isinstance(raw, str) or not _DECIMAL.match(raw):
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) > 9:
+        raise ContractError(key, raw, f"must be {what} of at most 9 digits")
+    if not isinstance(raw, str) or not _DECIMAL.fullmatch(raw):
         raise ContractError(key, raw if isinstance(raw, str) else str(raw), f"must be {what}")
     value = int(raw)
     if value < 1:
@@ -266,7 +281,7 @@ def parse_gang_annotations(a: Mapping[str, Any], namespace: str, config: Config)
     name = a.get(keys.name)
     if name is None:
         raise ContractError(keys.name, None, "is required with the other gang annotations")
-    if not isinstance(name, str) or len(name) > 63 or not _LABEL_VALUE.match(name):
+    if not isinstance(name, str) or len(name) > 63 or not _LABEL_VALUE.fullmatch(name):
         raise ContractError(
             keys.name, str(name),
             "must be a valid label value (at most 63 characters: letters, digits, '-', '_', '.', "
@@ -365,16 +380,16 @@ def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, int, str, int, str]:
     lab, ann = _mapping_or_empty(meta.get("labels")), _mapping_or_empty(meta.get("annotations"))
     for tier, key in enumerate((JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX, LWS_WORKER_INDEX_LABEL)):
         raw = lab.get(key, ann.get(key))
-        if isinstance(raw, str) and _DECIMAL.match(raw):
+        if isinstance(raw, str) and _DECIMAL.fullmatch(raw):
             major = 0
             if tier == 0:
                 job = lab.get(JOBSET_GLOBAL_INDEX_LABEL)
-                major = int(job) if isinstance(job, str) and _DECIMAL.match(job) else 0
+                major = int(job) if isinstance(job, str) and _DECIMAL.fullmatch(job) else 0
             elif tier == 1:
                 kind = lab.get(KUBEFLOW_REPLICA_TYPE)
                 major = 0 if isinstance(kind, str) and kind.lower() in _LEAD_REPLICA_TYPES else 1
             return (tier, major, int(raw), "", 0, name)
-    m = _NAME_SUFFIX.match(name)
+    m = _NAME_SUFFIX.fullmatch(name)
     if m:
         return (3, 0, 0, m.group(1), int(m.group(2)), name)
     return (4, 0, 0, name, 0, name)

@@ -153,3 +153,23 @@ def test_malformed_pods_never_crash_the_readers(junk):
         contract.parse_gang(obj, CONFIG)
     except contract.ContractError as e:
         assert e.key.startswith("troupe.io/gang")
+
+
+@pytest.mark.parametrize("size", ["5" * 5000, "4\n", "\u0664", "1" * 10])
+def test_a_size_that_is_huge_non_ascii_or_ends_in_a_newline_is_refused_by_name_never_with_a_crash(size):
+    pod = {"metadata": {"namespace": "ml", "annotations": {"troupe.io/gang-name": "g", "troupe.io/gang-size": size}}}
+    with pytest.raises(contract.ContractError) as e:
+        contract.parse_gang(pod, Config())
+    assert str(e.value).startswith("annotation troupe.io/gang-size: must be an integer >= 1")
+    assert len(str(e.value)) < 200, "a long value is quoted cut, with its length"
+
+
+def test_a_gang_name_with_a_trailing_newline_is_refused():
+    pod = {"metadata": {"annotations": {"troupe.io/gang-name": "g\n", "troupe.io/gang-size": "2"}}}
+    with pytest.raises(contract.ContractError, match="must be a valid label value"):
+        contract.parse_gang(pod, Config())
+
+
+def test_a_rank_index_of_5000_digits_ranks_by_name_and_never_raises():
+    pod = {"metadata": {"name": "w-3", "labels": {contract.JOB_COMPLETION_INDEX: "9" * 5000}}}
+    assert contract.rank_key(pod) == (3, 0, 0, "w-", 3, "w-3")
