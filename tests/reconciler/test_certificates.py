@@ -22,10 +22,10 @@ from reconciler.daemon.certificates import (
     CertificateError,
     CertificateManager,
     ConfigState,
-    FakeCertificateStore,
     Settings,
     split_pem,
 )
+from reconciler.daemon.certificates.fake import FakeCertificateStore
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SECONDS = dt.timedelta(seconds=1)
