@@ -15,15 +15,8 @@ from typing import Protocol
 
 from prometheus_client import Counter, Gauge
 
-from reconciler.daemon.certificates.rules import (
-    CertificateError,
-    ConfigState,
-    Observed,
-    Plan,
-    SecretState,
-    Settings,
-    plan,
-)
+from reconciler.daemon.certificates import rules
+from reconciler.daemon.certificates.rules import CertificateError, ConfigState, SecretState
 
 log = logging.getLogger("reconciler.daemon.certificates")
 
@@ -71,25 +64,25 @@ class CertificateManager:
     ``start()``/``stop()``, e.g. informers calling :meth:`wake`) start and stop with it.
     ``clock`` returns aware UTC datetimes."""
 
-    def __init__(self, store: CertificateStore, settings: Settings,
+    def __init__(self, store: CertificateStore, settings: rules.Settings,
                  clock: Callable[[], dt.datetime] = _utcnow, watchers: Iterable[object] = (),
                  max_backoff: float = 60.0) -> None:
         self.store, self.settings, self.clock = store, settings, clock
         self.watchers = list(watchers)
         self.max_backoff = max_backoff
-        self.last: Plan | None = None
+        self.last: rules.Plan | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def sync(self) -> Plan:
+    def sync(self) -> rules.Plan:
         """One pass: read the three objects, :func:`plan`, write in the safe order.
 
         Raises :class:`CertificateError` when a read or a write fails; nothing later in the
         order is written then, and the next pass starts from what is really there.
         """
         s = self.settings
-        observed = Observed(self.store.read_secret(s.ca_secret), self.store.read_secret(s.tls_secret),
+        observed = rules.Observed(self.store.read_secret(s.ca_secret), self.store.read_secret(s.tls_secret),
                             self.store.read_config())
         for what, state in ((s.ca_secret, observed.ca), (s.tls_secret, observed.tls)):
             if state is None:
@@ -98,7 +91,7 @@ class CertificateManager:
                     "(`helm upgrade` restores it) and the reconciler fills it")
         assert observed.ca is not None and observed.tls is not None
         now = self.clock()
-        decided = plan(observed, s, now)
+        decided = rules.plan(observed, s, now)
         if decided.ca_secret is not None:
             self.store.write_secret(s.ca_secret, decided.ca_secret, observed.ca)
         if decided.ca_bundle is not None and observed.config is not None:
