@@ -4,7 +4,7 @@
 
 What a reconcile costs besides the engine: turning the cluster into the engine's
 snapshot, deciding, then releasing every member (one update per member, here to
-:class:`reconciler.daemon.writer.FakeWriter`, so the API server's latency is not in the numbers).
+:class:`reconciler.daemon.writer.fake.FakeWriter`, so the API server's latency is not in the numbers).
 
 Timed in this process, on the same cluster:
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import FakeWriter
+from reconciler.daemon.writer.fake import FakeWriter
 from reconciler.engine.decision import decide
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import Snapshot

@@ -67,6 +67,31 @@ def _validity(days: int, lifetime: dt.timedelta | None) -> dt.timedelta:
     return dt.timedelta(days=days)
 
 
+def _builder(subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, now: dt.datetime,
+             not_after: dt.datetime, ca: bool) -> x509.CertificateBuilder:
+    """A certificate for ``key`` from ``now`` (less the clock skew allowed) to ``not_after``
+    with a random serial, and the critical basic constraints and key usage of a CA
+    (``ca``: signs certificates, path length 0) or of a leaf (signs, enciphers keys)."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(seconds=CLOCK_SKEW_SECONDS))
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=not ca,
+                data_encipherment=False, key_agreement=False, key_cert_sign=ca,
+                crl_sign=ca, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+
+
 def create_ca(
     common_name: str = "troupe-ca",
     days: int = CA_DAYS,
@@ -87,22 +112,7 @@ def create_ca(
     name = _name(common_name)
     now = now or _now()
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(seconds=CLOCK_SKEW_SECONDS))
-        .not_valid_after(now + validity)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        _builder(name, name, key, now, now + validity, ca=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -140,22 +150,7 @@ def _leaf(
     now = now or _now()
     not_after = min(now + validity, ca_cert.not_valid_after_utc)
     builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(seconds=CLOCK_SKEW_SECONDS))
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=True,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
+        _builder(subject, ca_cert.subject, key, now, not_after, ca=False)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),

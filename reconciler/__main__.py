@@ -38,7 +38,41 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
+def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
+    """The ``webhook certificates`` flags of ``run`` (:class:`reconciler.daemon.certificates.Settings`)."""
+    certs = run.add_argument_group(
+        "webhook certificates",
+        "With --manage-webhook-certificates, the acting replica makes a CA and the webhook's serving "
+        "certificate, keeps them in two Secrets of the Service's namespace (which must exist; the chart "
+        "creates them empty), writes the CA bundle into the MutatingWebhookConfiguration's caBundle and "
+        "renews both before they expire (docs/decisions/010-webhook-certificates.md). Durations in seconds.",
+    )
+    certs.add_argument("--manage-webhook-certificates", action="store_true",
+                       help="keep the webhook's certificates and the caBundle (needs --webhook-service)")
+    certs.add_argument("--webhook-service", metavar="NAMESPACE/NAME",
+                       help="the webhook's Service: the certificate's DNS names and the Secrets' namespace")
+    certs.add_argument("--webhook-configuration", default="troupe", metavar="NAME",
+                       help="the MutatingWebhookConfiguration whose caBundle is kept (default %(default)s)")
+    certs.add_argument("--webhook-tls-secret", metavar="NAME",
+                       help="Secret of the serving pair, mounted by the webhook (default <service>-tls)")
+    certs.add_argument("--webhook-ca-secret", metavar="NAME", help="Secret of the CA (default <service>-ca)")
+    certs.add_argument("--webhook-cert-san", action="append", default=[], metavar="NAME",
+                       help="one more DNS name or IP of the serving certificate (repeat), e.g. for a URL")
+    certs.add_argument("--webhook-cert-validity-seconds", type=int, default=90 * 86400, metavar="S",
+                       help="validity of a serving certificate (default %(default)s: 90 days)")
+    certs.add_argument("--webhook-cert-renew-before-seconds", type=int, default=30 * 86400, metavar="S",
+                       help="renew a serving certificate this long before it expires (default %(default)s: 30 days); "
+                       "must exceed the time a Secret takes to reach the pods (kubelet: about 1-2 minutes)")
+    certs.add_argument("--webhook-ca-validity-seconds", type=int, default=365 * 86400, metavar="S",
+                       help="validity of a CA (default %(default)s: 365 days); it is replaced when less than one "
+                       "serving validity is left")
+    certs.add_argument("--webhook-cert-settle-seconds", type=int, default=10, metavar="S",
+                       help="how long a new CA is in the caBundle before a certificate it signed replaces a valid "
+                       "one (default %(default)s)")
+
+
 def _parser() -> argparse.ArgumentParser:
+    """The command line: ``run``, ``simulate`` and the ``kubectl troupe`` commands."""
     p = argparse.ArgumentParser(
         prog="python -m reconciler",
         description="Troupe's reconciler: releases whole gangs of gated pods onto a topology-aware plan.",
@@ -72,35 +106,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="ConfigMap that keeps what a new leader must know (the backoff of gangs that timed out), "
                      "in the Lease's namespace unless NS/ is given; made when absent (the chart makes it); '-' "
                      "keeps it in memory only (default %(default)s)")
-    certs = run.add_argument_group(
-        "webhook certificates",
-        "With --manage-webhook-certificates, the acting replica makes a CA and the webhook's serving "
-        "certificate, keeps them in two Secrets of the Service's namespace (which must exist; the chart "
-        "creates them empty), writes the CA bundle into the MutatingWebhookConfiguration's caBundle and "
-        "renews both before they expire (docs/decisions/010-webhook-certificates.md). Durations in seconds.",
-    )
-    certs.add_argument("--manage-webhook-certificates", action="store_true",
-                       help="keep the webhook's certificates and the caBundle (needs --webhook-service)")
-    certs.add_argument("--webhook-service", metavar="NAMESPACE/NAME",
-                       help="the webhook's Service: the certificate's DNS names and the Secrets' namespace")
-    certs.add_argument("--webhook-configuration", default="troupe", metavar="NAME",
-                       help="the MutatingWebhookConfiguration whose caBundle is kept (default %(default)s)")
-    certs.add_argument("--webhook-tls-secret", metavar="NAME",
-                       help="Secret of the serving pair, mounted by the webhook (default <service>-tls)")
-    certs.add_argument("--webhook-ca-secret", metavar="NAME", help="Secret of the CA (default <service>-ca)")
-    certs.add_argument("--webhook-cert-san", action="append", default=[], metavar="NAME",
-                       help="one more DNS name or IP of the serving certificate (repeat), e.g. for a URL")
-    certs.add_argument("--webhook-cert-validity-seconds", type=int, default=90 * 86400, metavar="S",
-                       help="validity of a serving certificate (default %(default)s: 90 days)")
-    certs.add_argument("--webhook-cert-renew-before-seconds", type=int, default=30 * 86400, metavar="S",
-                       help="renew a serving certificate this long before it expires (default %(default)s: 30 days); "
-                       "must exceed the time a Secret takes to reach the pods (kubelet: about 1-2 minutes)")
-    certs.add_argument("--webhook-ca-validity-seconds", type=int, default=365 * 86400, metavar="S",
-                       help="validity of a CA (default %(default)s: 365 days); it is replaced when less than one "
-                       "serving validity is left")
-    certs.add_argument("--webhook-cert-settle-seconds", type=int, default=10, metavar="S",
-                       help="how long a new CA is in the caBundle before a certificate it signed replaces a valid "
-                       "one (default %(default)s)")
+    _add_certificate_flags(run)
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     from reconciler.tools import simulate

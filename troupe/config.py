@@ -138,55 +138,49 @@ def _want_str_list(key: str, value: Any, check: re.Pattern[str] | None = None) -
     return tuple(value)
 
 
-def from_mapping(data: Mapping[str, Any]) -> Config:
-    """Validate a parsed configuration mapping (camelCase keys) into a :class:`Config`.
+def _value(key: str, name: str, raw: Any) -> Any:
+    """The validated value of configuration key ``key`` (field ``name``) given as ``raw``.
+    Raises :class:`ConfigError` naming the key and the value."""
+    if name == "gang_annotation_prefix":
+        if not isinstance(raw, str) or not _QUALIFIED_NAME.match(raw + "-name") or len(raw) > 250:
+            raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
+        return raw
+    if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds"):
+        return _want_int(key, raw, 1)
+    if name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds"):
+        return _want_int(key, raw, 0)
+    if name in ("release_concurrency", "kube_api_burst"):
+        return _want_int(key, raw, 1)
+    if name == "kube_api_qps":
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
+            raise ConfigError(f"{key}: must be a number > 0 (requests per second), got {raw!r}")
+        return float(raw)
+    if name in ("topology_levels", "shared_device_resources"):
+        return _want_str_list(key, raw, _QUALIFIED_NAME)
+    if name == "topology_fallback_levels":
+        return _want_str_list(key, raw, _QUALIFIED_NAME) if raw else ()
+    if name == "excluded_namespaces":
+        return _want_str_list(key, raw, _DNS_LABEL) if raw else ()
+    if name == "gang_preemption_mode":
+        if raw not in PREEMPTION_MODES:
+            # YAML 1.1 reads a bare off as False: say so, it is the usual cause.
+            hint = ' (quote it: "off")' if raw is False else ""
+            raise ConfigError(f"{key}: must be one of {', '.join(PREEMPTION_MODES)}, got {raw!r}{hint}")
+        return cast(PreemptionMode, raw)
+    if name == "queueing_strategy":
+        if raw not in QUEUEING_STRATEGIES:
+            raise ConfigError(f"{key}: must be one of {', '.join(QUEUEING_STRATEGIES)}, got {raw!r}")
+        return cast(QueueingStrategy, raw)
+    if name == "reconciler_username":
+        if not isinstance(raw, str) or not raw:
+            raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")
+        return raw
+    raise AssertionError(f"{key}: no rule for field {name}")  # pragma: no cover
 
-    Raises :class:`ConfigError` naming the first bad key and its value; unknown keys are
-    errors too.
-    """
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"configuration must be a mapping of keys to values, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(_FIELDS))
-    if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown configuration key (known: {', '.join(sorted(_FIELDS))})")
-    values: dict[str, Any] = {}
-    for key, raw in data.items():
-        name = _FIELDS[key].name
-        if name == "gang_annotation_prefix":
-            if not isinstance(raw, str) or not _QUALIFIED_NAME.match(raw + "-name") or len(raw) > 250:
-                raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
-            values[name] = raw
-        elif name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds"):
-            values[name] = _want_int(key, raw, 1)
-        elif name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds"):
-            values[name] = _want_int(key, raw, 0)
-        elif name in ("release_concurrency", "kube_api_burst"):
-            values[name] = _want_int(key, raw, 1)
-        elif name == "kube_api_qps":
-            if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
-                raise ConfigError(f"{key}: must be a number > 0 (requests per second), got {raw!r}")
-            values[name] = float(raw)
-        elif name in ("topology_levels", "shared_device_resources"):
-            values[name] = _want_str_list(key, raw, _QUALIFIED_NAME)
-        elif name == "topology_fallback_levels":
-            values[name] = _want_str_list(key, raw, _QUALIFIED_NAME) if raw else ()
-        elif name == "excluded_namespaces":
-            values[name] = _want_str_list(key, raw, _DNS_LABEL) if raw else ()
-        elif name == "gang_preemption_mode":
-            if raw not in PREEMPTION_MODES:
-                # YAML 1.1 reads a bare off as False: say so, it is the usual cause.
-                hint = ' (quote it: "off")' if raw is False else ""
-                raise ConfigError(f"{key}: must be one of {', '.join(PREEMPTION_MODES)}, got {raw!r}{hint}")
-            values[name] = cast(PreemptionMode, raw)
-        elif name == "queueing_strategy":
-            if raw not in QUEUEING_STRATEGIES:
-                raise ConfigError(f"{key}: must be one of {', '.join(QUEUEING_STRATEGIES)}, got {raw!r}")
-            values[name] = cast(QueueingStrategy, raw)
-        elif name == "reconciler_username":
-            if not isinstance(raw, str) or not raw:
-                raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")
-            values[name] = raw
-    config = Config(**values)
+
+def _check_together(config: Config) -> None:
+    """The rules between keys (fallback levels beside the levels, the default timeout within
+    the limit). Raises :class:`ConfigError` naming the key."""
     if not config.topology_levels:
         raise ConfigError("topologyLevels: must name at least one level")
     fallback = config.topology_fallback_levels
@@ -202,6 +196,22 @@ def from_mapping(data: Mapping[str, Any]) -> Config:
             f"gangScheduleDefaultTimeoutSeconds: {config.gang_schedule_default_timeout_seconds} exceeds "
             f"gangScheduleTimeoutSecondsLimit ({config.gang_schedule_timeout_seconds_limit})"
         )
+
+
+def from_mapping(data: Mapping[str, Any]) -> Config:
+    """Validate a parsed configuration mapping (camelCase keys) into a :class:`Config`.
+
+    Raises :class:`ConfigError` naming the first bad key and its value; unknown keys are
+    errors too.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"configuration must be a mapping of keys to values, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown configuration key (known: {', '.join(sorted(_FIELDS))})")
+    values = {_FIELDS[key].name: _value(key, _FIELDS[key].name, raw) for key, raw in data.items()}
+    config = Config(**values)
+    _check_together(config)
     return config
 
 

@@ -51,7 +51,7 @@ operations. Idempotent: calling :func:`mutate` again on the patched pod
 (``reinvocationPolicy: IfNeeded``) adds nothing. ``dryRun`` requests get the same answer;
 there is nothing else to skip, since the webhook has no side effects.
 
-The patch is built directly as RFC 6902 operations (no deep copy and diff): see
+The patch is built directly as RFC 6902 operations (no deep copy and diff; :mod:`webhook.patches`): see
 ``docs/decisions/002-webhook.md`` for the measurement. JSON objects are recognised as
 ``dict`` (what ``json.loads`` gives), which is several times cheaper to test than ``Mapping``.
 """
@@ -69,12 +69,7 @@ import orjson
 
 from troupe.config import Config
 from troupe.contract import (
-    AUTO_SIZE,
-    DEVICE_ENV_PREFIX,
     DEVICE_GROUP,
-    DEVICE_SHARED_TAINT_EFFECT,
-    DEVICE_SHARED_TAINT_KEY,
-    DEVICE_SHARED_TAINT_VALUE,
     GATE,
     MIRROR_POD_ANNOTATION,
     TOPOLOGY_PREFERRED_LEVEL,
@@ -82,20 +77,26 @@ from troupe.contract import (
     ContractError,
     GangKeys,
     GangSpec,
-    created_by_workload,
     device_env_var,
-    device_shared_toleration,
     is_reserved_annotation,
     parse_gang,
     parse_topology_request,
+)
+from webhook.patches import (
+    Malformed,
+    PatchOp,
+    auto_size,
+    env_ops,
+    gate_ops,
+    pointer,
+    shared_resource_requests,
+    toleration_ops,
 )
 
 #: The only AdmissionReview version Troupe registers for (``admissionReviewVersions``).
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 
-#: One JSON Patch operation (RFC 6902), e.g. ``{"op": "add", "path": "/x", "value": 1}``.
-PatchOp = dict[str, Any]
 #: What a review ended as, for metrics and logs: no patch, a patch, a denial, or an error
 #: (malformed envelope or a bug).
 Outcome = Literal["allowed", "patched", "denied", "error"]
@@ -108,11 +109,6 @@ _MISSING = object()
 #: in group ``system:nodes``. Only it makes real mirror pods.
 NODE_USER_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
-#: A resource quantity that is zero (``0``, ``0m``, ``0.0``, ``0Gi``): requesting none of a
-#: shared resource is harmless.
-_ZERO_QUANTITY = re.compile(r"^\+?(0+(\.0*)?|\.0+)[A-Za-z]*$")
-
-
 class Decision(NamedTuple):
     """The verdict on one admission request, before it is put in an AdmissionReview.
 
@@ -136,11 +132,6 @@ _ALLOW = Decision(True)
 def _deny(code: int, message: str) -> Decision:
     reason = {400: "BadRequest", 403: "Forbidden"}.get(code, "InternalError")
     return Decision(False, code=code, reason=reason, message=message)
-
-
-def _pointer(*parts: str | int) -> str:
-    """A JSON Pointer (RFC 6901) from unescaped path segments."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 def envelope_error(review: object) -> str | None:
@@ -205,25 +196,6 @@ def _keys(config: Config) -> _Keys:
         _keys_cache.clear()
     _keys_cache[id(config)] = (config, keys)
     return keys
-
-
-def device_env_entry(var: str) -> dict[str, Any]:
-    """The container env entry for ``var``: taken by the Downward API from the pod's
-    ``deviceshare.io/env.<var>`` annotation, which the reconciler writes before release."""
-    return {
-        "name": var,
-        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": _field_path(var)}},
-    }
-
-
-def _field_path(var: str) -> str:
-    return f"metadata.annotations['{DEVICE_ENV_PREFIX}{var}']"
-
-
-def _is_ours(entry: Mapping[str, Any], var: str) -> bool:
-    vf = entry.get("valueFrom")
-    ref = vf.get("fieldRef") if isinstance(vf, dict) else None
-    return isinstance(ref, dict) and ref.get("fieldPath") == _field_path(var)
 
 
 def _protected_changes(
@@ -334,146 +306,6 @@ def _contract_errors(
     return gang, errors
 
 
-class _Malformed(Exception):
-    """A part of the pod the patch must touch has the wrong JSON type."""
-
-
-def _gate_ops(spec: Mapping[str, Any]) -> list[PatchOp]:
-    gates = spec.get("schedulingGates")
-    if gates is None:
-        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]
-    if not isinstance(gates, list):
-        raise _Malformed("spec.schedulingGates: must be a list")
-    if any(isinstance(g, dict) and g.get("name") == GATE for g in gates):
-        return []
-    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE}}]
-
-
-def _env_ops(spec: Mapping[str, Any], config: Config) -> tuple[list[PatchOp], list[str]]:
-    ops: list[PatchOp] = []
-    warnings: list[str] = []
-    wanted = _keys(config).env_vars
-    if not wanted:
-        return ops, warnings
-    for list_name in ("initContainers", "containers"):
-        containers = spec.get(list_name)
-        if containers is None:
-            continue
-        if not isinstance(containers, list):
-            raise _Malformed(f"spec.{list_name}: must be a list")
-        for i, c in enumerate(containers):
-            if not isinstance(c, dict):
-                raise _Malformed(f"spec.{list_name}[{i}]: must be an object")
-            env = c.get("env")
-            if env is None:
-                ops.append({
-                    "op": "add",
-                    "path": _pointer("spec", list_name, i, "env"),
-                    "value": [device_env_entry(v) for v in wanted],
-                })
-                continue
-            if not isinstance(env, list):
-                raise _Malformed(f"spec.{list_name}[{i}].env: must be a list")
-            existing = {
-                e["name"]: e for e in env if isinstance(e, dict) and isinstance(e.get("name"), str)
-            }
-            for var in wanted:
-                entry = existing.get(var)
-                if entry is None:
-                    ops.append({
-                        "op": "add",
-                        "path": _pointer("spec", list_name, i, "env", "-"),
-                        "value": device_env_entry(var),
-                    })
-                elif not _is_ours(entry, var):
-                    name = c.get("name")
-                    warnings.append(
-                        f"container {name if isinstance(name, str) else i!s}: env {var} is already set "
-                        f"and was kept, so it will not carry the devices of {DEVICE_GROUP}"
-                    )
-    return ops, warnings
-
-
-def _auto_size(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config) -> tuple[
-        Mapping[str, Any], Mapping[str, Any], list[PatchOp]]:
-    """A namespace opted in with ``troupe.io/gang-mode: auto``: the pod as if it said
-    ``<prefix>-size: auto``, its annotations, and the op that writes it; unchanged (and
-    no op) when the pod names a gang or a size itself, or no supported workload made it."""
-    gang = GangKeys.for_prefix(config.gang_annotation_prefix)
-    if gang.name in ann or gang.size in ann or not created_by_workload(pod):
-        return pod, ann, []
-    meta = pod.get("metadata") or {}
-    if meta.get("annotations") is None:
-        op: PatchOp = {"op": "add", "path": "/metadata/annotations", "value": {gang.size: AUTO_SIZE}}
-    else:
-        op = {"op": "add", "path": _pointer("metadata", "annotations", gang.size), "value": AUTO_SIZE}
-    ann = {**ann, gang.size: AUTO_SIZE}
-    return {**pod, "metadata": {**meta, "annotations": ann}}, ann, [op]
-def _shared_resource_requests(spec: Mapping[str, Any], config: Config) -> list[str]:
-    """One message per shared resource (``sharedDeviceResources``) that a device-group pod
-    requests itself, in a container's, an init container's or the pod-level ``resources``:
-    the device plugin would hand it devices of its own choosing, not the group's, and the
-    group's accounting would not see them (issue: shared device groups, accounting)."""
-    shared = config.shared_device_resources
-    places: list[tuple[str, object]] = []
-    for list_name in ("initContainers", "containers"):
-        containers = spec.get(list_name)
-        if isinstance(containers, list):
-            for i, c in enumerate(containers):
-                if isinstance(c, dict):
-                    name = c.get("name")
-                    label = f"{'init container' if list_name == 'initContainers' else 'container'} " + (
-                        name if isinstance(name, str) and name else f"#{i}")
-                    places.append((label, c.get("resources")))
-    places.append(("the pod-level resources", spec.get("resources")))
-    problems = []
-    for label, resources in places:
-        if not isinstance(resources, dict):
-            continue
-        for field in ("requests", "limits"):
-            amounts = resources.get(field)
-            if not isinstance(amounts, dict):
-                continue
-            for resource in shared:
-                amount = amounts.get(resource)
-                if amount is None or (isinstance(amount, str) and _ZERO_QUANTITY.match(amount)) or amount == 0:
-                    continue
-                problems.append(
-                    f"{label}: resources.{field}[{resource}] = {amount!r}: a pod in {DEVICE_GROUP} gets "
-                    f"{resource} from its SharedDeviceGroup and must not request it itself (the device plugin "
-                    f"would hand it other devices than the group's)"
-                )
-    return problems
-
-
-def _tolerates_shared_taint(toleration: object) -> bool:
-    """Whether ``toleration`` already tolerates the shared-node taint, by kube-scheduler's
-    rule (an empty effect matches every effect; ``Exists`` any value; an empty key with
-    ``Exists`` every taint)."""
-    if not isinstance(toleration, dict):
-        return False
-    effect = toleration.get("effect") or ""
-    if effect not in ("", DEVICE_SHARED_TAINT_EFFECT):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return key in ("", DEVICE_SHARED_TAINT_KEY)
-    return operator == "Equal" and key == DEVICE_SHARED_TAINT_KEY and toleration.get("value") == DEVICE_SHARED_TAINT_VALUE
-
-
-def _toleration_ops(spec: Mapping[str, Any]) -> list[PatchOp]:
-    """Add the shared-node taint's toleration unless one already tolerates it."""
-    tolerations = spec.get("tolerations")
-    if tolerations is None:
-        return [{"op": "add", "path": "/spec/tolerations", "value": [device_shared_toleration()]}]
-    if not isinstance(tolerations, list):
-        raise _Malformed("spec.tolerations: must be a list")
-    if any(_tolerates_shared_taint(t) for t in tolerations):
-        return []
-    return [{"op": "add", "path": "/spec/tolerations/-", "value": device_shared_toleration()}]
-
-
 def _review_create(
     pod: Mapping[str, Any], ann: Mapping[str, Any], user: str, config: Config, gang_mode_auto: bool = False
 ) -> Decision:
@@ -482,7 +314,7 @@ def _review_create(
         return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
     auto_ops: list[PatchOp] = []
     if gang_mode_auto:
-        pod, ann, auto_ops = _auto_size(pod, ann, config)
+        pod, ann, auto_ops = auto_size(pod, ann, config)
     if not any(k in ann for k in _keys(config).troupe):
         # No Troupe key: untouched, including pods created with a GKE topology gate, which
         # the reconciler handles as they are (seeds/002).
@@ -494,22 +326,22 @@ def _review_create(
     if not isinstance(spec, dict):
         return _deny(400, "spec: a Pod with Troupe annotations must have a spec object")
     try:
-        ops = [*auto_ops, *_gate_ops(spec)]
+        ops = [*auto_ops, *gate_ops(spec)]
         if gang is not None:
             key = _keys(config).gang_timeout
             want = str(gang.timeout_seconds)
             if ann.get(key) != want:
                 op = "replace" if key in ann else "add"
-                ops.append({"op": op, "path": _pointer("metadata", "annotations", key), "value": want})
+                ops.append({"op": op, "path": pointer("metadata", "annotations", key), "value": want})
         warnings: list[str] = []
         if DEVICE_GROUP in ann:
-            requested = _shared_resource_requests(spec, config)
+            requested = shared_resource_requests(spec, config)
             if requested:
                 return _deny(400, "; ".join(requested))
-            env_ops, warnings = _env_ops(spec, config)
-            ops.extend(env_ops)
-            ops.extend(_toleration_ops(spec))
-    except _Malformed as e:
+            device_ops, warnings = env_ops(spec, _keys(config).env_vars)
+            ops.extend(device_ops)
+            ops.extend(toleration_ops(spec))
+    except Malformed as e:
         return _deny(400, str(e))
     return Decision(True, ops=tuple(ops), warnings=tuple(warnings))
 

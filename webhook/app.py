@@ -20,6 +20,7 @@ Routes:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ from webhook import metrics
 from webhook.admission import envelope_error, mutate, outcome_of
 from webhook.logs import ADMISSION_LOGGER, AdmissionLog, LoggingAdmissionLog
 from webhook.registration import MUTATE_AUTO_PATH, MUTATE_PATH
-from webhook.tls import reloader_for
+from webhook.tls import CertReloader, reloader_for
 
 #: Largest request body accepted. The apiserver's limit for an object is 3 MiB and a
 #: review of an UPDATE carries two.
@@ -74,6 +75,57 @@ def _summary(review: object) -> dict[str, Any]:
     }
 
 
+def _finish(admission_log: AdmissionLog, start: float, summary: dict[str, Any], outcome: str, body: Response,
+            **fields: Any) -> Response:
+    """Count a review begun at ``start`` (``time.perf_counter``) in the metrics, write its
+    log line (``summary``, ``outcome``, the duration, ``fields``), and return ``body``."""
+    seconds = time.perf_counter() - start
+    operation = metrics.operation_label(summary.get("operation"))
+    metrics.record(operation, outcome, seconds)
+    admission_log.write({**summary, "operation": operation, "outcome": outcome,
+                         "duration_ms": round(seconds * 1000, 3), **fields})
+    return body
+
+
+def _answer(review: dict[str, Any], config: Config, gang_mode_auto: bool,
+            summary: Mapping[str, Any]) -> tuple[str, Response, dict[str, Any]]:
+    """Answer a review whose envelope is valid: its outcome (:func:`outcome_of`), the HTTP
+    response, and the fields its log line adds (a denial's ``message``, the ``warnings``).
+    A failure of the adapter itself becomes an ``InternalError`` denial (logged)."""
+    try:
+        answer = mutate(review, config, gang_mode_auto=gang_mode_auto)
+        outcome = outcome_of(answer)
+        body = _json_response(answer)
+    except Exception:  # mutate never raises; this guards the adapter itself
+        log.exception("admission failed", extra={"fields": summary})
+        answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+            "uid": review["request"]["uid"], "allowed": False,
+            "status": {"status": "Failure", "code": 500, "reason": "InternalError",
+                       "message": "internal error in Troupe's webhook; see its logs"}}}
+        outcome, body = "error", _json_response(answer)
+    resp = answer["response"]
+    extra: dict[str, Any] = {}
+    if not resp.get("allowed"):
+        extra["message"] = resp.get("status", {}).get("message")
+    if resp.get("warnings"):
+        extra["warnings"] = resp["warnings"]
+    return outcome, body, extra
+
+
+def _readiness(configured: bool, reloader: CertReloader | None) -> Response:
+    """``/readyz``: 503 without a configuration or while the serving pair cannot be loaded
+    (the reloader's note), else 200 ``ok`` (with the reloader's note, if any)."""
+    if not configured:
+        return Response("configuration not loaded\n", status=503, mimetype="text/plain")
+    if reloader is not None:
+        ok, note = reloader.ready()
+        if not ok:
+            return Response(note + "\n", status=503, mimetype="text/plain")
+        if note:
+            return Response(f"ok ({note})\n", mimetype="text/plain")
+    return Response("ok\n", mimetype="text/plain")
+
+
 def create_app(config: Config, cert_file: str | None = None, key_file: str | None = None,
                admission_log: AdmissionLog | None = None) -> Flask:
     """The webhook's Flask app for ``config``.
@@ -89,13 +141,7 @@ def create_app(config: Config, cert_file: str | None = None, key_file: str | Non
     app.config["TROUPE_CONFIG"] = config
     reloader = reloader_for(cert_file, key_file) if cert_file and key_file else None
 
-    def finish(start: float, summary: dict[str, Any], outcome: str, body: Response, **fields: Any) -> Response:
-        seconds = time.perf_counter() - start
-        operation = metrics.operation_label(summary.get("operation"))
-        metrics.record(operation, outcome, seconds)
-        admission_log.write({**summary, "operation": operation, "outcome": outcome,
-                             "duration_ms": round(seconds * 1000, 3), **fields})
-        return body
+    finish = functools.partial(_finish, admission_log)
 
     @app.post(MUTATE_PATH)
     @app.post(MUTATE_AUTO_PATH)
@@ -117,23 +163,7 @@ def create_app(config: Config, cert_file: str | None = None, key_file: str | Non
         problem = envelope_error(review)
         if problem is not None:
             return finish(start, summary, "error", _bad_request(400, problem), status=400, message=problem)
-        try:
-            answer = mutate(review, config, gang_mode_auto=request.path == MUTATE_AUTO_PATH)
-            outcome = outcome_of(answer)
-            body = _json_response(answer)
-        except Exception:  # mutate never raises; this guards the adapter itself
-            log.exception("admission failed", extra={"fields": summary})
-            answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
-                "uid": review["request"]["uid"], "allowed": False,
-                "status": {"status": "Failure", "code": 500, "reason": "InternalError",
-                           "message": "internal error in Troupe's webhook; see its logs"}}}
-            outcome, body = "error", _json_response(answer)
-        resp = answer["response"]
-        extra: dict[str, Any] = {}
-        if not resp.get("allowed"):
-            extra["message"] = resp.get("status", {}).get("message")
-        if resp.get("warnings"):
-            extra["warnings"] = resp["warnings"]
+        outcome, body, extra = _answer(review, config, request.path == MUTATE_AUTO_PATH, summary)
         return finish(start, summary, outcome, body, **extra)
 
     @app.get("/healthz")
@@ -142,15 +172,7 @@ def create_app(config: Config, cert_file: str | None = None, key_file: str | Non
 
     @app.get("/readyz")
     def readyz() -> Response:
-        if app.config.get("TROUPE_CONFIG") is None:
-            return Response("configuration not loaded\n", status=503, mimetype="text/plain")
-        if reloader is not None:
-            ok, note = reloader.ready()
-            if not ok:
-                return Response(note + "\n", status=503, mimetype="text/plain")
-            if note:
-                return Response(f"ok ({note})\n", mimetype="text/plain")
-        return Response("ok\n", mimetype="text/plain")
+        return _readiness(app.config.get("TROUPE_CONFIG") is not None, reloader)
 
     @app.get("/metrics")
     def metrics_view() -> Response:

@@ -128,7 +128,7 @@ def configure_troupe_logging(level: int = logging.INFO) -> None:
     logger.propagate = False
 
 
-class GunicornJSONLogger(glogging.Logger):
+class GunicornJSONLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no types
     """gunicorn's logger class with JSON lines on its error log, and the ``troupe`` loggers
     set up alongside (``logger_class`` in ``webhook/gunicorn_conf.py``). The access log stays
     off: the webhook writes its own line per admission."""

@@ -88,6 +88,6 @@ def exposition() -> tuple[bytes, str]:
     """The text exposition of all metrics (summed over workers) and its content type."""
     if multiprocess_dir():
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated upstream
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

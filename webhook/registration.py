@@ -191,6 +191,80 @@ def auto_match_conditions(config: Config) -> list[dict[str, str]]:
     }]
 
 
+def _client_config(url: str | None, service: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``clientConfig`` of the main entry, for ``url`` or ``service`` (the first one
+    given; see :func:`webhook_configuration`). Raises ``ValueError`` for a URL that is not
+    ``https://`` or a service without a namespace or a name."""
+    client: dict[str, Any]
+    if url is not None:
+        if not url.startswith("https://"):
+            raise ValueError(f"url must be https://..., got {url!r}")
+        client = {"url": url}
+    else:
+        assert service is not None
+        missing = [k for k in ("namespace", "name") if not service.get(k)]
+        if missing:
+            raise ValueError(f"service needs {', '.join(missing)}, got {dict(service)!r}")
+        svc: dict[str, Any] = {
+            "namespace": service["namespace"],
+            "name": service["name"],
+            "path": service.get("path", MUTATE_PATH),
+        }
+        if service.get("port") is not None:
+            svc["port"] = int(service["port"])
+        client = {"service": svc}
+    return client
+
+
+def _main_entry(client: dict[str, Any], config: Config, timeout_seconds: int) -> dict[str, Any]:
+    """The main entry, :data:`WEBHOOK_NAME`, with its ``clientConfig`` ``client`` (the
+    fixed settings are listed in :func:`webhook_configuration`)."""
+    webhook: dict[str, Any] = {
+        "name": WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client,
+        "rules": [{
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["pods", "pods/status"],
+            "scope": "Namespaced",
+        }],
+        "matchPolicy": "Equivalent",
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "reinvocationPolicy": "IfNeeded",
+        "matchConditions": match_conditions(config),
+    }
+    if config.excluded_namespaces:
+        webhook["namespaceSelector"] = {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": list(config.excluded_namespaces),
+        }]}
+    return webhook
+
+
+def _auto_entry(webhook: Mapping[str, Any], config: Config) -> dict[str, Any]:
+    """The namespace opt-in entry made from the main entry ``webhook``
+    (:func:`webhook_configuration`): its path, CREATE of pods only, its match conditions and
+    its namespace selector."""
+    auto_client = dict(webhook["clientConfig"])
+    if "url" in auto_client:
+        auto_client["url"] = auto_client["url"].removesuffix(MUTATE_PATH) + MUTATE_AUTO_PATH
+    else:
+        auto_client["service"] = dict(auto_client["service"], path=MUTATE_AUTO_PATH)
+    auto_selector: dict[str, Any] = {"matchLabels": {GANG_MODE_LABEL: GANG_MODE_AUTO}}
+    if config.excluded_namespaces:
+        auto_selector["matchExpressions"] = webhook["namespaceSelector"]["matchExpressions"]
+    return dict(
+        webhook, name=AUTO_WEBHOOK_NAME, clientConfig=auto_client,
+        rules=[dict(webhook["rules"][0], operations=["CREATE"], resources=["pods"])],
+        matchConditions=auto_match_conditions(config), namespaceSelector=auto_selector,
+    )
+
+
 def webhook_configuration(
     config: Config,
     url: str | None = None,
@@ -220,63 +294,11 @@ def webhook_configuration(
         raise ValueError("give exactly one of url (local cluster) or service (in-cluster)")
     if not 1 <= timeout_seconds <= 30:
         raise ValueError(f"timeout_seconds must be 1..30 (the API's range), got {timeout_seconds}")
-    client: dict[str, Any]
-    if url is not None:
-        if not url.startswith("https://"):
-            raise ValueError(f"url must be https://..., got {url!r}")
-        client = {"url": url}
-    else:
-        assert service is not None
-        missing = [k for k in ("namespace", "name") if not service.get(k)]
-        if missing:
-            raise ValueError(f"service needs {', '.join(missing)}, got {dict(service)!r}")
-        svc: dict[str, Any] = {
-            "namespace": service["namespace"],
-            "name": service["name"],
-            "path": service.get("path", MUTATE_PATH),
-        }
-        if service.get("port") is not None:
-            svc["port"] = int(service["port"])
-        client = {"service": svc}
+    client = _client_config(url, service)
     if ca_bundle_pem:
         client["caBundle"] = base64.b64encode(ca_bundle_pem).decode("ascii")
-    webhook: dict[str, Any] = {
-        "name": WEBHOOK_NAME,
-        "admissionReviewVersions": ["v1"],
-        "clientConfig": client,
-        "rules": [{
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": ["pods", "pods/status"],
-            "scope": "Namespaced",
-        }],
-        "matchPolicy": "Equivalent",
-        "failurePolicy": "Fail",
-        "sideEffects": "None",
-        "timeoutSeconds": timeout_seconds,
-        "reinvocationPolicy": "IfNeeded",
-        "matchConditions": match_conditions(config),
-    }
-    if config.excluded_namespaces:
-        webhook["namespaceSelector"] = {"matchExpressions": [{
-            "key": "kubernetes.io/metadata.name",
-            "operator": "NotIn",
-            "values": list(config.excluded_namespaces),
-        }]}
-    auto_client = dict(client)
-    if "url" in auto_client:
-        auto_client["url"] = auto_client["url"].removesuffix(MUTATE_PATH) + MUTATE_AUTO_PATH
-    else:
-        auto_client["service"] = dict(auto_client["service"], path=MUTATE_AUTO_PATH)
-    auto_selector: dict[str, Any] = {"matchLabels": {GANG_MODE_LABEL: GANG_MODE_AUTO}}
-    if config.excluded_namespaces:
-        auto_selector["matchExpressions"] = webhook["namespaceSelector"]["matchExpressions"]
-    auto = dict(
-        webhook, name=AUTO_WEBHOOK_NAME, clientConfig=auto_client,
-        rules=[dict(webhook["rules"][0], operations=["CREATE"], resources=["pods"])],
-        matchConditions=auto_match_conditions(config), namespaceSelector=auto_selector,
-    )
+    webhook = _main_entry(client, config, timeout_seconds)
+    auto = _auto_entry(webhook, config)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

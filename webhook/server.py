@@ -22,7 +22,7 @@ waits on one client:
 - **Size limits**: headers beyond ``Limits.max_header_bytes`` get 431, a body beyond
   ``Limits.max_body_bytes`` 413, before it is read.
 
-Only a complete request reaches the WSGI application (Flask), run in the loop itself or,
+Only a complete request reaches the WSGI application (Flask; the bridge is :mod:`webhook.wsgi`), run in the loop itself or,
 with ``threads > 1``, in a pool of that many threads. HTTP/1.1 is parsed by h11 (a
 sans-I/O parser). TLS is done by each connection with an ``ssl.SSLObject`` over memory
 buffers, with a context chosen for each new connection (:func:`webhook.tls.reloader_for`:
@@ -39,23 +39,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import io
 import logging
 import socket
 import ssl
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 import h11
 
+from webhook.wsgi import WSGIApp, run_wsgi, status_body, wsgi_environ
+
 log = logging.getLogger("troupe.webhook.server")
 
-#: A WSGI application (PEP 3333).
-WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 #: Why a connection was closed by the server, for the ``closed`` callback (and metrics).
 CLOSE_REASONS = ("handshake_failed", "handshake_timeout", "request_timeout", "idle", "evicted",
                  "over_capacity", "bad_request", "not_ready", "shutdown")
@@ -89,14 +86,6 @@ class Listener:
     sock: socket.socket
     tls: Callable[[], ssl.SSLContext] | None
     paths: frozenset[str] | None = None
-
-
-def _status_body(code: int, message: str) -> bytes:
-    """A JSON ``Status`` as the Flask app answers errors (``webhook.app._bad_request``)."""
-    import orjson
-
-    return orjson.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-                         "message": message})
 
 
 class _Connection(asyncio.Protocol):
@@ -320,7 +309,7 @@ class _Connection(asyncio.Protocol):
         log.info("request refused", extra={"fields": {"status": status, "message": message,
                                                        "client": f"{peer[0]}:{peer[1]}" if peer else None}})
         if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            body = _status_body(status, message)
+            body = status_body(status, message)
             with contextlib.suppress(h11.LocalProtocolError):
                 self._send([h11.Response(status_code=status, headers=[
                     (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -426,78 +415,14 @@ class ConnectionServer:
         path, _, query = target.partition(b"?")
         paths = conn.listener.paths
         if paths is not None and path.decode("latin-1") not in paths:
-            body = _status_body(404, "this port serves only " + ", ".join(sorted(paths)))
+            body = status_body(404, "this port serves only " + ", ".join(sorted(paths)))
             conn.respond(404, [(b"content-type", b"application/json")], body)
             return
-        environ = self._environ(conn, request, path, query, b"".join(conn.body))
+        environ = wsgi_environ(request, path, query, b"".join(conn.body),
+                               conn.transport.get_extra_info("sockname"), conn.transport.get_extra_info("peername"),
+                               tls=conn.tls, multithread=self.pool is not None)
         if self.pool is None:
             conn.respond(*run_wsgi(self.app, environ))
             return
         future = self.loop.run_in_executor(self.pool, run_wsgi, self.app, environ)
         future.add_done_callback(lambda f: conn.respond(*f.result()))
-
-    def _environ(self, conn: _Connection, request: h11.Request, path: bytes, query: bytes,
-                 body: bytes) -> dict[str, Any]:
-        assert conn.transport is not None
-        server = conn.transport.get_extra_info("sockname") or ("", 0)
-        peer = conn.transport.get_extra_info("peername") or ("", 0)
-        environ: dict[str, Any] = {
-            "REQUEST_METHOD": request.method.decode("ascii"),
-            "SCRIPT_NAME": "",
-            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
-            "QUERY_STRING": query.decode("latin-1"),
-            "SERVER_NAME": str(server[0]),
-            "SERVER_PORT": str(server[1]),
-            "SERVER_PROTOCOL": "HTTP/" + request.http_version.decode("ascii"),
-            "REMOTE_ADDR": str(peer[0]),
-            "REMOTE_PORT": str(peer[1]),
-            "CONTENT_LENGTH": str(len(body)),
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "https" if conn.tls else "http",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": self.pool is not None,
-            "wsgi.multiprocess": True,
-            "wsgi.run_once": False,
-        }
-        for name, value in request.headers:
-            key = name.decode("latin-1").upper().replace("-", "_")
-            text = value.decode("latin-1")
-            if key == "CONTENT_TYPE":
-                environ["CONTENT_TYPE"] = text
-            elif key in ("CONTENT_LENGTH", "TRANSFER_ENCODING"):
-                continue  # the body is read already; its length is CONTENT_LENGTH above
-            else:
-                key = "HTTP_" + key
-                environ[key] = f"{environ[key]},{text}" if key in environ else text
-        return environ
-
-
-def run_wsgi(app: WSGIApp, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """Call a WSGI application on a complete request: (status code, headers, body).
-    An application that raises gets a 500 without details (logged here)."""
-    started: list[Any] = []
-    chunks: list[bytes] = []
-
-    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
-        if exc_info is not None and started:
-            raise exc_info[1].with_traceback(exc_info[2])
-        started[:] = [status, headers]
-        return chunks.append
-
-    try:
-        result = app(environ, start_response)
-        try:
-            for chunk in result:
-                if chunk:
-                    chunks.append(chunk)
-        finally:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-        status, headers = started
-        code = int(status.split(" ", 1)[0])
-        return code, [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers], b"".join(chunks)
-    except Exception:
-        log.exception("the application failed")
-        return 500, [(b"content-type", b"application/json")], _status_body(500, "internal server error")

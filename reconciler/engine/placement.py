@@ -140,6 +140,46 @@ def _unresolvable(reason: str) -> PlacementResult:
     return PlacementResult(False, [], Code.UNRESOLVABLE, reason)
 
 
+def _search_depths(snapshot: Snapshot, required_level: str | None,
+                   preferred_level: str | None) -> tuple[list[int], str]:
+    """The depths of the topology tree the search tries, in order (the required level
+    only; from the preferred level up to the root; else from the leaves up), and ``""``;
+    or ``[]`` and why, for a level the snapshot does not know."""
+    levels, leaf = snapshot.levels, snapshot.tree.leaf_depth
+    known = ", ".join((*levels.keys, *levels.fallback, levels.name_of(leaf)))
+    if required_level is not None:
+        depth = levels.depth_of(required_level)
+        if depth is None:
+            return [], f"unknown topology level {required_level!r} (known: {known})"
+        return [depth], ""
+    if preferred_level is not None:
+        depth = levels.depth_of(preferred_level)
+        if depth is None:
+            return [], f"unknown topology level {preferred_level!r} (known: {known})"
+        return list(range(depth, -1, -1)), ""
+    return list(range(leaf, -1, -1)), ""
+
+
+def _placed(snapshot: Snapshot, order: Sequence[PodInfo], nodes: Sequence[int], depth: int, domain: int,
+            method: str) -> PlacementResult:
+    """The result of a plan found by ``method``: member ``order[k]`` (rank ``k``) on node
+    index ``nodes[k]``, all in domain ``domain`` of depth ``depth``."""
+    assignments = [
+        Assignment(pod.key, snapshot.nodes[i].name, rank, pod.requests)
+        for rank, (pod, i) in enumerate(zip(order, nodes, strict=True))
+    ]
+    return PlacementResult(
+        True,
+        assignments,
+        Code.SUCCESS,
+        f"placed {len(order)} members in {_domain(snapshot, depth, domain)}",
+        sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights),
+        _domain(snapshot, depth, domain),
+        len(order),
+        method,
+    )
+
+
 def place_gang(
     snapshot: Snapshot,
     members: Sequence[PodInfo],
@@ -167,31 +207,19 @@ def place_gang(
     order = sorted(members, key=lambda p: (p.rank, p.key))
     if not order:
         return PlacementResult(True, [], Code.SUCCESS, "no members", method="none")
-    levels, leaf = snapshot.levels, snapshot.tree.leaf_depth
     allowed = _allowed(snapshot, near)
-    known = ", ".join((*levels.keys, *levels.fallback, levels.name_of(leaf)))
-    if required_level is not None:
-        depth = levels.depth_of(required_level)
-        if depth is None:
-            return _unresolvable(f"unknown topology level {required_level!r} (known: {known})")
-        depths = [depth]
-    elif preferred_level is not None:
-        depth = levels.depth_of(preferred_level)
-        if depth is None:
-            return _unresolvable(f"unknown topology level {preferred_level!r} (known: {known})")
-        depths = list(range(depth, -1, -1))
-    else:
-        depths = list(range(leaf, -1, -1))
-
+    depths, unknown = _search_depths(snapshot, required_level, preferred_level)
+    if unknown:
+        return _unresolvable(unknown)
     shapes, shape_of = _shapes(order)
-    x = len(order)
+    size = len(order)
     if len(shapes) == 1:
         requests, eligible = shapes[0].requests, snapshot.eligible(shapes[0].flt)
     else:
         names = sorted({r for s in shapes for r in s.requests})
         requests = {r: max(s.requests.get(r, 0) for s in shapes) for r in names}
         eligible = [all(t) for t in zip(*(snapshot.eligible(s.flt) for s in shapes), strict=True)]
-    found = _place_uniform(snapshot, snapshot.capacity(requests, eligible), x, depths, exact_budget, allowed)
+    found = _place_uniform(snapshot, snapshot.capacity(requests, eligible), size, depths, exact_budget, allowed)
     mixed = None
     if len(shapes) > 1:
         # (a) first: the fill may hold the gang in a smaller domain than the envelope.
@@ -205,20 +233,7 @@ def place_gang(
         nodes = [i for i, count in chosen.counts for _ in range(count)]
     else:
         return _explain(snapshot, order, shapes, required_level, depths, allowed)
-    assignments = [
-        Assignment(pod.key, snapshot.nodes[i].name, rank, pod.requests)
-        for rank, (pod, i) in enumerate(zip(order, nodes, strict=True))
-    ]
-    return PlacementResult(
-        True,
-        assignments,
-        Code.SUCCESS,
-        f"placed {x} members in {_domain(snapshot, depth, j)}",
-        sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights),
-        _domain(snapshot, depth, j),
-        x,
-        method,
-    )
+    return _placed(snapshot, order, nodes, depth, j, method)
 
 
 Allowed = list[set[int]] | None

@@ -451,10 +451,10 @@ def _plan(args: argparse.Namespace) -> int:
     gangs = {k for key in keys if (k := gang_key(cluster.snapshot.pods[key], cluster.config)) is not None}
     result = views.plan(cluster, keys, expanded.managed, gangs)
     if args.output == "json":
-        gangs = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
+        rows = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
                   "placements": g.outcome.placements if g.outcome is not None else [],
                   "victims": g.outcome.victims if g.outcome is not None else []} for g in result.gangs]
-        print(json.dumps({"pods": list(result.pods), "untouched": list(result.untouched), "gangs": gangs}, indent=2))
+        print(json.dumps({"pods": list(result.pods), "untouched": list(result.untouched), "gangs": rows}, indent=2))
     else:
         sys.stdout.write(render_plan(result, result.cluster, source))
     return 0

@@ -1,4 +1,4 @@
-"""Self-managed webhook certificates (reconciler/daemon/certificates.py) against the in-memory store:
+"""Self-managed webhook certificates (reconciler/daemon/certificates/) against the in-memory store:
 what each pass writes and in which order, and, over simulated months and minutes, that every
 certificate a replica may be serving verifies against the caBundle the API server holds."""
 
@@ -22,10 +22,10 @@ from reconciler.daemon.certificates import (
     CertificateError,
     CertificateManager,
     ConfigState,
-    FakeCertificateStore,
     Settings,
     split_pem,
 )
+from reconciler.daemon.certificates.fake import FakeCertificateStore
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SECONDS = dt.timedelta(seconds=1)

@@ -9,7 +9,8 @@ import pytest
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import FakeWriter, PodRef, WriteError
+from reconciler.daemon.writer import PodRef, WriteError
+from reconciler.daemon.writer.fake import FakeWriter
 from reconciler.engine.lifecycle import Phase
 from tests.reconciler.builders import make_node, make_pod
 from troupe import contract

@@ -24,7 +24,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import FakeWriter, PodRef, WriteError
+from reconciler.daemon.writer import PodRef, WriteError
+from reconciler.daemon.writer.fake import FakeWriter
 from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from tests.reconciler.builders import make_node, make_pod

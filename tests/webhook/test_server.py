@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.webhook.builders import TLSFiles, make_tls
-from webhook.server import DEFAULT_LIMITS, ConnectionServer, Limits, Listener, run_wsgi
+from webhook.server import DEFAULT_LIMITS, ConnectionServer, Limits, Listener
 from webhook.tls import CertReloader
+from webhook.wsgi import run_wsgi
 
 
 def echo_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:

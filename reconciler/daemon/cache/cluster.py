@@ -1,26 +1,5 @@
-"""The reconciler's in-memory view of the cluster: each pod and node with its parsed form,
-the index of gangs, Jobs' parallelism, and the workload objects that size gangs of
-``<prefix>-size: auto`` (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, kept as
-:class:`~reconciler.engine.workloads.Workload` values, not as objects).
-
-Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
-(:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
-when the next gang is planned, before the watch event arrives, the way kube-scheduler
-assumes a pod it has bound). Objects are parsed once, when they arrive
-(:class:`~reconciler.engine.snapshot.PodInfo`, :class:`~reconciler.engine.snapshot.NodeInfo`),
-and kept next to the object; an object that cannot be parsed is kept out of plans with one
-log line (one odd node, say one still registering without ``status.allocatable``, must not
-stop every plan). Each feeding method returns the gang keys whose state may have changed,
-for the work queue.
-
-Only what Troupe reads is stored: every object is cut down by the retain policy of its
-kind (:mod:`reconciler.objects.retain`) before it is stored, whether it comes from an informer
-(:meth:`ClusterCache.retain_pod`, :meth:`ClusterCache.retain_node` as the informers'
-``transform``, page by page during a list) or from a write's response (:meth:`assume`).
-A re-list after ``410 Gone`` does not hold two copies: an object whose uid and
-resourceVersion the cache already holds is not cut again but shared, and is neither parsed
-nor indexed again (docs/decisions/017-cache-memory.md).
-"""
+"""The reconciler's in-memory view of the cluster (:class:`ClusterCache`; the package
+docstring of :mod:`reconciler.daemon.cache` says how it is fed and what it keeps)."""
 
 from __future__ import annotations
 
@@ -30,20 +9,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
-from reconciler.engine import workloads as wl
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.fields import ObjectError
-from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
+from reconciler.engine.gang import Gang, build_gang, gang_key
 from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract
 from troupe.config import Config
 
-log = logging.getLogger(__name__)
-
-Obj = Mapping[str, Any]
+log = logging.getLogger("reconciler.daemon.cache")
 
 
 @dataclass(frozen=True)
@@ -59,16 +36,11 @@ def _rv(obj: Obj) -> int | None:
     return int(raw) if isinstance(raw, str) and raw.isdigit() else None
 
 
-def _ns_name(obj: Obj) -> tuple[str, str]:
-    meta = contract.pod_meta(obj)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-
-
 def _parse(kind: str, obj: Obj, parse: Any) -> Any:
     try:
         return parse(obj)
     except ObjectError as e:
-        ns, name = _ns_name(obj)
+        ns, name = namespace_and_name(obj)
         log.warning("%s %s left out of placement: %s", kind, f"{ns}/{name}" if kind == "pod" else name, e)
         return None
 
@@ -90,6 +62,15 @@ def group_key(name: str) -> str:
 def group_of_key(key: str) -> str | None:
     """The group name of a :func:`group_key`, or None for a gang key."""
     return key[4:] if key.startswith("sdg:") else None
+
+
+def _older(obj: Obj, current: Entry | None) -> bool:
+    """Whether ``obj`` is older (a lower resourceVersion) than the cached ``current``: an
+    event or a list that a write of ours overtook."""
+    new_rv, cur_rv = _rv(obj), _rv(current.obj) if current is not None else None
+    return new_rv is not None and cur_rv is not None and new_rv < cur_rv
+
+
 def _same_version(a: Obj, b: Obj) -> bool:
     """Same uid and resourceVersion: the same version of the same object."""
     ma, mb = contract.pod_meta(a), contract.pod_meta(b)
@@ -116,15 +97,12 @@ class ClusterCache:
         self._nodes: dict[str, Entry] = {}
         self._gang_of: dict[PodRef, str] = {}
         self._members: dict[str, set[PodRef]] = {}
-        self._parallelism: dict[tuple[str, str], int] = {}
-        self._workloads: dict[wl.WorkloadKey, wl.Workload] = {}
-        self._unavailable: dict[str, str] = {}
-        self._workloads_view: tuple[int, wl.Workloads] | None = None
+        #: Jobs' parallelism and the workloads that size auto gangs.
+        self.workloads = WorkloadIndex()
         self.version = 0
         self._snapshot: tuple[int, Snapshot] | None = None
         self._node_version = 0
         self._table: tuple[int, NodeTable] | None = None
-        self._jobs_version = 0
         self._gang_version: dict[str, int] = {}
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
         self._groups: dict[str, Entry] = {}
@@ -151,7 +129,7 @@ class ClusterCache:
         """What the cache keeps of ``node`` (:data:`reconciler.objects.retain.NODE`), or the object
         it holds already when this is the same version: the nodes informer's ``transform``."""
         with self._lock:
-            current = self._nodes.get(_ns_name(node)[1])
+            current = self._nodes.get(namespace_and_name(node)[1])
         return self._retain(NODE, node, current)
 
     def retain_job(self, job: Obj) -> Obj:
@@ -231,9 +209,7 @@ class ClusterCache:
             with self._lock:
                 ref = PodRef.of(pod)
                 seen.add(ref)
-                current = self._pods.get(ref)
-                new_rv, cur_rv = _rv(pod), _rv(current.obj) if current is not None else None
-                if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
+                if _older(pod, self._pods.get(ref)):
                     continue  # the controller assumed a newer version while the list was on its way
                 self._put_pod(pod)
         with self._lock:
@@ -254,10 +230,9 @@ class ClusterCache:
                 self._bury(("pod", str(ref)), pod)
                 return self._drop_pod(ref)
             current = self._pods.get(ref)
-            new_rv, cur_rv = _rv(pod), _rv(current.obj) if current is not None else None
-            if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
+            if _older(pod, current):
                 return set()
-            if current is None and self._buried(("pod", str(ref)), new_rv):
+            if current is None and self._buried(("pod", str(ref)), _rv(pod)):
                 return set()
             return self._put_pod(pod)
 
@@ -288,17 +263,21 @@ class ClusterCache:
         """Record the object a write of ours returned, ahead of its watch event."""
         self.pod_event("MODIFIED", pod)
 
+    def _lookup(self, table: Mapping[Any, Entry], key: object) -> tuple[Obj | None, Any]:
+        """The object of ``key`` in ``table`` (one of the cache's) and its parsed form, or
+        ``(None, None)``."""
+        with self._lock:
+            entry = table.get(key)
+        return (None, None) if entry is None else (entry.obj, entry.info)
+
     def pod(self, ref: PodRef) -> Obj | None:
         """The cached pod object, or None."""
-        with self._lock:
-            entry = self._pods.get(ref)
-            return None if entry is None else entry.obj
+        return self._lookup(self._pods, ref)[0]
 
     def pod_info(self, ref: PodRef) -> PodInfo | None:
         """The parsed cached pod, or None (unknown, or unreadable)."""
-        with self._lock:
-            entry = self._pods.get(ref)
-            return None if entry is None else entry.info
+        info: PodInfo | None = self._lookup(self._pods, ref)[1]
+        return info
 
     def pod_refs(self) -> list[PodRef]:
         """Every cached pod's reference, sorted."""
@@ -318,16 +297,15 @@ class ClusterCache:
             refs = self._members.get(key)
             if not refs:
                 return None
-            stamp = (self._gang_version.get(key, 0), self._jobs_version)
+            jobs_version, parallelism, workloads = self.workloads.view()
+            stamp = (self._gang_version.get(key, 0), jobs_version)
             memo = self._gangs.get(key)
             if memo is not None and memo[0] == stamp:
                 return memo[1]
             pods = [self._pods[r].info for r in refs]
-            parallelism = dict(self._parallelism)
-            workloads = self._workloads_now()
         gang = build_gang(key, pods, self.config, parallelism, workloads)
         with self._lock:
-            if (self._gang_version.get(key, 0), self._jobs_version) == stamp:
+            if (self._gang_version.get(key, 0), self.workloads.version) == stamp:
                 self._gangs[key] = (stamp, gang)
         return gang
 
@@ -344,75 +322,33 @@ class ClusterCache:
                 if any((i := self._pods[r].info).active and i.gated for r in refs)
             )
 
-    # --- jobs ------------------------------------------------------------------------
+    # --- jobs and workloads (:class:`WorkloadIndex`) -----------------------------------
     def replace_jobs(self, items: Iterable[Obj]) -> None:
-        """Replace every Job with a fresh list (only its parallelism and its
-        :class:`~reconciler.engine.workloads.Workload` are kept)."""
-        items = list(items)
-        with self._lock:
-            self._parallelism = {_ns_name(j): job_parallelism(j) for j in items}
-            self._jobs_version += 1
-        self.replace_workloads(wl.JOB.kind, items)
+        """:meth:`WorkloadIndex.replace_jobs`."""
+        self.workloads.replace_jobs(items)
 
     def job_event(self, kind: str, job: Obj) -> None:
-        """Apply a Job watch event."""
-        with self._lock:
-            key = _ns_name(job)
-            before = self._parallelism.get(key)
-            if kind == "DELETED":
-                self._parallelism.pop(key, None)
-            else:
-                self._parallelism[key] = job_parallelism(job)
-            if self._parallelism.get(key) != before:
-                self._jobs_version += 1
-        self.workload_event(wl.JOB.kind, kind, job)
-
-    # --- workloads -------------------------------------------------------------------
-    def _workloads_now(self) -> wl.Workloads:
-        """The workloads as one value, made again only after a change (caller holds the lock)."""
-        if self._workloads_view is None or self._workloads_view[0] != self._jobs_version:
-            self._workloads_view = (self._jobs_version, wl.Workloads(dict(self._workloads), dict(self._unavailable)))
-        return self._workloads_view[1]
+        """:meth:`WorkloadIndex.job_event`."""
+        self.workloads.job_event(kind, job)
 
     def replace_workloads(self, kind: str, items: Iterable[Obj]) -> None:
-        """Replace every workload of ``kind`` (``JobSet``...) with a fresh list; the kind
-        is readable again."""
-        fresh = wl.workloads_of(kind, items)
-        with self._lock:
-            self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
-            self._workloads.update(fresh)
-            self._unavailable.pop(kind, None)
-            self._jobs_version += 1
+        """:meth:`WorkloadIndex.replace_workloads`."""
+        self.workloads.replace_workloads(kind, items)
 
     def workload_event(self, kind: str, event: str, obj: Obj) -> None:
-        """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``) of a workload of ``kind``."""
-        new = wl.workload(kind, obj)
-        if new is None:
-            return
-        with self._lock:
-            before = self._workloads.get(new.key)
-            if event == "DELETED":
-                self._workloads.pop(new.key, None)
-            else:
-                self._workloads[new.key] = new
-            if self._workloads.get(new.key) != before:
-                self._jobs_version += 1
+        """:meth:`WorkloadIndex.workload_event`."""
+        self.workloads.workload_event(kind, event, obj)
 
     def workload_unavailable(self, kind: str, why: str) -> None:
-        """Record that no object of ``kind`` can be read (``why``: its CRD is not
-        installed, say); its gangs wait with that reason."""
-        with self._lock:
-            self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
-            if self._unavailable.get(kind) != why:
-                self._unavailable[kind] = why
-                self._jobs_version += 1
+        """:meth:`WorkloadIndex.workload_unavailable`."""
+        self.workloads.workload_unavailable(kind, why)
 
     # --- SharedDeviceGroups ------------------------------------------------------------
     def _parse_group(self, obj: Obj) -> Entry:
         try:
             return Entry(obj, DeviceGroup.from_object(obj))
         except ObjectError as e:
-            log.warning("SharedDeviceGroup %s cannot be read: %s", _ns_name(obj)[1], e)
+            log.warning("SharedDeviceGroup %s cannot be read: %s", namespace_and_name(obj)[1], e)
             return Entry(obj, str(e))
 
     def replace_groups(self, items: Iterable[Obj]) -> set[str]:
@@ -420,23 +356,22 @@ class ClusterCache:
         (:func:`group_key`) before or after."""
         with self._lock:
             before = set(self._groups)
-            self._groups = {_ns_name(g)[1]: self._parse_group(self.retain_group(g)) for g in items}
+            self._groups = {namespace_and_name(g)[1]: self._parse_group(self.retain_group(g)) for g in items}
             self.version += 1
             return {group_key(g) for g in before | set(self._groups)}
 
     def group_event(self, kind: str, obj: Obj) -> set[str]:
         """Apply a SharedDeviceGroup watch event; returns its group key."""
         with self._lock:
-            name = _ns_name(obj)[1]
+            name = namespace_and_name(obj)[1]
             if kind == "DELETED":
                 self._bury(("group", name), obj)
                 self._groups.pop(name, None)
             else:
                 current = self._groups.get(name)
-                new_rv, cur_rv = _rv(obj), _rv(current.obj) if current is not None else None
-                if new_rv is not None and cur_rv is not None and new_rv < cur_rv:
+                if _older(obj, current):
                     return set()
-                if current is None and self._buried(("group", name), new_rv):
+                if current is None and self._buried(("group", name), _rv(obj)):
                     return set()
                 self._groups[name] = self._parse_group(self.retain_group(obj))
             self.version += 1
@@ -478,7 +413,7 @@ class ClusterCache:
         seen: set[str] = set()
         for n in items:
             with self._lock:
-                name = _ns_name(n)[1]
+                name = namespace_and_name(n)[1]
                 seen.add(name)
                 current = self._nodes.get(name)
                 n = self._retain(NODE, n, current)
@@ -494,7 +429,7 @@ class ClusterCache:
         """Apply a node watch event; returns whether anything a decision reads changed
         (a status heartbeat changes nothing)."""
         with self._lock:
-            name = _ns_name(node)[1]
+            name = namespace_and_name(node)[1]
             if kind == "DELETED":
                 if self._nodes.pop(name, None) is None:
                     return False
@@ -513,15 +448,12 @@ class ClusterCache:
 
     def node_info(self, name: str) -> NodeInfo | None:
         """The parsed node, or None (unknown, or unreadable)."""
-        with self._lock:
-            entry = self._nodes.get(name)
-            return None if entry is None else entry.info
+        info: NodeInfo | None = self._lookup(self._nodes, name)[1]
+        return info
 
     def node(self, name: str) -> Obj | None:
         """The cached node object, or None."""
-        with self._lock:
-            entry = self._nodes.get(name)
-            return None if entry is None else entry.obj
+        return self._lookup(self._nodes, name)[0]
 
     # --- snapshots -------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

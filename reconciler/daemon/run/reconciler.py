@@ -1,49 +1,24 @@
-"""``python -m reconciler run``: informers -> cache -> work queue -> gang controller -> writes.
-
-One worker decides gangs one at a time, so two gangs are never planned against the same
-free capacity; a release then writes its members in parallel (``releaseConcurrency``).
-Pod and node watches keep the cache current. An event re-queues only the gangs it can
-help (docs/decisions/019-queue-order.md): a gang's own pods, and, for a change that may
-make room (a pod deleted or finished, a node whose labels, taints, readiness or capacity
-changed), the gangs waiting for room that some gated member could run on that node; a gang
-the event cannot help keeps its backoff. The worker takes the highest-priority gang first,
-and namespaces of equal priority in turn. On start (and on taking over) every waiting gang
-is decided once in queue order before anything is written, so a new leader holds and
-blocks as the old one did.
-
-The HTTP server (``--metrics-bind``) serves ``/metrics`` (Prometheus), ``/healthz`` (the
-worker thread is alive and not stuck on one gang, and every informer lists and watches;
-else 503 with the reason), ``/readyz`` (caches synced and leading, or standing by as a
-follower; JSON body ``{"ready", "role", "synced", "waiting_for"}``, the last naming the
-informers that have not listed yet) and ``/debug/gangs`` (every gang's last phase and
-reason, JSON).
-
-With leader election, every write passes the elector's fence, and a clean shutdown
-closes it, drains the writes in flight and releases the Lease
-(docs/decisions/016-bounded-failure-detection.md).
+"""The running reconciler (:class:`Reconciler`): its informers feed the cache and the work
+queue, its one worker thread reconciles gangs and SharedDeviceGroups through the gang
+controller, and each reconcile's outcome becomes metrics and logs. The package docstring of
+:mod:`reconciler.daemon.run` says what is queued when, and why one worker.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
-import signal
-import socket
-import socketserver
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import Counter, Gauge, Histogram
 
 from reconciler import kube
-from reconciler.daemon import certificates, metrics
+from reconciler.daemon import metrics
 from reconciler.daemon.cache import ClusterCache, group_of_key
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.election import Elector, LeaderElection
 from reconciler.daemon.queue import ShutDown, WorkQueue
 from reconciler.daemon.writer import UNFENCED, Fence
 from reconciler.engine import workloads as wl
@@ -80,6 +55,17 @@ POOL_EXTRA = 11
 #: A reconcile of one gang that has run this long, seconds, makes ``/healthz`` fail: the
 #: worker is stuck (a release of 512 members takes seconds).
 WORKER_STUCK_SECONDS = 300.0
+
+
+def _failing_seconds(informer: kube.Informer) -> Callable[[], float]:
+    """A reading of how long ``informer``'s lists and watches have been failing, seconds
+    (0 while they work)."""
+
+    def seconds() -> float:
+        since = informer.failing_since
+        return 0.0 if since is None else float(informer.clock() - since)
+
+    return seconds
 
 
 class Reconciler:
@@ -232,7 +218,7 @@ class Reconciler:
                     self.gang_metrics.forget(key)
                     self.queue.forget(key)
                 else:
-                    self.gang_metrics.observe(key, outcome, lambda k=key: self.cache.gang(k), time.time())
+                    self.gang_metrics.observe(key, outcome, functools.partial(self.cache.gang, key), time.time())
                     RECONCILES.labels(outcome.phase.value).inc()
                     if outcome.preempted and not outcome.retry:
                         PREEMPTIONS.labels(self.config.gang_preemption_mode).inc()
@@ -289,8 +275,7 @@ class Reconciler:
     def export_metrics(self) -> None:
         """Report every informer's failing time as ``troupe_informer_failing_seconds``."""
         for informer in self.informers():
-            INFORMER_FAILING.labels(informer.resource.name).set_function(
-                lambda i=informer: 0.0 if i.failing_since is None else i.clock() - i.failing_since)
+            INFORMER_FAILING.labels(informer.resource.name).set_function(_failing_seconds(informer))
 
     def informers(self) -> list[kube.Informer]:
         """Every informer this reconciler owns (any attribute that is one, or a list of them)."""
@@ -331,175 +316,3 @@ class Reconciler:
             self._worker.join(timeout=5)
         self.controller.close()
         self.writer.close()
-
-
-class Health:
-    """What ``/healthz`` and ``/readyz`` report: the ``role`` (``starting``, ``standby``
-    while campaigning for the Lease, ``leader``, or ``single`` without leader election)
-    and the running :class:`Reconciler` once it acts."""
-
-    def __init__(self) -> None:
-        self.role = "starting"
-        self.reconciler: Reconciler | None = None
-
-    def ready(self) -> tuple[bool, dict[str, Any]]:
-        """``(ready, body)``: a follower is ready (it stands by); a leader once synced.
-        ``waiting_for`` names the informers that have not listed yet."""
-        synced = self.reconciler is not None and self.reconciler.synced.is_set()
-        ready = self.role == "standby" or (self.role in ("leader", "single") and synced)
-        waiting = self.reconciler.waiting_for() if self.reconciler is not None and self.role != "standby" else []
-        return ready, {"ready": ready, "role": self.role, "synced": synced, "waiting_for": waiting}
-
-    def healthy(self) -> tuple[bool, str]:
-        """``(healthy, why)``."""
-        dead = self.reconciler.alive() if self.reconciler is not None else ""
-        return (not dead, dead or "ok")
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-def serve_http(host: str, port: int, health: Health) -> WSGIServer:
-    """Serve ``/metrics``, ``/healthz``, ``/readyz`` and ``/debug/gangs`` on
-    ``host:port`` from a daemon thread; returns the server (``shutdown()`` stops it)."""
-    metrics = make_wsgi_app()
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path == "/metrics":
-            return metrics(environ, start_response)  # type: ignore[no-any-return]
-        if path == "/healthz":
-            ok, why = health.healthy()
-            body, status = why.encode(), "200 OK" if ok else "503 Service Unavailable"
-            ctype = "text/plain"
-        elif path == "/readyz":
-            ok, info = health.ready()
-            body, status, ctype = json.dumps(info).encode(), "200 OK" if ok else "503 Service Unavailable", "application/json"
-        elif path == "/debug/gangs":
-            gangs = health.reconciler.controller.status() if health.reconciler is not None else {}
-            body = json.dumps([{"gang": k, "phase": p.value, "reason": r} for k, (p, r) in sorted(gangs.items())]).encode()
-            status, ctype = "200 OK", "application/json"
-        else:
-            body, status, ctype = b"not found\n", "404 Not Found", "text/plain"
-        start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
-        return [body]
-
-    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
-
-
-def _host_port(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--metrics-bind: expected HOST:PORT, got {value!r}")
-    return host, int(port)
-
-
-def run(
-    kubeconfig: str | None,
-    config: Config,
-    metrics_bind: str | None,
-    election: LeaderElection | None = None,
-    webhook_certificates: certificates.Settings | None = None,
-    state: tuple[str, str] | None = None,
-) -> int:
-    """Run until SIGINT/SIGTERM; returns the exit code.
-
-    With ``election``, the reconciler acts only while it holds the Lease, and every write
-    passes the elector's fence. A replica that loses the Lease stops acting at once (its
-    fence is closed) and exits with code 1, so that its pod restarts as a follower (what
-    kube-controller-manager does). On SIGTERM it closes its fence, lets the writes in
-    flight finish, stops, and releases the Lease, so the next leader need not wait for it
-    to expire. The user agent of its requests names this replica
-    (``troupe-reconciler (<host>_<id>)``), as the API server's audit log shows it. With
-    ``webhook_certificates``, the acting replica also keeps the webhook's certificates
-    (``reconciler/daemon/certificates.py``). ``state``: the ConfigMap of the reconciler's own
-    state (rollback backoffs), so that a failover or restart continues where it stopped.
-    """
-    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    agent = f"troupe-reconciler ({identity})"
-    try:
-        api = kube.api_client(kubeconfig, pool_size=POOL_EXTRA, user_agent=agent)
-    except Exception as e:  # the client raises several types for a bad kubeconfig
-        raise ValueError(f"--kubeconfig: cannot build an API client: {e}") from e
-    try:
-        user = kube.whoami(api)
-    except Exception as e:  # noqa: BLE001  an old or locked-down API server: carry on, say so
-        log.warning("could not ask the API server who this reconciler is: %s", e)
-    else:
-        if user != config.reconciler_username:
-            log.warning(
-                "running as %r but reconcilerUsername is %r: the webhook will refuse this "
-                "reconciler's decision annotations", user, config.reconciler_username,
-            )
-        else:
-            log.info("running as %s", user)
-    health = Health()
-    if metrics_bind:
-        host, port = _host_port(metrics_bind)
-        serve_http(host, port, health)
-        log.info("metrics and probes on http://%s:%d (/metrics, /healthz, /readyz, /debug/gangs)", host, port)
-    certs = kube.webhook_certificates(api, webhook_certificates) if webhook_certificates else None
-    done = threading.Event()
-    exit_code = 0
-    elector: Elector | None = None
-    reconciler: Reconciler | None = None
-
-    def started() -> None:
-        assert election is not None and reconciler is not None
-        log.info("%s leads (Lease %s/%s): reconciling", identity, election.namespace, election.name)
-        health.role, health.reconciler = "leader", reconciler
-        if certs is not None:
-            certs.start()
-        reconciler.start()
-
-    def stopped() -> None:
-        nonlocal exit_code
-        assert election is not None
-        log.error("%s lost the Lease %s/%s: stopping", identity, election.namespace, election.name)
-        exit_code = 1
-        done.set()
-
-    fence: Fence = UNFENCED
-    if election is not None:
-        leases = kube.KubeLeases(kube.api_client(kubeconfig, pool_size=2, user_agent=agent, retries=0),
-                                 election.namespace, election.name)
-        elector = Elector(leases, election, identity, started, stopped)
-        fence = elector
-    writer_api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + 2, user_agent=agent,
-                                 fence=fence.check if elector is not None else None)
-    reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence, state=state)
-
-    def _signal(signum: int, _frame: object) -> None:
-        log.info("received %s: stopping", signal.Signals(signum).name)
-        done.set()
-
-    signal.signal(signal.SIGTERM, _signal)
-    signal.signal(signal.SIGINT, _signal)
-    LEADER.set_function(lambda: 1.0 if elector is None or elector.leading else 0.0)
-    if elector is None:
-        health.role, health.reconciler = "single", reconciler
-        if certs is not None:
-            certs.start()
-        reconciler.start()
-    else:
-        assert election is not None
-        log.info("%s campaigns for the Lease %s/%s", identity, election.namespace, election.name)
-        health.role = "standby"
-        elector.start()
-    done.wait()
-    if certs is not None:
-        certs.stop()
-    if elector is not None:
-        elector.stop()  # the fence closes: no write starts from here on
-    reconciler.stop()  # the writes in flight finish (or fail) here
-    if elector is not None and exit_code == 0:
-        elector.release()
-    return exit_code

@@ -1,0 +1,32 @@
+"""The reconciler's in-memory view of the cluster: each pod and node with its parsed form,
+the index of gangs, SharedDeviceGroups and their pods (:class:`ClusterCache`, in
+:mod:`~reconciler.daemon.cache.cluster`), and what sizes gangs of ``<prefix>-size: auto``:
+Jobs' parallelism and the workload objects (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs,
+kept as :class:`~reconciler.engine.workloads.Workload` values, not as objects;
+:class:`WorkloadIndex`, in :mod:`~reconciler.daemon.cache.workloads`).
+
+Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
+(:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
+when the next gang is planned, before the watch event arrives, the way kube-scheduler
+assumes a pod it has bound). Objects are parsed once, when they arrive
+(:class:`~reconciler.engine.snapshot.PodInfo`, :class:`~reconciler.engine.snapshot.NodeInfo`),
+and kept next to the object; an object that cannot be parsed is kept out of plans with one
+log line (one odd node, say one still registering without ``status.allocatable``, must not
+stop every plan). Each feeding method returns the gang keys whose state may have changed,
+for the work queue.
+
+Only what Troupe reads is stored: every object is cut down by the retain policy of its
+kind (:mod:`reconciler.objects.retain`) before it is stored, whether it comes from an informer
+(:meth:`ClusterCache.retain_pod`, :meth:`ClusterCache.retain_node` as the informers'
+``transform``, page by page during a list) or from a write's response (:meth:`ClusterCache.assume`).
+A re-list after ``410 Gone`` does not hold two copies: an object whose uid and
+resourceVersion the cache already holds is not cut again but shared, and is neither parsed
+nor indexed again (docs/decisions/017-cache-memory.md).
+"""
+
+from __future__ import annotations
+
+from reconciler.daemon.cache.cluster import ClusterCache, Entry, group_key, group_of_key
+from reconciler.daemon.cache.workloads import WorkloadIndex
+
+__all__ = ["ClusterCache", "Entry", "WorkloadIndex", "group_key", "group_of_key"]

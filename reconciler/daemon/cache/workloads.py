@@ -1,0 +1,105 @@
+"""What sizes gangs of ``<prefix>-size: auto``: Jobs' parallelism and the workload objects
+(Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, kept as
+:class:`~reconciler.engine.workloads.Workload` values, not as objects), and the kinds that
+cannot be read (docs/decisions/014-workload-gangs.md).
+
+:class:`WorkloadIndex` is the part of :class:`~reconciler.daemon.cache.ClusterCache` that
+keeps them; the cache builds a gang from its pods and :meth:`WorkloadIndex.view`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from reconciler.engine import workloads as wl
+from reconciler.engine.gang import job_parallelism
+from troupe import contract
+
+Obj = Mapping[str, Any]
+
+
+def namespace_and_name(obj: Obj) -> tuple[str, str]:
+    """An object's ``(namespace, name)`` (namespace ``default`` when absent)."""
+    meta = contract.pod_meta(obj)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+class WorkloadIndex:
+    """Jobs' parallelism by ``(namespace, name)``, workloads by
+    :data:`~reconciler.engine.workloads.WorkloadKey`, and why a kind cannot be read.
+    :attr:`version` counts changes (a gang built from an older version is stale).
+    Thread-safe; it takes no other lock while it holds its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._parallelism: dict[tuple[str, str], int] = {}
+        self._workloads: dict[wl.WorkloadKey, wl.Workload] = {}
+        self._unavailable: dict[str, str] = {}
+        self._view: tuple[int, dict[tuple[str, str], int], wl.Workloads] | None = None
+        self.version = 0
+
+    def view(self) -> tuple[int, dict[tuple[str, str], int], wl.Workloads]:
+        """``(version, Jobs' parallelism, workloads)`` as one consistent value, made again
+        only after a change; callers must not change it."""
+        with self._lock:
+            if self._view is None or self._view[0] != self.version:
+                self._view = (self.version, dict(self._parallelism),
+                              wl.Workloads(dict(self._workloads), dict(self._unavailable)))
+            return self._view
+
+    def replace_jobs(self, items: Iterable[Obj]) -> None:
+        """Replace every Job with a fresh list (only its parallelism and its
+        :class:`~reconciler.engine.workloads.Workload` are kept)."""
+        items = list(items)
+        with self._lock:
+            self._parallelism = {namespace_and_name(j): job_parallelism(j) for j in items}
+            self.version += 1
+        self.replace_workloads(wl.JOB.kind, items)
+
+    def job_event(self, kind: str, job: Obj) -> None:
+        """Apply a Job watch event."""
+        with self._lock:
+            key = namespace_and_name(job)
+            before = self._parallelism.get(key)
+            if kind == "DELETED":
+                self._parallelism.pop(key, None)
+            else:
+                self._parallelism[key] = job_parallelism(job)
+            if self._parallelism.get(key) != before:
+                self.version += 1
+        self.workload_event(wl.JOB.kind, kind, job)
+
+    def replace_workloads(self, kind: str, items: Iterable[Obj]) -> None:
+        """Replace every workload of ``kind`` (``JobSet``...) with a fresh list; the kind
+        is readable again."""
+        fresh = wl.workloads_of(kind, items)
+        with self._lock:
+            self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
+            self._workloads.update(fresh)
+            self._unavailable.pop(kind, None)
+            self.version += 1
+
+    def workload_event(self, kind: str, event: str, obj: Obj) -> None:
+        """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``) of a workload of ``kind``."""
+        new = wl.workload(kind, obj)
+        if new is None:
+            return
+        with self._lock:
+            before = self._workloads.get(new.key)
+            if event == "DELETED":
+                self._workloads.pop(new.key, None)
+            else:
+                self._workloads[new.key] = new
+            if self._workloads.get(new.key) != before:
+                self.version += 1
+
+    def workload_unavailable(self, kind: str, why: str) -> None:
+        """Record that no object of ``kind`` can be read (``why``: its CRD is not
+        installed, say); its gangs wait with that reason."""
+        with self._lock:
+            self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
+            if self._unavailable.get(kind) != why:
+                self._unavailable[kind] = why
+                self.version += 1

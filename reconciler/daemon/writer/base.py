@@ -1,0 +1,94 @@
+"""What every part of the writer port shares: its errors, the :class:`Fence` a write
+passes first, the :class:`Fenced` base holding it, and :class:`PodRef`.
+
+Errors: :class:`Conflict` (the object changed in a way that forbids the write),
+:class:`Gone` (it no longer exists, or was replaced by a pod of another UID),
+:class:`Refused` (an eviction a PodDisruptionBudget forbids), :class:`LostLeadership`
+(this replica may no longer write: its :class:`Fence` is closed), :class:`WriteError`
+(anything else).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class WriteError(RuntimeError):
+    """A write failed for a reason other than a conflict or a missing object."""
+
+
+class Conflict(WriteError):
+    """The object changed since it was read (HTTP 409), in a way the write cannot absorb."""
+
+
+class Gone(WriteError):
+    """The object no longer exists (HTTP 404), was replaced by one of another UID, or a
+    watch's resourceVersion expired (410)."""
+
+
+class Refused(WriteError):
+    """An eviction was refused (HTTP 429): a PodDisruptionBudget allows no disruption now."""
+
+
+class LostLeadership(WriteError):
+    """This replica does not hold the Lease, or cannot be sure it still does (its last
+    renewal is older than the renew deadline): it must not write."""
+
+
+class Fence(Protocol):
+    """What a write asks before it goes out (:class:`reconciler.daemon.election.Elector`)."""
+
+    def check(self) -> None:
+        """Raise :class:`LostLeadership` unless this replica may write now. No I/O."""
+
+    def confirm(self) -> None:
+        """:meth:`check`, and ask the API server too (before a batch of writes). Raises
+        :class:`LostLeadership`."""
+
+
+class Unfenced:
+    """The fence of a reconciler that runs alone (no leader election): always open."""
+
+    def check(self) -> None:
+        """Never raises."""
+
+    def confirm(self) -> None:
+        """Never raises."""
+
+
+#: The open fence.
+UNFENCED: Fence = Unfenced()
+
+
+
+class Fenced:
+    """A part of the writer port: ``fence`` is checked before every primitive write
+    (:class:`Unfenced` unless set; docs/decisions/016-bounded-failure-detection.md)."""
+
+    fence: Fence = UNFENCED
+
+
+@dataclass(frozen=True, order=True)
+class PodRef:
+    """A pod's ``namespace/name``."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodRef:
+        """The reference of a pod dict."""
+        m = pod.get("metadata") or {}
+        return cls(str(m.get("namespace") or "default"), str(m.get("name") or ""))
+
+    @classmethod
+    def parse(cls, key: str) -> PodRef:
+        """The reference of a ``namespace/name`` key."""
+        namespace, _, name = key.partition("/")
+        return cls(namespace, name)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+

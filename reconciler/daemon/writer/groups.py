@@ -1,0 +1,46 @@
+"""The writes to SharedDeviceGroups (cluster-scoped custom objects): their status and
+Troupe's finalizer.
+
+:class:`GroupWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that makes
+them, over one primitive a subclass provides (``_patch_group``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.daemon.writer.base import Fenced
+
+
+class GroupWrites(Fenced, abc.ABC):
+    """A SharedDeviceGroup's status (through its ``status`` subresource) and finalizers."""
+
+    @abc.abstractmethod
+    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+        """Patch the SharedDeviceGroup ``name`` (cluster-scoped): ``patch`` is a JSON merge
+        patch (a mapping) or a JSON patch (a list of operations); ``status``: through the
+        ``status`` subresource. Returns the group. Raises
+        :class:`~reconciler.daemon.writer.base.Conflict` (a stale
+        ``metadata.resourceVersion`` in a merge patch),
+        :class:`~reconciler.daemon.writer.base.Gone`,
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    def set_group_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the group's whole ``status`` (phase, nodeName, selectedDevices,
+        conditions) through its status subresource; returns the group. Raises
+        :class:`~reconciler.daemon.writer.base.Gone`,
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+        self.fence.check()
+        return self._patch_group(name, [{"op": "add", "path": "/status", "value": dict(status)}], status=True)
+
+    def set_group_finalizers(self, name: str, finalizers: list[str], resource_version: str) -> dict[str, Any]:
+        """Set the group's ``metadata.finalizers`` to ``finalizers`` if it is still at
+        ``resource_version`` (adding or removing Troupe's finalizer; other finalizers are
+        kept by the caller); returns the group. Raises
+        :class:`~reconciler.daemon.writer.base.Conflict` when the group changed meanwhile,
+        :class:`~reconciler.daemon.writer.base.Gone`,
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+        self.fence.check()
+        return self._patch_group(name, {"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}})

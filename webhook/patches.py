@@ -1,0 +1,204 @@
+"""The JSON Patch operations (RFC 6902) a pod with Troupe keys gets on CREATE, built
+directly, without a deep copy and a diff (``docs/decisions/002-webhook.md``): Troupe's gate,
+the device env entries and the shared-node toleration of a SharedDeviceGroup member, the
+``<prefix>-size: auto`` of a namespace opted in; and the check that a group member does
+not request a shared resource itself. The rules are in :mod:`webhook.admission`.
+
+A part of the pod the patch must touch that has the wrong JSON type raises
+:class:`Malformed` (the admission denies the pod with its message).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from troupe.config import Config
+from troupe.contract import (
+    AUTO_SIZE,
+    DEVICE_ENV_PREFIX,
+    DEVICE_GROUP,
+    DEVICE_SHARED_TAINT_EFFECT,
+    DEVICE_SHARED_TAINT_KEY,
+    DEVICE_SHARED_TAINT_VALUE,
+    GATE,
+    GangKeys,
+    created_by_workload,
+    device_shared_toleration,
+)
+
+#: One JSON Patch operation (RFC 6902), e.g. ``{"op": "add", "path": "/x", "value": 1}``.
+PatchOp = dict[str, Any]
+#: A resource quantity that is zero (``0``, ``0m``, ``0.0``, ``0Gi``): requesting none of a
+#: shared resource is harmless.
+_ZERO_QUANTITY = re.compile(r"^\+?(0+(\.0*)?|\.0+)[A-Za-z]*$")
+
+
+def pointer(*parts: str | int) -> str:
+    """A JSON Pointer (RFC 6901) from unescaped path segments."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def device_env_entry(var: str) -> dict[str, Any]:
+    """The container env entry for ``var``: taken by the Downward API from the pod's
+    ``deviceshare.io/env.<var>`` annotation, which the reconciler writes before release."""
+    return {
+        "name": var,
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": _field_path(var)}},
+    }
+
+
+def _field_path(var: str) -> str:
+    return f"metadata.annotations['{DEVICE_ENV_PREFIX}{var}']"
+
+
+def _is_ours(entry: Mapping[str, Any], var: str) -> bool:
+    vf = entry.get("valueFrom")
+    ref = vf.get("fieldRef") if isinstance(vf, dict) else None
+    return isinstance(ref, dict) and ref.get("fieldPath") == _field_path(var)
+
+
+class Malformed(Exception):
+    """A part of the pod the patch must touch has the wrong JSON type."""
+
+
+def gate_ops(spec: Mapping[str, Any]) -> list[PatchOp]:
+    """The op that adds Troupe's gate (none when the pod has it). Raises :class:`Malformed`."""
+    gates = spec.get("schedulingGates")
+    if gates is None:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]
+    if not isinstance(gates, list):
+        raise Malformed("spec.schedulingGates: must be a list")
+    if any(isinstance(g, dict) and g.get("name") == GATE for g in gates):
+        return []
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE}}]
+
+
+def env_ops(spec: Mapping[str, Any], wanted: tuple[str, ...]) -> tuple[list[PatchOp], list[str]]:
+    """The ops that give every container and init container one env entry per variable of
+    ``wanted`` (:func:`device_env_entry`), and one warning per variable a container sets
+    itself (kept). Raises :class:`Malformed`."""
+    ops: list[PatchOp] = []
+    warnings: list[str] = []
+    if not wanted:
+        return ops, warnings
+    for list_name in ("initContainers", "containers"):
+        containers = spec.get(list_name)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            raise Malformed(f"spec.{list_name}: must be a list")
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict):
+                raise Malformed(f"spec.{list_name}[{i}]: must be an object")
+            env = c.get("env")
+            if env is None:
+                ops.append({
+                    "op": "add",
+                    "path": pointer("spec", list_name, i, "env"),
+                    "value": [device_env_entry(v) for v in wanted],
+                })
+                continue
+            if not isinstance(env, list):
+                raise Malformed(f"spec.{list_name}[{i}].env: must be a list")
+            existing = {
+                e["name"]: e for e in env if isinstance(e, dict) and isinstance(e.get("name"), str)
+            }
+            for var in wanted:
+                entry = existing.get(var)
+                if entry is None:
+                    ops.append({
+                        "op": "add",
+                        "path": pointer("spec", list_name, i, "env", "-"),
+                        "value": device_env_entry(var),
+                    })
+                elif not _is_ours(entry, var):
+                    name = c.get("name")
+                    warnings.append(
+                        f"container {name if isinstance(name, str) else i!s}: env {var} is already set "
+                        f"and was kept, so it will not carry the devices of {DEVICE_GROUP}"
+                    )
+    return ops, warnings
+
+
+def auto_size(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config) -> tuple[
+        Mapping[str, Any], Mapping[str, Any], list[PatchOp]]:
+    """A namespace opted in with ``troupe.io/gang-mode: auto``: the pod as if it said
+    ``<prefix>-size: auto``, its annotations, and the op that writes it; unchanged (and
+    no op) when the pod names a gang or a size itself, or no supported workload made it."""
+    gang = GangKeys.for_prefix(config.gang_annotation_prefix)
+    if gang.name in ann or gang.size in ann or not created_by_workload(pod):
+        return pod, ann, []
+    meta = pod.get("metadata") or {}
+    if meta.get("annotations") is None:
+        op: PatchOp = {"op": "add", "path": "/metadata/annotations", "value": {gang.size: AUTO_SIZE}}
+    else:
+        op = {"op": "add", "path": pointer("metadata", "annotations", gang.size), "value": AUTO_SIZE}
+    ann = {**ann, gang.size: AUTO_SIZE}
+    return {**pod, "metadata": {**meta, "annotations": ann}}, ann, [op]
+
+
+def shared_resource_requests(spec: Mapping[str, Any], config: Config) -> list[str]:
+    """One message per shared resource (``sharedDeviceResources``) that a device-group pod
+    requests itself, in a container's, an init container's or the pod-level ``resources``:
+    the device plugin would hand it devices of its own choosing, not the group's, and the
+    group's accounting would not see them (issue: shared device groups, accounting)."""
+    shared = config.shared_device_resources
+    places: list[tuple[str, object]] = []
+    for list_name in ("initContainers", "containers"):
+        containers = spec.get(list_name)
+        if isinstance(containers, list):
+            for i, c in enumerate(containers):
+                if isinstance(c, dict):
+                    name = c.get("name")
+                    label = f"{'init container' if list_name == 'initContainers' else 'container'} " + (
+                        name if isinstance(name, str) and name else f"#{i}")
+                    places.append((label, c.get("resources")))
+    places.append(("the pod-level resources", spec.get("resources")))
+    problems = []
+    for label, resources in places:
+        if not isinstance(resources, dict):
+            continue
+        for field in ("requests", "limits"):
+            amounts = resources.get(field)
+            if not isinstance(amounts, dict):
+                continue
+            for resource in shared:
+                amount = amounts.get(resource)
+                if amount is None or (isinstance(amount, str) and _ZERO_QUANTITY.match(amount)) or amount == 0:
+                    continue
+                problems.append(
+                    f"{label}: resources.{field}[{resource}] = {amount!r}: a pod in {DEVICE_GROUP} gets "
+                    f"{resource} from its SharedDeviceGroup and must not request it itself (the device plugin "
+                    f"would hand it other devices than the group's)"
+                )
+    return problems
+
+
+def _tolerates_shared_taint(toleration: object) -> bool:
+    """Whether ``toleration`` already tolerates the shared-node taint, by kube-scheduler's
+    rule (an empty effect matches every effect; ``Exists`` any value; an empty key with
+    ``Exists`` every taint)."""
+    if not isinstance(toleration, dict):
+        return False
+    effect = toleration.get("effect") or ""
+    if effect not in ("", DEVICE_SHARED_TAINT_EFFECT):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return key in ("", DEVICE_SHARED_TAINT_KEY)
+    return operator == "Equal" and key == DEVICE_SHARED_TAINT_KEY and toleration.get("value") == DEVICE_SHARED_TAINT_VALUE
+
+
+def toleration_ops(spec: Mapping[str, Any]) -> list[PatchOp]:
+    """Add the shared-node taint's toleration unless one already tolerates it."""
+    tolerations = spec.get("tolerations")
+    if tolerations is None:
+        return [{"op": "add", "path": "/spec/tolerations", "value": [device_shared_toleration()]}]
+    if not isinstance(tolerations, list):
+        raise Malformed("spec.tolerations: must be a list")
+    if any(_tolerates_shared_taint(t) for t in tolerations):
+        return []
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": device_shared_toleration()}]
