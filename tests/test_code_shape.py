@@ -29,12 +29,6 @@ BEING_SPLIT_ELSEWHERE = frozenset({
     "reconciler/kube.py",
     "reconciler/engine/preemption.py",
     "reconciler/engine/snapshot.py",
-    "reconciler/engine/decision.py",
-    "reconciler/engine/lifecycle.py",
-    "reconciler/engine/conditions.py",
-    "reconciler/daemon/controller.py",
-    "reconciler/tools/simulate.py",
-    "reconciler/tools/views.py",
 })
 
 

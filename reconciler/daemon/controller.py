@@ -75,12 +75,13 @@ from reconciler.engine.actions import (
 )
 from reconciler.engine.conditions import MAX_MESSAGE
 from reconciler.engine.conditions import conditions as gang_conditions
-from reconciler.engine.decision import Decision, step
+from reconciler.engine.decision import Decision
 from reconciler.engine.filters import static_reason
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Audience, IllegalTransition, Notice, Phase, check_move
 from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.engine.snapshot import NodeInfo, PodInfo
+from reconciler.engine.step import step
 from reconciler.engine.timestamps import rfc3339
 from troupe.config import Config
 

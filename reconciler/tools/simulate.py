@@ -68,11 +68,12 @@ from reconciler.engine.actions import (
     Wait,
 )
 from reconciler.engine.allocation import group_view
-from reconciler.engine.decision import Decision, step
+from reconciler.engine.decision import Decision
 from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
+from reconciler.engine.step import step
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.engine.actions import Release
 from reconciler.engine.allocation import group_candidates, group_view
-from reconciler.engine.actions import Preempt, Release
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, parse_ids, pick_ids
 from reconciler.engine.gang import build_gang, group_by_gang
