@@ -164,9 +164,9 @@ def _pinned_to(pod: Mapping[str, Any]) -> str:
 class PodWriter(abc.ABC):
     """The intents (module docstring) over the primitives a subclass provides:
     ``_get``, ``_patch`` (strategic merge), ``_patch_status``, ``_delete`` (with a UID
-    precondition) and ``_evict`` for pods, ``_patch_group`` for SharedDeviceGroups, plus
-    :meth:`emit_event`. ``fence`` is checked before every primitive write (:class:`Unfenced`
-    unless set)."""
+    precondition) and ``_evict`` for pods, ``_patch_group`` and ``_patch_group_status`` for
+    SharedDeviceGroups, plus :meth:`emit_event`. ``fence`` is checked before every primitive
+    write (:class:`Unfenced` unless set)."""
 
     fence: Fence = UNFENCED
 
@@ -197,11 +197,16 @@ class PodWriter(abc.ABC):
         :class:`WriteError`."""
 
     @abc.abstractmethod
-    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+    def _patch_group(self, name: str, patch: Any) -> dict[str, Any]:
         """Patch the SharedDeviceGroup ``name`` (cluster-scoped): ``patch`` is a JSON merge
-        patch (a mapping) or a JSON patch (a list of operations); ``status``: through the
-        ``status`` subresource. Returns the group. Raises :class:`Conflict` (a stale
-        ``metadata.resourceVersion`` in a merge patch), :class:`Gone`, :class:`WriteError`."""
+        patch (a mapping) or a JSON patch (a list of operations). Returns the group. Raises
+        :class:`Conflict` (a stale ``metadata.resourceVersion`` in a merge patch),
+        :class:`Gone`, :class:`WriteError`."""
+
+    @abc.abstractmethod
+    def _patch_group_status(self, name: str, patch: Any) -> dict[str, Any]:
+        """Patch the SharedDeviceGroup ``name`` through its ``status`` subresource, as
+        :meth:`_patch_group` does the object. Returns the group. Raises as it does."""
 
     @abc.abstractmethod
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
@@ -251,7 +256,7 @@ class PodWriter(abc.ABC):
         conditions) through its status subresource; returns the group. Raises
         :class:`Gone`, :class:`WriteError`."""
         self.fence.check()
-        return self._patch_group(name, [{"op": "add", "path": "/status", "value": dict(status)}], status=True)
+        return self._patch_group_status(name, [{"op": "add", "path": "/status", "value": dict(status)}])
 
     def set_group_finalizers(self, name: str, finalizers: list[str], resource_version: str) -> dict[str, Any]:
         """Set the group's ``metadata.finalizers`` to ``finalizers`` if it is still at
@@ -488,7 +493,7 @@ class FakeWriter(PodWriter):
             self.groups[stored["metadata"]["name"]] = stored
             return copy.deepcopy(stored)
 
-    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+    def _patch_group(self, name: str, patch: Any) -> dict[str, Any]:
         with self._lock:
             if name in self.fail:
                 raise self.fail[name]
@@ -514,6 +519,9 @@ class FakeWriter(PodWriter):
             group["metadata"]["resourceVersion"] = str(next(self._rv))
             self.groups[name] = group
             return copy.deepcopy(group)
+
+    def _patch_group_status(self, name: str, patch: Any) -> dict[str, Any]:
+        return self._patch_group(name, patch)  # the fake keeps one copy of a group, status included
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         try:
