@@ -115,7 +115,6 @@ def custom_objects(api: client.ApiClient, group: str, version: str, plural: str,
     return Resource(f"{plural}.{group}", list_fn, optional=True, on_absent=on_absent)
 
 
-
 class Informer:
     """List+watch of one resource in a background thread, delivering plain dicts.
 

@@ -52,10 +52,11 @@ class KubeWriter(PodWriter):
 
     Every request first takes a token from ``limiter`` (the configuration's
     ``kubeAPIQPS``/``kubeAPIBurst``), then passes ``fence`` (checked again at the socket
-    when ``api`` was made with :func:`api_client`'s ``fence``). A request that API Priority and Fairness turns away
-    (429 with ``Retry-After``) is retried after the wait it asks for, up to
-    :data:`APF_RETRIES` times; an eviction's 429 is a PodDisruptionBudget's refusal and
-    is not retried (:class:`~reconciler.daemon.writer.Refused`). Events go out on a background
+    when ``api`` was made with :func:`~reconciler.kube.client.api_client`'s ``fence``). A
+    request that API Priority and Fairness turns away (429 with ``Retry-After``) is retried
+    after the wait it asks for, up to :data:`APF_RETRIES` times (:meth:`_call`); an
+    eviction's 429 is a PodDisruptionBudget's refusal and is not retried
+    (:meth:`_call_eviction`, :class:`~reconciler.daemon.writer.Refused`). Events go out on a background
     thread (:class:`EventSink`), so a release never waits for them. ``state`` is the
     ``(namespace, name)`` of the ConfigMap that keeps the reconciler's own state (rollback
     backoffs), so a new leader continues where the last one stopped; None keeps it in
