@@ -274,7 +274,7 @@ def reset_peak() -> None:
 def child(mode: str, nodes: int, pods: int, changed: float) -> dict[str, Any]:
     """One mode in this (fresh) interpreter; returns the measurements."""
     from reconciler.daemon.cache import ClusterCache
-    from reconciler.kube import Informer, Resource
+    from reconciler.kube import Informer, Resource, StreamingInformer
     from troupe.config import Config
 
     gc.collect()
@@ -283,10 +283,11 @@ def child(mode: str, nodes: int, pods: int, changed: float) -> dict[str, Any]:
     node_server = Server(lambda i, rv: realistic_node(i), nodes)
     pod_server = Server(lambda i, rv: realistic_pod(i, nodes, rv * 100_000 + i), pods)
     retained = mode == "retained"
-    node_inf = Informer(Resource("nodes", node_server), cache.replace_nodes, lambda k, o: None,
-                        transform=cache.retain_node if retained else None, stream=retained)
-    pod_inf = Informer(Resource("pods", pod_server), cache.replace_pods, lambda k, o: None,
-                       transform=cache.retain_pod if retained else None, stream=retained)
+    informer = StreamingInformer if retained else Informer
+    node_inf = informer(Resource("nodes", node_server), cache.replace_nodes, lambda k, o: None,
+                        transform=cache.retain_node if retained else None)
+    pod_inf = informer(Resource("pods", pod_server), cache.replace_pods, lambda k, o: None,
+                       transform=cache.retain_pod if retained else None)
     t0 = time.perf_counter()
     node_inf._list()
     pod_inf._list()

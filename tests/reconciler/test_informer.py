@@ -12,7 +12,7 @@ from kubernetes.client.rest import ApiException
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import PodRef
-from reconciler.kube import Informer, Resource
+from reconciler.kube import Informer, Resource, StreamingInformer
 from tests.e2e.helpers import wait_for
 from troupe.config import Config
 
@@ -239,7 +239,7 @@ def test_a_streamed_list_fetches_each_page_only_when_the_handler_gets_to_it():
             if item["metadata"]["name"] == "p1-0":
                 return  # a handler that stops early: the list is still completed
 
-    inf = Informer(Resource("pods", script), on_list, lambda k, o: None, stream=True)
+    inf = StreamingInformer(Resource("pods", script), on_list, lambda k, o: None)
     inf._list()
     assert requested_when == [("p0-0", 1), ("p0-1", 1), ("p1-0", 2)], "one page in memory at a time"
     assert len(script.requests) == 3 and inf.resource_version == "100" and inf.synced.is_set()
@@ -252,7 +252,7 @@ def test_a_streamed_list_cut_short_by_stop_drops_nothing_from_the_cache():
     pages = [{"items": [pod(f"p{i}-{k}", "100") for k in range(2)], "metadata": {"resourceVersion": "100",
               **({"continue": str(i + 1)} if i < 2 else {})}} for i in range(3)]
     script = Script(pages)
-    inf = Informer(Resource("pods", script), cache.replace_pods, lambda k, o: None, stream=True)
+    inf = StreamingInformer(Resource("pods", script), cache.replace_pods, lambda k, o: None)
     first_page = script.__call__
 
     def stop_after_first_page(**kwargs):

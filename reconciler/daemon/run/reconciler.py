@@ -85,10 +85,10 @@ class Reconciler:
                                       kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence,
                                       state=state)
         self.controller = GangController(self.cache, self.writer, config)
-        self.pods = kube.Informer(kube.pods(api), self._pods_listed, self._pod_event,
-                                  transform=self.cache.retain_pod, stream=True)
-        self.nodes = kube.Informer(kube.nodes(api), self._nodes_listed, self._node_event,
-                                   transform=self.cache.retain_node, stream=True)
+        self.pods = kube.StreamingInformer(kube.pods(api), self._pods_listed, self._pod_event,
+                                           transform=self.cache.retain_pod)
+        self.nodes = kube.StreamingInformer(kube.nodes(api), self._nodes_listed, self._node_event,
+                                            transform=self.cache.retain_node)
         self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event,
                                   transform=self.cache.retain_job)
         self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event,

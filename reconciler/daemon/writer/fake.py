@@ -163,7 +163,7 @@ class FakeWriter(PodWriter):
             self.groups[stored["metadata"]["name"]] = stored
             return copy.deepcopy(stored)
 
-    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+    def _patch_group(self, name: str, patch: Any) -> dict[str, Any]:
         with self._lock:
             if name in self.fail:
                 raise self.fail[name]
@@ -189,6 +189,9 @@ class FakeWriter(PodWriter):
             group["metadata"]["resourceVersion"] = str(next(self._rv))
             self.groups[name] = group
             return copy.deepcopy(group)
+
+    def _patch_group_status(self, name: str, patch: Any) -> dict[str, Any]:
+        return self._patch_group(name, patch)  # the fake keeps one copy of a group, status included
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         try:

@@ -2,7 +2,7 @@
 Troupe's finalizer.
 
 :class:`GroupWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that makes
-them, over one primitive a subclass provides (``_patch_group``).
+them, over two primitives a subclass provides (``_patch_group`` and ``_patch_group_status``).
 """
 
 from __future__ import annotations
@@ -18,14 +18,18 @@ class GroupWrites(Fenced, abc.ABC):
     """A SharedDeviceGroup's status (through its ``status`` subresource) and finalizers."""
 
     @abc.abstractmethod
-    def _patch_group(self, name: str, patch: Any, status: bool = False) -> dict[str, Any]:
+    def _patch_group(self, name: str, patch: Any) -> dict[str, Any]:
         """Patch the SharedDeviceGroup ``name`` (cluster-scoped): ``patch`` is a JSON merge
-        patch (a mapping) or a JSON patch (a list of operations); ``status``: through the
-        ``status`` subresource. Returns the group. Raises
+        patch (a mapping) or a JSON patch (a list of operations). Returns the group. Raises
         :class:`~reconciler.daemon.writer.base.Conflict` (a stale
         ``metadata.resourceVersion`` in a merge patch),
         :class:`~reconciler.daemon.writer.base.Gone`,
         :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    @abc.abstractmethod
+    def _patch_group_status(self, name: str, patch: Any) -> dict[str, Any]:
+        """Patch the SharedDeviceGroup ``name`` through its ``status`` subresource, as
+        :meth:`_patch_group` does the object. Returns the group. Raises as it does."""
 
     def set_group_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         """Replace the group's whole ``status`` (phase, nodeName, selectedDevices,
@@ -33,7 +37,7 @@ class GroupWrites(Fenced, abc.ABC):
         :class:`~reconciler.daemon.writer.base.Gone`,
         :class:`~reconciler.daemon.writer.base.WriteError`."""
         self.fence.check()
-        return self._patch_group(name, [{"op": "add", "path": "/status", "value": dict(status)}], status=True)
+        return self._patch_group_status(name, [{"op": "add", "path": "/status", "value": dict(status)}])
 
     def set_group_finalizers(self, name: str, finalizers: list[str], resource_version: str) -> dict[str, Any]:
         """Set the group's ``metadata.finalizers`` to ``finalizers`` if it is still at

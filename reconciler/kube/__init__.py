@@ -1,0 +1,110 @@
+"""The reconciler's one port to the Kubernetes API: list+watch into plain dicts, and writes.
+
+This is the only package of Troupe that imports the ``kubernetes`` client (enforced by
+import-linter). Everything above it sees pods and nodes as plain dicts in the API's JSON
+shape (camelCase keys), and writes through the :class:`reconciler.daemon.writer.Writer`
+protocol, which :class:`KubeWriter` implements against a real API server and
+:class:`reconciler.daemon.writer.FakeWriter` in memory. One module per adapter:
+
+- :mod:`.client`: the API client (TCP keepalive, the leader's fence at the socket), the
+  rate limiter, the one pager of list requests;
+- :mod:`.informer`: list+watch of one collection (:class:`Informer`,
+  :class:`StreamingInformer`) and the collections the reconciler watches;
+- :mod:`.writer`: the writer's primitives (:class:`KubeWriter`) and its Events
+  (:class:`EventSink`, built by the one :func:`event_body`);
+- :mod:`.leases`: the elector's Lease calls (:class:`KubeLeases`);
+- :mod:`.certificates`: the webhook certificates' store (:class:`KubeCertificateStore`);
+- :mod:`.readonly`: the read-only client of ``kubectl troupe`` (:func:`read_cluster`).
+
+The names other modules use are re-exported here: ``from reconciler import kube; kube.X``.
+"""
+
+from reconciler.kube.certificates import KubeCertificateStore, webhook_certificates
+from reconciler.kube.client import (
+    JSON_PATCH,
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE,
+    KEEPALIVE_INTERVAL,
+    LIST_PAGE,
+    MERGE_PATCH,
+    REQUEST_TIMEOUT,
+    SAFE_METHODS,
+    SMP,
+    RateLimiter,
+    api_client,
+    fence_connections,
+    list_pages,
+    whoami,
+)
+from reconciler.kube.informer import (
+    ABSENT_RETRY_SECONDS,
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_MAX_SECONDS,
+    MIN_WATCH_SECONDS,
+    UNHEALTHY_AFTER_SECONDS,
+    WATCH_JITTER,
+    WATCH_READ_MARGIN,
+    WATCH_READ_TIMEOUT,
+    WATCH_SECONDS,
+    EventHandler,
+    Informer,
+    Resource,
+    ResyncHandler,
+    StreamingInformer,
+    custom_objects,
+    jobs,
+    nodes,
+    pods,
+    shared_device_groups,
+)
+from reconciler.kube.leases import KubeLeases
+from reconciler.kube.readonly import ACTIVE_PODS, plugin_client, read_cluster, read_config_map
+from reconciler.kube.writer import APF_MAX_WAIT, APF_RETRIES, EventSink, KubeWriter, event_body
+
+__all__ = [
+    "ABSENT_RETRY_SECONDS",
+    "ACTIVE_PODS",
+    "APF_MAX_WAIT",
+    "APF_RETRIES",
+    "BACKOFF_BASE_SECONDS",
+    "BACKOFF_MAX_SECONDS",
+    "JSON_PATCH",
+    "KEEPALIVE_COUNT",
+    "KEEPALIVE_IDLE",
+    "KEEPALIVE_INTERVAL",
+    "LIST_PAGE",
+    "MERGE_PATCH",
+    "MIN_WATCH_SECONDS",
+    "REQUEST_TIMEOUT",
+    "SAFE_METHODS",
+    "SMP",
+    "UNHEALTHY_AFTER_SECONDS",
+    "WATCH_JITTER",
+    "WATCH_READ_MARGIN",
+    "WATCH_READ_TIMEOUT",
+    "WATCH_SECONDS",
+    "EventHandler",
+    "EventSink",
+    "Informer",
+    "KubeCertificateStore",
+    "KubeLeases",
+    "KubeWriter",
+    "RateLimiter",
+    "Resource",
+    "ResyncHandler",
+    "StreamingInformer",
+    "api_client",
+    "custom_objects",
+    "event_body",
+    "fence_connections",
+    "jobs",
+    "list_pages",
+    "nodes",
+    "plugin_client",
+    "pods",
+    "read_cluster",
+    "read_config_map",
+    "shared_device_groups",
+    "webhook_certificates",
+    "whoami",
+]

@@ -1,0 +1,145 @@
+"""The read-only client of ``kubectl troupe``: the caller's kubeconfig, the cluster listed
+once (:func:`read_cluster`), and the reconciler's configuration read from its ConfigMap."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from reconciler.engine import workloads as wl
+from reconciler.kube.client import REQUEST_TIMEOUT, Page, error_message, list_pages, load_kubeconfig
+from reconciler.objects import snapshot_io
+from troupe import contract
+
+#: The pods that use nothing and count for nothing are not listed: a gang's members are its
+#: active pods, and a finished pod frees its node (a field selector the API server serves).
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+Objects = list[Mapping[str, Any]]
+#: How one collection is listed: ``lister(list_fn, what, **kwargs)`` (:func:`_list_all` or
+#: :func:`_list_if_allowed`).
+Lister = Callable[..., Objects]
+
+
+def plugin_client(kubeconfig: str | None, context: str | None) -> tuple[client.ApiClient, str]:
+    """A read-only caller's API client and its default namespace, from ``kubeconfig``
+    (default: ``$KUBECONFIG``, else ``~/.kube/config``, as kubectl) and ``context``
+    (default: the current one): the context's namespace, else ``default``. Raises
+    ``ValueError`` naming the file or context when neither works."""
+    try:
+        contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]  # unannotated
+            config_file=kubeconfig)
+        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+        if chosen is None:
+            raise ValueError(f"--context: no context {context!r} in the kubeconfig "
+                             f"(known: {', '.join(sorted(str(c.get('name')) for c in contexts))})")
+        cfg = client.Configuration()
+        load_kubeconfig(kubeconfig, cfg, context)
+        cfg.retries = urllib3.Retry(total=2, read=0, redirect=0, status=0)  # a command line fails fast
+    except config.ConfigException as e:
+        raise ValueError(f"kubeconfig {kubeconfig or '(default)'}: {e}") from e
+    api = client.ApiClient(cfg)
+    api.user_agent = "kubectl-troupe"
+    namespace = str((chosen.get("context") or {}).get("namespace") or "default")
+    return api, namespace
+
+
+def _retained_page(data: bytes) -> Page:
+    """A page of a list, each object cut to what the cache keeps of it and read fast
+    (:func:`reconciler.objects.snapshot_io.decode_retained`), else read whole."""
+    page = snapshot_io.decode_retained(data)
+    if page is None:
+        body = orjson.loads(data)
+        page = (body.get("items") or [], body.get("metadata") or {})
+    return page
+
+
+def _list_all(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> Objects:
+    """Every object of a list, page by page (:func:`~reconciler.kube.client.list_pages`),
+    from the API server's watch cache (``resourceVersion=0``: no quorum read of etcd).
+    Raises ``OSError`` naming ``what`` on an API error (``PermissionError`` for 401/403)."""
+    items: Objects = []
+    try:
+        for page_items, _meta in list_pages(list_fn, _retained_page, start_version="0", **kwargs):
+            items.extend(page_items)
+    except ApiException as e:
+        error = PermissionError if e.status in (401, 403) else OSError
+        raise error(f"list {what}: {e.status} {error_message(e)}") from e
+    except urllib3.exceptions.HTTPError as e:
+        raise OSError(f"list {what}: {type(e).__name__}: {e}") from e
+    return items
+
+
+def _list_if_allowed(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> Objects:
+    """As :func:`_list_all`, but none when the collection is not served (a custom resource
+    whose CRD is not installed: 404) or this user may not list it (403)."""
+    try:
+        return _list_all(list_fn, what, **kwargs)
+    except OSError as e:
+        cause = e.__cause__
+        if isinstance(cause, ApiException) and cause.status in (403, 404):
+            return []
+        raise
+
+
+def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
+    SharedDeviceGroups and the workload kinds of :mod:`reconciler.engine.workloads` (a
+    custom resource whose CRD is not installed, or that this user may not list, is left
+    out: its gangs wait with that reason), and ``extra`` kinds (``Namespace``,
+    ``PriorityClass``). Lists run in parallel. Returns ``(where, kind, object)`` triples
+    in the order :func:`reconciler.tools.simulate.build` takes. Raises ``OSError`` (a
+    ``PermissionError`` for a core list this user may not make)."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    custom = client.CustomObjectsApi(api)
+
+    def crd(group: str, version: str, plural: str) -> Callable[..., Any]:
+        return functools.partial(custom.list_cluster_custom_object, group, version, plural)
+
+    lists: list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]] = [
+        ("Pod", "pods", core.list_pod_for_all_namespaces, {"field_selector": ACTIVE_PODS}, _list_all),
+        ("Node", "nodes", core.list_node, {}, _list_all),
+        ("Job", "jobs", batch.list_job_for_all_namespaces, {}, _list_all),
+        *[(k.kind, k.crd, crd(k.group, k.version, k.plural), {}, _list_if_allowed) for k in wl.CUSTOM_KINDS],
+        ("SharedDeviceGroup", "shareddevicegroups", crd(*contract.DEVICE_GROUP_API), {}, _list_if_allowed),
+    ]
+    if "Namespace" in extra:
+        lists.append(("Namespace", "namespaces", core.list_namespace, {}, _list_if_allowed))
+    if "PriorityClass" in extra:
+        lists.append(("PriorityClass", "priorityclasses",
+                      client.SchedulingV1Api(api).list_priority_class, {}, _list_if_allowed))
+
+    def one(entry: tuple[str, str, Callable[..., Any], dict[str, Any], Lister]) -> Objects:
+        _, what, fn, kwargs, lister = entry
+        return lister(fn, what, **kwargs)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(one, lists))
+    order = {"Node": 0, "Pod": 2, "SharedDeviceGroup": 3}
+    out: list[tuple[str, str, Mapping[str, Any]]] = []
+    for (kind, what, *_), items in sorted(zip(lists, results, strict=True), key=lambda t: order.get(t[0][0], 1)):
+        out += [(f"{what} item {i}", kind, obj) for i, obj in enumerate(items)]
+    return out
+
+
+def read_config_map(api: client.ApiClient, namespace: str, name: str, key: str) -> str | None:
+    """``data[key]`` of ConfigMap ``namespace/name``, or None when it, or the key, does not
+    exist or this user may not read it. Raises ``OSError`` for other failures."""
+    try:
+        resp: Any = client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False,
+                                                                     _request_timeout=REQUEST_TIMEOUT)
+    except ApiException as e:
+        if e.status in (401, 403, 404):
+            return None
+        raise OSError(f"read ConfigMap {namespace}/{name}: {e.status} {error_message(e)}") from e
+    except urllib3.exceptions.HTTPError as e:
+        raise OSError(f"read ConfigMap {namespace}/{name}: {type(e).__name__}: {e}") from e
+    value = (orjson.loads(resp.data).get("data") or {}).get(key)
+    return value if isinstance(value, str) else None

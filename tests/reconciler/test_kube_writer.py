@@ -1,0 +1,160 @@
+"""The writer's primitives against the API (KubeWriter): what a 429 does to a write and to
+an eviction, what other errors become, which call a SharedDeviceGroup patch takes; and the
+one Event builder, as the Event sink posts it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from reconciler.daemon.writer import Conflict, Gone, LostLeadership, PodRef, Refused, WriteError
+from reconciler.kube import writer as kube_writer
+from reconciler.kube.client import JSON_PATCH, MERGE_PATCH, RateLimiter
+from reconciler.kube.writer import EventSink, KubeWriter, event_body
+
+
+class Response:
+    def __init__(self, body):
+        self.data = json.dumps(body).encode()
+
+
+def api_error(status, retry_after=None):
+    e = ApiException(status=status, reason="Reason")
+    e.body = json.dumps({"kind": "Status", "message": f"said {status}"}).encode()
+    e.headers = {"Retry-After": retry_after} if retry_after is not None else None
+    return e
+
+
+class Answers:
+    """A client function answering each call with the next of ``answers`` (an exception is
+    raised); records the calls."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def writer(monkeypatch):
+    sleeps = []
+    monkeypatch.setattr(kube_writer.time, "sleep", sleeps.append)
+    w = KubeWriter(client.ApiClient(client.Configuration()), RateLimiter(1000, 1000))
+    w.sleeps = sleeps
+    yield w
+    w.close()
+
+
+def test_a_write_turned_away_by_priority_and_fairness_is_retried_after_the_wait_it_asks_for(writer):
+    read = Answers(api_error(429, retry_after="2"), api_error(429, retry_after="60"), Response({"metadata": {}}))
+    writer.core.read_namespaced_pod = read
+    assert writer._get(PodRef("ns", "p")) == {"metadata": {}}
+    assert len(read.calls) == 3
+    assert 2 <= writer.sleeps[0] <= 2.5 and 5 <= writer.sleeps[1] <= 6.25, "capped at 5 s, with up to 25% jitter"
+
+
+def test_the_retries_of_a_429_are_bounded(writer):
+    writer.core.read_namespaced_pod = Answers(*[api_error(429)] * (kube_writer.APF_RETRIES + 1))
+    with pytest.raises(WriteError, match="read pod ns/p: 429 said 429"):
+        writer._get(PodRef("ns", "p"))
+    assert len(writer.sleeps) == kube_writer.APF_RETRIES
+
+
+def test_an_eviction_refused_by_a_disruption_budget_is_not_retried(writer):
+    evict = Answers(api_error(429))
+    writer.core.create_namespaced_pod_eviction = evict
+    with pytest.raises(Refused, match="evict pod ns/p: said 429"):
+        writer._evict(PodRef("ns", "p"), "uid-1")
+    assert len(evict.calls) == 1 and writer.sleeps == []
+
+
+def test_an_eviction_of_a_replaced_pod_is_gone_and_of_a_missing_one_too(writer):
+    writer.core.create_namespaced_pod_eviction = Answers(api_error(409), api_error(404))
+    with pytest.raises(Gone, match="replaced by a pod with another uid"):
+        writer._evict(PodRef("ns", "p"), "uid-1")
+    with pytest.raises(Gone, match="not found"):
+        writer._evict(PodRef("ns", "p"), "uid-1")
+
+
+def test_api_errors_become_the_writer_s_errors(writer):
+    writer.core.patch_namespaced_pod = Answers(api_error(409), api_error(404), api_error(422))
+    with pytest.raises(Conflict, match="patch pod ns/p: conflict: said 409"):
+        writer._patch(PodRef("ns", "p"), {})
+    with pytest.raises(Gone):
+        writer._patch(PodRef("ns", "p"), {})
+    with pytest.raises(WriteError, match="patch pod ns/p: 422 said 422"):
+        writer._patch(PodRef("ns", "p"), {})
+
+
+def test_a_group_and_its_status_are_patched_through_their_own_calls_with_the_patch_s_content_type(writer):
+    group = Response({"metadata": {"name": "g"}})
+    writer.custom.patch_cluster_custom_object = main = Answers(group)
+    writer.custom.patch_cluster_custom_object_status = status = Answers(group)
+    assert writer._patch_group("g", {"metadata": {"finalizers": []}}) == {"metadata": {"name": "g"}}
+    assert writer._patch_group_status("g", [{"op": "add", "path": "/status", "value": {}}]) == {"metadata": {"name": "g"}}
+    (main_args, main_kwargs), = main.calls
+    (status_args, status_kwargs), = status.calls
+    assert main_args[-2:] == ("g", {"metadata": {"finalizers": []}}) and main_kwargs["_content_type"] == MERGE_PATCH
+    assert status_args[-2] == "g" and status_kwargs["_content_type"] == JSON_PATCH
+
+
+def test_a_closed_fence_stops_a_write_before_it_is_sent(writer):
+    class Closed:
+        def check(self):
+            raise LostLeadership("the Lease is held by b")
+
+    writer.fence = Closed()
+    writer.core.patch_namespaced_pod = patch = Answers()
+    with pytest.raises(LostLeadership):
+        writer._patch(PodRef("ns", "p"), {})
+    assert patch.calls == []
+
+
+def test_the_event_builder_names_the_object_and_cuts_the_message_to_1024_characters():
+    now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    regarding = client.V1ObjectReference(kind="Pod", namespace="ns", name="w-0", uid="u-1", api_version="v1")
+    body = event_body(regarding, "Warning", "GangTimedOut", "x" * 2000, "troupe-reconciler", now)
+    assert body.metadata.generate_name == "w-0." and body.metadata.namespace == "ns"
+    assert body.involved_object is regarding
+    assert (body.type, body.reason, len(body.message)) == ("Warning", "GangTimedOut", 1024)
+    assert body.source.component == body.reporting_component == body.reporting_instance == "troupe-reconciler"
+    assert (body.first_timestamp, body.last_timestamp, body.count) == (now, now, 1)
+
+
+class Events:
+    def __init__(self):
+        self.posted = []
+
+    def create_namespaced_event(self, namespace, body, **kwargs):
+        self.posted.append((namespace, body))
+
+
+def test_the_event_sink_posts_an_event_about_the_pod_and_drops_one_the_fence_refuses():
+    class FenceClosingAfterOneCheck:
+        checks = 0
+
+        def check(self):
+            self.checks += 1
+            if self.checks > 1:
+                raise LostLeadership("not the leader")
+
+    core = Events()
+    sink = EventSink(core, RateLimiter(1000, 1000), "troupe-reconciler", fence=FenceClosingAfterOneCheck())
+    sink.emit(PodRef("ns", "w-0"), "u-1", "Normal", "GangReleased", "released")
+    sink.emit(PodRef("ns", "w-1"), "u-2", "Normal", "GangReleased", "released")
+    sink.close()  # after the queued Events
+    ((namespace, body),) = core.posted
+    assert namespace == "ns" and body.involved_object.to_dict() == client.V1ObjectReference(
+        kind="Pod", namespace="ns", name="w-0", uid="u-1", api_version="v1").to_dict()
+    assert (body.type, body.reason, body.message) == ("Normal", "GangReleased", "released")
+    assert sink.fenced == 1
