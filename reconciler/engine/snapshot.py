@@ -500,7 +500,8 @@ class Snapshot:
             where = self.node_of(p)
             if where is not None:
                 self._take(p.key, where, p.requests)
-                if p.device_group and p.devices is not None and p.active:
+                # A pod being deleted still runs with its devices until it is gone.
+                if p.device_group and p.devices is not None:
                     claims.append(Holding(p.device_group, self.nodes[where].name, p.devices, f"pod {p.key}"))
         plans = [h for p in self.pods.values() if p.plan is not None and p.active for h in p.plan.groups.values()]
         self.devices = DeviceInventory.build(self.index, self.groups, claims, plans)

@@ -205,6 +205,20 @@ def test_a_gang_of_two_sharing_one_group_runs_on_one_node_with_the_same_ids():
     assert d.find(Release).plan is not None and d.find(Release).plan.groups["g"].devices == {GPU: (0, 1, 2, 3)}
 
 
+def test_the_ids_of_a_pod_being_deleted_stay_held_even_when_its_groups_status_was_never_written():
+    """A pod being deleted still runs with its devices until it is gone. Its group's status
+    write was refused (status Pending): another group must still not get the same IDs."""
+    tolerate = ("deviceshare.io/mode", "Equal", "shared", "NoSchedule")
+    leaving = make_pod("old").group("g1").devices(gpu="0,1").on("d0").deleting()
+    waiting = make_pod("new").gang("new", 1).group("g2").tolerate(*tolerate).gated()
+    snap = snapshot_of([shared("d0", gpu=4)], [leaving, waiting],
+                       groups=[make_group("g1").resources(gpu=2), make_group("g2").resources(gpu=2)])
+    assert snap.devices.taken("d0", GPU) == {0: "g1", 1: "g1"}
+    d = decide_all(snap)["default/new"]
+    assert d.phase is Phase.PLACED
+    assert dict(d.release[0].devices) == {GPU: (2, 3)}, "never the IDs the terminating pod still uses"
+
+
 def test_two_new_groups_that_fit_a_node_only_one_at_a_time_leave_the_gang_unschedulable_with_both_named():
     """Two 3-GPU groups and one 4-GPU shared node: either group alone fits, both never do.
     The decision must not raise (it once hit an assert): the gang waits Unschedulable."""
