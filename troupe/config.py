@@ -19,6 +19,7 @@ Example (every key, with its default)::
     gangPreemptionMode: "off"
     queueingStrategy: BestEffortFIFO
     headOfLineSeconds: 300
+    nominationMaxSeconds: 600
     reconcilerUsername: system:serviceaccount:troupe-system:troupe-reconciler
     sharedDeviceResources: [nvidia.com/gpu]
     excludedNamespaces: [kube-system]
@@ -86,6 +87,9 @@ class Config:
     #: ``head_of_line_seconds`` the capacity it needs is held for it; ``StrictFIFO``, it does.
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     head_of_line_seconds: int = 300
+    #: The longest a preemptor's nomination holds nodes (seconds), victims' grace periods
+    #: included: a victim's owner sets its grace period, so it cannot stretch the hold.
+    nomination_max_seconds: int = 600
     reconciler_username: str = "system:serviceaccount:troupe-system:troupe-reconciler"
     shared_device_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
@@ -145,7 +149,8 @@ def _value(key: str, name: str, raw: Any) -> Any:
         if not isinstance(raw, str) or not _QUALIFIED_NAME.match(raw + "-name") or len(raw) > 250:
             raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
         return raw
-    if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds"):
+    if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds",
+                "nomination_max_seconds"):
         return _want_int(key, raw, 1)
     if name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds"):
         return _want_int(key, raw, 0)

@@ -349,7 +349,7 @@ def _place(s: _Seen) -> Decision:
     nominee, nom = _nomination(gang)
     clear: tuple[str, ...] = ()
     if nom is not None:
-        deadline = _nomination_deadline(gang, nom, snapshot)
+        deadline = _nomination_deadline(gang, nom, snapshot, s.policy.nomination_max_seconds)
         if deadline <= s.now:
             clear, nom = (nominee,), None
         else:
@@ -440,14 +440,16 @@ def _nomination(gang: Gang) -> tuple[str, Nomination | None]:
     return (gated[0].key if gated else ""), (noms[-1] if noms else None)
 
 
-def _nomination_deadline(gang: Gang, nom: Nomination, snapshot: Snapshot) -> float:
-    """When a nomination runs out: its time, plus the gang's timeout and jitter, plus the
-    longest grace period of its victims still there (the Eviction API gives each its own)."""
+def _nomination_deadline(gang: Gang, nom: Nomination, snapshot: Snapshot, cap: int) -> float:
+    """When a nomination runs out (seconds since the epoch): its time, plus the gang's
+    timeout and jitter, plus the longest grace period of its victims still there (the
+    Eviction API gives each its own), but never more than ``cap`` seconds after it was
+    made (``nominationMaxSeconds``: a victim's owner sets its grace period)."""
     start = epoch(nom.at)
     if start is None:
         return 0.0
     grace = max((p.grace_seconds for v in nom.victims if (p := snapshot.pods.get(v)) is not None), default=0)
-    return start + gang.timeout_seconds + jitter(gang, nom.at) + grace
+    return start + min(gang.timeout_seconds + jitter(gang, nom.at) + grace, cap)
 
 
 def _held_note(queue: QueueView, held: frozenset[int]) -> str:

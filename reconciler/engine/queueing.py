@@ -40,19 +40,21 @@ Order = tuple[int, float, str]
 @dataclass(frozen=True)
 class Policy:
     """The configuration a decision follows beyond the gang's own keys: the preemption mode
-    (``gangPreemptionMode``), the queueing strategy, the head-of-line wait (seconds) and the
-    gang annotation prefix (how victims are grouped into gangs)."""
+    (``gangPreemptionMode``), the queueing strategy, the head-of-line wait (seconds), the
+    gang annotation prefix (how victims are grouped into gangs) and the longest a
+    nomination holds nodes (``nominationMaxSeconds``)."""
 
     preemption: PreemptionMode = "off"
     queueing: QueueingStrategy = "BestEffortFIFO"
     head_of_line_seconds: int = 300
     gang_prefix: str = "troupe.io/gang"
+    nomination_max_seconds: int = 600
 
     @classmethod
     def from_config(cls, config: Config) -> Policy:
         """The policy of a Troupe configuration."""
         return cls(config.gang_preemption_mode, config.queueing_strategy, config.head_of_line_seconds,
-                   config.gang_annotation_prefix)
+                   config.gang_annotation_prefix, config.nomination_max_seconds)
 
 
 def epoch(timestamp: str) -> float | None:

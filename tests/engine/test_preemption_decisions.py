@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.engine.actions import Preempt
+from reconciler.engine.actions import ClearNominations, Preempt
 from reconciler.engine.decision import decide
 from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
@@ -135,6 +135,22 @@ def test_a_nomination_that_ran_out_is_cleared_and_the_gang_decided_afresh():
     again = decide_key(snapshot_of(nodes()[:2], pods), "default/high", now=later)
     assert again.phase is Phase.PREEMPTING and again.rule.name == "Preempting"
     assert again.find(Preempt).nomination.at != d.find(Preempt).nomination.at, "a new nomination"
+
+
+def test_a_victims_huge_grace_period_never_holds_a_nomination_past_nomination_max_seconds():
+    low = [running("low", 0, "n0"), running("low", 1, "n1")]
+    for p in low:  # the victim's owner chose the grace period: 68 years
+        p.obj["spec"]["terminationGracePeriodSeconds"] = 2**31 - 1
+    high = waiting("high", 2)
+    d = decide_key(snapshot_of(nodes()[:2], [*low, *high]), "default/high")
+    pods = _nominated([*low, *high], d)
+    for p in low:  # evicted, and never gone
+        p.obj["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z"
+    snap = snapshot_of(nodes()[:2], pods)
+    held = decide_key(snap, "default/high", now=NOW + 599)
+    assert held.rule.name == "AwaitingVictims" and held.recheck_at == pytest.approx(NOW + 600)
+    after = decide_key(snap, "default/high", now=NOW + 600)
+    assert after.find(ClearNominations) == ClearNominations(("default/high-0",)), "the nomination ran out at its cap"
 
 
 def test_a_refused_gang_is_not_chosen_again_and_another_one_is():
