@@ -201,12 +201,20 @@ class GangController(ActionHandlers):
 
     def forget(self, key: str) -> None:
         """Drop what is remembered of a gang that has no pod left, unless a rollback's
-        backoff still runs (its owner may be recreating the members)."""
+        backoff still runs (its owner may be recreating the members); a recorded backoff
+        goes from the state ConfigMap with it (best effort: :meth:`load_state` prunes what
+        is left)."""
         self.queue.forget(key)
         with self._lock:
             memory = self._memory.get(key)
-            if memory is not None and memory.not_before <= self.wall_clock():
-                del self._memory[key]
+            if memory is None or memory.not_before > self.wall_clock():
+                return
+            del self._memory[key]
+        if memory.timeouts:
+            try:
+                self.writer.save_backoff(key, 0, 0.0)
+            except WriteError as e:
+                log.warning("gang %s: recorded backoff of a gone gang not removed: %s", key, e)
 
     # --- the decision ----------------------------------------------------------------
     def gang(self, key: str) -> Gang | None:
@@ -257,27 +265,31 @@ class GangController(ActionHandlers):
 
     def load_state(self) -> int:
         """Read back the rollback backoffs recorded by this or an earlier leader (a failover
-        keeps every deadline); returns how many. Backoffs that ran out an hour ago or more
-        are dropped from the record."""
+        keeps every deadline); returns how many are kept. Called once the cache has synced:
+        an entry is pruned from the record when nothing is left for it to do, that is its
+        backoff has run out and its gang has no pod left (nothing to finish deleting, and
+        no member for the backoff to hold back), or it ran out an hour ago and names no
+        release still to finish."""
         try:
             found = self.writer.load_backoffs()
         except WriteError as e:
             log.warning("recorded backoffs not read (gangs that timed out may be retried early): %s", e)
             return 0
         now = self.wall_clock()
+        stale = {key for key, (_, not_before, releases) in found.items()
+                 if not_before <= now and (self.cache.gang(key) is None or (not_before < now - 3600 and not releases))}
         with self._lock:
             for key, (timeouts, not_before, releases) in found.items():
-                if not_before < now - 3600 and not releases:
-                    continue
-                memory = self._memory.setdefault(key, Memory())
-                memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
-        for key, (_, not_before, releases) in found.items():
-            if not_before < now - 3600 and not releases:
-                try:
-                    self.writer.save_backoff(key, 0, 0.0)
-                except WriteError:
-                    break
-        return sum(1 for _, nb, rel in found.values() if nb >= now - 3600 or rel)
+                if key not in stale:
+                    memory = self._memory.setdefault(key, Memory())
+                    memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
+        for key in sorted(stale):
+            try:
+                self.writer.save_backoff(key, 0, 0.0)
+            except WriteError as e:
+                log.warning("stale recorded backoffs not pruned: %s", e)
+                break
+        return len(found) - len(stale)
 
     def warm_queue(self) -> int:
         """Decide every waiting gang once, in queue order, without acting: what a reconciler

@@ -139,3 +139,34 @@ def test_a_member_whose_keys_were_changed_past_the_webhook_holds_its_gang_and_ne
         assert out.phase is Phase.HELD
     assert "troupe.io/topology-required-level: must name a configured level" in out.reason
     assert h.writer.patches == []
+
+
+def test_recorded_backoffs_of_gangs_that_are_gone_are_pruned_once_they_ran_out():
+    h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
+    h.writer.save_backoff("team-a/train", 1, h.wall - 1, ("2027-01-15T07:59:00.000+00:00",))  # ran out; gang here
+    h.writer.save_backoff("team-a/gone", 2, h.wall - 1, ("2027-01-15T07:00:00.000+00:00",))  # ran out; no pod
+    h.writer.save_backoff("team-a/later", 1, h.wall + 60)  # no pod yet: its owner may be recreating them
+    h.controller = h.new_controller()
+    assert h.controller.load_state() == 2
+    assert sorted(h.writer.load_backoffs()) == ["team-a/later", "team-a/train"], "the gone gang's entry is pruned"
+
+
+def test_a_gang_forgotten_after_its_backoff_takes_its_recorded_entry_with_it():
+    h = Harness(four_nodes(), [], NO_JITTER)
+    h.writer.save_backoff("team-a/train", 1, h.wall + 5)
+    h.controller.load_state()
+    h.controller.forget("team-a/train")
+    assert "team-a/train" in h.writer.load_backoffs(), "kept while the backoff runs"
+    h.wall += 6
+    h.controller.forget("team-a/train")
+    assert h.writer.load_backoffs() == {}
+
+
+def test_the_state_config_map_keeps_at_most_its_bound_dropping_the_longest_expired_first(monkeypatch):
+    from reconciler.daemon.writer import state
+    monkeypatch.setattr(state, "MAX_STATE_ENTRIES", 3)
+    h = Harness(four_nodes(), [], NO_JITTER)
+    for i, deadline in enumerate((50.0, 10.0, 30.0, 40.0)):
+        h.writer.save_backoff(f"ns/g{i}", 1, deadline)
+    assert sorted(h.writer.load_backoffs()) == ["ns/g0", "ns/g2", "ns/g3"], "g1 ran out first: it went"
+    assert len(h.writer.state) == 3

@@ -16,6 +16,11 @@ from collections.abc import Mapping
 from reconciler.daemon.writer.base import Fenced
 
 
+#: The most gangs the state ConfigMap records (about 150 bytes each: well under the API
+#: server's 1 MiB object limit). Past it, the entries whose backoff ran out longest ago go.
+MAX_STATE_ENTRIES = 4000
+
+
 def state_key(gang: str) -> str:
     """The state ConfigMap's data key of a gang (``gang-`` and a hash: a gang key's ``/`` and
     ``:`` may not be in a ConfigMap key)."""
@@ -58,7 +63,26 @@ class StateStore(Fenced, abc.ABC):
         :class:`~reconciler.daemon.writer.base.WriteError`."""
         self.fence.check()
         key = state_key(gang)
-        value = None if timeouts <= 0 else json.dumps(
+        if timeouts <= 0:
+            self._write_state({key: None})
+            return
+        value = json.dumps(
             {"gang": gang, "timeouts": timeouts, "notBefore": round(not_before, 3), "releases": list(releases)},
             separators=(",", ":"))
-        self._write_state({key: value})
+        self._write_state({key: value, **dict.fromkeys(self._overflow(key), None)})
+
+    def _overflow(self, adding: str) -> list[str]:
+        """The keys to drop so that adding ``adding`` keeps at most :data:`MAX_STATE_ENTRIES`:
+        the entries with the earliest ``notBefore`` (unreadable ones first)."""
+        current = self._read_state()
+        excess = len(current) + (adding not in current) - MAX_STATE_ENTRIES
+        if excess <= 0:
+            return []
+
+        def deadline(item: tuple[str, str]) -> float:
+            try:
+                return float(json.loads(item[1])["notBefore"])
+            except (ValueError, KeyError, TypeError):
+                return float("-inf")
+
+        return [k for k, _ in sorted(((k, v) for k, v in current.items() if k != adding), key=deadline)[:excess]]
