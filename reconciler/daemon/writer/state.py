@@ -15,7 +15,6 @@ from collections.abc import Mapping
 
 from reconciler.daemon.writer.base import Fenced
 
-
 #: The most gangs the state ConfigMap records (about 150 bytes each: well under the API
 #: server's 1 MiB object limit). Past it, the entries whose backoff ran out longest ago go.
 MAX_STATE_ENTRIES = 4000
