@@ -229,6 +229,41 @@ def test_a_damaged_serving_secret_is_replaced(what: str, damage: object) -> None
     assert verifies(serving(store), bundle(store), clock.now)
 
 
+def _without_basic_constraints() -> tuple[x509.Certificate, bytes, bytes]:
+    """A self-signed certificate with no BasicConstraints (what an X.509 v1 CA looks like):
+    the certificate, its PEM and its key's PEM."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hand-made v1 ca")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(T0 - dt.timedelta(days=1)).not_valid_after(T0 + dt.timedelta(days=365))
+            .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return cert, cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def test_a_ca_without_basic_constraints_in_the_secret_and_the_bundle_is_replaced_never_a_crash() -> None:
+    v1, pem, key_pem = _without_basic_constraints()
+    store, clock = installed(), Clock()
+    store.secrets[SHORT.ca_secret] = replace(store.secrets[SHORT.ca_secret],
+                                             data={CERT_KEY: pem, PRIVATE_KEY_KEY: key_pem, CA_KEY: pem})
+    assert store.config is not None
+    store.config = replace(store.config, ca_bundles=(pem,))
+    m = manager(store, clock)
+
+    decided = m.sync()
+
+    assert any("is not a CA" in note for note in decided.notes), decided.notes
+    assert current_ca(store).subject != v1.subject, "a new CA replaces it"
+    assert v1 not in bundle(store), "and it is not trusted"
+    run_until(m, clock, clock.now + 10 * SECONDS)
+    assert verifies(serving(store), bundle(store), clock.now), "the webhook gets a serving certificate"
+
+
 def test_without_the_webhook_configuration_the_secrets_are_filled_and_the_wait_is_named() -> None:
     store, clock = FakeCertificateStore().create_empty(SHORT.ca_secret, SHORT.tls_secret, with_config=False), Clock()
 

@@ -199,12 +199,22 @@ def _sans_of(cert: x509.Certificate) -> set[str]:
     return {*ext.get_values_for_type(x509.DNSName), *(str(ip) for ip in ext.get_values_for_type(x509.IPAddress))}
 
 
+def is_ca(cert: x509.Certificate) -> bool:
+    """True when ``cert`` may sign others: a BasicConstraints extension with ``ca`` set
+    (RFC 5280 4.2.1.9). A certificate without it (an X.509 v1 one, say, in a hand-set
+    ``caBundle`` or CA Secret) is not a CA here: it is replaced, never a reason to fail."""
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except (x509.ExtensionNotFound, ValueError):
+        return False
+
+
 def _ca_problem(ca: certs.KeyPair | None, why: str, settings: Settings, now: dt.datetime) -> str:
     if ca is None:
         return why
     cert = ca.cert
-    if not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
-        return f"{CERT_KEY} is not a CA"
+    if not is_ca(cert):
+        return f"{CERT_KEY} is not a CA (no BasicConstraints with ca set)"
     left = cert.not_valid_after_utc - now
     if left <= settings.validity:
         return (f"it expires in {_human(left)}, less than one serving certificate's validity "
@@ -253,7 +263,7 @@ def _trust_bundle(observed: Observed, old_ca: certs.KeyPair | None, ca_cert: x50
         fingerprint = cert.fingerprint(hashes.SHA256())
         if fingerprint in seen or cert.not_valid_after_utc <= now:
             continue
-        if not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
+        if not is_ca(cert):
             continue
         seen.add(fingerprint)
         bundle.append(cert)
