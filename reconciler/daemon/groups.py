@@ -48,9 +48,13 @@ class GroupController:
         if found is None:
             return False
         obj, info = found
-        if not isinstance(info, DeviceGroup):
-            return False  # unreadable: its pods are held with the reason; nothing to write
         try:
+            if not isinstance(info, DeviceGroup):  # its pods are held with the reason; the group says it too
+                status = invalid_status(info, obj.get("status") or {}, rfc3339(self.wall_clock()))
+                if status is not None:
+                    self.cache.assume_group(self.writer.set_group_status(name, status))
+                    log.warning("SharedDeviceGroup %s cannot be used: %s", name, info)
+                return False
             if info.deleting:
                 self._finish_deletion(name, info)
                 return False
@@ -82,13 +86,31 @@ class GroupController:
         log.info("SharedDeviceGroup %s deleted: no pod of it runs; its devices are free", name)
 
 
+#: The ``Allocated`` condition's reason on a group whose spec Troupe refuses.
+INVALID_SPEC = "InvalidSpec"
+
+
+def invalid_status(why: str, current: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """The status of a group Troupe cannot use (``why`` names the field and the value):
+    ``Pending`` with ``Allocated=False``, reason :data:`INVALID_SPEC`; None when the group
+    says so already. Its devices are never allocated."""
+    condition = {"type": GROUP_CONDITION, "status": "False", "reason": INVALID_SPEC, "message": why[:1024]}
+    return _status({"phase": "Pending"}, condition, current, now)
+
+
 def group_status(view: GroupView, current: Mapping[str, Any], now: str) -> dict[str, Any] | None:
     """The status to write for ``view`` given the ``current`` one (RFC 3339 ``now``), or
-    None when they agree. The condition's ``lastTransitionTime`` moves only when its status
-    flips (``metav1.Condition`` semantics)."""
-    want = view.status()
+    None when they agree."""
     condition = {"type": GROUP_CONDITION, "status": "True" if view.phase == "Bound" else "False",
                  "reason": view.reason, "message": view.message[:1024]}
+    return _status(view.status(), condition, current, now)
+
+
+def _status(want: Mapping[str, Any], condition: dict[str, Any], current: Mapping[str, Any],
+            now: str) -> dict[str, Any] | None:
+    """``want`` (phase, nodeName, selectedDevices) with ``condition`` among the other
+    conditions of ``current``, or None when ``current`` says both already. The condition's
+    ``lastTransitionTime`` moves only when its status flips (``metav1.Condition`` semantics)."""
     old = next((c for c in current.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == GROUP_CONDITION),
                None)
     same_fields = all(current.get(k) == v for k, v in want.items()) and set(want) == {

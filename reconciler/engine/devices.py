@@ -35,6 +35,7 @@ they only lower the count). Group pods themselves must not request a shared reso
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,27 @@ PENDING = "Pending"
 
 Devices = Mapping[str, tuple[int, ...]]
 """Device IDs per resource name: ``{"nvidia.com/gpu": (0, 1)}``."""
+
+#: The most devices of one resource a group may ask for: a node's devices of a kind are
+#: counted in units, not bytes (the CRD's schema has the same bound).
+MAX_GROUP_DEVICES = 1024
+#: A counted device is an extended resource: a domain-qualified name outside the
+#: ``kubernetes.io`` domain (Kubernetes docs, "Managing Resources for Containers",
+#: extended resources), so ``cpu``, ``memory``, ``ephemeral-storage`` and ``hugepages-*``,
+#: which are measured, never are. The CRD's schema checks the same pattern.
+_DEVICE_RESOURCE = re.compile(r"(?!(?:[^/]*\.)?kubernetes\.io/)[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def device_resource_problem(name: str, count: object) -> str:
+    """Why ``name: count`` cannot be a resource of a SharedDeviceGroup (``""``: it can): the
+    name must be an extended resource's (:data:`_DEVICE_RESOURCE`), the count an integer
+    from 1 to :data:`MAX_GROUP_DEVICES`."""
+    if not _DEVICE_RESOURCE.fullmatch(name):
+        return ("must be a counted device, an extended resource such as nvidia.com/gpu "
+                "(a domain-qualified name outside kubernetes.io; cpu, memory and the like are not devices)")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GROUP_DEVICES:
+        return f"must be an integer from 1 to {MAX_GROUP_DEVICES}, got {count!r}"
+    return ""
 
 
 def parse_ids(raw: str) -> tuple[int, ...]:
@@ -128,9 +150,10 @@ class DeviceGroup:
             raise ObjectError("spec.resources", "must name at least one resource")
         resources: dict[str, int] = {}
         for name, count in raw.items():
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ObjectError(f"spec.resources.{name}", f"must be an integer >= 1, got {count!r}")
-            resources[str(name)] = count
+            problem = device_resource_problem(str(name), count)
+            if problem:
+                raise ObjectError(f"spec.resources.{name}", problem)
+            resources[str(name)] = int(count)
         strategy = string(spec, "schedulingStrategy", "spec", default=STRATEGIES[0])
         if strategy not in STRATEGIES:
             raise ObjectError("spec.schedulingStrategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
@@ -263,15 +286,26 @@ def _describe(devices: Devices) -> str:
 def pick_ids(total: int, taken: Iterable[int], count: int) -> tuple[int, ...] | None:
     """The ``count`` IDs of ``0..total-1`` to give a group: the lowest run of ``count``
     consecutive free IDs when there is one, else the lowest free IDs; None when fewer than
-    ``count`` are free. ``taken`` are the IDs other groups hold."""
-    busy = set(taken)
-    free = [i for i in range(total) if i not in busy]
-    if len(free) < count:
+    ``count`` are free. ``taken`` are the IDs other groups hold. Walks the gaps between
+    taken IDs: the cost follows ``taken`` and ``count``, never ``total``."""
+    busy = sorted({i for i in taken if 0 <= i < total})
+    if total - len(busy) < count:
         return None
-    for start in range(len(free) - count + 1):
-        if free[start + count - 1] - free[start] == count - 1:
-            return tuple(free[start:start + count])
-    return tuple(free[:count])
+    gaps = []  # (first free ID, how many) between taken IDs, in order
+    previous = -1
+    for i in [*busy, total]:
+        if i - previous > 1:
+            gaps.append((previous + 1, i - previous - 1))
+        previous = i
+    run = next((start for start, size in gaps if size >= count), None)
+    if run is not None:
+        return tuple(range(run, run + count))
+    lowest: list[int] = []
+    for start, size in gaps:
+        lowest.extend(range(start, start + min(size, count - len(lowest))))
+        if len(lowest) == count:
+            break
+    return tuple(lowest)
 
 
 @dataclass(frozen=True)

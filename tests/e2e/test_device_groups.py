@@ -240,3 +240,9 @@ def test_the_api_server_refuses_a_bad_group_spec(stack):
     assert bad.returncode != 0
     assert "spec.resources.nvidia.com/gpu: Invalid value: 0" in bad.stderr
     assert 'spec.schedulingStrategy: Unsupported value: "random"' in bad.stderr
+    for resource in ("memory", "kubernetes.io/batteries"):  # measured, not counted: never device IDs
+        measured = stack.cluster.kubectl("apply", "-f", "-", check=False, input=json.dumps({
+            "apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup", "metadata": {"name": "measured"},
+            "spec": {"resources": {resource: 1}}}))
+        assert measured.returncode != 0, resource
+        assert "resource names must be counted devices" in measured.stderr, measured.stderr

@@ -20,6 +20,7 @@ from reconciler.engine.actions import Release
 from reconciler.engine.allocation import group_candidates, group_view
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, parse_ids, pick_ids
+from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import PodInfo, Snapshot
@@ -65,6 +66,37 @@ def test_ids_are_the_lowest_free_run_when_there_is_one(total, taken, count, want
     assert pick_ids(total, taken, count) == want
 
 
+def _pick_by_brute_force(total, taken, count):
+    free = [i for i in range(total) if i not in set(taken)]
+    if len(free) < count:
+        return None
+    if count == 0:
+        return ()
+    runs = [tuple(free[s:s + count]) for s in range(len(free) - count + 1) if free[s + count - 1] - free[s] == count - 1]
+    return runs[0] if runs else tuple(free[:count])
+
+
+@given(st.integers(0, 40), st.lists(st.integers(0, 45), max_size=30), st.integers(0, 12))
+def test_ids_are_what_enumerating_every_id_would_give(total, taken, count):
+    assert pick_ids(total, taken, count) == _pick_by_brute_force(total, taken, count)
+
+
+def test_picking_ids_never_scales_with_the_count_of_a_node():
+    assert pick_ids(270_000_000_000, [0, 5], 3) == (1, 2, 3), "a 256Gi 'device' count answers at once"
+
+
+@pytest.mark.parametrize("name", ["memory", "cpu", "ephemeral-storage", "hugepages-2Mi", "kubernetes.io/batteries",
+                                  "storage.kubernetes.io/x", "nvidia.com/gpu\n"])
+def test_a_group_of_a_measured_resource_is_refused_naming_the_field(name):
+    with pytest.raises(ObjectError, match=r"must be a counted device, an extended resource such as nvidia.com/gpu"):
+        DeviceGroup.from_object(make_group("g").resources(**{"gpu": 1}).build() | {"spec": {"resources": {name: 1}}})
+
+
+def test_a_group_asking_for_more_devices_than_any_node_has_is_refused():
+    with pytest.raises(ObjectError, match="must be an integer from 1 to 1024, got 100000"):
+        DeviceGroup.from_object({"metadata": {"name": "g"}, "spec": {"resources": {"nvidia.com/gpu": 100000}}})
+
+
 @pytest.mark.parametrize(("raw", "want"), [("0,1", (0, 1)), ("1, 0", (0, 1)), ("", ()), ("3,3", (3,))])
 def test_id_lists_parse_sorted_without_repeats(raw, want):
     assert parse_ids(raw) == want
@@ -79,7 +111,7 @@ def test_malformed_id_lists_are_refused(raw):
 def test_a_group_object_with_a_bad_count_is_refused_naming_the_field():
     obj = make_group("g").build()
     obj["spec"]["resources"] = {GPU: 0}
-    with pytest.raises(ValueError, match=r"spec.resources.nvidia.com/gpu: must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"spec.resources.nvidia.com/gpu: must be an integer from 1 to 1024, got 0"):
         DeviceGroup.from_object(obj)
 
 

@@ -313,6 +313,22 @@ def test_a_deleted_group_keeps_its_finalizer_until_none_of_its_pods_runs():
     assert "team-a-gpus" not in h.writer.groups  # finalizer removed: the API server deletes it
 
 
+def test_a_group_of_memory_is_pending_with_the_reason_on_the_group_and_its_pod_held():
+    group = device_group()
+    group["spec"]["resources"] = {"memory": 1}
+    h = Harness(shared_nodes(), [group_pod("infer")], groups=[group])
+    assert h.reconcile("team-a/pod:infer").phase is Phase.HELD
+    assert h.controller.groups.reconcile("team-a-gpus") is False
+    status = h.writer.groups["team-a-gpus"]["status"]
+    [condition] = status["conditions"]
+    assert (status["phase"], condition["type"], condition["status"], condition["reason"]) == (
+        "Pending", "Allocated", "False", "InvalidSpec")
+    assert condition["message"].startswith("spec.resources.memory: must be a counted device")
+    writes = len(h.writer.patches)
+    h.controller.groups.reconcile("team-a-gpus")
+    assert len(h.writer.patches) == writes, "said once"
+
+
 # --- auto-gangs and gangs of one --------------------------------------------------------------
 GKE_GATE = contract.GKE_GATE_PREFIX + "job"
 
