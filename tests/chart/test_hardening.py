@@ -281,7 +281,10 @@ def test_the_shared_device_group_crd_is_the_designs() -> None:
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Node", "Devices", "Age"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    assert spec["resources"]["additionalProperties"] == {"type": "integer", "format": "int64", "minimum": 1}
+    assert spec["resources"]["additionalProperties"] == {"type": "integer", "format": "int64", "minimum": 1,
+                                                         "maximum": 1024}
+    [rule] = spec["resources"]["x-kubernetes-validations"]
+    assert "kubernetes[.]io/" in rule["rule"], "counted devices only: never cpu, memory or kubernetes.io names"
     assert spec["schedulingStrategy"]["enum"] == ["binpack", "spread"] and spec["schedulingStrategy"]["default"] == "binpack"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Bound"]
