@@ -13,13 +13,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reconciler.engine import place_gang, preemption
+from reconciler.engine import place_gang
 from reconciler.engine.preemption import (
     PreemptionPlan,
     VictimGang,
     candidate_gangs,
     plan_preemption,
 )
+from reconciler.engine.preemption.plan import new_search
+from reconciler.engine.preemption.search import Budget, Mode
+from reconciler.engine.preemption.settle import settle
 from reconciler.engine.snapshot import PodInfo, Snapshot
 from tests.engine.builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
 
@@ -371,11 +374,11 @@ def test_settling_drops_the_victims_the_placement_does_not_need() -> None:
     plans whose arithmetic was only a bound, for members of several shapes.)"""
     snapshot = cluster(["n1", "n2"], [Running("a", [("n1", 4), ("n2", 4)]), Running("b", [("n1", 4)]),
                                       Running("c", [("n2", 4)])])
-    planner = preemption._planner(snapshot, preemptor(1, 4), candidates(snapshot), "minimal", None, None, (), "")
-    assert planner is not None
-    assert planner.sweep() is not None
-    everything = [p for g in planner.gangs for p in g.pods]
-    settled = planner.settle(everything, preemption._Budget(0, 4))
+    search = new_search(snapshot, preemptor(1, 4), candidates(snapshot), Mode.MINIMAL, None, None, (), "")
+    assert search is not None
+    assert search.sweep() is not None
+    everything = [p for g in search.gangs for p in g.pods]
+    settled = settle(search, everything, Budget(0, 4))
     assert settled is not None
     pods, placement = settled
     assert [p.key for p in pods] == ["batch/b-0"]
