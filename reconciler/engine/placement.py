@@ -165,7 +165,8 @@ def place_gang(
     that level or nowhere. ``exact_budget`` bounds the exact search (0: always greedy).
     Deterministic: the same snapshot and members give the same result, message included.
     ``snapshot`` is not changed; apply the plan with :meth:`Snapshot.with_assumed` or
-    :meth:`Snapshot.assumed`.
+    :meth:`Snapshot.assumed`. It is long because it reads as the objective in order: the
+    levels to search, the envelope's search, the mixed fill, then the result.
     """
     order = sorted(members, key=lambda p: (p.rank, p.key))
     if not order:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from reconciler.engine.placement import PlacementResult, place_gang
 from reconciler.engine.preemption.candidates import CandidatePool, SearchGang, SearchPod
@@ -26,12 +26,15 @@ from reconciler.engine.preemption.capacity import (
 from reconciler.engine.resources import PODS
 from reconciler.engine.snapshot import PodInfo, Snapshot
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsDunderLT
+
 #: Calls of :func:`place_gang` spent on choosing among plans tied on (1)-(3), and on
 #: confirming greedy plans, before settling the winner.
 PLACEMENT_BUDGET = 32
 
 Subset = TypeVar("Subset")
-Rank = TypeVar("Rank")
+Rank = TypeVar("Rank", bound="SupportsDunderLT[Any]")
 Found = TypeVar("Found")
 
 
@@ -60,7 +63,7 @@ def least_subsets(sizes: Iterable[int], subsets: Callable[[int], Iterable[Subset
             if ranked is None:
                 continue
             key, what = ranked
-            if least is None or key < least:  # type: ignore[operator]
+            if least is None or key < least:
                 least, found = key, [what]
             elif key == least:
                 found.append(what)
