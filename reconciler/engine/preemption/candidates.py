@@ -120,7 +120,8 @@ def candidates(snapshot: Snapshot, prefix: str, preemptor: str, priority: int,
 def leaving(snapshot: Snapshot) -> list[str]:
     """Keys of the pods being deleted that still use a node: room that is being freed."""
     return snapshot.memo("leaving", lambda: [pod.key for pod in snapshot.pods.values()
-                                             if pod.deleting and not pod.terminal and snapshot.using(pod.key) is not None])
+                                             if pod.deleting and not pod.terminal
+                                             and snapshot.using(pod.key) is not None])
 
 
 # --- the search's view: candidates normalised against the capacity model -----------------
@@ -210,7 +211,8 @@ class CandidatePool:
                 items = tuple(pod.requests.items())
                 vector = vectors.get(items)
                 if vector is None:
-                    vector = vectors[items] = tuple((index[resource], amount) for resource, amount in items if amount > 0 and resource in index)
+                    vector = vectors[items] = tuple((index[resource], amount) for resource, amount in items
+                                                    if amount > 0 and resource in index)
                 gang.pods.append(SearchPod(key, gang.index, node, pod.requests, vector, scope_of[node],
                                            usable[node]))
             if gang.pods:

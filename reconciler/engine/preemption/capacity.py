@@ -102,9 +102,11 @@ class CapacityModel:
             requests.append(envelope_requests)
             eligible.append(envelope_eligible)
         self.main_kind = len(requests) - 1
-        self.resources = sorted({resource for asked in requests for resource, amount in asked.items() if amount > 0}, key=overage_order)
+        self.resources = sorted({resource for asked in requests for resource, amount in asked.items() if amount > 0},
+                                key=overage_order)
         self.index = {resource: i for i, resource in enumerate(self.resources)}
-        self.kind_requests = [tuple((self.index[resource], amount) for resource, amount in asked.items() if amount > 0) for asked in requests]
+        self.kind_requests = [tuple((self.index[resource], amount) for resource, amount in asked.items() if amount > 0)
+                              for asked in requests]
         self.eligible = eligible
         self.kinds = range(len(requests))
         self.free = [snapshot.free_units(resource) for resource in self.resources]

@@ -90,7 +90,12 @@ def _fewest_gangs(search: Search, domain: int, chosen: list[SearchGang], target:
 
 
 def _freed(domain: int, gangs: Sequence[SearchGang], primary: int) -> int:
-    return sum(amount for gang in gangs for pod in gang.local[domain] for resource, amount in pod.vector if resource == primary)
+    """What ``gangs`` free of the ``primary`` resource in ``domain`` (model units)."""
+    return sum(_primary_of(pod, primary) for gang in gangs for pod in gang.local[domain])
+
+
+def _primary_of(pod: SearchPod, primary: int) -> int:
+    return sum(amount for resource, amount in pod.vector if resource == primary)
 
 
 def reverse(search: Search, domain: int, chosen: list[SearchGang], target: Target) -> list[SearchPod]:
@@ -102,7 +107,9 @@ def reverse(search: Search, domain: int, chosen: list[SearchGang], target: Targe
     kept = _fewest_gangs(search, domain, chosen, target, primary)
     if kept is None:
         kept = list(chosen)
-        for gang in sorted(chosen, key=lambda candidate: (_freed(domain, [candidate], primary), -len(candidate.local[domain]), candidate.key)):
+        least_first = sorted(chosen, key=lambda candidate: (_freed(domain, [candidate], primary),
+                                                            -len(candidate.local[domain]), candidate.key))
+        for gang in least_first:
             rest = [other for other in kept if other is not gang]
             if rest and search.enough(domain, search.victims(domain, rest), target):
                 kept = rest
@@ -122,7 +129,7 @@ def drop_pods(search: Search, domain: int, pods: list[SearchPod], target: Target
     for node, vector in added.items():
         model.recount(node, vector, caps, sums)
     gone: set[int] = set()
-    for pod in sorted(pods, key=lambda pod: (sum(amount for resource, amount in pod.vector if resource == primary), -pod.node, pod.key)):
+    for pod in sorted(pods, key=lambda pod: (_primary_of(pod, primary), -pod.node, pod.key)):
         if len(gone) == len(pods) - 1:
             break
         without = list(added[pod.node])
@@ -181,8 +188,8 @@ class DomainGreedy:
         for pod in pods:
             for resource, amount in pod.vector:
                 freed[resource] += amount
-        count = sum(len(self.by_index[index].pods) if self.search.atomic else len(self.by_index[index].local[self.domain])
-                    for index in live)
+        gangs = [self.by_index[index] for index in live]
+        count = sum(len(gang.pods) if self.search.atomic else len(gang.local[self.domain]) for gang in gangs)
         delta = [0] * len(self.sums)
         for node, vector in extra.items():
             old = self.caps.get(node)
@@ -209,7 +216,8 @@ class DomainGreedy:
                 if effect is None:
                     effect = self.cache[position] = self._effect(live)
                 delta, count, freed, first = effect
-                gain = need - model.deficit([total + amount for total, amount in zip(self.sums, delta, strict=True)], self.target)
+                after = [total + amount for total, amount in zip(self.sums, delta, strict=True)]
+                gain = need - model.deficit(after, self.target)
                 if gain <= 0:
                     continue
                 keys = tuple(self.by_index[index].key for index in live)

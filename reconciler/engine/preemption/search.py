@@ -115,7 +115,8 @@ class Search:
         self.preferred_level = preferred_level
         self.near = near
         self.model = model
-        self.over_resources = sorted({resource for pod in members for resource, amount in pod.requests.items() if amount > 0 and resource != PODS},
+        self.over_resources = sorted({resource for member in members for resource, amount in member.requests.items()
+                                      if amount > 0 and resource != PODS},
                                      key=overage_order)
         self._placed: dict[frozenset[str], PlacementResult] = {}
         #: node -> member slots it gains when every admitted candidate on it goes (sweep)
@@ -194,7 +195,8 @@ class Search:
         model = self.model
         freed = self.freed(pods)
         added = freed_by_node((pod for pod in pods if pod.relevant), model.width)
-        total = {resource: sum(member.requests.get(resource, 0) for member in self.members) for resource in self.over_resources}
+        total = {resource: sum(member.requests.get(resource, 0) for member in self.members)
+                 for resource in self.over_resources}
         shape = dict(self.members[0].requests) if model.single else None
         bounds = []
         for resource in self.over_resources:
@@ -206,7 +208,8 @@ class Search:
                     bound += amounts[resource]
                     continue
                 if shape is not None:
-                    need = min(model.cap(model.main_kind, node, node_added), model.member_count) * shape.get(resource, 0)
+                    fitting = min(model.cap(model.main_kind, node, node_added), model.member_count)
+                    need = fitting * shape.get(resource, 0)
                 else:
                     need = total[resource]
                 bound += amounts[resource] - min(max(need - model.free[position][node], 0), amounts[resource])
@@ -268,7 +271,8 @@ class Search:
         """Gang index -> the member slots its nodes in ``domain`` gain when every admitted
         candidate on them goes: no set of gangs gains more than the sum of theirs
         (capacity only grows as pods go)."""
-        return {gang.index: sum(self.gain.get(node, 0) for node in {pod.node for pod in gang.local[domain]}) for gang in gangs}
+        return {gang.index: sum(self.gain.get(node, 0) for node in {pod.node for pod in gang.local[domain]})
+                for gang in gangs}
 
     def need(self, domain: int) -> int:
         """Member slots ``domain`` lacks now, by the envelope."""

@@ -131,7 +131,8 @@ def trim_pods(search: Search, pods: list[SearchPod], demand: PerNode) -> list[Se
                 nodes_of[pod.gang].discard(node)
             continue
         free = search.snapshot.free(node)
-        deficit = {resource: amount - free.get(resource, 0) for resource, amount in need.items() if amount - free.get(resource, 0) > 0}
+        deficit = {resource: amount - free.get(resource, 0) for resource, amount in need.items()
+                   if amount - free.get(resource, 0) > 0}
         keep[node] = cover(search, victims, deficit, nodes_of, node) if deficit else []
         still = {pod.gang for pod in keep[node]}
         for pod in victims:
@@ -149,7 +150,8 @@ def cover(search: Search, victims: list[SearchPod], deficit: dict[str, int], nod
     victims = sorted(victims, key=lambda pod: pod.key)
 
     def covers(chosen: Sequence[SearchPod]) -> bool:
-        return all(sum(pod.requests.get(resource, 0) for pod in chosen) >= amount for resource, amount in deficit.items())
+        return all(sum(pod.requests.get(resource, 0) for pod in chosen) >= amount
+                   for resource, amount in deficit.items())
 
     if len(victims) <= TRIM_GANGS:
 
