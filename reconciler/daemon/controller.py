@@ -55,7 +55,6 @@ from reconciler.daemon.writer import (
     Refused,
     WriteError,
 )
-from reconciler.engine import victims as victim_gangs
 from reconciler.engine.allocation import GroupView, group_view
 from reconciler.engine.conditions import MAX_MESSAGE
 from reconciler.engine.conditions import conditions as gang_conditions
@@ -65,6 +64,7 @@ from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.filters import NodeFilter, static_reason
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import IllegalTransition, Phase, check_move
+from reconciler.engine.preemption import candidates as victim_gangs
 from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.engine.snapshot import NodeInfo, Plan, PodInfo
 from troupe import contract

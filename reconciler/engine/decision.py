@@ -42,13 +42,14 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from reconciler.engine import lifecycle, victims
+from reconciler.engine import lifecycle
 from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
 from reconciler.engine.devices import Devices, Holding
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase
 from reconciler.engine.placement import Code, PlacementResult
 from reconciler.engine.preemption import PreemptionPlan, plan_preemption
+from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.queueing import (
     Hold,
     Policy,
