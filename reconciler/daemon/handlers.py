@@ -29,7 +29,6 @@ from reconciler.daemon.writer import (
     Refused,
     WriteError,
 )
-from reconciler.engine import victims as victim_gangs
 from reconciler.engine.actions import (
     ClearNominations,
     ClearPlans,
@@ -45,6 +44,7 @@ from reconciler.engine.decision import Decision
 from reconciler.engine.filters import NodeFilter
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Phase
+from reconciler.engine.preemption import candidates as victim_gangs
 from reconciler.engine.queueing import Policy
 from reconciler.engine.snapshot import Plan, PodInfo
 from reconciler.engine.timestamps import rfc3339

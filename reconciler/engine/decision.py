@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from reconciler.engine import lifecycle, victims
+from reconciler.engine import lifecycle
 from reconciler.engine.actions import (
     Action,
     ClearNominations,
@@ -64,6 +64,7 @@ from reconciler.engine.devices import Devices
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase, Rule
 from reconciler.engine.placement import Code, PlacementResult
+from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.preemption import plan_preemption
 from reconciler.engine.queueing import Policy, QueueView
 from reconciler.engine.snapshot import Nomination, Plan, PodInfo, Snapshot

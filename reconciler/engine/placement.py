@@ -114,23 +114,26 @@ class PlacementResult:
 
 
 @dataclass
-class _Shape:
+class Shape:
+    """Members of equal ``requests`` (units, :mod:`.resources`) and node filter ``flt``;
+    ``members``: their positions in the sequence :func:`member_shapes` was given."""
+
     requests: Mapping[str, int]
     flt: NodeFilter
     members: list[int]
 
 
-def _shapes(order: Sequence[PodInfo]) -> tuple[list[_Shape], list[int]]:
+def member_shapes(order: Sequence[PodInfo]) -> tuple[list[Shape], list[int]]:
     """Shapes in order of their first member, and each member's shape index."""
     by_key: dict[tuple[tuple[tuple[str, int], ...], NodeFilter], int] = {}
-    shapes: list[_Shape] = []
+    shapes: list[Shape] = []
     shape_of = []
     for i, pod in enumerate(order):
         key = (tuple(sorted(pod.requests.items())), pod.node_filter)
         s = by_key.get(key)
         if s is None:
             s = by_key[key] = len(shapes)
-            shapes.append(_Shape(pod.requests, pod.node_filter, []))
+            shapes.append(Shape(pod.requests, pod.node_filter, []))
         shapes[s].members.append(i)
         shape_of.append(s)
     return shapes, shape_of
@@ -202,7 +205,8 @@ def place_gang(
     that level or nowhere. ``exact_budget`` bounds the exact search (0: always greedy).
     Deterministic: the same snapshot and members give the same result, message included.
     ``snapshot`` is not changed; apply the plan with :meth:`Snapshot.with_assumed` or
-    :meth:`Snapshot.assumed`.
+    :meth:`Snapshot.assumed`. It is long because it reads as the objective in order: the
+    levels to search, the envelope's search, the mixed fill, then the result.
     """
     order = sorted(members, key=lambda p: (p.rank, p.key))
     if not order:
@@ -211,14 +215,12 @@ def place_gang(
     depths, unknown = _search_depths(snapshot, required_level, preferred_level)
     if unknown:
         return _unresolvable(unknown)
-    shapes, shape_of = _shapes(order)
+    shapes, shape_of = member_shapes(order)
     size = len(order)
     if len(shapes) == 1:
         requests, eligible = shapes[0].requests, snapshot.eligible(shapes[0].flt)
     else:
-        names = sorted({r for s in shapes for r in s.requests})
-        requests = {r: max(s.requests.get(r, 0) for s in shapes) for r in names}
-        eligible = [all(t) for t in zip(*(snapshot.eligible(s.flt) for s in shapes), strict=True)]
+        requests, eligible = envelope(shapes, [snapshot.eligible(s.flt) for s in shapes])
     found = _place_uniform(snapshot, snapshot.capacity(requests, eligible), size, depths, exact_budget, allowed)
     mixed = None
     if len(shapes) > 1:
@@ -234,6 +236,15 @@ def place_gang(
     else:
         return _explain(snapshot, order, shapes, required_level, depths, allowed)
     return _placed(snapshot, order, nodes, depth, j, method)
+
+
+def envelope(shapes: Sequence[Shape], eligible: Sequence[Sequence[bool]]) -> tuple[dict[str, int], list[bool]]:
+    """The envelope of several shapes (module docstring): per resource the largest
+    request of any shape (units, resources sorted by name), and per node whether it is
+    eligible (``eligible``: per shape, per node index) for every shape."""
+    names = sorted({r for s in shapes for r in s.requests})
+    requests = {r: max(s.requests.get(r, 0) for s in shapes) for r in names}
+    return requests, [all(t) for t in zip(*eligible, strict=True)]
 
 
 Allowed = list[set[int]] | None
@@ -284,7 +295,7 @@ def _place_uniform(
 
 
 def _place_mixed(
-    snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[_Shape], shape_of: Sequence[int],
+    snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], shape_of: Sequence[int],
     depths: Sequence[int], allowed: Allowed = None,
 ) -> tuple[int, int, list[int]] | None:
     """Rank-order fill for members of several shapes: in each candidate domain (every
@@ -349,7 +360,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def _explain(
-    snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[_Shape], required_level: str | None,
+    snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], required_level: str | None,
     depths: Sequence[int], allowed: Allowed = None,
 ) -> PlacementResult:
     """Why no placement exists, as a result: members that fit in the best allowed domain,
