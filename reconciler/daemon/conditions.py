@@ -9,7 +9,9 @@ changes with every new member (``3 of 512 members present``, ``4 of 512``...) co
 write per member, not one per member per arrival. A member released before its first
 condition was written gets none (``Released`` is written only over a waiting condition).
 Writes never delay a release: they run on the sink's own thread, through the writer (its
-rate limit and its fence).
+rate limit and its fence). An Event may ride on a condition: it is sent when (and only
+when) that condition is written, with its message, so what ``kubectl describe pod`` lists
+under Events follows the condition's numbers.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class _Want:
     uid: str
     condition: GangCondition
     due: float
+    event: tuple[str, str] | None = None
+    on_change_only: bool = False
 
 
 class ConditionSink:
@@ -58,14 +62,18 @@ class ConditionSink:
         self.written = 0
         self.failed = 0
 
-    def want(self, ref: PodRef, uid: str, condition: GangCondition) -> None:
-        """Ask for ``condition`` on the pod (written after the delay unless replaced)."""
+    def want(self, ref: PodRef, uid: str, condition: GangCondition, event: tuple[str, str] | None = None,
+             on_change_only: bool = False) -> None:
+        """Ask for ``condition`` on the pod (written after the delay unless replaced) and,
+        with ``event`` (``(kind, reason)``), an Event carrying the condition's message sent
+        when it is written (with ``on_change_only``, only when the pod's condition had
+        another reason): an Event follows the condition it explains, coalesced alike."""
         with self._lock:
             pending = self._pending.get(ref)
-            if pending is not None and pending.condition == condition:
+            if pending is not None and (pending.condition, pending.event) == (condition, event):
                 return
             due = pending.due if pending is not None else self.clock() + self.delay
-            self._pending[ref] = _Want(uid, condition, due)
+            self._pending[ref] = _Want(uid, condition, due, event, on_change_only)
 
     def __len__(self) -> int:
         with self._lock:
@@ -102,6 +110,10 @@ class ConditionSink:
                 log.debug("condition of pod %s not written: %s", ref, e)
                 continue
             written += 1
+            same_reason = isinstance(have, tuple) and have[1] == wanted.reason
+            if want.event is not None and not (want.on_change_only and same_reason):
+                kind, reason = want.event
+                self.writer.emit_event(ref, want.uid or None, kind, reason, wanted.message)
         self.written += written
         return written
 

@@ -78,7 +78,7 @@ from reconciler.engine.conditions import conditions as gang_conditions
 from reconciler.engine.decision import Decision
 from reconciler.engine.filters import static_reason
 from reconciler.engine.gang import Gang
-from reconciler.engine.lifecycle import Audience, IllegalTransition, Notice, Phase, check_move
+from reconciler.engine.lifecycle import Audience, IllegalTransition, Phase, check_move
 from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.engine.snapshot import NodeInfo, PodInfo
 from reconciler.engine.step import step
@@ -320,39 +320,35 @@ class GangController(ActionHandlers):
 
     # --- telling: conditions and Events ---------------------------------------------------
     def _tell(self, gang: Gang, decision: Decision) -> None:
-        """Each waiting member's condition, and the rule's Event: on each member concerned
-        (``Audience.EACH``) or once on the gang's lead member, the first one concerned in
-        rank order (``Audience.GANG``). A release tells as each member is written."""
+        """Each waiting member's condition and, written with it, the rule's Event: on each
+        member concerned (``Audience.EACH``) or on the gang's lead member, the first one
+        concerned in rank order (``Audience.GANG``). The condition sink writes a condition
+        only when it differs from what the pod carries, coalesced (:mod:`.conditions`), and
+        the Event goes with that write, so the Event a member shows follows its condition's
+        numbers and a new leader, which reads the conditions back, repeats none. A release
+        tells as each member is written."""
         if decision.find(Release) is not None:
             return
         by_key = {p.key: p for p in gang.members}
         wanted = gang_conditions(gang, decision)
-        for key, condition in wanted.items():
-            self.conditions.want(PodRef.parse(key), by_key[key].uid, condition)
         notice = decision.rule.notice
-        if notice is None or not wanted:
-            return
-        told = list(wanted) if notice.audience is Audience.EACH else list(wanted)[:1]
-        for key in told:
-            self._event(gang, by_key[key], notice, wanted[key].reason, decision.reason)
+        lead = next(iter(wanted), None)
+        for key, condition in wanted.items():
+            told = notice is not None and (notice.audience is Audience.EACH or key == lead)
+            event = (notice.kind, notice.reason) if notice is not None and told else None
+            self.conditions.want(PodRef.parse(key), by_key[key].uid, condition, event,
+                                 notice is not None and notice.on_change_only)
 
-    def _event(self, gang: Gang, pod: PodInfo, notice: Notice, condition: str, message: str) -> None:
-        """Emit ``notice`` on ``pod`` unless it was told already: as its ``troupe.io/Gang``
-        condition (any replica, so a new leader does not repeat what the old one told: the
-        same message, or for a notice sent once per change, the same condition reason), or
-        by this replica (remembered per pod and Event reason)."""
-        if pod.condition is not None and (pod.condition[2] == message[:MAX_MESSAGE] or (
-                not notice.every_message and pod.condition[1] == condition)):
+    def _event_once(self, gang: Gang, pod: PodInfo, kind: str, reason: str, message: str) -> None:
+        """Emit an Event about ``pod`` (the handlers' way to tell: a release, a rollback)
+        unless it was told already: as its ``troupe.io/Gang`` condition's message (any
+        replica), or by this replica (remembered per pod and Event reason)."""
+        if pod.condition is not None and pod.condition[2] == message[:MAX_MESSAGE]:
             return
         with self._lock:
             memory = self._memory.setdefault(gang.key, Memory())
             sent = memory.events = memory.events or {}
-            previous = sent.get((pod.key, notice.reason))
-            if previous == message or (previous is not None and not notice.every_message):
+            if sent.get((pod.key, reason)) == message:
                 return
-            sent[(pod.key, notice.reason)] = message
-        self.writer.emit_event(PodRef.parse(pod.key), pod.uid or None, notice.kind, notice.reason, message)
-
-    def _event_once(self, gang: Gang, pod: PodInfo, kind: str, reason: str, message: str) -> None:
-        """Emit a one-off Event (once per message) about ``pod`` (the handlers' way to tell)."""
-        self._event(gang, pod, Notice(kind, reason, Audience.EACH, every_message=True), "", message)
+            sent[(pod.key, reason)] = message
+        self.writer.emit_event(PodRef.parse(pod.key), pod.uid or None, kind, reason, message)

@@ -137,13 +137,16 @@ class Audience(enum.Enum):
 @dataclass(frozen=True)
 class Notice:
     """The Event a rule sends: ``kind`` (``Normal`` or ``Warning``), ``reason``
-    (``GangWaiting``...), ``audience``, and ``every_message``: sent again whenever the
-    message changes (False: only when the lead's condition moves to this rule's reason)."""
+    (``GangWaiting``...) and ``audience``. For waiting members it goes with each write of
+    their condition, coalesced: whenever its message changes, so the Event follows the
+    numbers, or with ``on_change_only`` only when the condition's reason changes (a
+    message that counts seconds down says nothing new). For a release or a rollback, once
+    per change."""
 
     kind: str
     reason: str
     audience: Audience = Audience.GANG
-    every_message: bool = False
+    on_change_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,20 +189,20 @@ def _backoff(o: Observation) -> str:
 
 NO_MEMBERS = Rule("NoMembers", Phase.WAITING, lambda o: o.active == 0, lambda o: "no active members")
 TIMED_OUT = Rule("TimedOut", Phase.ROLLED_BACK, lambda o: o.expired > 0, lambda o: o.expired_why,
-                 Notice("Warning", "GangTimedOut", every_message=True))
+                 Notice("Warning", "GangTimedOut"))
 RELEASE_IN_PROGRESS = Rule(
     "ReleaseInProgress", Phase.RELEASING, lambda o: o.reserved > 0,
     lambda o: f"finishing a release: {o.released} of {o.released + o.reserved} members released, "
               f"{o.reserved} to go on their planned nodes",
-    Notice("Normal", "GangReleased", every_message=True),
+    Notice("Normal", "GangReleased"),
 )
 ALL_RELEASED = Rule("AllReleased", Phase.RELEASED, lambda o: o.gated == 0, _released)
 MEMBERS_DISAGREE = Rule("MembersDisagree", Phase.HELD, lambda o: bool(o.held), lambda o: o.held,
-                        Notice("Warning", "GangSpecMismatch", Audience.EACH, every_message=True), "Held")
+                        Notice("Warning", "GangSpecMismatch", Audience.EACH), "Held")
 DEVICE_GROUP = Rule("DeviceGroup", Phase.HELD, lambda o: bool(o.device_problem), lambda o: o.device_problem,
-                    Notice("Warning", "SharedDeviceGroupUnavailable", Audience.EACH, every_message=True), "Held")
+                    Notice("Warning", "SharedDeviceGroupUnavailable", Audience.EACH), "Held")
 BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0, _backoff,
-                   Notice("Normal", "GangBackingOff"), "BackingOff")
+                   Notice("Normal", "GangBackingOff", on_change_only=True), "BackingOff")
 #: No Event: the workload object normally follows its pods by milliseconds on another
 #: watch, and a Warning for that would be noise; the reason is in /debug/gangs and the
 #: simulator (docs/decisions/014-workload-gangs.md).
@@ -208,30 +211,30 @@ WORKLOAD_UNKNOWN = Rule("WorkloadUnknown", Phase.WAITING, lambda o: bool(o.workl
                         None, "WaitingForWorkload")
 SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
                 lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more",
-                Notice("Normal", "GangWaiting"), "WaitingForMembers")
+                Notice("Normal", "GangWaiting", on_change_only=True), "WaitingForMembers")
 MEMBERS_MISSING = Rule("MembersMissing", Phase.WAITING,
                        lambda o: o.released == 0 and o.size is not None and o.active < o.size, _members,
                        Notice("Normal", "GangWaiting"), "WaitingForMembers")
 #: Every rule above passed: ask the placement engine (not a phase of its own).
 READY = Rule("Ready", Phase.PLACED, lambda o: True, lambda o: "complete")
 #: The engine placed every gated member; the reason is the engine's.
-PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", Notice("Normal", "GangReleased", every_message=True))
+PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", Notice("Normal", "GangReleased"))
 #: The engine found no placement; the reason is the engine's.
 UNPLACED = Rule("Unplaced", Phase.UNSCHEDULABLE, None, lambda o: "",
-                Notice("Warning", "GangUnschedulable", every_message=True), "Unschedulable",
+                Notice("Warning", "GangUnschedulable"), "Unschedulable",
                 waits_for_room=True, retry=True)
 #: StrictFIFO: a gang ahead in the queue does not fit; this one waits behind it.
 QUEUED = Rule("Queued", Phase.WAITING, None, lambda o: "", Notice("Normal", "GangQueued"), "Queued",
               waits_for_room=True)
 #: Evicting lower-priority gangs makes room: the nomination is written, the victims evicted.
 PREEMPTING = Rule("Preempting", Phase.PREEMPTING, None, lambda o: "",
-                  Notice("Normal", "GangPreempting", every_message=True), "Preempting", waits_for_room=True)
+                  Notice("Normal", "GangPreempting"), "Preempting", waits_for_room=True)
 #: The nomination holds the gang's nodes; its victims have not all terminated yet.
 AWAITING_VICTIMS = Rule("AwaitingVictims", Phase.PREEMPTING, None, lambda o: "", None, "Preempting",
                         waits_for_room=True)
 #: An eviction was refused (a PodDisruptionBudget) and no other plan exists.
 EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "",
-                        Notice("Warning", "GangPreemptionBlocked", every_message=True), "Preempting",
+                        Notice("Warning", "GangPreemptionBlocked"), "Preempting",
                         waits_for_room=True)
 
 #: The observation rules, in the order they are tried (module docstring).

@@ -141,6 +141,23 @@ def test_a_member_whose_keys_were_changed_past_the_webhook_holds_its_gang_and_ne
     assert h.writer.patches == []
 
 
+def test_the_event_a_waiting_member_shows_follows_its_conditions_numbers():
+    """A gang of 4 whose members come one by one: the lead's Event is sent with each
+    (coalesced) write of its condition, so its latest Event says how many are there now."""
+    pods = gang_pods(4)
+    h = Harness(four_nodes(), pods[:1])
+    h.reconcile()
+    h.controller.conditions.flush(everything=True)
+    h.sync()
+    for pod in pods[1:3]:
+        h.add(pod)
+        h.reconcile()
+    h.controller.conditions.flush(everything=True)
+    waiting = [e.message for e in h.writer.events if e.pod.name == "train-0" and e.reason == "GangWaiting"]
+    assert waiting == ["1 of 4 members present", "3 of 4 members present"], "2 of 4 was coalesced away"
+    assert not [e for e in h.writer.events if e.pod.name != "train-0"], "one Event for the gang, on its lead"
+
+
 def test_recorded_backoffs_of_gangs_that_are_gone_are_pruned_once_they_ran_out():
     h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
     h.writer.save_backoff("team-a/train", 1, h.wall - 1, ("2027-01-15T07:59:00.000+00:00",))  # ran out; gang here

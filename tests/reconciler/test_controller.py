@@ -159,9 +159,12 @@ def test_members_that_disagree_are_held_with_a_warning_naming_the_key():
     assert outcome.phase is Phase.HELD
     assert "troupe.io/gang-size: 3, 4" in outcome.reason
     assert h.writer.patches == []
+    h.controller.conditions.flush(everything=True)  # each Event goes with its member's condition
     assert {e.reason for e in h.writer.events} == {"GangSpecMismatch"}
     assert len(h.writer.events) == 3
+    h.sync()
     h.reconcile()
+    h.controller.conditions.flush(everything=True)
     assert len(h.writer.events) == 3, "the same warning is not repeated"
 
 
@@ -182,7 +185,9 @@ def test_a_gang_that_cannot_fit_is_unschedulable_and_asks_the_queue_to_back_off(
     assert "insufficient nvidia.com/gpu" in outcome.reason
     assert outcome.decision.code == "UnschedulableAndUnresolvable"
     assert h.writer.patches == []
-    assert h.writer.events[0].reason == "GangUnschedulable" and h.writer.events[0].kind == "Warning"
+    h.controller.conditions.flush(everything=True)
+    assert [(e.pod.name, e.reason, e.kind) for e in h.writer.events] == [("train-0", "GangUnschedulable", "Warning")], \
+        "one Event for the gang, on its lead member, with its condition"
 
 
 def test_a_released_gang_uses_its_nodes_before_any_watch_event_arrives():
@@ -259,6 +264,7 @@ def test_a_member_of_a_group_that_does_not_exist_is_held_and_told_why():
     assert outcome.reason == ("member train-1: SharedDeviceGroup team-a-gpus does not exist "
                               "(create it, or fix deviceshare.io/group)")
     assert h.writer.patches == []
+    h.controller.conditions.flush(everything=True)
     assert {e.reason for e in h.writer.events} == {"SharedDeviceGroupUnavailable"}
 
 
