@@ -7,7 +7,7 @@ Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 (:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
 when the next gang is planned, before the watch event arrives, the way kube-scheduler
 assumes a pod it has bound). Objects are parsed once, when they arrive
-(:class:`~reconciler.engine.snapshot.PodInfo`, :class:`~reconciler.engine.snapshot.NodeInfo`),
+(:class:`~reconciler.engine.cluster.PodInfo`, :class:`~reconciler.engine.cluster.NodeInfo`),
 and kept next to the object; an object that cannot be parsed is kept out of plans with one
 log line (one odd node, say one still registering without ``status.allocatable``, must not
 stop every plan). Each feeding method returns the gang keys whose state may have changed,
@@ -32,10 +32,11 @@ from typing import Any
 
 from reconciler.daemon.writer import PodRef
 from reconciler.engine import workloads as wl
+from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key, job_parallelism
-from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
+from reconciler.engine.snapshot import NodeTable, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from reconciler.engine.decision import MemberRelease
 from reconciler.engine.devices import encode_selected, format_ids
-from reconciler.engine.snapshot import Nomination, Plan
+from reconciler.engine.records import Nomination, Plan
 from troupe import contract
 
 

@@ -25,7 +25,7 @@ a gang"):
   unreadable), and the gang is *held*, the parse error its reason, instead of the pod
   being ignored.
 
-Pure: plain data in (:class:`~reconciler.engine.snapshot.PodInfo`), a :class:`Gang` out.
+Pure: plain data in (:class:`~reconciler.engine.cluster.PodInfo`), a :class:`Gang` out.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from functools import lru_cache
 
 import troupe.contract as contract
 from reconciler.engine import workloads as wl
-from reconciler.engine.snapshot import PodInfo
+from reconciler.engine.cluster import PodInfo
+from reconciler.engine.timestamps import epoch
 from troupe.config import Config
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
@@ -204,7 +205,7 @@ def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str]
         size = parallelism.get((gang.namespace, owner.name))
         if size is not None:
             return replace(gang, size=max(size, 1), size_from=f"Job {owner.name} parallelism")
-    stamps = [t for p in gang.members if (t := wl.epoch(p.creation_timestamp)) is not None]
+    stamps = [t for p in gang.members if (t := epoch(p.creation_timestamp)) is not None]
     newest = max(stamps, default=0.0)
     return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
 

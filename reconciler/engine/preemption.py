@@ -83,9 +83,10 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from operator import attrgetter
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.placement import PlacementResult, place_gang
 from reconciler.engine.resources import PODS, resource_order
-from reconciler.engine.snapshot import UNBOUNDED, PodInfo, Snapshot
+from reconciler.engine.snapshot import UNBOUNDED, Snapshot
 from troupe.config import PREEMPTION_MODES
 
 #: Exact search only when, in ``minimal`` mode, the relevant candidate pods are at most

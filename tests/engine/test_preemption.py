@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from reconciler.engine import place_gang, preemption
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import (
     PreemptionPlan,
     VictimGang,
     candidate_gangs,
     plan_preemption,
 )
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 from tests.engine.builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
 
 WIDGET = "example/com-widget"

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine import workloads as wl
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.gang import build_gang, group_by_gang
-from reconciler.engine.snapshot import PodInfo
 from reconciler.tools.manifests import Context, ManifestError, admit, expand
 from troupe.config import Config
 from webhook.admission import mutate, patch_of

@@ -25,7 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import FakeWriter, PodRef, WriteError
-from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.cluster import NodeInfo, PodInfo
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
 from tests.reconciler.builders import make_node, make_pod
 from troupe import contract

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import PodRef
+from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.gang import job_parallelism
-from reconciler.engine.snapshot import NodeInfo, PodInfo
 from reconciler.engine.workloads import workload
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Retained, retain
 from tests.reconciler.builders import make_node, make_pod
