@@ -22,12 +22,17 @@ from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
     GANG_CONDITION,
+    GANG_NAME_SUFFIX,
+    GANG_SIZE_SUFFIX,
+    GANG_TIMEOUT_SUFFIX,
     HOSTNAME_LABEL,
     NOMINATION,
     PLAN,
     PLANNED_AT,
     RELEASED_AT,
     SELECTED_DEVICES,
+    TOPOLOGY_PREFERRED_LEVEL,
+    TOPOLOGY_REQUIRED_LEVEL,
     is_troupe_gate,
     rank_key,
 )
@@ -89,7 +94,8 @@ class Owner:
 
 @dataclass(frozen=True, eq=False)
 class PodInfo:
-    """A pod as the engine sees it. ``requests`` is in units and includes one ``pods``.
+    """A pod as the engine sees it: the values parsed from its object, not the object.
+    ``requests`` is in units and includes one ``pods``.
 
     ``node_name`` is ``spec.nodeName`` (bound); ``assigned_node`` the reconciler's
     annotation (a node name); ``rank`` is
@@ -103,6 +109,15 @@ class PodInfo:
     when it has none (or an unreadable value). ``grace_seconds``: its
     ``terminationGracePeriodSeconds`` (30 when unset, the API default). ``condition``:
     its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one.
+
+    ``gang_annotations`` is the one raw value kept, and only the part of the annotations
+    that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
+    key ending in ``-name``, ``-size`` or ``-schedule-timeout-seconds``) and the topology
+    levels (``troupe.io/topology-required-level``, ``-preferred-level``). They stay raw
+    because reading them needs the configuration, which a pod is parsed without: the gang
+    keys are those of the configured ``gangAnnotationPrefix`` (seeds/001), and a topology
+    level must be one of the configured levels; the reconciler's own annotations are
+    parsed into the fields above and not kept.
     """
 
     namespace: str
@@ -110,7 +125,7 @@ class PodInfo:
     requests: Mapping[str, int] = field(default_factory=lambda: {PODS: 1})
     node_filter: NodeFilter = field(default_factory=NodeFilter)
     labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    gang_annotations: Mapping[str, str] = field(default_factory=dict)
     node_name: str = ""
     assigned_node: str = ""
     phase: str = "Pending"
@@ -181,7 +196,7 @@ class PodInfo:
             "requests": pod_requests(spec),
             "node_filter": node_filter,
             "labels": labels,
-            "annotations": annotations,
+            "gang_annotations": _gang_annotations(annotations),
             "node_name": string(spec, "nodeName", "spec"),
             "assigned_node": annotations.get(ASSIGNED_NODE, ""),
             "phase": string(status, "phase", "status", default="Pending"),
@@ -202,6 +217,16 @@ class PodInfo:
             "grace_seconds": _grace(spec),
             "condition": _gang_condition(status),
         })
+
+
+#: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).
+_GANG_KEY_ENDS = (GANG_NAME_SUFFIX, GANG_SIZE_SUFFIX, GANG_TIMEOUT_SUFFIX)
+_TOPOLOGY_KEYS = frozenset({TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL})
+
+
+def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The annotations :attr:`PodInfo.gang_annotations` keeps (see there)."""
+    return {key: value for key, value in annotations.items() if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
 
 
 def _selected(annotations: Mapping[str, str]) -> Devices | None:

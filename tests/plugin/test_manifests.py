@@ -84,7 +84,7 @@ def test_an_indexed_job_makes_parallelism_pods_capped_by_completions_ranked_by_i
     assert [k for k, _ in out.workloads] == ["Job"]
     assert out.managed == tuple(p.key for p in pods)
     # the default timeout is written back, as the webhook does
-    assert {p.annotations["troupe.io/gang-schedule-timeout-seconds"] for p in pods} == {"30"}
+    assert {p.gang_annotations["troupe.io/gang-schedule-timeout-seconds"] for p in pods} == {"30"}
 
 
 def test_the_same_manifest_gives_the_same_pod_names():
