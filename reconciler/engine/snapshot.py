@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, is_shared
@@ -41,6 +41,34 @@ from reconciler.engine.topology import TopologyLevels, TopologyTree
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
 UNBOUNDED = 1 << 30
+
+
+class Placed(Protocol):
+    """One member on its node, as a snapshot assumes it: what a
+    :class:`~reconciler.engine.placement.Assignment` gives. ``pod_key``: ``namespace/name``;
+    ``node``: a node name; ``requests``: units per resource (:mod:`.resources`)."""
+
+    @property
+    def pod_key(self) -> str:
+        """The member's ``namespace/name``."""
+
+    @property
+    def node(self) -> str:
+        """The name of the node it goes to."""
+
+    @property
+    def requests(self) -> Mapping[str, int]:
+        """What it uses there, in units."""
+
+
+class Placement(Protocol):
+    """A gang placed, as a snapshot assumes it: what a
+    :class:`~reconciler.engine.placement.PlacementResult` gives, its members' ``assignments``
+    (none when it was not placed)."""
+
+    @property
+    def assignments(self) -> Sequence[Placed]:
+        """Every placed member, on its node."""
 
 
 def _reservations(pods: Iterable[PodInfo]) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
@@ -302,7 +330,7 @@ class Snapshot:
                 col[i] = min(col[i], 0)
         return other
 
-    def _assume(self, assignments: Iterable[Any]) -> list[str]:
+    def _assume(self, assignments: Iterable[Placed]) -> list[str]:
         done: list[str] = []
         try:
             for a in assignments:
@@ -314,11 +342,12 @@ class Snapshot:
             raise
         return done
 
-    def with_assumed(self, result: Any | None, holdings: Iterable[Holding] = ()) -> Snapshot:
+    def with_assumed(self, result: Placement | None, holdings: Iterable[Holding] = ()) -> Snapshot:
         """A copy in which the placed pods of ``result`` (a
-        :class:`~reconciler.engine.placement.PlacementResult`, or anything with
-        ``assignments`` of ``pod_key``, ``node``, ``requests``; None for none) use their
-        nodes, and the groups of ``holdings`` (bound by the same plan) hold their devices."""
+        :class:`~reconciler.engine.placement.PlacementResult`; None for none) use their
+        nodes, and the groups of ``holdings`` (bound by the same plan) hold their devices.
+        Raises ``KeyError`` for an assignment to an unknown node and ``ValueError`` for a pod
+        that already uses a node (this snapshot is left alone either way)."""
         other = self._copy()
         if result is not None:
             other._assume(result.assignments)
@@ -338,8 +367,10 @@ class Snapshot:
         return other
 
     @contextmanager
-    def assumed(self, result: Any) -> Iterator[Snapshot]:
-        """Apply ``result`` in place for the ``with`` block, then undo it."""
+    def assumed(self, result: Placement) -> Iterator[Snapshot]:
+        """Apply ``result`` (a :class:`~reconciler.engine.placement.PlacementResult`) in
+        place for the ``with`` block, then undo it; raises as :meth:`with_assumed` does,
+        with nothing applied."""
         done = self._assume(result.assignments)
         try:
             yield self
