@@ -68,8 +68,8 @@ class NodeInfo:
         ready = True
         conditions = status.get("conditions")
         if isinstance(conditions, list):
-            for c in conditions:
-                if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") != "True":
+            for condition in conditions:
+                if isinstance(condition, Mapping) and condition.get("type") == "Ready" and condition.get("status") != "True":
                     ready = False
         return _filled(cls, {
             "name": string(meta, "name", "metadata", required=True),
@@ -164,7 +164,7 @@ class PodInfo:
     @property
     def gated(self) -> bool:
         """Still carries a gate Troupe removes on release (its own or a GKE auto gate)."""
-        return any(is_troupe_gate(g) for g in self.gates)
+        return any(is_troupe_gate(gate) for gate in self.gates)
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> PodInfo:
@@ -181,10 +181,10 @@ class PodInfo:
         raw_gates = spec.get("schedulingGates") or []
         if not isinstance(raw_gates, list):
             raise ObjectError("spec.schedulingGates", f"expected a list, got {type(raw_gates).__name__}")
-        for i, g in enumerate(raw_gates):
-            if not isinstance(g, Mapping) or not isinstance(g.get("name"), str):
+        for i, gate in enumerate(raw_gates):
+            if not isinstance(gate, Mapping) or not isinstance(gate.get("name"), str):
                 raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
-            gates.append(g["name"])
+            gates.append(gate["name"])
         priority = spec.get("priority", 0)
         if priority is None:
             priority = 0
@@ -245,9 +245,10 @@ def _gang_condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
     conditions = status.get("conditions")
     if not isinstance(conditions, list):
         return None
-    for c in conditions:
-        if isinstance(c, Mapping) and c.get("type") == GANG_CONDITION:
-            return (str(c.get("status") or ""), str(c.get("reason") or ""), str(c.get("message") or ""))
+    for condition in conditions:
+        if isinstance(condition, Mapping) and condition.get("type") == GANG_CONDITION:
+            return (str(condition.get("status") or ""), str(condition.get("reason") or ""),
+                    str(condition.get("message") or ""))
     return None
 
 
@@ -276,9 +277,10 @@ def _controller_owner(meta: Mapping[str, Any]) -> Owner | None:
     owners = meta.get("ownerReferences")
     if not isinstance(owners, list):
         return None
-    for o in owners:
-        if isinstance(o, Mapping) and o.get("controller") is True:
-            api_version, kind, name, uid = o.get("apiVersion"), o.get("kind"), o.get("name"), o.get("uid")
+    for reference in owners:
+        if isinstance(reference, Mapping) and reference.get("controller") is True:
+            api_version, kind, name, uid = (reference.get("apiVersion"), reference.get("kind"), reference.get("name"),
+                                            reference.get("uid"))
             if (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind
                     and isinstance(name, str) and name and isinstance(uid, str) and uid):
                 return _owner(str(api_version), str(kind), str(name), str(uid))

@@ -33,8 +33,9 @@ class Plan:
         group is bound: ``{"g": {"node": "n", "devices": {"nvidia.com/gpu": "0,1"}}}``)."""
         data: dict[str, Any] = {"plannedAt": self.planned_at, "nodes": dict(self.nodes)}
         if self.groups:
-            data["groups"] = {g: {"node": h.node, "devices": {r: format_ids(ids) for r, ids in h.devices.items()}}
-                              for g, h in self.groups.items()}
+            data["groups"] = {group: {"node": holding.node,
+                                      "devices": {resource: format_ids(ids) for resource, ids in holding.devices.items()}}
+                              for group, holding in self.groups.items()}
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -50,13 +51,14 @@ class Plan:
         raw_groups = data.get("groups") or {}
         if not isinstance(raw_groups, dict):
             return None
-        for g, entry in raw_groups.items():
+        for group, entry in raw_groups.items():
             node = entry.get("node") if isinstance(entry, dict) else None
             devices = entry.get("devices") if isinstance(entry, dict) else None
             if not isinstance(node, str) or not isinstance(devices, dict):
                 return None
             try:
-                groups[g] = Holding(g, node, {r: parse_ids(ids) for r, ids in sorted(devices.items())}, f"plan {at}")
+                groups[group] = Holding(group, node, {resource: parse_ids(ids) for resource, ids in sorted(devices.items())},
+                                        f"plan {at}")
             except (ValueError, AttributeError):
                 return None
         return cls(at, nodes, groups)
@@ -75,7 +77,7 @@ def _stamped_node_map(raw: str, stamp: str) -> tuple[dict[str, Any], str, dict[s
     at, nodes = data.get(stamp), data.get("nodes")
     if not isinstance(at, str) or not isinstance(nodes, dict):
         return None
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items()):
+    if not all(isinstance(uid, str) and isinstance(node, str) for uid, node in nodes.items()):
         return None
     return data, at, nodes
 
@@ -109,6 +111,6 @@ class Nomination:
         victims, refused = data.get("victims", []), data.get("refused", [])
         if not isinstance(victims, list) or not isinstance(refused, list):
             return None
-        if not all(isinstance(v, str) for v in (*victims, *refused)):
+        if not all(isinstance(entry, str) for entry in (*victims, *refused)):
             return None
         return cls(at, nodes, tuple(victims), tuple(refused))

@@ -78,7 +78,8 @@ def _reservations(pods: Iterable[PodInfo]) -> tuple[dict[tuple[str, str], str], 
     same gang after the earlier release was rolled back)."""
     nodes: dict[tuple[str, str], str] = {}
     at: dict[tuple[str, str], str] = {}
-    holders = sorted((p for p in pods if p.plan is not None and p.active), key=lambda p: (p.plan.planned_at, p.key))  # type: ignore[union-attr]
+    holders = sorted((pod for pod in pods if pod.plan is not None and pod.active),
+                     key=lambda pod: (pod.plan.planned_at, pod.key))  # type: ignore[union-attr]
     for holder in holders:
         assert holder.plan is not None
         for uid, node in holder.plan.nodes.items():
@@ -91,8 +92,8 @@ def _nominations(pods: Iterable[PodInfo]) -> dict[tuple[str, str], str]:
     """``(namespace, uid) -> node`` for every member named by a nomination that a live pod
     carries (the later nomination wins when two name the same pod)."""
     out: dict[tuple[str, str], str] = {}
-    holders = sorted((p for p in pods if p.nomination is not None and p.active),
-                     key=lambda p: (p.nomination.at, p.key))  # type: ignore[union-attr]
+    holders = sorted((pod for pod in pods if pod.nomination is not None and pod.active),
+                     key=lambda pod: (pod.nomination.at, pod.key))  # type: ignore[union-attr]
     for holder in holders:
         assert holder.nomination is not None
         for uid, node in holder.nomination.nodes.items():
@@ -111,23 +112,24 @@ class NodeTable:
     """
 
     def __init__(self, nodes: Iterable[NodeInfo], levels: TopologyLevels) -> None:
-        keyed = sorted(((levels.path_of(n.name, n.labels), n.name, n) for n in nodes), key=lambda t: (t[0], t[1]))
+        keyed = sorted(((levels.path_of(node.name, node.labels), node.name, node) for node in nodes),
+                       key=lambda entry: (entry[0], entry[1]))
         self.levels = levels
-        self.nodes: tuple[NodeInfo, ...] = tuple(n for _, _, n in keyed)
-        self.paths: tuple[tuple[str, ...], ...] = tuple(p for p, _, _ in keyed)
+        self.nodes: tuple[NodeInfo, ...] = tuple(node for _, _, node in keyed)
+        self.paths: tuple[tuple[str, ...], ...] = tuple(path for path, _, _ in keyed)
         self.index: dict[str, int] = {}
-        for i, n in enumerate(self.nodes):
-            if n.name in self.index:
-                raise ValueError(f"duplicate node {n.name!r}")
-            self.index[n.name] = i
-        self.tree = TopologyTree([n.name for n in self.nodes], self.paths, levels)
+        for i, node in enumerate(self.nodes):
+            if node.name in self.index:
+                raise ValueError(f"duplicate node {node.name!r}")
+            self.index[node.name] = i
+        self.tree = TopologyTree([node.name for node in self.nodes], self.paths, levels)
         self.weights = levels.weights()
-        self.static_ok = [n.ready and not n.unschedulable for n in self.nodes]
+        self.static_ok = [node.ready and not node.unschedulable for node in self.nodes]
         #: Per node: opted in to shared device groups (``deviceshare.io/mode: shared``).
-        self.shared = [is_shared(n.labels) for n in self.nodes]
-        resources = sorted({r for n in self.nodes for r in n.allocatable})
+        self.shared = [is_shared(node.labels) for node in self.nodes]
+        resources = sorted({resource for node in self.nodes for resource in node.allocatable})
         self.allocatable: dict[str, tuple[int, ...]] = {
-            r: tuple(n.allocatable.get(r, 0) for n in self.nodes) for r in resources}
+            resource: tuple(node.allocatable.get(resource, 0) for node in self.nodes) for resource in resources}
 
 
 class Snapshot:
@@ -155,30 +157,31 @@ class Snapshot:
         self.tree = table.tree
         self.weights = table.weights
         self.pods: dict[str, PodInfo] = {}
-        for p in pods:
-            if p.key in self.pods:
-                raise ValueError(f"duplicate pod {p.key!r}")
-            self.pods[p.key] = p
-        self.groups: dict[str, DeviceGroup] = {g.name: g for g in groups}
+        for pod in pods:
+            if pod.key in self.pods:
+                raise ValueError(f"duplicate pod {pod.key!r}")
+            self.pods[pod.key] = pod
+        self.groups: dict[str, DeviceGroup] = {group.name: group for group in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
-        self._free: dict[str, list[int]] = {r: list(col) for r, col in table.allocatable.items()}
+        self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
         self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
         self._reserved, self._reserved_at = _reservations(self.pods.values())
         self._nominated = _nominations(self.pods.values())
         self._memo: dict[str, Any] = {}
         claims = []
-        for p in self.pods.values():
-            where = self.node_of(p)
+        for pod in self.pods.values():
+            where = self.node_of(pod)
             if where is not None:
-                self._take(p.key, where, p.requests)
-                if p.device_group and p.devices is not None and p.active:
-                    claims.append(Holding(p.device_group, self.nodes[where].name, p.devices, f"pod {p.key}"))
-        plans = [h for p in self.pods.values() if p.plan is not None and p.active for h in p.plan.groups.values()]
+                self._take(pod.key, where, pod.requests)
+                if pod.device_group and pod.devices is not None and pod.active:
+                    claims.append(Holding(pod.device_group, self.nodes[where].name, pod.devices, f"pod {pod.key}"))
+        plans = [holding for pod in self.pods.values() if pod.plan is not None and pod.active
+                 for holding in pod.plan.groups.values()]
         self.devices = DeviceInventory.build(self.index, self.groups, claims, plans)
-        for h in self.devices.holdings.values():
-            self._hold(h)
+        for holding in self.devices.holdings.values():
+            self._hold(holding)
 
     @staticmethod
     def _holding_key(group: str) -> str:
@@ -186,8 +189,9 @@ class Snapshot:
         its ``/``)."""
         return f"group:{group}"
 
-    def _hold(self, h: Holding) -> None:
-        self._take(self._holding_key(h.group), self.index[h.node], {r: len(ids) for r, ids in h.devices.items()})
+    def _hold(self, holding: Holding) -> None:
+        self._take(self._holding_key(holding.group), self.index[holding.node],
+                   {resource: len(ids) for resource, ids in holding.devices.items()})
 
     @classmethod
     def from_objects(
@@ -213,8 +217,8 @@ class Snapshot:
             for index, obj in enumerate(objs):
                 try:
                     out.append(one(obj))
-                except ObjectError as e:
-                    error = ObjectError(f"{kind}[{index}].{e.field}", e.why)
+                except ObjectError as bad:
+                    error = ObjectError(f"{kind}[{index}].{bad.field}", bad.why)
                     if skipped is None:
                         raise error from None
                     skipped.append(str(error))
@@ -268,21 +272,24 @@ class Snapshot:
             return self._reserved_at.get((pod.namespace, pod.uid), "")
         return ""
 
-    def _take(self, key: str, i: int, requests: Mapping[str, int]) -> None:
+    def _take(self, key: str, node: int, requests: Mapping[str, int]) -> None:
+        """``key`` (a pod key or a group's holding key) uses ``requests`` (units) on the
+        node of index ``node``; ``ValueError`` when it already uses one."""
         if key in self._using:
             raise ValueError(f"pod {key} already uses node {self.nodes[self._using[key][0]].name}")
-        for r, q in requests.items():
-            col = self._free.get(r)
+        for resource, amount in requests.items():
+            col = self._free.get(resource)
             if col is None:
-                col = self._free[r] = [0] * len(self.nodes)
-            col[i] -= q
-        self._using[key] = (i, requests)
+                col = self._free[resource] = [0] * len(self.nodes)
+            col[node] -= amount
+        self._using[key] = (node, requests)
 
     def _give_back(self, key: str) -> tuple[int, Mapping[str, int]]:
-        i, requests = self._using.pop(key)
-        for r, q in requests.items():
-            self._free[r][i] += q
-        return i, requests
+        """``key`` uses nothing any more; returns the node index and the requests it used."""
+        node, requests = self._using.pop(key)
+        for resource, amount in requests.items():
+            self._free[resource][node] += amount
+        return node, requests
 
     def using(self, pod_key: str) -> str | None:
         """The node whose resources the pod uses in this snapshot, or None."""
@@ -304,12 +311,12 @@ class Snapshot:
     def free(self, node: str | int) -> dict[str, int]:
         """Free units of every resource on a node (may be negative when overcommitted)."""
         i = node if isinstance(node, int) else self.index[node]
-        return {r: col[i] for r, col in self._free.items()}
+        return {resource: col[i] for resource, col in self._free.items()}
 
     # --- plans applied ---------------------------------------------------------------
     def _copy(self) -> Snapshot:
         other = copy.copy(self)
-        other._free = {r: list(col) for r, col in self._free.items()}
+        other._free = {resource: list(col) for resource, col in self._free.items()}
         other._using = dict(self._using)
         other._memo = {}
         return other
@@ -333,9 +340,9 @@ class Snapshot:
     def _assume(self, assignments: Iterable[Placed]) -> list[str]:
         done: list[str] = []
         try:
-            for a in assignments:
-                self._take(a.pod_key, self.index[a.node], a.requests)
-                done.append(a.pod_key)
+            for placed in assignments:
+                self._take(placed.pod_key, self.index[placed.node], placed.requests)
+                done.append(placed.pod_key)
         except (KeyError, ValueError):
             for key in reversed(done):
                 self._give_back(key)
@@ -351,11 +358,11 @@ class Snapshot:
         other = self._copy()
         if result is not None:
             other._assume(result.assignments)
-        added = [h for h in holdings if h.group not in other.devices.holdings]
+        added = [holding for holding in holdings if holding.group not in other.devices.holdings]
         if added:
             other.devices = other.devices.with_holdings(added)
-            for h in added:
-                other._hold(h)
+            for holding in added:
+                other._hold(holding)
         return other
 
     def with_removed(self, pod_keys: Iterable[str]) -> Snapshot:
@@ -386,8 +393,8 @@ class Snapshot:
         try:
             yield self
         finally:
-            for key, i, requests in reversed(removed):
-                self._take(key, i, requests)
+            for key, node, requests in reversed(removed):
+                self._take(key, node, requests)
 
     # --- filters -----------------------------------------------------------------------
     def eligible(self, flt: NodeFilter) -> list[bool]:
@@ -398,16 +405,16 @@ class Snapshot:
             return cached
         tolerated: dict[tuple[Taint, ...], bool] = {}
         out = []
-        for ok, n in zip(self._static_ok, self.nodes, strict=True):
-            if ok and n.taints:
-                t = tolerated.get(n.taints)
-                if t is None:
-                    t = tolerated[n.taints] = flt.untolerated(n.taints) is None
-                ok = t
+        for ok, node in zip(self._static_ok, self.nodes, strict=True):
+            if ok and node.taints:
+                tolerates = tolerated.get(node.taints)
+                if tolerates is None:
+                    tolerates = tolerated[node.taints] = flt.untolerated(node.taints) is None
+                ok = tolerates
             if ok and flt.node_selector:
-                ok = flt.selector_matches(n.labels)
+                ok = flt.selector_matches(node.labels)
             if ok and flt.terms is not None:
-                ok = flt.affinity_matches(n.labels, n.name)
+                ok = flt.affinity_matches(node.labels, node.name)
             out.append(ok)
         self._eligible[flt] = out
         return out
@@ -415,30 +422,30 @@ class Snapshot:
     def capacity(self, requests: Mapping[str, int], eligible: Sequence[bool] | None = None) -> list[int]:
         """Per node: how many pods with ``requests`` fit in its free capacity (0 where
         ``eligible`` is false)."""
-        n = len(self.nodes)
+        count = len(self.nodes)
         cols = []
-        for r, q in requests.items():
-            if q <= 0:
+        for resource, amount in requests.items():
+            if amount <= 0:
                 continue
-            free = self._free.get(r)
+            free = self._free.get(resource)
             if free is None:
-                return [0] * n
-            cols.append([f // q if f > 0 else 0 for f in free])
+                return [0] * count
+            cols.append([units // amount if units > 0 else 0 for units in free])
         if not cols:
-            caps = [UNBOUNDED] * n
+            caps = [UNBOUNDED] * count
         elif len(cols) == 1:
             caps = cols[0]
         else:
-            caps = [min(t) for t in zip(*cols, strict=True)]
+            caps = [min(fits) for fits in zip(*cols, strict=True)]
         if eligible is None:
             return caps
-        return [c if ok else 0 for c, ok in zip(caps, eligible, strict=True)]
+        return [cap if ok else 0 for cap, ok in zip(caps, eligible, strict=True)]
 
     def reasons(self, i: int, flt: NodeFilter, requests: Mapping[str, int]) -> list[str]:
         """Why node ``i`` takes no pod with this filter and these requests (empty: it
         takes one): the failing filter, or every resource it has too little of."""
-        n = self.nodes[i]
-        why = static_reason(flt, n.name, n.labels, n.taints, n.ready, n.unschedulable)
+        node = self.nodes[i]
+        why = static_reason(flt, node.name, node.labels, node.taints, node.ready, node.unschedulable)
         if why is not None:
             return [why]
         return insufficient(self.free(i), requests)
@@ -446,6 +453,6 @@ class Snapshot:
     def empty(self) -> Snapshot:
         """A copy in which no pod uses anything: what preemption could free at most."""
         other = copy.copy(self)
-        other._free = {r: [n.allocatable.get(r, 0) for n in self.nodes] for r in self._free}
+        other._free = {resource: [node.allocatable.get(resource, 0) for node in self.nodes] for resource in self._free}
         other._using = {}
         return other
