@@ -1,6 +1,8 @@
 """The cluster snapshot the placement engine plans on: nodes, pods, free capacity.
 
-Built from plain Kubernetes objects (dicts in the JSON shape, camelCase keys). Two parts:
+Built from the nodes and pods of :mod:`.cluster` (:meth:`Snapshot.from_objects` parses
+plain Kubernetes objects), whose plan and nomination records (:mod:`.records`) it indexes.
+It is the capacity ledger, in two parts:
 
 - immutable, built once: the nodes in topology order, their paths, the
   :class:`~reconciler.engine.topology.TopologyTree`, the pods, and a cache of which nodes
@@ -19,6 +21,8 @@ What uses a node's resources (DESIGN.md "Topology"): every pod that is not termi
   progress: a pin is a commitment, so a release cut short by a failed write or a killed
   reconciler keeps its nodes until it is finished or rolled back
   (docs/decisions/007-release-writes.md);
+- held, while gated, by a preemptor's nomination (``reconciler.troupe.io/nomination``), so
+  that no other gang takes what the eviction of its victims frees;
 - and nothing else: a pending pod that neither Troupe released nor kube-scheduler bound
   uses nothing, whatever its node selection says. A tenant's pod pinned to a node it can
   never be bound to (``{kubernetes.io/hostname: n0, no-such-label: x}``) would otherwise
