@@ -56,17 +56,19 @@ from reconciler.daemon.writer import (
     WriteError,
 )
 from reconciler.engine.allocation import GroupView, group_view
+from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.conditions import MAX_MESSAGE
 from reconciler.engine.conditions import conditions as gang_conditions
 from reconciler.engine.conditions import released as released_condition
-from reconciler.engine.decision import Decision, MemberRelease, decide, queue_effect, rfc3339
+from reconciler.engine.decision import Decision, MemberRelease, decide, queue_effect
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.filters import NodeFilter, static_reason
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import IllegalTransition, Phase, check_move
 from reconciler.engine.preemption import candidates as victim_gangs
 from reconciler.engine.queueing import Policy, QueueState, queue_order
-from reconciler.engine.snapshot import NodeInfo, Plan, PodInfo
+from reconciler.engine.records import Plan
+from reconciler.engine.timestamps import rfc3339
 from troupe import contract
 from troupe.config import Config
 

@@ -37,13 +37,13 @@ and in the simulator.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from reconciler.engine import lifecycle
 from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.devices import Devices, Holding
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase
@@ -58,7 +58,9 @@ from reconciler.engine.queueing import (
     hold_for,
     queue_order,
 )
-from reconciler.engine.snapshot import Nomination, Plan, PodInfo, Snapshot
+from reconciler.engine.records import Nomination, Plan
+from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.timestamps import epoch, rfc3339
 
 
 @dataclass(frozen=True)
@@ -136,20 +138,6 @@ class Decision:
     nominee: str = ""
     preemption: PreemptionPlan | None = None
     clear_nomination: tuple[str, ...] = ()
-
-
-def rfc3339(seconds: float) -> str:
-    """``seconds`` since the epoch as RFC 3339 in UTC with milliseconds
-    (``2026-11-22T10:00:00.000+00:00``): the form of ``planned-at`` and ``released-at``."""
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
-
-
-def epoch(timestamp: str) -> float | None:
-    """An RFC 3339 timestamp as seconds since the epoch, or None when unreadable."""
-    try:
-        return dt.datetime.fromisoformat(timestamp).timestamp()
-    except ValueError:
-        return None
 
 
 def jitter(gang: Gang, release: str) -> float:
