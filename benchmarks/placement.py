@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.engine import PlacementResult, Snapshot, place_gang
-from reconciler.engine.snapshot import PodInfo
+from reconciler.engine.cluster import PodInfo
 
 GPU = "nvidia.com/gpu"
 CLUSTER_LABEL = "cloud.google.com/gce-topology-block"

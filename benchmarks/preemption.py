@@ -49,8 +49,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.engine import Snapshot, place_gang
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import VictimGang, candidate_gangs, plan_preemption
-from reconciler.engine.snapshot import PodInfo
 from tests.engine.builders import BLOCK, GPU, HOST, SUBBLOCK
 from tests.engine.preemption_oracle import Instance, Objective, brute_force, objective
 

@@ -73,6 +73,7 @@ from reconciler.engine.actions import (
     RollBack,
     Wait,
 )
+from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.conditions import MAX_MESSAGE
 from reconciler.engine.conditions import conditions as gang_conditions
 from reconciler.engine.decision import Decision
@@ -80,7 +81,6 @@ from reconciler.engine.filters import static_reason
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Audience, IllegalTransition, Phase, check_move
 from reconciler.engine.queueing import Policy, QueueState, queue_order
-from reconciler.engine.snapshot import NodeInfo, PodInfo
 from reconciler.engine.step import step
 from reconciler.engine.timestamps import rfc3339
 from troupe.config import Config

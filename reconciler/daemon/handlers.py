@@ -39,6 +39,7 @@ from reconciler.engine.actions import (
     RollBack,
     Wait,
 )
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.conditions import released as released_condition
 from reconciler.engine.decision import Decision
 from reconciler.engine.filters import NodeFilter
@@ -46,7 +47,7 @@ from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.preemption import candidates as victim_gangs
 from reconciler.engine.queueing import Policy
-from reconciler.engine.snapshot import Plan, PodInfo
+from reconciler.engine.records import Plan
 from reconciler.engine.timestamps import rfc3339
 from troupe import contract
 from troupe.config import Config

@@ -32,7 +32,8 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import Counter, Gauge, Histogram
 
 from reconciler.engine.gang import Gang
-from reconciler.engine.queueing import complete_since, epoch
+from reconciler.engine.queueing import complete_since
+from reconciler.engine.timestamps import epoch
 
 #: Seconds a gang waits from complete to released: fractions of a second when it fits at
 #: once, up to hours when it waits for room.

@@ -4,6 +4,8 @@
 - :mod:`.resources`: what a pod requests and a node offers, in kube-scheduler's units.
 - :mod:`.filters`: kube-scheduler's node filters for what Troupe models, with reasons.
 - :mod:`.topology`: levels, node paths, the immutable domain tree, the seed's cost.
+- :mod:`.cluster`: :class:`NodeInfo` and :class:`PodInfo`, parsed from Kubernetes objects.
+- :mod:`.records`: the plan and nomination records the reconciler keeps in annotations.
 - :mod:`.snapshot`: :class:`Snapshot` of nodes and pods, free capacity, plans applied.
 - :mod:`.selection`: choosing nodes inside one domain (greedy and exact).
 - :mod:`.placement`: :func:`place_gang`, all members or none.
@@ -11,8 +13,9 @@
 The objective and its trade-offs: ``docs/decisions/001-placement-objective.md``.
 """
 
+from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.placement import Assignment, Code, DomainRef, PlacementResult, place_gang
-from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
 
 __all__ = [

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from reconciler.engine.devices import Devices, Holding
 from reconciler.engine.placement import Code
 from reconciler.engine.preemption import PreemptionPlan
-from reconciler.engine.snapshot import Nomination, Plan
+from reconciler.engine.records import Nomination, Plan
 
 
 @dataclass(frozen=True)

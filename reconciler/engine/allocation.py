@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.devices import (
     BOUND,
     PENDING,
@@ -43,7 +44,7 @@ from reconciler.engine.devices import (
 from reconciler.engine.filters import SELECTOR_MISMATCH, reason_order
 from reconciler.engine.placement import Code, PlacementResult, place_gang
 from reconciler.engine.resources import resource_order
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED
 
 #: Candidate nodes tried per unbound group, best first.

@@ -60,6 +60,7 @@ from reconciler.engine.actions import (
     Wait,
 )
 from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.devices import Devices
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase, Rule
@@ -67,7 +68,8 @@ from reconciler.engine.placement import Code, PlacementResult
 from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.preemption import plan_preemption
 from reconciler.engine.queueing import Policy, QueueView
-from reconciler.engine.snapshot import Nomination, Plan, PodInfo, Snapshot
+from reconciler.engine.records import Nomination, Plan
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.timestamps import epoch, rfc3339
 
 __all__ = ["Decision", "MemberRelease", "decide", "epoch", "jitter", "rfc3339"]

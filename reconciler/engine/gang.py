@@ -25,7 +25,7 @@ a gang"):
   unreadable), and the gang is *held*, the parse error its reason, instead of the pod
   being ignored.
 
-Pure: plain data in (:class:`~reconciler.engine.snapshot.PodInfo`), a :class:`Gang` out.
+Pure: plain data in (:class:`~reconciler.engine.cluster.PodInfo`), a :class:`Gang` out.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from functools import lru_cache
 
 import troupe.contract as contract
 from reconciler.engine import workloads as wl
-from reconciler.engine.snapshot import PodInfo
+from reconciler.engine.cluster import PodInfo
+from reconciler.engine.timestamps import epoch
 from troupe.config import Config
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
@@ -103,7 +104,7 @@ def gang_key(pod: PodInfo, config: Config) -> str | None:
     """The key of the gang ``pod`` belongs to (module docstring), or None when Troupe
     does not manage the pod."""
     keys = _gang_keys(config.gang_annotation_prefix)
-    a = pod.annotations
+    a = pod.gang_annotations
     if a and (keys.name in a or keys.size in a or keys.timeout in a):
         if a.get(keys.size) == contract.AUTO_SIZE and keys.name not in a:
             found = wl.group(pod)
@@ -137,7 +138,7 @@ def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
     values: dict[str, set[str]] = {}
     for pod in members:
         for k in keys:
-            values.setdefault(k, set()).add(pod.annotations.get(k, "<unset>"))
+            values.setdefault(k, set()).add(pod.gang_annotations.get(k, "<unset>"))
     differing = [f"{k}: {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
     return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
 
@@ -154,7 +155,7 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     namespace, _, name = key.partition("/")
     pods = list(pods)
     gang_keys = _gang_keys(config.gang_annotation_prefix)
-    auto = [p for p in pods if p.annotations.get(gang_keys.size) == contract.AUTO_SIZE]
+    auto = [p for p in pods if p.gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE]
     old = wl.superseded(p for p in auto if p.active) if auto else set()
     members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
@@ -162,19 +163,19 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     if not members:
         return base
     created = min((p.creation_timestamp for p in members if p.creation_timestamp), default="")
-    groups = tuple(sorted({g for p in members if (g := p.annotations.get(contract.DEVICE_GROUP))}))
+    groups = tuple(sorted({p.device_group for p in members if p.device_group}))
     priority = max(p.priority for p in members)
     topology, held = contract.TopologyRequest(), ""
     try:
-        topology = contract.parse_topology_annotations(members[0].annotations, config)
+        topology = contract.parse_topology_annotations(members[0].gang_annotations, config)
     except contract.ContractError as e:
         held = f"member {members[0].name}: {e}"
     gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
                 topology=topology, held=held, device_groups=groups, priority=priority, created=created)
-    annotated = any(k in members[0].annotations for k in gang_keys.all())
+    annotated = any(k in members[0].gang_annotations for k in gang_keys.all())
     if name.startswith("gke:"):
         return _auto_sized(gang, config, parallelism)
-    if members[0].annotations.get(gang_keys.size) == contract.AUTO_SIZE:
+    if members[0].gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE:
         if name.startswith("pod:"):
             return replace(gang, held=f"member {members[0].name}: {gang_keys.size}: {contract.AUTO_SIZE}, but no "
                                       f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
@@ -184,7 +185,7 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     specs = []
     for pod in members:
         try:
-            spec = contract.parse_gang_annotations(pod.annotations, pod.namespace, config)
+            spec = contract.parse_gang_annotations(pod.gang_annotations, pod.namespace, config)
         except contract.ContractError as e:
             return replace(gang, held=f"member {pod.name}: {e} (held until it is fixed)")
         if spec is not None:
@@ -204,7 +205,7 @@ def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str]
         size = parallelism.get((gang.namespace, owner.name))
         if size is not None:
             return replace(gang, size=max(size, 1), size_from=f"Job {owner.name} parallelism")
-    stamps = [t for p in gang.members if (t := wl.epoch(p.creation_timestamp)) is not None]
+    stamps = [t for p in gang.members if (t := epoch(p.creation_timestamp)) is not None]
     newest = max(stamps, default=0.0)
     return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
 
@@ -219,7 +220,7 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     disagree = _disagreement(gang.members, (keys.size, keys.timeout, *AGREE_ON_TOPOLOGY))
     timeout = gang.timeout_seconds
     try:
-        spec = contract.parse_gang_annotations(gang.members[0].annotations, gang.namespace, config)
+        spec = contract.parse_gang_annotations(gang.members[0].gang_annotations, gang.namespace, config)
     except contract.ContractError as e:
         return replace(gang, held=f"member {gang.members[0].name}: {e} (held until it is fixed)")
     if spec is not None:
@@ -229,7 +230,7 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     if workload is None:
         return replace(gang, settle_at=float("inf"), workload_missing=workloads.missing(found[1]))
     topology, held = gang.topology, gang.held
-    member_asks = any(k in gang.members[0].annotations for k in AGREE_ON_TOPOLOGY)
+    member_asks = any(k in gang.members[0].gang_annotations for k in AGREE_ON_TOPOLOGY)
     if workload.topology and not member_asks:
         try:
             topology = contract.parse_topology_annotations(workload.topology, config)

@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from reconciler.engine import selection
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.filters import NodeFilter, reason_order
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.text import plural
 from reconciler.engine.topology import sequence_cost
 from troupe.contract import HOSTNAME_LABEL
 
@@ -355,10 +357,6 @@ def _fill(
     return out
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _explain(
     snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], required_level: str | None,
     depths: Sequence[int], allowed: Allowed = None,
@@ -390,7 +388,7 @@ def _explain(
         message += ", but not all at once with their different requests"
     if excluded:
         listed = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items(), key=lambda t: reason_order(t[0])))
-        message += f"; {_plural(excluded, 'node')} excluded: {listed}"
+        message += f"; {plural(excluded, 'node')} excluded: {listed}"
     elif not snapshot.nodes:
         message += "; no nodes"
     empty = snapshot.empty()

@@ -26,11 +26,12 @@ same :class:`QueueView`. Pure: plain data in and out; ``docs/decisions/019-queue
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.cluster import PodInfo
+from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.timestamps import epoch
 from troupe.config import Config, PreemptionMode, QueueingStrategy
 
 #: Sort key of a gang in the queue: ``(-priority, created (epoch seconds), key)``.
@@ -55,14 +56,6 @@ class Policy:
         """The policy of a Troupe configuration."""
         return cls(config.gang_preemption_mode, config.queueing_strategy, config.head_of_line_seconds,
                    config.gang_annotation_prefix, config.nomination_max_seconds)
-
-
-def epoch(timestamp: str) -> float | None:
-    """An RFC 3339 timestamp as seconds since the epoch, or None when unreadable."""
-    try:
-        return dt.datetime.fromisoformat(timestamp).timestamp()
-    except ValueError:
-        return None
 
 
 def queue_order(key: str, priority: int, created: str) -> Order:

@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.filters import (
     AFFINITY_MISMATCH,
     NOT_READY,
@@ -42,7 +43,7 @@ from reconciler.engine.filters import (
     NodeFilter,
     static_reason,
 )
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 
 CORDONED = "cordoned"
 NOT_READY_NODE = "not ready"

@@ -1,5 +1,6 @@
-"""Timestamps as the engine reads and writes them: RFC 3339 in annotations and object
-metadata, seconds since the epoch everywhere else."""
+"""RFC 3339 timestamps, the form the API server and the reconciler's annotations give time
+in, to and from seconds since the epoch (floats, UTC). Pure: the clock reaches the engine
+only as ``now`` arguments, never through this module."""
 
 from __future__ import annotations
 

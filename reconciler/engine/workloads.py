@@ -36,13 +36,13 @@ Pure: plain dicts in (workload objects as the API serves them), plain values out
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import troupe.contract as contract
-from reconciler.engine.snapshot import PodInfo
+from reconciler.engine.cluster import PodInfo
+from reconciler.engine.timestamps import epoch
 
 
 @dataclass(frozen=True)
@@ -217,14 +217,6 @@ def group(pod: PodInfo) -> tuple[str, WorkloadKey] | None:
     if owner.kind == JOB.kind and group_name == JOB.group:
         return f"job:{owner.name}", (JOB.kind, ns, owner.name)
     return None
-
-
-def epoch(timestamp: str) -> float | None:
-    """An RFC 3339 timestamp as seconds since the epoch, or None when unreadable."""
-    try:
-        return dt.datetime.fromisoformat(timestamp).timestamp()
-    except ValueError:
-        return None
 
 
 def superseded(members: Iterable[PodInfo]) -> set[str]:

@@ -24,12 +24,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang
 from reconciler.engine.occupancy import DomainUsage, occupancy
-from reconciler.engine.queueing import Policy, epoch
+from reconciler.engine.queueing import Policy
 from reconciler.engine.shortfall import Shortfall, shortfall
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.timestamps import epoch
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.snapshot_io import InputError
 from reconciler.tools import simulate as sim

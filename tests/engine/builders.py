@@ -10,7 +10,8 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.cluster import NodeInfo, PodInfo
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
 from troupe.contract import GATE
 

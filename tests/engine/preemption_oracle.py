@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import chain, combinations
 
 from reconciler.engine import PlacementResult, Snapshot, place_gang
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import VictimGang
 from reconciler.engine.resources import resource_order
-from reconciler.engine.snapshot import PodInfo
 
 Objective = tuple[int, int, int, tuple[int, ...]]
 

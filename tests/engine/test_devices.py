@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 
 from reconciler.engine.actions import Release
 from reconciler.engine.allocation import group_candidates, group_view
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, parse_ids, pick_ids
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 from tests.engine.builders import GPU, make_group, make_node, make_pod, snapshot_of
 from troupe.config import Config
 
@@ -426,7 +427,7 @@ def test_an_inventory_rebuild_is_independent_of_the_order_of_the_evidence():
 
 
 def test_the_plan_record_carries_groups_and_reads_back():
-    from reconciler.engine.snapshot import Plan
+    from reconciler.engine.records import Plan
 
     plan = Plan("2026-01-01T00:00:00.000+00:00", {"u1": "d0"}, {"g": Holding("g", "d0", {GPU: (0, 1)})})
     raw = plan.encode()

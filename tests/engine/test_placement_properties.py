@@ -15,8 +15,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine import place_gang
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.filters import static_reason
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 from tests.engine.builders import GPU, make_node, make_pod, snapshot_of
 
 WEIGHTS = (1e6, 1e4, 100.0)

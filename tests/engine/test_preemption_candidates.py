@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import VictimGang, candidate_gangs, may_be_victim, plan_preemption
 from reconciler.engine.preemption.candidates import candidates as gangs_for
 from reconciler.engine.preemption.candidates import gang_of_pod, leaving, victim_gangs
-from reconciler.engine.snapshot import PodInfo
 from tests.engine.builders import make_node, make_pod, snapshot_of
 from tests.engine.preemption_cases import Running, candidates, cluster, names, preemptor
 

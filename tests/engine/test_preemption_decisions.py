@@ -17,7 +17,8 @@ from reconciler.engine.decision import decide
 from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.queueing import Policy, QueueState, queue_order
-from reconciler.engine.snapshot import Nomination, Snapshot
+from reconciler.engine.records import Nomination
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.step import queue_effect
 from tests.engine.builders import make_node, make_pod, snapshot_of
 from troupe.config import Config

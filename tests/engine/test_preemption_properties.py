@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine import place_gang
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import PreemptionPlan, VictimGang, plan_preemption
-from reconciler.engine.snapshot import PodInfo
 from tests.engine.builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from tests.engine.preemption_oracle import Instance, brute_force
 

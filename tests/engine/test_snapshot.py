@@ -1,15 +1,15 @@
 """What uses a node's resources, and plans applied to a snapshot with and without undo."""
 
-import dataclasses
 
 import pytest
 
 from reconciler.engine import place_gang
 from reconciler.engine.fields import ObjectError
-from reconciler.engine.snapshot import NodeInfo, Plan, PodInfo, Snapshot
+from reconciler.engine.records import Plan
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
 from tests.engine.builders import GPU, HOSTNAME, expr, gang_of, make_node, make_pod, snapshot_of
-from troupe.contract import ASSIGNED_NODE, GKE_GATE_PREFIX, PLAN, rank_key
+from troupe.contract import ASSIGNED_NODE, GKE_GATE_PREFIX, PLAN
 
 
 def gpu_free(snapshot, node="n1"):
@@ -87,14 +87,6 @@ def test_a_malformed_record_reserves_nothing_and_does_not_stop_the_snapshot():
     snapshot = snapshot_of([make_node("n1").allocatable(gpu=8)], pods)
     assert snapshot.pods["default/w-0"].plan is None
     assert gpu_free(snapshot) == 8
-
-
-def test_a_plan_record_round_trips():
-    plan = Plan("2026-11-22T10:00:00.000+00:00", {"u1": "n1", "u2": "n2"})
-    assert Plan.decode(plan.encode()) == plan
-    assert plan.encode() == '{"nodes":{"u1":"n1","u2":"n2"},"plannedAt":"2026-11-22T10:00:00.000+00:00"}'
-    for bad in ("[]", '{"plannedAt": 1, "nodes": {}}', '{"plannedAt": "x", "nodes": {"u": 3}}', ""):
-        assert Plan.decode(bad) is None
 
 
 def test_phantom_reservations_do_not_keep_a_gang_off_free_nodes():
@@ -179,23 +171,6 @@ def test_filter_results_are_cached_per_filter():
     assert snapshot.eligible(flt) is snapshot.eligible(flt)
 
 
-def test_a_node_is_ready_unless_its_ready_condition_says_otherwise():
-    obj = make_node("n1").build()
-    del obj["status"]["conditions"]
-    assert NodeInfo.from_object(obj).ready
-    assert not make_node("n1").not_ready().info().ready
-
-
-def test_a_pod_reads_its_gates_rank_and_priority():
-    obj = make_pod("w-3").index(7).gated().build()
-    obj["spec"]["priority"] = 100
-    pod = PodInfo.from_object(obj)
-    assert pod.gated and pod.gates == ("troupe.io/placement",)
-    assert pod.rank == rank_key(obj)
-    assert pod.priority == 100
-    assert pod.key == "default/w-3"
-
-
 BAD_OBJECTS = [
     ("a node without allocatable", [{"metadata": {"name": "n1"}, "status": {}}], [],
      "nodes[0].status.allocatable: missing field"),
@@ -230,16 +205,3 @@ def test_a_long_running_caller_can_skip_malformed_objects_and_hear_about_them():
     snapshot = Snapshot.from_objects(nodes, [make_pod("p").on("n1").build()], skipped=skipped)
     assert [n.name for n in snapshot.nodes] == ["n1"]
     assert skipped == ["nodes[0].status.allocatable: missing field"]
-
-
-def test_parsed_infos_hold_every_field_as_their_constructor_would():
-    node = make_node("n1").topology("b1", "s1", "h1").allocatable(gpu=8).taint("k", "v").build()
-    pod = (make_pod("w-0", "ml").requests(cpu="500m", gpu=8).gang("g", 2).index(0).gated().owned_by()
-           .tolerate("k", "Exists").build())
-    for cls, obj in ((NodeInfo, node), (PodInfo, pod)):
-        info = cls.from_object(obj)
-        values = vars(info)
-        assert set(values) == {f.name for f in dataclasses.fields(cls)}
-        assert vars(cls(**values)) == values
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            info.name = "other"

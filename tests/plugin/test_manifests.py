@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine import workloads as wl
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.gang import build_gang, group_by_gang
-from reconciler.engine.snapshot import PodInfo
 from reconciler.tools.manifests import Context, ManifestError, admit, expand
 from troupe.config import Config
 from webhook.admission import mutate, patch_of
@@ -84,7 +84,7 @@ def test_an_indexed_job_makes_parallelism_pods_capped_by_completions_ranked_by_i
     assert [k for k, _ in out.workloads] == ["Job"]
     assert out.managed == tuple(p.key for p in pods)
     # the default timeout is written back, as the webhook does
-    assert {p.annotations["troupe.io/gang-schedule-timeout-seconds"] for p in pods} == {"30"}
+    assert {p.gang_annotations["troupe.io/gang-schedule-timeout-seconds"] for p in pods} == {"30"}
 
 
 def test_the_same_manifest_gives_the_same_pod_names():

@@ -26,7 +26,8 @@ from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import PodRef, WriteError
 from reconciler.daemon.writer.fake import FakeWriter
-from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
+from reconciler.engine.cluster import NodeInfo, PodInfo
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
 from tests.reconciler.builders import make_node, make_pod
 from troupe import contract

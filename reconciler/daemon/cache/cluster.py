@@ -11,10 +11,11 @@ from typing import Any
 
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
+from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key
-from reconciler.engine.snapshot import NodeInfo, NodeTable, PodInfo, Snapshot
+from reconciler.engine.snapshot import NodeTable, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract

@@ -22,8 +22,8 @@ from reconciler.daemon.controller import GangController
 from reconciler.daemon.queue import ShutDown, WorkQueue
 from reconciler.daemon.writer import UNFENCED, Fence
 from reconciler.engine import workloads as wl
+from reconciler.engine.cluster import TERMINAL_PHASES
 from reconciler.engine.lifecycle import Phase
-from reconciler.engine.snapshot import TERMINAL_PHASES
 from troupe import contract
 from troupe.config import Config
 

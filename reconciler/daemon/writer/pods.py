@@ -16,7 +16,7 @@ from typing import Any
 from reconciler.daemon.writer.base import Conflict, Fenced, Gone, PodRef
 from reconciler.engine.decision import MemberRelease
 from reconciler.engine.devices import encode_selected, format_ids
-from reconciler.engine.snapshot import Nomination, Plan
+from reconciler.engine.records import Nomination, Plan
 from troupe import contract
 
 #: Writes retried on conflict, each after a fresh read.

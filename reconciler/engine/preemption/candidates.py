@@ -19,8 +19,9 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.gang import gang_key
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 from troupe.config import Config
 
 if TYPE_CHECKING:

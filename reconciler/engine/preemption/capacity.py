@@ -21,9 +21,10 @@ from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.placement import envelope, member_shapes
 from reconciler.engine.resources import resource_order
-from reconciler.engine.snapshot import UNBOUNDED, PodInfo, Snapshot
+from reconciler.engine.snapshot import UNBOUNDED, Snapshot
 
 if TYPE_CHECKING:
     from reconciler.engine.preemption.candidates import SearchPod

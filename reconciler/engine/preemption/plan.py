@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.placement import PlacementResult
 from reconciler.engine.preemption.candidates import CandidatePool, SearchGang, SearchPod, VictimGang
 from reconciler.engine.preemption.capacity import CapacityModel, Fit, Target, scope
@@ -31,7 +32,8 @@ from reconciler.engine.preemption.search import (
     Search,
 )
 from reconciler.engine.preemption.settle import settle
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.text import plural
 from troupe.config import PREEMPTION_MODES
 
 #: Greedy plans (best estimated objective first) settled and compared.
@@ -229,11 +231,11 @@ def _plan(search: Search, pods: Sequence[SearchPod], placement: PlacementResult,
     top = max((search.gangs[pod.gang].priority for pod in pods), default=0)
     overage = search.overage(pods, placement) if pods else tuple((resource, 0) for resource in search.over_resources)
     where = str(placement.domain) if placement.domain is not None else "cluster"
-    members = _plural(len(placement.assignments), "member")
+    members = plural(len(placement.assignments), "member")
     if not pods:
         reason = f"fits without evicting anything: placed {members} in {where}"
     else:
-        reason = (f"evict {_plural(len(gang_keys), 'gang')} ({_plural(len(pods), 'pod')}, priority <= {top}: "
+        reason = (f"evict {plural(len(gang_keys), 'gang')} ({plural(len(pods), 'pod')}, priority <= {top}: "
                   f"{', '.join(gang_keys)}) to place {members} in {where}")
         extra = [_amount(resource, amount) for resource, amount in overage if amount]
         if extra:
@@ -249,7 +251,3 @@ def _plan(search: Search, pods: Sequence[SearchPod], placement: PlacementResult,
         reason=reason,
         nodes={pod.key: snapshot.nodes[pod.node].name for pod in sorted(pods, key=lambda pod: pod.key)},
     )
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from reconciler.engine.cluster import PodInfo
 from reconciler.engine.placement import PlacementResult, place_gang
 from reconciler.engine.preemption.candidates import CandidatePool, SearchGang, SearchPod
 from reconciler.engine.preemption.capacity import (
@@ -24,7 +25,7 @@ from reconciler.engine.preemption.capacity import (
     overage_order,
 )
 from reconciler.engine.resources import PODS
-from reconciler.engine.snapshot import PodInfo, Snapshot
+from reconciler.engine.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from _typeshed import SupportsDunderLT

@@ -1,0 +1,287 @@
+"""Nodes and pods as the engine sees them, parsed from plain Kubernetes objects (dicts in
+the JSON shape, camelCase keys): :class:`NodeInfo` and :class:`PodInfo`, each with its
+``from_object``. A pod's annotations that the reconciler writes (its pin, its stamps, the
+plan and nomination records of :mod:`.records`, its selected devices) are parsed here once,
+into fields; :class:`~reconciler.engine.snapshot.Snapshot` keeps the capacity ledger over
+them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from reconciler.engine.devices import Devices, parse_selected
+from reconciler.engine.fields import ObjectError, mapping, string, string_map
+from reconciler.engine.filters import NodeFilter, Taint, parse_node_filter, parse_taints
+from reconciler.engine.records import Nomination, Plan
+from reconciler.engine.resources import PODS, node_allocatable, pod_requests
+from troupe.contract import (
+    ASSIGNED_NODE,
+    DEVICE_GROUP,
+    GANG_CONDITION,
+    GANG_NAME_SUFFIX,
+    GANG_SIZE_SUFFIX,
+    GANG_TIMEOUT_SUFFIX,
+    HOSTNAME_LABEL,
+    NOMINATION,
+    PLAN,
+    PLANNED_AT,
+    RELEASED_AT,
+    SELECTED_DEVICES,
+    TOPOLOGY_PREFERRED_LEVEL,
+    TOPOLOGY_REQUIRED_LEVEL,
+    is_troupe_gate,
+    rank_key,
+)
+
+T = TypeVar("T")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, eq=False)
+class NodeInfo:
+    """A node as the engine sees it. ``allocatable`` is in units (:mod:`.resources`)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+    @property
+    def hostname(self) -> str:
+        """The ``kubernetes.io/hostname`` label (the name when the label is absent)."""
+        return self.labels.get(HOSTNAME_LABEL, self.name)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
+        """A Node object. Ready unless a ``Ready`` condition says otherwise (as the GKE
+        daemon reads it, so hand-written snapshots need no conditions). Raises
+        :class:`~reconciler.engine.fields.ObjectError` naming the bad field."""
+        meta = mapping(obj, "metadata", required=True)
+        spec = mapping(obj, "spec")
+        status = mapping(obj, "status", required=True)
+        ready = True
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            for condition in conditions:
+                if isinstance(condition, Mapping) and condition.get("type") == "Ready" and condition.get("status") != "True":
+                    ready = False
+        return _filled(cls, {
+            "name": string(meta, "name", "metadata", required=True),
+            "labels": string_map(meta, "labels", "metadata"),
+            "allocatable": node_allocatable(status),
+            "taints": parse_taints(spec),
+            "ready": ready,
+            "unschedulable": spec.get("unschedulable") is True,
+        })
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A pod's controlling owner reference (``controller: true``): the object that
+    recreates the pod when it is deleted (a Job, a ReplicaSet...)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, eq=False)
+class PodInfo:
+    """A pod as the engine sees it: the values parsed from its object, not the object.
+    ``requests`` is in units and includes one ``pods``.
+
+    ``node_name`` is ``spec.nodeName`` (bound); ``assigned_node`` the reconciler's
+    annotation (a node name); ``rank`` is
+    :func:`troupe.contract.rank_key`. ``planned_at`` and ``released_at`` are the
+    reconciler's annotations of a released member (RFC 3339 strings, ``""`` when absent),
+    ``plan`` the release record the pod carries, if any; ``nomination`` a preemptor's
+    nomination it carries, if any. ``deleting``: a
+    ``deletionTimestamp`` is set (the pod still uses its node until it is gone).
+    ``device_group``: the SharedDeviceGroup it joins (``deviceshare.io/group``, ``""``);
+    ``devices``: the IDs the reconciler gave it (``deviceshare.io/selected-devices``), None
+    when it has none (or an unreadable value). ``grace_seconds``: its
+    ``terminationGracePeriodSeconds`` (30 when unset, the API default). ``condition``:
+    its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one.
+
+    ``gang_annotations`` is the one raw value kept, and only the part of the annotations
+    that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
+    key ending in ``-name``, ``-size`` or ``-schedule-timeout-seconds``) and the topology
+    levels (``troupe.io/topology-required-level``, ``-preferred-level``). They stay raw
+    because reading them needs the configuration, which a pod is parsed without: the gang
+    keys are those of the configured ``gangAnnotationPrefix`` (seeds/001), and a topology
+    level must be one of the configured levels; the reconciler's own annotations are
+    parsed into the fields above and not kept.
+    """
+
+    namespace: str
+    name: str
+    requests: Mapping[str, int] = field(default_factory=lambda: {PODS: 1})
+    node_filter: NodeFilter = field(default_factory=NodeFilter)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gang_annotations: Mapping[str, str] = field(default_factory=dict)
+    node_name: str = ""
+    assigned_node: str = ""
+    phase: str = "Pending"
+    gates: tuple[str, ...] = ()
+    creation_timestamp: str = ""
+    rank: tuple[Any, ...] = ()
+    priority: int = 0
+    uid: str = ""
+    resource_version: str = ""
+    deleting: bool = False
+    owner: Owner | None = None
+    planned_at: str = ""
+    released_at: str = ""
+    plan: Plan | None = None
+    nomination: Nomination | None = None
+    device_group: str = ""
+    devices: Devices | None = None
+    grace_seconds: int = 30
+    condition: tuple[str, str, str] | None = None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        """Succeeded or Failed: uses nothing, counts for nothing."""
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def active(self) -> bool:
+        """Neither terminal nor being deleted: the pod counts as a gang member."""
+        return not self.terminal and not self.deleting
+
+    @property
+    def gated(self) -> bool:
+        """Still carries a gate Troupe removes on release (its own or a GKE auto gate)."""
+        return any(is_troupe_gate(gate) for gate in self.gates)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> PodInfo:
+        """A Pod object; raises :class:`~reconciler.engine.fields.ObjectError` naming the
+        bad field."""
+        meta = mapping(obj, "metadata", required=True)
+        spec = mapping(obj, "spec", required=True)
+        status = mapping(obj, "status")
+        name = string(meta, "name", "metadata", required=True)
+        annotations = string_map(meta, "annotations", "metadata")
+        labels = string_map(meta, "labels", "metadata")
+        node_filter = parse_node_filter(spec)
+        gates = []
+        raw_gates = spec.get("schedulingGates") or []
+        if not isinstance(raw_gates, list):
+            raise ObjectError("spec.schedulingGates", f"expected a list, got {type(raw_gates).__name__}")
+        for i, gate in enumerate(raw_gates):
+            if not isinstance(gate, Mapping) or not isinstance(gate.get("name"), str):
+                raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
+            gates.append(gate["name"])
+        priority = spec.get("priority", 0)
+        if priority is None:
+            priority = 0
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ObjectError("spec.priority", f"expected an integer, got {priority!r}")
+        return _filled(cls, {
+            "namespace": string(meta, "namespace", "metadata", default="default"),
+            "name": name,
+            "requests": pod_requests(spec),
+            "node_filter": node_filter,
+            "labels": labels,
+            "gang_annotations": _gang_annotations(annotations),
+            "node_name": string(spec, "nodeName", "spec"),
+            "assigned_node": annotations.get(ASSIGNED_NODE, ""),
+            "phase": string(status, "phase", "status", default="Pending"),
+            "gates": tuple(gates),
+            "creation_timestamp": str(meta.get("creationTimestamp") or ""),
+            "rank": rank_key(obj),
+            "priority": priority,
+            "uid": str(meta.get("uid") or ""),
+            "resource_version": str(meta.get("resourceVersion") or ""),
+            "deleting": meta.get("deletionTimestamp") is not None,
+            "owner": _controller_owner(meta),
+            "planned_at": annotations.get(PLANNED_AT, ""),
+            "released_at": annotations.get(RELEASED_AT, ""),
+            "plan": Plan.decode(annotations[PLAN]) if PLAN in annotations else None,
+            "nomination": Nomination.decode(annotations[NOMINATION]) if NOMINATION in annotations else None,
+            "device_group": annotations.get(DEVICE_GROUP, ""),
+            "devices": _selected(annotations),
+            "grace_seconds": _grace(spec),
+            "condition": _gang_condition(status),
+        })
+
+
+#: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).
+_GANG_KEY_ENDS = (GANG_NAME_SUFFIX, GANG_SIZE_SUFFIX, GANG_TIMEOUT_SUFFIX)
+_TOPOLOGY_KEYS = frozenset({TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL})
+
+
+def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The annotations :attr:`PodInfo.gang_annotations` keeps (see there)."""
+    return {key: value for key, value in annotations.items() if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
+
+
+def _selected(annotations: Mapping[str, str]) -> Devices | None:
+    """The pod's ``deviceshare.io/selected-devices``, or None (absent or unreadable: only
+    the reconciler writes it, so an unreadable value claims nothing)."""
+    raw = annotations.get(SELECTED_DEVICES)
+    if raw is None:
+        return None
+    try:
+        return parse_selected(raw)
+    except ValueError:
+        return None
+
+
+def _gang_condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    for condition in conditions:
+        if isinstance(condition, Mapping) and condition.get("type") == GANG_CONDITION:
+            return (str(condition.get("status") or ""), str(condition.get("reason") or ""),
+                    str(condition.get("message") or ""))
+    return None
+
+
+def _grace(spec: Mapping[str, Any]) -> int:
+    value = spec.get("terminationGracePeriodSeconds")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 30
+
+
+def _filled(cls: type[T], values: dict[str, Any]) -> T:
+    """An instance of the frozen dataclass ``cls`` holding ``values``, a value for every
+    field: what its generated ``__init__`` makes, without the ``object.__setattr__``
+    call per field that is a third of parsing a pod. Only for ``from_object``, which
+    gives every field (a test holds them to it)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(values)
+    return obj
+
+
+#: Equal owners are one value: a Job's or a ReplicaSet's pods all name it.
+_owner = lru_cache(maxsize=1024)(Owner)
+
+
+def _controller_owner(meta: Mapping[str, Any]) -> Owner | None:
+    """The owner reference with ``controller: true``, or None (malformed entries are
+    skipped: an owner that cannot be read is no owner Troupe may rely on)."""
+    owners = meta.get("ownerReferences")
+    if not isinstance(owners, list):
+        return None
+    for reference in owners:
+        if isinstance(reference, Mapping) and reference.get("controller") is True:
+            api_version, kind, name, uid = (reference.get("apiVersion"), reference.get("kind"), reference.get("name"),
+                                            reference.get("uid"))
+            if (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind
+                    and isinstance(name, str) and name and isinstance(uid, str) and uid):
+                return _owner(str(api_version), str(kind), str(name), str(uid))
+    return None
