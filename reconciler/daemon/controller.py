@@ -63,16 +63,7 @@ from reconciler.daemon.writer import (
     PodWriter,
     WriteError,
 )
-from reconciler.engine.actions import (
-    ClearNominations,
-    ClearPlans,
-    ForgetBackoff,
-    Hold,
-    Preempt,
-    Release,
-    RollBack,
-    Wait,
-)
+from reconciler.engine import actions
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.conditions import MAX_MESSAGE
 from reconciler.engine.conditions import conditions as gang_conditions
@@ -162,9 +153,10 @@ class GangController(ActionHandlers):
         self.illegal_moves = 0
         #: The interpreter: one handler per action type (a missing one fails loudly).
         self._handlers: Mapping[type, Handler] = {
-            Wait: self._nothing, Hold: self._nothing, Release: self._release, RollBack: self._roll_back,
-            Preempt: self._preempt, ClearNominations: self._clear_nominations, ClearPlans: self._clear_plans,
-            ForgetBackoff: self._forget_backoff,
+            actions.Wait: self._nothing, actions.Hold: self._nothing, actions.Release: self._release,
+            actions.RollBack: self._roll_back, actions.Preempt: self._preempt,
+            actions.ClearNominations: self._clear_nominations, actions.ClearPlans: self._clear_plans,
+            actions.ForgetBackoff: self._forget_backoff,
         }
 
     def close(self) -> None:
@@ -327,7 +319,7 @@ class GangController(ActionHandlers):
         the Event goes with that write, so the Event a member shows follows its condition's
         numbers and a new leader, which reads the conditions back, repeats none. A release
         tells as each member is written."""
-        if decision.find(Release) is not None:
+        if decision.find(actions.Release) is not None:
             return
         by_key = {p.key: p for p in gang.members}
         wanted = gang_conditions(gang, decision)

@@ -20,15 +20,8 @@ from typing import TypeVar
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.groups import GroupController
-from reconciler.daemon.writer import (
-    Conflict,
-    Gone,
-    LostLeadership,
-    PodRef,
-    PodWriter,
-    Refused,
-    WriteError,
-)
+from reconciler.daemon.writer import PodRef, PodWriter
+from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Refused, WriteError
 from reconciler.engine.actions import (
     ClearNominations,
     ClearPlans,

@@ -75,34 +75,34 @@ class Placement(Protocol):
         """Every placed member, on its node."""
 
 
-def _reservations(pods: Iterable[PodInfo]) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
-    """``(namespace, uid) -> node`` and ``-> planned_at`` for every member named by a plan
-    record that a live pod carries (a terminal or deleting holder's record is over). When
-    two records name the same pod, the later plan wins (it can only be a retry of the
-    same gang after the earlier release was rolled back)."""
+Record = tuple[str, Mapping[str, str]]
+"""A stamped node map: a plan's ``(planned_at, uid -> node)`` or a nomination's ``(at, ...)``."""
+
+
+def _records(pods: Iterable[PodInfo], record: Callable[[PodInfo], Record | None]
+             ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+    """``(namespace, uid) -> node`` and ``-> the record's time`` for every member named by a
+    record (``record(pod)``: its plan's or its nomination's) that a live pod carries (a
+    terminal or deleting holder's record is over). When two records name the same pod, the
+    later wins (it can only be a retry of the same gang after the earlier one ran out or
+    was rolled back)."""
     nodes: dict[tuple[str, str], str] = {}
     at: dict[tuple[str, str], str] = {}
-    holders = sorted((pod for pod in pods if pod.plan is not None and pod.active),
-                     key=lambda pod: (pod.plan.planned_at, pod.key))  # type: ignore[union-attr]
-    for holder in holders:
-        assert holder.plan is not None
-        for uid, node in holder.plan.nodes.items():
-            nodes[(holder.namespace, uid)] = node
-            at[(holder.namespace, uid)] = holder.plan.planned_at
+    held = sorted((found[0], pod.key, pod.namespace, found[1]) for pod in pods
+                  if pod.active and (found := record(pod)) is not None)
+    for stamp, _, namespace, named in held:
+        for uid, node in named.items():
+            nodes[(namespace, uid)] = node
+            at[(namespace, uid)] = stamp
     return nodes, at
 
 
-def _nominations(pods: Iterable[PodInfo]) -> dict[tuple[str, str], str]:
-    """``(namespace, uid) -> node`` for every member named by a nomination that a live pod
-    carries (the later nomination wins when two name the same pod)."""
-    out: dict[tuple[str, str], str] = {}
-    holders = sorted((pod for pod in pods if pod.nomination is not None and pod.active),
-                     key=lambda pod: (pod.nomination.at, pod.key))  # type: ignore[union-attr]
-    for holder in holders:
-        assert holder.nomination is not None
-        for uid, node in holder.nomination.nodes.items():
-            out[(holder.namespace, uid)] = node
-    return out
+def _plan_record(pod: PodInfo) -> Record | None:
+    return (pod.plan.planned_at, pod.plan.nodes) if pod.plan is not None else None
+
+
+def _nomination_record(pod: PodInfo) -> Record | None:
+    return (pod.nomination.at, pod.nomination.nodes) if pod.nomination is not None else None
 
 
 class NodeTable:
@@ -171,8 +171,8 @@ class Snapshot:
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
         self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
-        self._reserved, self._reserved_at = _reservations(self.pods.values())
-        self._nominated = _nominations(self.pods.values())
+        self._reserved, self._reserved_at = _records(self.pods.values(), _plan_record)
+        self._nominated, _ = _records(self.pods.values(), _nomination_record)
         self._memo: dict[str, Any] = {}
         claims = []
         for pod in self.pods.values():

@@ -53,20 +53,10 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
+from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, actions
 from reconciler.engine import workloads as wl
-from reconciler.engine.actions import (
-    ClearNominations,
-    ClearPlans,
-    ForgetBackoff,
-    Hold,
-    Preempt,
-    Release,
-    RollBack,
-    Wait,
-)
 from reconciler.engine.allocation import group_view
 from reconciler.engine.decision import Decision
 from reconciler.engine.devices import DeviceGroup, Holding
@@ -158,6 +148,18 @@ class Built:
     workloads: wl.Workloads = field(default_factory=wl.Workloads)
 
 
+Named = TypeVar("Named", NodeInfo, DeviceGroup)
+
+
+def _once(found: Named, kind: str, where: str, seen: dict[str, str]) -> Named:
+    """``found``, noting ``where`` it was read; raises :class:`InputError` when an object
+    of the same kind and name was read before (a snapshot lists each once)."""
+    if found.name in seen:
+        raise InputError(f"{where} ({kind} {found.name}): duplicate of {seen[found.name]}")
+    seen[found.name] = where
+    return found
+
+
 def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels) -> Built:
     """Parse every object; raises :class:`InputError` naming the document and field."""
     nodes: list[NodeInfo] = []
@@ -173,17 +175,9 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
             raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected {', '.join(KINDS)})")
         try:
             if kind == "Node":
-                node = NodeInfo.from_object(obj)
-                if node.name in node_where:
-                    raise InputError(f"{where} (Node {node.name}): duplicate of {node_where[node.name]}")
-                node_where[node.name] = where
-                nodes.append(node)
+                nodes.append(_once(NodeInfo.from_object(obj), kind, where, node_where))
             elif kind == "SharedDeviceGroup":
-                group = DeviceGroup.from_object(obj)
-                if group.name in group_where:
-                    raise InputError(f"{where} (SharedDeviceGroup {group.name}): duplicate of {group_where[group.name]}")
-                group_where[group.name] = where
-                groups.append(group)
+                groups.append(_once(DeviceGroup.from_object(obj), kind, where, group_where))
             elif kind != "Pod":
                 meta = mapping(obj, "metadata", required=True)
                 mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
@@ -279,7 +273,7 @@ class _Applied:
     preempting: bool = False
 
 
-def _apply_release(state: _Applied, action: Release) -> None:
+def _apply_release(state: _Applied, action: actions.Release) -> None:
     snapshot = state.snapshot
     state.placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
                          "topology": _topology(snapshot, m.node),
@@ -291,7 +285,7 @@ def _apply_release(state: _Applied, action: Release) -> None:
         state.placed, state.bindings = True, action.bindings
 
 
-def _apply_preempt(state: _Applied, action: Preempt) -> None:
+def _apply_preempt(state: _Applied, action: actions.Preempt) -> None:
     snapshot, result = state.snapshot, state.decision.placement
     state.preempting = True
     if result is not None:
@@ -305,7 +299,7 @@ def _apply_preempt(state: _Applied, action: Preempt) -> None:
         state.snapshot = snapshot.with_removed(action.evict).with_assumed(result)
 
 
-def _apply_rollback(state: _Applied, action: RollBack) -> None:
+def _apply_rollback(state: _Applied, action: actions.RollBack) -> None:
     state.snapshot = state.snapshot.with_removed(action.delete)
 
 
@@ -315,9 +309,9 @@ def _apply_nothing(state: _Applied, action: Any) -> None:
 
 #: The simulator's interpreter: one handler per action type (a missing one fails loudly).
 _APPLY: Mapping[type, Callable[[_Applied, Any], None]] = {
-    Release: _apply_release, Preempt: _apply_preempt, RollBack: _apply_rollback, Wait: _apply_nothing,
-    Hold: _apply_nothing, ClearNominations: _apply_nothing, ClearPlans: _apply_nothing,
-    ForgetBackoff: _apply_nothing,
+    actions.Release: _apply_release, actions.Preempt: _apply_preempt, actions.RollBack: _apply_rollback,
+    actions.Wait: _apply_nothing, actions.Hold: _apply_nothing, actions.ClearNominations: _apply_nothing,
+    actions.ClearPlans: _apply_nothing, actions.ForgetBackoff: _apply_nothing,
 }
 
 
