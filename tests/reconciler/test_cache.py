@@ -88,3 +88,11 @@ def test_a_group_whose_last_finalizer_was_removed_is_not_brought_back_by_the_pat
     cache.assume_group(group)
     assert cache.group("g") is None
     assert "g" not in cache.snapshot().groups
+
+
+def test_a_groups_work_queue_key_is_typed_and_never_taken_for_a_gangs():
+    from reconciler.daemon.cache import GroupKey, group_key, group_of_key
+    key = group_key("team-a-gpus")
+    assert isinstance(key, GroupKey) and group_of_key(key) == "team-a-gpus"
+    assert group_of_key("team-a/train") is None
+    assert group_of_key("sdg:team-a-gpus") is None, "a string that looks like a group key is a gang's"

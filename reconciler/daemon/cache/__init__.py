@@ -26,7 +26,7 @@ nor indexed again (docs/decisions/017-cache-memory.md).
 
 from __future__ import annotations
 
-from reconciler.daemon.cache.cluster import ClusterCache, Entry, group_key, group_of_key
+from reconciler.daemon.cache.cluster import ClusterCache, Entry, GroupKey, group_key, group_of_key
 from reconciler.daemon.cache.workloads import WorkloadIndex
 
-__all__ = ["ClusterCache", "Entry", "WorkloadIndex", "group_key", "group_of_key"]
+__all__ = ["ClusterCache", "Entry", "GroupKey", "WorkloadIndex", "group_key", "group_of_key"]

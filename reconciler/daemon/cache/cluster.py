@@ -54,15 +54,26 @@ def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
             and a.ready == b.ready and a.unschedulable == b.unschedulable)
 
 
-def group_key(name: str) -> str:
-    """The work-queue key of SharedDeviceGroup ``name``: ``sdg:<name>`` (a gang key always
-    holds a ``/``, a group name never does)."""
-    return f"sdg:{name}"
+class GroupKey(str):
+    """The work-queue key of a SharedDeviceGroup: its name, typed, so the queue's worker
+    tells it from a gang's key by its type and not by a prefix (a gang key is a plain
+    ``namespace/name`` string; a group's name, a DNS subdomain, never holds a ``/``, so
+    the two never compare equal)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"GroupKey({str(self)!r})"
+
+
+def group_key(name: str) -> GroupKey:
+    """The work-queue key of SharedDeviceGroup ``name``."""
+    return GroupKey(name)
 
 
 def group_of_key(key: str) -> str | None:
     """The group name of a :func:`group_key`, or None for a gang key."""
-    return key[4:] if key.startswith("sdg:") else None
+    return str(key) if isinstance(key, GroupKey) else None
 
 
 def _older(obj: Obj, current: Entry | None) -> bool:
@@ -148,7 +159,7 @@ class ClusterCache:
         self._gangs.pop(key, None)  # stale now; dropped so its members' old infos can go
 
     def _unindex(self, ref: PodRef) -> set[str]:
-        touched = set()
+        touched: set[str] = set()
         entry = self._pods.get(ref)
         group = entry.info.device_group if entry is not None and entry.info is not None else ""
         if group:
