@@ -109,7 +109,7 @@ _MISSING = object()
 #: in group ``system:nodes``. Only it makes real mirror pods.
 NODE_USER_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
-class Decision(NamedTuple):
+class Admission(NamedTuple):
     """The verdict on one admission request, before it is put in an AdmissionReview.
 
     ``ops`` is the JSON Patch to apply (empty: none); ``code``/``reason``/``message`` are
@@ -126,12 +126,12 @@ class Decision(NamedTuple):
     message: str = ""
 
 
-_ALLOW = Decision(True)
+_ALLOW = Admission(True)
 
 
-def _deny(code: int, message: str) -> Decision:
+def _deny(code: int, message: str) -> Admission:
     reason = {400: "BadRequest", 403: "Forbidden"}.get(code, "InternalError")
-    return Decision(False, code=code, reason=reason, message=message)
+    return Admission(False, code=code, reason=reason, message=message)
 
 
 def envelope_error(review: object) -> str | None:
@@ -172,7 +172,7 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 @dataclass(frozen=True)
 class _Keys:
-    """What :func:`decide` derives from a configuration, computed once per Config."""
+    """What :func:`admit` derives from a configuration, computed once per Config."""
 
     troupe: tuple[str, ...]
     gang_timeout: str
@@ -252,7 +252,7 @@ def _troupe_key_changes(
 
 def _review_update(
     request: Mapping[str, Any], new_ann: Mapping[str, Any], user: str, config: Config, status: bool
-) -> Decision:
+) -> Admission:
     """An UPDATE of a pod (``status``: of its ``pods/status`` subresource, whose strategy
     resets the spec but keeps metadata, so annotations can change there too)."""
     old = request.get("oldObject")
@@ -308,7 +308,7 @@ def _contract_errors(
 
 def _review_create(
     pod: Mapping[str, Any], ann: Mapping[str, Any], user: str, config: Config, gang_mode_auto: bool = False
-) -> Decision:
+) -> Admission:
     if user != config.reconciler_username and any(map(is_reserved_annotation, ann)):
         reserved = sorted(k for k in ann if is_reserved_annotation(k))
         return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
@@ -343,11 +343,11 @@ def _review_create(
             ops.extend(toleration_ops(spec))
     except Malformed as e:
         return _deny(400, str(e))
-    return Decision(True, ops=tuple(ops), warnings=tuple(warnings))
+    return Admission(True, ops=tuple(ops), warnings=tuple(warnings))
 
 
-def decide(request: Mapping[str, Any], config: Config, gang_mode_auto: bool = False) -> Decision:
-    """The :class:`Decision` for one ``AdmissionReview.request`` (see the module docstring
+def admit(request: Mapping[str, Any], config: Config, gang_mode_auto: bool = False) -> Admission:
+    """The :class:`Admission` for one ``AdmissionReview.request`` (see the module docstring
     for the rules; ``gang_mode_auto``: the request came through the namespace opt-in
     entry). Never raises for malformed input of any JSON shape; bugs aside."""
     resource = request.get("resource")
@@ -395,7 +395,7 @@ def _is_node(user: str, user_info: object) -> bool:
     return isinstance(groups, list) and NODES_GROUP in groups
 
 
-def _response(uid: str, d: Decision) -> dict[str, Any]:
+def _response(uid: str, d: Admission) -> dict[str, Any]:
     out: dict[str, Any] = {"uid": uid, "allowed": d.allowed}
     if d.ops:
         out["patchType"] = "JSONPatch"
@@ -431,10 +431,10 @@ def mutate(review: object, config: Config, gang_mode_auto: bool = False) -> dict
     assert isinstance(review, dict)
     request = review["request"]
     try:
-        decision = decide(request, config, gang_mode_auto)
+        admission = admit(request, config, gang_mode_auto)
     except Exception as e:  # noqa: BLE001  the webhook must answer, never crash: a bug becomes a denial
-        decision = _deny(500, f"internal error in Troupe's webhook ({type(e).__name__}); see its logs")
-    return _response(request["uid"], decision)
+        admission = _deny(500, f"internal error in Troupe's webhook ({type(e).__name__}); see its logs")
+    return _response(request["uid"], admission)
 
 
 def patch_of(review_response: Mapping[str, Any]) -> list[PatchOp]:

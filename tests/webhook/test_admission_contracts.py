@@ -369,7 +369,7 @@ def test_a_bug_in_decide_becomes_an_internal_error_denial(monkeypatch: pytest.Mo
     def boom(request: Any, config: Config, gang_mode_auto: bool = False) -> Any:
         raise KeyError("oops")
 
-    monkeypatch.setattr(admission, "decide", boom)
+    monkeypatch.setattr(admission, "admit", boom)
     out = mutate(make_review(make_pod().gang().obj()), Config())["response"]
     assert out["uid"] == "uid-1" and out["allowed"] is False
     assert out["status"]["code"] == 500 and "KeyError" in out["status"]["message"]
