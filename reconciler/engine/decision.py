@@ -340,7 +340,9 @@ def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: 
 # --- rules 10 to 13: the queue, placement, preemption --------------------------------------
 def _place(s: _Seen) -> Decision:
     """Rules 10 to 13: the queue, then where the gated members go (next to the members
-    that already run, when there are some), then preemption.
+    that already run, when there are some), then preemption. The room nominations of
+    lower-priority gangs hold is the gang's to take (kube-scheduler honours only
+    nominations of equal or higher priority).
 
     A gang that holds a nomination (docs/decisions/020-preemption-in-the-decision.md) plans
     on the room the nomination holds for it; while its victims have not all terminated it
@@ -366,7 +368,8 @@ def _place(s: _Seen) -> Decision:
         return s.made(lifecycle.QUEUED, _with_clear((wait,), clear),
                       Status.of(f"queued behind {s.queue.blocked_by} (StrictFIFO)", subject=subject))
     own = [p.key for p in s.free if snapshot.nominated_node(p)]
-    base = snapshot.with_removed(own) if own else snapshot
+    lower = [k for k in snapshot.nominated_below(gang.priority) if k not in own]
+    base = snapshot.with_removed([*own, *lower]) if own or lower else snapshot
     held = s.queue.held_nodes - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
     view = base.with_blocked(held) if held else base
     near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})

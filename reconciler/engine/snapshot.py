@@ -258,6 +258,16 @@ class Snapshot:
             return self._nominated.get((pod.namespace, pod.uid), "")
         return ""
 
+    def nominated_below(self, priority: int) -> list[str]:
+        """Keys of the gated pods whose node a nomination holds and whose priority is below
+        ``priority``, sorted. kube-scheduler honours only nominations of equal or higher
+        priority (its ``addNominatedPods``, Kubernetes docs "Pod Priority and Preemption"),
+        and so does a decision: a higher-priority gang may plan on their room."""
+        nominated = self.memo("nominated", lambda: sorted(
+            (pod.priority, pod.key) for pod in self.pods.values()
+            if pod.active and self.nominated_node(pod) and not self.committed_node(pod)))
+        return sorted(key for held_at, key in nominated if held_at < priority)
+
     def committed_node(self, pod: PodInfo) -> str:
         """The node the reconciler committed ``pod`` to (a node name), or ``""``: its pin
         (``reconciler.troupe.io/node``), else its entry in the plan record of a release in

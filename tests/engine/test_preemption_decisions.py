@@ -154,6 +154,25 @@ def test_a_victims_huge_grace_period_never_holds_a_nomination_past_nomination_ma
     assert after.find(ClearNominations) == ClearNominations(("default/high-0",)), "the nomination ran out at its cap"
 
 
+def test_a_higher_priority_gang_takes_the_room_a_lower_priority_nomination_holds():
+    """Gang low (priority 50) holds n1 with a nomination whose victim a budget protects;
+    gang high (priority 100) needs n0 and n1. As kube-scheduler, a decision honours only
+    nominations of equal or higher priority: high is placed, every time."""
+    low = waiting("low", 1, priority=50)
+    low[0].annotate(NOMINATION, Nomination("2024-01-01T00:00:00.000+00:00", {"uid-default-low-0": "n1"},
+                                           ("default/x-0",), ("default/x",)).encode())
+    blocker = running("x", 0, "n2", priority=10, size=1)
+    high = waiting("high", 2, priority=100)
+    snap = snapshot_of(nodes()[:3], [*low, blocker, *high])
+    d = decide_key(snap, "default/high", now=NOW)
+    assert d.phase is Phase.PLACED, d.reason
+    assert sorted(m.node for m in d.release) == ["n0", "n1"]
+    peer = waiting("peer", 1, priority=50)
+    alone = snapshot_of(nodes()[1:2], [*low, *peer])
+    assert decide_key(alone, "default/peer", now=NOW).phase is Phase.UNSCHEDULABLE, \
+        "a nomination still holds its room against equal priority"
+
+
 def test_a_refused_gang_is_not_chosen_again_and_another_one_is():
     pods = [running("pdb", 0, "n0", size=1, priority=0), running("spare", 0, "n1", size=1, priority=10)]
     high = waiting("high", 1)
