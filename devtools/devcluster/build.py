@@ -10,7 +10,7 @@ Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``
     kwok-v0.8.0/stages.yaml     node-initialize, node-heartbeat-with-lease, pod-ready, and kwok-pod-stages.yaml
     helm-v3.19.0/bin/helm       renders and lints charts/troupe (tests/chart, tests/e2e)
     jobset-v0.10.1/bin/jobset   the JobSet controller, with crds.yaml and webhooks.yaml from its
-    lws-v0.7.0/bin/lws          module zip (and the same for LeaderWorkerSet; see workloads.py)
+    lws-v0.7.0/bin/lws          module zip (and the same for LeaderWorkerSet; see controllers.py)
     workload-controllers/src/   their one wrapper module, sharing the k8s-v1.36.3 module graph
     training-operator-v1.9.0/crds.yaml   Kubeflow's PyTorchJob CRD (the operator is not built)
     logs/<component>.log        go's output of the builds of that component, each command
@@ -23,8 +23,11 @@ each of those modules with the published ``v0.<minor>.<patch>`` version of itsel
 
 Every artifact is written under a temporary name and renamed when complete, then a
 ``<name>.stamp`` file recording the version is written next to it: a build killed half
-way leaves no binary that looks finished. Reuse is decided by binary + matching stamp.
-A file lock serialises concurrent builds of the same cache directory.
+way leaves no binary that looks finished. Reuse is decided by binary + matching stamp
+(:mod:`.toolchain`). A file lock serialises concurrent builds of the same cache directory.
+
+Imports: :mod:`.toolchain` (the Go basics) and :mod:`.controllers` (the workload
+controllers' build); :mod:`.cluster` imports this module, and nothing here imports back.
 """
 
 from __future__ import annotations
@@ -32,26 +35,54 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import shutil
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from devtools.devcluster import workloads
+from devtools.devcluster import controllers
+from devtools.devcluster.toolchain import (
+    ETCD_VERSION,
+    HELM_VERSION,
+    KUBE_COMPONENTS,
+    KUBERNETES_VERSION,
+    KWOK_VERSION,
+    Binaries,
+    Builder,
+    BuildError,
+    cache_dir,
+    is_built,
+    kubernetes_wrapper_go_mod,
+    mark_built,
+    module_dir,
+    staging_replacements,
+    staging_version,
+)
 
-KUBERNETES_VERSION = "v1.36.3"
-ETCD_VERSION = "v3.6.16"
-KWOK_VERSION = "v0.8.0"
-HELM_VERSION = "v3.19.0"
-
-KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+#: The names callers import from here; the toolchain basics among them live in
+#: :mod:`.toolchain`.
+__all__ = [
+    "ETCD_VERSION",
+    "HELM_VERSION",
+    "KUBERNETES_VERSION",
+    "KUBE_COMPONENTS",
+    "KWOK_POD_STAGES",
+    "KWOK_STAGE_FILES",
+    "KWOK_VERSION",
+    "Binaries",
+    "BuildError",
+    "built_binaries",
+    "built_helm",
+    "cache_dir",
+    "ensure_built",
+    "helm_ldflags",
+    "kubernetes_wrapper_go_mod",
+    "kwok_stages_version",
+    "staging_replacements",
+    "staging_version",
+]
 
 #: Stage files taken from the kwok module, in order. ``pod/fast/pod-complete.yaml`` is left
 #: out on purpose: it completes every Job-owned pod at once, so a gang never stays Running;
@@ -71,52 +102,6 @@ def kwok_stages_version() -> str:
     digest = hashlib.sha256(KWOK_POD_STAGES.read_bytes()).hexdigest()[:12]
     return f"{KWOK_VERSION}+{digest}"
 
-#: Rough cold-build durations on two cores, shown in progress lines.
-_ESTIMATES = {
-    "kube-apiserver": "~3.5 min",
-    "kube-controller-manager": "~1 min",
-    "kube-scheduler": "<30 s",
-    "kubectl": "<30 s",
-    "etcd": "<30 s",
-    "kwok": "~1 min",
-    "helm": "~1 min",
-    "workload-controllers": "~1 min once the control plane's packages are compiled",
-}
-
-_HEARTBEAT_SECONDS = 60.0
-_FAILURE_TAIL_LINES = 40
-
-
-class BuildError(RuntimeError):
-    """A binary could not be built; the message names the component and shows go's output."""
-
-
-@dataclass(frozen=True)
-class Binaries:
-    """Paths of the built executables and the kwok stages file (all absolute, all existing)."""
-
-    kube_apiserver: Path
-    kube_controller_manager: Path
-    kube_scheduler: Path
-    kubectl: Path
-    etcd: Path
-    kwok: Path
-    kwok_stages: Path
-    helm: Path
-    jobset: Path
-    jobset_crds: Path
-    jobset_webhooks: Path
-    lws: Path
-    lws_crds: Path
-    lws_webhooks: Path
-    kubeflow_crds: Path
-
-
-def cache_dir() -> Path:
-    """The build cache root: ``$TROUPE_CACHE_DIR`` if set, else ``~/.cache/troupe``."""
-    env = os.environ.get("TROUPE_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "troupe"
-
 
 def _layout(root: Path) -> Binaries:
     k8s = root / f"k8s-{KUBERNETES_VERSION}" / "bin"
@@ -130,31 +115,15 @@ def _layout(root: Path) -> Binaries:
         kwok=kwok / "bin" / "kwok",
         kwok_stages=kwok / "stages.yaml",
         helm=root / f"helm-{HELM_VERSION}" / "bin" / "helm",
-        **workloads.layout(root),
+        **controllers.layout(root),
     )
-
-
-def _stamp(path: Path) -> Path:
-    return path.with_name(path.name + ".stamp")
-
-
-def _is_built(path: Path, version: str) -> bool:
-    stamp = _stamp(path)
-    return path.is_file() and stamp.is_file() and stamp.read_text().strip() == version
-
-
-def _mark_built(tmp: Path, final: Path, version: str) -> None:
-    os.replace(tmp, final)
-    stamp_tmp = _stamp(final).with_suffix(".stamp.tmp")
-    stamp_tmp.write_text(version + "\n")
-    os.replace(stamp_tmp, _stamp(final))
 
 
 def built_binaries(root: Path | None = None) -> Binaries | None:
     """The cached binaries if every one of them is built at the pinned version, else None."""
     bins = _layout(root or cache_dir())
     versions = _versions(bins)
-    if all(_is_built(path, version) for path, version in versions):
+    if all(is_built(path, version) for path, version in versions):
         return bins
     return None
 
@@ -165,7 +134,7 @@ def built_helm(root: Path | None = None) -> Path | None:
     The chart's unit tests need helm alone, not the whole control plane.
     """
     helm = _layout(root or cache_dir()).helm
-    return helm if _is_built(helm, HELM_VERSION) else None
+    return helm if is_built(helm, HELM_VERSION) else None
 
 
 def _versions(bins: Binaries) -> list[tuple[Path, str]]:
@@ -178,96 +147,8 @@ def _versions(bins: Binaries) -> list[tuple[Path, str]]:
         (bins.kwok, KWOK_VERSION),
         (bins.kwok_stages, kwok_stages_version()),
         (bins.helm, HELM_VERSION),
-        *workloads.versions(bins),
+        *controllers.versions(bins),
     ]
-
-
-class _Builder:
-    """Runs go commands with progress lines; one instance per :func:`ensure_built` call."""
-
-    def __init__(self, root: Path, out: TextIO) -> None:
-        self.root = root
-        self.out = out
-        self.logs = root / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.env = self._go_env()
-
-    def say(self, message: str) -> None:
-        print(f"[devcluster] {message}", file=self.out, flush=True)
-
-    @staticmethod
-    def _go_env() -> dict[str, str]:
-        if shutil.which("go") is None:
-            raise BuildError(
-                "the Go toolchain ('go') is not on PATH; it is needed to build the control plane"
-            )
-        env = dict(os.environ)
-        env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-mod=mod")
-        return env
-
-    def go(
-        self,
-        component: str,
-        args: Sequence[str],
-        cwd: Path,
-        *,
-        what: str,
-        extra_env: dict[str, str] | None = None,
-        capture: bool = False,
-    ) -> str:
-        """Run ``go ARGS`` in ``cwd``, appending output to logs/<component>.log.
-
-        Prints a heartbeat line every minute. Returns stdout when ``capture`` is set.
-        Raises BuildError with the last 40 lines of go's output when go fails.
-        """
-        log_path = self.logs / f"{component}.log"
-        env = dict(self.env, **(extra_env or {}))
-        started = time.monotonic()
-        with open(log_path, "a") as log:
-            log.write(f"\n$ go {' '.join(args)}   (in {cwd})\n")
-            log.flush()
-            proc = subprocess.Popen(
-                ["go", *args],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if capture else log,
-                stderr=log,
-                text=True,
-            )
-            stop = threading.Event()
-            beat = threading.Thread(target=self._heartbeat, args=(what, started, stop), daemon=True)
-            beat.start()
-            try:
-                stdout, _ = proc.communicate()
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-            finally:
-                stop.set()
-                beat.join()
-            # Durations in the log separate module downloads (mod, get) from compiling (build).
-            log.write(f"# exit {proc.returncode} after {time.monotonic() - started:.1f}s\n")
-        if proc.returncode != 0:
-            tail = log_path.read_text(errors="replace").splitlines()[-_FAILURE_TAIL_LINES:]
-            raise BuildError(
-                f"building {component} failed: 'go {' '.join(args)}' exited with code "
-                f"{proc.returncode}; last lines of {log_path}:\n" + "\n".join(tail)
-            )
-        return stdout or ""
-
-    def _heartbeat(self, what: str, started: float, stop: threading.Event) -> None:
-        while not stop.wait(_HEARTBEAT_SECONDS):
-            self.say(f"still building {what} … {time.monotonic() - started:.0f}s")
-
-    @contextlib.contextmanager
-    def step(self, component: str, version: str, *, label: str | None = None) -> Iterator[None]:
-        shown = label or f"{component} {version}"
-        self.say(f"building {shown} (cold build, {_ESTIMATES[component]})…")
-        started = time.monotonic()
-        yield
-        self.say(f"built {shown} in {time.monotonic() - started:.0f}s")
 
 
 @contextlib.contextmanager
@@ -298,87 +179,16 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
         return warm
     with _locked(root / ".build.lock"):
         bins = _layout(root)
-        builder = _Builder(root, out)
+        builder = Builder(root, out)
         _build_kubernetes(builder, bins)
         _build_etcd(builder, bins)
         _build_kwok(builder, bins)
         _build_helm(builder, bins)
-        workloads.build(builder, bins)
+        controllers.build(builder, bins)
     done = built_binaries(root)
     if done is None:  # pragma: no cover - each step above stamps its artifact or raises
         raise BuildError(f"build finished but artifacts under {root} are not all stamped")
     return done
-
-
-def _module_dir(builder: _Builder, component: str, module: str, cwd: Path) -> Path:
-    out = builder.go(
-        component,
-        ["mod", "download", "-json", module],
-        cwd,
-        what=f"{module} download",
-        capture=True,
-    )
-    try:
-        return Path(json.loads(out)["Dir"])
-    except (ValueError, KeyError) as err:
-        raise BuildError(
-            f"'go mod download -json {module}' gave no module directory: {out[:200]!r}"
-        ) from err
-
-
-def staging_replacements(kubernetes_go_mod: str) -> list[str]:
-    """Module paths that kubernetes' go.mod replaces with ``./staging/...`` directories.
-
-    >>> staging_replacements("replace (\\n\\tk8s.io/api => ./staging/src/k8s.io/api\\n)")
-    ['k8s.io/api']
-    """
-    modules = []
-    for line in kubernetes_go_mod.splitlines():
-        parts = line.strip().removeprefix("replace ").split("=>")
-        if len(parts) == 2 and parts[1].strip().startswith("./staging/"):
-            modules.append(parts[0].split()[0])
-    return modules
-
-
-def staging_version(version: str = KUBERNETES_VERSION) -> str:
-    """The published version of the staging modules (k8s.io/api, client-go, ...) of a
-    kubernetes release: ``v1.36.3`` gives ``v0.36.3``."""
-    return "v0." + version.removeprefix("v").split(".", 1)[1]
-
-
-def kubernetes_wrapper_go_mod(
-    kubernetes_go_mod: str,
-    version: str = KUBERNETES_VERSION,
-    module: str = "troupe.local/k8s-wrapper",
-) -> str:
-    """The go.mod text of the wrapper module ``module`` that builds kubernetes ``version``.
-
-    Copies the ``go`` and ``godebug`` lines of kubernetes' own go.mod and replaces each
-    staging module with its published ``v0.<minor>.<patch>`` version.
-    """
-    staging = staging_version(version)
-    directives = [
-        line.strip()
-        for line in kubernetes_go_mod.splitlines()
-        if line.startswith(("go ", "godebug "))
-    ]
-    modules = staging_replacements(kubernetes_go_mod)
-    if not modules:
-        raise BuildError(
-            "kubernetes' go.mod lists no ./staging replacements; cannot make the wrapper module"
-        )
-    lines = [
-        f"module {module}",
-        "",
-        *directives,
-        "",
-        f"require k8s.io/kubernetes {version}",
-        "",
-        "replace (",
-    ]
-    lines += [f"\t{path} => {path} {staging}" for path in modules]
-    lines += [")", ""]
-    return "\n".join(lines)
 
 
 _TOOLS_GO = """//go:build tools
@@ -391,7 +201,7 @@ import (
 """
 
 
-def _build_kubernetes(builder: _Builder, bins: Binaries) -> None:
+def _build_kubernetes(builder: Builder, bins: Binaries) -> None:
     targets = {
         "kube-apiserver": bins.kube_apiserver,
         "kube-controller-manager": bins.kube_controller_manager,
@@ -399,7 +209,7 @@ def _build_kubernetes(builder: _Builder, bins: Binaries) -> None:
         "kubectl": bins.kubectl,
     }
     missing = {
-        name: path for name, path in targets.items() if not _is_built(path, KUBERNETES_VERSION)
+        name: path for name, path in targets.items() if not is_built(path, KUBERNETES_VERSION)
     }
     if not missing:
         return
@@ -411,7 +221,7 @@ def _build_kubernetes(builder: _Builder, bins: Binaries) -> None:
         builder.say(
             f"preparing the kubernetes {KUBERNETES_VERSION} wrapper module (downloads ~1.3 GB of modules when cold)…"
         )
-        kdir = _module_dir(builder, "kube-modules", f"k8s.io/kubernetes@{KUBERNETES_VERSION}", src)
+        kdir = module_dir(builder, "kube-modules", f"k8s.io/kubernetes@{KUBERNETES_VERSION}", src)
         (src / "go.mod").write_text(kubernetes_wrapper_go_mod((kdir / "go.mod").read_text()))
         imports = "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in KUBE_COMPONENTS)
         (src / "tools.go").write_text(_TOOLS_GO.format(imports=imports))
@@ -445,11 +255,11 @@ def _build_kubernetes(builder: _Builder, bins: Binaries) -> None:
                 src,
                 what=f"{name} {KUBERNETES_VERSION}",
             )
-        _mark_built(tmp, path, KUBERNETES_VERSION)
+        mark_built(tmp, path, KUBERNETES_VERSION)
 
 
-def _build_etcd(builder: _Builder, bins: Binaries) -> None:
-    if _is_built(bins.etcd, ETCD_VERSION):
+def _build_etcd(builder: Builder, bins: Binaries) -> None:
+    if is_built(bins.etcd, ETCD_VERSION):
         return
     src = bins.etcd.parent.parent / "src"
     src.mkdir(parents=True, exist_ok=True)
@@ -478,10 +288,10 @@ def _build_etcd(builder: _Builder, bins: Binaries) -> None:
             src,
             what=f"etcd {ETCD_VERSION}",
         )
-    _mark_built(tmp, bins.etcd, ETCD_VERSION)
+    mark_built(tmp, bins.etcd, ETCD_VERSION)
 
 
-def _go_install(builder: _Builder, name: str, package: str, version: str, ldflags: str, target: Path) -> None:
+def _go_install(builder: Builder, name: str, package: str, version: str, ldflags: str, target: Path) -> None:
     """``go install package@version`` into a private GOBIN, then move the binary to
     ``target`` and stamp it (so a killed build never leaves a finished-looking binary)."""
     base = target.parent.parent
@@ -496,18 +306,18 @@ def _go_install(builder: _Builder, name: str, package: str, version: str, ldflag
             what=f"{name} {version}",
             extra_env={"GOBIN": str(gobin), "GOFLAGS": ""},
         )
-        _mark_built(gobin / name, target, version)
+        mark_built(gobin / name, target, version)
     finally:
         shutil.rmtree(gobin, ignore_errors=True)
 
 
-def _build_kwok(builder: _Builder, bins: Binaries) -> None:
+def _build_kwok(builder: Builder, bins: Binaries) -> None:
     base = bins.kwok.parent.parent
-    if not _is_built(bins.kwok, KWOK_VERSION):
+    if not is_built(bins.kwok, KWOK_VERSION):
         with builder.step("kwok", KWOK_VERSION):
             _go_install(builder, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, "-s -w", bins.kwok)
-    if not _is_built(bins.kwok_stages, kwok_stages_version()):
-        mod = _module_dir(builder, "kwok", f"sigs.k8s.io/kwok@{KWOK_VERSION}", base)
+    if not is_built(bins.kwok_stages, kwok_stages_version()):
+        mod = module_dir(builder, "kwok", f"sigs.k8s.io/kwok@{KWOK_VERSION}", base)
         docs = []
         for rel in KWOK_STAGE_FILES:
             path = mod / rel
@@ -519,7 +329,7 @@ def _build_kwok(builder: _Builder, bins: Binaries) -> None:
         docs.append(KWOK_POD_STAGES.read_text().strip() + "\n")
         tmp = bins.kwok_stages.with_name(f".stages.tmp-{os.getpid()}")
         tmp.write_text("---\n".join(docs))
-        _mark_built(tmp, bins.kwok_stages, kwok_stages_version())
+        mark_built(tmp, bins.kwok_stages, kwok_stages_version())
 
 
 def helm_ldflags(helm_go_mod: str, version: str = HELM_VERSION) -> str:
@@ -549,12 +359,12 @@ def helm_ldflags(helm_go_mod: str, version: str = HELM_VERSION) -> str:
     return " ".join(flags)
 
 
-def _build_helm(builder: _Builder, bins: Binaries) -> None:
-    if _is_built(bins.helm, HELM_VERSION):
+def _build_helm(builder: Builder, bins: Binaries) -> None:
+    if is_built(bins.helm, HELM_VERSION):
         return
     base = bins.helm.parent.parent
     base.mkdir(parents=True, exist_ok=True)
     with builder.step("helm", HELM_VERSION):
-        mod = _module_dir(builder, "helm", f"helm.sh/helm/v3@{HELM_VERSION}", base)
+        mod = module_dir(builder, "helm", f"helm.sh/helm/v3@{HELM_VERSION}", base)
         ldflags = helm_ldflags((mod / "go.mod").read_text())
         _go_install(builder, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, ldflags, bins.helm)

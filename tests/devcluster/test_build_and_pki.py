@@ -7,7 +7,7 @@ import stat
 import pytest
 import yaml
 
-from devtools.devcluster import build, pki
+from devtools.devcluster import build, pki, toolchain
 
 KUBERNETES_GO_MOD = """\
 module k8s.io/kubernetes
@@ -63,15 +63,15 @@ def test_a_binary_without_its_stamp_or_with_another_version_is_not_reused(tmp_pa
     for path, version in build._versions(layout):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
-        build._stamp(path).write_text(version + "\n")
+        toolchain.stamp_path(path).write_text(version + "\n")
     assert build.built_binaries(tmp_path) == layout
 
-    build._stamp(layout.kube_scheduler).write_text("v1.35.4\n")
+    toolchain.stamp_path(layout.kube_scheduler).write_text("v1.35.4\n")
     assert build.built_binaries(tmp_path) is None
-    build._stamp(layout.kube_scheduler).unlink()
+    toolchain.stamp_path(layout.kube_scheduler).unlink()
     assert build.built_binaries(tmp_path) is None
-    build._stamp(layout.kube_scheduler).write_text(build.KUBERNETES_VERSION + "\n")
-    build._stamp(layout.jobset).write_text("v0.10.1\n")  # built with its own go.mod's libraries
+    toolchain.stamp_path(layout.kube_scheduler).write_text(build.KUBERNETES_VERSION + "\n")
+    toolchain.stamp_path(layout.jobset).write_text("v0.10.1\n")  # built with its own go.mod's libraries
     assert build.built_binaries(tmp_path) is None
 
 
@@ -134,9 +134,9 @@ def test_the_chart_tests_find_helm_when_only_helm_is_built(tmp_path):
     helm = build._layout(tmp_path).helm
     helm.parent.mkdir(parents=True)
     helm.write_text("x")
-    build._stamp(helm).write_text(build.HELM_VERSION + "\n")
+    toolchain.stamp_path(helm).write_text(build.HELM_VERSION + "\n")
 
     assert build.built_helm(tmp_path) == helm
     assert build.built_binaries(tmp_path) is None  # the control plane is still missing
-    build._stamp(helm).write_text("v3.18.0\n")
+    toolchain.stamp_path(helm).write_text("v3.18.0\n")
     assert build.built_helm(tmp_path) is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.devcluster import build, workloads
+from devtools.devcluster import build, controllers, workloads
 
 MANIFESTS = """\
 ---
@@ -40,14 +40,14 @@ POD_SELECTOR_PATCH = """\
 
 
 def test_the_kustomize_patches_apply_to_the_configuration_of_their_kind():
-    mutating, validating = workloads.patched_webhooks(MANIFESTS, {"MutatingWebhookConfiguration": POD_SELECTOR_PATCH})
+    mutating, validating = controllers.patched_webhooks(MANIFESTS, {"MutatingWebhookConfiguration": POD_SELECTOR_PATCH})
     assert mutating["webhooks"][1]["objectSelector"]["matchExpressions"][0]["key"] == "jobset.sigs.k8s.io/jobset-name"
     assert "objectSelector" not in mutating["webhooks"][0]
     assert "objectSelector" not in validating["webhooks"][0]
 
 
 def test_registered_locally_each_webhook_calls_the_controllers_port_with_its_path_and_ca():
-    docs = workloads.patched_webhooks(MANIFESTS, {})
+    docs = controllers.patched_webhooks(MANIFESTS, {})
     local = workloads.local_webhooks(docs, "jobset", "https://127.0.0.1:9443", b"PEM")
     assert [d["metadata"]["name"] for d in local] == ["jobset-mutating", "jobset-validating"]
     assert local[0]["webhooks"][1]["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate--v1-pod",
@@ -70,7 +70,7 @@ replace (
 
 
 def test_the_controllers_module_is_the_kubernetes_graph_with_controller_runtime_and_the_ported_copies():
-    lines = [line.strip() for line in workloads.controllers_go_mod(KUBERNETES_GO_MOD).splitlines()]
+    lines = [line.strip() for line in controllers.controllers_go_mod(KUBERNETES_GO_MOD).splitlines()]
     assert lines[0] == "module troupe.local/workload-controllers"
     # The kube-* build's module graph, so the packages it compiled are reused from Go's cache.
     assert "require k8s.io/kubernetes v1.36.3" in lines
@@ -105,15 +105,15 @@ def gofmt() -> str:
     return str(Path(goroot) / "bin" / "gofmt")
 
 
-def _module_with(tmp_path: Path, source: str) -> tuple[Path, workloads.Controller]:
+def _module_with(tmp_path: Path, source: str) -> tuple[Path, controllers.Controller]:
     (tmp_path / "pkg" / "webhooks").mkdir(parents=True)
     (tmp_path / "pkg" / "webhooks" / "pod.go").write_text(source)
-    return tmp_path, dataclasses.replace(workloads.JOBSET, webhook_setup_files=("pkg/webhooks/pod.go",))
+    return tmp_path, dataclasses.replace(controllers.JOBSET, webhook_setup_files=("pkg/webhooks/pod.go",))
 
 
 def test_the_webhook_builder_chain_is_ported_to_the_typed_builder_of_controller_runtime_0_24(tmp_path, gofmt):
     module, controller = _module_with(tmp_path, SETUP_IN_THE_OLD_FORM)
-    workloads.port_module(gofmt, module, controller)
+    controllers.port_module(gofmt, module, controller)
     ported = "".join((module / "pkg" / "webhooks" / "pod.go").read_text().split())
     assert "ctrl.NewWebhookManagedBy(mgr,&corev1.Pod{}).WithCustomDefaulter(p).WithCustomValidator(p).Complete()" in ported
 
@@ -132,7 +132,7 @@ def test_a_port_that_cannot_be_made_stops_the_build_naming_the_file(tmp_path, go
     module, controller = _module_with(tmp_path, source)
     controller = dataclasses.replace(controller, webhook_setup_files=(listed,))
     with pytest.raises(build.BuildError, match=error):
-        workloads.port_module(gofmt, module, controller)
+        controllers.port_module(gofmt, module, controller)
 
 
 def test_the_controllers_and_their_manifests_are_stamped_artifacts_of_the_cache(tmp_path):
