@@ -137,7 +137,7 @@ def _want_str_list(key: str, value: Any, check: re.Pattern[str] | None = None) -
         raise ConfigError(f"{key}: must not repeat an entry, got {value!r}")
     if check is not None:
         for i, v in enumerate(value):
-            if not check.match(v):
+            if not check.fullmatch(v):
                 raise ConfigError(f"{key}[{i}]: {v!r} is not a valid name")
     return tuple(value)
 
@@ -146,7 +146,7 @@ def _value(key: str, name: str, raw: Any) -> Any:
     """The validated value of configuration key ``key`` (field ``name``) given as ``raw``.
     Raises :class:`ConfigError` naming the key and the value."""
     if name == "gang_annotation_prefix":
-        if not isinstance(raw, str) or not _QUALIFIED_NAME.match(raw + "-name") or len(raw) > 250:
+        if not isinstance(raw, str) or not _QUALIFIED_NAME.fullmatch(raw + "-name") or len(raw) > 250:
             raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
         return raw
     if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds",

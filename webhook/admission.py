@@ -292,7 +292,7 @@ def _contract_errors(
             errors.append(str(e))
     if DEVICE_GROUP in ann:
         group = ann[DEVICE_GROUP]
-        if not isinstance(group, str) or len(group) > 253 or not _DNS_SUBDOMAIN.match(group):
+        if not isinstance(group, str) or len(group) > 253 or not _DNS_SUBDOMAIN.fullmatch(group):
             errors.append(
                 str(
                     ContractError(

@@ -166,7 +166,7 @@ def shared_resource_requests(spec: Mapping[str, Any], config: Config) -> list[st
                 continue
             for resource in shared:
                 amount = amounts.get(resource)
-                if amount is None or (isinstance(amount, str) and _ZERO_QUANTITY.match(amount)) or amount == 0:
+                if amount is None or (isinstance(amount, str) and _ZERO_QUANTITY.fullmatch(amount)) or amount == 0:
                     continue
                 problems.append(
                     f"{label}: resources.{field}[{resource}] = {amount!r}: a pod in {DEVICE_GROUP} gets "

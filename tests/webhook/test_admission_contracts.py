@@ -382,3 +382,17 @@ def test_the_patch_is_base64_json_patch_that_jsonpatch_accepts() -> None:
     ops = patch_of(out)
     assert all(op["op"] in ("add", "replace") for op in ops)
     assert ALICE  # the default requester is an ordinary user
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("troupe.io/gang-size", "5" * 5000),
+    ("troupe.io/gang-size", "4\n"),
+    ("troupe.io/gang-name", "train\n"),
+    ("deviceshare.io/group", "gpus\n"),
+])
+def test_a_huge_or_newline_ended_value_is_refused_with_400_naming_the_key_never_500(key, value):
+    pod = make_pod().gang("train", "2").container().obj()
+    pod["metadata"]["annotations"][key] = value
+    got = admit(pod)
+    assert (got.allowed, got.code) == (False, 400), got.message
+    assert key in got.message and len(got.message) < 400, got.message
