@@ -301,7 +301,10 @@ class _Connection(asyncio.Protocol):
         self.transport.resume_reading()
         if self.h11.trailing_data[0]:  # a pipelined request already arrived
             self._start_reading()
-            self._read_events()
+            # Read it on the loop's next turn, never from inside this response: an answer
+            # given inline would recurse once per pipelined request, and other connections
+            # get their turn in between.
+            self.server.loop.call_soon(self._read_events)
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer an error the application never sees (logged here), and close."""

@@ -291,6 +291,19 @@ def test_pipelined_requests_are_answered_in_order() -> None:
         assert [read_response(c)[1] for _ in range(3)] == [f"GET /x 0 {i}".encode() for i in range(3)]
 
 
+def test_two_thousand_pipelined_requests_are_all_answered_without_recursion() -> None:
+    """Each pipelined request is read on a new turn of the event loop, not from inside the
+    previous response (which recursed once per request: 2,000 gave 324 answers and a
+    RecursionError)."""
+    with serving() as r:
+        c = r.client()
+        c.settimeout(30)
+        c.sendall(b"".join(request(headers=f"X-Probe: {i}\r\n") for i in range(2000)))
+        answers = [read_response(c) for _ in range(2000)]
+        assert [status for status, _ in answers] == [200] * 2000
+        assert answers[-1][1] == b"GET /x 0 1999"
+
+
 def test_head_gets_headers_only_and_connection_close_is_honoured() -> None:
     with serving() as r:
         c = r.client()
