@@ -247,36 +247,54 @@ class ActionHandlers:
         return Done(note=f"eviction refused for {', '.join(refused)}", retry=True, evicted=len(action.evict))
 
     def _evict(self, gang: Gang, action: Preempt, reason: str) -> list[str]:
-        """Evict the action's victims; returns the gangs whose eviction was refused."""
+        """Evict the action's victims; returns the gangs whose eviction was refused. In
+        ``atomic`` mode a victim gang goes whole or not at all: every pod of it is first
+        asked about by a dry-run eviction, and a gang with one refusal is left untouched
+        (the next plan chooses another); only then are the others evicted."""
         snapshot = self.cache.snapshot()
         gang_of = victim_gangs.gang_of_pod(snapshot, self.policy.gang_prefix)
         why = action.plan.reason if action.plan is not None else reason
 
-        def evict(key: str) -> str:
+        def gang_key(key: str) -> str:
+            pod = snapshot.pods[key]
+            return gang_of.get(key, f"{pod.namespace}/pod:{pod.name}")
+
+        def attempt(key: str, write: Callable[[PodRef, str], None]) -> str:
+            """``write`` one victim; returns its gang when a budget refused it, else ``""``."""
             pod = snapshot.pods.get(key)
             if pod is None:
                 return ""
             try:
-                self.writer.evict(PodRef.parse(key), pod.uid)
+                write(PodRef.parse(key), pod.uid)
             except Refused as e:
                 log.warning("gang %s: eviction of %s refused: %s", gang.key, key, e)
-                return gang_of.get(key, f"{pod.namespace}/pod:{pod.name}")
+                return gang_key(key)
             except Gone:
                 return ""
             except WriteError as e:
                 log.warning("gang %s: eviction of %s failed: %s", gang.key, key, e)
                 return ""
-            node = snapshot.using(key) or "-"
-            self.writer.emit_event(PodRef.parse(key), pod.uid or None, "Warning", "Preempted",
-                                   f"evicted from node {node} by Troupe ({self.policy.preemption}) to make room for "
-                                   f"gang {gang.key} (priority {gang.priority}): {why}")
             return ""
 
-        refused = sorted({g for g in self._pool.map(evict, action.evict) if g})
+        def evict(key: str) -> str:
+            refused = attempt(key, self.writer.evict)
+            if not refused and key in snapshot.pods:
+                self.writer.emit_event(PodRef.parse(key), snapshot.pods[key].uid or None, "Warning", "Preempted",
+                                       f"evicted from node {snapshot.using(key) or '-'} by Troupe "
+                                       f"({self.policy.preemption}) to make room for gang {gang.key} "
+                                       f"(priority {gang.priority}): {why}")
+            return refused
+
+        victims = [k for k in action.evict if k in snapshot.pods]
+        refused: set[str] = set()
+        if self.policy.preemption == "atomic":
+            refused = {g for g in self._pool.map(lambda k: attempt(k, self.writer.may_evict), victims) if g}
+            victims = [k for k in victims if gang_key(k) not in refused]
+        refused |= {g for g in self._pool.map(evict, victims) if g}
         if action.evict:
-            log.info("gang %s: evicting %d pod(s) of %s: %s", gang.key, len(action.evict),
+            log.info("gang %s: evicting %d pod(s) of %s: %s", gang.key, len(victims),
                      ", ".join(action.plan.gangs) if action.plan else "its victims", reason)
-        return refused
+        return sorted(refused)
 
     # --- the writes ------------------------------------------------------------------
     def _in_waves(self, items: Sequence[T], write: Callable[[T], R], refused: Callable[[T, str], R]) -> list[R]:

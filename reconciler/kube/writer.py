@@ -132,15 +132,23 @@ class KubeWriter(PodWriter):
             raise Gone(f"delete pod {ref}: replaced by a pod with another uid") from e
 
     def _evict(self, ref: PodRef, uid: str) -> None:
+        self._send_eviction(ref, uid, "evict")
+
+    def _evict_dry_run(self, ref: PodRef, uid: str) -> None:
+        self._send_eviction(ref, uid, "dry-run evict", dry_run="All")
+
+    def _send_eviction(self, ref: PodRef, uid: str, what: str, **options: str) -> None:
+        """POST ``pods/eviction`` for the pod of UID ``uid`` (``options``: query options such
+        as ``dry_run``). Raises :class:`Refused`, :class:`Gone` (also for another UID)."""
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=ref.name, namespace=ref.namespace),
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
         )
         try:
-            self._call_eviction(f"evict pod {ref}", self.core.create_namespaced_pod_eviction, ref.name,
-                                ref.namespace, body, _preload_content=False)
+            self._call_eviction(f"{what} pod {ref}", self.core.create_namespaced_pod_eviction, ref.name,
+                                ref.namespace, body, _preload_content=False, **options)
         except Conflict as e:
-            raise Gone(f"evict pod {ref}: replaced by a pod with another uid") from e
+            raise Gone(f"{what} pod {ref}: replaced by a pod with another uid") from e
 
     def _read_state(self) -> dict[str, str]:
         if self.state is None:

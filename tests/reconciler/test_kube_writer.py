@@ -158,3 +158,12 @@ def test_the_event_sink_posts_an_event_about_the_pod_and_drops_one_the_fence_ref
         kind="Pod", namespace="ns", name="w-0", uid="u-1", api_version="v1").to_dict()
     assert (body.type, body.reason, body.message) == ("Normal", "GangReleased", "released")
     assert sink.fenced == 1
+
+
+def test_a_dry_run_eviction_asks_the_eviction_api_with_dry_run_all_and_a_refusal_is_said(writer):
+    evict = Answers(None, api_error(429))
+    writer.core.create_namespaced_pod_eviction = evict
+    writer.may_evict(PodRef("ns", "p"), "uid-1")
+    assert evict.calls[0][1]["dry_run"] == "All"
+    with pytest.raises(Refused, match="dry-run evict pod ns/p: said 429"):
+        writer.may_evict(PodRef("ns", "p"), "uid-1")

@@ -64,6 +64,25 @@ def test_a_budget_that_refuses_an_eviction_makes_the_controller_choose_another_g
     assert [r.name for r in h.writer.evicted] == ["b"]
 
 
+def test_in_atomic_a_victim_gang_with_one_protected_pod_is_left_whole_and_another_gang_is_chosen():
+    """A budget protects one pod of gang ``two``: atomic evicts a victim gang whole or not at
+    all, so neither of its pods goes (a dry run asks first), and the next plan takes ``one``."""
+    two = [make_pod(f"two-{i}").gang("two", 2).index(i).gpus(4).priority(0).running_on(f"n{i + 1}").build()
+           for i in range(2)]
+    one = make_pod("one-0").gang("one", 1).gpus(4).priority(10).running_on("n3").build()
+    h = Harness(four_nodes(), [*two, one, low("d", "n4", 50), *high(size=1)],
+                config=Config(gang_preemption_mode="atomic", gang_schedule_timeout_jitter_seconds=0))
+    h.writer.protected.add("two-1")
+    out = h.reconcile()
+    assert out.retry and "eviction refused for team-a/two" in out.reason, out.reason
+    assert h.writer.evicted == [], "no pod of the refused gang is evicted, not even the one its budget allows"
+    assert sorted(r.name for r in h.writer.dry_runs) == ["two-0", "two-1"]
+    h.sync()
+    out = h.reconcile()
+    assert (out.phase, out.decision.victims) == (Phase.PREEMPTING, ("team-a/one-0",))
+    assert [r.name for r in h.writer.evicted] == ["one-0"]
+
+
 def test_a_restarted_reconciler_waits_for_the_victims_its_predecessor_evicted():
     h = Harness(four_nodes(), [low("a", "n1"), low("b", "n2"), low("c", "n3", 50), low("d", "n4", 50), *high()],
                 config=PREEMPTING)

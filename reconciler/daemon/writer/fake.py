@@ -52,6 +52,8 @@ class FakeWriter(PodWriter):
     patches: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
     deleted: list[PodRef] = field(default_factory=list)
     evicted: list[PodRef] = field(default_factory=list)
+    #: Pods asked about by a dry-run eviction (nothing changed).
+    dry_runs: list[PodRef] = field(default_factory=list)
     conditions: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
     protected: set[str] = field(default_factory=set)
     fail: dict[str, WriteError] = field(default_factory=dict)
@@ -154,6 +156,15 @@ class FakeWriter(PodWriter):
             self._delete(ref, uid)
             self.deleted.remove(ref)
             self.evicted.append(ref)
+
+    def _evict_dry_run(self, ref: PodRef, uid: str) -> None:
+        with self._lock:
+            self.dry_runs.append(ref)
+            if ref.name in self.protected:
+                raise Refused(f"evict pod {ref}: Cannot evict pod as it would violate the pod's disruption budget")
+            current = self.pods.get(ref)
+            if current is None or (uid and current["metadata"].get("uid") != uid):
+                raise Gone(f"pod {ref} not found")
 
     def add_group(self, group: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a SharedDeviceGroup (given a fresh resourceVersion) and return it."""

@@ -98,6 +98,11 @@ class PodIntents(Fenced, abc.ABC):
         :class:`WriteError`."""
 
     @abc.abstractmethod
+    def _evict_dry_run(self, ref: PodRef, uid: str) -> None:
+        """Ask ``pods/eviction`` with ``dryRun=All`` whether the pod of UID ``uid`` may be
+        evicted now, changing nothing. Raises as :meth:`_evict`."""
+
+    @abc.abstractmethod
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
         effort, never raises."""
@@ -180,6 +185,13 @@ class PodIntents(Fenced, abc.ABC):
         budget forbids it now, :class:`Gone`, :class:`WriteError`."""
         self.fence.check()
         self._evict(ref, uid)
+
+    def may_evict(self, ref: PodRef, uid: str) -> None:
+        """Whether the Eviction API would evict the pod now (a dry run: nothing changes), so
+        a victim gang of ``atomic`` preemption is evicted whole or not at all. Raises
+        :class:`Refused` when a PodDisruptionBudget forbids it, :class:`Gone`, :class:`WriteError`."""
+        self.fence.check()
+        self._evict_dry_run(ref, uid)
 
     def set_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
         """Set one ``status.conditions`` entry (merged by ``type``) through
