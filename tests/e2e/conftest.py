@@ -20,7 +20,7 @@ from devtools.devcluster.build import built_binaries, ensure_built
 from devtools.devcluster.cluster import exists
 from devtools.devcluster.stack import Stack
 from devtools.devcluster.workloads import WorkloadControllers, install_crds
-from tests.e2e.helpers import new_namespace, wait_for
+from tests.support.e2e import new_namespace, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.e2e.helpers import gang_annotations, new_namespace, pod_body, wait_for
+from tests.support.e2e import gang_annotations, new_namespace, pod_body, wait_for
 
 FLOOD = 500
 

@@ -24,7 +24,7 @@ import pytest
 from kubernetes import client
 
 from devtools.devcluster.cluster import exists
-from tests.e2e.helpers import indexed_job, new_namespace, pod_body, wait_for
+from tests.support.e2e import indexed_job, new_namespace, pod_body, wait_for
 from troupe import contract
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"

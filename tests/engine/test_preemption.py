@@ -21,7 +21,7 @@ from reconciler.engine.preemption import (
     plan_preemption,
 )
 from reconciler.engine.snapshot import PodInfo, Snapshot
-from tests.engine.builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
+from tests.support.engine_builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
 
 WIDGET = "example/com-widget"
 

@@ -17,7 +17,7 @@ from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.engine.snapshot import Nomination, Snapshot
-from tests.engine.builders import make_node, make_pod, snapshot_of
+from tests.support.engine_builders import make_node, make_pod, snapshot_of
 from troupe.config import Config
 from troupe.contract import NOMINATION
 

@@ -27,7 +27,7 @@ from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import FakeWriter, PodRef, WriteError
 from reconciler.engine.snapshot import NodeInfo, PodInfo, Snapshot
 from reconciler.engine.topology import TopologyLevels
-from tests.reconciler.builders import make_node, make_pod
+from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 

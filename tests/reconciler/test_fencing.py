@@ -18,7 +18,7 @@ from reconciler import kube
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import FakeWriter, LostLeadership, PodRef
-from tests.reconciler.builders import make_node, make_pod
+from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 

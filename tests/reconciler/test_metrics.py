@@ -16,7 +16,7 @@ from reconciler.daemon.controller import Outcome
 from reconciler.engine.decision import Decision, MemberRelease
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase
-from tests.engine.builders import make_pod
+from tests.support.engine_builders import make_pod
 
 
 @pytest.mark.parametrize(("method", "url", "want"), [
