@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist), each test module whole on one of
 # them: the end-to-end tests mostly wait on the control plane, so two workers, each with the
-# control plane of its own, keep two cores busy (tests/conftest.py says why and in what order).
+# control plane of its own, keep two cores busy (tests/e2e/conftest.py says why, and in what order).
 # PYTEST_WORKERS=0 runs everything in one process.
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder

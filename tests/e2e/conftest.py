@@ -4,6 +4,14 @@ Every test under tests/e2e is marked ``e2e`` (deselect with ``-m "not e2e"``). T
 session-scoped ``cluster`` fixture starts etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok (building them first if the cache is cold, ~8 min) with the 16
 fake nodes of examples/nodes.yaml, and always stops them at the end of the session.
+
+Under pytest-xdist (``make test``: two workers) a session is a worker's: each worker that
+runs a test on the shared cluster starts one of its own, so tests that expect every node's
+capacity free never meet another worker's pods. One control plane shared by both workers
+would need those tests serialized, which is most of them; a second costs 15 to 30 s of
+start-up. Modules that kill, freeze or restart components, or flood the reconciler, start
+a cluster of their own (module-scoped), as before. Under xdist a cold build runs in a
+worker, whose output pytest does not show: ``make test`` and ``make e2e`` build first.
 """
 
 from __future__ import annotations
@@ -79,7 +87,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """A running local control plane with the nodes of examples/nodes.yaml, all Ready.
+    """A running local control plane with the nodes of examples/nodes.yaml, all Ready (one per
+    xdist worker that needs it).
 
     Identities: ``admin`` (system:masters), ``reconciler``
     (system:serviceaccount:troupe-system:troupe-reconciler, no RBAC) and ``alice``.
