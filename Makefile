@@ -5,6 +5,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist), each test module whole on one of
+# them: the end-to-end tests mostly wait on the control plane, so two workers, each with the
+# control plane of its own, keep two cores busy (tests/e2e/conftest.py says why, and in what order).
+# PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
+
 .PHONY: demo snapshot test lint unit e2e bench bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock
 
 $(BIN)/.installed: pyproject.toml
@@ -21,7 +28,7 @@ snapshot: $(BIN)/.installed cluster-build
 	$(BIN)/python -m devtools.demo.snapshot
 
 test: $(BIN)/.installed cluster-build lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PARALLEL)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -30,10 +37,10 @@ lint: $(BIN)/.installed
 	$(BIN)/hadolint Dockerfile
 
 unit: $(BIN)/.installed
-	$(BIN)/python -m pytest -m 'not e2e'
+	$(BIN)/python -m pytest $(PARALLEL) -m 'not e2e'
 
 e2e: $(BIN)/.installed cluster-build
-	$(BIN)/python -m pytest -m e2e
+	$(BIN)/python -m pytest $(PARALLEL) -m e2e
 
 bench: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) \

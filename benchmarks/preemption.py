@@ -25,7 +25,7 @@ Compared on the same instances, in this process, in both modes (``minimal``, ``a
 Each victim set is scored by decision 009's objective: (highest victim priority, gangs
 disrupted, pods evicted, overage in GPUs), the overage from the placement engine's
 placement on the snapshot without the victims. On instances of at most 12 candidate pods
-a brute force over every subset (``tests/engine/preemption_oracle.py``) gives the optimum.
+a brute force over every subset (``tests/support/preemption_oracle.py``) gives the optimum.
 
 Targets (issue "Gang-aware preemption"): Troupe optimal on every brute-forceable
 instance, never worse than the baseline on the lexicographic objective, and under 50 ms
@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.engine import Snapshot, place_gang
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import VictimGang, candidate_gangs, plan_preemption
-from tests.engine.builders import BLOCK, GPU, HOST, SUBBLOCK
-from tests.engine.preemption_oracle import Instance, Objective, brute_force, objective
+from tests.support.engine_builders import BLOCK, GPU, HOST, SUBBLOCK
+from tests.support.preemption_oracle import Instance, Objective, brute_force, objective
 
 SUBBLOCKS_PER_BLOCK = 32
 NODES_PER_SUBBLOCK = 16

@@ -34,7 +34,7 @@ from reconciler.engine.decision import decide
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
-from tests.reconciler.builders import make_node, make_pod
+from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 

@@ -17,7 +17,7 @@ import yaml
 import certs
 from devtools.devcluster.build import built_helm
 from reconciler.__main__ import _parser as reconciler_parser
-from tests.chart.helm import CHART, NAMESPACE, NOT_BUILT, RELEASE, HelmFailed, helm, one, render
+from tests.support.helm import CHART, NAMESPACE, NOT_BUILT, RELEASE, HelmFailed, helm, one, render
 from troupe.config import Config, from_mapping, load_config
 from webhook.cli import parser as webhook_parser
 from webhook.registration import webhook_configuration

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import ssl
@@ -17,35 +16,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.devcluster.build import built_helm
-from tests.chart.helm import NOT_BUILT, render
-from tests.webhook.builders import free_port, start_server
+from tests.support.helm import NOT_BUILT, render
+from tests.support.metrics import dashboard, families, queried
+from tests.support.webhook_builders import free_port, start_server
 
 REPO = Path(__file__).resolve().parents[2]
-DASHBOARD = REPO / "charts" / "troupe" / "files" / "dashboard.json"
-#: A metric name inside a PromQL expression (labels, functions and keywords are not ``troupe_``).
-METRIC = re.compile(r"\btroupe_[a-z0-9_]+\b")
-SUFFIXES = ("_bucket", "_sum", "_count")
 
-
-def dashboard() -> dict:
-    return json.loads(DASHBOARD.read_text())
-
-
-def queried() -> set[str]:
-    """Every metric family the dashboard's queries read (histogram series as their family)."""
-    names = set()
-    for panel in dashboard()["panels"]:
-        for target in panel.get("targets", []):
-            for name in METRIC.findall(target["expr"]):
-                names.add(next((name[: -len(s)] for s in SUFFIXES if name.endswith(s)), name))
-    for variable in dashboard()["templating"]["list"]:
-        query = variable.get("query")
-        if isinstance(query, dict):
-            names.update(METRIC.findall(query["query"]))
-    return names
 
 
 def test_the_dashboard_parses_with_unique_panel_ids_and_a_query_in_every_panel():
@@ -61,15 +39,6 @@ def test_the_dashboard_parses_with_unique_panel_ids_and_a_query_in_every_panel()
             "troupe_gang_releases_total", "troupe_gang_rollbacks_total", "troupe_preemptions_total",
             "troupe_kube_api_requests_total", "troupe_informer_watch_restarts_total",
             "troupe_informer_last_list_timestamp_seconds"} <= queried()
-
-
-def families(text: str) -> set[str]:
-    out = set()
-    for family in text_string_to_metric_families(text):
-        out.add(family.name)
-        if family.type == "counter":
-            out.add(family.name + "_total")
-    return out
 
 
 def scrape(url: str, context: ssl.SSLContext | None = None) -> str:

@@ -15,7 +15,7 @@ from devtools.devcluster.build import built_helm
 from reconciler.__main__ import _parser as reconciler_parser
 from reconciler.__main__ import webhook_certificate_settings
 from reconciler.daemon.certificates import Settings
-from tests.chart.helm import CHART, NAMESPACE, NOT_BUILT, HelmFailed, helm, one, render
+from tests.support.helm import CHART, NAMESPACE, NOT_BUILT, HelmFailed, helm, one, render
 
 pytestmark = pytest.mark.skipif(built_helm() is None, reason=NOT_BUILT)
 

@@ -4,6 +4,14 @@ Every test under tests/e2e is marked ``e2e`` (deselect with ``-m "not e2e"``). T
 session-scoped ``cluster`` fixture starts etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok (building them first if the cache is cold, ~8 min) with the 16
 fake nodes of examples/nodes.yaml, and always stops them at the end of the session.
+
+Under pytest-xdist (``make test``: two workers) a session is a worker's: each worker that
+runs a test on the shared cluster starts one of its own, so tests that expect every node's
+capacity free never meet another worker's pods. One control plane shared by both workers
+would need those tests serialized, which is most of them; a second costs 15 to 30 s of
+start-up. Modules that kill, freeze or restart components, or flood the reconciler, start
+a cluster of their own (module-scoped), as before. Under xdist a cold build runs in a
+worker, whose output pytest does not show: ``make test`` and ``make e2e`` build first.
 """
 
 from __future__ import annotations
@@ -17,21 +25,49 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.build import built_binaries, ensure_built
-from devtools.devcluster.cluster import exists
 from devtools.devcluster.stack import Stack
 from devtools.devcluster.workloads import WorkloadControllers, install_crds
-from tests.e2e.helpers import new_namespace, wait_for
+from tests.support.e2e import temporary_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
 NODES_FILE = REPO / "examples" / "nodes.yaml"
 
 
+#: The end-to-end modules that start first, longest first: seconds of a serial run on two
+#: loaded cores in 2026-11, teardowns as they are now (``make test`` prints the slowest tests).
+#: The others start after these, before the unit tests.
+LONGEST_FIRST = (
+    "test_chart_install.py",     # 190: a CA rotation and five serving certificates
+    "test_release_kills.py",     # 190: 8 SIGKILLs mid-release, a cluster of its own
+    "test_preemption.py",        # 90: a cluster of its own, a reconciler per mode
+    "test_leader_election.py",   # 80: two clusters of its own
+    "test_failover_state.py",    # 60: a cluster of its own, a leader killed
+    "test_admission_e2e.py",     # 45
+    "test_chart_e2e.py",         # 35
+    "test_device_groups.py",     # 25: a cluster of its own
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test collected under tests/e2e with ``e2e``."""
+    """Mark every test collected under tests/e2e with ``e2e``, and run the e2e modules first,
+    longest first (:data:`LONGEST_FIRST`), then every other module in collection order.
+
+    With pytest-xdist (``make test``: ``--dist loadscope --no-loadscope-reorder``), workers
+    take whole modules in this order, so the long end-to-end modules, which mostly wait on
+    the control plane, start at once and the unit modules, short and busy, fill the end.
+    """
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        if E2E_DIR not in item.path.resolve().parents:
+            return len(rank) + 1
+        return rank.get(item.path.name, len(rank))
+
     for item in items:
-        if E2E_DIR in Path(item.fspath).resolve().parents:
+        if E2E_DIR in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=order)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -51,7 +87,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """A running local control plane with the nodes of examples/nodes.yaml, all Ready.
+    """A running local control plane with the nodes of examples/nodes.yaml, all Ready (one per
+    xdist worker that needs it).
 
     Identities: ``admin`` (system:masters), ``reconciler``
     (system:serviceaccount:troupe-system:troupe-reconciler, no RBAC) and ``alice``.
@@ -107,9 +144,8 @@ def _everything_alive(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture
 def namespace(admin_core: client.CoreV1Api) -> Iterator[str]:
-    """A fresh namespace for one test, deleted afterwards; teardown waits until it is gone,
-    so the next test starts with every node's capacity free again."""
-    name = new_namespace(admin_core, "e2e")
-    yield name
-    admin_core.delete_namespace(name, grace_period_seconds=0)
-    wait_for(f"namespace {name} deleted", lambda: not exists(lambda: admin_core.read_namespace(name)), timeout=60)
+    """A fresh namespace for one test; teardown deletes it and waits until its pods are gone,
+    so the next test starts with every node's capacity free again (not for the namespace
+    itself, which nothing reads: see :func:`tests.support.e2e.delete_namespace`)."""
+    with temporary_namespace(admin_core, "e2e") as name:
+        yield name

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.helpers import gang_annotations, pod_body, wait_for
+from tests.support.e2e import gang_annotations, pod_body, wait_for
 from troupe import contract
 
 SELECTED = contract.SELECTED_DEVICES

@@ -11,8 +11,8 @@ import yaml
 
 import certs
 from devtools.devcluster import Cluster
-from tests.chart.helm import CHART, helm, template
-from tests.chart.third_party_crds import third_party_crds
+from tests.support.helm import CHART, helm, template
+from tests.support.third_party_crds import third_party_crds
 
 RELEASE = "troupe-chart"
 PFN_PREFIX = "gang-scheduling.preferred.jp/gang"

@@ -42,8 +42,8 @@ from devtools.devcluster import Cluster
 from devtools.devcluster.cluster import free_port
 from devtools.devcluster.pki import write_kubeconfig
 from devtools.devcluster.processes import Started, spawn, stop_all, tail
-from tests.chart.helm import CHART, helm
-from tests.e2e.helpers import new_namespace, wait_for
+from tests.support.e2e import new_namespace, wait_for
+from tests.support.helm import CHART, helm
 
 RELEASE = "troupe-install"
 VALIDITY, RENEW_BEFORE, CA_VALIDITY = 60, 30, 180

@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from devtools.devcluster import Cluster, ComponentDied
 from devtools.devcluster.cluster import exists
-from tests.e2e.helpers import wait_for
+from tests.support.e2e import wait_for
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from devtools.devcluster import Cluster
 from devtools.devcluster.nodes import make_node
 from devtools.devcluster.stack import Stack
-from tests.e2e.helpers import (
+from tests.support.e2e import (
     gang_annotations,
     pod_body,
     temporary_namespace,

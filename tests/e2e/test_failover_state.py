@@ -21,7 +21,7 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
-from tests.e2e.helpers import gang_annotations, new_namespace, pod_body, wait_for
+from tests.support.e2e import gang_annotations, new_namespace, pod_body, wait_for
 from troupe import contract
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.helpers import (
+from tests.support.e2e import (
     gang_annotations,
     indexed_job,
     job_pods,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from tests.e2e.helpers import gang_annotations, indexed_job, job_pods, wait_for
+from tests.support.e2e import gang_annotations, indexed_job, job_pods, wait_for
 from troupe import contract
 
 

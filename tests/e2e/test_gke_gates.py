@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from tests.e2e.helpers import indexed_job, job_pods, wait_for
+from tests.support.e2e import indexed_job, job_pods, wait_for
 from troupe import contract
 
 GKE_GATE = contract.GKE_GATE_PREFIX + "train"

@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client, config
 
 from reconciler import kube
-from tests.e2e.helpers import pod_body, wait_for
+from tests.support.e2e import pod_body, wait_for
 
 
 class Recorder:

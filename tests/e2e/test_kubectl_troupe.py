@@ -23,9 +23,9 @@ from pathlib import Path
 
 from kubernetes import client
 
-from tests.chart.test_dashboard import families, queried
-from tests.e2e.helpers import gang_annotations, pod_body, running_job_pods, wait_for
-from tests.e2e.helpers import indexed_job as job_body
+from tests.support.e2e import gang_annotations, pod_body, running_job_pods, wait_for
+from tests.support.e2e import indexed_job as job_body
+from tests.support.metrics import families, queried
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 PLUGIN = Path(sys.executable).parent / "kubectl-troupe"

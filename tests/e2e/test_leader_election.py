@@ -21,8 +21,8 @@ from kubernetes import client
 from devtools.devcluster import Cluster
 from devtools.devcluster.pki import DEFAULT_IDENTITIES, RECONCILER, Identity
 from devtools.devcluster.stack import Stack
-from tests.e2e.helpers import gang_annotations, indexed_job, new_namespace, pod_body, wait_for
-from tests.e2e.test_release_kills import Ledger, follow, members, runs_whole
+from tests.support.e2e import gang_annotations, indexed_job, new_namespace, pod_body, wait_for
+from tests.support.release_ledger import Ledger, follow, members, runs_whole
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 4

@@ -27,7 +27,7 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
-from tests.e2e.helpers import gang_annotations, temporary_namespace, wait_for
+from tests.support.e2e import gang_annotations, temporary_namespace, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.helpers import gang_annotations, indexed_job, job_pods, pod_body, wait_for
+from tests.support.e2e import gang_annotations, indexed_job, job_pods, pod_body, wait_for
 from troupe import contract
 from troupe.config import Config
 

@@ -16,7 +16,7 @@ import sys
 
 from kubernetes import client
 
-from tests.e2e.helpers import gang_annotations, pod_body, wait_for
+from tests.support.e2e import gang_annotations, pod_body, wait_for
 from troupe import contract
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.helpers import gang_annotations, indexed_job, job_pods, running_job_pods, wait_for
+from tests.support.e2e import gang_annotations, indexed_job, job_pods, running_job_pods, wait_for
 from troupe import contract
 from webhook.registration import webhook_configuration
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.helpers import gang_annotations, pod_body, wait_for
+from tests.support.e2e import gang_annotations, pod_body, wait_for
 from troupe import contract
 
 

@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from devtools.devcluster.cluster import exists
-from tests.e2e.helpers import indexed_job, new_namespace, pod_body, wait_for
+from tests.support.e2e import delete_namespace, indexed_job, new_namespace, pod_body, wait_for
 from troupe import contract
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
@@ -39,8 +38,7 @@ def opted_in(admin_core: client.CoreV1Api) -> Iterator[str]:
     name = new_namespace(admin_core, "auto")
     admin_core.patch_namespace(name, {"metadata": {"labels": {contract.GANG_MODE_LABEL: contract.GANG_MODE_AUTO}}})
     yield name
-    admin_core.delete_namespace(name, grace_period_seconds=0)
-    wait_for(f"namespace {name} deleted", lambda: not exists(lambda: admin_core.read_namespace(name)), timeout=90)
+    delete_namespace(admin_core, name, timeout=90)
 
 
 def template(gpus: int = 0, cpu: str = "100m") -> dict[str, Any]:

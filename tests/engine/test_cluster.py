@@ -7,7 +7,7 @@ import pytest
 
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.records import Plan
-from tests.engine.builders import GPU, make_node, make_pod
+from tests.support.engine_builders import GPU, make_node, make_pod
 from troupe.contract import (
     ASSIGNED_NODE,
     ASSIGNED_RANK,

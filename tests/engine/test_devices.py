@@ -25,7 +25,7 @@ from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import build_gang, group_by_gang
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.snapshot import Snapshot
-from tests.engine.builders import GPU, make_group, make_node, make_pod, snapshot_of
+from tests.support.engine_builders import GPU, make_group, make_node, make_pod, snapshot_of
 from troupe.config import Config
 
 CONFIG = Config()

@@ -13,7 +13,7 @@ from reconciler.engine.filters import (
     reason_order,
     static_reason,
 )
-from tests.engine.builders import expr, make_node, make_pod
+from tests.support.engine_builders import expr, make_node, make_pod
 
 
 def reason(node_builder, pod_builder):

@@ -8,7 +8,7 @@ import pytest
 from reconciler.engine import Code, place_gang
 from reconciler.engine.placement import DomainRef
 from reconciler.engine.topology import TopologyLevels
-from tests.engine.builders import (
+from tests.support.engine_builders import (
     BLOCK,
     GPU,
     HOSTNAME,

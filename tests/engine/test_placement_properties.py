@@ -18,7 +18,7 @@ from reconciler.engine import place_gang
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.filters import static_reason
 from reconciler.engine.snapshot import Snapshot
-from tests.engine.builders import GPU, make_node, make_pod, snapshot_of
+from tests.support.engine_builders import GPU, make_node, make_pod, snapshot_of
 
 WEIGHTS = (1e6, 1e4, 100.0)
 #: The engine's default; a test may lower it to 0 to check the property fails without it.

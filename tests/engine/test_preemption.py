@@ -16,8 +16,8 @@ import pytest
 
 from reconciler.engine import place_gang
 from reconciler.engine.preemption import VictimGang, plan_preemption
-from tests.engine.builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
-from tests.engine.preemption_cases import Running, candidates, cluster, names, preemptor
+from tests.support.engine_builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
+from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
 
 WIDGET = "example/com-widget"
 

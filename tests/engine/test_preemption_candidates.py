@@ -10,8 +10,8 @@ from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import VictimGang, candidate_gangs, may_be_victim, plan_preemption
 from reconciler.engine.preemption.candidates import candidates as gangs_for
 from reconciler.engine.preemption.candidates import gang_of_pod, leaving, victim_gangs
-from tests.engine.builders import make_node, make_pod, snapshot_of
-from tests.engine.preemption_cases import Running, candidates, cluster, names, preemptor
+from tests.support.engine_builders import make_node, make_pod, snapshot_of
+from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
 
 
 def test_the_victim_rule_is_strictly_lower_priority_not_the_own_gang_not_refused() -> None:

@@ -13,8 +13,8 @@ from reconciler.engine.preemption.capacity import (
 )
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Mode
-from tests.engine.builders import GPU, SUBBLOCK, make_pod
-from tests.engine.preemption_cases import Running, candidates, cluster, preemptor
+from tests.support.engine_builders import GPU, SUBBLOCK, make_pod
+from tests.support.preemption_cases import Running, candidates, cluster, preemptor
 
 
 def test_one_shape_counts_members_per_node_and_domain_exactly() -> None:

@@ -20,7 +20,7 @@ from reconciler.engine.queueing import Policy, QueueState, queue_order
 from reconciler.engine.records import Nomination
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.step import queue_effect
-from tests.engine.builders import make_node, make_pod, snapshot_of
+from tests.support.engine_builders import make_node, make_pod, snapshot_of
 from troupe.config import Config
 from troupe.contract import NOMINATION
 

@@ -10,8 +10,8 @@ from reconciler.engine.preemption import plan_preemption
 from reconciler.engine.preemption.exact import exact, exact_work
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode, OutOfBudget
-from tests.engine.builders import GPU, make_pod
-from tests.engine.preemption_cases import Running, candidates, cluster, names, preemptor
+from tests.support.engine_builders import GPU, make_pod
+from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
 
 
 @pytest.mark.parametrize("mode", ["minimal", "atomic"])

@@ -11,7 +11,7 @@ from reconciler.engine.preemption.capacity import Target
 from reconciler.engine.preemption.greedy import DomainGreedy, greedy, reverse
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Mode
-from tests.engine.preemption_cases import Running, candidates, cluster, preemptor
+from tests.support.preemption_cases import Running, candidates, cluster, preemptor
 
 
 @pytest.mark.parametrize("mode", ["minimal", "atomic"])

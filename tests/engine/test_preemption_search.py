@@ -10,7 +10,7 @@ import pytest
 from reconciler.engine.preemption.capacity import Target
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode, OutOfBudget, least_subsets
-from tests.engine.preemption_cases import Running, candidates, cluster, preemptor
+from tests.support.preemption_cases import Running, candidates, cluster, preemptor
 
 
 def test_least_subsets_stops_at_the_first_size_and_keeps_every_tie_in_order() -> None:

@@ -7,8 +7,8 @@ from reconciler.engine import place_gang
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode
 from reconciler.engine.preemption.settle import can_drop, cover, settle
-from tests.engine.builders import GPU
-from tests.engine.preemption_cases import Running, candidates, cluster, preemptor
+from tests.support.engine_builders import GPU
+from tests.support.preemption_cases import Running, candidates, cluster, preemptor
 
 
 def test_settling_drops_the_victims_the_placement_does_not_need() -> None:

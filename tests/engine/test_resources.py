@@ -4,7 +4,7 @@ import pytest
 
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.resources import node_allocatable, pod_requests, resource_order
-from tests.engine.builders import make_pod
+from tests.support.engine_builders import make_pod
 
 
 def cpu_of(builder):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from reconciler.engine import place_gang
 from reconciler.engine.occupancy import occupancy
 from reconciler.engine.shortfall import short_level, shortfall, target_depth
-from tests.engine.builders import BLOCK, SUBBLOCK, gang_of, make_node, make_pod, snapshot_of
+from tests.support.engine_builders import BLOCK, SUBBLOCK, gang_of, make_node, make_pod, snapshot_of
 
 
 def gpu_node(name, block, subblock, gpu=8):

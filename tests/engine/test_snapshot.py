@@ -8,7 +8,15 @@ from reconciler.engine.fields import ObjectError
 from reconciler.engine.records import Plan
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
-from tests.engine.builders import GPU, HOSTNAME, expr, gang_of, make_node, make_pod, snapshot_of
+from tests.support.engine_builders import (
+    GPU,
+    HOSTNAME,
+    expr,
+    gang_of,
+    make_node,
+    make_pod,
+    snapshot_of,
+)
 from troupe.contract import ASSIGNED_NODE, GKE_GATE_PREFIX, PLAN
 
 

@@ -13,7 +13,7 @@ from reconciler.engine import workloads as wl
 from reconciler.engine.decision import decide
 from reconciler.engine.gang import build_gang, gang_key, group_by_gang
 from reconciler.engine.lifecycle import Phase
-from tests.engine.builders import SUBBLOCK, make_node, make_pod, snapshot_of
+from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from troupe import contract
 from troupe.config import Config
 

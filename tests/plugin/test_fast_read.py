@@ -14,7 +14,7 @@ import pytest
 from reconciler.objects import retain
 from reconciler.objects.snapshot_io import decode_retained, read_objects, read_retained
 from reconciler.tools import views
-from tests.plugin.test_golden import snapshot as golden_snapshot
+from tests.support.snapshots import snapshot as golden_snapshot
 from troupe.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

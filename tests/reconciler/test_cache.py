@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import PodRef
-from tests.reconciler.builders import make_node, make_pod
+from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 

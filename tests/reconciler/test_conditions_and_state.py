@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from reconciler.daemon.writer import PodRef, WriteError, state_key
 from reconciler.engine.lifecycle import Phase
-from tests.reconciler.test_controller import NO_JITTER, Harness, four_nodes, gang_pods
+from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods
 from troupe import contract
 
 

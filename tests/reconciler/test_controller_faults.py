@@ -29,7 +29,7 @@ from reconciler.daemon.writer.fake import FakeWriter
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
-from tests.reconciler.builders import make_node, make_pod
+from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 

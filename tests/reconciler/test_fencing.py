@@ -19,7 +19,7 @@ from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import LostLeadership, PodRef
 from reconciler.daemon.writer.fake import FakeWriter
-from tests.reconciler.builders import make_node, make_pod
+from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 

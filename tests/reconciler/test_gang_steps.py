@@ -11,8 +11,8 @@ import pytest
 from reconciler.daemon.writer import PodRef
 from reconciler.engine.decision import decide
 from reconciler.engine.lifecycle import MOVES, Phase
-from tests.reconciler.builders import make_pod
-from tests.reconciler.test_controller import NO_JITTER, Harness, four_nodes, own
+from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, own
+from tests.support.reconciler_builders import make_pod
 
 UIDS = itertools.count()
 

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from reconciler.daemon.run import WORKER_STUCK_SECONDS, Health, Reconciler, serve_http
-from tests.e2e.helpers import wait_for
+from tests.support.e2e import wait_for
 from troupe.config import Config
 
 

@@ -4,7 +4,6 @@ streamed lists, and what it reports for liveness."""
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 
 import pytest
@@ -13,26 +12,9 @@ from kubernetes.client.rest import ApiException
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import PodRef
 from reconciler.kube import Informer, Resource, StreamingInformer
-from tests.e2e.helpers import wait_for
+from tests.support.e2e import wait_for
+from tests.support.fake_api import FakeResponse
 from troupe.config import Config
-
-
-class FakeResponse:
-    """What ``_preload_content=False`` returns: ``data`` for a list, ``stream()`` for a watch."""
-
-    def __init__(self, body=None, events=()):
-        self.data = json.dumps(body).encode() if body is not None else b""
-        self._lines = b"".join(json.dumps(e).encode() + b"\n" for e in events)
-        self.closed = False
-
-    def stream(self, amt=None, decode_content=False):
-        yield self._lines
-
-    def close(self):
-        self.closed = True
-
-    def release_conn(self):
-        pass
 
 
 def pod(name, rv):

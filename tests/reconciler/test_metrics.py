@@ -18,7 +18,7 @@ from reconciler.engine.actions import MemberRelease, Release, Status
 from reconciler.engine.decision import Decision
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase
-from tests.engine.builders import make_pod
+from tests.support.engine_builders import make_pod
 
 
 @pytest.mark.parametrize(("method", "url", "want"), [

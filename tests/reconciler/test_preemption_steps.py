@@ -10,8 +10,8 @@ import json
 from reconciler.daemon.writer import PodRef
 from reconciler.engine.actions import Preempt
 from reconciler.engine.lifecycle import Phase
-from tests.reconciler.builders import make_pod
-from tests.reconciler.test_controller import CONFIG, Harness, four_nodes
+from tests.support.controller_harness import CONFIG, Harness, four_nodes
+from tests.support.reconciler_builders import make_pod
 from troupe import contract
 from troupe.config import Config
 

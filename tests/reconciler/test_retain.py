@@ -16,7 +16,7 @@ from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.gang import job_parallelism
 from reconciler.engine.workloads import workload
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Retained, retain
-from tests.reconciler.builders import make_node, make_pod
+from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 MANAGED = [{"manager": "kube-controller-manager", "operation": "Update", "fieldsType": "FieldsV1",

@@ -9,8 +9,8 @@ from kubernetes.client.rest import ApiException
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.kube import Informer, Resource
-from tests.e2e.helpers import wait_for
-from tests.reconciler.test_informer import FakeResponse
+from tests.support.e2e import wait_for
+from tests.support.fake_api import FakeResponse
 from troupe import contract
 from troupe.config import Config
 

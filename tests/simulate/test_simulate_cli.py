@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from reconciler.tools import simulate
-from tests.engine.builders import make_node, make_pod
+from tests.support.engine_builders import make_node, make_pod
+from tests.support.snapshots import write_list
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,12 +36,6 @@ def member(gang, i, size, created="2024-05-01T10:00:00Z", gpus=8, namespace="ml"
 #   └── b2
 #       └── s2: c1 c2
 NODES = [gpu_node(n, "b1", "s1") for n in ("a1", "a2", "a3")] + [gpu_node(n, "b2", "s2") for n in ("c1", "c2")]
-
-
-def write_list(tmp_path, objects, name="snapshot.yaml"):
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}))
-    return str(path)
 
 
 def run(capsys, *argv):

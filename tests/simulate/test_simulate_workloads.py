@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from reconciler.tools import simulate
-from tests.engine.builders import make_node, make_pod
-from tests.simulate.test_simulate_cli import write_list
+from tests.support.engine_builders import make_node, make_pod
+from tests.support.snapshots import write_list
 from troupe import contract
 
 NODES = [make_node(f"b0-s{s}-h{h}").topology("b0", f"b0-s{s}", f"b0-s{s}-h{h}").allocatable(cpu="32", gpu=8).build()

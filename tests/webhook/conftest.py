@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.webhook.builders import Server, start_server
+from tests.support.webhook_builders import Server, start_server
 
 
 @pytest.fixture(scope="module")

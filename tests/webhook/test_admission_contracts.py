@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import ALICE, admit, make_pod, make_review
+from tests.support.webhook_builders import ALICE, admit, make_pod, make_review
 from troupe.config import Config
 from webhook.admission import envelope_error, mutate, patch_of
 

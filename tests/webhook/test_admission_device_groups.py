@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import PodBuilder, admit, make_pod
+from tests.support.webhook_builders import PodBuilder, admit, make_pod
 from troupe import contract
 from troupe.config import Config
 

@@ -12,7 +12,7 @@ import jsonpatch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.webhook.builders import ALICE, RECONCILER, make_review
+from tests.support.webhook_builders import ALICE, RECONCILER, make_review
 from troupe.config import Config
 from webhook.admission import mutate, patch_of
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import (
+from tests.support.webhook_builders import (
     ALICE,
     RECONCILER,
     admit,

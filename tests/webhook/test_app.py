@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from tests.webhook.builders import make_pod, make_review, make_tls
+from tests.support.webhook_builders import make_pod, make_review, make_tls
 from troupe.config import Config
 from webhook import app as app_module
 from webhook.admission import patch_of

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.webhook.builders import make_tls
+from tests.support.webhook_builders import make_tls
 from webhook import cli
 
 

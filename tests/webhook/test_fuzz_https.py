@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import RECONCILER, Server, make_pod, make_review
+from tests.support.webhook_builders import RECONCILER, Server, make_pod, make_review
 from webhook.app import MAX_BODY_BYTES
 
 REQUESTS = 10_000

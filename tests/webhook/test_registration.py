@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.webhook.builders import ALICE, RECONCILER, make_pod, make_review
+from tests.support.webhook_builders import ALICE, RECONCILER, make_pod, make_review
 from troupe.config import Config
 from webhook.admission import mutate
 from webhook.registration import cel_string, match_conditions, webhook_configuration

@@ -17,7 +17,7 @@ import pytest
 from cryptography import x509
 
 from certs import create_serving_cert
-from tests.webhook.builders import (
+from tests.support.webhook_builders import (
     REPO,
     Server,
     free_port,

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.webhook.builders import TLSFiles, make_tls
+from tests.support.webhook_builders import TLSFiles, make_tls
 from webhook.server import DEFAULT_LIMITS, ConnectionServer, Limits, Listener
 from webhook.tls import CertReloader
 from webhook.wsgi import run_wsgi

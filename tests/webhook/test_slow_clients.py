@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.webhook.builders import Server, make_pod, make_review, start_server
+from tests.support.webhook_builders import Server, make_pod, make_review, start_server
 from webhook.registration import DEFAULT_TIMEOUT_SECONDS
 
 SLOW = 200

@@ -14,7 +14,7 @@ import pytest
 from cryptography import x509
 
 from certs import create_serving_cert
-from tests.webhook.builders import TLSFiles, make_tls
+from tests.support.webhook_builders import TLSFiles, make_tls
 from webhook.tls import MINIMUM_TLS_VERSION, CertReloader, certificate_serial
 
 

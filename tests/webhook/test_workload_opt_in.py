@@ -13,7 +13,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.webhook.builders import ALICE, make_pod, make_review
+from tests.support.webhook_builders import ALICE, make_pod, make_review
 from troupe import contract
 from troupe.config import Config
 from webhook.admission import mutate, patch_of

@@ -1,4 +1,5 @@
-"""Helpers for end-to-end tests: namespaces, waits on real objects, pod and Job builders."""
+"""Helpers for tests on the local control plane: namespaces, waits on real objects, pod and Job
+builders (:func:`wait_for` also serves tests of threads and servers started in-process)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,31 @@ def new_namespace(core: client.CoreV1Api, prefix: str) -> str:
     return name
 
 
+def delete_namespace(core: client.CoreV1Api, name: str, timeout: float = 60.0) -> None:
+    """Delete namespace ``name`` and wait until none of its pods is left, which is what the next
+    test on the cluster reads (every node's capacity free again, no gang of it in the
+    reconciler's queue); the namespace object and the rest of its content go in the background.
+
+    The namespace is deleted first: from then on it is Terminating and the API server admits
+    no new object in it, so no controller can recreate a pod. Its pods are then deleted with
+    a grace period of 0 at once, rather than when the namespace controller gets to them
+    (about 5 s later, 10 s with a Job), and each is gone as soon as its finalizers are (a
+    Job's pod tracking finalizer: under a second). Raises ``AssertionError`` when a pod is
+    still there after ``timeout`` seconds.
+    """
+    core.delete_namespace(name, grace_period_seconds=0)
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    wait_for(f"the pods of namespace {name} gone", lambda: not core.list_namespaced_pod(name).items,
+             timeout=timeout)
+
+
 @contextlib.contextmanager
 def temporary_namespace(core: client.CoreV1Api, prefix: str, timeout: float = 60.0) -> Iterator[str]:
-    """A fresh namespace (:func:`new_namespace`), deleted on exit; waits until it is gone, so
-    that what comes next starts with every node's capacity free again."""
+    """A fresh namespace (:func:`new_namespace`), deleted on exit by :func:`delete_namespace`
+    (which waits ``timeout`` seconds at most for its pods to be gone)."""
     name = new_namespace(core, prefix)
     yield name
-    core.delete_namespace(name, grace_period_seconds=0)
-    wait_for(f"namespace {name} gone", lambda: name not in {n.metadata.name for n in core.list_namespace().items},
-             timeout=timeout)
+    delete_namespace(core, name, timeout)
 
 
 def gang_annotations(name: str, size: int, timeout: int | None = None) -> dict[str, str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import PreemptionPlan, VictimGang
 from reconciler.engine.snapshot import Snapshot
-from tests.engine.builders import make_node, make_pod, snapshot_of
+from tests.support.engine_builders import make_node, make_pod, snapshot_of
 
 
 @dataclass

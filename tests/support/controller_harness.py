@@ -1,0 +1,86 @@
+"""The gang controller on an in-memory cache and writer, for the reconciler's controller tests:
+:class:`Harness` (a cache and a FakeWriter over the same pods, the watch simulated by
+:meth:`Harness.sync`) and the small cluster most of those tests use."""
+
+from __future__ import annotations
+
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.controller import GangController
+from reconciler.daemon.writer import PodRef
+from reconciler.daemon.writer.fake import FakeWriter
+from tests.support.reconciler_builders import make_node, make_pod
+from troupe import contract
+from troupe.config import Config
+
+CONFIG = Config()
+NO_JITTER = Config(gang_schedule_timeout_jitter_seconds=0)
+
+
+class Harness:
+    """A cache and a FakeWriter holding the same pods, and a controller over them; the
+    watch is simulated by :meth:`sync` (the writer's pods fed back into the cache)."""
+
+    def __init__(self, nodes, pods, config=CONFIG, groups=()):
+        self.config = config
+        self.writer = FakeWriter()
+        self.cache = ClusterCache(config)
+        self.cache.replace_nodes(nodes)
+        self.cache.replace_groups([self.writer.add_group(g) for g in groups])
+        self.cache.replace_pods([self.writer.add(p) for p in pods])
+        self.wall = 1_800_000_000.0
+        self.controller = self.new_controller()
+
+    def new_controller(self):
+        """A controller as a restarted reconciler has it: nothing remembered."""
+        return GangController(self.cache, self.writer, self.config, wall_clock=lambda: self.wall)
+
+    def reconcile(self, key="team-a/train"):
+        return self.controller.reconcile(key)
+
+    def pod(self, name, namespace="team-a"):
+        return self.writer.pods[PodRef(namespace, name)]
+
+    def add(self, pod):
+        self.cache.pod_event("ADDED", self.writer.add(pod))
+
+    def sync(self):
+        """Deliver the writer's state to the cache, as the watch would."""
+        refs = set(self.writer.pods)
+        for pod in self.writer.pods.values():
+            self.cache.pod_event("MODIFIED", pod)
+        for ref in self.cache.pod_refs():
+            if ref not in refs:
+                self.cache.pod_event("DELETED", {"metadata": {"namespace": ref.namespace, "name": ref.name}})
+
+    def bind(self, name, namespace="team-a"):
+        """What kube-scheduler does to a released pod: set spec.nodeName to its pin."""
+        ref = PodRef(namespace, name)
+        pod = self.writer.pods[ref]
+        pod["spec"]["nodeName"] = pod["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
+        pod["status"]["phase"] = "Running"
+        pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
+        self.cache.pod_event("MODIFIED", self.writer.read_pod(ref))
+
+    def gated(self, *names):
+        return [n for n in names if self.pod(n)["spec"].get("schedulingGates")]
+
+    def node_of(self, name):
+        return self.pod(name)["spec"].get("nodeSelector", {}).get(contract.HOSTNAME_LABEL)
+
+
+#   block b1 / subblock s1: n1 n2      block b1 / subblock s2: n3 n4
+#   each node: 4 GPUs
+def four_nodes():
+    return [make_node(f"n{i}").topology("b1", "s1" if i <= 2 else "s2", f"h{i}").gpus(4).build() for i in range(1, 5)]
+
+
+def gang_pods(n, size=None, gpus=2, name="train", owned=False):
+    pods = [make_pod(f"{name}-{i}").gang(name, size or n).index(i).gpus(gpus).gated().build() for i in range(n)]
+    return own(pods, name) if owned else pods
+
+
+def own(pods, job="train"):
+    for p in pods:
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                             "uid": f"uid-job-{job}", "controller": True}]
+    return pods
