@@ -323,7 +323,9 @@ class GangController(ActionHandlers):
             return
         by_key = {p.key: p for p in gang.members}
         wanted = gang_conditions(gang, decision)
-        notice = decision.rule.notice
+        preempt = decision.find(actions.Preempt)
+        # A new preemption is news the moment it is carried out: its handler sends the Event.
+        notice = decision.rule.notice if preempt is None or preempt.plan is None else None
         lead = next(iter(wanted), None)
         for key, condition in wanted.items():
             told = notice is not None and (notice.audience is Audience.EACH or key == lead)

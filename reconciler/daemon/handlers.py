@@ -233,6 +233,9 @@ class ActionHandlers:
                                                              nominee.resource_version))
             except (Conflict, WriteError) as e:  # nothing evicted without the nomination written
                 return Done(note=f"nomination not written: {e}", retry=True)
+        notice = decision.rule.notice
+        if action.plan is not None and notice is not None:  # one Event for the gang, on its lead (the nominee)
+            self._event_once(gang, nominee, notice.kind, notice.reason, decision.reason)
         refused = self._evict(gang, action, decision.reason)
         preempted = action.plan is not None
         if not refused:

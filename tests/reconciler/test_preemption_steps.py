@@ -39,6 +39,8 @@ def test_the_nomination_is_written_before_the_victims_are_evicted_and_the_gang_f
     nomination = json.loads(h.pod("train-0")["metadata"]["annotations"][contract.NOMINATION])
     assert sorted(nomination["nodes"].values()) == ["n1", "n2"]
     assert {e.reason for e in h.writer.events if e.pod.name in ("a", "b")} == {"Preempted"}
+    assert [(e.pod.name, e.reason) for e in h.writer.events if e.reason == "GangPreempting"] == [
+        ("train-0", "GangPreempting")], "one Event for the gang, sent as it preempts, on its lead"
     assert all("to make room for gang team-a/train (priority 100)" in e.message
                for e in h.writer.events if e.reason == "Preempted")
     # The evicted pods are gone: the gang is released on the room they left.
