@@ -33,12 +33,15 @@ def test_a_gang_that_cannot_bind_in_time_is_deleted_and_recreated_by_its_job(tro
 
     first = {p.metadata.uid for p in wait_for("both members released by Troupe", released, timeout=60)}
 
-    def recreated():
-        pods = job_pods(admin_core, namespace, "stuck")
-        uids = {p.metadata.uid for p in pods if not p.metadata.deletion_timestamp}
-        return pods if len(uids) == 2 and not uids & first else None
+    seen: dict[str, object] = {}  # the recreated members as first seen: a later rollback may delete them again
 
-    pods = wait_for("the Job to recreate both members after the rollback", recreated, timeout=90)
+    def recreated():
+        for pod in job_pods(admin_core, namespace, "stuck"):
+            if pod.metadata.uid not in first and not pod.metadata.deletion_timestamp:
+                seen.setdefault(pod.metadata.uid, pod)
+        return list(seen.values()) if len(seen) >= 2 else None
+
+    pods = wait_for("the Job to recreate both members after the rollback", recreated, timeout=150)
     for pod in pods:
         assert contract.GATE in [g.name for g in pod.spec.scheduling_gates] or contract.RELEASED_AT in pod.metadata.annotations
     status = client.BatchV1Api(admin_api).read_namespaced_job("stuck", namespace).status
