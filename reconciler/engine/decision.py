@@ -367,9 +367,7 @@ def _place(s: _Seen) -> Decision:
     elif s.queue.blocked_by:
         return s.made(lifecycle.QUEUED, _with_clear((wait,), clear),
                       Status.of(f"queued behind {s.queue.blocked_by} (StrictFIFO)", subject=subject))
-    own = [p.key for p in s.free if snapshot.nominated_node(p)]
-    lower = [k for k in snapshot.nominated_below(gang.priority) if k not in own]
-    base = snapshot.with_removed([*own, *lower]) if own or lower else snapshot
+    base = snapshot.planned_from(s.free, gang.priority)
     held = s.queue.held_nodes - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
     view = base.with_blocked(held) if held else base
     near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})

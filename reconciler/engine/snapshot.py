@@ -258,15 +258,18 @@ class Snapshot:
             return self._nominated.get((pod.namespace, pod.uid), "")
         return ""
 
-    def nominated_below(self, priority: int) -> list[str]:
-        """Keys of the gated pods whose node a nomination holds and whose priority is below
-        ``priority``, sorted. kube-scheduler honours only nominations of equal or higher
-        priority (its ``addNominatedPods``, Kubernetes docs "Pod Priority and Preemption"),
-        and so does a decision: a higher-priority gang may plan on their room."""
+    def planned_from(self, members: Iterable[PodInfo], priority: int) -> Snapshot:
+        """The snapshot a gang of ``priority`` plans on for its gated ``members``: the room
+        their own nomination holds is theirs, and so is the room held by nominations of
+        lower priority (kube-scheduler honours only nominations of equal or higher
+        priority: its ``addNominatedPods``, Kubernetes docs "Pod Priority and Preemption").
+        ``self`` when there is nothing to set aside."""
+        own = {pod.key for pod in members if self.nominated_node(pod)}
         nominated = self.memo("nominated", lambda: sorted(
             (pod.priority, pod.key) for pod in self.pods.values()
             if pod.active and self.nominated_node(pod) and not self.committed_node(pod)))
-        return sorted(key for held_at, key in nominated if held_at < priority)
+        aside = sorted(own | {key for held_at, key in nominated if held_at < priority})
+        return self.with_removed(aside) if aside else self
 
     def committed_node(self, pod: PodInfo) -> str:
         """The node the reconciler committed ``pod`` to (a node name), or ``""``: its pin

@@ -266,10 +266,7 @@ def room_shortfall(cluster: Cluster, found: GangStatus, resource: str = "nvidia.
     for h in outcome.queue.holds if outcome is not None and outcome.queue is not None else ():
         for i in h.nodes:
             held_nodes.setdefault(i, h.gang)
-    own = [p.key for p in free if seen.nominated_node(p)]
-    lower = [k for k in seen.nominated_below(gang.priority) if k not in own]  # as the decision sees them
-    if own or lower:
-        seen = seen.with_removed([*own, *lower])
+    seen = seen.planned_from(free, gang.priority)  # as the decision sees it
     near = sorted({n for p in gang.members if not p.gated and (n := p.node_name or seen.committed_node(p))})
     return shortfall(seen, free, gang.topology.required_level, gang.topology.preferred_level,
                      held=held_nodes, near=near, resource=resource)
