@@ -432,8 +432,12 @@ def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ..
     bindings = tuple(replace(h, source=f"plan {planned_at}") for h in found.bindings)
     plan = (Plan(planned_at, {by_key[m.pod].uid: m.node for m in out}, {h.group: h for h in bindings})
             if len(out) > 1 else None)
+    # Looked at again when this release can first run out of time, whatever the watch
+    # brings: the writes' own watch events may carry nothing new to the cache that
+    # assumed them, and members that are never bound change nothing else.
+    deadline = (epoch(planned_at) or now) + s.gang.timeout_seconds + jitter(s.gang, planned_at)
     return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings),), clear),
-                  Status.of(result.reason, result.code, subject), placement=result)
+                  Status.of(result.reason, result.code, subject), recheck_at=deadline, placement=result)
 
 
 def _nomination(gang: Gang) -> tuple[str, Nomination | None]:

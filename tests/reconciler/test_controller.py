@@ -472,6 +472,15 @@ def test_a_released_gang_is_given_its_timeout_to_bind_from_the_end_of_its_releas
     assert h.reconcile().phase is Phase.RELEASED, "a bound gang never times out"
 
 
+def test_a_release_asks_to_be_looked_at_again_when_its_timeout_can_first_run_out():
+    # The release's own watch events may bring nothing new to a cache that assumed the
+    # written pods: without a deadline of its own the gang would never time out.
+    h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
+    outcome = h.reconcile()
+    assert outcome.phase is Phase.PLACED
+    assert outcome.requeue_after == pytest.approx(30), "30 s default timeout, counted from the plan"
+
+
 def test_a_gang_not_bound_in_time_is_rolled_back_and_its_next_release_backs_off():
     h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
     h.reconcile()
