@@ -202,7 +202,7 @@ class GangController(ActionHandlers):
             if memory is None or memory.not_before > self.wall_clock():
                 return
             del self._memory[key]
-        if memory.timeouts:
+        if memory.timeouts or memory.avoid:
             try:
                 self.writer.save_backoff(key, 0, 0.0)
             except WriteError as e:
@@ -216,9 +216,10 @@ class GangController(ActionHandlers):
             return None
         with self._lock:
             memory = self._memory.get(key)
-        if memory is None or not memory.timeouts:
+        if memory is None or not (memory.timeouts or memory.avoid):
             return gang
-        return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back)
+        return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back,
+                       avoid=memory.avoiding(self.wall_clock()))
 
     def reconcile(self, key: str) -> Outcome | None:
         """Reconcile gang ``key``; returns the outcome, or None when the gang is gone."""
@@ -268,13 +269,15 @@ class GangController(ActionHandlers):
             log.warning("recorded backoffs not read (gangs that timed out may be retried early): %s", e)
             return 0
         now = self.wall_clock()
-        stale = {key for key, (_, not_before, releases) in found.items()
-                 if not_before <= now and (self.cache.gang(key) is None or (not_before < now - 3600 and not releases))}
+        stale = {key for key, (_, not_before, releases, avoid) in found.items()
+                 if not_before <= now and (self.cache.gang(key) is None or (
+                     not_before < now - 3600 and not releases and all(until <= now for until, _ in avoid.values())))}
         with self._lock:
-            for key, (timeouts, not_before, releases) in found.items():
+            for key, (timeouts, not_before, releases, avoid) in found.items():
                 if key not in stale:
                     memory = self._memory.setdefault(key, Memory())
                     memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
+                    memory.avoid = avoid or None
         for key in sorted(stale):
             try:
                 self.writer.save_backoff(key, 0, 0.0)

@@ -53,7 +53,7 @@ def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
     speak of are left out (a released member keeps its ``Released``)."""
     release = decision.find(Release)
     if release is not None:
-        return {m.pod: released(m, len(gang.members)) for m in release.members}
+        return {m.pod: released(m, len(gang.members), release.note) for m in release.members}
     reason = decision.rule.condition
     if reason is None:
         return {}
@@ -62,10 +62,12 @@ def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
     return {p.key: GangCondition("False", reason, message) for p in gang.members if p.key in waiting}
 
 
-def released(m: MemberRelease, size: int) -> GangCondition:
-    """The condition of member ``m`` once released, in a gang of ``size`` members."""
+def released(m: MemberRelease, size: int, note: str = "") -> GangCondition:
+    """The condition of member ``m`` once released, in a gang of ``size`` members; ``note``
+    (:attr:`~reconciler.engine.actions.Release.note`) follows its node and rank."""
     devices = f" with devices {_ids(m.devices)}" if m.devices else ""
-    return GangCondition("True", RELEASED, f"released onto node {m.node} as rank {m.rank} of {size}{devices}")
+    message = f"released onto node {m.node} as rank {m.rank} of {size}{devices}" + (f"; {note}" if note else "")
+    return GangCondition("True", RELEASED, message[:MAX_MESSAGE])
 
 
 def _ids(devices: Mapping[str, tuple[int, ...]]) -> str:
