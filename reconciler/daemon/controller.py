@@ -193,13 +193,14 @@ class GangController(ActionHandlers):
 
     def forget(self, key: str) -> None:
         """Drop what is remembered of a gang that has no pod left, unless a rollback's
-        backoff still runs (its owner may be recreating the members); a recorded backoff
-        goes from the state ConfigMap with it (best effort: :meth:`load_state` prunes what
-        is left)."""
+        backoff still runs or it still avoids a node kube-scheduler refused (its owner may
+        be recreating the members); a recorded backoff goes from the state ConfigMap with
+        it (best effort: :meth:`load_state` prunes what is left)."""
         self.queue.forget(key)
         with self._lock:
             memory = self._memory.get(key)
-            if memory is None or memory.not_before > self.wall_clock():
+            now = self.wall_clock()
+            if memory is None or memory.not_before > now or memory.avoiding(now):
                 return
             del self._memory[key]
         if memory.timeouts or memory.avoid:
@@ -262,7 +263,8 @@ class GangController(ActionHandlers):
         an entry is pruned from the record when nothing is left for it to do, that is its
         backoff has run out and its gang has no pod left (nothing to finish deleting, and
         no member for the backoff to hold back), or it ran out an hour ago and names no
-        release still to finish."""
+        release still to finish; in both cases only once no node it avoids is avoided any
+        more."""
         try:
             found = self.writer.load_backoffs()
         except WriteError as e:
@@ -270,8 +272,8 @@ class GangController(ActionHandlers):
             return 0
         now = self.wall_clock()
         stale = {key for key, (_, not_before, releases, avoid) in found.items()
-                 if not_before <= now and (self.cache.gang(key) is None or (
-                     not_before < now - 3600 and not releases and all(until <= now for until, _ in avoid.values())))}
+                 if not_before <= now and all(until <= now for until, _ in avoid.values())
+                 and (self.cache.gang(key) is None or (not_before < now - 3600 and not releases))}
         with self._lock:
             for key, (timeouts, not_before, releases, avoid) in found.items():
                 if key not in stale:

@@ -30,11 +30,14 @@ RELEASED = "Released"
 @dataclass(frozen=True)
 class GangCondition:
     """One member's ``troupe.io/Gang`` condition: ``status`` (``"True"`` once released),
-    ``reason`` and ``message``."""
+    ``reason`` and ``message``. ``notable``: a ``Released`` condition that says more than
+    where the member went (what the plan did not model, the nodes it avoids): written even
+    on a member that was never shown waiting."""
 
     status: str
     reason: str
     message: str
+    notable: bool = False
 
     def as_tuple(self) -> tuple[str, str, str]:
         """``(status, reason, message)``, as :attr:`PodInfo.condition` holds it."""
@@ -67,7 +70,7 @@ def released(m: MemberRelease, size: int, note: str = "") -> GangCondition:
     (:attr:`~reconciler.engine.actions.Release.note`) follows its node and rank."""
     devices = f" with devices {_ids(m.devices)}" if m.devices else ""
     message = f"released onto node {m.node} as rank {m.rank} of {size}{devices}" + (f"; {note}" if note else "")
-    return GangCondition("True", RELEASED, message[:MAX_MESSAGE])
+    return GangCondition("True", RELEASED, message[:MAX_MESSAGE], notable=bool(note))
 
 
 def _ids(devices: Mapping[str, tuple[int, ...]]) -> str:

@@ -26,8 +26,10 @@ def refuse(h: Harness, name: str, reason: str = "Unschedulable") -> str:
 
 
 def recreate(h: Harness, suffix: str) -> None:
-    """The Job recreates the deleted members, gated again by the webhook, a second later."""
+    """The Job recreates the deleted members, gated again by the webhook, a second later
+    (the gang, meanwhile without pods, is reconciled once: what it avoids is not forgotten)."""
     h.sync()
+    assert h.reconcile() is None
     h.wall += 1
     for pod in gang_pods(2, gpus=4, owned=True):
         pod["metadata"]["name"] += suffix
