@@ -174,7 +174,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
     free = [p for p in gated if not snapshot.committed_node(p)]
     if gang.avoid:  # kube-scheduler refused members there: the gang's plans avoid those nodes
         free = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in free]
-    refused = refusals(released, snapshot.committed_node, gang.avoid)
+    refused, refused_later = refusals(released, snapshot.committed_node, gang.avoid, now)
     releases: dict[str, ReleaseGroup] = {}
     for pod in [*released, *reserved]:
         rid = snapshot.plan_of(pod) or pod.released_at
@@ -190,7 +190,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         if left:
             clocks[rid] = Clock(now, f"the release of {rid} was rolled back; {len(left)} member(s) of it still to delete")
     expired = [rid for rid, c in clocks.items() if c.deadline <= now]
-    pending = [c.deadline for c in clocks.values() if c.deadline > now]
+    pending = [c.deadline for c in clocks.values() if c.deadline > now] + ([refused_later] if refused_later else [])
     size, settle_left = gang.size, 0.0
     if size is None:
         settle_left = gang.settle_at - now

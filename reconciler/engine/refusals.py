@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 
 from reconciler.engine.cluster import POD_SCHEDULED, PodInfo
 from reconciler.engine.filters import NAME_FIELD, NodeFilter, Requirement, Term
+from reconciler.engine.timestamps import epoch
 
-__all__ = ["AVOID_SECONDS", "MAX_AVOIDED_NODES", "POD_SCHEDULED", "Refusal", "avoid_note", "avoiding",
+__all__ = ["AVOID_SECONDS", "MAX_AVOIDED_NODES", "POD_SCHEDULED", "REFUSAL_GRACE_SECONDS", "Refusal", "avoid_note", "avoiding",
            "is_refused", "refusals"]
 
 #: kube-scheduler's reason on ``PodScheduled`` when no node fits.
@@ -37,6 +38,11 @@ MAX_AVOIDED_NODES = 4
 #: How long a node stays avoided after its refusal, seconds (unless the gang runs whole
 #: first, which ends every avoidance).
 AVOID_SECONDS = 600.0
+#: How long a member must have been released before its refusal counts, seconds: a
+#: refusal kube-scheduler makes on a view a moment behind the API server's (a pod just
+#: deleted still counted on the node) is retried by kube-scheduler on the event that frees
+#: the room, within a second or two, and should cost no rollback.
+REFUSAL_GRACE_SECONDS = 5.0
 #: The longest message of kube-scheduler's kept per node avoided (it lists every node's
 #: reason; the first part names the filter that failed).
 MAX_REASON = 240
@@ -63,17 +69,27 @@ def is_refused(pod: PodInfo) -> bool:
     return pod.scheduled is not None and pod.scheduled[0] == "False" and pod.scheduled[1] == UNSCHEDULABLE
 
 
-def refusals(released: Iterable[PodInfo], pinned: Callable[[PodInfo], str], avoid: Mapping[str, str]) -> list[Refusal]:
-    """The refusals among ``released`` members (active, not gated): each unbound member
-    that Troupe released (it carries ``released-at``), pinned to ``pinned(pod)`` (a node
-    name, ``""`` for none), and refused there. A refusal on a node not avoided yet counts
-    only while the gang avoids fewer than :data:`MAX_AVOIDED_NODES` nodes (the others are
-    left to the timeout). Rank order, as ``released`` is."""
+def refusals(released: Iterable[PodInfo], pinned: Callable[[PodInfo], str], avoid: Mapping[str, str],
+             now: float) -> tuple[list[Refusal], float | None]:
+    """The refusals among ``released`` members (active, not gated) at ``now`` (seconds since
+    the epoch): each unbound member that Troupe released (it carries ``released-at``) at
+    least :data:`REFUSAL_GRACE_SECONDS` ago, pinned to ``pinned(pod)`` (a node name, ``""``
+    for none), and refused there. A refusal on a node not avoided yet counts only while the
+    gang avoids fewer than :data:`MAX_AVOIDED_NODES` nodes (the others are left to the
+    timeout). Rank order, as ``released`` is; with the time a refusal seen too early
+    counts (None: none)."""
     out: list[Refusal] = []
+    later: list[float] = []
     room = MAX_AVOIDED_NODES - len(avoid)
     for pod in released:
         node = pinned(pod)
-        if pod.gated or pod.node_name or not pod.released_at or not node or not is_refused(pod):
+        if pod.gated or pod.node_name or not node or not is_refused(pod):
+            continue
+        at = epoch(pod.released_at)
+        if at is None:
+            continue  # not released by Troupe
+        if at + REFUSAL_GRACE_SECONDS > now:
+            later.append(at + REFUSAL_GRACE_SECONDS)
             continue
         if node not in avoid and node not in {r.node for r in out}:
             if room <= 0:
@@ -81,7 +97,7 @@ def refusals(released: Iterable[PodInfo], pinned: Callable[[PodInfo], str], avoi
             room -= 1
         assert pod.scheduled is not None
         out.append(Refusal(pod.key, node, pod.scheduled[2][:MAX_REASON]))
-    return out
+    return out, min(later, default=None)
 
 
 def avoiding(flt: NodeFilter, nodes: Iterable[str]) -> NodeFilter:

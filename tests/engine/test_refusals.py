@@ -13,7 +13,7 @@ from reconciler.engine.conditions import conditions
 from reconciler.engine.decision import decide
 from reconciler.engine.gang import build_gang
 from reconciler.engine.lifecycle import Phase
-from reconciler.engine.refusals import MAX_AVOIDED_NODES, Refusal
+from reconciler.engine.refusals import MAX_AVOIDED_NODES, REFUSAL_GRACE_SECONDS, Refusal
 from reconciler.engine.unmodeled import scheduler_checks
 from tests.support.controller_harness import four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_pod
@@ -45,10 +45,10 @@ def released(i: int, node: str, bound: bool = False, scheduled: tuple[str, str, 
     return own([pod])[0]
 
 
-def decided(pods: list[dict], **gang_fields):
+def decided(pods: list[dict], now: float = NOW + 10, **gang_fields):
     snapshot = Snapshot.from_objects(four_nodes(), pods)
     gang = build_gang("team-a/train", list(snapshot.pods.values()), CONFIG, {})
-    return gang, decide(replace(gang, **gang_fields), snapshot, NOW)
+    return gang, decide(replace(gang, **gang_fields), snapshot, now)
 
 
 def test_a_pinned_member_kube_scheduler_refuses_rolls_its_release_back_at_once_and_avoids_the_node():
@@ -61,6 +61,15 @@ def test_a_pinned_member_kube_scheduler_refuses_rolls_its_release_back_at_once_a
     assert (rollback.delete, rollback.keep, rollback.releases) == (("team-a/train-0", "team-a/train-1"), (), (PLANNED,))
     assert rollback.avoid == (Refusal("team-a/train-1", "n2", MESSAGE[:240]),)
     assert decision.rule.notice is not None and decision.rule.notice.reason == "GangRefused"
+
+
+def test_a_refusal_counts_only_once_the_member_has_been_released_a_few_seconds():
+    pods = [released(0, "n1", bound=True), released(1, "n2", scheduled=("False", "Unschedulable", MESSAGE))]
+    _, early = decided(pods, now=NOW + 1)
+    assert early.phase is Phase.RELEASED, "kube-scheduler's view may lag a moment: it retries on its own"
+    assert early.recheck_at == NOW + REFUSAL_GRACE_SECONDS
+    _, later = decided(pods, now=NOW + REFUSAL_GRACE_SECONDS)
+    assert later.rule.name == "Refused"
 
 
 @pytest.mark.parametrize("scheduled, pinned, why", [

@@ -44,6 +44,7 @@ def released_refused(h: Harness) -> str:
     h.sync()
     h.bind("train-0")
     refuse(h, "train-1", reason="SchedulerError")
+    h.wall += 10
     assert h.reconcile().phase is Phase.RELEASED
     assert h.writer.deleted == [] and h.writer.state == {}
     return refuse(h, "train-1")
