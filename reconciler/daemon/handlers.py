@@ -196,11 +196,11 @@ class ActionHandlers:
         backoff = 0.0 if refused else float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (timeouts - 1),
                                                 TIMEOUT_BACKOFF_MAX_SECONDS))
         not_before = memory.not_before if again or refused else now + backoff
-        avoid = {**(memory.avoid or {}), **{r.node: (now + AVOID_SECONDS, r.describe()) for r in action.avoid
-                                            if r.node not in memory.avoiding(now)}}
+        avoided = {node: entry for node, entry in (memory.avoid or {}).items() if entry[0] > now}
+        avoid = {**avoided, **{r.node: (now + AVOID_SECONDS, r.describe()) for r in action.avoid if r.node not in avoided}}
         present = {p.planned_at or p.released_at for p in gang.members}
         releases = tuple(sorted({*action.releases, *(r for r in memory.rolled_back if r in present)}))
-        if action.delete and (not again or avoid != (memory.avoid or {})):
+        if (action.delete and not again) or avoid != (memory.avoid or {}):
             try:
                 self.writer.save_backoff(gang.key, timeouts, not_before, releases, avoid)
             except WriteError as e:

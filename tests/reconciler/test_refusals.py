@@ -87,3 +87,16 @@ def test_a_new_leader_reads_the_avoided_node_back_and_the_exclusion_ends_when_th
     assert h.reconcile().phase is Phase.RELEASED
     assert h.writer.state == {}, "the gang runs whole: every node may be tried again"
     assert h.controller.gang("team-a/train").avoid == {}
+
+
+def test_the_state_config_map_keeps_its_byte_bound_dropping_what_runs_out_first(monkeypatch):
+    from reconciler.daemon.writer import state
+    h = Harness(four_nodes(), [], NO_JITTER)
+    reason = "kube-scheduler refused member w-1 on node n: " + "x" * 200
+    for i, until in enumerate((500.0, 100.0, 300.0)):
+        h.writer.save_backoff(f"ns/g{i}", 0, 0.0, (), {f"node-{j}": (until, reason) for j in range(4)})
+    size = sum(len(k) + len(v) for k, v in h.writer.state.items())
+    monkeypatch.setattr(state, "MAX_STATE_BYTES", size)  # room for these three, not for a fourth
+    h.writer.save_backoff("ns/g3", 0, 0.0, (), {"node-0": (400.0, reason)})
+    assert sorted(h.writer.load_backoffs()) == ["ns/g0", "ns/g2", "ns/g3"], "g1's nodes were avoided the shortest"
+    assert h.writer.load_backoffs()["ns/g3"] == (0, 0.0, (), {"node-0": (400.0, reason)})
