@@ -30,7 +30,9 @@ A release whose clock runs out is rolled back, and only that release: members re
 later (replacements, retried writes) never roll back members that are already running
 from an earlier release, and a gang's first release is the whole gang. A release whose
 planned node no longer exists, or was cordoned before its member was bound there (it
-never will be), is rolled back at once. The phase itself comes from the
+never will be), is rolled back at once; so is a release whose pinned member kube-scheduler
+refused on its node, and the gang's plans then avoid that node (:mod:`.refusals`,
+docs/decisions/032-scheduler-refusals.md). The phase itself comes from the
 rules of :mod:`.lifecycle`, in their order.
 
 The jitter is drawn from ``[0, gangScheduleTimeoutJitterSeconds]`` (``seeds/001``) by a hash
