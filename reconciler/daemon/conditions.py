@@ -95,8 +95,8 @@ class ConditionSink:
             wanted = want.condition
             if have == wanted.as_tuple():
                 continue
-            if wanted.reason == RELEASED and have is None:
-                continue  # never shown waiting: nothing to correct
+            if wanted.reason == RELEASED and have is None and not wanted.notable:
+                continue  # never shown waiting: nothing to correct (unless it has news)
             condition = {"type": contract.GANG_CONDITION, "status": wanted.status, "reason": wanted.reason,
                          "message": wanted.message}
             if not isinstance(have, tuple) or have[0] != wanted.status:

@@ -193,16 +193,17 @@ class GangController(ActionHandlers):
 
     def forget(self, key: str) -> None:
         """Drop what is remembered of a gang that has no pod left, unless a rollback's
-        backoff still runs (its owner may be recreating the members); a recorded backoff
-        goes from the state ConfigMap with it (best effort: :meth:`load_state` prunes what
-        is left)."""
+        backoff still runs or it still avoids a node kube-scheduler refused (its owner may
+        be recreating the members); a recorded backoff goes from the state ConfigMap with
+        it (best effort: :meth:`load_state` prunes what is left)."""
         self.queue.forget(key)
         with self._lock:
             memory = self._memory.get(key)
-            if memory is None or memory.not_before > self.wall_clock():
+            now = self.wall_clock()
+            if memory is None or memory.not_before > now or memory.avoiding(now):
                 return
             del self._memory[key]
-        if memory.timeouts:
+        if memory.timeouts or memory.avoid:
             try:
                 self.writer.save_backoff(key, 0, 0.0)
             except WriteError as e:
@@ -216,9 +217,10 @@ class GangController(ActionHandlers):
             return None
         with self._lock:
             memory = self._memory.get(key)
-        if memory is None or not memory.timeouts:
+        if memory is None or not (memory.timeouts or memory.avoid):
             return gang
-        return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back)
+        return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back,
+                       avoid=memory.avoiding(self.wall_clock()))
 
     def reconcile(self, key: str) -> Outcome | None:
         """Reconcile gang ``key``; returns the outcome, or None when the gang is gone."""
@@ -261,20 +263,23 @@ class GangController(ActionHandlers):
         an entry is pruned from the record when nothing is left for it to do, that is its
         backoff has run out and its gang has no pod left (nothing to finish deleting, and
         no member for the backoff to hold back), or it ran out an hour ago and names no
-        release still to finish."""
+        release still to finish; in both cases only once no node it avoids is avoided any
+        more."""
         try:
             found = self.writer.load_backoffs()
         except WriteError as e:
             log.warning("recorded backoffs not read (gangs that timed out may be retried early): %s", e)
             return 0
         now = self.wall_clock()
-        stale = {key for key, (_, not_before, releases) in found.items()
-                 if not_before <= now and (self.cache.gang(key) is None or (not_before < now - 3600 and not releases))}
+        stale = {key for key, (_, not_before, releases, avoid) in found.items()
+                 if not_before <= now and all(until <= now for until, _ in avoid.values())
+                 and (self.cache.gang(key) is None or (not_before < now - 3600 and not releases))}
         with self._lock:
-            for key, (timeouts, not_before, releases) in found.items():
+            for key, (timeouts, not_before, releases, avoid) in found.items():
                 if key not in stale:
                     memory = self._memory.setdefault(key, Memory())
                     memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
+                    memory.avoid = avoid or None
         for key in sorted(stale):
             try:
                 self.writer.save_backoff(key, 0, 0.0)

@@ -41,6 +41,7 @@ from reconciler.engine.lifecycle import Phase
 from reconciler.engine.preemption import candidates as victim_gangs
 from reconciler.engine.queueing import Policy
 from reconciler.engine.records import Plan
+from reconciler.engine.refusals import AVOID_SECONDS
 from reconciler.engine.timestamps import rfc3339
 from troupe import contract
 from troupe.config import Config
@@ -92,6 +93,13 @@ class Memory:
     #: ``filters``: its gated members' node filters, to tell which nodes could.
     waits_for_room: bool = False
     filters: tuple[NodeFilter, ...] = ()
+    #: Nodes the gang avoids: node -> (until, seconds since the epoch; kube-scheduler's
+    #: reason), recorded with the backoff (docs/decisions/032-scheduler-refusals.md).
+    avoid: dict[str, tuple[float, str]] | None = None
+
+    def avoiding(self, now: float) -> dict[str, str]:
+        """The nodes avoided at ``now``: node -> why."""
+        return {node: why for node, (until, why) in (self.avoid or {}).items() if until > now}
 
 
 class ActionHandlers:
@@ -139,9 +147,10 @@ class ActionHandlers:
 
     def _forget_backoff(self, gang: Gang, decision: Decision, action: ForgetBackoff, memory: Memory,
                         now: float) -> Done:
-        if not memory.timeouts:
+        if not memory.timeouts and not memory.avoid:
             return Done()
-        memory.timeouts, memory.not_before, memory.rolled_back = 0, 0.0, ()  # the gang runs whole: afresh
+        # the gang runs whole: afresh, and every node it avoided may be tried again
+        memory.timeouts, memory.not_before, memory.rolled_back, memory.avoid = 0, 0.0, (), None
         try:
             self.writer.save_backoff(gang.key, 0, 0.0)
         except WriteError as e:
@@ -172,25 +181,33 @@ class ActionHandlers:
         return next((p.device_group for p in gang.members if p.key == pod_key), "")
 
     def _roll_back(self, gang: Gang, decision: Decision, action: RollBack, memory: Memory, now: float) -> Done:
-        """Delete the owned members of the timed-out release (their owner recreates them),
-        tell the ownerless ones, and back off. The backoff is recorded
+        """Delete the owned members of the timed-out (or refused) release (their owner
+        recreates them), tell the ownerless ones, and back off. The backoff is recorded
         (:meth:`PodWriter.save_backoff`) before any member is deleted, so a new leader keeps
-        it even if this one dies mid-rollback. One ``GangTimedOut`` Event tells the gang."""
+        it even if this one dies mid-rollback. One Event (the rule's: ``GangTimedOut``,
+        ``GangRefused``) tells the gang. A refusal does not back off: its nodes are
+        recorded as avoided instead (:data:`~reconciler.engine.refusals.AVOID_SECONDS`),
+        and the next plan differs (docs/decisions/032-scheduler-refusals.md)."""
         by_key = {p.key: p for p in gang.members}
         why, at = decision.reason, rfc3339(now)
         again = set(action.releases) <= set(memory.rolled_back)  # finishing a rollback cut short
-        timeouts = memory.timeouts if again else memory.timeouts + 1
-        backoff = float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (timeouts - 1), TIMEOUT_BACKOFF_MAX_SECONDS))
-        not_before = memory.not_before if again else now + backoff
+        refused = bool(action.avoid)
+        timeouts = memory.timeouts if again or refused else memory.timeouts + 1
+        backoff = 0.0 if refused else float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (timeouts - 1),
+                                                TIMEOUT_BACKOFF_MAX_SECONDS))
+        not_before = memory.not_before if again or refused else now + backoff
+        avoided = {node: entry for node, entry in (memory.avoid or {}).items() if entry[0] > now}
+        avoid = {**avoided, **{r.node: (now + AVOID_SECONDS, r.describe()) for r in action.avoid if r.node not in avoided}}
         present = {p.planned_at or p.released_at for p in gang.members}
         releases = tuple(sorted({*action.releases, *(r for r in memory.rolled_back if r in present)}))
-        if action.delete and not again:
+        if (action.delete and not again) or avoid != (memory.avoid or {}):
             try:
-                self.writer.save_backoff(gang.key, timeouts, not_before, releases)
+                self.writer.save_backoff(gang.key, timeouts, not_before, releases, avoid)
             except WriteError as e:
                 log.warning("gang %s: rollback not recorded (a new leader would not know it): %s", gang.key, e)
-        if action.delete:
-            self._event_once(gang, by_key[action.delete[0]], "Warning", "GangTimedOut",
+        notice = decision.rule.notice
+        if action.delete and notice is not None:
+            self._event_once(gang, by_key[action.delete[0]], notice.kind, notice.reason,
                              f"{why}; deleting {len(action.delete)} member(s): their controller recreates them")
 
         def delete(key: str) -> int:
@@ -206,14 +223,15 @@ class ActionHandlers:
 
         deleted = sum(self._in_waves(action.delete, delete, lambda _key, _why: 0))
         for key in action.keep:
-            self._event_once(gang, by_key[key], "Warning", "GangTimedOut",
+            self._event_once(gang, by_key[key], "Warning", notice.reason if notice else "GangTimedOut",
                              f"{why}; not deleted: no controller owns this pod, delete it to retry the gang")
         detail = f"deleted {deleted} member(s)"
         if action.keep:
             detail += f"; ownerless, kept: {', '.join(sorted(PodRef.parse(k).name for k in action.keep))}"
-        if action.delete:
-            with self._lock:
+        with self._lock:
+            if action.delete:
                 memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
+            memory.avoid = avoid or None
         if not deleted:
             return Done(note=detail, retry=bool(action.delete), rolled_back=True)
         return Done(note=f"{detail}; next release in {backoff:.0f}s at the earliest", requeue_after=backoff,
@@ -328,9 +346,10 @@ class ActionHandlers:
             results += [refused(item, why) for item in items[len(futures):]]
         return results
 
-    def _release_one(self, gang: Gang, m: MemberRelease, pod: PodInfo, plan: Plan | None, gated: list[str]) -> str:
+    def _release_one(self, gang: Gang, m: MemberRelease, pod: PodInfo, plan: Plan | None, gated: list[str],
+                     note: str = "") -> str:
         """Release one member; returns ``""`` or what failed. Its condition says where it
-        went; other components' gates still on it are added to ``gated``."""
+        went (and ``note``); other components' gates still on it are added to ``gated``."""
         gates = [g for g in pod.gates if contract.is_troupe_gate(g)]
         try:
             done = self.writer.release_member(m, gates, rfc3339(self.wall_clock()), plan)
@@ -344,7 +363,7 @@ class ActionHandlers:
         self.cache.assume(done)
         others = [g for g in contract.pod_gates(done) if not contract.is_troupe_gate(g)]
         gated.extend(others)
-        self.conditions.want(PodRef.parse(m.pod), pod.uid, released_condition(m, len(gang.members)))
+        self.conditions.want(PodRef.parse(m.pod), pod.uid, released_condition(m, len(gang.members), note))
         return ""
 
     def _release_members(self, gang: Gang, action: Release, gated: list[str]) -> str:
@@ -359,10 +378,10 @@ class ActionHandlers:
                 self.writer.fence.confirm()
             except LostLeadership as e:
                 return f"release not started: {e}"
-            error = self._release_one(gang, first, by_key[first.pod], action.plan, gated)
+            error = self._release_one(gang, first, by_key[first.pod], action.plan, gated, action.note)
             if error:  # the plan was not recorded: nothing is committed, decide again later
                 return f"release not started: {error}"
-        results = self._in_waves(members, lambda m: self._release_one(gang, m, by_key[m.pod], None, gated),
+        results = self._in_waves(members, lambda m: self._release_one(gang, m, by_key[m.pod], None, gated, action.note),
                                  lambda m, why: f"{m.pod}: not written: {why}")
         failed = [r for r in results if r]
         if not failed:

@@ -3,6 +3,8 @@
 - :mod:`.quantity`: Kubernetes quantities, parsed exactly.
 - :mod:`.resources`: what a pod requests and a node offers, in kube-scheduler's units.
 - :mod:`.filters`: kube-scheduler's node filters for what Troupe models, with reasons.
+- :mod:`.unmodeled`: what a pod asks of kube-scheduler that the engine does not model.
+- :mod:`.refusals`: kube-scheduler's refusals of pinned members, and the nodes a gang avoids.
 - :mod:`.topology`: levels, node paths, the immutable domain tree, the seed's cost.
 - :mod:`.cluster`: :class:`NodeInfo` and :class:`PodInfo`, parsed from Kubernetes objects.
 - :mod:`.records`: the plan and nomination records the reconciler keeps in annotations.

@@ -14,7 +14,7 @@ action                 what it asks
 :class:`Wait`          the gated members wait; each carries the rule's condition
 :class:`Hold`          the gated members are held (their input is wrong); likewise
 :class:`Release`       pin each member to its node and remove its gates, in one write
-:class:`RollBack`      delete the owned members of a timed-out release
+:class:`RollBack`      delete the owned members of a timed-out or refused release
 :class:`Preempt`       hold nodes with a nomination, then evict the victims
 :class:`ClearNominations`, :class:`ClearPlans`, :class:`ForgetBackoff`: record clean-ups
 =====================  ===========================================================
@@ -31,6 +31,7 @@ from reconciler.engine.devices import Devices, Holding
 from reconciler.engine.placement import Code
 from reconciler.engine.preemption import PreemptionPlan
 from reconciler.engine.records import Nomination, Plan
+from reconciler.engine.refusals import Refusal
 
 
 @dataclass(frozen=True)
@@ -107,12 +108,15 @@ class Release:
     member is written (a release of more than one member), so a release cut short is
     finished on the same nodes (docs/decisions/007-release-writes.md). ``bindings``: the
     SharedDeviceGroups this release binds to a node (their status follows the members).
-    ``finishing``: True when the members were reserved by an earlier release cut short."""
+    ``finishing``: True when the members were reserved by an earlier release cut short.
+    ``note``: what each member's ``Released`` condition adds to its node and rank (what
+    the plan did not model, the nodes it avoids; ``""``: nothing)."""
 
     members: tuple[MemberRelease, ...]
     plan: Plan | None = None
     bindings: tuple[Holding, ...] = ()
     finishing: bool = False
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,11 +125,15 @@ class RollBack:
     ``delete`` ``DisruptionTarget`` and delete it (its controller recreates it, gated
     again); tell each pod of ``keep`` (no controller owns it: never deleted) with an
     Event. The caller remembers ``releases`` until their owned members are gone, so a
-    rollback cut short is finished, and backs the gang off (docs/decisions/005-gang-timeout.md)."""
+    rollback cut short is finished, and backs the gang off (docs/decisions/005-gang-timeout.md).
+    ``avoid``: kube-scheduler's refusals that led to it (:mod:`.refusals`): the caller
+    records their nodes for the gang to avoid and does not back it off, for its next plan
+    differs (docs/decisions/032-scheduler-refusals.md)."""
 
     delete: tuple[str, ...]
     keep: tuple[str, ...]
     releases: tuple[str, ...]
+    avoid: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from reconciler.engine.fields import ObjectError, mapping, string, string_map
 from reconciler.engine.filters import NodeFilter, Taint, parse_node_filter, parse_taints
 from reconciler.engine.records import Nomination, Plan
 from reconciler.engine.resources import PODS, node_allocatable, pod_requests
+from reconciler.engine.unmodeled import scheduler_checks
 from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
@@ -108,7 +109,10 @@ class PodInfo:
     ``devices``: the IDs the reconciler gave it (``deviceshare.io/selected-devices``), None
     when it has none (or an unreadable value). ``grace_seconds``: its
     ``terminationGracePeriodSeconds`` (30 when unset, the API default). ``condition``:
-    its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one.
+    its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one;
+    ``scheduled``: kube-scheduler's ``PodScheduled`` condition, the same way (a refusal:
+    ``("False", "Unschedulable", why)``, :mod:`.refusals`). ``scheduler_checks``: what it
+    asks of kube-scheduler that the engine does not model (:mod:`.unmodeled`).
 
     ``gang_annotations`` is the one raw value kept, and only the part of the annotations
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
@@ -145,6 +149,8 @@ class PodInfo:
     devices: Devices | None = None
     grace_seconds: int = 30
     condition: tuple[str, str, str] | None = None
+    scheduled: tuple[str, str, str] | None = None
+    scheduler_checks: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -215,7 +221,9 @@ class PodInfo:
             "device_group": annotations.get(DEVICE_GROUP, ""),
             "devices": _selected(annotations),
             "grace_seconds": _grace(spec),
-            "condition": _gang_condition(status),
+            "condition": _condition(status, GANG_CONDITION),
+            "scheduled": _condition(status, POD_SCHEDULED),
+            "scheduler_checks": scheduler_checks(spec),
         })
 
 
@@ -241,12 +249,17 @@ def _selected(annotations: Mapping[str, str]) -> Devices | None:
         return None
 
 
-def _gang_condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
+#: kube-scheduler's pod condition (:mod:`.refusals`).
+POD_SCHEDULED = "PodScheduled"
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> tuple[str, str, str] | None:
+    """The pod condition of type ``kind`` as ``(status, reason, message)``, or None."""
     conditions = status.get("conditions")
     if not isinstance(conditions, list):
         return None
     for condition in conditions:
-        if isinstance(condition, Mapping) and condition.get("type") == GANG_CONDITION:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
             return (str(condition.get("status") or ""), str(condition.get("reason") or ""),
                     str(condition.get("message") or ""))
     return None

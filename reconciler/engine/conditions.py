@@ -30,11 +30,14 @@ RELEASED = "Released"
 @dataclass(frozen=True)
 class GangCondition:
     """One member's ``troupe.io/Gang`` condition: ``status`` (``"True"`` once released),
-    ``reason`` and ``message``."""
+    ``reason`` and ``message``. ``notable``: a ``Released`` condition that says more than
+    where the member went (what the plan did not model, the nodes it avoids): written even
+    on a member that was never shown waiting."""
 
     status: str
     reason: str
     message: str
+    notable: bool = False
 
     def as_tuple(self) -> tuple[str, str, str]:
         """``(status, reason, message)``, as :attr:`PodInfo.condition` holds it."""
@@ -53,7 +56,7 @@ def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
     speak of are left out (a released member keeps its ``Released``)."""
     release = decision.find(Release)
     if release is not None:
-        return {m.pod: released(m, len(gang.members)) for m in release.members}
+        return {m.pod: released(m, len(gang.members), release.note) for m in release.members}
     reason = decision.rule.condition
     if reason is None:
         return {}
@@ -62,10 +65,12 @@ def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
     return {p.key: GangCondition("False", reason, message) for p in gang.members if p.key in waiting}
 
 
-def released(m: MemberRelease, size: int) -> GangCondition:
-    """The condition of member ``m`` once released, in a gang of ``size`` members."""
+def released(m: MemberRelease, size: int, note: str = "") -> GangCondition:
+    """The condition of member ``m`` once released, in a gang of ``size`` members; ``note``
+    (:attr:`~reconciler.engine.actions.Release.note`) follows its node and rank."""
     devices = f" with devices {_ids(m.devices)}" if m.devices else ""
-    return GangCondition("True", RELEASED, f"released onto node {m.node} as rank {m.rank} of {size}{devices}")
+    message = f"released onto node {m.node} as rank {m.rank} of {size}{devices}" + (f"; {note}" if note else "")
+    return GangCondition("True", RELEASED, message[:MAX_MESSAGE], notable=bool(note))
 
 
 def _ids(devices: Mapping[str, tuple[int, ...]]) -> str:

@@ -30,7 +30,9 @@ A release whose clock runs out is rolled back, and only that release: members re
 later (replacements, retried writes) never roll back members that are already running
 from an earlier release, and a gang's first release is the whole gang. A release whose
 planned node no longer exists, or was cordoned before its member was bound there (it
-never will be), is rolled back at once. The phase itself comes from the
+never will be), is rolled back at once; so is a release whose pinned member kube-scheduler
+refused on its node, and the gang's plans then avoid that node (:mod:`.refusals`,
+docs/decisions/032-scheduler-refusals.md). The phase itself comes from the
 rules of :mod:`.lifecycle`, in their order.
 
 The jitter is drawn from ``[0, gangScheduleTimeoutJitterSeconds]`` (``seeds/001``) by a hash
@@ -40,9 +42,8 @@ and in the simulator.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from reconciler.engine import lifecycle
@@ -60,6 +61,7 @@ from reconciler.engine.actions import (
     Wait,
 )
 from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
+from reconciler.engine.clocks import Clock, ReleaseGroup, jitter, release_clock
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.devices import Devices
 from reconciler.engine.gang import Gang
@@ -69,8 +71,10 @@ from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.preemption import plan_preemption
 from reconciler.engine.queueing import Policy, QueueView
 from reconciler.engine.records import Nomination, Plan
+from reconciler.engine.refusals import Refusal, avoid_note, avoiding, refusals
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.timestamps import epoch, rfc3339
+from reconciler.engine.unmodeled import note as unmodeled_note
 
 __all__ = ["Decision", "MemberRelease", "decide", "epoch", "jitter", "rfc3339"]
 
@@ -130,55 +134,6 @@ class Decision:
         return found.evict if found is not None else ()
 
 
-def jitter(gang: Gang, release: str) -> float:
-    """The jitter of ``release`` of ``gang``: ``[0, gang.jitter_seconds]`` seconds, from a
-    hash of both (the same after a restart and in the simulator)."""
-    digest = hashlib.blake2b(f"{gang.key}@{release}".encode(), digest_size=8).digest()
-    return gang.jitter_seconds * int.from_bytes(digest, "big") / 2**64
-
-
-@dataclass
-class _Release:
-    """Committed members sharing one ``planned_at``; ``reserved`` are still gated."""
-
-    id: str
-    members: list[PodInfo] = field(default_factory=list)
-    reserved: list[PodInfo] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class _Clock:
-    deadline: float
-    why: str
-
-
-def _release_clock(gang: Gang, r: _Release, snapshot: Snapshot, now: float) -> _Clock | None:
-    """When release ``r`` runs out of time and why; None when it is done (every member
-    bound) or has no readable clock."""
-    seconds, jit = gang.timeout_seconds, jitter(gang, r.id)
-    for pod in r.members:
-        node = pod.node_name or snapshot.committed_node(pod)
-        if not pod.node_name and node and node not in snapshot.index:
-            return _Clock(now, f"the planned node {node} of member {pod.name} no longer exists")
-        if not pod.node_name and node and snapshot.nodes[snapshot.index[node]].unschedulable:
-            return _Clock(now, f"the planned node {node} of member {pod.name} was cordoned before it was bound")
-    if r.reserved:
-        start = epoch(r.id)
-        if start is None:
-            return None
-        return _Clock(start + seconds + jit,
-                      f"release of {len(r.members)} member(s) not complete within {seconds}s "
-                      f"(+{jit:.0f}s jitter): {len(r.reserved)} still gated")
-    unbound = [p for p in r.members if not p.node_name]
-    if not unbound:
-        return None
-    stamps = [t for p in r.members if (t := epoch(p.released_at)) is not None]
-    if not stamps:
-        return None
-    return _Clock(max(stamps) + seconds + jit,
-                  f"{len(unbound)} released member(s) not bound within {seconds}s (+{jit:.0f}s jitter)")
-
-
 @dataclass
 class _Seen:
     """Everything one decision sees of its gang: the inputs of :func:`decide`, the members
@@ -194,10 +149,11 @@ class _Seen:
     gated: list[PodInfo]
     reserved: list[PodInfo]
     free: list[PodInfo]
-    releases: dict[str, _Release]
+    releases: dict[str, ReleaseGroup]
     expired: list[str]
     obs: Observation
     recheck: float | None
+    refused: tuple[Refusal, ...] = ()
 
     def made(self, rule: Rule, actions: Sequence[Action] = (), status: Status | None = None,
              recheck_at: float | None = None, placement: PlacementResult | None = None) -> Decision:
@@ -218,22 +174,25 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
     gated = [p for p in gang.members if p.gated]
     reserved = [p for p in gated if snapshot.committed_node(p)]
     free = [p for p in gated if not snapshot.committed_node(p)]
-    releases: dict[str, _Release] = {}
+    if gang.avoid:  # kube-scheduler refused members there: the gang's plans avoid those nodes
+        free = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in free]
+    refused, refused_later = refusals(released, snapshot.committed_node, gang.avoid, now)
+    releases: dict[str, ReleaseGroup] = {}
     for pod in [*released, *reserved]:
         rid = snapshot.plan_of(pod) or pod.released_at
         if not rid:
             continue  # released without Troupe: nothing to time
-        r = releases.setdefault(rid, _Release(rid))
+        r = releases.setdefault(rid, ReleaseGroup(rid))
         r.members.append(pod)
         if pod.gated:
             r.reserved.append(pod)
-    clocks = {rid: c for rid, r in sorted(releases.items()) if (c := _release_clock(gang, r, snapshot, now))}
+    clocks = {rid: c for rid, r in sorted(releases.items()) if (c := release_clock(gang, r, snapshot, now))}
     for rid in gang.rolled_back:  # a rollback cut short (a refused delete): finish it
         left = [p for p in releases[rid].members if p.owner is not None] if rid in releases else []
         if left:
-            clocks[rid] = _Clock(now, f"the release of {rid} was rolled back; {len(left)} member(s) of it still to delete")
+            clocks[rid] = Clock(now, f"the release of {rid} was rolled back; {len(left)} member(s) of it still to delete")
     expired = [rid for rid, c in clocks.items() if c.deadline <= now]
-    pending = [c.deadline for c in clocks.values() if c.deadline > now]
+    pending = [c.deadline for c in clocks.values() if c.deadline > now] + ([refused_later] if refused_later else [])
     size, settle_left = gang.size, 0.0
     if size is None:
         settle_left = gang.settle_at - now
@@ -248,9 +207,10 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         device_problem=group_problem(snapshot, gated),
         backoff_left=max(0.0, gang.not_before - now), timeouts=gang.timeouts, settle_left=max(0.0, settle_left),
         size_from=gang.size_from, workload_missing=gang.workload_missing,
+        refused=len(refused), refused_why="; ".join(r.describe() for r in refused),
     )
     return _Seen(gang, snapshot, now, policy, queue, released, gated, reserved, free, releases, expired, obs,
-                 min(pending) if pending else None)
+                 min(pending) if pending else None, tuple(refused))
 
 
 def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = None,
@@ -274,12 +234,25 @@ def _no_members(s: _Seen) -> Decision:
 
 
 def _timed_out(s: _Seen) -> Decision:
-    members = [p for rid in s.expired for p in s.releases[rid].members]
+    return _roll_back(s, lifecycle.TIMED_OUT, s.expired)
+
+
+def _refused(s: _Seen) -> Decision:
+    """kube-scheduler refused members on their pinned nodes: roll back their releases (and
+    any that ran out of time) now, and avoid those nodes (:mod:`.refusals`)."""
+    by_key = {p.key: p for p in s.released}
+    refused = {rid for r in s.refused if (rid := s.snapshot.plan_of(by_key[r.pod]) or by_key[r.pod].released_at)}
+    return _roll_back(s, lifecycle.REFUSED, sorted({*refused, *s.expired}), s.refused)
+
+
+def _roll_back(s: _Seen, rule: Rule, expired: Sequence[str], avoid: tuple[Refusal, ...] = ()) -> Decision:
+    """Roll back the releases ``expired`` (their ``planned-at``) under ``rule``."""
+    members = [p for rid in expired if rid in s.releases for p in s.releases[rid].members]
     holders = tuple(p.key for p in s.gang.members
-                    if p.plan is not None and p.plan.planned_at in s.expired and p.owner is None)
+                    if p.plan is not None and p.plan.planned_at in expired and p.owner is None)
     rollback = RollBack(delete=tuple(p.key for p in members if p.owner is not None),
-                        keep=tuple(p.key for p in members if p.owner is None), releases=tuple(s.expired))
-    return s.made(lifecycle.TIMED_OUT, (rollback, ClearPlans(holders)) if holders else (rollback,))
+                        keep=tuple(p.key for p in members if p.owner is None), releases=tuple(expired), avoid=avoid)
+    return s.made(rule, (rollback, ClearPlans(holders)) if holders else (rollback,))
 
 
 def _finish_release(s: _Seen) -> Decision:
@@ -294,7 +267,7 @@ def _finish_release(s: _Seen) -> Decision:
 
 def _all_released(s: _Seen) -> Decision:
     o = s.obs
-    whole = bool(s.gang.timeouts) and o.bound == o.active == (o.size or 0)
+    whole = bool(s.gang.timeouts or s.gang.avoid) and o.bound == o.active == (o.size or 0)
     return s.made(lifecycle.ALL_RELEASED, (ForgetBackoff(),) if whole else ())
 
 
@@ -311,6 +284,7 @@ def _held(rule: Rule) -> Callable[[_Seen], Decision]:
 #: The lifecycle table's observation rules and the builder of each: the machine.
 _BUILD: Mapping[Rule, Callable[[_Seen], Decision]] = {
     lifecycle.NO_MEMBERS: _no_members,
+    lifecycle.REFUSED: _refused,
     lifecycle.TIMED_OUT: _timed_out,
     lifecycle.RELEASE_IN_PROGRESS: _finish_release,
     lifecycle.ALL_RELEASED: _all_released,
@@ -403,7 +377,7 @@ def _unplaced(s: _Seen, view: Snapshot, result: PlacementResult, near: Sequence[
               nominee: str, subject: str, wait: Wait, clear: tuple[str, ...], note: str) -> Decision:
     """No placement: preempt when the mode allows and eviction makes room, hold a refused
     nomination's room, or wait ``Unschedulable`` with the engine's reasons."""
-    reasons = [result.reason, *([note.removeprefix("; ")] if note else [])]
+    reasons = [result.reason, *([note.removeprefix("; ")] if note else []), *_avoided(s)]
     if result.code is Code.UNSCHEDULABLE and s.policy.preemption != "off":
         preempted = _preempt(s, view, near, nom, subject, wait)
         if preempted is not None:
@@ -436,8 +410,14 @@ def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ..
     # brings: the writes' own watch events may carry nothing new to the cache that
     # assumed them, and members that are never bound change nothing else.
     deadline = (epoch(planned_at) or now) + s.gang.timeout_seconds + jitter(s.gang, planned_at)
-    return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings),), clear),
-                  Status.of(result.reason, result.code, subject), recheck_at=deadline, placement=result)
+    notes = [*_avoided(s), *filter(None, [unmodeled_note(s.free)])]
+    return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings, note="; ".join(notes)),), clear),
+                  Status((result.reason, *notes), result.code, subject), recheck_at=deadline, placement=result)
+
+
+def _avoided(s: _Seen) -> list[str]:
+    """The reason part of a plan that avoids nodes (``[]``: none avoided)."""
+    return [avoid_note(s.gang.avoid)] if s.gang.avoid else []
 
 
 def _nomination(gang: Gang) -> tuple[str, Nomination | None]:

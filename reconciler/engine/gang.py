@@ -65,7 +65,9 @@ class Gang:
     rolled back whose owned members must still be deleted: what the caller knows (the
     reconciler keeps it in the cluster; 0, 0 and none for the simulator).
     ``workload_missing``: for a gang sized by its workload, why that workload object is
-    not known (the gang waits), else ``""``.
+    not known (the gang waits), else ``""``. ``avoid``: node name -> why the gang's plans
+    avoid it (kube-scheduler refused a member there, :mod:`.refusals`): what the caller
+    knows, as the backoff.
     """
 
     key: str
@@ -86,6 +88,7 @@ class Gang:
     timeouts: int = 0
     rolled_back: tuple[str, ...] = ()
     workload_missing: str = ""
+    avoid: Mapping[str, str] = field(default_factory=dict)
 
 
 #: The annotation keys of a prefix, made once (every pod of every snapshot asks).

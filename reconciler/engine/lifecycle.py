@@ -12,6 +12,9 @@ passes is the placement engine asked (:data:`READY`); its answer picks :data:`PL
 order   rule                  phase           applies when
 ======  ====================  ==============  ==========================================
 1       ``NoMembers``         Waiting         no active member (all finished or deleted)
+1b      ``Refused``           RolledBack      kube-scheduler refused a released member on
+                                              the node it is pinned to: the release is
+                                              rolled back and the node avoided
 2       ``TimedOut``          RolledBack      a release did not complete, or its members
                                               were not all bound, within the timeout
 3       ``ReleaseInProgress`` Releasing       gated members hold nodes reserved by a
@@ -89,7 +92,8 @@ class Observation:
     ``held``: why the members cannot be released as they are (``""``: nothing).
     ``device_problem``: why a gated member's SharedDeviceGroup cannot take it (``""``).
     ``backoff_left``: seconds before a rolled-back gang may be released again, after
-    ``timeouts`` consecutive rollbacks.
+    ``timeouts`` consecutive rollbacks. ``refused``: released members kube-scheduler
+    refused on their pinned nodes (:mod:`.refusals`), ``refused_why`` its words.
     """
 
     gang: str
@@ -109,6 +113,8 @@ class Observation:
     settle_left: float = 0.0
     size_from: str = ""
     workload_missing: str = ""
+    refused: int = 0
+    refused_why: str = ""
 
     def summary(self) -> str:
         """One line for errors and logs: ``active=4 size=4 gated=2 reserved=2 ...``."""
@@ -188,6 +194,11 @@ def _backoff(o: Observation) -> str:
 
 
 NO_MEMBERS = Rule("NoMembers", Phase.WAITING, lambda o: o.active == 0, lambda o: "no active members")
+#: kube-scheduler refused a pinned member: roll its release back now and avoid the node
+#: (docs/decisions/032-scheduler-refusals.md).
+REFUSED = Rule("Refused", Phase.ROLLED_BACK, lambda o: o.refused > 0,
+               lambda o: f"{o.refused_why}; rolling the release back to plan again off that node",
+               Notice("Warning", "GangRefused"))
 TIMED_OUT = Rule("TimedOut", Phase.ROLLED_BACK, lambda o: o.expired > 0, lambda o: o.expired_why,
                  Notice("Warning", "GangTimedOut"))
 RELEASE_IN_PROGRESS = Rule(
@@ -239,7 +250,7 @@ EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "",
 
 #: The observation rules, in the order they are tried (module docstring).
 RULES: tuple[Rule, ...] = (
-    NO_MEMBERS, TIMED_OUT, RELEASE_IN_PROGRESS, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
+    NO_MEMBERS, REFUSED, TIMED_OUT, RELEASE_IN_PROGRESS, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
     BACKING_OFF, WORKLOAD_UNKNOWN, SETTLING, MEMBERS_MISSING, READY,
 )
 

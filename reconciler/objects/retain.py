@@ -48,7 +48,11 @@ _OBJECT_META: dict[str, Any] = {
     "ownerReferences": True,
 }
 
-_CONTAINER: dict[str, Any] = {"name": True, "resources": True, "restartPolicy": True}
+_CONTAINER: dict[str, Any] = {"name": True, "resources": True, "restartPolicy": True, "ports": True}
+
+#: Of each volume, its name and its source unless no scheduler filter reads that kind
+#: (reconciler.engine.unmodeled: the projected service-account token of every pod is dropped).
+_VOLUME = AllBut({"emptyDir", "configMap", "secret", "projected", "downwardAPI"})
 
 #: Pods: identity and owners; labels and annotations (gang, topology, device-group and rank
 #: keys, the reconciler's decisions); what placement filters on (node selection, affinity,
@@ -62,6 +66,8 @@ POD: Keep = {
         "schedulingGates": True, "priority": True, "priorityClassName": True, "preemptionPolicy": True,
         "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
+        # what kube-scheduler checks that the engine does not model (reconciler.engine.unmodeled)
+        "topologySpreadConstraints": True, "resourceClaims": True, "volumes": _VOLUME,
     },
     "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True, "message": True}},
 }

@@ -261,7 +261,9 @@ def why_json(w: views.Why) -> dict[str, Any]:
             "placements": outcome.placements if outcome is not None else [],
             "ahead": [s.to_json() for s in w.ahead],
             "held": {g: {"domain": d, "nodes": n} for g, (d, n) in w.held.items()},
-            "shortfall": _shortfall_json(w)}
+            "shortfall": _shortfall_json(w),
+            "condition": dict(zip(("status", "reason", "message"), w.condition, strict=True)) if w.condition else None,
+            "refusedByScheduler": w.refusal}
 
 
 def render_why(w: views.Why, levels: Sequence[str], limit: int) -> str:
@@ -275,6 +277,10 @@ def render_why(w: views.Why, levels: Sequence[str], limit: int) -> str:
         f"Phase:    {s.phase} (rule {s.rule}{', placement ' + s.code if s.code else ''})",
         f"Reason:   {s.reason}",
     ]
+    if w.condition is not None and w.condition[2] != s.reason:
+        lines.append(f"Told:     {w.condition[1]}: {w.condition[2]}")
+    if w.refusal is not None:
+        lines.append(f"Refused:  by kube-scheduler on its node: {w.refusal}")
     if s.waiting is not None:
         where = f", {_ordinal(s.queue)} in the queue" if s.queue else ""
         lines.append(f"Waiting:  {duration(s.waiting)}{where} (priority {s.priority})")

@@ -29,6 +29,7 @@ from reconciler.engine.decision import Decision, decide
 from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang
 from reconciler.engine.occupancy import DomainUsage, occupancy
 from reconciler.engine.queueing import Policy
+from reconciler.engine.refusals import is_refused
 from reconciler.engine.shortfall import Shortfall, shortfall
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.timestamps import epoch
@@ -207,7 +208,10 @@ class Why:
     ``held``: capacity those gangs hold (gang -> ``(domain, nodes)``), and ``shortfall``,
     the per-domain shortfall of its gated members that have no node yet, when the gang
     waits for room (``Unschedulable``, ``Preempting``, queued behind one that does); else
-    None."""
+    None. ``condition``: the pod's own ``troupe.io/Gang`` condition as ``(status, reason,
+    message)`` (what the reconciler told it: a release's note of what was not modeled or
+    which nodes it avoids), ``refusal``: kube-scheduler's message when it refused the pod
+    on its node (``PodScheduled=False``, ``Unschedulable``); None when absent."""
 
     pod: str
     rank: int
@@ -215,6 +219,8 @@ class Why:
     ahead: tuple[GangStatus, ...]
     held: Mapping[str, tuple[str, int]]
     shortfall: Shortfall | None
+    condition: tuple[str, str, str] | None = None
+    refusal: str | None = None
 
 
 def find_pod(cluster: Cluster, name: str, namespace: str) -> PodInfo:
@@ -248,7 +254,8 @@ def why(cluster: Cluster, pod: PodInfo, resource: str = "nvidia.com/gpu", ahead:
     outcome = found.outcome
     holds = outcome.queue.holds if outcome is not None and outcome.queue is not None else ()
     held = {h.gang: (h.domain, len(h.nodes)) for h in holds}
-    return Why(pod.key, rank, found, before, held, room_shortfall(cluster, found, resource))
+    refusal = pod.scheduled[2] if is_refused(pod) and pod.scheduled is not None else None
+    return Why(pod.key, rank, found, before, held, room_shortfall(cluster, found, resource), pod.condition, refusal)
 
 
 def room_shortfall(cluster: Cluster, found: GangStatus, resource: str = "nvidia.com/gpu") -> Shortfall | None:

@@ -1,6 +1,7 @@
 """The reconciler's own state, kept in a ConfigMap so that a new leader (or a restarted
-replica) continues where the last one stopped: each gang's rollback backoff and the
-releases it rolled back (docs/decisions/016-bounded-failure-detection.md).
+replica) continues where the last one stopped: each gang's rollback backoff, the
+releases it rolled back (docs/decisions/016-bounded-failure-detection.md) and the nodes it
+avoids after kube-scheduler refused a member there (docs/decisions/032-scheduler-refusals.md).
 
 :class:`StateStore` is the part of :class:`reconciler.daemon.writer.PodWriter` that reads
 and writes it, over two primitives a subclass provides (``_read_state``, ``_write_state``).
@@ -18,6 +19,12 @@ from reconciler.daemon.writer.base import Fenced
 #: The most gangs the state ConfigMap records (about 150 bytes each: well under the API
 #: server's 1 MiB object limit). Past it, the entries whose backoff ran out longest ago go.
 MAX_STATE_ENTRIES = 4000
+#: The most bytes of entries it records (an entry with avoided nodes takes up to about
+#: 2 KB): past it too, the entries that ran out longest ago go.
+MAX_STATE_BYTES = 800_000
+
+#: Nodes a gang avoids: node name -> (until, seconds since the epoch; kube-scheduler's reason).
+Avoided = dict[str, tuple[float, str]]
 
 
 def state_key(gang: str) -> str:
@@ -28,7 +35,8 @@ def state_key(gang: str) -> str:
 
 class StateStore(Fenced, abc.ABC):
     """Rollback backoffs in the state ConfigMap, one data key a gang (:func:`state_key`),
-    each a JSON object ``{"gang", "timeouts", "notBefore", "releases"}``."""
+    each a JSON object ``{"gang", "timeouts", "notBefore", "releases", "avoid"}``
+    (``avoid``: node -> ``[until, reason]``, absent when empty)."""
 
     @abc.abstractmethod
     def _read_state(self) -> dict[str, str]:
@@ -40,48 +48,64 @@ class StateStore(Fenced, abc.ABC):
         """Merge ``changes`` into the state ConfigMap's data (None removes a key), creating
         it when absent. Raises :class:`~reconciler.daemon.writer.base.WriteError`."""
 
-    def load_backoffs(self) -> dict[str, tuple[int, float, tuple[str, ...]]]:
+    def load_backoffs(self) -> dict[str, tuple[int, float, tuple[str, ...], Avoided]]:
         """The rollbacks a reconciler recorded (:meth:`save_backoff`): gang key ->
-        ``(consecutive timeouts, not before (seconds since the epoch), releases rolled back)``.
-        Unreadable entries are skipped. Raises
+        ``(consecutive timeouts, not before (seconds since the epoch), releases rolled back,
+        nodes avoided)``. Unreadable entries are skipped. Raises
         :class:`~reconciler.daemon.writer.base.WriteError` when the state cannot be read."""
         out = {}
         for raw in self._read_state().values():
             try:
                 entry = json.loads(raw)
                 releases = tuple(str(r) for r in entry.get("releases", []))
-                out[str(entry["gang"])] = (int(entry["timeouts"]), float(entry["notBefore"]), releases)
+                avoid = {str(node): (float(until), str(why)) for node, (until, why) in entry.get("avoid", {}).items()}
+                out[str(entry["gang"])] = (int(entry["timeouts"]), float(entry["notBefore"]), releases, avoid)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue
         return out
 
-    def save_backoff(self, gang: str, timeouts: int, not_before: float, releases: tuple[str, ...] = ()) -> None:
-        """Record gang ``gang``'s rollback backoff and the releases it rolled back (their
-        ``planned-at``, whose members must all go) (``timeouts`` 0: forget it), so that a new
-        leader keeps the same deadline and finishes a rollback cut short. Raises
+    def save_backoff(self, gang: str, timeouts: int, not_before: float, releases: tuple[str, ...] = (),
+                     avoid: Avoided | None = None) -> None:
+        """Record gang ``gang``'s rollback backoff, the releases it rolled back (their
+        ``planned-at``, whose members must all go) and the nodes it avoids (``timeouts`` 0
+        and no node avoided: forget it), so that a new leader keeps the same deadline,
+        finishes a rollback cut short and plans off the same nodes. Raises
         :class:`~reconciler.daemon.writer.base.WriteError`."""
         self.fence.check()
         key = state_key(gang)
-        if timeouts <= 0:
+        if timeouts <= 0 and not avoid:
             self._write_state({key: None})
             return
-        value = json.dumps(
-            {"gang": gang, "timeouts": timeouts, "notBefore": round(not_before, 3), "releases": list(releases)},
-            separators=(",", ":"))
-        self._write_state({key: value, **dict.fromkeys(self._overflow(key), None)})
+        entry: dict[str, object] = {"gang": gang, "timeouts": timeouts, "notBefore": round(not_before, 3),
+                                    "releases": list(releases)}
+        if avoid:
+            entry["avoid"] = {node: [round(until, 3), why] for node, (until, why) in sorted(avoid.items())}
+        value = json.dumps(entry, separators=(",", ":"))
+        self._write_state({key: value, **dict.fromkeys(self._overflow(key, len(value)), None)})
 
-    def _overflow(self, adding: str) -> list[str]:
-        """The keys to drop so that adding ``adding`` keeps at most :data:`MAX_STATE_ENTRIES`:
-        the entries with the earliest ``notBefore`` (unreadable ones first)."""
+    def _overflow(self, adding: str, size: int = 0) -> list[str]:
+        """The keys to drop so that adding ``adding`` (``size`` bytes) keeps at most
+        :data:`MAX_STATE_ENTRIES` entries and :data:`MAX_STATE_BYTES` bytes: the entries
+        that run out earliest (their ``notBefore`` or the last of their avoided nodes'
+        ``until``; unreadable ones first)."""
         current = self._read_state()
-        excess = len(current) + (adding not in current) - MAX_STATE_ENTRIES
-        if excess <= 0:
+        others = [(k, v) for k, v in current.items() if k != adding]
+        excess = len(others) + 1 - MAX_STATE_ENTRIES
+        bytes_over = sum(len(k) + len(v) for k, v in others) + size - MAX_STATE_BYTES
+        if excess <= 0 and bytes_over <= 0:
             return []
 
         def deadline(item: tuple[str, str]) -> float:
             try:
-                return float(json.loads(item[1])["notBefore"])
-            except (ValueError, KeyError, TypeError):
+                entry = json.loads(item[1])
+                return max([float(entry["notBefore"]), *(float(v[0]) for v in entry.get("avoid", {}).values())])
+            except (ValueError, KeyError, TypeError, IndexError, AttributeError):
                 return float("-inf")
 
-        return [k for k, _ in sorted(((k, v) for k, v in current.items() if k != adding), key=deadline)[:excess]]
+        dropped = []
+        for k, v in sorted(others, key=deadline):
+            if excess <= 0 and bytes_over <= 0:
+                break
+            dropped.append(k)
+            excess, bytes_over = excess - 1, bytes_over - len(k) - len(v)
+        return dropped
