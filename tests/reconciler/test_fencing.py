@@ -121,6 +121,9 @@ class Recorder(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
+        self._apply()
+
+    def _apply(self) -> None:
         Recorder.seen.append(f"{self.command} {self.path.split('?')[0]}")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -152,12 +155,7 @@ class Slow(Recorder):
         except OSError:
             return
         self.connection.settimeout(None)
-        Recorder.seen.append(f"{self.command} {self.path.split('?')[0]}")
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
+        self._apply()
 
     do_PATCH = do_POST = do_DELETE = do_PUT = _slow
 
