@@ -94,6 +94,11 @@ class Budget:
                    string(meta, "name", "metadata", required=True), labels, expressions, allowed)
 
 
+def counted(pods: Iterable[PodInfo]) -> list[PodInfo]:
+    """The pods of ``pods`` whose eviction the budgets decide: all but ``Pending`` ones."""
+    return [pod for pod in pods if pod.phase != "Pending"]
+
+
 def budget_refusal(pods: Sequence[PodInfo], budgets: Iterable[Budget]) -> str:
     """Why the Eviction API would refuse to evict every one of ``pods`` (a victim gang's
     pods on nodes) at once, ``""`` when it would not: the first budget (by key) that covers
@@ -101,11 +106,11 @@ def budget_refusal(pods: Sequence[PodInfo], budgets: Iterable[Budget]) -> str:
     disruption(s) and covers 8 of the gang's pods"``), or a pod covered by two budgets.
     ``Pending`` pods are evicted whatever the budgets say and are not counted (see the
     module docstring)."""
-    counted = [pod for pod in pods if pod.phase != "Pending"]
-    namespaces = {pod.namespace for pod in counted}
+    evicted = counted(pods)
+    namespaces = {pod.namespace for pod in evicted}
     covering: dict[str, list[str]] = {}
     for budget in sorted((b for b in budgets if b.namespace in namespaces), key=lambda b: b.key):
-        covered = [pod for pod in counted if budget.covers(pod)]
+        covered = [pod for pod in evicted if budget.covers(pod)]
         if not covered:
             continue
         if len(covered) > budget.disruptions_allowed:

@@ -66,7 +66,7 @@ from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase, Rule
 from reconciler.engine.placement import Code, PlacementResult
 from reconciler.engine.preemption import candidates as victims
-from reconciler.engine.preemption import plan_preemption
+from reconciler.engine.preemption.budgeted import plan_within_budgets
 from reconciler.engine.queueing import Policy, QueueView
 from reconciler.engine.records import Nomination, Plan
 from reconciler.engine.snapshot import Snapshot
@@ -487,14 +487,14 @@ def _preempt(s: _Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination 
         return None
     going = victims.leaving(snapshot)
     view = snapshot.with_removed(going) if going else snapshot
-    plan = plan_preemption(view, members, found, policy.preemption, gang.topology.required_level,
-                           gang.topology.preferred_level, near=near, gang=gang.key)
+    plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology.required_level,
+                                       gang.topology.preferred_level, near=near, gang=gang.key)
     if plan is None or not plan.victims:
         return None
     by_key = {p.key: p for p in s.free}
     nomination = Nomination(rfc3339(s.now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
                             plan.victims, tuple(sorted(refused)))
-    nominee, note = _nomination(gang)[0], victims.budget_note(held)
+    nominee, note = _nomination(gang)[0], victims.budget_note({**held, **shared})
     return s.made(lifecycle.PREEMPTING, (Preempt(nominee, nomination, plan.victims, plan), wait),
                   Status.of(f"{plan.reason} ({policy.preemption}){note}", Code.UNSCHEDULABLE, subject),
                   recheck_at=s.now + gang.timeout_seconds, placement=plan.placement)

@@ -44,8 +44,8 @@ def cluster(phase="Running"):
               for i in range(2)]]
 
 
-def decide_high(budgets, mode="atomic", pods=None):
-    snap = snapshot_of(nodes(), pods or cluster(), budgets=budgets)
+def decide_high(budgets, mode="atomic", pods=None, nodes_of=None):
+    snap = snapshot_of(nodes_of or nodes(), pods or cluster(), budgets=budgets)
     members = group_by_gang(snap.pods.values(), CONFIG)["default/high"]
     return decide(build_gang("default/high", members, CONFIG, {}), snap, NOW, Policy(mode))
 
@@ -136,3 +136,21 @@ def test_budget_refusal_counts_the_pods_of_the_gang_a_budget_covers():
         "PodDisruptionBudget default/one allows 1 disruption(s) and covers 8 of the gang's pods"
     assert budget_refusal(pods[:1], [one]) == ""
     assert budget_refusal(pods, [Budget.from_object(budget("eight", 8, {"gang": "g"}))]) == ""
+
+
+def test_gangs_that_pass_their_budget_one_by_one_but_not_together_are_not_evicted_together():
+    """Six nodes, three gangs of two (priority 0): ``a`` on n0, n1, ``b`` on n2, n3, ``c``
+    on n4, n5; ``high`` needs four nodes. One budget allows 3 disruptions over ``a`` and
+    ``b``: each passes alone, the two together (4 pods) do not. The plan takes ``c`` and
+    one of them, and says which gang it left out."""
+    six = [make_node(f"n{i}").topology("b0", f"b0-s{i // 2}", f"n{i}").allocatable(gpu=8) for i in range(6)]
+    pods = [make_pod(f"{g}-{i}").gang(g, 2).index(i).label("tier", "batch" if g != "c" else "other")
+            .requests(gpu=8).on(f"n{2 * k + i}") for k, g in enumerate("abc") for i in range(2)]
+    pods += [make_pod(f"high-{i}").gang("high", 4).index(i).requests(gpu=8).priority(100).gated() for i in range(4)]
+    d = decide_high([budget("batch", 3, {"tier": "batch"})], pods=pods, nodes_of=six)
+    assert d.phase is Phase.PREEMPTING, d.reason
+    gangs = {v.split("/")[1].split("-")[0] for v in d.victims}
+    assert "c" in gangs and len(gangs) == 2 and gangs != {"a", "b"}, d.victims
+    assert "(PodDisruptionBudget default/batch allows 3 disruption(s) over 2 gangs of the plan)" in d.reason
+    assert decide_high([budget("batch", 4, {"tier": "batch"})], pods=pods, nodes_of=six).victims[:4] == (
+        "default/a-0", "default/a-1", "default/b-0", "default/b-1"), "a budget allowing both lets both go"
