@@ -179,6 +179,18 @@ class Elector:
                                  f"{self.election.name} {age:.1f}s ago, past the {self.election.renew_seconds}s "
                                  "renew deadline")
 
+    def remaining(self) -> float:
+        """Seconds until the fence closes (0.0 when it is closed): what is left of
+        ``renew_seconds`` since the last successful renew was sent. A write's response is
+        awaited at most this long (:func:`reconciler.kube.fence_connections`), so no write
+        of this replica is still in flight when another may take over
+        (docs/decisions/030-preemption-budgets-and-fences.md). No I/O."""
+        with self._lock:
+            leading, renewed = self._leading, self._renewed_at
+        if not leading or renewed is None:
+            return 0.0
+        return max(0.0, renewed + self.election.renew_seconds - self.clock())
+
     def confirm(self) -> None:
         """:meth:`check`, then read the Lease back: this replica must still be its holder
         there (no one took it over, no one deleted or edited it). Raises

@@ -68,7 +68,7 @@ from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase, Rule
 from reconciler.engine.placement import Code, PlacementResult
 from reconciler.engine.preemption import candidates as victims
-from reconciler.engine.preemption import plan_preemption
+from reconciler.engine.preemption.budgeted import plan_within_budgets
 from reconciler.engine.queueing import Policy, QueueView
 from reconciler.engine.records import Nomination, Plan
 from reconciler.engine.refusals import Refusal, avoid_note, avoiding, refusals
@@ -387,7 +387,8 @@ def _unplaced(s: _Seen, view: Snapshot, result: PlacementResult, near: Sequence[
                       f"lower-priority gangs make room; retrying when the nomination runs out")
             return s.made(lifecycle.EVICTION_REFUSED, (Preempt(nominee, nom, ()), wait),
                           Status.of(reason, result.code, subject))
-        reasons.append("no lower-priority gangs whose eviction makes room")
+        held = victims.held_by_budgets(view, s.policy.gang_prefix, s.gang.key, s.gang.priority, s.policy.preemption)
+        reasons.append(f"no lower-priority gangs whose eviction makes room{victims.budget_note(held)}")
     return s.made(lifecycle.UNPLACED, _with_clear((wait,), clear), Status(tuple(reasons), result.code, subject),
                   placement=result)
 
@@ -464,19 +465,20 @@ def _preempt(s: _Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination 
             p = replace(p, node_filter=p.node_filter.on_node(holdings[p.device_group].node))
         members.append(p)
     refused = frozenset(nom.refused) if nom is not None else frozenset()
-    found = victims.candidates(snapshot, policy.gang_prefix, gang.key, gang.priority, refused)
+    held = victims.held_by_budgets(snapshot, policy.gang_prefix, gang.key, gang.priority, policy.preemption)
+    found = victims.candidates(snapshot, policy.gang_prefix, gang.key, gang.priority, refused | held.keys())
     if not found:
         return None
     going = victims.leaving(snapshot)
     view = snapshot.with_removed(going) if going else snapshot
-    plan = plan_preemption(view, members, found, policy.preemption, gang.topology.required_level,
-                           gang.topology.preferred_level, near=near, gang=gang.key)
+    plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology.required_level,
+                                       gang.topology.preferred_level, near=near, gang=gang.key)
     if plan is None or not plan.victims:
         return None
     by_key = {p.key: p for p in s.free}
     nomination = Nomination(rfc3339(s.now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
                             plan.victims, tuple(sorted(refused)))
-    nominee, _ = _nomination(gang)
+    nominee, note = _nomination(gang)[0], victims.budget_note({**held, **shared})
     return s.made(lifecycle.PREEMPTING, (Preempt(nominee, nomination, plan.victims, plan), wait),
-                  Status.of(f"{plan.reason} ({policy.preemption})", Code.UNSCHEDULABLE, subject),
+                  Status.of(f"{plan.reason} ({policy.preemption}){note}", Code.UNSCHEDULABLE, subject),
                   recheck_at=s.now + gang.timeout_seconds, placement=plan.placement)

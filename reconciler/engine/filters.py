@@ -216,7 +216,10 @@ def _requirement(raw: Any) -> Requirement:
     return Requirement(string(r, "key", required=True), op, tuple(values))
 
 
-def _requirements(term: Mapping[str, Any], key: str) -> tuple[Requirement, ...]:
+def requirements(term: Mapping[str, Any], key: str) -> tuple[Requirement, ...]:
+    """The requirements of ``term[key]`` (``matchExpressions`` of a node selector term or
+    of a label selector, ``matchFields``); raises
+    :class:`~reconciler.engine.fields.ObjectError` naming the bad entry."""
     out = []
     for i, r in enumerate(sequence(term, key)):
         try:
@@ -231,7 +234,7 @@ def _terms(required: Mapping[str, Any]) -> tuple[Term, ...]:
     for i, raw in enumerate(sequence(required, "nodeSelectorTerms")):
         try:
             term = _mapping_item(raw)
-            parsed.append(Term(_requirements(term, "matchExpressions"), _requirements(term, "matchFields")))
+            parsed.append(Term(requirements(term, "matchExpressions"), requirements(term, "matchFields")))
         except ObjectError as e:
             raise e.below(path("nodeSelectorTerms", i)) from None
     return tuple(parsed)

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
+from reconciler.engine.budgets import Budget
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, is_shared
 from reconciler.engine.fields import ObjectError
@@ -144,14 +145,17 @@ class Snapshot:
     node; :attr:`index` maps a node name to ``i``. ``nodes`` may be a prebuilt
     :class:`NodeTable` (made with the same ``levels``), shared by snapshots that differ
     only in pods. ``groups``: the SharedDeviceGroups by name; ``group_errors``: name ->
-    why a group object could not be read. :attr:`devices` is the device inventory
+    why a group object could not be read; ``budgets``: the PodDisruptionBudgets
+    (:class:`~reconciler.engine.budgets.Budget`) that ``atomic`` preemption counts.
+    :attr:`devices` is the device inventory
     (:class:`~reconciler.engine.devices.DeviceInventory`): the IDs groups hold count as
     used on their nodes, so no ordinary gang is planned onto them. Raises ``ValueError``
     on a duplicate node or pod.
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
-                 groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None) -> None:
+                 groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None,
+                 budgets: Iterable[Budget] = ()) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -167,6 +171,7 @@ class Snapshot:
             self.pods[pod.key] = pod
         self.groups: dict[str, DeviceGroup] = {group.name: group for group in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
+        self.budgets: tuple[Budget, ...] = tuple(budgets)
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
@@ -206,9 +211,11 @@ class Snapshot:
         levels: TopologyLevels | None = None,
         *,
         groups: Sequence[Mapping[str, Any]] = (),
+        budgets: Sequence[Mapping[str, Any]] = (),
         skipped: list[str] | None = None,
     ) -> Snapshot:
-        """A snapshot of Node, Pod and SharedDeviceGroup objects (levels default to GKE's).
+        """A snapshot of Node, Pod, SharedDeviceGroup and PodDisruptionBudget objects
+        (levels default to GKE's).
 
         Raises :class:`ObjectError` whose field starts with the object's place
         (``nodes[2].status.allocatable: missing field``). Given a ``skipped`` list, a
@@ -234,6 +241,7 @@ class Snapshot:
             parse("pods", pods, PodInfo.from_object),
             levels or TopologyLevels.default(),
             parse("groups", groups, DeviceGroup.from_object),
+            budgets=parse("budgets", budgets, Budget.from_object),
         )
 
     # --- who uses what -------------------------------------------------------------------

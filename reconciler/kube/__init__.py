@@ -54,6 +54,7 @@ from reconciler.kube.informer import (
     custom_objects,
     jobs,
     nodes,
+    pod_disruption_budgets,
     pods,
     shared_device_groups,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "list_pages",
     "nodes",
     "plugin_client",
+    "pod_disruption_budgets",
     "pods",
     "read_cluster",
     "read_config_map",

@@ -50,32 +50,65 @@ Page = tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]]
 PageT = TypeVar("PageT", bound=Page)
 
 
+#: The shortest wait for a write's response, seconds: a write sent with less of the fence
+#: left than this still gets a chance to be answered (the margin between the fence and a
+#: takeover, ``leaseSeconds - renewSeconds``, is seconds).
+MIN_WRITE_WAIT = 0.05
+
+
+def _open_ended() -> float:
+    return float("inf")
+
+
 class _Fenced:
     """Mixed into urllib3's connections: the first bytes of a request that changes
     something go out only if ``fence()`` does not raise. The check sits right before the
     send, after the rate limiter, the serialisation and the pool: what stays between it and
-    the socket is a few microseconds of Python."""
+    the socket is a few microseconds of Python. Its response is then awaited at most until
+    the fence closes (``remaining()`` seconds from the send): a write the API server holds
+    (a priority-and-fairness queue, a slow admission) is given up and its connection closed,
+    which cancels the request on the server, before another replica may take over."""
 
     fence: Callable[[], None]
+    remaining: Callable[[], float] = _open_ended
     _write = False
+    _deadline: float | None = None
 
     def putrequest(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
         self._write = method.upper() not in SAFE_METHODS
+        self._deadline = None
         super().putrequest(method, url, *args, **kwargs)  # type: ignore[misc]
 
     def send(self, data: Any) -> None:
         if self._write:
             self._write = False
             type(self).fence()
+            left = type(self).remaining()
+            if left != float("inf"):
+                self._deadline = time.monotonic() + max(left, MIN_WRITE_WAIT)
         super().send(data)  # type: ignore[misc]
 
+    def getresponse(self) -> Any:
+        if self._deadline is not None:
+            left = max(self._deadline - time.monotonic(), MIN_WRITE_WAIT / 10)
+            timeout = self.timeout  # type: ignore[has-type]
+            if timeout is None or not isinstance(timeout, int | float) or timeout > left:
+                self.timeout = left
+        return super().getresponse()  # type: ignore[misc]
 
-def fence_connections(api: client.ApiClient, fence: Callable[[], None]) -> None:
+
+def fence_connections(api: client.ApiClient, fence: Callable[[], None],
+                      remaining: Callable[[], float] | None = None) -> None:
     """Make every request of ``api`` that is not a GET/HEAD/OPTIONS call ``fence()`` just
     before its first byte is sent; what ``fence`` raises
     (:class:`~reconciler.daemon.writer.LostLeadership`) reaches the caller and nothing is
-    sent. Call before the first request."""
-    conns = {scheme: type(f"Fenced{base.__name__}", (_Fenced, base), {"fence": staticmethod(fence)})
+    sent. ``remaining()`` (seconds until the fence closes; None: never) bounds the wait for
+    such a request's response: past it the read times out (urllib3's ``ReadTimeoutError``,
+    not retried for a write). Call before the first request."""
+    attrs: dict[str, Any] = {"fence": staticmethod(fence)}
+    if remaining is not None:
+        attrs["remaining"] = staticmethod(remaining)
+    conns = {scheme: type(f"Fenced{base.__name__}", (_Fenced, base), attrs)
              for scheme, base in (("http", HTTPConnection), ("https", HTTPSConnection))}
     pools = {"http": type("FencedHTTPConnectionPool", (HTTPConnectionPool,), {"ConnectionCls": conns["http"]}),
              "https": type("FencedHTTPSConnectionPool", (HTTPSConnectionPool,), {"ConnectionCls": conns["https"]})}
@@ -94,12 +127,13 @@ def load_kubeconfig(kubeconfig: str | None, cfg: client.Configuration, context: 
 
 def api_client(kubeconfig: str | None, pool_size: int | None = None, user_agent: str | None = None,
                fence: Callable[[], None] | None = None, retries: int | None = None,
-               context: str | None = None) -> client.ApiClient:
+               context: str | None = None, fence_remaining: Callable[[], float] | None = None) -> client.ApiClient:
     """An API client from ``kubeconfig``, or from the in-cluster service account when None,
     keeping up to ``pool_size`` connections to the API server open (default: the client's,
     5 per CPU): size it to the requests in flight. Every connection has TCP keepalive
     (:data:`KEEPALIVE_IDLE`...). ``user_agent`` names this process in the API server's
-    audit log; ``fence`` guards every write (:func:`fence_connections`); ``retries``
+    audit log; ``fence`` guards every write and ``fence_remaining`` (seconds until the
+    fence closes) bounds the wait for its response (:func:`fence_connections`); ``retries``
     bounds urllib3's own retries of a failed connection (default: urllib3's, 3);
     ``context`` names the kubeconfig context (default: its current one). Every request is
     counted by verb, resource and code (:func:`reconciler.daemon.metrics.instrument`).
@@ -120,7 +154,7 @@ def api_client(kubeconfig: str | None, pool_size: int | None = None, user_agent:
     if user_agent:
         api.user_agent = user_agent
     if fence is not None:
-        fence_connections(api, fence)
+        fence_connections(api, fence, fence_remaining)
     metrics.instrument(api)
     return api
 

@@ -96,6 +96,12 @@ def jobs(api: client.ApiClient) -> Resource:
     return Resource("jobs", client.BatchV1Api(api).list_job_for_all_namespaces)
 
 
+def pod_disruption_budgets(api: client.ApiClient) -> Resource:
+    """All policy/v1 PodDisruptionBudgets, in every namespace (atomic preemption counts
+    them, docs/decisions/030-preemption-budgets-and-fences.md)."""
+    return Resource("poddisruptionbudgets", client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces)
+
+
 def shared_device_groups(api: client.ApiClient) -> Resource:
     """All SharedDeviceGroups (``deviceshare.io/v1alpha1``, cluster-scoped): optional, as
     every custom resource (a cluster without the CRD has no groups)."""

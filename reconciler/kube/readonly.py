@@ -91,7 +91,8 @@ def _list_if_allowed(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> O
 
 def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
-    SharedDeviceGroups and the workload kinds of :mod:`reconciler.engine.workloads` (a
+    SharedDeviceGroups, PodDisruptionBudgets and the workload kinds of
+    :mod:`reconciler.engine.workloads` (a
     custom resource whose CRD is not installed, or that this user may not list, is left
     out: its gangs wait with that reason), and ``extra`` kinds (``Namespace``,
     ``PriorityClass``). Lists run in parallel. Returns ``(where, kind, object)`` triples
@@ -109,6 +110,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tup
         ("Job", "jobs", batch.list_job_for_all_namespaces, {}, _list_all),
         *[(k.kind, k.crd, crd(k.group, k.version, k.plural), {}, _list_if_allowed) for k in wl.CUSTOM_KINDS],
         ("SharedDeviceGroup", "shareddevicegroups", crd(*contract.DEVICE_GROUP_API), {}, _list_if_allowed),
+        ("PodDisruptionBudget", "poddisruptionbudgets",
+         client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces, {}, _list_if_allowed),
     ]
     if "Namespace" in extra:
         lists.append(("Namespace", "namespaces", core.list_namespace, {}, _list_if_allowed))

@@ -103,6 +103,16 @@ DEVICE_GROUP: Keep = {
 }
 
 
+#: PodDisruptionBudgets: which pods they cover (namespace, selector) and how many of them
+#: may go now (``status.disruptionsAllowed``): what atomic preemption counts.
+BUDGET: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True},
+    "spec": {"selector": True},
+    "status": {"disruptionsAllowed": True},
+}
+
+
 def _cut(value: Any, policy: bool | Keep | AllBut) -> Any:
     if policy is True:
         return value

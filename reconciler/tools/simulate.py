@@ -12,7 +12,8 @@ gangs of ``<prefix>-size: auto`` are grouped and sized from their workloads as t
 reconciler does (:mod:`reconciler.engine.workloads`; a workload kind that is absent from
 the snapshot leaves its gangs waiting, with the reason); add ``shareddevicegroups`` and
 device groups are allocated as the reconciler allocates them (``kubectl get
-nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups -A -o json``).
+nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups -A -o json``); add
+``poddisruptionbudgets`` and ``atomic`` preemption counts them as the reconciler does.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
 :func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest
@@ -58,6 +59,7 @@ from typing import Any, TypeVar
 from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, actions
 from reconciler.engine import workloads as wl
 from reconciler.engine.allocation import group_view
+from reconciler.engine.budgets import Budget
 from reconciler.engine.decision import Decision
 from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
@@ -67,7 +69,7 @@ from reconciler.engine.step import step
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup")
+KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget")
 EXIT_BAD_INPUT = 2
 
 
@@ -165,6 +167,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     groups: list[DeviceGroup] = []
+    budgets: list[Budget] = []
     origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
     parallelism: dict[tuple[str, str], int] = {}
     workloads: dict[wl.WorkloadKey, wl.Workload] = {}
@@ -178,6 +181,8 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 nodes.append(_once(NodeInfo.from_object(obj), kind, where, node_where))
             elif kind == "SharedDeviceGroup":
                 groups.append(_once(DeviceGroup.from_object(obj), kind, where, group_where))
+            elif kind == "PodDisruptionBudget":
+                budgets.append(Budget.from_object(obj))
             elif kind != "Pod":
                 meta = mapping(obj, "metadata", required=True)
                 mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
@@ -195,7 +200,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 pods.append(pod)
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
-    snapshot = Snapshot(nodes, pods, levels, groups)
+    snapshot = Snapshot(nodes, pods, levels, groups, budgets=budgets)
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
     return Built(snapshot, origin, parallelism, notes, wl.Workloads(workloads))
 

@@ -38,9 +38,9 @@ NODES_FILE = REPO / "examples" / "nodes.yaml"
 #: loaded cores in 2026-11, teardowns as they are now (``make test`` prints the slowest tests).
 #: The others start after these, before the unit tests.
 LONGEST_FIRST = (
+    "test_preemption.py",        # 210: a cluster of its own, a reconciler per mode and case
     "test_chart_install.py",     # 190: a CA rotation and five serving certificates
     "test_release_kills.py",     # 190: 8 SIGKILLs mid-release, a cluster of its own
-    "test_preemption.py",        # 90: a cluster of its own, a reconciler per mode
     "test_leader_election.py",   # 80: two clusters of its own
     "test_failover_state.py",    # 60: a cluster of its own, a leader killed
     "test_admission_e2e.py",     # 45

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import PodRef
+from tests.support.engine_builders import budget
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -96,3 +97,21 @@ def test_a_groups_work_queue_key_is_typed_and_never_taken_for_a_gangs():
     assert isinstance(key, GroupKey) and group_of_key(key) == "team-a-gpus"
     assert group_of_key("team-a/train") is None
     assert group_of_key("sdg:team-a-gpus") is None, "a string that looks like a group key is a gang's"
+
+
+def test_budgets_reach_the_snapshot_and_a_change_of_their_count_rebuilds_it():
+    cache = ClusterCache(Config())
+    cache.replace_nodes([make_node("n0").build()])
+    empty = cache.snapshot()
+    assert empty.budgets == ()
+    cache.budgets.replace([budget("keep", 1, {"app": "x"}, namespace="team"),
+                           {**budget("bad", 0, {}), "status": {"disruptionsAllowed": "many"}}])
+    first = cache.snapshot()
+    assert first is not empty
+    assert [(b.key, b.disruptions_allowed) for b in first.budgets] == [("team/keep", 1)], "the bad one is left out"
+    assert not cache.budgets.event("MODIFIED", budget("keep", 1, {"app": "x"}, namespace="team"))
+    assert cache.snapshot() is first, "the same count: nothing a decision reads changed"
+    assert cache.budgets.event("MODIFIED", budget("keep", 0, {"app": "x"}, namespace="team"))
+    assert [b.disruptions_allowed for b in cache.snapshot().budgets] == [0]
+    assert cache.budgets.event("DELETED", budget("keep", 0, {"app": "x"}, namespace="team"))
+    assert cache.snapshot().budgets == ()

@@ -153,6 +153,21 @@ def test_a_leader_that_cannot_renew_stops_writing_at_the_renew_deadline_before_a
     assert taken - fence_closed >= ELECTION.lease_seconds - ELECTION.renew_seconds, "5 s between the two"
 
 
+def test_the_fence_says_how_long_it_stays_open_which_bounds_the_wait_for_a_write():
+    store, clock = Leases(), Clock()
+    a = elector(store, "a", clock)
+    assert a.remaining() == 0.0, "not leading: closed"
+    a.try_acquire_or_renew()
+    assert a.remaining() == pytest.approx(10.0)
+    clock.now += 9.7
+    assert a.remaining() == pytest.approx(0.3)
+    a.check()
+    clock.now += 0.4
+    assert a.remaining() == 0.0
+    with pytest.raises(LostLeadership):
+        a.check()
+
+
 def test_every_lease_request_is_bounded_by_what_is_left_of_the_renew_deadline():
     store, clock = Leases(), Clock()
     a = elector(store, "a", clock)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import urllib3
 import yaml
 from kubernetes import client
 
@@ -119,6 +121,9 @@ class Recorder(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
+        self._apply()
+
+    def _apply(self) -> None:
         Recorder.seen.append(f"{self.command} {self.path.split('?')[0]}")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -128,14 +133,40 @@ class Recorder(BaseHTTPRequestHandler):
 
     do_GET = do_PATCH = do_POST = do_DELETE = do_PUT = _answer
 
+
+class Slow(Recorder):
+    """An API server stand-in that holds every write for :attr:`hold` seconds before it
+    applies it (records it) and answers: a request waiting in a priority-and-fairness
+    queue. A write whose client gave up by then is not applied (the API server cancels a
+    request whose connection closed)."""
+
+    hold: ClassVar[float] = 2.0
+
+    def _slow(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        time.sleep(Slow.hold)
+        self.connection.settimeout(0.01)
+        try:
+            if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                return  # the client closed the connection: the request is cancelled
+        except (TimeoutError, BlockingIOError):
+            pass
+        except OSError:
+            return
+        self.connection.settimeout(None)
+        self._apply()
+
+    do_PATCH = do_POST = do_DELETE = do_PUT = _slow
+
     def log_message(self, *args) -> None:
         pass
 
 
 @pytest.fixture
-def api_server(tmp_path: Path):
+def api_server(tmp_path: Path, request: pytest.FixtureRequest):
     Recorder.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), getattr(request, "param", Recorder))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     kubeconfig = tmp_path / "kubeconfig"
@@ -167,6 +198,29 @@ def test_a_write_built_while_leading_is_stopped_at_the_socket_once_the_fence_clo
         core.delete_namespaced_pod("p", "ns", _preload_content=False)
     core.read_namespaced_pod("p", "ns", _preload_content=False)  # reads pass
     assert Recorder.seen == ["PATCH /api/v1/namespaces/ns/pods/p", "GET /api/v1/namespaces/ns/pods/p"]
+
+
+@pytest.mark.parametrize("api_server", [Slow], indirect=True)
+def test_a_write_is_awaited_only_until_the_fence_closes_and_one_held_past_it_is_never_applied(api_server):
+    """A write sent 0.3 s before the fence closes, which the API server holds for 2 s (a
+    queue): the client gives up when the fence closes, closing the connection, so the
+    server never applies it after a takeover (docs/decisions/030)."""
+    closes_at = time.monotonic() + 0.3
+    api = kube.api_client(api_server, fence=lambda: None, retries=0,
+                          fence_remaining=lambda: max(0.0, closes_at - time.monotonic()))
+    core = client.CoreV1Api(api)
+    started = time.monotonic()
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        core.patch_namespaced_pod("p", "ns", {"metadata": {"labels": {"x": "1"}}}, _preload_content=False,
+                                  _request_timeout=kube.REQUEST_TIMEOUT)
+    waited = time.monotonic() - started
+    assert waited < 1.0, f"the write was awaited {waited:.2f}s, past the fence"
+    core.read_namespaced_pod("p", "ns", _preload_content=False)  # reads are not bounded by the fence
+    time.sleep(Slow.hold + 0.5)
+    assert Recorder.seen == ["GET /api/v1/namespaces/ns/pods/p"], "the held write was never applied"
+    unbounded = kube.api_client(api_server, fence=lambda: None, retries=0)
+    client.CoreV1Api(unbounded).patch_namespaced_pod("p", "ns", {}, _preload_content=False)
+    assert Recorder.seen[-1] == "PATCH /api/v1/namespaces/ns/pods/p", "without a lease a write is awaited"
 
 
 def test_every_connection_has_tcp_keepalive_that_notices_a_dead_peer_within_a_minute(api_server):

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import PodRef
+from reconciler.engine.budgets import Budget
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.gang import job_parallelism
 from reconciler.engine.workloads import workload
-from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Retained, retain
+from reconciler.objects.retain import BUDGET, DEVICE_GROUP, JOB, NODE, POD, Retained, retain
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -136,6 +137,19 @@ def test_a_retained_device_group_parses_exactly_as_the_whole_one():
     kept = retain(DEVICE_GROUP, group)
     assert DeviceGroup.from_object(kept) == DeviceGroup.from_object(group)
     assert "managedFields" not in kept["metadata"]
+
+
+def test_a_retained_budget_parses_exactly_as_the_whole_one():
+    whole = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+             "metadata": {"name": "keep", "namespace": "team", "uid": "u", "resourceVersion": "7",
+                          "managedFields": [{"manager": "kubectl"}], "annotations": {"a": "b"}},
+             "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "x"},
+                                                      "matchExpressions": [{"key": "t", "operator": "Exists"}]}},
+             "status": {"disruptionsAllowed": 1, "currentHealthy": 4, "desiredHealthy": 3, "expectedPods": 4,
+                        "observedGeneration": 1, "disruptedPods": {"p": "2024-01-01T00:00:00Z"}}}
+    kept = retain(BUDGET, whole)
+    assert Budget.from_object(kept) == Budget.from_object(whole)
+    assert "managedFields" not in kept["metadata"] and set(kept["status"]) == {"disruptionsAllowed"}
 
 
 def test_retaining_is_done_once():

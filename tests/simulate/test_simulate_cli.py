@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from reconciler.tools import simulate
-from tests.support.engine_builders import make_node, make_pod
+from tests.support.engine_builders import budget, make_node, make_pod
 from tests.support.snapshots import write_list
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,7 +226,7 @@ BAD_INPUTS = [
     ("a document that is not an object", "- just\n- a list\n", "document 1: expected a Kubernetes object, got a list"),
     ("a document without a kind", "metadata: {name: x}\n", "document 1: kind: missing field"),
     ("an unknown kind", "kind: Service\nmetadata: {name: web, namespace: default}\n",
-     "document 1 (Service web): unknown kind 'Service' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, SharedDeviceGroup)"),
+     "document 1 (Service web): unknown kind 'Service' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, SharedDeviceGroup, PodDisruptionBudget)"),
     ("a node without allocatable", "kind: Node\nmetadata: {name: n1}\nstatus: {}\n",
      "document 1 (Node n1): status.allocatable: missing field"),
     ("a pod without containers in a list",
@@ -279,7 +279,7 @@ def test_both_entry_points_run_as_modules(tmp_path, module):
     bad = subprocess.run([sys.executable, "-m", *module, str(tmp_path / "bad.yaml")],
                          cwd=REPO, capture_output=True, text=True, check=False)
     assert bad.returncode == 2
-    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, SharedDeviceGroup)\n"
+    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, SharedDeviceGroup, PodDisruptionBudget)\n"
 
 
 def test_the_snapshot_can_come_from_stdin(tmp_path):
@@ -311,6 +311,25 @@ def test_a_gang_that_needs_victims_is_preempting_with_its_placements_and_victims
     assert off["gangs"][0]["phase"] == "Unschedulable" and "victims" not in off["gangs"][0]
     code, table, _ = run(capsys, path, "--gang-preemption-mode", "atomic")
     assert code == 0 and "VICTIM" in table and "batch/low-a" in table
+
+
+def test_atomic_counts_the_budgets_of_the_snapshot_as_the_reconciler_does(tmp_path, capsys):
+    """A budget allowing one disruption over the two pods of gang ``low`` (priority 0):
+    ``atomic`` leaves it whole and evicts ``mid`` (priority 50), naming the budget
+    (docs/decisions/030-preemption-budgets-and-fences.md)."""
+    low = [make_pod(f"low-{n}", "batch").requests(gpu=8).gang("low", 2).label("app", "low").on(n).build()
+           for n in ("a1", "a2")]
+    mid = [make_pod(f"mid-{n}", "batch").requests(gpu=8).gang("mid", 2).priority(50).on(n).build()
+           for n in ("c1", "c2")]
+    high = [make_pod(f"train-{i}", "ml").requests(gpu=8).gang("train", 3).index(i).priority(100).gated().build()
+            for i in range(3)]
+    keep = budget("keep-low", 1, {"app": "low"}, namespace="batch")
+    out, _ = run_json(capsys, write_list(tmp_path, NODES + low + mid + high + [keep]), "--gang-preemption-mode",
+                      "atomic")
+    [gang] = out["gangs"]
+    assert gang["phase"] == "Preempting", gang["reason"]
+    assert sorted(v["pod"] for v in gang["victims"]) == ["mid-c1", "mid-c2"]
+    assert "left whole by their budgets: batch/low (PodDisruptionBudget batch/keep-low allows 1" in gang["reason"]
 
 
 def test_bad_preemption_mode_is_refused_by_the_flag(tmp_path, capsys):

@@ -293,12 +293,30 @@ def snapshot_of(
     pods: Iterable[PodBuilder | Mapping[str, Any]] = (),
     levels: TopologyLevels | None = None,
     groups: Iterable[GroupBuilder | Mapping[str, Any]] = (),
+    budgets: Iterable[Mapping[str, Any]] = (),
 ) -> Snapshot:
     def obj(x: NodeBuilder | PodBuilder | GroupBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
         return x.build() if isinstance(x, NodeBuilder | PodBuilder | GroupBuilder) else x
 
     return Snapshot.from_objects([obj(n) for n in nodes], [obj(p) for p in pods], levels,
-                                 groups=[obj(g) for g in groups])
+                                 groups=[obj(g) for g in groups], budgets=list(budgets))
+
+
+def budget(name: str, allowed: int | None, match_labels: Mapping[str, str] | None = None,
+           namespace: str = "default", expressions: list[dict[str, Any]] | None = None,
+           selector: bool = True) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget object: ``allowed`` is its
+    ``status.disruptionsAllowed`` (None: no status yet); ``selector=False`` leaves the
+    selector out."""
+    spec: dict[str, Any] = {"minAvailable": 1}
+    if selector:
+        spec["selector"] = {"matchLabels": dict(match_labels or {}),
+                            **({"matchExpressions": expressions} if expressions else {})}
+    out: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                           "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    if allowed is not None:
+        out["status"] = {"disruptionsAllowed": allowed}
+    return out
 
 
 def gang_of(size: int, gpu: int | None = None, name: str = "train", cpu: str | None = None) -> list[PodInfo]:

@@ -3,7 +3,9 @@ the index of gangs, SharedDeviceGroups and their pods (:class:`ClusterCache`, in
 :mod:`~reconciler.daemon.cache.cluster`), and what sizes gangs of ``<prefix>-size: auto``:
 Jobs' parallelism and the workload objects (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs,
 kept as :class:`~reconciler.engine.workloads.Workload` values, not as objects;
-:class:`WorkloadIndex`, in :mod:`~reconciler.daemon.cache.workloads`).
+:class:`WorkloadIndex`, in :mod:`~reconciler.daemon.cache.workloads`), and the
+PodDisruptionBudgets that atomic preemption counts (:class:`BudgetIndex`, in
+:mod:`~reconciler.daemon.cache.budgets`).
 
 Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 (:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
@@ -26,7 +28,8 @@ nor indexed again (docs/decisions/017-cache-memory.md).
 
 from __future__ import annotations
 
+from reconciler.daemon.cache.budgets import BudgetIndex
 from reconciler.daemon.cache.cluster import ClusterCache, Entry, GroupKey, group_key, group_of_key
 from reconciler.daemon.cache.workloads import WorkloadIndex
 
-__all__ = ["ClusterCache", "Entry", "GroupKey", "WorkloadIndex", "group_key", "group_of_key"]
+__all__ = ["BudgetIndex", "ClusterCache", "Entry", "GroupKey", "WorkloadIndex", "group_key", "group_of_key"]

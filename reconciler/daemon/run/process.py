@@ -122,7 +122,8 @@ def run(
         elector = Elector(leases, election, identity, started, stopped)
         fence = elector
     writer_api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + 2, user_agent=agent,
-                                 fence=fence.check if elector is not None else None)
+                                 fence=fence.check if elector is not None else None,
+                                 fence_remaining=elector.remaining if elector is not None else None)
     reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence, state=state)
 
     def _signal(signum: int, _frame: object) -> None:

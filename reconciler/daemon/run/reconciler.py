@@ -24,6 +24,7 @@ from reconciler.daemon.writer import UNFENCED, Fence
 from reconciler.engine import workloads as wl
 from reconciler.engine.cluster import TERMINAL_PHASES
 from reconciler.engine.lifecycle import Phase
+from reconciler.objects.retain import BUDGET, retain
 from troupe import contract
 from troupe.config import Config
 
@@ -49,9 +50,9 @@ INFORMER_FAILING = Gauge("troupe_informer_failing_seconds",
                          ["resource"])
 
 #: Connections of the informers' client: a watch or a list per informer (pods, nodes,
-#: Jobs, SharedDeviceGroups, three workload kinds), with room for more. The writer's client
+#: Jobs, SharedDeviceGroups, PodDisruptionBudgets, three workload kinds), with room for more. The writer's client
 #: has ``releaseConcurrency`` + 2 (the Event sender and a spare), the Lease's 2.
-POOL_EXTRA = 11
+POOL_EXTRA = 12
 #: A reconcile of one gang that has run this long, seconds, makes ``/healthz`` fail: the
 #: worker is stuck (a release of 512 members takes seconds).
 WORKER_STUCK_SECONDS = 300.0
@@ -93,6 +94,9 @@ class Reconciler:
                                   transform=self.cache.retain_job)
         self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event,
                                     transform=self.cache.retain_group)
+        #: PodDisruptionBudgets, which atomic preemption counts (decision 030).
+        self.budgets = kube.Informer(kube.pod_disruption_budgets(api), self._budgets_listed, self._budget_event,
+                                     transform=lambda obj: retain(BUDGET, obj))
         #: One informer per workload custom resource (JobSet, LeaderWorkerSet, PyTorchJob):
         #: the size of gangs of ``<prefix>-size: auto``. A kind whose CRD is not installed
         #: is skipped, its gangs wait with that reason (docs/decisions/014-workload-gangs.md).
@@ -173,6 +177,14 @@ class Reconciler:
         self._enqueue(self.cache.group_gangs(name))
         if kind == "DELETED":
             self._enqueue(self.controller.helped_by(None))
+
+    def _budgets_listed(self, items: list[Mapping[str, Any]]) -> None:
+        self.cache.budgets.replace(items)
+        self._enqueue(self.cache.pending_gangs())
+
+    def _budget_event(self, kind: str, budget: Mapping[str, Any]) -> None:
+        if self.cache.budgets.event(kind, budget):  # a gang held back by it may now preempt, or not
+            self._enqueue(self.cache.pending_gangs())
 
     def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
         def listed(items: list[Mapping[str, Any]]) -> None:
@@ -258,10 +270,11 @@ class Reconciler:
         self.nodes.start()
         self.jobs.start()
         self.groups.start()
+        self.budgets.start()
         for informer in self.workloads:
             informer.start()
         self.pods.start()
-        for informer in (self.nodes, self.jobs, self.groups, *self.workloads, self.pods):
+        for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controller.load_state()
@@ -308,6 +321,7 @@ class Reconciler:
         self.queue.shutdown()
         self.pods.stop()
         self.groups.stop()
+        self.budgets.stop()
         self.jobs.stop()
         for informer in self.workloads:
             informer.stop()

@@ -79,7 +79,8 @@ shape and at most :data:`PLACEMENT_BUDGET` ties, the exact search returns an opt
 **Modules**, one per job: :mod:`.candidates` (the victim rule, the candidate gangs, the
 search's view of them), :mod:`.capacity` (the capacity model), :mod:`.search` (one call's
 state, the objective, the sweep, the subset enumeration), :mod:`.greedy`, :mod:`.exact`,
-:mod:`.settle`, and :mod:`.plan` (the entry and the plan).
+:mod:`.settle`, :mod:`.plan` (the entry and the plan) and :mod:`.budgeted` (an ``atomic``
+plan held to the PodDisruptionBudgets that cover several of its gangs).
 """
 
 from reconciler.engine.preemption.candidates import VictimGang, candidate_gangs, may_be_victim

@@ -19,6 +19,7 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from reconciler.engine.budgets import budget_refusal
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.gang import gang_key
 from reconciler.engine.snapshot import Snapshot
@@ -116,6 +117,35 @@ def candidates(snapshot: Snapshot, prefix: str, preemptor: str, priority: int,
     was refused), those with a pod on a node."""
     return [victim for key, victim in victim_gangs(snapshot, prefix).items()
             if may_be_victim(key, victim.priority, preemptor, priority, refused) and victim.pods]
+
+
+def held_by_budgets(snapshot: Snapshot, prefix: str, preemptor: str, priority: int,
+                    mode: str) -> dict[str, str]:
+    """Gang key -> why the PodDisruptionBudgets of ``snapshot`` forbid evicting it whole
+    (:func:`~reconciler.engine.budgets.budget_refusal`), for the gangs ``preemptor`` (a
+    gang key, of ``priority``) could otherwise evict; empty unless ``mode`` is ``atomic``
+    (``minimal`` evicts a gang's pods one by one and takes a refusal as it comes). Such a
+    gang is not a candidate: the plan takes another instead of a dry run that passes pod by
+    pod and real evictions refused after the first
+    (docs/decisions/030-preemption-budgets-and-fences.md)."""
+    if mode != "atomic" or not snapshot.budgets:
+        return {}
+    gangs = victim_gangs(snapshot, prefix)
+    refusals: dict[str, str] = snapshot.memo(f"budget-refusals:{prefix}", lambda: {
+        key: why for key, victim in gangs.items() if (why := budget_refusal(victim.pods, snapshot.budgets))})
+    return {key: why for key, why in refusals.items()
+            if may_be_victim(key, gangs[key].priority, preemptor, priority)}
+
+
+def budget_note(held: Mapping[str, str], shown: int = 3) -> str:
+    """``held`` (:func:`held_by_budgets`) for a reason: ``"; left whole by their budgets:
+    team-a/a (PodDisruptionBudget team-a/keep allows 1 ...)"``, at most ``shown`` gangs
+    named; ``""`` for none."""
+    if not held:
+        return ""
+    named = [f"{key} ({why})" for key, why in sorted(held.items())[:shown]]
+    more = f" and {len(held) - shown} more" if len(held) > shown else ""
+    return f"; left whole by their budgets: {', '.join(named)}{more}"
 
 
 def leaving(snapshot: Snapshot) -> list[str]:
