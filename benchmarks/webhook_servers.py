@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import webhook_load as wl  # noqa: E402  the sibling benchmark's helpers
+import webhook_load as wl
 
 REPO = wl.REPO
 PYTHON = wl.PYTHON

@@ -66,6 +66,15 @@ def _bad_request(status: int, message: str) -> Response:
     )
 
 
+def _too_many_json_containers(body: bytes) -> str | None:
+    """Why ``body`` would cost too much to parse, or None: more than
+    :data:`MAX_JSON_CONTAINERS` ``{`` and ``[`` bytes (decision 028)."""
+    nested = body.count(b"{") + body.count(b"[")
+    if nested <= MAX_JSON_CONTAINERS:
+        return None
+    return f"request body holds {nested} JSON objects and arrays, more than {MAX_JSON_CONTAINERS}"
+
+
 def _summary(review: object) -> dict[str, Any]:
     """uid, namespace, name, operation, dry_run and user of a review, for the log line."""
     req = review.get("request") if isinstance(review, Mapping) else None
@@ -159,22 +168,17 @@ def create_app(config: Config, cert_file: str | None = None, key_file: str | Non
         start = time.perf_counter()
         content_type = request.environ.get("CONTENT_TYPE", "")
         if content_type.partition(";")[0].strip().lower() != _JSON:
-            return finish(start, {}, "error", _bad_request(415, f"Content-Type must be {_JSON}"),
-                          status=415)
+            return finish(start, {}, "error", _bad_request(415, f"Content-Type must be {_JSON}"), status=415)
         try:
             data = request.get_data(cache=False)
-            nested = data.count(b"{") + data.count(b"[")
-            if nested > MAX_JSON_CONTAINERS:
-                message = (f"request body holds {nested} JSON objects and arrays, more than "
-                           f"{MAX_JSON_CONTAINERS}")
-                return finish(start, {}, "error", _bad_request(413, message), status=413, message=message)
+            if (too_many := _too_many_json_containers(data)) is not None:
+                return finish(start, {}, "error", _bad_request(413, too_many), status=413, message=too_many)
             review = orjson.loads(data)
         except HTTPException as e:  # 413: body too large
             code = e.code or 400
             return finish(start, {}, "error", _bad_request(code, e.description or e.name), status=code)
         except ValueError as e:  # orjson.JSONDecodeError: not JSON, not UTF-8, nested too deep
-            return finish(start, {}, "error", _bad_request(400, f"body is not JSON: {type(e).__name__}"),
-                          status=400)
+            return finish(start, {}, "error", _bad_request(400, f"body is not JSON: {type(e).__name__}"), status=400)
         summary = _summary(review)
         problem = envelope_error(review)
         if problem is not None:

@@ -6,6 +6,7 @@ server's resident memory (all its processes, from /proc).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -66,10 +67,8 @@ def send_never_read(server: Server, body: bytes) -> ssl.SSLSocket:
     sock = server.tls.client_context().wrap_socket(raw, server_hostname="127.0.0.1")
 
     def send() -> None:
-        try:
+        with contextlib.suppress(OSError):  # the server may refuse and close before it is all sent
             sock.sendall(post(body))
-        except OSError:
-            pass  # the server may refuse and close before the body is all sent
 
     threading.Thread(target=send, daemon=True).start()
     return sock

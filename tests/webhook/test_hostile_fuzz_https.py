@@ -12,7 +12,12 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.hostile_webhook import Watch, empty_containers_spec, review_bytes, send_never_read
+from tests.support.hostile_webhook import (
+    Watch,
+    empty_containers_spec,
+    review_bytes,
+    send_never_read,
+)
 from tests.support.webhook_builders import Server
 
 POD_MEMORY_LIMIT_KIB = 256 * 1024

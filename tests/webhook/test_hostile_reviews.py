@@ -15,7 +15,12 @@ import time
 
 import pytest
 
-from tests.support.hostile_webhook import Watch, empty_containers_spec, review_bytes, send_never_read
+from tests.support.hostile_webhook import (
+    Watch,
+    empty_containers_spec,
+    review_bytes,
+    send_never_read,
+)
 from tests.support.webhook_builders import Server, make_pod, make_review
 from webhook.admission import MAX_CONTAINERS
 from webhook.app import MAX_BODY_BYTES
