@@ -423,12 +423,17 @@ def test_past_the_workers_byte_budget_the_connection_holding_the_most_is_closed(
     limits = Limits(max_buffered_bytes=1_000_000, max_body_bytes=4_000_000, request_timeout=30)
     with serving(limits) as r:
         heavy = []
-        for size in (300_000, 400_000, 500_000):
+        held = 0
+        for size in (100_000, 200_000, 900_000):
             c = r.client()
             c.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3000000\r\n\r\n" + b"a" * size)
             heavy.append(c)
-            time.sleep(0.2)
-        closed_by_server(heavy[2], within=5)
+            held += size
+            deadline = time.monotonic() + 10
+            while size < 900_000 and r.server.buffered < held and time.monotonic() < deadline:
+                time.sleep(0.01)
+        # The budget is crossed while the third holds over 700,000 bytes: the most.
+        closed_by_server(heavy[2], within=10)
         assert r.closed["over_buffer"] == 1
         assert r.server.buffered <= limits.max_buffered_bytes
         small = r.client()
