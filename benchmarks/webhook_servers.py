@@ -23,6 +23,9 @@ Targets (the numbers are printed one line each, for ``docs/decisions/028``):
   sending small admissions for ``--amplify-seconds``: that client's slowest admission and
   failures, and the server's peak RSS (all its processes) against its RSS before.
 - ``pipeline``: 2,000 requests written at once on one connection: answers read.
+- ``unread``: 2,000 admissions of a 100-container device-group pod (an answer of about
+  33 KB each) written at once on a connection that never reads, while a concurrent client
+  admits: that client's slowest admission and the server's peak RSS (backpressure).
 - ``idle``: 1,000 TLS connections handshaken and left idle: RSS per connection.
 - ``load``: ``wrk`` (8 keep-alive connections) on the admission app and on the bare echo,
   interleaved rounds: admissions/s, and the ratio to the echo on the same server.
@@ -34,6 +37,7 @@ not dependencies of Troupe) and ``wrk`` for ``load``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -277,6 +281,50 @@ def amplify(target: Target, review: bytes, seconds: float) -> str:
             f"{over_5s} over 5 s, {len(failures)} failed {failures[:2]}")
 
 
+def unread(target: Target, review: bytes, seconds: float, count: int = 2000) -> str:
+    """``count`` pipelined admissions with large answers on a connection that never reads."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wide", "namespace": "ml", "annotations": {
+        "deviceshare.io/group": "g"}}, "spec": {"containers": [{"name": f"c{i}"} for i in range(100)]}}
+    wide = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "wide", "operation": "CREATE", "namespace": "ml", "userInfo": {"username": "mallory"},
+        "object": pod}}).encode()
+    base = rss_kib(target.server.pid)
+    peak = [base]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            peak[0] = max(peak[0], rss_kib(target.server.pid))
+
+    threading.Thread(target=sample, daemon=True).start()
+    hostile = target.tls_socket(rcvbuf=4096)
+    threading.Thread(target=lambda: _quiet_send(hostile, _post(wide) * count), daemon=True).start()
+    answered, failures, slowest = 0, 0, 0.0
+    end = time.monotonic() + seconds
+    conn = target.https(timeout=30)
+    while time.monotonic() < end:
+        start = time.monotonic()
+        try:
+            conn.request("POST", "/mutate", body=review, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            answered += r.status == 200
+        except OSError:
+            failures += 1
+            conn = target.https(timeout=30)
+        slowest = max(slowest, time.monotonic() - start)
+        time.sleep(0.02)
+    stop.set()
+    hostile.close()
+    return (f"unread: RSS {base / 1024:.0f} MiB before, peak {peak[0] / 1024:.0f} MiB; concurrent client "
+            f"{answered} answered, {failures} failed, slowest {slowest:.2f} s")
+
+
+def _quiet_send(sock: ssl.SSLSocket, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # the server may close it
+        sock.sendall(data)
+
+
 def pipeline(target: Target, count: int = 2000) -> str:
     """``count`` GET /healthz written at once on one connection: answers read."""
     s = target.tls_socket()
@@ -342,7 +390,7 @@ def load(kind: str, targets: dict[str, Target], lua: Path, rounds: int, seconds:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--servers", default="troupe,uvicorn,hypercorn")
-    p.add_argument("--targets", default="slow,amplify,pipeline,idle,load")
+    p.add_argument("--targets", default="slow,amplify,pipeline,unread,idle,load")
     p.add_argument("--amplify-seconds", type=float, default=15.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--round-seconds", type=float, default=3.0)
@@ -366,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         "slow": lambda t: slow(t, review),
         "amplify": lambda t: amplify(t, review, args.amplify_seconds),
         "pipeline": pipeline,
+        "unread": lambda t: unread(t, review, args.amplify_seconds),
         "idle": idle,
     }
     try:
