@@ -68,7 +68,10 @@ def _bad_request(status: int, message: str) -> Response:
 
 def _too_many_json_containers(body: bytes) -> str | None:
     """Why ``body`` would cost too much to parse, or None: more than
-    :data:`MAX_JSON_CONTAINERS` ``{`` and ``[`` bytes (decision 028)."""
+    :data:`MAX_JSON_CONTAINERS` ``{`` and ``[`` bytes (decision 028). A body no longer than
+    the bound cannot hold more, and is not scanned (a scan costs about 1.5 µs per KiB)."""
+    if len(body) <= MAX_JSON_CONTAINERS:
+        return None
     nested = body.count(b"{") + body.count(b"[")
     if nested <= MAX_JSON_CONTAINERS:
         return None
