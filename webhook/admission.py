@@ -29,6 +29,11 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   ``deviceshare.io/mode=shared:NoSchedule`` unless one already tolerates it.
 - A pod with any Troupe key (gang, topology, device group) gets the gate
   ``troupe.io/placement``.
+- *Containers*: such a pod may have at most :data:`MAX_CONTAINERS` containers, init
+  containers and ephemeral containers in all, else it is denied (400) naming the fields and
+  the count: the patch grows with them (one env operation per container of a device-group
+  pod), and Kubernetes itself sets no bound
+  (``docs/decisions/028-webhook-bounds-and-server.md``).
 - *Namespace opt-in* (``gang_mode_auto``, the configuration's second webhook entry, which
   the API server calls only for pods of namespaces labelled ``troupe.io/gang-mode: auto``
   that a supported workload creates): a pod with neither ``<prefix>-name`` nor
@@ -127,6 +132,24 @@ class Admission(NamedTuple):
 
 
 _ALLOW = Admission(True)
+
+#: The most containers, init containers and ephemeral containers in all that a pod with a
+#: Troupe key may have (Kubernetes sets no bound; decision 028).
+MAX_CONTAINERS = 100
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def container_count_error(spec: Mapping[str, Any]) -> str | None:
+    """Why ``spec`` (a pod's) has too many containers, or None: more than
+    :data:`MAX_CONTAINERS` in ``containers``, ``initContainers`` and ``ephemeralContainers``
+    together (lists only; other shapes are refused where they are read)."""
+    counts = {name: len(value) for name in _CONTAINER_LISTS if isinstance(value := spec.get(name), list)}
+    total = sum(counts.values())
+    if total <= MAX_CONTAINERS:
+        return None
+    each = ", ".join(f"spec.{name}: {n}" for name, n in counts.items() if n)
+    return (f"spec.containers + spec.initContainers + spec.ephemeralContainers = {total} ({each}): "
+            f"a pod with Troupe annotations may have at most {MAX_CONTAINERS} containers in all")
 
 
 def _deny(code: int, message: str) -> Admission:
@@ -325,6 +348,9 @@ def _review_create(
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return _deny(400, "spec: a Pod with Troupe annotations must have a spec object")
+    too_many = container_count_error(spec)
+    if too_many is not None:
+        return _deny(400, too_many)
     try:
         ops = [*auto_ops, *gate_ops(spec)]
         if gang is not None:

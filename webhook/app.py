@@ -9,7 +9,9 @@ Routes:
   ``docs/decisions/002-webhook.md``); it refuses what is not strict JSON (NaN, invalid
   UTF-8, nesting deeper than 1024) with a 400.
   A body that is not JSON, not an AdmissionReview v1 or lacks ``request.uid`` gets HTTP 400;
-  the wrong content type 415; a body over :data:`MAX_BODY_BYTES` 413. Anything else gets
+  the wrong content type 415; a body over :data:`MAX_BODY_BYTES`, or with more than
+  :data:`MAX_JSON_CONTAINERS` objects and arrays, 413 (what parsing it would cost is
+  bounded before it is parsed: decision 028). Anything else gets
   HTTP 200 with the decision inside, including a bug (a denial with code 500), so the
   apiserver never sees a 5xx or a stack trace. One JSON log line per review.
 - ``GET /healthz``: the process answers.
@@ -37,9 +39,17 @@ from webhook.logs import ADMISSION_LOGGER, AdmissionLog, LoggingAdmissionLog
 from webhook.registration import MUTATE_AUTO_PATH, MUTATE_PATH
 from webhook.tls import CertReloader, reloader_for
 
-#: Largest request body accepted. The apiserver's limit for an object is 3 MiB and a
-#: review of an UPDATE carries two.
-MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Largest request body accepted, bytes. etcd stores an object of at most 1.5 MiB (its
+#: default ``--max-request-bytes``), kube-apiserver reads request bodies of at most 3 MiB,
+#: and the review of an UPDATE carries two objects: 4 MiB holds any two stored pods in JSON
+#: (decision 028; it was 8 MiB, whose parse could cost 235 MiB).
+MAX_BODY_BYTES = 4 * 1024 * 1024
+#: Most JSON objects and arrays a body may hold, counted as its ``{`` and ``[`` bytes
+#: (inside strings too) before parsing: each costs 56 to 64 bytes parsed, so a body of
+#: nothing but ``{},`` costs 29 times its size. 200,000 is above what 4 MiB of a real
+#: pod's JSON holds (an env entry ``{"name":"A","value":"1"}`` is 24 bytes) and bounds
+#: their part of a parse to about 17 MiB (decision 028).
+MAX_JSON_CONTAINERS = 200_000
 
 log = logging.getLogger(ADMISSION_LOGGER)
 _JSON = "application/json"
@@ -54,6 +64,18 @@ def _bad_request(status: int, message: str) -> Response:
         {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status, "message": message},
         status,
     )
+
+
+def _too_many_json_containers(body: bytes) -> str | None:
+    """Why ``body`` would cost too much to parse, or None: more than
+    :data:`MAX_JSON_CONTAINERS` ``{`` and ``[`` bytes (decision 028). A body no longer than
+    the bound cannot hold more, and is not scanned (a scan costs about 1.5 µs per KiB)."""
+    if len(body) <= MAX_JSON_CONTAINERS:
+        return None
+    nested = body.count(b"{") + body.count(b"[")
+    if nested <= MAX_JSON_CONTAINERS:
+        return None
+    return f"request body holds {nested} JSON objects and arrays, more than {MAX_JSON_CONTAINERS}"
 
 
 def _summary(review: object) -> dict[str, Any]:
@@ -149,16 +171,17 @@ def create_app(config: Config, cert_file: str | None = None, key_file: str | Non
         start = time.perf_counter()
         content_type = request.environ.get("CONTENT_TYPE", "")
         if content_type.partition(";")[0].strip().lower() != _JSON:
-            return finish(start, {}, "error", _bad_request(415, f"Content-Type must be {_JSON}"),
-                          status=415)
+            return finish(start, {}, "error", _bad_request(415, f"Content-Type must be {_JSON}"), status=415)
         try:
-            review = orjson.loads(request.get_data(cache=False))
+            data = request.get_data(cache=False)
+            if (too_many := _too_many_json_containers(data)) is not None:
+                return finish(start, {}, "error", _bad_request(413, too_many), status=413, message=too_many)
+            review = orjson.loads(data)
         except HTTPException as e:  # 413: body too large
             code = e.code or 400
             return finish(start, {}, "error", _bad_request(code, e.description or e.name), status=code)
         except ValueError as e:  # orjson.JSONDecodeError: not JSON, not UTF-8, nested too deep
-            return finish(start, {}, "error", _bad_request(400, f"body is not JSON: {type(e).__name__}"),
-                          status=400)
+            return finish(start, {}, "error", _bad_request(400, f"body is not JSON: {type(e).__name__}"), status=400)
         summary = _summary(review)
         problem = envelope_error(review)
         if problem is not None:

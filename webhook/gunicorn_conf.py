@@ -71,7 +71,7 @@ logger_class = "webhook.logs.GunicornJSONLogger"
 # path ($HOME/.gunicorn/gunicorn.ctl) would collide between instances on one machine.
 control_socket_disable = True
 # Request limits stay at gunicorn's defaults (line 4094 bytes, 100 headers); bodies are
-# bounded by the app (webhook.app.MAX_BODY_BYTES).
+# bounded by the server and the app (webhook.server.Limits, webhook.app.MAX_BODY_BYTES).
 
 
 def child_exit(server: Any, worker: Any) -> None:

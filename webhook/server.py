@@ -21,6 +21,13 @@ waits on one client:
   milliseconds is never crowded out by clients that do not.
 - **Size limits**: headers beyond ``Limits.max_header_bytes`` get 431, a body beyond
   ``Limits.max_body_bytes`` 413, before it is read.
+- **Bytes held per worker**, ``Limits.max_buffered_bytes``: request bodies being read and
+  answers a client has not taken (``docs/decisions/028-webhook-bounds-and-server.md``).
+  Past it, the connection holding the most (reading a request, or not reading its answer)
+  is closed.
+- **Write backpressure**: while a client does not take its answer (the transport's write
+  buffer is over its high-water mark), its connection reads no further request; an answer
+  not taken within ``Limits.request_timeout`` closes it.
 
 Only a complete request reaches the WSGI application (Flask; the bridge is :mod:`webhook.wsgi`), run in the loop itself or,
 with ``threads > 1``, in a pool of that many threads. HTTP/1.1 is parsed by h11 (a
@@ -55,21 +62,28 @@ log = logging.getLogger("troupe.webhook.server")
 
 #: Why a connection was closed by the server, for the ``closed`` callback (and metrics).
 CLOSE_REASONS = ("handshake_failed", "handshake_timeout", "request_timeout", "idle", "evicted",
-                 "over_capacity", "bad_request", "not_ready", "shutdown")
-_ABORT = frozenset({"handshake_timeout", "request_timeout", "idle", "evicted", "over_capacity", "not_ready"})
+                 "over_capacity", "bad_request", "not_ready", "shutdown", "write_timeout", "over_buffer")
+_ABORT = frozenset({"handshake_timeout", "request_timeout", "idle", "evicted", "over_capacity", "not_ready",
+                    "write_timeout", "over_buffer"})
+#: Connection states a new connection or the byte budget may close, most expendable first:
+#: none of them has a complete request being answered.
+_UNPRODUCTIVE = ("handshake", "reading", "draining", "idle")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-connection deadlines (seconds) and sizes (bytes), and the cap on connections of
-    one worker. Defaults: ``docs/decisions/012-slow-clients.md``."""
+    """Per-connection deadlines (seconds) and sizes (bytes), the cap on connections of one
+    worker and on the bytes it holds for them (request bodies being read, answers not yet
+    taken). Defaults: ``docs/decisions/012-slow-clients.md`` and
+    ``docs/decisions/028-webhook-bounds-and-server.md`` (body and buffered bytes)."""
 
     handshake_timeout: float = 5.0
     request_timeout: float = 10.0
     keepalive_timeout: float = 120.0
     max_connections: int = 1000
-    max_body_bytes: int = 8 * 1024 * 1024
+    max_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
+    max_buffered_bytes: int = 16 * 1024 * 1024
 
 
 #: The defaults, shared (a frozen dataclass).
@@ -106,6 +120,10 @@ class _Connection(asyncio.Protocol):
         self.request: h11.Request | None = None
         self.body: list[bytes] = []
         self.body_size = 0
+        #: Bytes counted against the worker's ``max_buffered_bytes``: the request body read
+        #: so far, plus the answer's bytes still buffered while the client does not read.
+        self.held = 0
+        self.write_paused = False
         self.timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol ------------------------------------------------------------
@@ -184,6 +202,18 @@ class _Connection(asyncio.Protocol):
         self.state = "closed"
         self.server._forget(self)
 
+    def pause_writing(self) -> None:
+        """The transport's write buffer went over its high-water mark: the client is not
+        taking what it was sent."""
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        """The client took enough: an answer waiting to drain lets the next request in."""
+        self.write_paused = False
+        if self.state == "draining":
+            self.server._hold(self, -self.held)
+            self._next_request()
+
     def _start_reading(self) -> None:
         """The first request may come: its deadline starts now."""
         self.state = "reading"
@@ -235,6 +265,8 @@ class _Connection(asyncio.Protocol):
                     self._refuse(413, f"request body over {self.server.limits.max_body_bytes} bytes")
                     return
                 self.body.append(event.data)
+                if not self.server._hold(self, len(event.data)):
+                    return  # this connection held the most and was closed
             elif isinstance(event, h11.EndOfMessage):
                 self._disarm()
                 self.state = "busy"
@@ -291,10 +323,23 @@ class _Connection(asyncio.Protocol):
             self.close("bad_request", str(e))
             return
         self.request, self.body = None, []
+        self.server._hold(self, -self.held)
         if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE or not self.server.accepting:
             self.close(None, "")
             return
         self.h11.start_next_cycle()
+        if self.write_paused and self.transport is not None:
+            # Backpressure: the client is not reading; its next request waits until it takes
+            # this answer, for at most the request deadline, and the answer's bytes count.
+            self.state = "draining"
+            self._arm(self.server.limits.request_timeout, "write_timeout")
+            self.server._hold(self, self.transport.get_write_buffer_size())
+            return
+        self._next_request()
+
+    def _next_request(self) -> None:
+        """The answer is out: wait for the next request (one already pipelined is read on
+        the loop's next turn)."""
         self.state = "idle"
         self._arm(self.server.limits.keepalive_timeout, "idle")
         assert self.transport is not None
@@ -325,6 +370,7 @@ class _Connection(asyncio.Protocol):
         if self.state == "closed":
             return
         self._disarm()
+        self.server._hold(self, -self.held)
         if reason is not None:
             self.server._closed(reason)
         if self.transport is not None:
@@ -356,6 +402,9 @@ class ConnectionServer:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="wsgi") if threads > 1 else None
         #: Open connections, oldest first (dicts keep insertion order).
         self.connections: dict[_Connection, None] = {}
+        #: Bytes the connections hold (:attr:`_Connection.held`), at most
+        #: ``limits.max_buffered_bytes``.
+        self.buffered = 0
         self.accepting = False
         self._servers: list[asyncio.Server] = []
 
@@ -393,7 +442,7 @@ class ConnectionServer:
         if not self.accepting:
             return False
         if len(self.connections) >= self.limits.max_connections:
-            for state in ("handshake", "reading", "idle"):
+            for state in _UNPRODUCTIVE:
                 oldest = next((c for c in self.connections if c.state == state), None)
                 if oldest is not None:
                     oldest.close("evicted", "")
@@ -405,6 +454,23 @@ class ConnectionServer:
 
     def _forget(self, conn: _Connection) -> None:
         self.connections.pop(conn, None)
+        self._hold(conn, -conn.held)
+
+    def _hold(self, conn: _Connection, nbytes: int) -> bool:
+        """Count ``nbytes`` more (or, negative, fewer) held for ``conn``; past
+        ``max_buffered_bytes`` in the worker, close the connections that hold the most until
+        it fits (those without a request being answered). False if ``conn`` was closed."""
+        nbytes = max(nbytes, -conn.held)
+        conn.held += nbytes
+        self.buffered += nbytes
+        while self.buffered > self.limits.max_buffered_bytes:
+            victims = [c for c in self.connections if c.state in _UNPRODUCTIVE and c.held > 0]
+            if not victims:
+                break
+            victim = max(victims, key=lambda c: c.held)
+            victim.close("over_buffer", f"holding {victim.held} bytes with the worker over "
+                         f"{self.limits.max_buffered_bytes}")
+        return conn.state != "closed"
 
     def _closed(self, reason: str) -> None:
         if self._closed_hook is not None:

@@ -305,3 +305,25 @@ OPTIONS = {
 @pytest.mark.parametrize("values", OPTIONS.values(), ids=OPTIONS.keys())
 def test_helm_lint_strict_passes_with_each_option(values: list[str]) -> None:
     assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *values)
+
+
+def test_the_api_servers_cidrs_become_ip_blocks_after_the_named_peers() -> None:
+    objects = render("--set-json", f"networkPolicy.apiServer={json.dumps(API_SERVER)}",
+                     "--set-json", 'networkPolicy.apiServerCIDRs=["10.0.0.0/28","fd00::/120"]')
+
+    [admission] = policy(objects, "webhook")["ingress"]
+
+    assert admission["from"] == [*API_SERVER, {"ipBlock": {"cidr": "10.0.0.0/28"}}, {"ipBlock": {"cidr": "fd00::/120"}}]
+
+
+def test_with_no_cluster_to_look_the_api_server_up_in_the_webhook_port_admits_every_source() -> None:
+    """``helm template`` has no cluster: the `kubernetes` Endpoints cannot be looked up, so
+    the rule has no ``from`` (every source), with the look-up on or off."""
+    for values in ([], ["--set", "networkPolicy.apiServerFromEndpoints=false"]):
+        objects = render(*values)
+        assert policy(objects, "webhook")["ingress"] == [{"ports": [{"port": "https", "protocol": "TCP"}]}]
+
+
+def test_cidrs_that_are_not_cidrs_are_refused_by_the_schema() -> None:
+    with pytest.raises(HelmFailed, match="apiServerCIDRs"):
+        render("--set-json", 'networkPolicy.apiServerCIDRs=["api.example.com"]')

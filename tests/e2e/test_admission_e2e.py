@@ -111,6 +111,24 @@ def test_a_device_group_pod_may_not_request_gpus_itself(troupe, alice, namespace
     assert alice.list_namespaced_pod(namespace).items == []
 
 
+def test_a_pod_with_too_many_containers_is_refused_naming_the_field_while_another_is_admitted(troupe, alice, namespace):
+    """Issue 22, finding 3: the webhook's patch grows with a device-group pod's containers,
+    so such a pod may have at most ``MAX_CONTAINERS`` in all (decision 028)."""
+    from webhook.admission import MAX_CONTAINERS
+
+    body = pod_body("crowded", {contract.DEVICE_GROUP: "team-a-gpus"})
+    main = body["spec"]["containers"][0]
+    body["spec"]["containers"] = [{**main, "name": f"c{i}"} for i in range(MAX_CONTAINERS + 1)]
+    with pytest.raises(ApiException) as err:
+        alice.create_namespaced_pod(namespace, body)
+    assert err.value.status == 400, err.value.body
+    message = json.loads(err.value.body)["message"]
+    assert f"spec.containers: {MAX_CONTAINERS + 1}" in message and f"at most {MAX_CONTAINERS}" in message
+    admitted = alice.create_namespaced_pod(namespace, pod_body("roomy", {contract.DEVICE_GROUP: "team-a-gpus"}))
+    assert [g.name for g in admitted.spec.scheduling_gates] == [contract.GATE]
+    assert [p.metadata.name for p in alice.list_namespaced_pod(namespace).items] == ["roomy"]
+
+
 @pytest.fixture
 def alice_writes_status(admin_api, namespace, alice):
     """alice may also patch pods/status in the namespace (as a controller of hers would)."""

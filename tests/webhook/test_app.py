@@ -15,7 +15,7 @@ from tests.support.webhook_builders import make_pod, make_review, make_tls
 from troupe.config import Config
 from webhook import app as app_module
 from webhook.admission import patch_of
-from webhook.app import MAX_BODY_BYTES, create_app
+from webhook.app import MAX_BODY_BYTES, MAX_JSON_CONTAINERS, create_app
 
 
 @pytest.fixture
@@ -59,6 +59,8 @@ def test_a_charset_parameter_on_the_content_type_is_accepted(client: FlaskClient
     ("a review without a uid", json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                            "request": {}}).encode(), "application/json", 400, "request.uid"),
     ("a body over the limit", b" " * (MAX_BODY_BYTES + 1), "application/json", 413, ""),
+    ("more JSON objects than are parsed", b"[" + b",".join([b"{}"] * (MAX_JSON_CONTAINERS + 1)) + b"]",
+     "application/json", 413, f"{MAX_JSON_CONTAINERS + 2} JSON objects and arrays, more than {MAX_JSON_CONTAINERS}"),
 ])
 def test_a_malformed_request_gets_a_4xx_with_a_reason_never_a_5xx(
     client: FlaskClient, name: str, body: bytes, content_type: str, want_status: int, want_in_message: str
@@ -142,3 +144,4 @@ def test_workers_follow_a_cgroup_cpu_quota_not_the_nodes_cpus(tmp_path):
     quota.write_text("50000 100000\n")
     assert _cpus(str(quota)) == 1
     assert _cpus(str(tmp_path / "missing")) == mask
+

@@ -384,3 +384,60 @@ def test_requests_cut_anywhere_get_the_same_answers(shared_server: Running, cuts
         c.sendall(_STREAM[start:end])
     assert [read_response(c) for _ in _WANT] == _WANT
     c.close()
+
+
+# --- bytes held: write backpressure and the worker's budget (decision 028) ----------------
+
+
+def test_a_client_that_never_reads_its_answers_gets_no_more_answers_and_is_closed(tls: TLSFiles) -> None:
+    """A client pipelines requests whose answers are large and reads none: the server
+    stops reading its requests while the answer waits (backpressure), so the bytes it holds
+    stay at about one answer (beyond what the kernel's socket buffers take, a few MiB), and
+    closes it at the request deadline. Without backpressure it answered all 200 into its
+    write buffer (50 MiB for this client)."""
+    answered = [0]
+
+    def big_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        answered[0] += 1
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"x" * 256 * 1024]
+
+    with serving(Limits(request_timeout=1.0), tls, app=big_app) as r:
+        raw = r.raw()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c = r.tls.client_context().wrap_socket(raw, server_hostname="127.0.0.1") if r.tls else raw
+        sender = threading.Thread(target=lambda: c.sendall(request() * 200), daemon=True)
+        sender.start()
+        deadline = time.monotonic() + 10
+        while r.closed["write_timeout"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert r.closed["write_timeout"] == 1
+        assert answered[0] < 50, f"{answered[0]} answers made for a client that read none"
+        assert r.server.buffered == 0
+        c.close()
+
+
+def test_past_the_workers_byte_budget_the_connection_holding_the_most_is_closed() -> None:
+    """Three clients each send most of a large body and stop; past ``max_buffered_bytes``
+    the one holding the most is closed, and a small request is still answered."""
+    limits = Limits(max_buffered_bytes=1_000_000, max_body_bytes=4_000_000, request_timeout=30)
+    with serving(limits) as r:
+        heavy = []
+        held = 0
+        for size in (100_000, 200_000, 900_000):
+            c = r.client()
+            c.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3000000\r\n\r\n" + b"a" * size)
+            heavy.append(c)
+            held += size
+            deadline = time.monotonic() + 10
+            while size < 900_000 and r.server.buffered < held and time.monotonic() < deadline:
+                time.sleep(0.01)
+        # The budget is crossed while the third holds over 700,000 bytes: the most.
+        closed_by_server(heavy[2], within=10)
+        assert r.closed["over_buffer"] == 1
+        assert r.server.buffered <= limits.max_buffered_bytes
+        small = r.client()
+        small.sendall(request("POST", body=b"hello"))
+        assert read_response(small) == (200, b"POST /x 5 ")
+        for c in heavy:
+            c.close()

@@ -137,3 +137,25 @@ request.operation == 'CREATE' && !({{ include "troupe.celHasAnnotations" "object
 {{- define "troupe.celNotReconcilerUpdate" -}}
 request.operation != 'UPDATE' || request.userInfo.username != {{ include "troupe.celString" (include "troupe.reconcilerUsername" .) }}
 {{- end -}}
+{{- /*
+The NetworkPolicyPeers the webhook port admits (decision 028), as a YAML list, empty for
+every source: networkPolicy.apiServer, then an ipBlock per networkPolicy.apiServerCIDRs;
+when both are empty and networkPolicy.apiServerFromEndpoints, the addresses of the
+`kubernetes` Endpoints in `default` (the API server's own, looked up at install and
+upgrade; `helm template` has no cluster and finds none).
+*/ -}}
+{{- define "troupe.apiServerPeers" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $peers := list }}
+{{- range $np.apiServer }}{{ $peers = append $peers . }}{{ end }}
+{{- range $np.apiServerCIDRs }}{{ $peers = append $peers (dict "ipBlock" (dict "cidr" .)) }}{{ end }}
+{{- if and (not $peers) $np.apiServerFromEndpoints }}
+{{- $endpoints := lookup "v1" "Endpoints" "default" "kubernetes" }}
+{{- range (($endpoints | default dict).subsets | default list) }}
+{{- range (.addresses | default list) }}
+{{- $peers = append $peers (dict "ipBlock" (dict "cidr" (printf "%s/%s" .ip (ternary "128" "32" (contains ":" .ip))))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $peers }}{{ toYaml $peers }}{{ end }}
+{{- end -}}
