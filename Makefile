@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo snapshot test lint unit e2e bench bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock
+.PHONY: demo snapshot test lint unit e2e bench bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/simulate_snapshot.py
 	$(BIN)/python benchmarks/preemption.py
 	$(BIN)/python benchmarks/kubectl_troupe.py
+
+# Troupe's webhook server against uvicorn and hypercorn on slow clients, amplifying reviews,
+# pipelining, idle connections and throughput (docs/decisions/028; about 3 minutes).
+bench-servers: $(BIN)/.installed
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) || true
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/webhook_servers.py
 
 bench-simulate: $(BIN)/.installed
 	$(BIN)/python benchmarks/simulate_snapshot.py

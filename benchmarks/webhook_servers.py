@@ -30,7 +30,7 @@ Targets (the numbers are printed one line each, for ``docs/decisions/028``):
 - ``load``: ``wrk`` (8 keep-alive connections) on the admission app and on the bare echo,
   interleaved rounds: admissions/s, and the ratio to the echo on the same server.
 
-Servers are stopped by their recorded pids. Needs uvicorn and hypercorn installed (they are
+Servers are stopped by their recorded pids. `make bench-servers` installs uvicorn and hypercorn (they are
 not dependencies of Troupe) and ``wrk`` for ``load``.
 """
 
