@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from reconciler.engine.devices import Devices, parse_selected
 from reconciler.engine.fields import ObjectError, mapping, string, string_map
 from reconciler.engine.filters import NodeFilter, Taint, parse_node_filter, parse_taints
+from reconciler.engine.podterms import PodTerms, parse_pod_terms
 from reconciler.engine.records import Nomination, Plan
 from reconciler.engine.resources import PODS, node_allocatable, pod_requests
 from troupe.contract import (
@@ -109,6 +110,8 @@ class PodInfo:
     when it has none (or an unreadable value). ``grace_seconds``: its
     ``terminationGracePeriodSeconds`` (30 when unset, the API default). ``condition``:
     its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one.
+    ``terms``: its required pod (anti-)affinity, spread constraints, host ports and claims
+    (:class:`~reconciler.engine.podterms.PodTerms`), None when it has none of them.
 
     ``gang_annotations`` is the one raw value kept, and only the part of the annotations
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
@@ -145,6 +148,7 @@ class PodInfo:
     devices: Devices | None = None
     grace_seconds: int = 30
     condition: tuple[str, str, str] | None = None
+    terms: PodTerms | None = None
 
     @property
     def key(self) -> str:
@@ -177,6 +181,7 @@ class PodInfo:
         annotations = string_map(meta, "annotations", "metadata")
         labels = string_map(meta, "labels", "metadata")
         node_filter = parse_node_filter(spec)
+        namespace = string(meta, "namespace", "metadata", default="default")
         gates = []
         raw_gates = spec.get("schedulingGates") or []
         if not isinstance(raw_gates, list):
@@ -191,7 +196,7 @@ class PodInfo:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ObjectError("spec.priority", f"expected an integer, got {priority!r}")
         return _filled(cls, {
-            "namespace": string(meta, "namespace", "metadata", default="default"),
+            "namespace": namespace,
             "name": name,
             "requests": pod_requests(spec),
             "node_filter": node_filter,
@@ -216,6 +221,7 @@ class PodInfo:
             "devices": _selected(annotations),
             "grace_seconds": _grace(spec),
             "condition": _gang_condition(status),
+            "terms": parse_pod_terms(namespace, name, labels, spec),
         })
 
 

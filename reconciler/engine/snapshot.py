@@ -40,7 +40,9 @@ from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, is_shared
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.filters import NodeFilter, Taint, insufficient, static_reason
+from reconciler.engine.podterms import SpreadConstraint
 from reconciler.engine.topology import TopologyLevels, TopologyTree
+from reconciler.engine.volumes import VolumeCatalog
 
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
@@ -134,6 +136,15 @@ class NodeTable:
         resources = sorted({resource for node in self.nodes for resource in node.allocatable})
         self.allocatable: dict[str, tuple[int, ...]] = {
             resource: tuple(node.allocatable.get(resource, 0) for node in self.nodes) for resource in resources}
+        self._columns: dict[str, tuple[str | None, ...]] = {}
+
+    def label_column(self, key: str) -> tuple[str | None, ...]:
+        """Per node (topology order): its value of label ``key``, None where it has none;
+        built once per key."""
+        column = self._columns.get(key)
+        if column is None:
+            column = self._columns[key] = tuple(node.labels.get(key) for node in self.nodes)
+        return column
 
 
 class Snapshot:
@@ -147,11 +158,16 @@ class Snapshot:
     why a group object could not be read. :attr:`devices` is the device inventory
     (:class:`~reconciler.engine.devices.DeviceInventory`): the IDs groups hold count as
     used on their nodes, so no ordinary gang is planned onto them. Raises ``ValueError``
-    on a duplicate node or pod.
+    on a duplicate node or pod. ``namespaces``: namespace name -> its labels (for
+    ``namespaceSelector``); ``volumes``: the claims, volumes and CSINodes
+    (:class:`~reconciler.engine.volumes.VolumeCatalog`); ``spread_defaults``: the cluster's
+    default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`.gangfilters`).
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
-                 groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None) -> None:
+                 groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None, *,
+                 namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
+                 spread_defaults: Sequence[SpreadConstraint] = ()) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -167,6 +183,13 @@ class Snapshot:
             self.pods[pod.key] = pod
         self.groups: dict[str, DeviceGroup] = {group.name: group for group in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
+        self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
+        self.volumes = volumes or VolumeCatalog()
+        self.spread_defaults = tuple(spread_defaults)
+        #: Keys of the pods that carry :class:`~reconciler.engine.podterms.PodTerms`.
+        self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)
+        #: Derived from the pods alone, shared by every copy (the pods never change).
+        self.shared: dict[str, Any] = {}
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
