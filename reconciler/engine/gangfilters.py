@@ -256,7 +256,7 @@ class GangFilters:
                                  if c.selector is not None and c.selector.matches(pod.labels)]
         if terms is not None:
             entry.holds, entry.ports = [self._slots[t] for t in terms.anti_affinity], terms.host_ports
-            if terms.claims:
+            if terms.claims and self.volumes is not None:
                 entry.attached = self.volumes.attached(pod.namespace, terms.claims)
                 entry.exclusive = self.volumes.read_write_once_pod(pod.namespace, terms.claims)
         return entry
@@ -338,7 +338,7 @@ class GangFilters:
 
     def _volume(self, m: int, i: int) -> str | None:
         pod, entry = self.order[m], self.entries[m]
-        if pod.terms is None or not pod.terms.claims:
+        if pod.terms is None or not pod.terms.claims or self.volumes is None:
             return None
         if any(self.exclusive[claim] > 0 for claim in entry.exclusive):
             return RWOP_CONFLICT
@@ -347,9 +347,9 @@ class GangFilters:
         key = (m, i)
         if key not in self._volume_reasons:
             node = self.snapshot.nodes[i]
-            self._volume_reasons[key] = (self.volumes.claim_reason(pod.namespace, pod.terms.claims)
-                                         or self.volumes.node_reason(pod.namespace, pod.terms.claims, node.name,
-                                                                     node.labels))
+            volumes = self.volumes
+            self._volume_reasons[key] = (volumes.claim_reason(pod.namespace, pod.terms.claims)
+                                         or volumes.node_reason(pod.namespace, pod.terms.claims, node.name, node.labels))
         return self._volume_reasons[key]
 
     def _spread(self, m: int, i: int) -> str | None:

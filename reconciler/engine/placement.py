@@ -246,15 +246,7 @@ def place_gang(
     if filters is not None:
         depths = filters.together_depths(depths)
     size = len(order)
-    if len(shapes) == 1:
-        requests, eligible = shapes[0].requests, _eligible(snapshot, shapes[0])
-        caps = _capacity(snapshot, shapes[0], eligible)
-    else:
-        requests, eligible = envelope(shapes, [_eligible(snapshot, s) for s in shapes])
-        caps = snapshot.capacity(requests, eligible)
-        if any(s.one_per_node for s in shapes):
-            caps = [min(cap, 1) for cap in caps]
-    found = _place_uniform(snapshot, caps, size, depths, exact_budget, allowed)
+    found = _place_uniform(snapshot, _gang_capacity(snapshot, shapes), size, depths, exact_budget, allowed)
     if found is not None and filters is not None and not filters.verify(_uniform_nodes(found[2])):
         found = None
     mixed = None
@@ -271,6 +263,16 @@ def place_gang(
     else:
         return _explain(snapshot, order, shapes, required_level, depths, allowed, filters)
     return _placed(snapshot, order, nodes, depth, j, method)
+
+
+def _gang_capacity(snapshot: Snapshot, shapes: Sequence[Shape]) -> list[int]:
+    """Per node: how many members fit, the members all of one shape, or of their
+    envelope (:func:`envelope`)."""
+    if len(shapes) == 1:
+        return _capacity(snapshot, shapes[0], _eligible(snapshot, shapes[0]))
+    requests, eligible = envelope(shapes, [_eligible(snapshot, s) for s in shapes])
+    caps = snapshot.capacity(requests, eligible)
+    return [min(cap, 1) for cap in caps] if any(s.one_per_node for s in shapes) else caps
 
 
 def _uniform_nodes(chosen: selection.Selection) -> list[int]:

@@ -160,7 +160,8 @@ class Snapshot:
     used on their nodes, so no ordinary gang is planned onto them. Raises ``ValueError``
     on a duplicate node or pod. ``namespaces``: namespace name -> its labels (for
     ``namespaceSelector``); ``volumes``: the claims, volumes and CSINodes
-    (:class:`~reconciler.engine.volumes.VolumeCatalog`); ``spread_defaults``: the cluster's
+    (:class:`~reconciler.engine.volumes.VolumeCatalog`; None when they were not read, as by
+    the simulator: the volume filters are then skipped); ``spread_defaults``: the cluster's
     default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`.gangfilters`).
     """
 
@@ -184,7 +185,7 @@ class Snapshot:
         self.groups: dict[str, DeviceGroup] = {group.name: group for group in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
-        self.volumes = volumes or VolumeCatalog()
+        self.volumes = volumes
         self.spread_defaults = tuple(spread_defaults)
         #: Keys of the pods that carry :class:`~reconciler.engine.podterms.PodTerms`.
         self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)

@@ -277,3 +277,11 @@ def test_what_is_not_modeled_is_named() -> None:
     assert unmodeled(info) == ("inline csi volume inline", "dynamic resource claims (DynamicResources)")
     assert unmodeled(info, snapshot.volumes)[-1] == "unbound PersistentVolumeClaim scratch (volume provisioning)"
     assert unmodeled(make_pod("plain").info()) == ()
+
+
+def test_volumes_that_were_not_read_are_not_filtered() -> None:
+    """A snapshot without the volume objects (the simulator's) skips the volume filters,
+    rather than refusing every pod with a claim as if the claim did not exist."""
+    snapshot = Snapshot.from_objects([make_node("n0").allocatable(gpu=8).build()], [])
+    assert snapshot.volumes is None
+    assert place_gang(snapshot, members(1, build=lambda b: b.claim("data"))).placed
