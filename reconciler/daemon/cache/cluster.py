@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.daemon.cache.volumes import VolumeIndex, spread_defaults
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
 from reconciler.engine.cluster import NodeInfo, PodInfo
@@ -111,8 +112,10 @@ class ClusterCache:
         self._members: dict[str, set[PodRef]] = {}
         #: Jobs' parallelism and the workloads that size auto gangs.
         self.workloads = WorkloadIndex()
+        #: Claims, volumes, CSINodes and namespaces' labels (:mod:`.volumes`).
+        self.volumes = VolumeIndex()
         self.version = 0
-        self._snapshot: tuple[int, Snapshot] | None = None
+        self._snapshot: tuple[tuple[int, int], Snapshot] | None = None
         self._node_version = 0
         self._table: tuple[int, NodeTable] | None = None
         self._gang_version: dict[str, int] = {}
@@ -472,9 +475,9 @@ class ClusterCache:
         """A snapshot of every parsed node and pod, for plans. Built again only when the
         cache changed since the last one; callers must not change it (decisions do not)."""
         with self._lock:
-            if self._snapshot is not None and self._snapshot[0] == self.version:
+            version, node_version = (self.version, self.volumes.version), self._node_version
+            if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
-            version, node_version = self.version, self._node_version
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
             nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             pods = [e.info for e in self._pods.values() if e.info is not None]
@@ -482,7 +485,9 @@ class ClusterCache:
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if table is None:
             table = NodeTable(nodes, self.levels)
-        snapshot = Snapshot(table, pods, self.levels, groups, errors)
+        _, catalog, namespaces = self.volumes.view()
+        snapshot = Snapshot(table, pods, self.levels, groups, errors, namespaces=namespaces, volumes=catalog,
+                            spread_defaults=spread_defaults(self.config))
         with self._lock:
             self._snapshot = (version, snapshot)
             self._table = (node_version, table)

@@ -93,6 +93,9 @@ class Reconciler:
                                   transform=self.cache.retain_job)
         self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event,
                                     transform=self.cache.retain_group)
+        #: Claims, volumes, CSINodes and namespaces: what the volume filters and pod
+        #: affinity's namespace selectors read (docs/decisions/031-kube-scheduler-filters.md).
+        self.volumes = [self._volume_informer(resource) for resource in kube.volume_resources(api)]
         #: One informer per workload custom resource (JobSet, LeaderWorkerSet, PyTorchJob):
         #: the size of gangs of ``<prefix>-size: auto``. A kind whose CRD is not installed
         #: is skipped, its gangs wait with that reason (docs/decisions/014-workload-gangs.md).
@@ -173,6 +176,21 @@ class Reconciler:
         self._enqueue(self.cache.group_gangs(name))
         if kind == "DELETED":
             self._enqueue(self.controller.helped_by(None))
+
+    def _volume_informer(self, resource: kube.Resource) -> kube.Informer:
+        """An informer feeding the cache's :class:`~reconciler.daemon.cache.volumes.VolumeIndex`;
+        a change may let a waiting gang through (a volume bound, a namespace labelled)."""
+        kind, index = resource.name, self.cache.volumes
+
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            index.replace(kind, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(event: str, obj: Mapping[str, Any]) -> None:
+            index.event(kind, event, obj)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(resource, listed, event, transform=lambda obj: index.retain(kind, obj))
 
     def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
         def listed(items: list[Mapping[str, Any]]) -> None:
@@ -258,10 +276,10 @@ class Reconciler:
         self.nodes.start()
         self.jobs.start()
         self.groups.start()
-        for informer in self.workloads:
+        for informer in (*self.workloads, *self.volumes):
             informer.start()
         self.pods.start()
-        for informer in (self.nodes, self.jobs, self.groups, *self.workloads, self.pods):
+        for informer in (self.nodes, self.jobs, self.groups, *self.workloads, *self.volumes, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controller.load_state()
@@ -309,7 +327,7 @@ class Reconciler:
         self.pods.stop()
         self.groups.stop()
         self.jobs.stop()
-        for informer in self.workloads:
+        for informer in (*self.workloads, *self.volumes):
             informer.stop()
         self.nodes.stop()
         if self._worker.is_alive():
