@@ -40,7 +40,7 @@ are placed (:meth:`GangFilters.place`, undone by :meth:`GangFilters.rollback`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -102,19 +102,36 @@ class _SpreadGroup:
 
 
 class _Slot:
-    """One distinct pod (anti-)affinity term, its key's value on every node (``column``),
-    and its counters: placed pods it selects per domain (``matched``) and in all
-    (``total``), placed pods that carry it as an anti-affinity term per domain
-    (``holders``); ``gang``: some member of the gang matches it."""
+    """One distinct pod anti-affinity term, its key's value on every node (``column``),
+    and its counters: placed pods it selects per domain (``matched``), placed pods that
+    carry it per domain (``holders``)."""
 
-    __slots__ = ("column", "gang", "holders", "matched", "term", "total")
+    __slots__ = ("column", "holders", "matched", "term")
 
     def __init__(self, term: PodAffinityTerm, column: tuple[str | None, ...]) -> None:
         self.term, self.column = term, column
         self.matched: Counter[str] = Counter()
         self.holders: Counter[str] = Counter()
+
+
+class _Affinity:
+    """A pod's required affinity terms, taken together as kube-scheduler takes them: a
+    placed pod counts only when it matches every term, and then in its domain of each
+    term's key (``pairs``: ``(key, value)`` -> pods; ``total``: every count); ``columns``:
+    each term's key's value on every node; ``gang``: some member of the gang matches them
+    all."""
+
+    __slots__ = ("columns", "gang", "pairs", "terms", "total")
+
+    def __init__(self, terms: tuple[PodAffinityTerm, ...], columns: list[tuple[str | None, ...]]) -> None:
+        self.terms, self.columns = terms, columns
+        self.pairs: Counter[tuple[str, str]] = Counter()
         self.total = 0
         self.gang = False
+
+    def selects(self, pod: PodInfo, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+        """Whether ``pod`` matches every term."""
+        return all(t.selects(pod.namespace, pod.labels, namespace_labels) for t in self.terms)
 
 
 @dataclass
@@ -123,6 +140,7 @@ class _Entry:
 
     namespace: str = ""
     selected_by: list[_Slot] = field(default_factory=list)
+    within: list[_Affinity] = field(default_factory=list)
     holds: list[_Slot] = field(default_factory=list)
     spread_hits: list[tuple[_SpreadGroup, int]] = field(default_factory=list)
     ports: tuple[HostPort, ...] = ()
@@ -189,9 +207,16 @@ class GangFilters:
                 m, snapshot.spread_defaults)
             self.spread_of.append(_SpreadGroup(m.namespace, constraints, m.node_filter) if constraints else None)
         self.groups = list(dict.fromkeys(g for g in self.spread_of if g is not None))
-        self.domains = {g: self._domains(g) for g in self.groups}
+        #: Per group: the domains of each constraint, and which nodes count (their pods).
+        self.domains: dict[_SpreadGroup, list[_Domains]] = {}
+        self.counted: dict[_SpreadGroup, list[bool]] = {}
+        for group in self.groups:
+            self.domains[group], self.counted[group] = self._domains(group)
         self._slots: dict[PodAffinityTerm, _Slot] = {}
-        self.affinity = [[self._slot(t) for t in m.terms.affinity] if m.terms is not None else [] for m in order]
+        self._sets: dict[tuple[PodAffinityTerm, ...], _Affinity] = {}
+        self.affinity = [self._affinity(m.terms.affinity) if m.terms is not None and m.terms.affinity else None
+                         for m in order]
+        self.sets = list(self._sets.values())
         self.anti = [[self._slot(t) for t in m.terms.anti_affinity] if m.terms is not None else [] for m in order]
         self.match_terms = list(self._slots.values())
         existing = [(pod, i) for pod in snapshot.pods.values() if (i := snapshot.node_index_of(pod.key)) is not None]
@@ -204,22 +229,29 @@ class GangFilters:
         self.exclusive: Counter[tuple[str, str]] = Counter()
         self.entries = [self._entry(m) for m in order]
         for entry in self.entries:
-            for slot in entry.selected_by:
-                slot.gang = True
+            for found in entry.within:
+                found.gang = True
         self._static = False
         self.selected_by = [[t for t in self.holder_terms if t.term.selects(m.namespace, m.labels, spaces)]
                             for m in order]
-        self.self_affine = [all(t.term.selects(m.namespace, m.labels, spaces) for t in terms)
+        self.self_affine = [terms is not None and terms.selects(m, spaces)
                             for m, terms in zip(order, self.affinity, strict=True)]
         self.self_match = [tuple(c.selector is not None and c.selector.matches(m.labels) for c in g.constraints)
                            if g is not None else () for m, g in zip(order, self.spread_of, strict=True)]
         for pod, i in existing:
-            if pod.terms is not None or self.match_terms or self.groups:
+            if pod.terms is not None or self.match_terms or self.sets or self.groups:
                 self._count(self._entry(pod), i, 1)
         self._log: list[tuple[int, int]] = []
         #: Why the last member-by-member fill stopped: reasons over the nodes it tried.
         self.refused: Counter[str] = Counter()
         self._volume_reasons: dict[tuple[int, int], str | None] = {}
+
+    def _affinity(self, terms: tuple[PodAffinityTerm, ...]) -> _Affinity:
+        found = self._sets.get(terms)
+        if found is None:
+            column = self.snapshot.table.label_column
+            found = self._sets[terms] = _Affinity(terms, [column(t.topology_key) for t in terms])
+        return found
 
     def _slot(self, term: PodAffinityTerm) -> _Slot:
         slot = self._slots.get(term)
@@ -227,14 +259,16 @@ class GangFilters:
             slot = self._slots[term] = _Slot(term, self.snapshot.table.label_column(term.topology_key))
         return slot
 
-    def _domains(self, group: _SpreadGroup) -> list[_Domains]:
+    def _domains(self, group: _SpreadGroup) -> tuple[list[_Domains], list[bool]]:
         """Per constraint, the domains: values of the nodes that carry every key of the
-        group and pass its policies (module docstring, 4)."""
+        group and pass its policies (module docstring, 4); and per node, whether it is one
+        of those (only the pods on those count)."""
         snapshot, keys = self.snapshot, [c.topology_key for c in group.constraints]
         honor_affinity = any(c.honor_affinity for c in group.constraints)
         honor_taints = any(c.honor_taints for c in group.constraints)
         values: list[set[str]] = [set() for _ in keys]
-        for node in snapshot.nodes:
+        counted = [False] * len(snapshot.nodes)
+        for i, node in enumerate(snapshot.nodes):
             if not all(k in node.labels for k in keys):
                 continue
             if honor_affinity and not (group.flt.selector_matches(node.labels)
@@ -242,14 +276,15 @@ class GangFilters:
                 continue
             if honor_taints and group.flt.untolerated(node.taints) is not None:
                 continue
+            counted[i] = True
             for found, key in zip(values, keys, strict=True):
                 found.add(node.labels[key])
-        return [_Domains(found) for found in values]
+        return [_Domains(found) for found in values], counted
 
     def _entry(self, pod: PodInfo) -> _Entry:
         spaces, terms = self.snapshot.namespaces, pod.terms
-        entry = _Entry(pod.namespace, [t for t in self.match_terms
-                                       if t.term.selects(pod.namespace, pod.labels, spaces)])
+        entry = _Entry(pod.namespace, [t for t in self.match_terms if t.term.selects(pod.namespace, pod.labels, spaces)],
+                       [found for found in self.sets if found.selects(pod, spaces)])
         if not pod.deleting:
             entry.spread_hits = [(g, k) for g in self.groups if g.namespace == pod.namespace
                                  for k, c in enumerate(g.constraints)
@@ -270,15 +305,19 @@ class GangFilters:
             value = slot.column[i]
             if value is not None:
                 slot.matched[value] += sign
-                slot.total += sign
+        for found in entry.within:
+            for term, column in zip(found.terms, found.columns, strict=True):
+                value = column[i]
+                if value is not None:
+                    found.pairs[(term.topology_key, value)] += sign
+                    found.total += sign
         for slot in entry.holds:
             value = slot.column[i]
             if value is not None:
                 slot.holders[value] += sign
         for group, k in entry.spread_hits:
-            value = self._value(group.constraints[k].topology_key, i)
-            if value is not None:
-                self.domains[group][k].change(value, sign)
+            if self.counted[group][i]:
+                self.domains[group][k].change(self._value(group.constraints[k].topology_key, i) or "", sign)
         if entry.ports:
             _tally(self.ports.setdefault(i, []), entry.ports, sign)
         if entry.attached:
@@ -309,9 +348,9 @@ class GangFilters:
         """The topology keys whose one domain must hold every member like ``m``: its affinity
         terms when only the gang itself can satisfy them (no pod matches them yet and it
         matches them itself)."""
-        terms = self.affinity[m]
-        if terms and self.self_affine[m] and all(t.total == 0 for t in terms):
-            return [t.term.topology_key for t in terms]
+        found = self.affinity[m]
+        if found is not None and self.self_affine[m] and found.total == 0:
+            return [t.topology_key for t in found.terms]
         return []
 
     def early(self, m: int, i: int) -> str | None:
@@ -367,17 +406,16 @@ class GangFilters:
         return None
 
     def _inter_pod(self, m: int, i: int) -> str | None:
-        terms = self.affinity[m]
-        if terms:
+        found = self.affinity[m]
+        if found is not None:
             exist = True
-            for slot in terms:
-                value = slot.column[i]
+            for term, column in zip(found.terms, found.columns, strict=True):
+                value = column[i]
                 if value is None:
                     return AFFINITY_RULES
-                if slot.matched[value] <= 0:
+                if found.pairs[(term.topology_key, value)] <= 0:
                     exist = False
-            if not exist and not (self.self_affine[m] and all(t.total == 0 for t in terms)) and not (
-                    self._static and all(t.gang for t in terms)):
+            if not exist and not (self.self_affine[m] and found.total == 0) and not (self._static and found.gang):
                 return AFFINITY_RULES
         for slot in self.anti[m]:
             value = slot.column[i]
@@ -459,4 +497,4 @@ class GangFilters:
         """The members in the order to place them one by one: rank order, those with
         affinity terms last (a worker with affinity to its gang's parameter server follows
         the server)."""
-        return sorted(range(len(self.order)), key=lambda m: (bool(self.affinity[m]), m))
+        return sorted(range(len(self.order)), key=lambda m: (self.affinity[m] is not None, m))
