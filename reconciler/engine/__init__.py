@@ -3,6 +3,10 @@
 - :mod:`.quantity`: Kubernetes quantities, parsed exactly.
 - :mod:`.resources`: what a pod requests and a node offers, in kube-scheduler's units.
 - :mod:`.filters`: kube-scheduler's node filters for what Troupe models, with reasons.
+- :mod:`.podterms`: a pod's required (anti-)affinity, spread constraints, host ports, claims.
+- :mod:`.volumes`: claims, volumes and CSINodes, and the volume filters.
+- :mod:`.gangfilters` (with :mod:`.counters`): the filters that look at the pods around a
+  member, counted per domain, the gang's own members included.
 - :mod:`.topology`: levels, node paths, the immutable domain tree, the seed's cost.
 - :mod:`.cluster`: :class:`NodeInfo` and :class:`PodInfo`, parsed from Kubernetes objects.
 - :mod:`.records`: the plan and nomination records the reconciler keeps in annotations.

@@ -40,11 +40,17 @@ are placed (:meth:`GangFilters.place`, undone by :meth:`GangFilters.rollback`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
+from collections.abc import Sequence
 
 from reconciler.engine.cluster import PodInfo
+from reconciler.engine.counters import (
+    AffinityCounts,
+    AntiAffinityCounts,
+    DomainCounts,
+    PodCounts,
+    SpreadGroup,
+    tally,
+)
 from reconciler.engine.filters import (
     AFFINITY_RULES,
     ANTI_AFFINITY_RULES,
@@ -53,7 +59,6 @@ from reconciler.engine.filters import (
     PORTS_IN_USE,
     SPREAD_MISMATCH,
     SPREAD_MISSING_LABEL,
-    NodeFilter,
     Requirement,
 )
 from reconciler.engine.podterms import HostPort, LabelSelector, PodAffinityTerm, SpreadConstraint
@@ -63,98 +68,7 @@ from troupe.contract import HOSTNAME_LABEL
 
 #: Pod labels the headless Services of JobSet and LeaderWorkerSet select on: the selector
 #: the cluster's default spread constraints get (module docstring).
-T = TypeVar("T")
 SERVICE_LABELS = ("jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name")
-
-
-class _Domains:
-    """Matching pods per domain value of one spread constraint, over a fixed set of
-    domains, with the smallest count kept by a histogram of counts (O(1) per change)."""
-
-    def __init__(self, domains: set[str]) -> None:
-        self.count = dict.fromkeys(domains, 0)
-        self.histogram: Counter[int] = Counter({0: len(domains)})
-        self.low = 0
-
-    def change(self, value: str, sign: int) -> None:
-        """One more (``sign`` 1) or one fewer (-1) matching pod in domain ``value``."""
-        before = self.count.get(value)
-        if before is None:
-            return
-        after = before + sign
-        self.count[value] = after
-        self.histogram[before] -= 1
-        self.histogram[after] += 1
-        if after < self.low:
-            self.low = after
-        while self.histogram[self.low] == 0 and self.low < before + 1:
-            self.low += 1
-
-
-@dataclass(frozen=True)
-class _SpreadGroup:
-    """The DoNotSchedule constraints of members alike: their namespace, constraints and
-    node filter (which nodes make domains)."""
-
-    namespace: str
-    constraints: tuple[SpreadConstraint, ...]
-    flt: NodeFilter
-
-
-class _Slot:
-    """One distinct pod anti-affinity term, its key's value on every node (``column``),
-    and its counters: placed pods it selects per domain (``matched``), placed pods that
-    carry it per domain (``holders``)."""
-
-    __slots__ = ("column", "holders", "matched", "term")
-
-    def __init__(self, term: PodAffinityTerm, column: tuple[str | None, ...]) -> None:
-        self.term, self.column = term, column
-        self.matched: Counter[str] = Counter()
-        self.holders: Counter[str] = Counter()
-
-
-class _Affinity:
-    """A pod's required affinity terms, taken together as kube-scheduler takes them: a
-    placed pod counts only when it matches every term, and then in its domain of each
-    term's key (``pairs``: ``(key, value)`` -> pods; ``total``: every count); ``columns``:
-    each term's key's value on every node; ``gang``: some member of the gang matches them
-    all."""
-
-    __slots__ = ("columns", "gang", "pairs", "terms", "total")
-
-    def __init__(self, terms: tuple[PodAffinityTerm, ...], columns: list[tuple[str | None, ...]]) -> None:
-        self.terms, self.columns = terms, columns
-        self.pairs: Counter[tuple[str, str]] = Counter()
-        self.total = 0
-        self.gang = False
-
-    def selects(self, pod: PodInfo, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
-        """Whether ``pod`` matches every term."""
-        return all(t.selects(pod.namespace, pod.labels, namespace_labels) for t in self.terms)
-
-
-@dataclass
-class _Entry:
-    """What one pod adds to the counters where it is placed."""
-
-    namespace: str = ""
-    selected_by: list[_Slot] = field(default_factory=list)
-    within: list[_Affinity] = field(default_factory=list)
-    holds: list[_Slot] = field(default_factory=list)
-    spread_hits: list[tuple[_SpreadGroup, int]] = field(default_factory=list)
-    ports: tuple[HostPort, ...] = ()
-    attached: list[tuple[str, str]] = field(default_factory=list)
-    exclusive: set[tuple[str, str]] = field(default_factory=set)
-
-
-def _tally(items: list[T], values: Sequence[T], sign: int) -> None:
-    """Add ``values`` to ``items`` (``sign`` 1) or remove one of each (-1)."""
-    for value in values:
-        if sign > 0:
-            items.append(value)
-        else:
-            items.remove(value)
 
 
 def default_constraints(pod: PodInfo, defaults: Sequence[SpreadConstraint]) -> tuple[SpreadConstraint, ...]:
@@ -201,19 +115,19 @@ class GangFilters:
         self.names = [node.name for node in snapshot.nodes]
         self.volumes = snapshot.volumes
         spaces = snapshot.namespaces
-        self.spread_of: list[_SpreadGroup | None] = []
+        self.spread_of: list[SpreadGroup | None] = []
         for m in order:
             constraints = m.terms.spread if m.terms is not None and m.terms.spread else default_constraints(
                 m, snapshot.spread_defaults)
-            self.spread_of.append(_SpreadGroup(m.namespace, constraints, m.node_filter) if constraints else None)
+            self.spread_of.append(SpreadGroup(m.namespace, constraints, m.node_filter) if constraints else None)
         self.groups = list(dict.fromkeys(g for g in self.spread_of if g is not None))
         #: Per group: the domains of each constraint, and which nodes count (their pods).
-        self.domains: dict[_SpreadGroup, list[_Domains]] = {}
-        self.counted: dict[_SpreadGroup, list[bool]] = {}
+        self.domains: dict[SpreadGroup, list[DomainCounts]] = {}
+        self.counted: dict[SpreadGroup, list[bool]] = {}
         for group in self.groups:
             self.domains[group], self.counted[group] = self._domains(group)
-        self._slots: dict[PodAffinityTerm, _Slot] = {}
-        self._sets: dict[tuple[PodAffinityTerm, ...], _Affinity] = {}
+        self._slots: dict[PodAffinityTerm, AntiAffinityCounts] = {}
+        self._sets: dict[tuple[PodAffinityTerm, ...], AffinityCounts] = {}
         self.affinity = [self._affinity(m.terms.affinity) if m.terms is not None and m.terms.affinity else None
                          for m in order]
         self.sets = list(self._sets.values())
@@ -246,20 +160,20 @@ class GangFilters:
         self.refused: Counter[str] = Counter()
         self._volume_reasons: dict[tuple[int, int], str | None] = {}
 
-    def _affinity(self, terms: tuple[PodAffinityTerm, ...]) -> _Affinity:
+    def _affinity(self, terms: tuple[PodAffinityTerm, ...]) -> AffinityCounts:
         found = self._sets.get(terms)
         if found is None:
             column = self.snapshot.table.label_column
-            found = self._sets[terms] = _Affinity(terms, [column(t.topology_key) for t in terms])
+            found = self._sets[terms] = AffinityCounts(terms, [column(t.topology_key) for t in terms])
         return found
 
-    def _slot(self, term: PodAffinityTerm) -> _Slot:
+    def _slot(self, term: PodAffinityTerm) -> AntiAffinityCounts:
         slot = self._slots.get(term)
         if slot is None:
-            slot = self._slots[term] = _Slot(term, self.snapshot.table.label_column(term.topology_key))
+            slot = self._slots[term] = AntiAffinityCounts(term, self.snapshot.table.label_column(term.topology_key))
         return slot
 
-    def _domains(self, group: _SpreadGroup) -> tuple[list[_Domains], list[bool]]:
+    def _domains(self, group: SpreadGroup) -> tuple[list[DomainCounts], list[bool]]:
         """Per constraint, the domains: values of the nodes that carry every key of the
         group and pass its policies (module docstring, 4); and per node, whether it is one
         of those (only the pods on those count)."""
@@ -279,11 +193,11 @@ class GangFilters:
             counted[i] = True
             for found, key in zip(values, keys, strict=True):
                 found.add(node.labels[key])
-        return [_Domains(found) for found in values], counted
+        return [DomainCounts(found) for found in values], counted
 
-    def _entry(self, pod: PodInfo) -> _Entry:
+    def _entry(self, pod: PodInfo) -> PodCounts:
         spaces, terms = self.snapshot.namespaces, pod.terms
-        entry = _Entry(pod.namespace, [t for t in self.match_terms if t.term.selects(pod.namespace, pod.labels, spaces)],
+        entry = PodCounts(pod.namespace, [t for t in self.match_terms if t.term.selects(pod.namespace, pod.labels, spaces)],
                        [found for found in self.sets if found.selects(pod, spaces)])
         if not pod.deleting:
             entry.spread_hits = [(g, k) for g in self.groups if g.namespace == pod.namespace
@@ -299,7 +213,7 @@ class GangFilters:
     def _value(self, key: str, i: int) -> str | None:
         return self.snapshot.table.label_column(key)[i]
 
-    def _count(self, entry: _Entry, i: int, sign: int) -> None:
+    def _count(self, entry: PodCounts, i: int, sign: int) -> None:
         """Count (``sign`` 1) or uncount (-1) a pod described by ``entry`` on node ``i``."""
         for slot in entry.selected_by:
             value = slot.column[i]
@@ -319,9 +233,9 @@ class GangFilters:
             if self.counted[group][i]:
                 self.domains[group][k].change(self._value(group.constraints[k].topology_key, i) or "", sign)
         if entry.ports:
-            _tally(self.ports.setdefault(i, []), entry.ports, sign)
+            tally(self.ports.setdefault(i, []), entry.ports, sign)
         if entry.attached:
-            _tally(self.attached.setdefault(i, []), entry.attached, sign)
+            tally(self.attached.setdefault(i, []), entry.attached, sign)
         for claim in entry.exclusive:
             self.exclusive[claim] += sign
 
