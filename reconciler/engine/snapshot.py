@@ -189,8 +189,6 @@ class Snapshot:
         self.spread_defaults = tuple(spread_defaults)
         #: Keys of the pods that carry :class:`~reconciler.engine.podterms.PodTerms`.
         self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)
-        #: Derived from the pods alone, shared by every copy (the pods never change).
-        self.shared: dict[str, Any] = {}
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
