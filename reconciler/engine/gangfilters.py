@@ -92,7 +92,7 @@ def needed(snapshot: Snapshot, members: Sequence[PodInfo]) -> bool:
     then cost nothing here."""
     if any(m.terms is not None or m.node_name for m in members):
         return True
-    if any(default_constraints(m, snapshot.spread_defaults) for m in members):
+    if snapshot.spread_defaults and any(default_constraints(m, snapshot.spread_defaults) for m in members):
         return True
     for key in snapshot.terms_keys:
         pod = snapshot.pods[key]
