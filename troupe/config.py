@@ -66,6 +66,21 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class SpreadDefault:
+    """One of kube-scheduler's default topology spread constraints
+    (``PodTopologySpreadArgs.defaultConstraints``, Kubernetes docs "Pod Topology Spread
+    Constraints", "Cluster-level default constraints"): ``maxSkew`` pods over the domains
+    of ``topologyKey``; only ``DoNotSchedule`` ones filter."""
+
+    topology_key: str
+    max_skew: int
+    when_unsatisfiable: str = "DoNotSchedule"
+    min_domains: int = 1
+    node_affinity_policy: str = "Honor"
+    node_taints_policy: str = "Ignore"
+
+
+@dataclass(frozen=True)
 class Config:
     """The validated configuration. Field names are the YAML keys in snake_case.
 
@@ -100,6 +115,9 @@ class Config:
     #: ``kube_api_qps`` per second holding ``kube_api_burst`` (client-go's QPS and burst).
     kube_api_qps: float = 100.0
     kube_api_burst: int = 600
+    #: The ``defaultConstraints`` of kube-scheduler's PodTopologySpread, when the cluster
+    #: sets them: Troupe applies their ``DoNotSchedule`` ones as kube-scheduler does.
+    topology_spread_default_constraints: tuple[SpreadDefault, ...] = ()
 
     @property
     def all_levels(self) -> tuple[str, ...]:
@@ -176,11 +194,41 @@ def _value(key: str, name: str, raw: Any) -> Any:
         if raw not in QUEUEING_STRATEGIES:
             raise ConfigError(f"{key}: must be one of {', '.join(QUEUEING_STRATEGIES)}, got {raw!r}")
         return cast(QueueingStrategy, raw)
+    if name == "topology_spread_default_constraints":
+        return _spread_defaults(key, raw)
     if name == "reconciler_username":
         if not isinstance(raw, str) or not raw:
             raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")
         return raw
     raise AssertionError(f"{key}: no rule for field {name}")  # pragma: no cover
+
+
+_SPREAD_KEYS = {"topologyKey", "maxSkew", "whenUnsatisfiable", "minDomains", "nodeAffinityPolicy", "nodeTaintsPolicy"}
+
+
+def _spread_defaults(key: str, raw: Any) -> tuple[SpreadDefault, ...]:
+    """``topologySpreadDefaultConstraints``: a list of kube-scheduler's default constraints
+    (no ``labelSelector``, as kube-scheduler refuses one there)."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"{key}: must be a list of constraints, got {raw!r}")
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"{key}[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) - _SPREAD_KEYS:
+            raise ConfigError(f"{where}: must be a mapping of {', '.join(sorted(_SPREAD_KEYS))}, got {entry!r}")
+        topology_key = entry.get("topologyKey")
+        if not isinstance(topology_key, str) or not _QUALIFIED_NAME.fullmatch(topology_key):
+            raise ConfigError(f"{where}.topologyKey: must be a label key, got {topology_key!r}")
+        choices = {"whenUnsatisfiable": ("DoNotSchedule", "ScheduleAnyway"), "nodeAffinityPolicy": ("Honor", "Ignore"),
+                   "nodeTaintsPolicy": ("Honor", "Ignore")}
+        for field, allowed in choices.items():
+            if field in entry and entry[field] not in allowed:
+                raise ConfigError(f"{where}.{field}: must be one of {', '.join(allowed)}, got {entry[field]!r}")
+        out.append(SpreadDefault(topology_key, _want_int(f"{where}.maxSkew", entry.get("maxSkew"), 1),
+                                 entry.get("whenUnsatisfiable", "DoNotSchedule"),
+                                 _want_int(f"{where}.minDomains", entry.get("minDomains", 1), 1),
+                                 entry.get("nodeAffinityPolicy", "Honor"), entry.get("nodeTaintsPolicy", "Ignore")))
+    return tuple(out)
 
 
 def _check_together(config: Config) -> None:

@@ -5,6 +5,11 @@
 - :mod:`.filters`: kube-scheduler's node filters for what Troupe models, with reasons.
 - :mod:`.unmodeled`: what a pod asks of kube-scheduler that the engine does not model.
 - :mod:`.refusals`: kube-scheduler's refusals of pinned members, and the nodes a gang avoids.
+- :mod:`.podterms`: a pod's required (anti-)affinity, spread constraints, host ports, claims.
+- :mod:`.volumes`: claims, volumes and CSINodes, and the volume filters.
+- :mod:`.gangfilters` (with :mod:`.counters`): the filters that look at the pods around a
+  member, counted per domain, the gang's own members included.
+- :mod:`.nodetable`: what a snapshot derives from its nodes alone.
 - :mod:`.topology`: levels, node paths, the immutable domain tree, the seed's cost.
 - :mod:`.cluster`: :class:`NodeInfo` and :class:`PodInfo`, parsed from Kubernetes objects.
 - :mod:`.records`: the plan and nomination records the reconciler keeps in annotations.

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 from reconciler.engine.devices import Devices, parse_selected
 from reconciler.engine.fields import ObjectError, mapping, string, string_map
 from reconciler.engine.filters import NodeFilter, Taint, parse_node_filter, parse_taints
+from reconciler.engine.podterms import PodTerms, parse_pod_terms
 from reconciler.engine.records import Nomination, Plan
 from reconciler.engine.resources import PODS, node_allocatable, pod_requests
-from reconciler.engine.unmodeled import scheduler_checks
 from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
@@ -111,8 +111,10 @@ class PodInfo:
     ``terminationGracePeriodSeconds`` (30 when unset, the API default). ``condition``:
     its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one;
     ``scheduled``: kube-scheduler's ``PodScheduled`` condition, the same way (a refusal:
-    ``("False", "Unschedulable", why)``, :mod:`.refusals`). ``scheduler_checks``: what it
-    asks of kube-scheduler that the engine does not model (:mod:`.unmodeled`).
+    ``("False", "Unschedulable", why)``, :mod:`.refusals`). ``terms``: its required pod
+    (anti-)affinity, spread constraints, host ports and claims
+    (:class:`~reconciler.engine.podterms.PodTerms`), None when it has none of them; what
+    of it the engine does not model is :func:`~reconciler.engine.filters.unmodeled`.
 
     ``gang_annotations`` is the one raw value kept, and only the part of the annotations
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
@@ -150,7 +152,7 @@ class PodInfo:
     grace_seconds: int = 30
     condition: tuple[str, str, str] | None = None
     scheduled: tuple[str, str, str] | None = None
-    scheduler_checks: tuple[str, ...] = ()
+    terms: PodTerms | None = None
 
     @property
     def key(self) -> str:
@@ -183,6 +185,7 @@ class PodInfo:
         annotations = string_map(meta, "annotations", "metadata")
         labels = string_map(meta, "labels", "metadata")
         node_filter = parse_node_filter(spec)
+        namespace = string(meta, "namespace", "metadata", default="default")
         gates = []
         raw_gates = spec.get("schedulingGates") or []
         if not isinstance(raw_gates, list):
@@ -197,7 +200,7 @@ class PodInfo:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ObjectError("spec.priority", f"expected an integer, got {priority!r}")
         return _filled(cls, {
-            "namespace": string(meta, "namespace", "metadata", default="default"),
+            "namespace": namespace,
             "name": name,
             "requests": pod_requests(spec),
             "node_filter": node_filter,
@@ -223,7 +226,7 @@ class PodInfo:
             "grace_seconds": _grace(spec),
             "condition": _condition(status, GANG_CONDITION),
             "scheduled": _condition(status, POD_SCHEDULED),
-            "scheduler_checks": scheduler_checks(spec),
+            "terms": parse_pod_terms(namespace, name, labels, spec),
         })
 
 

@@ -411,7 +411,7 @@ def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ..
     # brings: the writes' own watch events may carry nothing new to the cache that
     # assumed them, and members that are never bound change nothing else.
     deadline = (epoch(planned_at) or now) + s.gang.timeout_seconds + jitter(s.gang, planned_at)
-    notes = [*_avoided(s), *filter(None, [unmodeled_note(s.free)])]
+    notes = [*_avoided(s), *filter(None, [unmodeled_note(s.free, s.snapshot.volumes)])]
     return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings, note="; ".join(notes)),), clear),
                   Status((result.reason, *notes), result.code, subject), recheck_at=deadline, placement=result)
 

@@ -20,10 +20,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.engine.fields import ObjectError, mapping, path, sequence, string, string_map
 from reconciler.engine.resources import PODS, resource_order
+
+if TYPE_CHECKING:
+    from reconciler.engine.cluster import PodInfo
+    from reconciler.engine.volumes import VolumeCatalog
 
 #: Taint effects that keep a pod off a node (``PreferNoSchedule`` only scores).
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -35,6 +39,24 @@ UNSCHEDULABLE = "node unschedulable"
 SELECTOR_MISMATCH = "node selector mismatch"
 AFFINITY_MISMATCH = "node affinity mismatch"
 TOO_MANY_PODS = "too many pods"
+#: kube-scheduler's own reasons, worded as its plugins word them (``ErrReason`` constants
+#: of ``pkg/scheduler/framework/plugins``): NodeName, NodePorts, PodTopologySpread,
+#: InterPodAffinity. The volume plugins' are in :mod:`.volumes`.
+NODE_NAME_MISMATCH = "node(s) didn't match the requested node name"
+PORTS_IN_USE = "node(s) didn't have free ports for the requested pod ports"
+SPREAD_MISMATCH = "node(s) didn't match pod topology spread constraints"
+SPREAD_MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+AFFINITY_RULES = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_RULES = "node(s) didn't match pod anti-affinity rules"
+#: Reasons after resources, in kube-scheduler's filter order (VolumeRestrictions,
+#: NodeVolumeLimits, VolumeBinding, VolumeZone, PodTopologySpread, InterPodAffinity).
+_LATER_REASONS = (
+    "node has pod using PersistentVolumeClaim", "node(s) exceed max volume count", "persistentvolumeclaim ",
+    "node(s) unavailable due to one or more pvc", "node(s) had volume node affinity conflict",
+    "node(s) had no available volume zone", SPREAD_MISSING_LABEL, SPREAD_MISMATCH, EXISTING_ANTI_AFFINITY,
+    AFFINITY_RULES, ANTI_AFFINITY_RULES,
+)
 
 _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
@@ -229,7 +251,10 @@ def requirements(term: Mapping[str, Any], key: str) -> tuple[Requirement, ...]:
     return tuple(out)
 
 
-def _terms(required: Mapping[str, Any]) -> tuple[Term, ...]:
+def parse_node_terms(required: Mapping[str, Any]) -> tuple[Term, ...]:
+    """The ORed ``nodeSelectorTerms`` of a required node selector (a pod's required node
+    affinity, a PersistentVolume's ``spec.nodeAffinity.required``); raises
+    :class:`ObjectError` naming the bad term."""
     parsed = []
     for i, raw in enumerate(sequence(required, "nodeSelectorTerms")):
         try:
@@ -250,7 +275,7 @@ def parse_node_filter(spec: Mapping[str, Any], base: str = "spec") -> NodeFilter
             required = mapping(affinity, "requiredDuringSchedulingIgnoredDuringExecution", "affinity.nodeAffinity")
             if required:
                 try:
-                    terms = _terms(required)
+                    terms = parse_node_terms(required)
                 except ObjectError as e:
                     raise e.below("affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution") from None
         except ObjectError as e:
@@ -297,6 +322,28 @@ def reason_order(reason: str) -> tuple[int, tuple[int, str] | str]:
         return (3, "")
     if reason == AFFINITY_MISMATCH:
         return (4, "")
+    if reason == NODE_NAME_MISMATCH:
+        return (1, "name")
+    if reason == PORTS_IN_USE:
+        return (4, "ports")
     if reason == TOO_MANY_PODS:
         return (5, resource_order(PODS))
+    for k, prefix in enumerate(_LATER_REASONS):
+        if reason.startswith(prefix):
+            return (6 + k, reason)
     return (5, resource_order(reason.removeprefix("insufficient ")))
+
+
+def unmodeled(pod: PodInfo, volumes: VolumeCatalog | None = None) -> tuple[str, ...]:
+    """Short phrases naming what ``pod`` uses that the engine does not model, so a plan
+    kube-scheduler refuses can say why (empty: everything it asks for is modeled):
+    ``dynamic resource claims (DynamicResources)``, ``inline csi volume scratch``, and,
+    given the cluster's :class:`~reconciler.engine.volumes.VolumeCatalog`,
+    ``unbound PersistentVolumeClaim data (volume provisioning)``. Scoring (preferred
+    affinity, ``ScheduleAnyway`` spread) is not filtering and is never listed."""
+    terms = pod.terms
+    if terms is None:
+        return ()
+    if volumes is None or not terms.claims:
+        return terms.unmodeled
+    return terms.unmodeled + volumes.unmodeled(pod.namespace, terms.claims)

@@ -30,9 +30,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from reconciler.engine import selection
+from reconciler.engine import gangfilters, selection
 from reconciler.engine.cluster import PodInfo
-from reconciler.engine.filters import NodeFilter, reason_order
+from reconciler.engine.filters import NodeFilter, insufficient, reason_order, static_reason
+from reconciler.engine.gangfilters import GangFilters
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.text import plural
 from reconciler.engine.topology import sequence_cost
@@ -117,28 +118,51 @@ class PlacementResult:
 
 @dataclass
 class Shape:
-    """Members of equal ``requests`` (units, :mod:`.resources`) and node filter ``flt``;
-    ``members``: their positions in the sequence :func:`member_shapes` was given."""
+    """Members of equal ``requests`` (units, :mod:`.resources`) and node filter ``flt``
+    (and, given :class:`~.gangfilters.GangFilters`, equal signature);
+    ``members``: their positions in the sequence :func:`member_shapes` was given.
+    ``eligible``: per node, whether it passes every filter but resources for them, when
+    :func:`member_shapes` was given the gang's filters (else the snapshot's for ``flt``);
+    ``one_per_node``: two of them never share a node."""
 
     requests: Mapping[str, int]
     flt: NodeFilter
     members: list[int]
+    eligible: list[bool] | None = None
+    one_per_node: bool = False
 
 
-def member_shapes(order: Sequence[PodInfo]) -> tuple[list[Shape], list[int]]:
-    """Shapes in order of their first member, and each member's shape index."""
-    by_key: dict[tuple[tuple[tuple[str, int], ...], NodeFilter], int] = {}
+def member_shapes(order: Sequence[PodInfo], filters: GangFilters | None = None) -> tuple[list[Shape], list[int]]:
+    """Shapes in order of their first member, and each member's shape index. With
+    ``filters`` (none placed yet), each shape's :attr:`Shape.eligible` nodes also pass them."""
+    by_key: dict[tuple[object, ...], int] = {}
     shapes: list[Shape] = []
     shape_of = []
     for i, pod in enumerate(order):
-        key = (tuple(sorted(pod.requests.items())), pod.node_filter)
+        key: tuple[object, ...] = (tuple(sorted(pod.requests.items())), pod.node_filter)
+        if filters is not None:
+            key += filters.signature(i)
         s = by_key.get(key)
         if s is None:
             s = by_key[key] = len(shapes)
             shapes.append(Shape(pod.requests, pod.node_filter, []))
+            if filters is not None:
+                shapes[s].eligible = filters.static(i, filters.snapshot.eligible(pod.node_filter))
+                shapes[s].one_per_node = filters.one_per_node(i)
         shapes[s].members.append(i)
         shape_of.append(s)
     return shapes, shape_of
+
+
+def _eligible(snapshot: Snapshot, shape: Shape) -> list[bool]:
+    """The nodes that pass every filter but resources for ``shape``."""
+    return shape.eligible if shape.eligible is not None else snapshot.eligible(shape.flt)
+
+
+def _capacity(snapshot: Snapshot, shape: Shape, eligible: Sequence[bool]) -> list[int]:
+    """Per node: how many members of ``shape`` fit (at most one where they never share)."""
+    caps = snapshot.capacity(shape.requests, eligible)
+    return [min(cap, 1) for cap in caps] if shape.one_per_node else caps
 
 
 def _unresolvable(reason: str) -> PlacementResult:
@@ -217,27 +241,43 @@ def place_gang(
     depths, unknown = _search_depths(snapshot, required_level, preferred_level)
     if unknown:
         return _unresolvable(unknown)
-    shapes, shape_of = member_shapes(order)
+    filters = GangFilters(snapshot, order) if gangfilters.needed(snapshot, order) else None
+    shapes, shape_of = member_shapes(order, filters)
+    if filters is not None:
+        depths = filters.together_depths(depths)
     size = len(order)
-    if len(shapes) == 1:
-        requests, eligible = shapes[0].requests, snapshot.eligible(shapes[0].flt)
-    else:
-        requests, eligible = envelope(shapes, [snapshot.eligible(s.flt) for s in shapes])
-    found = _place_uniform(snapshot, snapshot.capacity(requests, eligible), size, depths, exact_budget, allowed)
+    found = _place_uniform(snapshot, _gang_capacity(snapshot, shapes), size, depths, exact_budget, allowed)
+    if found is not None and filters is not None and not filters.verify(_uniform_nodes(found[2])):
+        found = None
     mixed = None
-    if len(shapes) > 1:
+    if len(shapes) > 1 or (filters is not None and found is None):
         # (a) first: the fill may hold the gang in a smaller domain than the envelope.
         smaller = [d for d in depths if found is None or d > found[0]]
-        mixed = _place_mixed(snapshot, order, shapes, shape_of, smaller, allowed)
+        mixed = _place_mixed(snapshot, order, shapes, shape_of, smaller, allowed, filters)
     if mixed is not None:
         depth, j, nodes = mixed
         method = "mixed"
     elif found is not None:
         depth, j, chosen, method = found
-        nodes = [i for i, count in chosen.counts for _ in range(count)]
+        nodes = _uniform_nodes(chosen)
     else:
-        return _explain(snapshot, order, shapes, required_level, depths, allowed)
+        return _explain(snapshot, order, shapes, required_level, depths, allowed, filters)
     return _placed(snapshot, order, nodes, depth, j, method)
+
+
+def _gang_capacity(snapshot: Snapshot, shapes: Sequence[Shape]) -> list[int]:
+    """Per node: how many members fit, the members all of one shape, or of their
+    envelope (:func:`envelope`)."""
+    if len(shapes) == 1:
+        return _capacity(snapshot, shapes[0], _eligible(snapshot, shapes[0]))
+    requests, eligible = envelope(shapes, [_eligible(snapshot, s) for s in shapes])
+    caps = snapshot.capacity(requests, eligible)
+    return [min(cap, 1) for cap in caps] if any(s.one_per_node for s in shapes) else caps
+
+
+def _uniform_nodes(chosen: selection.Selection) -> list[int]:
+    """The node index of each member, in rank order, of a one-shape selection."""
+    return [i for i, count in chosen.counts for _ in range(count)]
 
 
 def envelope(shapes: Sequence[Shape], eligible: Sequence[Sequence[bool]]) -> tuple[dict[str, int], list[bool]]:
@@ -298,15 +338,17 @@ def _place_uniform(
 
 def _place_mixed(
     snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], shape_of: Sequence[int],
-    depths: Sequence[int], allowed: Allowed = None,
+    depths: Sequence[int], allowed: Allowed = None, filters: GangFilters | None = None,
 ) -> tuple[int, int, list[int]] | None:
-    """Rank-order fill for members of several shapes: in each candidate domain (every
-    shape's capacity suffices; most room first, at most :data:`MIXED_CANDIDATES`), each
-    member goes to the node of the previous member if it fits, else to the next node in
-    topology order where it fits (wrapping around). Best by (cost, nodes, room left)."""
+    """Rank-order fill for members of several shapes, or of a gang with ``filters``: in
+    each candidate domain (every shape's capacity suffices; most room first, at most
+    :data:`MIXED_CANDIDATES`), each member goes to the node of the previous member if it
+    fits, else to the next node in topology order where it fits (wrapping around), where
+    "fits" includes the gang's filters with the members placed so far counted. Best by
+    (cost, nodes, room left)."""
     tree = snapshot.tree
-    eligible = [snapshot.eligible(s.flt) for s in shapes]
-    node_caps = [snapshot.capacity(s.requests, e) for s, e in zip(shapes, eligible, strict=True)]
+    eligible = [_eligible(snapshot, s) for s in shapes]
+    node_caps = [_capacity(snapshot, s, e) for s, e in zip(shapes, eligible, strict=True)]
     caps = [tree.caps_by_depth(c) for c in node_caps]
     need = [len(s.members) for s in shapes]
     for d in depths:
@@ -319,12 +361,13 @@ def _place_mixed(
         best: tuple[tuple[float, int, int, int], list[int]] | None = None
         for j in candidates[:MIXED_CANDIDATES]:
             usable = [i for i in range(tree.lo[d][j], tree.hi[d][j]) if any(c[i] > 0 for c in node_caps)]
-            nodes = _fill(snapshot, order, shape_of, eligible, usable)
-            if nodes is None:
-                continue
-            key = (sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights), len(set(nodes)), room[j], j)
-            if best is None or key < best[0]:
-                best = (key, nodes)
+            for part in filters.partitions(usable) if filters is not None else [usable]:
+                nodes = _fill(snapshot, order, shape_of, eligible, part, filters)
+                if nodes is None:
+                    continue
+                key = (sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights), len(set(nodes)), room[j], j)
+                if best is None or key < best[0]:
+                    best = (key, nodes)
         if best is not None:
             return d, best[0][3], best[1]
     return None
@@ -332,34 +375,46 @@ def _place_mixed(
 
 def _fill(
     snapshot: Snapshot, order: Sequence[PodInfo], shape_of: Sequence[int], eligible: Sequence[Sequence[bool]],
-    usable: Sequence[int],
+    usable: Sequence[int], filters: GangFilters | None = None,
 ) -> list[int] | None:
+    """Each member (rank order; :meth:`GangFilters.fill_order` with filters) on the node
+    of the previous one if it fits there, else on the next usable node where it fits;
+    the node of each member in rank order, or None when one fits nowhere."""
     free: dict[int, dict[str, int]] = {}
-    out: list[int] = []
+    out = [-1] * len(order)
     pos = 0
-    for m, pod in enumerate(order):
-        ok = eligible[shape_of[m]]
-        for step in range(len(usable)):
-            i = usable[(pos + step) % len(usable)]
-            if not ok[i]:
-                continue
-            f = free.get(i)
-            if f is None:
-                f = free[i] = snapshot.free(i)
-            if all(f.get(r, 0) >= q for r, q in pod.requests.items() if q > 0):
-                for r, q in pod.requests.items():
-                    f[r] = f.get(r, 0) - q
-                out.append(i)
-                pos = (pos + step) % len(usable)
-                break
-        else:
-            return None
+    try:
+        for m in (filters.fill_order() if filters is not None else range(len(order))):
+            pod, ok = order[m], eligible[shape_of[m]]
+            for step in range(len(usable)):
+                i = usable[(pos + step) % len(usable)]
+                if not ok[i]:
+                    continue
+                f = free.get(i)
+                if f is None:
+                    f = free[i] = snapshot.free(i)
+                if all(f.get(r, 0) >= q for r, q in pod.requests.items() if q > 0) and (
+                        filters is None or filters.admits(m, i)):
+                    for r, q in pod.requests.items():
+                        f[r] = f.get(r, 0) - q
+                    if filters is not None:
+                        filters.place(m, i)
+                    out[m] = i
+                    pos = (pos + step) % len(usable)
+                    break
+            else:
+                if filters is not None:
+                    filters.note_refusal(m, [i for i in usable if ok[i]])
+                return None
+    finally:
+        if filters is not None:
+            filters.rollback()
     return out
 
 
 def _explain(
     snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], required_level: str | None,
-    depths: Sequence[int], allowed: Allowed = None,
+    depths: Sequence[int], allowed: Allowed = None, filters: GangFilters | None = None,
 ) -> PlacementResult:
     """Why no placement exists, as a result: members that fit in the best allowed domain,
     nodes that take no member and their reasons (those of the lowest-ranked member's
@@ -367,7 +422,7 @@ def _explain(
     tree = snapshot.tree
     scope = depths[0] if required_level is not None else 0
     domains = [j for j in range(tree.size(scope)) if allowed is None or j in allowed[scope]]
-    node_caps = [snapshot.capacity(s.requests, snapshot.eligible(s.flt)) for s in shapes]
+    node_caps = [_capacity(snapshot, s, _eligible(snapshot, s)) for s in shapes]
     scope_caps = [tree.caps_by_depth(c)[scope] for c in node_caps]
     fits = max(
         (sum(min(len(s.members), c[j]) for s, c in zip(shapes, scope_caps, strict=True)) for j in domains),
@@ -378,17 +433,20 @@ def _explain(
     for i in range(len(snapshot.nodes)):
         if all(c[i] == 0 for c in node_caps):
             excluded += 1
-            reasons.update(snapshot.reasons(i, shapes[0].flt, shapes[0].requests))
+            reasons.update(_reasons(snapshot, filters, shapes[0], i))
     x = len(order)
     where = ""
     if required_level is not None:
         where = f" in the gang's {required_level}" if allowed is not None else f" in one {required_level}"
     message = f"fits {fits} of {x} members{where}"
+    refused = _refused(snapshot, order, shapes, node_caps, filters)
     if fits >= x:
-        message += ", but not all at once with their different requests"
+        message += ", but not all at once"
+        message += f": {_listed(refused)}" if refused else " with their different requests"
+    elif refused:
+        message += f"; placed one by one, the next member fits no node: {_listed(refused)}"
     if excluded:
-        listed = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items(), key=lambda t: reason_order(t[0])))
-        message += f"; {plural(excluded, 'node')} excluded: {listed}"
+        message += f"; {plural(excluded, 'node')} excluded: {_listed(reasons)}"
     elif not snapshot.nodes:
         message += "; no nodes"
     empty = snapshot.empty()
@@ -398,3 +456,41 @@ def _explain(
     could = any(all(c[j] >= len(s.members) for s, c in zip(shapes, empty_caps, strict=True)) for j in domains)
     code = Code.UNSCHEDULABLE if could else Code.UNRESOLVABLE
     return PlacementResult(False, [], code, message, fits=fits)
+
+
+def _refused(snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], node_caps: Sequence[Sequence[int]],
+             filters: GangFilters | None) -> Mapping[str, int]:
+    """With ``filters``: why, members placed one by one on every node with room, the first
+    that fits nowhere is refused (the last fill's refusal when one ran); else nothing."""
+    if filters is None:
+        return {}
+    if not filters.refused:
+        shape_of = [0] * len(order)
+        for k, shape in enumerate(shapes):
+            for m in shape.members:
+                shape_of[m] = k
+        usable = [i for i in range(len(snapshot.nodes)) if any(c[i] > 0 for c in node_caps)]
+        _fill(snapshot, order, shape_of, [_eligible(snapshot, s) for s in shapes], usable, filters)
+    return filters.refused
+
+
+def _listed(reasons: Mapping[str, int]) -> str:
+    """``reason: count, ...`` in filter order."""
+    return ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items(), key=lambda t: reason_order(t[0])))
+
+
+def _reasons(snapshot: Snapshot, filters: GangFilters | None, shape: Shape, i: int) -> list[str]:
+    """Why node ``i`` takes no member of ``shape``, in kube-scheduler's filter order: the
+    first failing filter, or every resource it has too little of."""
+    if filters is None:
+        return snapshot.reasons(i, shape.flt, shape.requests)
+    node, m = snapshot.nodes[i], shape.members[0]
+    why = static_reason(shape.flt, node.name, node.labels, node.taints, node.ready, node.unschedulable)
+    why = why or filters.early(m, i)
+    if why is not None:
+        return [why]
+    short = insufficient(snapshot.free(i), shape.requests)
+    if short:
+        return short
+    late = filters.late(m, i)
+    return [late] if late is not None else []

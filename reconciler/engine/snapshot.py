@@ -38,10 +38,13 @@ from typing import Any, Protocol, TypeVar
 
 from reconciler.engine.budgets import Budget
 from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, is_shared
+from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.filters import NodeFilter, Taint, insufficient, static_reason
-from reconciler.engine.topology import TopologyLevels, TopologyTree
+from reconciler.engine.nodetable import NodeTable
+from reconciler.engine.podterms import SpreadConstraint
+from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.volumes import VolumeCatalog
 
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
@@ -106,37 +109,6 @@ def _nomination_record(pod: PodInfo) -> Record | None:
     return (pod.nomination.at, pod.nomination.nodes) if pod.nomination is not None else None
 
 
-class NodeTable:
-    """What a snapshot derives from its nodes alone: the nodes in topology order, their
-    paths, the topology tree, names to indexes, which pass the static
-    checks, and allocatable per resource. Immutable; a cache keeps one per set of nodes
-    and builds snapshots on it while only pods change (kwok's and kubelets' status
-    heartbeats do not change it).
-
-    Raises ``ValueError`` on a duplicate node name.
-    """
-
-    def __init__(self, nodes: Iterable[NodeInfo], levels: TopologyLevels) -> None:
-        keyed = sorted(((levels.path_of(node.name, node.labels), node.name, node) for node in nodes),
-                       key=lambda entry: (entry[0], entry[1]))
-        self.levels = levels
-        self.nodes: tuple[NodeInfo, ...] = tuple(node for _, _, node in keyed)
-        self.paths: tuple[tuple[str, ...], ...] = tuple(path for path, _, _ in keyed)
-        self.index: dict[str, int] = {}
-        for i, node in enumerate(self.nodes):
-            if node.name in self.index:
-                raise ValueError(f"duplicate node {node.name!r}")
-            self.index[node.name] = i
-        self.tree = TopologyTree([node.name for node in self.nodes], self.paths, levels)
-        self.weights = levels.weights()
-        self.static_ok = [node.ready and not node.unschedulable for node in self.nodes]
-        #: Per node: opted in to shared device groups (``deviceshare.io/mode: shared``).
-        self.shared = [is_shared(node.labels) for node in self.nodes]
-        resources = sorted({resource for node in self.nodes for resource in node.allocatable})
-        self.allocatable: dict[str, tuple[int, ...]] = {
-            resource: tuple(node.allocatable.get(resource, 0) for node in self.nodes) for resource in resources}
-
-
 class Snapshot:
     """Nodes (in topology order), pods, SharedDeviceGroups and free capacity; see the
     module docstring.
@@ -150,12 +122,18 @@ class Snapshot:
     :attr:`devices` is the device inventory
     (:class:`~reconciler.engine.devices.DeviceInventory`): the IDs groups hold count as
     used on their nodes, so no ordinary gang is planned onto them. Raises ``ValueError``
-    on a duplicate node or pod.
+    on a duplicate node or pod. ``namespaces``: namespace name -> its labels (for
+    ``namespaceSelector``); ``volumes``: the claims, volumes and CSINodes
+    (:class:`~reconciler.engine.volumes.VolumeCatalog`; None when they were not read, as by
+    the simulator: the volume filters are then skipped); ``spread_defaults``: the cluster's
+    default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`.gangfilters`).
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
                  groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None,
-                 budgets: Iterable[Budget] = ()) -> None:
+                 budgets: Iterable[Budget] = (), *,
+                 namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
+                 spread_defaults: Sequence[SpreadConstraint] = ()) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -172,6 +150,11 @@ class Snapshot:
         self.groups: dict[str, DeviceGroup] = {group.name: group for group in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
         self.budgets: tuple[Budget, ...] = tuple(budgets)
+        self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
+        self.volumes = volumes
+        self.spread_defaults = tuple(spread_defaults)
+        #: Keys of the pods that carry :class:`~reconciler.engine.podterms.PodTerms`.
+        self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}

@@ -57,6 +57,7 @@ from reconciler.kube.informer import (
     pod_disruption_budgets,
     pods,
     shared_device_groups,
+    volume_resources,
 )
 from reconciler.kube.leases import KubeLeases
 from reconciler.kube.readonly import ACTIVE_PODS, plugin_client, read_cluster, read_config_map
@@ -107,6 +108,7 @@ __all__ = [
     "read_cluster",
     "read_config_map",
     "shared_device_groups",
+    "volume_resources",
     "webhook_certificates",
     "whoami",
 ]

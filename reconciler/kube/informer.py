@@ -102,6 +102,23 @@ def pod_disruption_budgets(api: client.ApiClient) -> Resource:
     return Resource("poddisruptionbudgets", client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces)
 
 
+#: What the volume filters and pod affinity's namespace selectors read: resource name, API
+#: class of the client and its cluster-wide list method. PersistentVolumeClaims (in every
+#: namespace), PersistentVolumes (bound volumes' node affinity and zones), CSINodes
+#: (``storage.k8s.io/v1``: CSI attach limits) and namespaces (their labels).
+VOLUME_COLLECTIONS = (
+    ("persistentvolumeclaims", "CoreV1Api", "list_persistent_volume_claim_for_all_namespaces"),
+    ("persistentvolumes", "CoreV1Api", "list_persistent_volume"),
+    ("csinodes", "StorageV1Api", "list_csi_node"),
+    ("namespaces", "CoreV1Api", "list_namespace"),
+)
+
+
+def volume_resources(api: client.ApiClient) -> list[Resource]:
+    """The collections of :data:`VOLUME_COLLECTIONS`, in that order."""
+    return [Resource(name, getattr(getattr(client, cls)(api), method)) for name, cls, method in VOLUME_COLLECTIONS]
+
+
 def shared_device_groups(api: client.ApiClient) -> Resource:
     """All SharedDeviceGroups (``deviceshare.io/v1alpha1``, cluster-scoped): optional, as
     every custom resource (a cluster without the CRD has no groups)."""

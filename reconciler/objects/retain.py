@@ -48,15 +48,18 @@ _OBJECT_META: dict[str, Any] = {
     "ownerReferences": True,
 }
 
-_CONTAINER: dict[str, Any] = {"name": True, "resources": True, "restartPolicy": True, "ports": True}
-
-#: Of each volume, its name and its source unless no scheduler filter reads that kind
-#: (reconciler.engine.unmodeled: the projected service-account token of every pod is dropped).
-_VOLUME = AllBut({"emptyDir", "configMap", "secret", "projected", "downwardAPI"})
+#: Of a container's ports, only a host port's (``NodePorts``).
+_CONTAINER: dict[str, Any] = {"name": True, "resources": True, "restartPolicy": True,
+                              "ports": {"hostPort": True, "hostIP": True, "protocol": True}}
+#: Of a volume, its name, the claim it mounts, and which inline kind it is (an empty
+#: mapping for each: their contents are not read).
+_VOLUME: dict[str, Any] = {"name": True, "persistentVolumeClaim": {"claimName": True}, "ephemeral": {},
+                           "gcePersistentDisk": {}, "awsElasticBlockStore": {}, "rbd": {}, "iscsi": {}, "csi": {}}
 
 #: Pods: identity and owners; labels and annotations (gang, topology, device-group and rank
-#: keys, the reconciler's decisions); what placement filters on (node selection, affinity,
-#: tolerations, gates, priority) and counts (container, init-container and pod-level
+#: keys, the reconciler's decisions); what placement filters on (node selection, node and
+#: pod affinity, topology spread, tolerations, gates, priority, host ports, the claims its
+#: volumes mount, resource claims) and counts (container, init-container and pod-level
 #: requests, overhead); where it runs and whether it has ended.
 POD: Keep = {
     "apiVersion": True, "kind": True,
@@ -66,8 +69,8 @@ POD: Keep = {
         "schedulingGates": True, "priority": True, "priorityClassName": True, "preemptionPolicy": True,
         "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
-        # what kube-scheduler checks that the engine does not model (reconciler.engine.unmodeled)
-        "topologySpreadConstraints": True, "resourceClaims": True, "volumes": _VOLUME,
+        # what the filters read that kube-scheduler's default profile applies (reconciler.engine.podterms)
+        "topologySpreadConstraints": True, "volumes": _VOLUME, "resourceClaims": {"name": True},
     },
     "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True, "message": True}},
 }
@@ -110,6 +113,33 @@ BUDGET: Keep = {
     "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True},
     "spec": {"selector": True},
     "status": {"disruptionsAllowed": True},
+}
+
+#: PersistentVolumeClaims: which volume each is bound to and its access modes.
+CLAIM: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True},
+    "spec": {"volumeName": True, "accessModes": True},
+}
+
+#: PersistentVolumes: zone labels, required node affinity, CSI driver and handle.
+VOLUME: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "uid": True, "resourceVersion": True, "labels": True},
+    "spec": {"nodeAffinity": True, "csi": {"driver": True, "volumeHandle": True}},
+}
+
+#: CSINodes: each driver's attach limit.
+CSI_NODE: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "uid": True, "resourceVersion": True},
+    "spec": {"drivers": {"name": True, "allocatable": True}},
+}
+
+#: Namespaces: their labels (``namespaceSelector`` of pod affinity terms).
+NAMESPACE: Keep = {
+    "apiVersion": True, "kind": True,
+    "metadata": {"name": True, "uid": True, "resourceVersion": True, "labels": True},
 }
 
 

@@ -199,6 +199,7 @@ def test_values_set_on_the_command_line_reach_the_config_file(tmp_path: Path) ->
         "--set", "config.gangScheduleTimeoutSecondsLimit=600",
         "--set-json", "config.topologyFallbackLevels=[]",
         "--set", "config.sharedDeviceResources={nvidia.com/gpu,amd.com/gpu}",
+        "--set-json", 'config.topologySpreadDefaultConstraints=[{"topologyKey":"topology.kubernetes.io/zone","maxSkew":1}]',
     )
 
     config = load_config(str(config_file(objects, tmp_path)))
@@ -208,6 +209,8 @@ def test_values_set_on_the_command_line_reach_the_config_file(tmp_path: Path) ->
     assert config.gang_schedule_timeout_seconds_limit == 600
     assert config.topology_fallback_levels == ()
     assert config.shared_device_resources == ("nvidia.com/gpu", "amd.com/gpu")
+    assert [(c.topology_key, c.max_skew) for c in config.topology_spread_default_constraints] == [
+        ("topology.kubernetes.io/zone", 1)]
 
 
 def test_both_deployments_roll_when_the_configuration_changes() -> None:

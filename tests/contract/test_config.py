@@ -46,6 +46,13 @@ def test_the_pfn_prefix_works_by_configuration(tmp_path):
         ({"excludedNamespaces": ["Kube_System"]}, "excludedNamespaces[0]"),
         ({"gangScheduleDefaultTimeoutSeconds": 200}, "exceeds gangScheduleTimeoutSecondsLimit"),
         ({"gangTimeout": 3}, "gangTimeout: unknown configuration key"),
+        ({"topologySpreadDefaultConstraints": {"topologyKey": "z"}}, "topologySpreadDefaultConstraints: must be a list"),
+        ({"topologySpreadDefaultConstraints": [{"topologyKey": "zone", "maxSkew": 0}]},
+         "topologySpreadDefaultConstraints[0].maxSkew: must be an integer >= 1, got 0"),
+        ({"topologySpreadDefaultConstraints": [{"topologyKey": "zone", "maxSkew": 1, "labelSelector": {}}]},
+         "topologySpreadDefaultConstraints[0]: must be a mapping of"),
+        ({"topologySpreadDefaultConstraints": [{"topologyKey": "zone", "maxSkew": 1, "whenUnsatisfiable": "Never"}]},
+         "topologySpreadDefaultConstraints[0].whenUnsatisfiable: must be one of DoNotSchedule, ScheduleAnyway"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_key(data, want_in_message):
@@ -66,6 +73,15 @@ def test_file_errors_name_the_file(tmp_path):
     wrong.write_text("gangScheduleTimeoutSecondsLimit: -5\n")
     with pytest.raises(ConfigError, match=r"wrong\.yaml: gangScheduleTimeoutSecondsLimit"):
         load_config(str(wrong))
+
+
+def test_default_spread_constraints_are_read_as_kube_scheduler_writes_them():
+    config = from_mapping({"topologySpreadDefaultConstraints": [
+        {"topologyKey": "topology.kubernetes.io/zone", "maxSkew": 2, "minDomains": 3, "nodeTaintsPolicy": "Honor"}]})
+    (only,) = config.topology_spread_default_constraints
+    assert (only.topology_key, only.max_skew, only.when_unsatisfiable, only.min_domains, only.node_affinity_policy,
+            only.node_taints_policy) == ("topology.kubernetes.io/zone", 2, "DoNotSchedule", 3, "Honor", "Honor")
+    assert Config().topology_spread_default_constraints == ()
 
 
 def test_level_depth_maps_both_label_sets_to_the_same_depth():

@@ -14,7 +14,6 @@ from reconciler.engine.decision import decide
 from reconciler.engine.gang import build_gang
 from reconciler.engine.lifecycle import Phase
 from reconciler.engine.refusals import MAX_AVOIDED_NODES, REFUSAL_GRACE_SECONDS, Refusal
-from reconciler.engine.unmodeled import scheduler_checks
 from tests.support.controller_harness import four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_pod
 from troupe import contract
@@ -116,37 +115,27 @@ def test_a_gang_that_cannot_fit_off_the_avoided_nodes_is_unschedulable_and_says_
     assert "avoiding node n1 (refused)" in decision.reason
 
 
-ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-    {"labelSelector": {"matchLabels": {"app": "w"}}, "topologyKey": contract.HOSTNAME_LABEL}]}}
+INLINE_DISK = {"name": "scratch", "csi": {"driver": "disk.example.com"}}
 
 
 def test_a_member_using_what_the_engine_does_not_model_is_placed_with_a_note_saying_so():
     pods = gang_pods(2, gpus=4)
-    pods[1]["spec"]["affinity"] = ANTI
-    pods[1]["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    pods[1]["spec"]["volumes"] = [INLINE_DISK]
+    pods[1]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
     gang, decision = decided(pods)
     assert decision.phase is Phase.PLACED
-    note = "placed without modeling: pod anti-affinity, host ports (kube-scheduler will check them)"
+    note = ("placed without modeling: inline csi volume scratch, dynamic resource claims (DynamicResources) "
+            "(kube-scheduler will check them)")
     assert decision.reason.endswith(f"; {note}")
     assert conditions(gang, decision)["team-a/train-0"].message.endswith(f"; {note}")
     _, plain = decided(gang_pods(2, gpus=4))
     assert "without modeling" not in plain.reason and plain.find(Release).note == ""
 
 
-@pytest.mark.parametrize("spec, want", [
-    ({"containers": [{"name": "c"}]}, ()),
-    ({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}}, ("pod affinity",)),
-    ({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{}]}}}, ()),
-    ({"affinity": ANTI}, ("pod anti-affinity",)),
-    ({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]}, ("topology spread constraints",)),
-    ({"topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "ScheduleAnyway"}]}, ()),
-    ({"initContainers": [{"name": "i", "ports": [{"hostPort": 9}]}]}, ("host ports",)),
-    ({"containers": [{"name": "c", "ports": [{"containerPort": 9}]}]}, ()),
-    ({"volumes": [{"name": "t", "projected": {}}, {"name": "e", "emptyDir": {}}, {"name": "k"}]}, ()),
-    ({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}, {"name": "g", "gcePersistentDisk": {}}]},
-     ("volumes gcePersistentDisk, persistentVolumeClaim",)),
-    ({"resourceClaims": [{"name": "gpu"}]}, ("resource claims",)),
-    ({"affinity": "garbage", "volumes": "garbage", "containers": "garbage"}, ()),
-])
-def test_what_kube_scheduler_checks_that_the_engine_does_not_model(spec, want):
-    assert scheduler_checks(spec) == want
+def test_what_the_engine_models_is_not_noted():
+    pods = gang_pods(2, gpus=4)
+    pods[1]["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "w"}}, "topologyKey": contract.HOSTNAME_LABEL}]}}
+    pods[1]["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    _, decision = decided(pods)
+    assert decision.phase is Phase.PLACED and "without modeling" not in decision.reason

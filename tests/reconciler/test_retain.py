@@ -33,9 +33,11 @@ def bulky(obj: dict) -> dict:
     meta.setdefault("annotations", {})[LAST_APPLIED] = '{"apiVersion":"v1","kind":"Pod"}' * 20
     meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
     spec = obj.setdefault("spec", {})
-    spec["volumes"] = [{"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]
+    spec.setdefault("volumes", []).append(
+        {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}})
     for c in spec.get("containers", []):
         c.update(image="trainer:1", env=[{"name": "A", "value": "1"}], volumeMounts=[{"name": "v", "mountPath": "/v"}])
+        c.setdefault("ports", []).append({"name": "metrics", "containerPort": 9090})
     status = obj.setdefault("status", {})
     status["containerStatuses"] = [{"name": "main", "ready": True, "imageID": "sha256:" + "0" * 64}]
     status["images"] = [{"names": ["trainer:1"], "sizeBytes": 1}]
@@ -65,6 +67,22 @@ pods = st.builds(
         "priority": st.integers(-10, 1000),
         "nodeSelector": st.just({"pool": "gpu"}),
         "terminationGracePeriodSeconds": st.integers(0, 120),
+        "topologySpreadConstraints": st.just([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                               "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2,
+                                               "labelSelector": {"matchLabels": {"app": "train"}},
+                                               "matchLabelKeys": ["batch.kubernetes.io/job-completion-index"]}]),
+        "volumes": st.just([{"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
+                            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                            {"name": "inline", "csi": {"driver": "x", "volumeAttributes": {"a": "b"}}}]),
+        "resourceClaims": st.just([{"name": "gpu", "resourceClaimName": "gpus"}]),
+        "hostPorts": st.just([{"containerPort": 8080, "hostPort": 8080, "hostIP": "10.0.0.1", "protocol": "UDP"}]),
+        "podAffinity": st.just({
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "train"}},
+                 "namespaceSelector": {}, "mismatchLabelKeys": ["job-name"]}]},
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "topology.kubernetes.io/zone", "namespaces": ["ps"],
+                 "labelSelector": {"matchExpressions": [{"key": "role", "operator": "In", "values": ["ps"]}]}}]}}),
     }),
 )
 
@@ -76,7 +94,13 @@ def _pod(name, gang, index, gpus, gated, node, owned, deleting, extras):
     if node:
         b = b.running_on(node)
     pod = b.build()
-    pod["spec"].update(copy.deepcopy(extras))
+    extras = copy.deepcopy(extras)
+    if "hostPorts" in extras:
+        pod["spec"]["containers"][0]["ports"] = extras.pop("hostPorts")
+    if "podAffinity" in extras:
+        pod["spec"].setdefault("affinity", {}).update(extras.pop("podAffinity"))
+        extras.get("affinity", {}).update(pod["spec"]["affinity"])
+    pod["spec"].update(extras)
     if owned:
         pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": gang, "uid": "u1",
                                                "controller": True, "blockOwnerDeletion": True}]
@@ -91,8 +115,8 @@ def test_a_retained_pod_parses_exactly_as_the_whole_one(pod):
     whole = bulky(pod)
     kept = retain(POD, whole)
     assert same_info(PodInfo.from_object(kept), PodInfo.from_object(whole))
-    # Of a volume no scheduler filter reads (the service-account token), only its name is kept.
-    assert "managedFields" not in kept["metadata"] and kept["spec"]["volumes"] == [{"name": "kube-api-access"}]
+    assert "managedFields" not in kept["metadata"]
+    assert {"name": "kube-api-access"} in kept["spec"]["volumes"], "a volume's contents are not kept"
     assert LAST_APPLIED not in kept["metadata"]["annotations"]
     assert "containerStatuses" not in kept["status"] and "image" not in kept["spec"]["containers"][0]
 

@@ -187,6 +187,49 @@ class PodBuilder:
         }
         return self
 
+    def pod_affinity(self, topology_key: str, labels: Mapping[str, str] | None = None, anti: bool = False,
+                     **term: Any) -> PodBuilder:
+        """A required pod (anti-)affinity term on ``topology_key`` selecting ``labels``
+        (``matchLabels``; None: no ``labelSelector``), with ``term``'s other fields
+        (``namespaces``, ``namespaceSelector``, ``matchLabelKeys``...)."""
+        kind = "podAntiAffinity" if anti else "podAffinity"
+        entry: dict[str, Any] = {"topologyKey": topology_key, **term}
+        if labels is not None:
+            entry["labelSelector"] = {"matchLabels": dict(labels)}
+        required = self.spec.setdefault("affinity", {}).setdefault(kind, {})
+        required.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(entry)
+        return self
+
+    def spread(self, topology_key: str, max_skew: int = 1, labels: Mapping[str, str] | None = None,
+               when: str = "DoNotSchedule", **constraint: Any) -> PodBuilder:
+        """A topology spread constraint selecting ``labels`` (None: no ``labelSelector``)."""
+        entry: dict[str, Any] = {"topologyKey": topology_key, "maxSkew": max_skew, "whenUnsatisfiable": when,
+                                 **constraint}
+        if labels is not None:
+            entry["labelSelector"] = {"matchLabels": dict(labels)}
+        self.spec.setdefault("topologySpreadConstraints", []).append(entry)
+        return self
+
+    def host_port(self, port: int, host_ip: str = "", protocol: str = "") -> PodBuilder:
+        """A host port on the first container."""
+        entry: dict[str, Any] = {"containerPort": port, "hostPort": port}
+        if host_ip:
+            entry["hostIP"] = host_ip
+        if protocol:
+            entry["protocol"] = protocol
+        self.spec["containers"][0].setdefault("ports", []).append(entry)
+        return self
+
+    def claim(self, name: str, volume: str = "") -> PodBuilder:
+        """Mounts PersistentVolumeClaim ``name`` (as volume ``volume``, default ``name``)."""
+        self.spec.setdefault("volumes", []).append({"name": volume or name, "persistentVolumeClaim": {"claimName": name}})
+        return self
+
+    def node_name(self, name: str) -> PodBuilder:
+        """``spec.nodeName`` set while still Pending (not bound by a scheduler yet)."""
+        self.spec["nodeName"] = name
+        return self
+
     def tolerate(self, key: str = "", operator: str = "Equal", value: str = "", effect: str = "") -> PodBuilder:
         t = {"operator": operator}
         if key:
@@ -339,3 +382,55 @@ def counts(result: Any) -> dict[str, int]:
 
 def names(seq: Sequence[Any]) -> list[str]:
     return [x.name for x in seq]
+
+
+def snapshot_with(
+    nodes: Iterable[NodeBuilder | Mapping[str, Any]],
+    pods: Iterable[PodBuilder | Mapping[str, Any]] = (),
+    *,
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    claims: Iterable[Mapping[str, Any]] = (),
+    volumes: Iterable[Mapping[str, Any]] = (),
+    csinodes: Iterable[Mapping[str, Any]] = (),
+    spread_defaults: Sequence[Any] = (),
+) -> Snapshot:
+    """A snapshot (GKE levels) that also knows namespaces' labels, PersistentVolumeClaims,
+    PersistentVolumes, CSINodes and default spread constraints."""
+    from reconciler.engine.volumes import ClaimInfo, CSINodeInfo, VolumeCatalog, VolumeInfo
+
+    def obj(x: NodeBuilder | PodBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
+        return x.build() if isinstance(x, NodeBuilder | PodBuilder) else x
+
+    catalog = VolumeCatalog([ClaimInfo.from_object(c) for c in claims], [VolumeInfo.from_object(v) for v in volumes],
+                            [CSINodeInfo.from_object(c) for c in csinodes])
+    return Snapshot([NodeInfo.from_object(obj(n)) for n in nodes], [PodInfo.from_object(obj(p)) for p in pods],
+                    TopologyLevels.default(), namespaces=namespaces, volumes=catalog,
+                    spread_defaults=spread_defaults)
+
+
+def claim_object(name: str, volume: str = "", modes: Sequence[str] = ("ReadWriteOnce",),
+                 namespace: str = "default") -> dict[str, Any]:
+    """A PersistentVolumeClaim, bound to ``volume`` when given."""
+    spec: dict[str, Any] = {"accessModes": list(modes)}
+    if volume:
+        spec["volumeName"] = volume
+    return {"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def volume_object(name: str, hostname: str = "", zone: str = "", driver: str = "", handle: str = "") -> dict[str, Any]:
+    """A PersistentVolume: with node affinity to ``hostname``, a zone label, a CSI source."""
+    obj: dict[str, Any] = {"kind": "PersistentVolume", "metadata": {"name": name, "labels": {}}, "spec": {}}
+    if hostname:
+        obj["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [expr(HOSTNAME, "In", hostname)]}]}}
+    if zone:
+        obj["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
+    if driver:
+        obj["spec"]["csi"] = {"driver": driver, "volumeHandle": handle or name}
+    return obj
+
+
+def csinode_object(name: str, driver: str, count: int) -> dict[str, Any]:
+    """A CSINode allowing ``count`` volumes of ``driver``."""
+    return {"kind": "CSINode", "metadata": {"name": name},
+            "spec": {"drivers": [{"name": driver, "nodeID": name, "allocatable": {"count": count}}]}}

@@ -10,13 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.daemon.cache.budgets import BudgetIndex
+from reconciler.daemon.cache.volumes import VolumeIndex, spread_defaults
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key
-from reconciler.engine.snapshot import NodeTable, Snapshot
+from reconciler.engine.nodetable import NodeTable
+from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract
@@ -114,8 +116,10 @@ class ClusterCache:
         self.workloads = WorkloadIndex()
         #: The PodDisruptionBudgets every snapshot carries (atomic preemption counts them).
         self.budgets = BudgetIndex()
+        #: Claims, volumes, CSINodes and namespaces' labels (:mod:`.volumes`).
+        self.volumes = VolumeIndex()
         self.version = 0
-        self._snapshot: tuple[tuple[int, int], Snapshot] | None = None
+        self._snapshot: tuple[tuple[int, int, int], Snapshot] | None = None
         self._node_version = 0
         self._table: tuple[int, NodeTable] | None = None
         self._gang_version: dict[str, int] = {}
@@ -476,7 +480,7 @@ class ClusterCache:
         cache changed since the last one; callers must not change it (decisions do not)."""
         budget_version, budgets = self.budgets.values()
         with self._lock:
-            version, node_version = (self.version, budget_version), self._node_version
+            version, node_version = (self.version, budget_version, self.volumes.version), self._node_version
             if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
@@ -486,7 +490,9 @@ class ClusterCache:
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if table is None:
             table = NodeTable(nodes, self.levels)
-        snapshot = Snapshot(table, pods, self.levels, groups, errors, budgets)
+        _, catalog, namespaces = self.volumes.view()
+        snapshot = Snapshot(table, pods, self.levels, groups, errors, budgets, namespaces=namespaces, volumes=catalog,
+                            spread_defaults=spread_defaults(self.config))
         with self._lock:
             self._snapshot = (version, snapshot)
             self._table = (node_version, table)

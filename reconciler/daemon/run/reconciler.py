@@ -97,6 +97,9 @@ class Reconciler:
         #: PodDisruptionBudgets, which atomic preemption counts (decision 030).
         self.budgets = kube.Informer(kube.pod_disruption_budgets(api), self._budgets_listed, self._budget_event,
                                      transform=lambda obj: retain(BUDGET, obj))
+        #: Claims, volumes, CSINodes and namespaces: what the volume filters and pod
+        #: affinity's namespace selectors read (docs/decisions/031-kube-scheduler-filters.md).
+        self.volumes = [self._volume_informer(resource) for resource in kube.volume_resources(api)]
         #: One informer per workload custom resource (JobSet, LeaderWorkerSet, PyTorchJob):
         #: the size of gangs of ``<prefix>-size: auto``. A kind whose CRD is not installed
         #: is skipped, its gangs wait with that reason (docs/decisions/014-workload-gangs.md).
@@ -186,6 +189,21 @@ class Reconciler:
         if self.cache.budgets.event(kind, budget):  # a gang held back by it may now preempt, or not
             self._enqueue(self.cache.pending_gangs())
 
+    def _volume_informer(self, resource: kube.Resource) -> kube.Informer:
+        """An informer feeding the cache's :class:`~reconciler.daemon.cache.volumes.VolumeIndex`;
+        a change may let a waiting gang through (a volume bound, a namespace labelled)."""
+        kind, index = resource.name, self.cache.volumes
+
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            index.replace(kind, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(event: str, obj: Mapping[str, Any]) -> None:
+            index.event(kind, event, obj)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(resource, listed, event, transform=lambda obj: index.retain(kind, obj))
+
     def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
         def listed(items: list[Mapping[str, Any]]) -> None:
             self.cache.replace_workloads(k.kind, items)
@@ -271,10 +289,10 @@ class Reconciler:
         self.jobs.start()
         self.groups.start()
         self.budgets.start()
-        for informer in self.workloads:
+        for informer in (*self.workloads, *self.volumes):
             informer.start()
         self.pods.start()
-        for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, self.pods):
+        for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, *self.volumes, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controller.load_state()
@@ -323,7 +341,7 @@ class Reconciler:
         self.groups.stop()
         self.budgets.stop()
         self.jobs.stop()
-        for informer in self.workloads:
+        for informer in (*self.workloads, *self.volumes):
             informer.stop()
         self.nodes.stop()
         if self._worker.is_alive():
