@@ -26,6 +26,7 @@ from troupe.contract import (
     GANG_SIZE_SUFFIX,
     GANG_TIMEOUT_SUFFIX,
     HOSTNAME_LABEL,
+    MAX_QUOTED,
     NOMINATION,
     PLAN,
     PLANNED_AT,
@@ -34,7 +35,9 @@ from troupe.contract import (
     TOPOLOGY_PREFERRED_LEVEL,
     TOPOLOGY_REQUIRED_LEVEL,
     is_troupe_gate,
+    quoted,
     rank_key,
+    rank_problem,
 )
 
 T = TypeVar("T")
@@ -109,6 +112,11 @@ class PodInfo:
     when it has none (or an unreadable value). ``grace_seconds``: its
     ``terminationGracePeriodSeconds`` (30 when unset, the API default). ``condition``:
     its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one.
+    ``malformed``: why a label or annotation Troupe reads from the pod cannot be read (a
+    rank index, a plan or nomination record, the selected devices), naming the key and
+    quoting the value; ``""`` when all can. Its gang is held with that reason
+    (:func:`~reconciler.engine.gang.build_gang`); the field that could not be read reads
+    as absent.
 
     ``gang_annotations`` is the one raw value kept, and only the part of the annotations
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
@@ -145,6 +153,7 @@ class PodInfo:
     devices: Devices | None = None
     grace_seconds: int = 30
     condition: tuple[str, str, str] | None = None
+    malformed: str = ""
 
     @property
     def key(self) -> str:
@@ -188,8 +197,13 @@ class PodInfo:
         priority = spec.get("priority", 0)
         if priority is None:
             priority = 0
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ObjectError("spec.priority", f"expected an integer, got {priority!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+            raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
+        problems: list[str] = []
+        unranked = rank_problem(labels, annotations)
+        if unranked:
+            problems.append(unranked)
+        plan, nomination = _record(annotations, PLAN, Plan, problems), _record(annotations, NOMINATION, Nomination, problems)
         return _filled(cls, {
             "namespace": string(meta, "namespace", "metadata", default="default"),
             "name": name,
@@ -210,12 +224,13 @@ class PodInfo:
             "owner": _controller_owner(meta),
             "planned_at": annotations.get(PLANNED_AT, ""),
             "released_at": annotations.get(RELEASED_AT, ""),
-            "plan": Plan.decode(annotations[PLAN]) if PLAN in annotations else None,
-            "nomination": Nomination.decode(annotations[NOMINATION]) if NOMINATION in annotations else None,
+            "plan": plan,
+            "nomination": nomination,
             "device_group": annotations.get(DEVICE_GROUP, ""),
-            "devices": _selected(annotations),
+            "devices": _selected(annotations, problems),
             "grace_seconds": _grace(spec),
             "condition": _gang_condition(status),
+            "malformed": "; ".join(problems),
         })
 
 
@@ -229,16 +244,42 @@ def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in annotations.items() if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
 
 
-def _selected(annotations: Mapping[str, str]) -> Devices | None:
+def _selected(annotations: Mapping[str, str], problems: list[str]) -> Devices | None:
     """The pod's ``deviceshare.io/selected-devices``, or None (absent or unreadable: only
-    the reconciler writes it, so an unreadable value claims nothing)."""
+    the reconciler writes it, so an unreadable value claims nothing, and why is added to
+    ``problems``)."""
     raw = annotations.get(SELECTED_DEVICES)
     if raw is None:
         return None
     try:
         return parse_selected(raw)
-    except ValueError:
+    except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep
+        problems.append(f"annotation {SELECTED_DEVICES}: {_why(e)}, got {quoted(raw)}")
         return None
+
+
+R = TypeVar("R", Plan, Nomination)
+
+
+def _record(annotations: Mapping[str, str], key: str, kind: type[R], problems: list[str]) -> R | None:
+    """The record (:class:`~reconciler.engine.records.Plan` or
+    :class:`~reconciler.engine.records.Nomination`) in annotation ``key``, or None when
+    absent or unreadable (then why is added to ``problems``: only the reconciler writes
+    these, so an unreadable one reserves nothing and holds its gang)."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    record = kind.decode(raw)
+    if record is None:
+        problems.append(f"annotation {key}: not a {kind.__name__.lower()} record the reconciler wrote, got {quoted(raw)}")
+    return record
+
+
+def _why(error: BaseException) -> str:
+    """An error's message cut to :data:`~troupe.contract.MAX_QUOTED` characters (a JSON
+    error quotes the document)."""
+    text = str(error) or type(error).__name__
+    return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + "..."
 
 
 def _gang_condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
@@ -254,7 +295,7 @@ def _gang_condition(status: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 def _grace(spec: Mapping[str, Any]) -> int:
     value = spec.get("terminationGracePeriodSeconds")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 30
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else 30
 
 
 def _filled(cls: type[T], values: dict[str, Any]) -> T:

@@ -3,25 +3,23 @@ docstring of :mod:`reconciler.daemon.cache` says how it is fed and what it keeps
 
 from __future__ import annotations
 
-import logging
+import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup
-from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key
 from reconciler.engine.snapshot import NodeTable, Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract
 from troupe.config import Config
-
-log = logging.getLogger("reconciler.daemon.cache")
 
 
 @dataclass(frozen=True)
@@ -32,18 +30,13 @@ class Entry:
     info: Any
 
 
+#: A resourceVersion the cache compares: etcd's revision, a uint64 (20 ASCII digits at most).
+_RESOURCE_VERSION = re.compile(r"[0-9]{1,20}")
+
+
 def _rv(obj: Obj) -> int | None:
     raw = contract.pod_meta(obj).get("resourceVersion")
-    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
-
-
-def _parse(kind: str, obj: Obj, parse: Any) -> Any:
-    try:
-        return parse(obj)
-    except ObjectError as e:
-        ns, name = namespace_and_name(obj)
-        log.warning("%s %s left out of placement: %s", kind, f"{ns}/{name}" if kind == "pod" else name, e)
-        return None
+    return int(raw) if isinstance(raw, str) and _RESOURCE_VERSION.fullmatch(raw) else None
 
 
 def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
@@ -98,10 +91,15 @@ class ClusterCache:
     what it was given. :attr:`version` counts changes; :meth:`snapshot` is rebuilt only
     when it moved. ``retained`` (default True) stores objects cut down by
     :mod:`reconciler.objects.retain`; False stores them whole (a benchmark's baseline).
+    An object that cannot be read is kept with no parsed form and left out of plans
+    (:attr:`unreadable`; ``on_unreadable(kind)`` is called when one is found, for a metric).
     """
 
-    def __init__(self, config: Config, retained: bool = True) -> None:
+    def __init__(self, config: Config, retained: bool = True,
+                 on_unreadable: Callable[[str], None] | None = None) -> None:
         self.config = config
+        #: The objects that could not be read, and why (:mod:`.unreadable`).
+        self.unreadable = Unreadable(on_unreadable)
         self.retained = retained
         self.levels = TopologyLevels.from_config(config)
         self._lock = threading.RLock()
@@ -110,7 +108,7 @@ class ClusterCache:
         self._gang_of: dict[PodRef, str] = {}
         self._members: dict[str, set[PodRef]] = {}
         #: Jobs' parallelism and the workloads that size auto gangs.
-        self.workloads = WorkloadIndex()
+        self.workloads = WorkloadIndex(self.unreadable)
         self.version = 0
         self._snapshot: tuple[int, Snapshot] | None = None
         self._node_version = 0
@@ -183,12 +181,12 @@ class ClusterCache:
         if current is not None and current.obj is pod:
             return set()  # this very version is stored, parsed and indexed already
         touched = self._unindex(ref)
-        info: PodInfo | None = _parse("pod", pod, PodInfo.from_object)
+        read, _ = self.unreadable.read("pod", str(ref), self._read_pod, pod)
+        info, key = read if read is not None else (None, None)
         self._pods[ref] = Entry(pod, info)
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)
             touched.add(group_key(info.device_group))
-        key = gang_key(info, self.config) if info is not None else None
         if key is not None:
             self._gang_of[ref] = key
             self._members.setdefault(key, set()).add(ref)
@@ -197,7 +195,13 @@ class ClusterCache:
         self.version += 1
         return touched
 
+    def _read_pod(self, pod: Obj) -> tuple[PodInfo, str | None]:
+        """A pod's parsed form and its gang key (None: no gang); raises what they raise."""
+        info = PodInfo.from_object(pod)
+        return info, gang_key(info, self.config)
+
     def _drop_pod(self, ref: PodRef) -> set[str]:
+        self.unreadable.forget("pod", str(ref))
         touched = self._unindex(ref)
         if self._pods.pop(ref, None) is not None:
             self.version += 1
@@ -357,11 +361,8 @@ class ClusterCache:
 
     # --- SharedDeviceGroups ------------------------------------------------------------
     def _parse_group(self, obj: Obj) -> Entry:
-        try:
-            return Entry(obj, DeviceGroup.from_object(obj))
-        except ObjectError as e:
-            log.warning("SharedDeviceGroup %s cannot be read: %s", namespace_and_name(obj)[1], e)
-            return Entry(obj, str(e))
+        group, why = self.unreadable.read("SharedDeviceGroup", namespace_and_name(obj)[1], DeviceGroup.from_object, obj)
+        return Entry(obj, group if group is not None else why)
 
     def replace_groups(self, items: Iterable[Obj]) -> set[str]:
         """Replace every SharedDeviceGroup with a fresh list; returns the group keys
@@ -377,6 +378,7 @@ class ClusterCache:
         with self._lock:
             name = namespace_and_name(obj)[1]
             if kind == "DELETED":
+                self.unreadable.forget("SharedDeviceGroup", name)
                 self._bury(("group", name), obj)
                 self._groups.pop(name, None)
             else:
@@ -430,7 +432,7 @@ class ClusterCache:
                 current = self._nodes.get(name)
                 n = self._retain(NODE, n, current)
                 if current is None or current.obj is not n:
-                    self._nodes[name] = Entry(n, _parse("node", n, NodeInfo.from_object))
+                    self._nodes[name] = Entry(n, self.unreadable.read("node", name, NodeInfo.from_object, n)[0])
         with self._lock:
             for name in [k for k in self._nodes if k not in seen]:
                 del self._nodes[name]
@@ -443,6 +445,7 @@ class ClusterCache:
         with self._lock:
             name = namespace_and_name(node)[1]
             if kind == "DELETED":
+                self.unreadable.forget("node", name)
                 if self._nodes.pop(name, None) is None:
                     return False
             else:
@@ -450,7 +453,7 @@ class ClusterCache:
                 node = self._retain(NODE, node, current)
                 if current is not None and current.obj is node:
                     return False  # the same version again
-                info = _parse("node", node, NodeInfo.from_object)
+                info = self.unreadable.read("node", name, NodeInfo.from_object, node)[0]
                 self._nodes[name] = Entry(node, info)
                 if current is not None and _same_node(current.info, info):
                     return False  # a status heartbeat: nothing a decision reads has changed
