@@ -35,6 +35,7 @@ from troupe.contract import (
     TOPOLOGY_PREFERRED_LEVEL,
     TOPOLOGY_REQUIRED_LEVEL,
     is_troupe_gate,
+    pod_meta,
     quoted,
     rank_key,
     rank_problem,
@@ -232,6 +233,37 @@ class PodInfo:
             "condition": _gang_condition(status),
             "malformed": "; ".join(problems),
         })
+
+
+def unreadable_pod(obj: Mapping[str, Any], why: str) -> PodInfo:
+    """A pod whose object :meth:`PodInfo.from_object` cannot read (``why``): what names
+    it and its gang, read defensively (a value of the wrong type reads as absent), with
+    ``malformed`` saying why. Its gang is held with that reason instead of waiting for a
+    member it cannot see; it counts for no capacity (the cache keeps it out of snapshots,
+    as before it was read at all). Never raises."""
+    meta = pod_meta(obj)
+    spec, status = _plain(obj.get("spec")), _plain(obj.get("status"))
+    annotations, labels = _plain(meta.get("annotations")), _plain(meta.get("labels"))
+    raw_gates = spec.get("schedulingGates")
+    gates = tuple(g["name"] for g in raw_gates if isinstance(g, Mapping) and isinstance(g.get("name"), str)) \
+        if isinstance(raw_gates, list) else ()
+    return PodInfo(namespace=_text(meta.get("namespace")) or "default", name=_text(meta.get("name")),
+                   labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
+                   gang_annotations=_gang_annotations({k: v for k, v in annotations.items()
+                                                       if isinstance(k, str) and isinstance(v, str)}),
+                   phase=_text(status.get("phase")) or "Pending", gates=gates, uid=_text(meta.get("uid")),
+                   creation_timestamp=_text(meta.get("creationTimestamp")),
+                   resource_version=_text(meta.get("resourceVersion")),
+                   deleting=meta.get("deletionTimestamp") is not None, owner=_controller_owner(meta),
+                   condition=_gang_condition(status), malformed=f"the pod cannot be read: {why}")
+
+
+def _plain(value: Any) -> Mapping[Any, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 #: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).

@@ -157,3 +157,26 @@ def test_whatever_reading_one_object_raises_stays_with_it_logged_and_counted_onc
     assert len([r for r in caplog.records if "hostile/bad-1" in r.getMessage()]) == 1
     assert all(len(r.getMessage()) < 1000 for r in caplog.records)
     assert decide_all(cache, Config())["good/train"].phase is Phase.PLACED
+
+
+def test_a_member_whose_object_cannot_be_read_holds_its_gang_naming_the_field_and_the_relist_goes_on():
+    """A memory request of 5,000 digits: the API server keeps it as it is, and Python's
+    ``int()`` refuses it. The pod stays a member of its gang, held, and counts for no
+    capacity; the other gangs and the list go on."""
+    pods = [make_pod(f"bad-{i}", "hostile").gang("bad", 2).gpus(1).gated().build() for i in range(2)]
+    pods[1]["spec"]["containers"][0]["resources"]["requests"]["memory"] = HUGE_NUMBER
+    counted = []
+    cache = ClusterCache(Config(), on_unreadable=counted.append)
+    fill(cache, good_nodes(), pods=good_gang() + pods)
+    cache.replace_pods(cache.retain_pod(p) for p in good_gang() + pods)  # a relist
+
+    decisions = decide_all(cache, Config())
+
+    bad = decisions["hostile/bad"]
+    assert bad.phase is Phase.HELD
+    assert "member bad-1: the pod cannot be read: spec.containers[0].resources.requests.memory" in bad.reason
+    assert "(5000 characters)" in bad.reason
+    assert len(bad.reason) < 1000
+    assert counted == ["pod"]
+    assert [p.name for p in cache.snapshot().pods.values() if p.namespace == "hostile"] == ["bad-0"], "no capacity counted"
+    assert decisions["good/train"].phase is Phase.PLACED

@@ -12,7 +12,7 @@ from typing import Any
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.cluster import NodeInfo, PodInfo
+from reconciler.engine.cluster import NodeInfo, PodInfo, unreadable_pod
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.gang import Gang, build_gang, gang_key
 from reconciler.engine.snapshot import NodeTable, Snapshot
@@ -24,10 +24,13 @@ from troupe.config import Config
 
 @dataclass(frozen=True)
 class Entry:
-    """A cached object and its parsed form (None when it could not be parsed)."""
+    """A cached object and its parsed form (None when it could not be parsed). ``partial``:
+    the form is a pod's :func:`~reconciler.engine.cluster.unreadable_pod`, for its gang
+    only (kept out of snapshots)."""
 
     obj: Obj
     info: Any
+    partial: bool = False
 
 
 #: A resourceVersion the cache compares: etcd's revision, a uint64 (20 ASCII digits at most).
@@ -181,9 +184,11 @@ class ClusterCache:
         if current is not None and current.obj is pod:
             return set()  # this very version is stored, parsed and indexed already
         touched = self._unindex(ref)
-        read, _ = self.unreadable.read("pod", str(ref), self._read_pod, pod)
+        # An unreadable pod is still a member of its gang, which it holds with why.
+        read, why = self.unreadable.read("pod", str(ref), self._read_pod, pod,
+                                         lambda o, why: self._read_pod(o, unreadable_pod(o, why)))
         info, key = read if read is not None else (None, None)
-        self._pods[ref] = Entry(pod, info)
+        self._pods[ref] = Entry(pod, info, bool(why))
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)
             touched.add(group_key(info.device_group))
@@ -195,9 +200,10 @@ class ClusterCache:
         self.version += 1
         return touched
 
-    def _read_pod(self, pod: Obj) -> tuple[PodInfo, str | None]:
-        """A pod's parsed form and its gang key (None: no gang); raises what they raise."""
-        info = PodInfo.from_object(pod)
+    def _read_pod(self, pod: Obj, info: PodInfo | None = None) -> tuple[PodInfo, str | None]:
+        """A pod's parsed form (``info``, else :meth:`PodInfo.from_object`) and its gang key
+        (None: no gang); raises what they raise."""
+        info = PodInfo.from_object(pod) if info is None else info
         return info, gang_key(info, self.config)
 
     def _drop_pod(self, ref: PodRef) -> set[str]:
@@ -480,7 +486,7 @@ class ClusterCache:
             version, node_version = self.version, self._node_version
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
             nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
-            pods = [e.info for e in self._pods.values() if e.info is not None]
+            pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if table is None:

@@ -14,6 +14,7 @@ daemon wires to :mod:`reconciler.daemon.metrics`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -56,13 +57,18 @@ class Unreadable:
         self._why: dict[tuple[str, str], str] = {}
         self._on_unreadable = on_unreadable
 
-    def read(self, kind: str, name: str, parse: Callable[[Any], T], obj: Any) -> tuple[T | None, str]:
-        """``(parse(obj), "")``, or ``(None, why)`` when it raised (any ``Exception``)."""
+    def read(self, kind: str, name: str, parse: Callable[[Any], T], obj: Any,
+             fallback: Callable[[Any, str], T] | None = None) -> tuple[T | None, str]:
+        """``(parse(obj), "")``, or ``(fallback(obj, why), why)`` when it raised (any
+        ``Exception``); without a ``fallback``, or when the fallback raises too, ``(None, why)``."""
         try:
             value = parse(obj)
         except Exception as error:  # noqa: BLE001  one object's error is that object's, whatever it is
             why = describe(error)
             self.record(kind, name, why)
+            if fallback is not None:
+                with contextlib.suppress(Exception):
+                    return fallback(obj, why), why
             return None, why
         if self._why:
             self.forget(kind, name)
@@ -78,7 +84,7 @@ class Unreadable:
             self._why[(kind, name)] = why
             while len(self._why) > self.LIMIT:
                 del self._why[next(iter(self._why))]
-        log.warning("%s %s cannot be read, left out: %s", kind, name, why)
+        log.warning("%s %s cannot be read, left out of plans: %s", kind, name, why)
         if self._on_unreadable is not None:
             self._on_unreadable(kind)
 
