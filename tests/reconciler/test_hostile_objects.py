@@ -180,3 +180,16 @@ def test_a_member_whose_object_cannot_be_read_holds_its_gang_naming_the_field_an
     assert counted == ["pod"]
     assert [p.name for p in cache.snapshot().pods.values() if p.namespace == "hostile"] == ["bad-0"], "no capacity counted"
     assert decisions["good/train"].phase is Phase.PLACED
+
+
+@pytest.mark.parametrize(("labels", "annotations", "held"), [
+    ({contract.JOB_COMPLETION_INDEX: "1"}, {contract.KUBEFLOW_REPLICA_INDEX: HUGE_NUMBER}, ""),  # not read
+    ({contract.JOB_COMPLETION_INDEX: "1"}, {contract.JOB_COMPLETION_INDEX: HUGE_NUMBER}, ""),  # the label wins
+    ({contract.JOB_COMPLETION_INDEX: "1", contract.JOBSET_GLOBAL_INDEX_LABEL: "\uff13"}, {},
+     f"label {contract.JOBSET_GLOBAL_INDEX_LABEL}"),
+    ({}, {contract.KUBEFLOW_REPLICA_INDEX: "-1"}, f"annotation {contract.KUBEFLOW_REPLICA_INDEX}"),
+    ({contract.LWS_WORKER_INDEX_LABEL: "\u0663"}, {}, f"label {contract.LWS_WORKER_INDEX_LABEL}"),
+])
+def test_only_the_rank_keys_read_hold_the_gang(labels, annotations, held):
+    assert contract.rank_problem(labels, annotations).startswith(held)
+    assert bool(contract.rank_problem(labels, annotations)) == bool(held)
