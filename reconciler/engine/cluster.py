@@ -115,7 +115,8 @@ class PodInfo:
     its ``troupe.io/Gang`` condition as ``(status, reason, message)``, None without one.
     ``malformed``: why a label or annotation Troupe reads from the pod cannot be read (a
     rank index, a plan or nomination record, the selected devices), naming the key and
-    quoting the value; ``""`` when all can. Its gang is held with that reason
+    quoting the value, or why the pod's object cannot be read at all
+    (:func:`unreadable_pod`); ``""`` when all can. Its gang is held with that reason
     (:func:`~reconciler.engine.gang.build_gang`); the field that could not be read reads
     as absent.
 
@@ -240,7 +241,8 @@ def unreadable_pod(obj: Mapping[str, Any], why: str) -> PodInfo:
     it and its gang, read defensively (a value of the wrong type reads as absent), with
     ``malformed`` saying why. Its gang is held with that reason instead of waiting for a
     member it cannot see; it counts for no capacity (the cache keeps it out of snapshots,
-    as before it was read at all). Never raises."""
+    as before it was read at all). The cache calls it under the same guard as
+    :meth:`PodInfo.from_object` (``reconciler/daemon/cache/unreadable.py``)."""
     meta = pod_meta(obj)
     spec, status = _plain(obj.get("spec")), _plain(obj.get("status"))
     annotations, labels = _plain(meta.get("annotations")), _plain(meta.get("labels"))
