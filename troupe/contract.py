@@ -395,6 +395,33 @@ def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, int, str, int, str]:
     return (4, 0, 0, name, 0, name)
 
 
+#: The keys a rank index is read from (:func:`rank_key`), each a label first, else an annotation.
+RANK_KEYS = (JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX, LWS_WORKER_INDEX_LABEL)
+
+
+def rank_problem(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> str:
+    """Why a pod's rank cannot be read, or ``""``: a rank key :func:`rank_key` reads
+    (:data:`RANK_KEYS` in order, a label before the annotation of the same key, up to the
+    first readable one, and with the completion index the JobSet's
+    :data:`JOBSET_GLOBAL_INDEX_LABEL`) whose value is not an index of at most 9 ASCII
+    digits. The message names the key and quotes the value
+    (``label batch.kubernetes.io/job-completion-index: must be an index of at most 9
+    digits, got '99999...' (5000 characters)``): the controllers that set these keys
+    always write such an index, so another value is a tenant's, and its gang is held
+    (docs/decisions/029-hostile-objects-hold-their-gang.md)."""
+    for key in RANK_KEYS:
+        where, raw = ("label", labels[key]) if key in labels else ("annotation", annotations.get(key))
+        if raw is None:
+            continue
+        if not (isinstance(raw, str) and _DECIMAL.fullmatch(raw)):
+            return f"{where} {key}: must be an index of at most 9 digits, got {quoted(str(raw))}"
+        job = labels.get(JOBSET_GLOBAL_INDEX_LABEL) if key == JOB_COMPLETION_INDEX else None
+        if job is not None and not (isinstance(job, str) and _DECIMAL.fullmatch(job)):
+            return f"label {JOBSET_GLOBAL_INDEX_LABEL}: must be an index of at most 9 digits, got {quoted(str(job))}"
+        return ""  # the key the rank is read from; the later ones are not read
+    return ""
+
+
 #: Controller owners whose pods a namespace's ``troupe.io/gang-mode: auto`` makes gang
 #: members, as ``(API group, kind)``: a Job (also each Job of a JobSet) and a Kubeflow
 #: PyTorchJob. A LeaderWorkerSet's pods are owned by StatefulSets and are recognised by

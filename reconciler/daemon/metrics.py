@@ -78,6 +78,13 @@ LISTS = Counter("troupe_informer_lists_total", "Complete lists an informer made 
 LAST_LIST = Gauge("troupe_informer_last_list_timestamp_seconds",
                   "Unix time of an informer's last successful complete list.", ["resource"])
 
+UNREADABLE = Counter(
+    "troupe_unreadable_objects_total",
+    "Objects the reconciler's cache could not read and left out, by kind (pod, node, SharedDeviceGroup, Job...): "
+    "counted once per object and reason, each with a log line.",
+    ["kind"],
+)
+
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 
@@ -139,6 +146,11 @@ def instrument(api: Any) -> None:
 def watch_restarted(resource: str, reason: str) -> None:
     """Count one watch started again for ``resource`` (reasons: :data:`WATCH_RESTARTS`)."""
     WATCH_RESTARTS.labels(resource, reason).inc()
+
+
+def unreadable_object(kind: str) -> None:
+    """Count one object of ``kind`` the cache could not read (the cache's ``on_unreadable``)."""
+    UNREADABLE.labels(kind).inc()
 
 
 def listed(resource: str) -> None:

@@ -27,6 +27,7 @@ from troupe.contract import (
     GANG_SIZE_SUFFIX,
     GANG_TIMEOUT_SUFFIX,
     HOSTNAME_LABEL,
+    MAX_QUOTED,
     NOMINATION,
     PLAN,
     PLANNED_AT,
@@ -35,7 +36,10 @@ from troupe.contract import (
     TOPOLOGY_PREFERRED_LEVEL,
     TOPOLOGY_REQUIRED_LEVEL,
     is_troupe_gate,
+    pod_meta,
+    quoted,
     rank_key,
+    rank_problem,
 )
 
 T = TypeVar("T")
@@ -115,6 +119,12 @@ class PodInfo:
     (anti-)affinity, spread constraints, host ports and claims
     (:class:`~reconciler.engine.podterms.PodTerms`), None when it has none of them; what
     of it the engine does not model is :func:`~reconciler.engine.filters.unmodeled`.
+    ``malformed``: why a label or annotation Troupe reads from the pod cannot be read (a
+    rank index, a plan or nomination record, the selected devices), naming the key and
+    quoting the value, or why the pod's object cannot be read at all
+    (:func:`unreadable_pod`); ``""`` when all can. Its gang is held with that reason
+    (:func:`~reconciler.engine.gang.build_gang`); the field that could not be read reads
+    as absent.
 
     ``gang_annotations`` is the one raw value kept, and only the part of the annotations
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
@@ -153,6 +163,7 @@ class PodInfo:
     condition: tuple[str, str, str] | None = None
     scheduled: tuple[str, str, str] | None = None
     terms: PodTerms | None = None
+    malformed: str = ""
 
     @property
     def key(self) -> str:
@@ -197,8 +208,13 @@ class PodInfo:
         priority = spec.get("priority", 0)
         if priority is None:
             priority = 0
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ObjectError("spec.priority", f"expected an integer, got {priority!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+            raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
+        problems: list[str] = []
+        unranked = rank_problem(labels, annotations)
+        if unranked:
+            problems.append(unranked)
+        plan, nomination = _record(annotations, PLAN, Plan, problems), _record(annotations, NOMINATION, Nomination, problems)
         return _filled(cls, {
             "namespace": namespace,
             "name": name,
@@ -219,15 +235,48 @@ class PodInfo:
             "owner": _controller_owner(meta),
             "planned_at": annotations.get(PLANNED_AT, ""),
             "released_at": annotations.get(RELEASED_AT, ""),
-            "plan": Plan.decode(annotations[PLAN]) if PLAN in annotations else None,
-            "nomination": Nomination.decode(annotations[NOMINATION]) if NOMINATION in annotations else None,
+            "plan": plan,
+            "nomination": nomination,
             "device_group": annotations.get(DEVICE_GROUP, ""),
-            "devices": _selected(annotations),
+            "devices": _selected(annotations, problems),
             "grace_seconds": _grace(spec),
             "condition": _condition(status, GANG_CONDITION),
             "scheduled": _condition(status, POD_SCHEDULED),
             "terms": parse_pod_terms(namespace, name, labels, spec),
+            "malformed": "; ".join(problems),
         })
+
+
+def unreadable_pod(obj: Mapping[str, Any], why: str) -> PodInfo:
+    """A pod whose object :meth:`PodInfo.from_object` cannot read (``why``): what names
+    it and its gang, read defensively (a value of the wrong type reads as absent), with
+    ``malformed`` saying why. Its gang is held with that reason instead of waiting for a
+    member it cannot see; it counts for no capacity (the cache keeps it out of snapshots,
+    as before it was read at all). The cache calls it under the same guard as
+    :meth:`PodInfo.from_object` (``reconciler/daemon/cache/unreadable.py``)."""
+    meta = pod_meta(obj)
+    spec, status = _plain(obj.get("spec")), _plain(obj.get("status"))
+    annotations, labels = _plain(meta.get("annotations")), _plain(meta.get("labels"))
+    raw_gates = spec.get("schedulingGates")
+    gates = tuple(g["name"] for g in raw_gates if isinstance(g, Mapping) and isinstance(g.get("name"), str)) \
+        if isinstance(raw_gates, list) else ()
+    return PodInfo(namespace=_text(meta.get("namespace")) or "default", name=_text(meta.get("name")),
+                   labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
+                   gang_annotations=_gang_annotations({k: v for k, v in annotations.items()
+                                                       if isinstance(k, str) and isinstance(v, str)}),
+                   phase=_text(status.get("phase")) or "Pending", gates=gates, uid=_text(meta.get("uid")),
+                   creation_timestamp=_text(meta.get("creationTimestamp")),
+                   resource_version=_text(meta.get("resourceVersion")),
+                   deleting=meta.get("deletionTimestamp") is not None, owner=_controller_owner(meta),
+                   condition=_condition(status, GANG_CONDITION), malformed=f"the pod cannot be read: {why}")
+
+
+def _plain(value: Any) -> Mapping[Any, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 #: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).
@@ -240,20 +289,45 @@ def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in annotations.items() if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
 
 
-def _selected(annotations: Mapping[str, str]) -> Devices | None:
+def _selected(annotations: Mapping[str, str], problems: list[str]) -> Devices | None:
     """The pod's ``deviceshare.io/selected-devices``, or None (absent or unreadable: only
-    the reconciler writes it, so an unreadable value claims nothing)."""
+    the reconciler writes it, so an unreadable value claims nothing, and why is added to
+    ``problems``)."""
     raw = annotations.get(SELECTED_DEVICES)
     if raw is None:
         return None
     try:
         return parse_selected(raw)
-    except ValueError:
+    except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep
+        problems.append(f"annotation {SELECTED_DEVICES}: {_why(e)}, got {quoted(raw)}")
         return None
 
 
 #: kube-scheduler's pod condition (:mod:`.refusals`).
 POD_SCHEDULED = "PodScheduled"
+
+R = TypeVar("R", Plan, Nomination)
+
+
+def _record(annotations: Mapping[str, str], key: str, kind: type[R], problems: list[str]) -> R | None:
+    """The record (:class:`~reconciler.engine.records.Plan` or
+    :class:`~reconciler.engine.records.Nomination`) in annotation ``key``, or None when
+    absent or unreadable (then why is added to ``problems``: only the reconciler writes
+    these, so an unreadable one reserves nothing and holds its gang)."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    record = kind.decode(raw)
+    if record is None:
+        problems.append(f"annotation {key}: not a {kind.__name__.lower()} record the reconciler wrote, got {quoted(raw)}")
+    return record
+
+
+def _why(error: BaseException) -> str:
+    """An error's message cut to :data:`~troupe.contract.MAX_QUOTED` characters (a JSON
+    error quotes the document)."""
+    text = str(error) or type(error).__name__
+    return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + "..."
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> tuple[str, str, str] | None:
@@ -270,7 +344,7 @@ def _condition(status: Mapping[str, Any], kind: str) -> tuple[str, str, str] | N
 
 def _grace(spec: Mapping[str, Any]) -> int:
     value = spec.get("terminationGracePeriodSeconds")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 30
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else 30
 
 
 def _filled(cls: type[T], values: dict[str, Any]) -> T:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.fields import ObjectError, mapping, string, string_map
-from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED
+from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED, quoted
 
 #: ``spec.schedulingStrategy`` values; the first is the default.
 STRATEGIES = ("binpack", "spread")
@@ -69,8 +69,14 @@ def device_resource_problem(name: str, count: object) -> str:
         return ("must be a counted device, an extended resource such as nvidia.com/gpu "
                 "(a domain-qualified name outside kubernetes.io; cpu, memory and the like are not devices)")
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GROUP_DEVICES:
-        return f"must be an integer from 1 to {MAX_GROUP_DEVICES}, got {count!r}"
+        shown = repr(count) if isinstance(count, int) and -(10 ** 18) < count < 10 ** 18 else type(count).__name__
+        return f"must be an integer from 1 to {MAX_GROUP_DEVICES}, got {shown}"
     return ""
+
+
+#: A device ID: ASCII digits, at most 9 (``str.isdigit`` takes other scripts' digits, and
+#: ``int()`` refuses more than 4,300).
+_DEVICE_ID = re.compile(r"[0-9]{1,9}")
 
 
 def parse_ids(raw: str) -> tuple[int, ...]:
@@ -81,8 +87,8 @@ def parse_ids(raw: str) -> tuple[int, ...]:
     ids = []
     for part in raw.split(","):
         part = part.strip()
-        if not part.isdigit():
-            raise ValueError(f"not a device ID: {part!r}")
+        if not _DEVICE_ID.fullmatch(part):
+            raise ValueError(f"not a device ID: {quoted(part)}")
         ids.append(int(part))
     return tuple(sorted(set(ids)))
 

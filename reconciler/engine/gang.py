@@ -23,7 +23,9 @@ a gang"):
 - **Malformed gang annotations** (the pod got past admission while the webhook was out of
   the path): the pod still belongs to its gang (or to a gang of one when even the name is
   unreadable), and the gang is *held*, the parse error its reason, instead of the pod
-  being ignored.
+  being ignored. So is a gang with a member whose other labels or annotations Troupe
+  reads cannot be read (:attr:`~reconciler.engine.cluster.PodInfo.malformed`: a rank
+  index, a plan or nomination record, the selected devices).
 
 Pure: plain data in (:class:`~reconciler.engine.cluster.PodInfo`), a :class:`Gang` out.
 """
@@ -97,10 +99,10 @@ _gang_keys = lru_cache(maxsize=16)(contract.GangKeys.for_prefix)
 
 def job_parallelism(job: Mapping[str, object]) -> int:
     """The ``spec.parallelism`` of a batch/v1 Job object, the size of an auto-gang it owns:
-    1 when absent or not a positive integer (the Job API's default)."""
+    1 when absent or not a positive int32 (the Job API's default and type)."""
     spec = job.get("spec")
     value = spec.get("parallelism") if isinstance(spec, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31 - 1 else 1
 
 
 def gang_key(pod: PodInfo, config: Config) -> str | None:
@@ -141,7 +143,8 @@ def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
     values: dict[str, set[str]] = {}
     for pod in members:
         for k in keys:
-            values.setdefault(k, set()).add(pod.gang_annotations.get(k, "<unset>"))
+            value = pod.gang_annotations.get(k, "<unset>")
+            values.setdefault(k, set()).add(value if len(value) <= contract.MAX_QUOTED else contract.quoted(value))
     differing = [f"{k}: {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
     return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
 
@@ -168,18 +171,20 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     created = min((p.creation_timestamp for p in members if p.creation_timestamp), default="")
     groups = tuple(sorted({p.device_group for p in members if p.device_group}))
     priority = max(p.priority for p in members)
-    topology, held = contract.TopologyRequest(), ""
+    topology = contract.TopologyRequest()
+    malformed = next((p for p in members if p.malformed), None)
+    held = f"member {malformed.name}: {malformed.malformed} (held until it is fixed)" if malformed else ""
     try:
         topology = contract.parse_topology_annotations(members[0].gang_annotations, config)
     except contract.ContractError as e:
-        held = f"member {members[0].name}: {e}"
+        held = held or f"member {members[0].name}: {e}"
     gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
                 topology=topology, held=held, device_groups=groups, priority=priority, created=created)
     annotated = any(k in members[0].gang_annotations for k in gang_keys.all())
     if name.startswith("gke:"):
         return _auto_sized(gang, config, parallelism)
     if members[0].gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE:
-        if name.startswith("pod:"):
+        if name.startswith("pod:") or wl.group(members[0]) is None:
             return replace(gang, held=f"member {members[0].name}: {gang_keys.size}: {contract.AUTO_SIZE}, but no "
                                       f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
         return _workload_sized(gang, config, workloads or wl.Workloads())
@@ -190,7 +195,7 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
         try:
             spec = contract.parse_gang_annotations(pod.gang_annotations, pod.namespace, config)
         except contract.ContractError as e:
-            return replace(gang, held=f"member {pod.name}: {e} (held until it is fixed)")
+            return replace(gang, held=held or f"member {pod.name}: {e} (held until it is fixed)")
         if spec is not None:
             specs.append(spec)
     if not specs:
@@ -218,7 +223,8 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     workload's topology request when the members make none; waiting, with the reason,
     while the workload is not known (docs/decisions/014-workload-gangs.md)."""
     found = wl.group(gang.members[0])
-    assert found is not None  # gang_key gave a workload id
+    if found is None:  # build_gang holds such a gang before it gets here
+        return gang
     keys = _gang_keys(config.gang_annotation_prefix)
     disagree = _disagreement(gang.members, (keys.size, keys.timeout, *AGREE_ON_TOPOLOGY))
     timeout = gang.timeout_seconds

@@ -23,14 +23,20 @@ from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
+from troupe.contract import quoted
+
 _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<binary>[KMGTPE]i)|(?P<decimal>[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?$"
+    r"(?:(?P<binary>[KMGTPE]i)|(?P<decimal>[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
 )
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 #: Exponents beyond this are refused rather than allocated as huge integers.
 _MAX_EXPONENT = 1000
+#: Longest quantity read, in characters. A quantity the API server keeps is canonical and
+#: far shorter (an int64 and a suffix); this bounds the work (``int()`` refuses more than
+#: 4,300 digits with a ``ValueError``) and what the parse cache holds.
+MAX_LENGTH = 64
 
 #: The resource measured in millicores; every other resource is counted in whole units.
 CPU = "cpu"
@@ -69,9 +75,11 @@ def parse_quantity(value: str | int | float | Decimal) -> Fraction:
 
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> Fraction:
-    m = _QUANTITY.match(text)
+    if len(text) > MAX_LENGTH:
+        raise QuantityError(f"invalid quantity {quoted(text)}: longer than {MAX_LENGTH} characters")
+    m = _QUANTITY.fullmatch(text)
     if m is None:
-        raise QuantityError(f"invalid quantity {text!r}")
+        raise QuantityError(f"invalid quantity {quoted(text)}")
     whole, _, frac = m["number"].partition(".")
     amount = Fraction(int((whole or "0") + frac), 10 ** len(frac))
     if m["binary"]:

@@ -70,7 +70,7 @@ def _stamped_node_map(raw: str, stamp: str) -> tuple[dict[str, Any], str, dict[s
     Returns ``(object, stamp, nodes)``, or None when ``raw`` is not such a record."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         return None
     if not isinstance(data, dict):
         return None

@@ -117,8 +117,12 @@ class Workloads:
         return f"{kind} {namespace}/{name} not found (deleted, or not readable by the reconciler)"
 
 
+#: The largest count read from a workload: the API's counts are int32.
+_MAX_COUNT = 2**31 - 1
+
+
 def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT else default
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -131,7 +135,7 @@ def _job_pods(spec: Mapping[str, Any], succeeded: int = 0) -> int:
     https://kubernetes.io/docs/concepts/workloads/controllers/job/#parallel-jobs)."""
     parallelism = _int(spec.get("parallelism"), 1)
     completions = spec.get("completions")
-    if isinstance(completions, int) and not isinstance(completions, bool):
+    if isinstance(completions, int) and not isinstance(completions, bool) and abs(completions) <= _MAX_COUNT:
         parallelism = min(parallelism, max(completions - succeeded, 0))
     return parallelism
 
@@ -163,22 +167,24 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
         how = f"Job {name} parallelism" + (f", {succeeded} completed" if succeeded else "")
     elif kind == JOBSET.kind:
         parts, size = [], 0
-        for i, rj in enumerate(spec.get("replicatedJobs") or []):
+        replicated = spec.get("replicatedJobs")
+        for i, rj in enumerate(replicated if isinstance(replicated, list) else []):
             rj = _map(rj)
             replicas = _int(rj.get("replicas"), 1)
             pods = _job_pods(_map(_map(rj.get("template")).get("spec")))
             size += replicas * pods
-            parts.append(f"{rj.get('name') or i} {replicas}x{pods}")
+            rj_name = rj.get("name")
+            parts.append(f"{rj_name if isinstance(rj_name, str) and rj_name else i} {replicas}x{pods}")
         how = f"JobSet {name}: " + " + ".join(parts)
     elif kind == LEADER_WORKER_SET.kind:
         size = _int(_map(spec.get("leaderWorkerTemplate")).get("size"), 1)
         how = f"LeaderWorkerSet {name} group size"
     else:
         parts, size = [], 0
-        for key, replica_specs in sorted(spec.items()):
+        for key, replica_specs in sorted((k, v) for k, v in spec.items() if isinstance(k, str)):
             if not key.endswith("ReplicaSpecs") or not isinstance(replica_specs, Mapping):
                 continue
-            for rtype, rspec in sorted(replica_specs.items(), key=_replica_order):
+            for rtype, rspec in sorted(((str(k), v) for k, v in replica_specs.items()), key=_replica_order):
                 replicas = _int(_map(rspec).get("replicas"), 1)
                 size += replicas
                 parts.append(f"{rtype} {replicas}")

@@ -12,9 +12,10 @@ Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 when the next gang is planned, before the watch event arrives, the way kube-scheduler
 assumes a pod it has bound). Objects are parsed once, when they arrive
 (:class:`~reconciler.engine.snapshot.PodInfo`, :class:`~reconciler.engine.snapshot.NodeInfo`),
-and kept next to the object; an object that cannot be parsed is kept out of plans with one
-log line (one odd node, say one still registering without ``status.allocatable``, must not
-stop every plan). Each feeding method returns the gang keys whose state may have changed,
+and kept next to the object; an object that cannot be parsed, whatever the exception, is
+kept out of plans with one log line and a count (one odd node, say one still registering
+without ``status.allocatable``, must not stop every plan; :mod:`.unreadable`). A pod that
+cannot be parsed still joins its gang, which it holds with the reason. Each feeding method returns the gang keys whose state may have changed,
 for the work queue.
 
 Only what Troupe reads is stored: every object is cut down by the retain policy of its

@@ -3,19 +3,20 @@ docstring of :mod:`reconciler.daemon.cache` says how it is fed and what it keeps
 
 from __future__ import annotations
 
-import logging
+import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from reconciler.daemon.cache.budgets import BudgetIndex
+from reconciler.daemon.cache.tombstones import Tombstones
+from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex, spread_defaults
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.cluster import NodeInfo, PodInfo
+from reconciler.engine.cluster import NodeInfo, PodInfo, unreadable_pod
 from reconciler.engine.devices import DeviceGroup
-from reconciler.engine.fields import ObjectError
 from reconciler.engine.gang import Gang, build_gang, gang_key
 from reconciler.engine.nodetable import NodeTable
 from reconciler.engine.snapshot import Snapshot
@@ -24,29 +25,25 @@ from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract
 from troupe.config import Config
 
-log = logging.getLogger("reconciler.daemon.cache")
-
 
 @dataclass(frozen=True)
 class Entry:
-    """A cached object and its parsed form (None when it could not be parsed)."""
+    """A cached object and its parsed form (None when it could not be parsed). ``partial``:
+    the form is a pod's :func:`~reconciler.engine.cluster.unreadable_pod`, for its gang
+    only (kept out of snapshots)."""
 
     obj: Obj
     info: Any
+    partial: bool = False
+
+
+#: A resourceVersion the cache compares: etcd's revision, a uint64 (20 ASCII digits at most).
+_RESOURCE_VERSION = re.compile(r"[0-9]{1,20}")
 
 
 def _rv(obj: Obj) -> int | None:
     raw = contract.pod_meta(obj).get("resourceVersion")
-    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
-
-
-def _parse(kind: str, obj: Obj, parse: Any) -> Any:
-    try:
-        return parse(obj)
-    except ObjectError as e:
-        ns, name = namespace_and_name(obj)
-        log.warning("%s %s left out of placement: %s", kind, f"{ns}/{name}" if kind == "pod" else name, e)
-        return None
+    return int(raw) if isinstance(raw, str) and _RESOURCE_VERSION.fullmatch(raw) else None
 
 
 def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
@@ -101,10 +98,15 @@ class ClusterCache:
     what it was given. :attr:`version` counts changes; :meth:`snapshot` is rebuilt only
     when it moved. ``retained`` (default True) stores objects cut down by
     :mod:`reconciler.objects.retain`; False stores them whole (a benchmark's baseline).
+    An object that cannot be read is kept with no parsed form and left out of plans
+    (:attr:`unreadable`; ``on_unreadable(kind)`` is called when one is found, for a metric).
     """
 
-    def __init__(self, config: Config, retained: bool = True) -> None:
+    def __init__(self, config: Config, retained: bool = True,
+                 on_unreadable: Callable[[str], None] | None = None) -> None:
         self.config = config
+        #: The objects that could not be read, and why (:mod:`.unreadable`).
+        self.unreadable = Unreadable(on_unreadable)
         self.retained = retained
         self.levels = TopologyLevels.from_config(config)
         self._lock = threading.RLock()
@@ -113,7 +115,7 @@ class ClusterCache:
         self._gang_of: dict[PodRef, str] = {}
         self._members: dict[str, set[PodRef]] = {}
         #: Jobs' parallelism and the workloads that size auto gangs.
-        self.workloads = WorkloadIndex()
+        self.workloads = WorkloadIndex(self.unreadable)
         #: The PodDisruptionBudgets every snapshot carries (atomic preemption counts them).
         self.budgets = BudgetIndex()
         #: Claims, volumes, CSINodes and namespaces' labels (:mod:`.volumes`).
@@ -126,10 +128,8 @@ class ClusterCache:
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
         self._groups: dict[str, Entry] = {}
         self._group_pods: dict[str, set[PodRef]] = {}
-        #: Objects deleted, with the resourceVersion of their deletion: an object our own
-        #: write returned before the deletion (an assume that lost the race with the
-        #: watch) must not bring them back.
-        self._gone: dict[tuple[str, str], int] = {}
+        #: Objects deleted, with the resourceVersion of their deletion (:mod:`.tombstones`).
+        self._gone = Tombstones()
 
     # --- retaining ---------------------------------------------------------------------
     def _retain(self, policy: Keep, obj: Obj, current: Entry | None) -> Obj:
@@ -190,12 +190,14 @@ class ClusterCache:
         if current is not None and current.obj is pod:
             return set()  # this very version is stored, parsed and indexed already
         touched = self._unindex(ref)
-        info: PodInfo | None = _parse("pod", pod, PodInfo.from_object)
-        self._pods[ref] = Entry(pod, info)
+        # An unreadable pod is still a member of its gang, which it holds with why.
+        read, why = self.unreadable.read("pod", str(ref), self._read_pod, pod,
+                                         lambda o, why: self._read_pod(o, unreadable_pod(o, why)))
+        info, key = read if read is not None else (None, None)
+        self._pods[ref] = Entry(pod, info, bool(why))
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)
             touched.add(group_key(info.device_group))
-        key = gang_key(info, self.config) if info is not None else None
         if key is not None:
             self._gang_of[ref] = key
             self._members.setdefault(key, set()).add(ref)
@@ -204,7 +206,14 @@ class ClusterCache:
         self.version += 1
         return touched
 
+    def _read_pod(self, pod: Obj, info: PodInfo | None = None) -> tuple[PodInfo, str | None]:
+        """A pod's parsed form (``info``, else :meth:`PodInfo.from_object`) and its gang key
+        (None: no gang); raises what they raise."""
+        info = PodInfo.from_object(pod) if info is None else info
+        return info, gang_key(info, self.config)
+
     def _drop_pod(self, ref: PodRef) -> set[str]:
+        self.unreadable.forget("pod", str(ref))
         touched = self._unindex(ref)
         if self._pods.pop(ref, None) is not None:
             self.version += 1
@@ -246,37 +255,14 @@ class ClusterCache:
         with self._lock:
             ref = PodRef.of(pod)
             if kind == "DELETED":
-                self._bury(("pod", str(ref)), pod)
+                self._gone.bury(("pod", str(ref)), _rv(pod))
                 return self._drop_pod(ref)
             current = self._pods.get(ref)
             if _older(pod, current):
                 return set()
-            if current is None and self._buried(("pod", str(ref)), _rv(pod)):
+            if current is None and self._gone.buried(("pod", str(ref)), _rv(pod)):
                 return set()
             return self._put_pod(pod)
-
-    #: Tombstones kept at most (the oldest are dropped first).
-    TOMBSTONES = 50_000
-
-    def _bury(self, key: tuple[str, str], obj: Obj) -> None:
-        rv = _rv(obj)
-        if rv is None:
-            return
-        self._gone.pop(key, None)
-        self._gone[key] = rv
-        while len(self._gone) > self.TOMBSTONES:
-            del self._gone[next(iter(self._gone))]
-
-    def _buried(self, key: tuple[str, str], rv: int | None) -> bool:
-        """Whether an object at ``rv`` is older than its recorded deletion (a stale write
-        result); a newer one (the object created again) lifts the tombstone."""
-        gone = self._gone.get(key)
-        if gone is None:
-            return False
-        if rv is not None and rv <= gone:
-            return True
-        del self._gone[key]
-        return False
 
     def assume(self, pod: Obj) -> None:
         """Record the object a write of ours returned, ahead of its watch event."""
@@ -364,11 +350,8 @@ class ClusterCache:
 
     # --- SharedDeviceGroups ------------------------------------------------------------
     def _parse_group(self, obj: Obj) -> Entry:
-        try:
-            return Entry(obj, DeviceGroup.from_object(obj))
-        except ObjectError as e:
-            log.warning("SharedDeviceGroup %s cannot be read: %s", namespace_and_name(obj)[1], e)
-            return Entry(obj, str(e))
+        group, why = self.unreadable.read("SharedDeviceGroup", namespace_and_name(obj)[1], DeviceGroup.from_object, obj)
+        return Entry(obj, group if group is not None else why)
 
     def replace_groups(self, items: Iterable[Obj]) -> set[str]:
         """Replace every SharedDeviceGroup with a fresh list; returns the group keys
@@ -384,13 +367,14 @@ class ClusterCache:
         with self._lock:
             name = namespace_and_name(obj)[1]
             if kind == "DELETED":
-                self._bury(("group", name), obj)
+                self.unreadable.forget("SharedDeviceGroup", name)
+                self._gone.bury(("group", name), _rv(obj))
                 self._groups.pop(name, None)
             else:
                 current = self._groups.get(name)
                 if _older(obj, current):
                     return set()
-                if current is None and self._buried(("group", name), _rv(obj)):
+                if current is None and self._gone.buried(("group", name), _rv(obj)):
                     return set()
                 self._groups[name] = self._parse_group(self.retain_group(obj))
             self.version += 1
@@ -437,7 +421,7 @@ class ClusterCache:
                 current = self._nodes.get(name)
                 n = self._retain(NODE, n, current)
                 if current is None or current.obj is not n:
-                    self._nodes[name] = Entry(n, _parse("node", n, NodeInfo.from_object))
+                    self._nodes[name] = Entry(n, self.unreadable.read("node", name, NodeInfo.from_object, n)[0])
         with self._lock:
             for name in [k for k in self._nodes if k not in seen]:
                 del self._nodes[name]
@@ -450,6 +434,7 @@ class ClusterCache:
         with self._lock:
             name = namespace_and_name(node)[1]
             if kind == "DELETED":
+                self.unreadable.forget("node", name)
                 if self._nodes.pop(name, None) is None:
                     return False
             else:
@@ -457,7 +442,7 @@ class ClusterCache:
                 node = self._retain(NODE, node, current)
                 if current is not None and current.obj is node:
                     return False  # the same version again
-                info = _parse("node", node, NodeInfo.from_object)
+                info = self.unreadable.read("node", name, NodeInfo.from_object, node)[0]
                 self._nodes[name] = Entry(node, info)
                 if current is not None and _same_node(current.info, info):
                     return False  # a status heartbeat: nothing a decision reads has changed
@@ -485,7 +470,7 @@ class ClusterCache:
                 return self._snapshot[1]
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
             nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
-            pods = [e.info for e in self._pods.values() if e.info is not None]
+            pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if table is None:

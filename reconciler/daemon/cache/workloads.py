@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.engine import workloads as wl
 from reconciler.engine.gang import job_parallelism
 from troupe import contract
@@ -21,18 +22,23 @@ Obj = Mapping[str, Any]
 
 
 def namespace_and_name(obj: Obj) -> tuple[str, str]:
-    """An object's ``(namespace, name)`` (namespace ``default`` when absent)."""
+    """An object's ``(namespace, name)`` (namespace ``default`` when absent; a value that
+    is not a string reads as absent)."""
     meta = contract.pod_meta(obj)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    namespace, name = meta.get("namespace"), meta.get("name")
+    return (namespace if isinstance(namespace, str) and namespace else "default",
+            name if isinstance(name, str) else "")
 
 
 class WorkloadIndex:
     """Jobs' parallelism by ``(namespace, name)``, workloads by
     :data:`~reconciler.engine.workloads.WorkloadKey`, and why a kind cannot be read.
     :attr:`version` counts changes (a gang built from an older version is stale).
-    Thread-safe; it takes no other lock while it holds its own."""
+    Thread-safe; it takes no other lock while it holds its own. An object that cannot be
+    read is left out and noted in ``unreadable`` (:mod:`.unreadable`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, unreadable: Unreadable | None = None) -> None:
+        self.unreadable = unreadable if unreadable is not None else Unreadable()
         self._lock = threading.RLock()
         self._parallelism: dict[tuple[str, str], int] = {}
         self._workloads: dict[wl.WorkloadKey, wl.Workload] = {}
@@ -74,7 +80,7 @@ class WorkloadIndex:
     def replace_workloads(self, kind: str, items: Iterable[Obj]) -> None:
         """Replace every workload of ``kind`` (``JobSet``...) with a fresh list; the kind
         is readable again."""
-        fresh = wl.workloads_of(kind, items)
+        fresh = {w.key: w for obj in items if (w := self._read(kind, obj)) is not None}
         with self._lock:
             self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
             self._workloads.update(fresh)
@@ -83,7 +89,7 @@ class WorkloadIndex:
 
     def workload_event(self, kind: str, event: str, obj: Obj) -> None:
         """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``) of a workload of ``kind``."""
-        new = wl.workload(kind, obj)
+        new = self._read(kind, obj)
         if new is None:
             return
         with self._lock:
@@ -94,6 +100,12 @@ class WorkloadIndex:
                 self._workloads[new.key] = new
             if self._workloads.get(new.key) != before:
                 self.version += 1
+
+    def _read(self, kind: str, obj: Obj) -> wl.Workload | None:
+        """:func:`~reconciler.engine.workloads.workload` of ``obj``, or None (also when
+        reading it raised: then it is noted in :attr:`unreadable`)."""
+        namespace, name = namespace_and_name(obj)
+        return self.unreadable.read(kind, f"{namespace}/{name}", lambda o: wl.workload(kind, o), obj)[0]
 
     def workload_unavailable(self, kind: str, why: str) -> None:
         """Record that no object of ``kind`` can be read (``why``: its CRD is not

@@ -80,7 +80,7 @@ class Reconciler:
                  clock: Callable[[], float] = time.monotonic, state: tuple[str, str] | None = None) -> None:
         self.config = config
         self.clock = clock
-        self.cache = ClusterCache(config)
+        self.cache = ClusterCache(config, on_unreadable=metrics.unreadable_object)
         self.queue = WorkQueue(order=self._order)
         self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
                                       kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence,

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from troupe import contract
+
 
 class WriteError(RuntimeError):
     """A write failed for a reason other than a conflict or a missing object."""
@@ -79,9 +81,12 @@ class PodRef:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodRef:
-        """The reference of a pod dict."""
-        m = pod.get("metadata") or {}
-        return cls(str(m.get("namespace") or "default"), str(m.get("name") or ""))
+        """The reference of a pod dict (namespace ``default`` when absent; a value that is
+        not a string reads as absent)."""
+        m = contract.pod_meta(pod)
+        namespace, name = m.get("namespace"), m.get("name")
+        return cls(namespace if isinstance(namespace, str) and namespace else "default",
+                   name if isinstance(name, str) else "")
 
     @classmethod
     def parse(cls, key: str) -> PodRef:
