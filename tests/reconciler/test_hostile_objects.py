@@ -193,3 +193,28 @@ def test_a_member_whose_object_cannot_be_read_holds_its_gang_naming_the_field_an
 def test_only_the_rank_keys_read_hold_the_gang(labels, annotations, held):
     assert contract.rank_problem(labels, annotations).startswith(held)
     assert bool(contract.rank_problem(labels, annotations)) == bool(held)
+
+
+def test_a_budget_or_a_volume_object_that_cannot_be_read_stays_with_itself(monkeypatch):
+    from reconciler.daemon.cache import volumes
+    from reconciler.engine import budgets
+
+    def explode(obj):
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+    monkeypatch.setattr(budgets.Budget, "from_object", staticmethod(explode))
+    monkeypatch.setitem(volumes._KINDS, "namespaces", (volumes._KINDS["namespaces"][0], explode))
+    counted = []
+    cache = ClusterCache(Config(), on_unreadable=counted.append)
+    fill(cache, good_nodes(), pods=good_gang())
+    budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": {"name": "keep", "namespace": "good", "resourceVersion": "1"},
+              "spec": {"selector": {}}, "status": {"disruptionsAllowed": 0}}
+    cache.budgets.replace([budget])
+    assert not cache.budgets.event("ADDED", budget)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "good", "resourceVersion": "1"}}
+    cache.volumes.replace("namespaces", [namespace])
+    cache.volumes.event("namespaces", "MODIFIED", namespace)
+    assert sorted(set(counted)) == ["namespaces", "poddisruptionbudget"]
+    assert "ValueError" in cache.unreadable.why("poddisruptionbudget", "good/keep")
+    assert decide_all(cache, Config())["good/train"].phase is Phase.PLACED

@@ -9,24 +9,12 @@ keeps them; the cache hands them to every snapshot it builds.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterable
 
+from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.workloads import Obj, namespace_and_name
 from reconciler.engine.budgets import Budget
-from reconciler.engine.fields import ObjectError
-
-log = logging.getLogger("reconciler.daemon.cache")
-
-
-def _parse(obj: Obj) -> Budget | None:
-    try:
-        return Budget.from_object(obj)
-    except ObjectError as bad:
-        namespace, name = namespace_and_name(obj)
-        log.warning("PodDisruptionBudget %s/%s left out of preemption plans: %s", namespace, name, bad)
-        return None
 
 
 class BudgetIndex:
@@ -35,15 +23,22 @@ class BudgetIndex:
     out with one log line: the dry-run eviction before every real one is still the last
     check. Thread-safe; it takes no other lock while it holds its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, unreadable: Unreadable | None = None) -> None:
+        self._unreadable = unreadable or Unreadable()
         self._lock = threading.Lock()
         self._budgets: dict[tuple[str, str], Budget] = {}
         self._values: tuple[int, tuple[Budget, ...]] | None = None
         self.version = 0
 
+    def _parse(self, obj: Obj) -> Budget | None:
+        """The budget, or None when it cannot be read (whatever reading it raised: it is
+        logged once and counted, :mod:`.unreadable`)."""
+        namespace, name = namespace_and_name(obj)
+        return self._unreadable.read("poddisruptionbudget", f"{namespace}/{name}", Budget.from_object, obj)[0]
+
     def replace(self, items: Iterable[Obj]) -> None:
         """Replace every budget with a fresh list."""
-        fresh = {namespace_and_name(obj): budget for obj in items if (budget := _parse(obj)) is not None}
+        fresh = {namespace_and_name(obj): budget for obj in items if (budget := self._parse(obj)) is not None}
         with self._lock:
             if fresh != self._budgets:
                 self._budgets = fresh
@@ -53,7 +48,7 @@ class BudgetIndex:
         """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``); whether anything
         changed (a status written with the same count changes nothing)."""
         key = namespace_and_name(obj)
-        budget = None if kind == "DELETED" else _parse(obj)
+        budget = None if kind == "DELETED" else self._parse(obj)
         with self._lock:
             before = self._budgets.get(key)
             if budget is None:

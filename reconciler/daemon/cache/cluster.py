@@ -117,9 +117,9 @@ class ClusterCache:
         #: Jobs' parallelism and the workloads that size auto gangs.
         self.workloads = WorkloadIndex(self.unreadable)
         #: The PodDisruptionBudgets every snapshot carries (atomic preemption counts them).
-        self.budgets = BudgetIndex()
+        self.budgets = BudgetIndex(self.unreadable)
         #: Claims, volumes, CSINodes and namespaces' labels (:mod:`.volumes`).
-        self.volumes = VolumeIndex()
+        self.volumes = VolumeIndex(self.unreadable)
         self.version = 0
         self._snapshot: tuple[tuple[int, int, int], Snapshot] | None = None
         self._node_version = 0

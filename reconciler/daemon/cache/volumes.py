@@ -10,18 +10,17 @@ they arrive and only the parsed values are kept; one that cannot be parsed is le
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from reconciler.engine.fields import ObjectError, mapping, string, string_map
+from reconciler.daemon.cache.unreadable import Unreadable
+from reconciler.engine.fields import mapping, string, string_map
 from reconciler.engine.podterms import DO_NOT_SCHEDULE, SpreadConstraint
 from reconciler.engine.volumes import ClaimInfo, CSINodeInfo, VolumeCatalog, VolumeInfo
 from reconciler.objects.retain import CLAIM, CSI_NODE, NAMESPACE, VOLUME, Keep, retain
 from troupe.config import Config
 
-log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
 
 CLAIMS, VOLUMES, CSI_NODES, NAMESPACES = "persistentvolumeclaims", "persistentvolumes", "csinodes", "namespaces"
@@ -53,7 +52,8 @@ class VolumeIndex:
     name)``. :attr:`version` counts changes. Thread-safe; it takes no other lock while it
     holds its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, unreadable: Unreadable | None = None) -> None:
+        self._unreadable = unreadable or Unreadable()
         self._lock = threading.RLock()
         self._items: dict[str, dict[tuple[str, str], Any]] = {kind: {} for kind in _KINDS}
         self._view: tuple[int, VolumeCatalog, dict[str, Mapping[str, str]]] | None = None
@@ -66,11 +66,9 @@ class VolumeIndex:
         return retain(_KINDS[kind][0], obj)
 
     def _parsed(self, kind: str, obj: Obj) -> Any:
-        try:
-            return _KINDS[kind][1](obj)
-        except ObjectError as e:
-            log.warning("%s %s/%s left out: %s", kind, *_key(obj), e)
-            return None
+        """The parsed object, or None when it cannot be read (whatever reading it raised:
+        logged once and counted, :mod:`.unreadable`)."""
+        return self._unreadable.read(kind, "/".join(_key(obj)), _KINDS[kind][1], obj)[0]
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """Every object of ``kind`` from a fresh list."""
