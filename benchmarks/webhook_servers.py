@@ -53,7 +53,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 import webhook_load as wl
+
+from tests.support.hostile_webhook import process_tree_rss_kib
 
 REPO = wl.REPO
 PYTHON = wl.PYTHON
@@ -101,30 +104,6 @@ def server_argv(kind: str, app: str, port: int, cert: str, key: str, work: Path)
     conf.write_text(HYPERCORN_CONFIG)
     return [PYTHON, "-m", "hypercorn", "--config", f"file:{conf}", "--certfile", cert, "--keyfile", key,
             "--bind", f"127.0.0.1:{port}", target]
-
-
-def rss_kib(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants, KiB (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        todo.extend(children.get(current, []))
-        try:
-            with open(f"/proc/{current}/status", encoding="ascii") as f:
-                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-        except (OSError, StopIteration):
-            pass
-    return total
 
 
 class Target:
@@ -234,24 +213,33 @@ def _post(body: bytes, path: str = "/mutate") -> bytes:
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
-def amplify(target: Target, review: bytes, seconds: float) -> str:
-    """Three ~0.9 MB amplifying reviews never read, and a concurrent client."""
-    base = rss_kib(target.server.pid)
-    peak = [base]
-    stop = threading.Event()
+class PeakRss:
+    """The server's resident memory before, at its peak while sampled (every 50 ms) and at
+    the end, KiB: ``with PeakRss(pid) as rss: ...``."""
 
-    def sample() -> None:
-        while not stop.wait(0.05):
-            peak[0] = max(peak[0], rss_kib(target.server.pid))
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.base = self.peak = self.end = process_tree_rss_kib(pid)
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    hostile = []
-    big = _post(amplification_review())
-    for _ in range(3):
-        s = target.tls_socket(rcvbuf=4096)
-        threading.Thread(target=s.sendall, args=(big,), daemon=True).start()
-        hostile.append(s)
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, process_tree_rss_kib(self.pid))
+
+    def __enter__(self) -> PeakRss:
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._sampler.join(2)
+        self.end = process_tree_rss_kib(self.pid)
+
+
+def concurrent_client(target: Target, review: bytes, seconds: float) -> tuple[list[float], list[str]]:
+    """Admissions of ``review`` one after another (20 ms apart) for ``seconds``, on a
+    connection opened again after an error: each one's latency (seconds) and what failed."""
     latencies: list[float] = []
     failures: list[str] = []
     end = time.monotonic() + seconds
@@ -270,13 +258,24 @@ def amplify(target: Target, review: bytes, seconds: float) -> str:
             conn = target.https(timeout=30)
         latencies.append(time.monotonic() - start)
         time.sleep(0.02)
-    stop.set()
-    sampler.join(2)
-    end_rss = rss_kib(target.server.pid)
+    conn.close()
+    return latencies, failures
+
+
+def amplify(target: Target, review: bytes, seconds: float) -> str:
+    """Three ~0.9 MB amplifying reviews never read, and a concurrent client."""
+    with PeakRss(target.server.pid) as rss:
+        hostile = []
+        big = _post(amplification_review())
+        for _ in range(3):
+            s = target.tls_socket(rcvbuf=4096)
+            threading.Thread(target=s.sendall, args=(big,), daemon=True).start()
+            hostile.append(s)
+        latencies, failures = concurrent_client(target, review, seconds)
     for s in hostile:
         s.close()
     over_5s = sum(1 for x in latencies if x >= 5)
-    return (f"amplify: RSS {base / 1024:.0f} MiB before, peak {peak[0] / 1024:.0f} MiB, {end_rss / 1024:.0f} MiB "
+    return (f"amplify: RSS {rss.base / 1024:.0f} MiB before, peak {rss.peak / 1024:.0f} MiB, {rss.end / 1024:.0f} MiB "
             f"at the end; concurrent client: {len(latencies)} admissions, slowest {max(latencies):.2f} s, "
             f"{over_5s} over 5 s, {len(failures)} failed {failures[:2]}")
 
@@ -288,36 +287,13 @@ def unread(target: Target, review: bytes, seconds: float, count: int = 2000) -> 
     wide = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "wide", "operation": "CREATE", "namespace": "ml", "userInfo": {"username": "mallory"},
         "object": pod}}).encode()
-    base = rss_kib(target.server.pid)
-    peak = [base]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.05):
-            peak[0] = max(peak[0], rss_kib(target.server.pid))
-
-    threading.Thread(target=sample, daemon=True).start()
-    hostile = target.tls_socket(rcvbuf=4096)
-    threading.Thread(target=lambda: _quiet_send(hostile, _post(wide) * count), daemon=True).start()
-    answered, failures, slowest = 0, 0, 0.0
-    end = time.monotonic() + seconds
-    conn = target.https(timeout=30)
-    while time.monotonic() < end:
-        start = time.monotonic()
-        try:
-            conn.request("POST", "/mutate", body=review, headers={"Content-Type": "application/json"})
-            r = conn.getresponse()
-            r.read()
-            answered += r.status == 200
-        except OSError:
-            failures += 1
-            conn = target.https(timeout=30)
-        slowest = max(slowest, time.monotonic() - start)
-        time.sleep(0.02)
-    stop.set()
+    with PeakRss(target.server.pid) as rss:
+        hostile = target.tls_socket(rcvbuf=4096)
+        threading.Thread(target=lambda: _quiet_send(hostile, _post(wide) * count), daemon=True).start()
+        latencies, failures = concurrent_client(target, review, seconds)
     hostile.close()
-    return (f"unread: RSS {base / 1024:.0f} MiB before, peak {peak[0] / 1024:.0f} MiB; concurrent client "
-            f"{answered} answered, {failures} failed, slowest {slowest:.2f} s")
+    return (f"unread: RSS {rss.base / 1024:.0f} MiB before, peak {rss.peak / 1024:.0f} MiB; concurrent client "
+            f"{len(latencies) - len(failures)} answered, {len(failures)} failed, slowest {max(latencies):.2f} s")
 
 
 def _quiet_send(sock: ssl.SSLSocket, data: bytes) -> None:
@@ -347,7 +323,7 @@ def pipeline(target: Target, count: int = 2000) -> str:
 def idle(target: Target, count: int = 1000) -> str:
     """``count`` handshaken TLS connections left idle: RSS per connection."""
     time.sleep(0.5)
-    base = rss_kib(target.server.pid)
+    base = process_tree_rss_kib(target.server.pid)
     socks = []
     try:
         for _ in range(count):
@@ -357,7 +333,7 @@ def idle(target: Target, count: int = 1000) -> str:
     else:
         pass_note = ""
     time.sleep(1.0)
-    grown = rss_kib(target.server.pid) - base
+    grown = process_tree_rss_kib(target.server.pid) - base
     answered = "yes"
     try:
         conn = target.https(timeout=5)

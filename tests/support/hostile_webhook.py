@@ -17,6 +17,11 @@ from typing import Any
 
 from tests.support.webhook_builders import Server, make_pod, make_review
 
+#: The chart's memory limit for a webhook pod (charts/troupe/values.yaml), KiB.
+POD_MEMORY_LIMIT_KIB = 256 * 1024
+#: A concurrent admission must be answered well within the API server's 5 s, seconds.
+LATENCY_BOUND_S = 2.0
+
 
 def process_tree_rss_kib(pid: int) -> int:
     """Resident memory of ``pid`` and all its descendants (gunicorn and its workers), KiB."""

@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.hostile_webhook import (
+    LATENCY_BOUND_S,
+    POD_MEMORY_LIMIT_KIB,
     Watch,
     empty_containers_spec,
     review_bytes,
@@ -20,8 +22,6 @@ from tests.support.hostile_webhook import (
 )
 from tests.support.webhook_builders import Server
 
-POD_MEMORY_LIMIT_KIB = 256 * 1024
-LATENCY_BOUND_S = 2.0
 MAX_ANSWER_BYTES = 256 * 1024
 
 _LISTS = st.sampled_from(["containers", "initContainers", "ephemeralContainers"])

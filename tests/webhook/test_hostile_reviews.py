@@ -16,6 +16,8 @@ import time
 import pytest
 
 from tests.support.hostile_webhook import (
+    LATENCY_BOUND_S,
+    POD_MEMORY_LIMIT_KIB,
     Watch,
     empty_containers_spec,
     review_bytes,
@@ -24,11 +26,6 @@ from tests.support.hostile_webhook import (
 from tests.support.webhook_builders import Server, make_pod, make_review
 from webhook.admission import MAX_CONTAINERS
 from webhook.app import MAX_BODY_BYTES
-
-#: The chart's memory limit for a webhook pod (charts/troupe/values.yaml).
-POD_MEMORY_LIMIT_KIB = 256 * 1024
-#: A concurrent admission must be answered well within the API server's 5 s.
-LATENCY_BOUND_S = 2.0
 
 
 def _post(server: Server, body: bytes) -> tuple[int, dict[str, object]]:
