@@ -89,13 +89,59 @@ def _list_if_allowed(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> O
         raise
 
 
-def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tuple[str, str, Mapping[str, Any]]]:
+class _Unlisted(list[Mapping[str, Any]]):
+    """No objects, because the collection could not be listed: ``why`` says why."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__()
+        self.why = why
+
+
+def _list_noted(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> Objects:
+    """As :func:`_list_all`, but an :class:`_Unlisted` (empty) when this user may not list
+    the collection (401, 403) or it is not served (404)."""
+    try:
+        return _list_all(list_fn, what, **kwargs)
+    except OSError as e:
+        cause = e.__cause__
+        if isinstance(cause, ApiException) and cause.status in (401, 403, 404):
+            return _Unlisted(str(e))
+        raise
+
+
+#: What is skipped when a kind :func:`_list_noted` lists cannot be listed.
+_SKIPPED = {"Namespace": "a namespaceSelector sees every namespace without labels",
+            "PersistentVolumeClaim": "the volume filters are skipped", "PersistentVolume": "the volume filters are skipped",
+            "CSINode": "the volume filters are skipped"}
+
+
+def _without_unlisted(lists: list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]],
+                      results: list[Objects], notes: list[str]) -> list[Objects]:
+    """``results`` with one line in ``notes`` per kind that could not be listed and, when a
+    volume kind could not be, no claims, volumes or CSINodes at all (the engine then skips
+    the volume filters: :mod:`reconciler.objects.volumes`)."""
+    volumes = ("PersistentVolumeClaim", "PersistentVolume", "CSINode")
+    unlisted = {entry[0] for entry, items in zip(lists, results, strict=True) if isinstance(items, _Unlisted)}
+    for entry, items in zip(lists, results, strict=True):
+        if isinstance(items, _Unlisted):
+            notes.append(f"note: cannot {items.why}: {_SKIPPED[entry[0]]}")
+    if unlisted & set(volumes):
+        return [[] if entry[0] in volumes else items for entry, items in zip(lists, results, strict=True)]
+    return results
+
+
+def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (),
+                 notes: list[str] | None = None) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
     SharedDeviceGroups, PodDisruptionBudgets and the workload kinds of
     :mod:`reconciler.engine.workloads` (a
     custom resource whose CRD is not installed, or that this user may not list, is left
-    out: its gangs wait with that reason), and ``extra`` kinds (``Namespace``,
-    ``PriorityClass``). Lists run in parallel. Returns ``(where, kind, object)`` triples
+    out: its gangs wait with that reason), what the reconciler's cache reads for the
+    volume filters and namespace selectors (Namespaces, PersistentVolumeClaims,
+    PersistentVolumes, CSINodes: one this user may not list is left out with a line in
+    ``notes``, and when one of the last three is, all three are, so the volume filters are
+    skipped rather than refusing every pod with a claim), and ``extra`` kinds
+    (``PriorityClass``). Lists run in parallel. Returns ``(where, kind, object)`` triples
     in the order :func:`reconciler.tools.simulate.build` takes. Raises ``OSError`` (a
     ``PermissionError`` for a core list this user may not make)."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
@@ -112,9 +158,12 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tup
         ("SharedDeviceGroup", "shareddevicegroups", crd(*contract.DEVICE_GROUP_API), {}, _list_if_allowed),
         ("PodDisruptionBudget", "poddisruptionbudgets",
          client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces, {}, _list_if_allowed),
+        ("Namespace", "namespaces", core.list_namespace, {}, _list_noted),
+        ("PersistentVolumeClaim", "persistentvolumeclaims", core.list_persistent_volume_claim_for_all_namespaces, {},
+         _list_noted),
+        ("PersistentVolume", "persistentvolumes", core.list_persistent_volume, {}, _list_noted),
+        ("CSINode", "csinodes", client.StorageV1Api(api).list_csi_node, {}, _list_noted),
     ]
-    if "Namespace" in extra:
-        lists.append(("Namespace", "namespaces", core.list_namespace, {}, _list_if_allowed))
     if "PriorityClass" in extra:
         lists.append(("PriorityClass", "priorityclasses",
                       client.SchedulingV1Api(api).list_priority_class, {}, _list_if_allowed))
@@ -125,6 +174,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = ()) -> list[tup
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(one, lists))
+    results = _without_unlisted(lists, results, notes if notes is not None else [])
     order = {"Node": 0, "Pod": 2, "SharedDeviceGroup": 3}
     out: list[tuple[str, str, Mapping[str, Any]]] = []
     for (kind, what, *_), items in sorted(zip(lists, results, strict=True), key=lambda t: order.get(t[0][0], 1)):

@@ -187,7 +187,10 @@ def load(args: argparse.Namespace, extra: tuple[str, ...] = (),
             from reconciler import kube
 
             api, namespace = kube.plugin_client(args.kubeconfig, args.context)
-            objects = kube.read_cluster(api, extra)
+            notes: list[str] = []
+            objects = kube.read_cluster(api, extra, notes)
+            for note in notes:
+                print(note, file=sys.stderr)
             where = f"the cluster ({args.context or 'current context'})"
         config = _config(args, api)
         policy = Policy.from_config(config)

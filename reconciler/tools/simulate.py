@@ -66,10 +66,13 @@ from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.engine.step import step
+from reconciler.engine.volumes import VolumeCatalog
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
+from reconciler.objects.volumes import PARSERS, VOLUME_KINDS, spread_defaults
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget")
+KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
+         *PARSERS)
 EXIT_BAD_INPUT = 2
 
 
@@ -162,12 +165,21 @@ def _once(found: Named, kind: str, where: str, seen: dict[str, str]) -> Named:
     return found
 
 
-def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels) -> Built:
-    """Parse every object; raises :class:`InputError` naming the document and field."""
+def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels,
+          config: Config | None = None) -> Built:
+    """Parse every object; raises :class:`InputError` naming the document and field.
+
+    The snapshot is built as the reconciler's cache builds its own: PersistentVolumeClaims,
+    PersistentVolumes and CSINodes make its volume catalog (None, the volume filters
+    skipped, when the objects hold none of them), Namespaces its namespace labels, and
+    ``config``'s ``topologySpreadDefaultConstraints`` its spread defaults
+    (:mod:`reconciler.objects.volumes`)."""
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     groups: list[DeviceGroup] = []
     budgets: list[Budget] = []
+    parsed: dict[str, list[Any]] = {kind: [] for kind in VOLUME_KINDS}
+    namespaces: dict[str, Mapping[str, str]] = {}
     origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
     parallelism: dict[tuple[str, str], int] = {}
     workloads: dict[wl.WorkloadKey, wl.Workload] = {}
@@ -183,6 +195,10 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 groups.append(_once(DeviceGroup.from_object(obj), kind, where, group_where))
             elif kind == "PodDisruptionBudget":
                 budgets.append(Budget.from_object(obj))
+            elif kind == "Namespace":
+                namespaces[string(mapping(obj, "metadata", required=True), "name", "metadata")] = PARSERS[kind](obj)
+            elif kind in PARSERS:
+                parsed[kind].append(PARSERS[kind](obj))
             elif kind != "Pod":
                 meta = mapping(obj, "metadata", required=True)
                 mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
@@ -200,7 +216,9 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 pods.append(pod)
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
-    snapshot = Snapshot(nodes, pods, levels, groups, budgets=budgets)
+    catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
+    snapshot = Snapshot(nodes, pods, levels, groups, budgets=budgets, namespaces=namespaces, volumes=catalog,
+                        spread_defaults=spread_defaults(config) if config is not None else ())
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
     return Built(snapshot, origin, parallelism, notes, wl.Workloads(workloads))
 
@@ -417,7 +435,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
         levels = TopologyLevels.from_config(config)
         with collector_paused():  # parsing allocates millions of objects and frees none
-            built = build(read_objects(data, source), levels)
+            built = build(read_objects(data, source), levels, config)
             # The objects live to the end: no collection need walk them (unfrozen below).
             gc.freeze()
         del data

@@ -69,25 +69,26 @@ def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, 
          policy: Policy | None = None, source: str = "") -> Cluster:
     """A :class:`Cluster` of ``(where, kind, object)`` triples (what
     :func:`reconciler.objects.snapshot_io.read_objects` gives, or the live reader in
-    :mod:`reconciler.kube`). Namespaces and PriorityClasses are kept aside; every other
-    object goes to :func:`reconciler.tools.simulate.build`. Raises
+    :mod:`reconciler.kube`). PriorityClasses are kept aside; every other object (Namespaces
+    too) goes to :func:`reconciler.tools.simulate.build`. Raises
     :class:`~reconciler.objects.snapshot_io.InputError` naming the object and field."""
     rest, namespaces, classes = split(objects)
-    built = sim.build(rest, TopologyLevels.from_config(config))
+    built = sim.build(rest, TopologyLevels.from_config(config), config)
     return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source)
 
 
 def split(objects: Iterable[tuple[str, str, Mapping[str, Any]]]) -> tuple[
         list[tuple[str, str, Mapping[str, Any]]], dict[str, Mapping[str, str]], dict[str, tuple[int, bool]]]:
-    """The objects the simulator builds a snapshot of, namespace labels by name, and
+    """The objects the simulator builds a snapshot of (Namespaces included), namespace labels by name, and
     PriorityClasses by name (``(value, globalDefault)``). Raises
     :class:`~reconciler.objects.snapshot_io.InputError` for a Namespace or PriorityClass it cannot read."""
     rest: list[tuple[str, str, Mapping[str, Any]]] = []
     namespaces: dict[str, Mapping[str, str]] = {}
     classes: dict[str, tuple[int, bool]] = {}
     for where, kind, obj in objects:
-        if kind not in EXTRA_KINDS:
+        if kind != "PriorityClass":  # Namespaces go to the snapshot too: their labels, for namespaceSelector
             rest.append((where, kind, obj))
+        if kind not in EXTRA_KINDS:
             continue
         meta = obj.get("metadata")
         name = meta.get("name") if isinstance(meta, Mapping) else None

@@ -12,7 +12,7 @@ from typing import Any
 from reconciler.daemon.cache.budgets import BudgetIndex
 from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.daemon.cache.volumes import VolumeIndex, spread_defaults
+from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
 from reconciler.engine.cluster import NodeInfo, PodInfo, unreadable_pod
@@ -22,6 +22,7 @@ from reconciler.engine.nodetable import NodeTable
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
+from reconciler.objects.volumes import spread_defaults
 from troupe import contract
 from troupe.config import Config
 

@@ -15,31 +15,21 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.engine.fields import mapping, string, string_map
-from reconciler.engine.podterms import DO_NOT_SCHEDULE, SpreadConstraint
-from reconciler.engine.volumes import ClaimInfo, CSINodeInfo, VolumeCatalog, VolumeInfo
+from reconciler.engine.fields import string
+from reconciler.engine.volumes import VolumeCatalog
 from reconciler.objects.retain import CLAIM, CSI_NODE, NAMESPACE, VOLUME, Keep, retain
-from troupe.config import Config
+from reconciler.objects.volumes import PARSERS
 
 Obj = Mapping[str, Any]
 
 CLAIMS, VOLUMES, CSI_NODES, NAMESPACES = "persistentvolumeclaims", "persistentvolumes", "csinodes", "namespaces"
 #: Per kind: its retain policy, its key in the index and the value kept.
 _KINDS: dict[str, tuple[Keep, Callable[[Obj], Any]]] = {
-    CLAIMS: (CLAIM, ClaimInfo.from_object),
-    VOLUMES: (VOLUME, VolumeInfo.from_object),
-    CSI_NODES: (CSI_NODE, CSINodeInfo.from_object),
-    NAMESPACES: (NAMESPACE, lambda obj: string_map(mapping(obj, "metadata", required=True), "labels", "metadata")),
+    CLAIMS: (CLAIM, PARSERS["PersistentVolumeClaim"]),
+    VOLUMES: (VOLUME, PARSERS["PersistentVolume"]),
+    CSI_NODES: (CSI_NODE, PARSERS["CSINode"]),
+    NAMESPACES: (NAMESPACE, PARSERS["Namespace"]),
 }
-
-
-def spread_defaults(config: Config) -> tuple[SpreadConstraint, ...]:
-    """The configured ``topologySpreadDefaultConstraints`` that filter (``DoNotSchedule``),
-    as the engine's constraints without a selector (the engine gives each pod its own,
-    :func:`reconciler.engine.gangfilters.default_constraints`)."""
-    return tuple(SpreadConstraint(c.topology_key, c.max_skew, None, c.min_domains, c.node_affinity_policy == "Honor",
-                                  c.node_taints_policy == "Honor")
-                 for c in config.topology_spread_default_constraints if c.when_unsatisfiable == DO_NOT_SCHEDULE)
 
 
 def _key(obj: Obj) -> tuple[str, str]:
