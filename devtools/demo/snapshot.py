@@ -4,7 +4,8 @@ instant look at Troupe that needs no cluster.
 It starts the demo's local cluster (``examples/demo-nodes.yaml``) with Troupe (the default
 configuration: ``gangPreemptionMode: "off"``), sets up the scene below, waits until
 Troupe has decided every gang, and writes what ``kubectl get
-nodes,pods,jobs,shareddevicegroups -A -o json`` prints. Then it prints the ``--now`` to
+nodes,pods,jobs,shareddevicegroups,poddisruptionbudgets,persistentvolumeclaims,
+persistentvolumes,csinodes,namespaces -A -o json`` prints (:data:`KINDS`). Then it prints the ``--now`` to
 decide at (the snapshot's newest timestamp plus 5 s, :func:`decision_time`) and the
 commands that read it.
 
@@ -50,7 +51,9 @@ from troupe import contract
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUTPUT = REPO / "examples" / "snapshot.json"
-KINDS = "nodes,pods,jobs,shareddevicegroups"
+#: What the reconciler's cache reads, so the offline tools decide as it does (the claims,
+#: volumes, CSINodes and namespaces the filters read: docs/decisions/031-kube-scheduler-filters.md).
+KINDS = "nodes,pods,jobs,shareddevicegroups,poddisruptionbudgets,persistentvolumeclaims,persistentvolumes,csinodes,namespaces"
 #: How long after the snapshot's newest timestamp it is decided (seconds).
 SLACK_SECONDS = 5
 

@@ -9,8 +9,8 @@ installed as the executable ``kubectl-troupe`` (kubectl runs any ``kubectl-<name
 PATH as ``kubectl <name>``). Each command reads the cluster once, read-only, from the
 kubeconfig (``--kubeconfig``, default ``$KUBECONFIG`` or ``~/.kube/config``; ``--context``) or
 from a snapshot file (``--snapshot FILE``: what ``kubectl get nodes,pods,jobs,jobsets,
-leaderworkersets,pytorchjobs,shareddevicegroups -A -o json`` prints, read by the simulator's
-reader), and answers with the reconciler's own decision (:mod:`reconciler.tools.views`): every
+leaderworkersets,pytorchjobs,shareddevicegroups,poddisruptionbudgets,persistentvolumeclaims,
+persistentvolumes,csinodes,namespaces -A -o json`` prints, read by the simulator's reader), and answers with the reconciler's own decision (:mod:`reconciler.tools.views`): every
 waiting gang decided in queue order by :func:`reconciler.engine.decision.decide`, as
 ``python -m reconciler simulate`` does. Nothing is written.
 
@@ -60,7 +60,7 @@ EPILOG = """examples:
   kubectl troupe topology                       who holds which node, free GPUs per domain
   kubectl troupe plan -f job.yaml -n ml --gang-preemption-mode atomic
                                                 where the Job's gang would go, whom it would evict
-  kubectl get nodes,pods,jobs,shareddevicegroups -A -o json > snap.json
+  kubectl get nodes,pods,jobs,shareddevicegroups,pdb,pvc,pv,csinodes,namespaces -A -o json > snap.json
   kubectl troupe status -A --snapshot snap.json the same answers, offline
 
 Each command has --help. Exit codes: 0 answered; 1 the pod was not found or is not Troupe's,

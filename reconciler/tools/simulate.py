@@ -13,7 +13,11 @@ reconciler does (:mod:`reconciler.engine.workloads`; a workload kind that is abs
 the snapshot leaves its gangs waiting, with the reason); add ``shareddevicegroups`` and
 device groups are allocated as the reconciler allocates them (``kubectl get
 nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups -A -o json``); add
-``poddisruptionbudgets`` and ``atomic`` preemption counts them as the reconciler does.
+``poddisruptionbudgets`` and ``atomic`` preemption counts them as the reconciler does; add
+``persistentvolumeclaims,persistentvolumes,csinodes,namespaces`` and the volume filters and
+pod affinity's namespace selectors read them as the reconciler's do (without any claim,
+volume or CSINode the volume filters are skipped); the configuration's
+``topologySpreadDefaultConstraints`` apply as in the reconciler.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
 :func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest

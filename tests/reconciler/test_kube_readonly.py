@@ -80,3 +80,29 @@ def test_the_configuration_is_read_from_its_config_map_and_is_none_when_unreadab
     assert readonly.read_config_map(api, "denied", "troupe", "config.yaml") is None
     with pytest.raises(OSError, match="read ConfigMap broken/troupe: 500"):
         readonly.read_config_map(api, "broken", "troupe", "config.yaml")
+
+
+def test_a_volume_kind_that_may_not_be_listed_leaves_all_three_out_with_one_note_and_namespaces_stay(monkeypatch):
+    """kubectl troupe reads what the cache reads for the volume filters and namespace
+    selectors; one this user may not list is a note, not a failure, and a catalog without
+    its claims would refuse every pod with one, so the volume filters are skipped."""
+    def fake_list(list_fn, what, **kwargs):
+        if what == "persistentvolumes":
+            raise PermissionError(f"list {what}: 403 forbidden") from ApiException(status=403)
+        return [{"kind": "Any", "metadata": {"name": what}}]
+
+    monkeypatch.setattr(readonly, "_list_all", fake_list)
+    notes = []
+    objects = readonly.read_cluster(client.ApiClient(), notes=notes)
+    kinds = {kind for _, kind, _ in objects}
+    assert notes == ["note: cannot list persistentvolumes: 403 forbidden: the volume filters are skipped"]
+    assert {"Namespace", "Node", "Pod"} <= kinds
+    assert not kinds & {"PersistentVolumeClaim", "PersistentVolume", "CSINode"}
+
+
+def test_claims_volumes_csinodes_and_namespaces_are_listed(monkeypatch):
+    monkeypatch.setattr(readonly, "_list_all", lambda list_fn, what, **kwargs: [{"metadata": {"name": what}}])
+    notes = []
+    kinds = {kind for _, kind, _ in readonly.read_cluster(client.ApiClient(), notes=notes)}
+    assert {"Namespace", "PersistentVolumeClaim", "PersistentVolume", "CSINode"} <= kinds
+    assert notes == []
