@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from reconciler.engine import gangfilters
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.filters import (
     AFFINITY_MISMATCH,
@@ -108,13 +109,25 @@ class Shortfall:
     """The candidate domains of one gang at ``level`` (``depth`` in the topology tree),
     best first: the most members fitting now, then the most when emptied, then topology
     order. ``members``: how many members were asked for; ``resource``: the resource
-    whose free units each domain reports."""
+    whose free units each domain reports. ``pod_filters``: the filters that depend on the
+    pods around a member (:func:`reconciler.engine.gangfilters.needed`: pod affinity and
+    anti-affinity, topology spread, host ports, node name, volumes) apply to these
+    members; the counts leave them out (they use the node filters and resources only), so
+    placement may fit fewer (docs/decisions/031-kube-scheduler-filters.md)."""
 
     level: str
     depth: int
     members: int
     resource: str
     domains: tuple[DomainShortfall, ...]
+    pod_filters: bool = False
+
+    def caveat(self) -> str | None:
+        """The line saying what the counts leave out, or None when they leave out nothing."""
+        if not self.pod_filters:
+            return None
+        return ("counts use the node filters and resources only, not the members' pod affinity, topology "
+                "spread, host ports, node name or volumes, which placement applies: fewer may fit")
 
 
 def short_level(level: str) -> str:
@@ -223,4 +236,5 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: st
         out.append(DomainShortfall(levels.name_of(depth), tree.prefix[depth][j], hi - lo, len(members),
                                    fits, could, domain_free, excluded))
     order = sorted(range(len(out)), key=lambda k: (-out[k].fits, -out[k].could, k))
-    return Shortfall(levels.name_of(depth), depth, len(members), resource, tuple(out[k] for k in order))
+    return Shortfall(levels.name_of(depth), depth, len(members), resource, tuple(out[k] for k in order),
+                     gangfilters.needed(snapshot, members))

@@ -130,3 +130,26 @@ def test_atomic_with_a_budget_and_the_filters_matches_the_controller(tmp_path, c
     config = Config(gang_preemption_mode="atomic")
     _, writer = controller_nodes(nodes(), low + mid + high, extra, config, budgets=[keep])
     assert sorted(ref.name for ref in writer.evicted) == victims
+
+
+def why_json(tmp_path, capsys, members):
+    path = write_list(tmp_path, nodes() + members)
+    assert plugin.main(["why", "train-0", "-n", "ml", "--snapshot", path, "--output", "json",
+                        "--now", "2027-01-15T08:00:00Z"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_why_says_its_counts_leave_out_the_pod_filters_its_members_carry(tmp_path, capsys):
+    """Five members on four nodes wait; with an anti-affinity term the per-domain counts
+    (node filters and resources only) say what they leave out, in JSON and in text."""
+    plain = [make_pod(f"train-{i}", "ml").requests(gpu=8).gang("train", 5).index(i).gated().build() for i in range(5)]
+    assert "caveat" not in why_json(tmp_path, capsys, plain)["shortfall"]
+    anti = [make_pod(f"train-{i}", "ml").requests(gpu=8).gang("train", 5).index(i).gated()
+            .pod_affinity(HOSTNAME, GUARD, anti=True).build() for i in range(5)]
+    found = why_json(tmp_path, capsys, anti)["shortfall"]
+    assert "not the members' pod affinity, topology spread, host ports, node name or volumes" in found["caveat"]
+    assert plugin.main(["why", "train-0", "-n", "ml", "--snapshot", write_list(tmp_path, nodes() + anti),
+                        "--now", "2027-01-15T08:00:00Z"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    at = next(k for k, line in enumerate(text) if line.startswith("Domains:"))
+    assert text[at + 1] == f"  ({found['caveat']})"
