@@ -8,6 +8,7 @@ import base64
 
 import pytest
 import yaml
+from kubernetes import client
 
 import certs
 from devtools.devcluster import Cluster
@@ -109,7 +110,28 @@ def test_helm_installs_the_chart_on_the_cluster_as_a_server_dry_run_and_prints_i
     assert f"{RELEASE}-webhook-ca" in out and f"{RELEASE}-webhook-tls" in out
     assert "troupe.io/gang-name: train" in out and 'troupe.io/gang-size: "8"' in out
     assert "kubectl troupe status" in out
-    assert "networkPolicy.apiServer is empty, so the webhook's port admits every source" in out
+    # This cluster's API server runs without its endpoint reconciler: there is no
+    # `kubernetes` Endpoints to look up, so the NOTES say the webhook's port is open.
+    assert "`kubernetes` Endpoints could not be looked up), so the webhook's port admits every source" in out
+
+
+def test_the_webhooks_network_policy_admits_the_api_servers_endpoints_looked_up_at_install(
+    cluster: Cluster, namespace: str
+) -> None:
+    core = client.CoreV1Api(cluster.api_client("admin"))
+    endpoints = {"metadata": {"name": "kubernetes", "namespace": "default"},
+                 "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "ports": [{"name": "https", "port": 6443}]}]}
+    core.create_namespaced_endpoints("default", endpoints)
+    try:
+        out = notes(cluster, namespace)
+    finally:
+        core.delete_namespaced_endpoints("kubernetes", "default")
+
+    manifest = out[out.index("MANIFEST:") + len("MANIFEST:"):out.index("NOTES:")]
+    [policy] = [doc for doc in yaml.safe_load_all(manifest)
+                if doc and doc["kind"] == "NetworkPolicy" and doc["metadata"]["name"] == f"{RELEASE}-webhook"]
+    assert policy["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "192.0.2.10/32"}}]
+    assert "admits every source" not in out
 
 
 @pytest.mark.parametrize(("values", "said", "unsaid"), [

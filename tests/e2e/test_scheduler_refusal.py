@@ -84,7 +84,7 @@ def test_a_member_refused_for_a_reason_troupe_does_not_model_is_planned_again_of
                for e in events), [e.message for e in events]
     assert not [e for e in admin_core.list_namespaced_event(namespace).items if e.reason == "GangTimedOut"]
     releases = [e.message for e in admin_core.list_namespaced_event(namespace).items if e.reason == "GangReleased"]
-    assert any("placed without modeling: volume gcePersistentDisk (kube-scheduler will check it)" in m
+    assert any("placed without modeling: inline gcePersistentDisk volume data (kube-scheduler will check it)" in m
                and "avoiding" not in m for m in releases), releases
 
     def told():
