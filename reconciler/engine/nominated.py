@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from reconciler.engine.cluster import NodeInfo, PodInfo
+from reconciler.engine.filters import Taint
 from reconciler.engine.timestamps import epoch
 from troupe.contract import NOMINATED_TAINT_EFFECT, NOMINATED_TAINT_KEY
 
@@ -30,6 +31,17 @@ from troupe.contract import NOMINATED_TAINT_EFFECT, NOMINATED_TAINT_KEY
 def is_tainted(node: NodeInfo) -> bool:
     """Whether ``node`` carries Troupe's nominated-node taint (key and effect)."""
     return any(t.key == NOMINATED_TAINT_KEY and t.effect == NOMINATED_TAINT_EFFECT for t in node.taints)
+
+
+#: The taint as the engine's filters see it.
+TAINT = Taint(NOMINATED_TAINT_KEY, "", NOMINATED_TAINT_EFFECT)
+
+
+def tolerated_by(pods: Iterable[PodInfo]) -> bool:
+    """Whether every gated pod of ``pods`` (a preemptor's members) tolerates the taint. A
+    gang admitted before the webhook added the toleration does not: its own nominated
+    nodes must then stay untainted, or it could not go there."""
+    return all(pod.node_filter.untolerated((TAINT,)) is None for pod in pods if pod.gated)
 
 
 def tainted(nodes: Iterable[NodeInfo]) -> frozenset[str]:

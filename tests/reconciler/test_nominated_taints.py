@@ -172,3 +172,17 @@ def test_a_replica_that_loses_the_lease_after_the_nomination_neither_taints_nor_
     assert out.retry and "nominated nodes not tainted: lease lost" in out.reason, out.reason
     assert contract.NOMINATION in h.pod("train-0")["metadata"]["annotations"]
     assert tainted(h) == [] and h.writer.evicted == []
+
+
+def test_a_gang_admitted_without_the_toleration_does_not_taint_its_own_nodes():
+    """Members admitted before the webhook gave them the toleration could not go to a node
+    tainted for them: the preemption goes on without the taint, as before it existed."""
+    members = high()
+    for pod in members:
+        pod["spec"]["tolerations"] = []
+    h = Harness(four_nodes(), [low("a", "n1"), low("b", "n2"), low("c", "n3", 50), low("d", "n4", 50), *members],
+                config=PREEMPTING)
+    preempting(h)
+    assert tainted(h) == []
+    h.sync()
+    assert h.reconcile().phase is Phase.PLACED
