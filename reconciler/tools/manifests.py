@@ -239,6 +239,20 @@ def _tolerates(spec: Mapping[str, Any], taint: Taint) -> bool:
         return False
 
 
+def _add_tolerations(spec: dict[str, Any], shared: bool) -> None:
+    """The webhook's tolerations, each unless one already tolerates its taint: the
+    nominated-node taint's, then for a device group member (``shared``) the shared-node
+    taint's."""
+    wanted = [(Taint(contract.NOMINATED_TAINT_KEY, "", contract.NOMINATED_TAINT_EFFECT),
+               contract.nominated_toleration())]
+    if shared:
+        wanted.append((Taint(contract.DEVICE_SHARED_TAINT_KEY, contract.DEVICE_SHARED_TAINT_VALUE,
+                             contract.DEVICE_SHARED_TAINT_EFFECT), contract.device_shared_toleration()))
+    for taint, toleration in wanted:
+        if not _tolerates(spec, taint):
+            spec["tolerations"] = [*(spec.get("tolerations") or []), toleration]
+
+
 def _gated(pod: Mapping[str, Any]) -> bool:
     return any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod))
 
@@ -300,10 +314,5 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
         spec["schedulingGates"] = [*gates, {"name": contract.GATE}]
     if gang is not None:
         ann[keys.timeout] = str(gang.timeout_seconds)
-    if not _tolerates(spec, Taint(contract.NOMINATED_TAINT_KEY, "", contract.NOMINATED_TAINT_EFFECT)):
-        spec["tolerations"] = [*(spec.get("tolerations") or []), contract.nominated_toleration()]
-    shared = Taint(contract.DEVICE_SHARED_TAINT_KEY, contract.DEVICE_SHARED_TAINT_VALUE,
-                   contract.DEVICE_SHARED_TAINT_EFFECT)
-    if contract.DEVICE_GROUP in ann and not _tolerates(spec, shared):
-        spec["tolerations"] = [*(spec.get("tolerations") or []), contract.device_shared_toleration()]
+    _add_tolerations(spec, contract.DEVICE_GROUP in ann)
     return out, True
