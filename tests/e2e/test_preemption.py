@@ -202,13 +202,29 @@ def test_off_never_evicts(stack, api, core, ns):
 
 # --- budgets, nominations, replacements (docs/decisions/027 and 030) -----------------------
 def priority_class(api: Any, value: int) -> str:
-    """The PriorityClass ``troupe-e2e-<value>``, created once per cluster."""
+    """The PriorityClass ``troupe-e2e-<value>``, created once per cluster, and visible to the
+    API server's Priority admission plugin (its informer lags the create: a pod created at
+    once may be refused with "no PriorityClass with name ... was found"), checked by a
+    dry-run pod create."""
     name = f"troupe-e2e-{value}"
     try:
         client.SchedulingV1Api(api).create_priority_class({"metadata": {"name": name}, "value": value})
     except client.ApiException as e:
         if e.status != 409:
             raise
+    probe = {"metadata": {"name": "priority-probe"},
+             "spec": {"priorityClassName": name, "containers": [{"name": "c", "image": "x"}]}}
+
+    def admitted() -> bool:
+        try:
+            client.CoreV1Api(api).create_namespaced_pod("default", probe, dry_run="All")
+        except client.ApiException as e:
+            if e.status == 403 and "PriorityClass" in str(e.body):
+                return False
+            raise
+        return True
+
+    wait_for(f"PriorityClass {name} seen by admission", admitted, timeout=10, interval=0.1)
     return name
 
 
