@@ -63,6 +63,13 @@ DEVICE_GROUP_FINALIZER = "deviceshare.io/release-devices"
 DEVICE_SHARED_TAINT_KEY = DEVICE_MODE_LABEL
 DEVICE_SHARED_TAINT_VALUE = DEVICE_MODE_SHARED
 DEVICE_SHARED_TAINT_EFFECT = "NoSchedule"
+#: The taint the reconciler puts on each node of a preemptor's nomination before it evicts
+#: the victims, and removes with the nomination (docs/decisions/033-nominated-nodes-are-tainted.md):
+#: kube-scheduler cannot see Troupe's nominations, so without it a victim's replacement from
+#: another controller may take the freed node. The webhook gives every pod it gates the
+#: matching toleration (:func:`nominated_toleration`), so only pods Troupe pins land there.
+NOMINATED_TAINT_KEY = "troupe.io/nominated"
+NOMINATED_TAINT_EFFECT = "NoSchedule"
 
 # --- Decisions written by the reconciler ------------------------------------------------
 #: Every annotation under this prefix is written only by the reconciler's identity.
@@ -467,3 +474,15 @@ def auto_gang_group(lab: Mapping[str, Any], owner_uid: str | None) -> str | None
     if isinstance(lab.get("name"), str) and lab["name"]:
         return f"name={lab['name']}"
     return None
+
+
+def nominated_taint() -> dict[str, str]:
+    """Troupe's taint of a nominated node (``troupe.io/nominated:NoSchedule``), as a node's
+    ``spec.taints`` carries it; a new dict on every call."""
+    return {"key": NOMINATED_TAINT_KEY, "effect": NOMINATED_TAINT_EFFECT}
+
+
+def nominated_toleration() -> dict[str, str]:
+    """The toleration of :func:`nominated_taint` (operator ``Exists``), as a pod spec
+    carries it; a new dict on every call."""
+    return {"key": NOMINATED_TAINT_KEY, "operator": "Exists", "effect": NOMINATED_TAINT_EFFECT}

@@ -352,7 +352,7 @@ def _review_create(
     if too_many is not None:
         return _deny(400, too_many)
     try:
-        ops = [*auto_ops, *gate_ops(spec)]
+        ops = [*auto_ops, *gate_ops(spec), *toleration_ops(spec, shared=DEVICE_GROUP in ann)]
         if gang is not None:
             key = _keys(config).gang_timeout
             want = str(gang.timeout_seconds)
@@ -366,7 +366,6 @@ def _review_create(
                 return _deny(400, "; ".join(requested))
             device_ops, warnings = env_ops(spec, _keys(config).env_vars)
             ops.extend(device_ops)
-            ops.extend(toleration_ops(spec))
     except Malformed as e:
         return _deny(400, str(e))
     return Admission(True, ops=tuple(ops), warnings=tuple(warnings))

@@ -1,6 +1,6 @@
 """The JSON Patch operations (RFC 6902) a pod with Troupe keys gets on CREATE, built
-directly, without a deep copy and a diff (``docs/decisions/002-webhook.md``): Troupe's gate,
-the device env entries and the shared-node toleration of a SharedDeviceGroup member, the
+directly, without a deep copy and a diff (``docs/decisions/002-webhook.md``): Troupe's gate
+and the toleration of its nominated-node taint, the device env entries and the shared-node toleration of a SharedDeviceGroup member, the
 ``<prefix>-size: auto`` of a namespace opted in; and the check that a group member does
 not request a shared resource itself. The rules are in :mod:`webhook.admission`.
 
@@ -23,9 +23,12 @@ from troupe.contract import (
     DEVICE_SHARED_TAINT_KEY,
     DEVICE_SHARED_TAINT_VALUE,
     GATE,
+    NOMINATED_TAINT_EFFECT,
+    NOMINATED_TAINT_KEY,
     GangKeys,
     created_by_workload,
     device_shared_toleration,
+    nominated_toleration,
 )
 
 #: One JSON Patch operation (RFC 6902), e.g. ``{"op": "add", "path": "/x", "value": 1}``.
@@ -176,29 +179,38 @@ def shared_resource_requests(spec: Mapping[str, Any], config: Config) -> list[st
     return problems
 
 
-def _tolerates_shared_taint(toleration: object) -> bool:
-    """Whether ``toleration`` already tolerates the shared-node taint, by kube-scheduler's
-    rule (an empty effect matches every effect; ``Exists`` any value; an empty key with
-    ``Exists`` every taint)."""
+def _tolerates(toleration: object, key: str, value: str, effect: str) -> bool:
+    """Whether ``toleration`` already tolerates the taint ``key=value:effect``, by
+    kube-scheduler's rule (``v1.Toleration.ToleratesTaint``: an empty effect matches every
+    effect; ``Exists`` any value; an empty key with ``Exists`` every taint)."""
     if not isinstance(toleration, dict):
         return False
-    effect = toleration.get("effect") or ""
-    if effect not in ("", DEVICE_SHARED_TAINT_EFFECT):
+    if (toleration.get("effect") or "") not in ("", effect):
         return False
-    key = toleration.get("key") or ""
+    toleration_key = toleration.get("key") or ""
     operator = toleration.get("operator") or "Equal"
     if operator == "Exists":
-        return key in ("", DEVICE_SHARED_TAINT_KEY)
-    return operator == "Equal" and key == DEVICE_SHARED_TAINT_KEY and toleration.get("value") == DEVICE_SHARED_TAINT_VALUE
+        return toleration_key in ("", key)
+    return operator == "Equal" and toleration_key == key and (toleration.get("value") or "") == value
 
 
-def toleration_ops(spec: Mapping[str, Any]) -> list[PatchOp]:
-    """Add the shared-node taint's toleration unless one already tolerates it."""
+def toleration_ops(spec: Mapping[str, Any], shared: bool) -> list[PatchOp]:
+    """Add the toleration of Troupe's nominated-node taint (every pod Troupe gates:
+    docs/decisions/033-nominated-nodes-are-tainted.md) and, when ``shared`` (a
+    SharedDeviceGroup member), of the shared-node taint, each unless one already
+    tolerates it (so a reinvocation adds nothing)."""
     tolerations = spec.get("tolerations")
-    if tolerations is None:
-        return [{"op": "add", "path": "/spec/tolerations", "value": [device_shared_toleration()]}]
-    if not isinstance(tolerations, list):
+    if tolerations is not None and not isinstance(tolerations, list):
         raise Malformed("spec.tolerations: must be a list")
-    if any(_tolerates_shared_taint(t) for t in tolerations):
+    present = tolerations or []
+    wanted = [(NOMINATED_TAINT_KEY, "", NOMINATED_TAINT_EFFECT, nominated_toleration())]
+    if shared:
+        wanted.append((DEVICE_SHARED_TAINT_KEY, DEVICE_SHARED_TAINT_VALUE, DEVICE_SHARED_TAINT_EFFECT,
+                       device_shared_toleration()))
+    missing = [toleration for key, value, effect, toleration in wanted
+               if not any(_tolerates(t, key, value, effect) for t in present)]
+    if not missing:
         return []
-    return [{"op": "add", "path": "/spec/tolerations/-", "value": device_shared_toleration()}]
+    if tolerations is None:
+        return [{"op": "add", "path": "/spec/tolerations", "value": missing}]
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing]

@@ -58,6 +58,7 @@ from reconciler.daemon.handlers import (
     Done,
     Memory,
 )
+from reconciler.daemon.taints import NominatedTaints
 from reconciler.daemon.writer import (
     PodRef,
     PodWriter,
@@ -141,6 +142,8 @@ class GangController(ActionHandlers):
                                         wall=lambda: rfc3339(self.wall_clock()))
         #: The SharedDeviceGroups' finalizers and status (their own work-queue keys).
         self.groups = GroupController(cache, writer, wall_clock)
+        #: Troupe's taint on nominated nodes (docs/decisions/033-nominated-nodes-are-tainted.md).
+        self.taints = NominatedTaints(cache, writer, config.nomination_max_seconds, wall_clock)
         self.policy = Policy.from_config(config)
         #: The gangs that hold or block those behind them in the queue (docs/decisions/019).
         self.queue = QueueState(config.queueing_strategy)
@@ -223,7 +226,16 @@ class GangController(ActionHandlers):
                        avoid=memory.avoiding(self.wall_clock()))
 
     def reconcile(self, key: str) -> Outcome | None:
-        """Reconcile gang ``key``; returns the outcome, or None when the gang is gone."""
+        """Reconcile gang ``key``; returns the outcome, or None when the gang is gone.
+        Then remove Troupe's taint from the nodes no nomination or unbound release needs
+        any more (:meth:`NominatedTaints.sweep`; nothing to do, and no write, when no node
+        carries it)."""
+        try:
+            return self._reconcile(key)
+        finally:
+            self.taints.sweep()
+
+    def _reconcile(self, key: str) -> Outcome | None:
         gang = self.gang(key)
         if gang is None:
             self.forget(key)

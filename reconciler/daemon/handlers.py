@@ -20,8 +20,10 @@ from typing import TypeVar
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.groups import GroupController
+from reconciler.daemon.taints import NominatedTaints
 from reconciler.daemon.writer import PodRef, PodWriter
 from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Refused, WriteError
+from reconciler.engine import nominated
 from reconciler.engine.actions import (
     ClearNominations,
     ClearPlans,
@@ -112,6 +114,7 @@ class ActionHandlers:
     policy: Policy
     conditions: ConditionSink
     groups: GroupController
+    taints: NominatedTaints
     wall_clock: Callable[[], float]
     _pool: ThreadPoolExecutor
     _concurrency: int
@@ -238,8 +241,11 @@ class ActionHandlers:
                      rolled_back=True)
 
     def _preempt(self, gang: Gang, decision: Decision, action: Preempt, memory: Memory, now: float) -> Done:
-        """Write the nomination (it holds the gang's nodes from then on), then evict the
-        victims through the Eviction API, at most ``releaseConcurrency`` at once. An
+        """Write the nomination (it holds the gang's nodes from then on), taint its nodes
+        (``troupe.io/nominated``: kube-scheduler keeps other controllers' pods off them,
+        docs/decisions/033-nominated-nodes-are-tainted.md; not when a gated member lacks its
+        toleration, admitted before the webhook gave it), then evict the victims through
+        the Eviction API, at most ``releaseConcurrency`` at once. An
         eviction a PodDisruptionBudget refuses puts its gang on the nomination's refused
         list: the next decision plans without it, or waits."""
         nominee = next((p for p in gang.members if p.key == action.nominee), None)
@@ -251,6 +257,9 @@ class ActionHandlers:
                                                              nominee.resource_version))
             except (Conflict, WriteError) as e:  # nothing evicted without the nomination written
                 return Done(note=f"nomination not written: {e}", retry=True)
+        lost = self.taints.add(action.nomination.nodes.values()) if nominated.tolerated_by(gang.members) else ""
+        if lost:  # nothing evicted by a replica that may no longer write
+            return Done(note=f"nominated nodes not tainted: {lost}", retry=True)
         notice = decision.rule.notice
         if action.plan is not None and notice is not None:  # one Event for the gang, on its lead (the nominee)
             self._event_once(gang, nominee, notice.kind, notice.reason, decision.reason)

@@ -150,6 +150,15 @@ class KubeWriter(PodWriter):
         except Conflict as e:
             raise Gone(f"{what} pod {ref}: replaced by a pod with another uid") from e
 
+    def _get_node(self, name: str) -> dict[str, Any]:
+        resp = self._call(f"read node {name}", self.core.read_node, name, _preload_content=False)
+        return dict(json.loads(resp.data))
+
+    def _patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        resp = self._call(f"patch node {name}", self.core.patch_node, name, patch, _content_type=MERGE_PATCH,
+                          _preload_content=False)
+        return dict(json.loads(resp.data))
+
     def _read_state(self) -> dict[str, str]:
         if self.state is None:
             return {}

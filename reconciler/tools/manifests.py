@@ -232,13 +232,25 @@ def _rfc3339(seconds: float) -> str:
     return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _tolerates_shared(spec: Mapping[str, Any]) -> bool:
-    taint = Taint(contract.DEVICE_SHARED_TAINT_KEY, contract.DEVICE_SHARED_TAINT_VALUE,
-                  contract.DEVICE_SHARED_TAINT_EFFECT)
+def _tolerates(spec: Mapping[str, Any], taint: Taint) -> bool:
     try:
         return any(t.tolerates(taint) for t in parse_tolerations(spec))
     except ValueError:
         return False
+
+
+def _add_tolerations(spec: dict[str, Any], shared: bool) -> None:
+    """The webhook's tolerations, each unless one already tolerates its taint: the
+    nominated-node taint's, then for a device group member (``shared``) the shared-node
+    taint's."""
+    wanted = [(Taint(contract.NOMINATED_TAINT_KEY, "", contract.NOMINATED_TAINT_EFFECT),
+               contract.nominated_toleration())]
+    if shared:
+        wanted.append((Taint(contract.DEVICE_SHARED_TAINT_KEY, contract.DEVICE_SHARED_TAINT_VALUE,
+                             contract.DEVICE_SHARED_TAINT_EFFECT), contract.device_shared_toleration()))
+    for taint, toleration in wanted:
+        if not _tolerates(spec, taint):
+            spec["tolerations"] = [*(spec.get("tolerations") or []), toleration]
 
 
 def _gated(pod: Mapping[str, Any]) -> bool:
@@ -255,8 +267,8 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
     ``excludedNamespaces`` namespace; in a namespace labelled ``troupe.io/gang-mode: auto``,
     a pod a supported workload creates that names no gang and no size gets
     ``<prefix>-size: auto``; a pod with any Troupe key is checked (gang, topology and device
-    group keys), gets Troupe's gate, its effective timeout written back, and, in a device
-    group, the shared-node toleration. (The device env vars it also adds do not change
+    group keys), gets Troupe's gate, the toleration of the nominated-node taint, its
+    effective timeout written back, and, in a device group, the shared-node toleration. (The device env vars it also adds do not change
     where a pod goes, and are left out.) Raises :class:`ManifestError` with the webhook's
     or the API server's message for a pod they would refuse."""
     out = copy.deepcopy(dict(pod))
@@ -302,6 +314,5 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
         spec["schedulingGates"] = [*gates, {"name": contract.GATE}]
     if gang is not None:
         ann[keys.timeout] = str(gang.timeout_seconds)
-    if contract.DEVICE_GROUP in ann and not _tolerates_shared(spec):
-        spec["tolerations"] = [*(spec.get("tolerations") or []), contract.device_shared_toleration()]
+    _add_tolerations(spec, contract.DEVICE_GROUP in ann)
     return out, True

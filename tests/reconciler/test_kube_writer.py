@@ -167,3 +167,25 @@ def test_a_dry_run_eviction_asks_the_eviction_api_with_dry_run_all_and_a_refusal
     assert evict.calls[0][1]["dry_run"] == "All"
     with pytest.raises(Refused, match="dry-run evict pod ns/p: said 429"):
         writer.may_evict(PodRef("ns", "p"), "uid-1")
+
+
+def test_the_nominated_taint_is_added_and_removed_by_a_merge_patch_of_the_whole_list_under_a_version(writer):
+    """``spec.taints`` has no merge key: the writer sends the node's whole list, changed only
+    in Troupe's taint, with the version it read; a conflict is read again and retried."""
+    other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    ours = {"key": "troupe.io/nominated", "effect": "NoSchedule"}
+    read = Answers(Response({"metadata": {"resourceVersion": "7"}, "spec": {"taints": [other]}}),
+                   Response({"metadata": {"resourceVersion": "8"}, "spec": {"taints": [other]}}))
+    patch = Answers(api_error(409), Response({"metadata": {"name": "n1"}}))
+    writer.core.read_node, writer.core.patch_node = read, patch
+    assert writer.taint_node("n1") == {"metadata": {"name": "n1"}}
+    [(first_args, _), (args, kwargs)] = patch.calls
+    assert first_args[1]["metadata"]["resourceVersion"] == "7"
+    assert args[1] == {"metadata": {"resourceVersion": "8"}, "spec": {"taints": [other, ours]}}
+    assert kwargs["_content_type"] == MERGE_PATCH
+    writer.core.read_node = Answers(Response({"metadata": {"resourceVersion": "9"}, "spec": {"taints": [other, ours]}}),
+                                    Response({"metadata": {"resourceVersion": "9"}, "spec": {"taints": [other]}}))
+    writer.core.patch_node = removal = Answers(Response({"metadata": {"name": "n1"}}))
+    assert writer.untaint_node("n1") == {"metadata": {"name": "n1"}}
+    assert removal.calls[0][0][1]["spec"] == {"taints": [other]}
+    assert writer.untaint_node("n1") is None, "nothing to remove: nothing written"

@@ -24,7 +24,7 @@ class Harness:
         self.config = config
         self.writer = FakeWriter()
         self.cache = ClusterCache(config)
-        self.cache.replace_nodes(nodes)
+        self.cache.replace_nodes([self.writer.add_node(n) for n in nodes])
         self.cache.replace_groups([self.writer.add_group(g) for g in groups])
         self.cache.replace_pods([self.writer.add(p) for p in pods])
         self.wall = 1_800_000_000.0
@@ -45,6 +45,8 @@ class Harness:
 
     def sync(self):
         """Deliver the writer's state to the cache, as the watch would."""
+        for name in {name for name, _ in self.writer.node_patches}:  # nodes the reconciler wrote
+            self.cache.node_event("MODIFIED", self.writer.nodes[name])
         refs = set(self.writer.pods)
         for pod in self.writer.pods.values():
             self.cache.pod_event("MODIFIED", pod)

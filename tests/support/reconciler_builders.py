@@ -50,6 +50,8 @@ class PodBuilder:
         self.obj["metadata"]["annotations"].update({
             "troupe.io/gang-name": name, "troupe.io/gang-size": str(size),
             "troupe.io/gang-schedule-timeout-seconds": str(timeout)})
+        # as the webhook admits a gang member: it tolerates Troupe's nominated-node taint
+        self.obj["spec"].setdefault("tolerations", []).append(contract.nominated_toleration())
         return self
 
     def index(self, i: int) -> PodBuilder:

@@ -310,7 +310,7 @@ def test_the_timeout_op_replaces_an_existing_value_and_adds_a_missing_one() -> N
 
 def test_a_timeout_already_canonical_produces_no_annotation_op() -> None:
     got = admit(make_pod().gang(timeout="45").container().obj())
-    assert [op["path"] for op in got.ops] == ["/spec/schedulingGates"]
+    assert [op["path"] for op in got.ops] == ["/spec/schedulingGates", "/spec/tolerations"]
 
 
 def test_a_dry_run_is_answered_exactly_like_a_real_request() -> None:

@@ -14,6 +14,8 @@ from troupe import contract
 from troupe.config import Config
 
 SHARED_TOLERATION = {"key": "deviceshare.io/mode", "operator": "Equal", "value": "shared", "effect": "NoSchedule"}
+#: Every pod Troupe gates tolerates its nominated-node taint (docs/decisions/033).
+NOMINATED_TOLERATION = {"key": "troupe.io/nominated", "operator": "Exists", "effect": "NoSchedule"}
 GPUS = {"limits": {"nvidia.com/gpu": "2"}}
 
 
@@ -93,7 +95,7 @@ TOLERATION_CASES = [
     Case("tolerations that are not a list are refused, naming the field",
          dict(group_pod().obj(), spec={"containers": [], "tolerations": {"key": "x"}}),
          want_allowed=False, want_in_message=["spec.tolerations"]),
-    Case("a gang member outside any group gets no toleration", make_pod().gang().container().obj()),
+    Case("a gang member outside any group gets no shared-node toleration", make_pod().gang().container().obj()),
 ]
 
 
@@ -106,7 +108,10 @@ def test_device_group_pods(case: Case) -> None:
     for text in case.want_in_message:
         assert text in got.message, got.message
     if case.want_allowed:
-        assert got.pod["spec"].get("tolerations") == case.want_tolerations
+        tolerations = got.pod["spec"].get("tolerations") or []
+        assert ([t for t in tolerations if t != NOMINATED_TOLERATION] or None) == case.want_tolerations
+        everything = {"operator": "Exists"} in tolerations
+        assert tolerations.count(NOMINATED_TOLERATION) == (0 if everything else 1), tolerations
 
 
 def test_the_toleration_matches_the_contracts_taint() -> None:
@@ -119,4 +124,5 @@ def test_the_toleration_matches_the_contracts_taint() -> None:
 def test_reinvocation_adds_no_second_toleration() -> None:
     once = admit(group_pod().container().obj())
     again = admit(once.pod)
-    assert again.allowed and again.ops == [] and again.pod["spec"]["tolerations"] == [SHARED_TOLERATION]
+    assert again.allowed and again.ops == [] and again.pod["spec"]["tolerations"] == [NOMINATED_TOLERATION,
+                                                                                       SHARED_TOLERATION]

@@ -40,7 +40,7 @@ def test_a_review_gets_an_admission_review_with_the_uid_and_the_patch(client: Fl
     body = r.get_json()
     assert body["response"]["uid"] == "u-42" and body["response"]["allowed"] is True
     assert [op["path"] for op in patch_of(body)] == [
-        "/spec/schedulingGates", "/metadata/annotations/troupe.io~1gang-schedule-timeout-seconds"]
+        "/spec/schedulingGates", "/spec/tolerations", "/metadata/annotations/troupe.io~1gang-schedule-timeout-seconds"]
 
 
 def test_a_charset_parameter_on_the_content_type_is_accepted(client: FlaskClient) -> None:

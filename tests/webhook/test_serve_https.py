@@ -66,6 +66,23 @@ def test_a_review_over_https_echoes_the_uid_and_its_patch_applies(server: Server
     assert again["response"] == {"uid": "https-2", "allowed": True}
 
 
+def test_a_gang_member_gets_the_nominated_node_toleration_once_even_when_reinvoked(server: Server) -> None:
+    """Every pod Troupe gates tolerates Troupe's nominated-node taint, so only pods Troupe
+    pins land on a node a preemptor's nomination holds (docs/decisions/033). The API server
+    may call the webhook again on the pod it patched (``reinvocationPolicy``): no second
+    toleration then."""
+    wanted = {"key": "troupe.io/nominated", "operator": "Exists", "effect": "NoSchedule"}
+    own = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+    pod = make_pod("w-2").gang("g", "2").container().obj()
+    pod["spec"]["tolerations"] = [own]
+    answer = review_over_https(server, make_review(pod, uid="https-2"))
+    assert answer["response"]["allowed"] is True
+    patched = jsonpatch.apply_patch(pod, patch_of(answer))
+    assert patched["spec"]["tolerations"] == [own, wanted]
+    again = review_over_https(server, make_review(patched, uid="https-3"))
+    assert again["response"]["allowed"] is True and "patch" not in again["response"]
+
+
 def test_a_denial_over_https_names_the_key_and_value(server: Server) -> None:
     answer = review_over_https(server, make_review(make_pod().gang(size="zero").obj(), uid="https-3"))
     resp = answer["response"]

@@ -296,6 +296,7 @@ class Reconciler:
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controller.load_state()
+        self.controller.taints.sweep()  # what an earlier leader left on nodes (docs/decisions/033)
         decided = self.controller.warm_queue()
         log.info("caches synced; %d recorded backoff(s) read; %d waiting gang(s) decided in queue order; reconciling",
                  backoffs, decided)

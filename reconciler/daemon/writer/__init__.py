@@ -4,7 +4,8 @@
 the pod intents (:mod:`~reconciler.daemon.writer.pods`: release a member, mark a member
 disrupted and delete it, evict, remove a plan record, set a pod condition, emit an Event,
 each building its own patch and handling conflicts), the SharedDeviceGroup writes
-(:mod:`~reconciler.daemon.writer.groups`) and the state ConfigMap of rollback backoffs
+(:mod:`~reconciler.daemon.writer.groups`), Troupe's taint on nominated nodes
+(:mod:`~reconciler.daemon.writer.nodes`) and the state ConfigMap of rollback backoffs
 (:mod:`~reconciler.daemon.writer.state`). Two classes implement the primitives:
 :class:`reconciler.kube.KubeWriter` against a real API server, and
 :class:`reconciler.daemon.writer.fake.FakeWriter` in memory for controller tests, with the
@@ -39,6 +40,7 @@ from reconciler.daemon.writer.base import (
     WriteError,
 )
 from reconciler.daemon.writer.groups import GroupWrites
+from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.daemon.writer.pods import CONFLICT_RETRIES, PodIntents, release_patch
 from reconciler.daemon.writer.state import StateStore, state_key
 
@@ -51,6 +53,7 @@ __all__ = [
     "Gone",
     "GroupWrites",
     "LostLeadership",
+    "NodeWrites",
     "PodIntents",
     "PodRef",
     "PodWriter",
@@ -63,9 +66,10 @@ __all__ = [
 ]
 
 
-class PodWriter(PodIntents, GroupWrites, StateStore):
+class PodWriter(PodIntents, GroupWrites, NodeWrites, StateStore):
     """The whole port (module docstring): the pod intents over ``_get``, ``_patch``
     (strategic merge), ``_patch_status``, ``_delete`` (with a UID precondition),
     ``_evict`` and :meth:`emit_event`; the SharedDeviceGroup writes over ``_patch_group``;
-    the rollback backoffs over ``_read_state`` and ``_write_state``. ``fence`` is checked
+    the rollback backoffs over ``_read_state`` and ``_write_state``; Troupe's taint on
+    nominated nodes over ``_get_node`` and ``_patch_node`` (a JSON merge patch). ``fence`` is checked
     before every primitive write (:class:`Unfenced` unless set)."""

@@ -44,7 +44,9 @@ class FakeWriter(PodWriter):
     in the patch that differs from the stored one raises :class:`Conflict`; a delete or
     an eviction whose UID precondition fails raises :class:`Gone`; an eviction of a pod
     named in ``protected`` raises :class:`Refused`. ``fail`` maps a pod name to an error
-    its next writes raise (a refused write, for fault tests). Thread-safe.
+    its next writes raise (a refused write, for fault tests). Nodes take a JSON merge patch
+of ``spec.taints`` (the whole list) under a ``metadata.resourceVersion`` precondition.
+Thread-safe.
     """
 
     pods: dict[PodRef, dict[str, Any]] = field(default_factory=dict)
@@ -59,6 +61,9 @@ class FakeWriter(PodWriter):
     fail: dict[str, WriteError] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
+    #: Nodes by name (:meth:`add_node`), and every node patch applied, in order.
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -200,6 +205,37 @@ class FakeWriter(PodWriter):
             group["metadata"]["resourceVersion"] = str(next(self._rv))
             self.groups[name] = group
             return copy.deepcopy(group)
+
+    def add_node(self, node: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a copy of a Node (given a fresh resourceVersion) and return it."""
+        with self._lock:
+            stored = copy.deepcopy(dict(node))
+            stored.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
+            self.nodes[stored["metadata"]["name"]] = stored
+            return copy.deepcopy(stored)
+
+    def _get_node(self, name: str) -> dict[str, Any]:
+        with self._lock:
+            if name not in self.nodes:
+                raise Gone(f"node {name} not found")
+            return copy.deepcopy(self.nodes[name])
+
+    def _patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if name in self.fail:
+                raise self.fail[name]
+            node = self.nodes.get(name)
+            if node is None:
+                raise Gone(f"node {name} not found")
+            want_rv = (patch.get("metadata") or {}).get("resourceVersion")
+            if want_rv is not None and want_rv != node["metadata"].get("resourceVersion"):
+                raise Conflict(f"patch node {name}: resourceVersion {want_rv} is stale")
+            node = copy.deepcopy(node)
+            node.setdefault("spec", {})["taints"] = copy.deepcopy(list((patch.get("spec") or {}).get("taints") or []))
+            node["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.nodes[name] = node
+            self.node_patches.append((name, copy.deepcopy(dict(patch))))
+            return copy.deepcopy(node)
 
     def _patch_group_status(self, name: str, patch: Any) -> dict[str, Any]:
         return self._patch_group(name, patch)  # the fake keeps one copy of a group, status included

@@ -1,0 +1,81 @@
+"""The writes to nodes: Troupe's nominated-node taint, added and removed
+(docs/decisions/033-nominated-nodes-are-tainted.md).
+
+:class:`NodeWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that makes
+them, over two primitives a subclass provides (``_get_node`` and ``_patch_node``).
+``spec.taints`` has no merge key, so a patch replaces the whole list: each write reads the
+node, changes only Troupe's taint, and sends the list back with the node's
+``resourceVersion`` as its precondition, retried on a conflict after a fresh read.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from reconciler.daemon.writer.base import Conflict, Fenced
+from troupe import contract
+
+#: Writes of a node's taints retried on conflict, each after a fresh read.
+NODE_CONFLICT_RETRIES = 3
+
+
+def _taints(node: Mapping[str, Any]) -> list[Any]:
+    taints = (node.get("spec") or {}).get("taints") or []
+    return list(taints) if isinstance(taints, list) else []
+
+
+def _is_ours(taint: object) -> bool:
+    return (isinstance(taint, Mapping) and taint.get("key") == contract.NOMINATED_TAINT_KEY
+            and taint.get("effect") == contract.NOMINATED_TAINT_EFFECT)
+
+
+class NodeWrites(Fenced, abc.ABC):
+    """Troupe's taint on a node (module docstring)."""
+
+    @abc.abstractmethod
+    def _get_node(self, name: str) -> dict[str, Any]:
+        """The node as it is now. Raises :class:`~reconciler.daemon.writer.base.Gone`,
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    @abc.abstractmethod
+    def _patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply the JSON merge patch ``patch`` to node ``name``; returns the node. Raises
+        :class:`~reconciler.daemon.writer.base.Conflict` (a stale
+        ``metadata.resourceVersion``), :class:`~reconciler.daemon.writer.base.Gone`,
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    def taint_node(self, name: str) -> dict[str, Any] | None:
+        """Add :func:`troupe.contract.nominated_taint` to node ``name`` unless it carries it;
+        returns the node written, or None when nothing had to be written. Raises
+        :class:`~reconciler.daemon.writer.base.Gone` (no such node),
+        :class:`~reconciler.daemon.writer.base.LostLeadership`,
+        :class:`~reconciler.daemon.writer.base.WriteError` (a conflict on every attempt
+        included)."""
+        return self._rewrite_taints(name, lambda taints: None if any(map(_is_ours, taints))
+                                    else [*taints, contract.nominated_taint()])
+
+    def untaint_node(self, name: str) -> dict[str, Any] | None:
+        """Remove Troupe's taint from node ``name`` (other taints stay); returns the node
+        written, or None when it did not carry it. Raises as :meth:`taint_node`."""
+        return self._rewrite_taints(name, lambda taints: [t for t in taints if not _is_ours(t)]
+                                    if any(map(_is_ours, taints)) else None)
+
+    def _rewrite_taints(self, name: str, change: Callable[[list[Any]], list[Any] | None]) -> dict[str, Any] | None:
+        """Read node ``name``, ``change`` its taints (None: nothing to write) and write them
+        back under the node's ``resourceVersion``, retried after a conflict."""
+        for attempt in range(NODE_CONFLICT_RETRIES + 1):
+            self.fence.check()
+            node = self._get_node(name)
+            taints = change(_taints(node))
+            if taints is None:
+                return None
+            rv = str((node.get("metadata") or {}).get("resourceVersion") or "")
+            self.fence.check()
+            try:
+                return self._patch_node(name, {"metadata": {"resourceVersion": rv}, "spec": {"taints": taints}})
+            except Conflict:
+                if attempt == NODE_CONFLICT_RETRIES:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
