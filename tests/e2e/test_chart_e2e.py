@@ -111,21 +111,34 @@ def test_helm_installs_the_chart_on_the_cluster_as_a_server_dry_run_and_prints_i
     assert "troupe.io/gang-name: train" in out and 'troupe.io/gang-size: "8"' in out
     assert "kubectl troupe status" in out
     # This cluster's API server runs without its endpoint reconciler: there is no
-    # `kubernetes` Endpoints to look up, so the NOTES say the webhook's port is open.
-    assert "`kubernetes` Endpoints could not be looked up), so the webhook's port admits every source" in out
+    # `kubernetes` EndpointSlice to look up, so the NOTES say the webhook's port is open.
+    assert "`kubernetes` EndpointSlice could not be looked up), so the webhook's port admits every source" in out
 
 
+@pytest.mark.parametrize("kind", ["EndpointSlice", "Endpoints"])
 def test_the_webhooks_network_policy_admits_the_api_servers_endpoints_looked_up_at_install(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, namespace: str, kind: str
 ) -> None:
-    core = client.CoreV1Api(cluster.api_client("admin"))
-    endpoints = {"metadata": {"name": "kubernetes", "namespace": "default"},
-                 "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "ports": [{"name": "https", "port": 6443}]}]}
-    core.create_namespaced_endpoints("default", endpoints)
+    """The API server's addresses from its ``kubernetes`` EndpointSlice, or from the v1
+    Endpoints of that name on a cluster without the slice."""
+    api = cluster.api_client("admin")
+    if kind == "EndpointSlice":
+        slices = client.DiscoveryV1Api(api)
+        slices.create_namespaced_endpoint_slice("default", {
+            "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["192.0.2.10"]}],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]})
+        remove = lambda: slices.delete_namespaced_endpoint_slice("kubernetes", "default")  # noqa: E731
+    else:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_endpoints("default", {
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "ports": [{"name": "https", "port": 6443}]}]})
+        remove = lambda: core.delete_namespaced_endpoints("kubernetes", "default")  # noqa: E731
     try:
         out = notes(cluster, namespace)
     finally:
-        core.delete_namespaced_endpoints("kubernetes", "default")
+        remove()
 
     manifest = out[out.index("MANIFEST:") + len("MANIFEST:"):out.index("NOTES:")]
     [policy] = [doc for doc in yaml.safe_load_all(manifest)

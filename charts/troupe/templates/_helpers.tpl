@@ -141,8 +141,9 @@ request.operation != 'UPDATE' || request.userInfo.username != {{ include "troupe
 The NetworkPolicyPeers the webhook port admits (decision 028), as a YAML list, empty for
 every source: networkPolicy.apiServer, then an ipBlock per networkPolicy.apiServerCIDRs;
 when both are empty and networkPolicy.apiServerFromEndpoints, the addresses of the
-`kubernetes` Endpoints in `default` (the API server's own, looked up at install and
-upgrade; `helm template` has no cluster and finds none).
+`kubernetes` EndpointSlice in `default` (the API server's own, looked up at install and
+upgrade; the v1 Endpoints of that name when there is no slice, on clusters before
+EndpointSlices; `helm template` has no cluster and finds none).
 */ -}}
 {{- define "troupe.apiServerPeers" -}}
 {{- $np := .Values.networkPolicy }}
@@ -150,11 +151,19 @@ upgrade; `helm template` has no cluster and finds none).
 {{- range $np.apiServer }}{{ $peers = append $peers . }}{{ end }}
 {{- range $np.apiServerCIDRs }}{{ $peers = append $peers (dict "ipBlock" (dict "cidr" .)) }}{{ end }}
 {{- if and (not $peers) $np.apiServerFromEndpoints }}
+{{- $addresses := list }}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" }}
+{{- range (($slice | default dict).endpoints | default list) }}
+{{- range (.addresses | default list) }}{{ $addresses = append $addresses . }}{{ end }}
+{{- end }}
+{{- if not $addresses }}
 {{- $endpoints := lookup "v1" "Endpoints" "default" "kubernetes" }}
 {{- range (($endpoints | default dict).subsets | default list) }}
-{{- range (.addresses | default list) }}
-{{- $peers = append $peers (dict "ipBlock" (dict "cidr" (printf "%s/%s" .ip (ternary "128" "32" (contains ":" .ip))))) }}
+{{- range (.addresses | default list) }}{{ $addresses = append $addresses .ip }}{{ end }}
 {{- end }}
+{{- end }}
+{{- range $addresses }}
+{{- $peers = append $peers (dict "ipBlock" (dict "cidr" (printf "%s/%s" . (ternary "128" "32" (contains ":" .))))) }}
 {{- end }}
 {{- end }}
 {{- if $peers }}{{ toYaml $peers }}{{ end }}
