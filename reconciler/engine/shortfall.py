@@ -24,6 +24,15 @@ kube-scheduler's filter order: ``not ready``, ``cordoned`` (``spec.unschedulable
 ``too small`` (too little even when empty), ``full`` (in use). Reasons are those of the
 lowest-ranked member's shape, as placement's message gives them.
 
+When the members need the filters that depend on the pods around them
+(:func:`.gangfilters.needed`: pod affinity and anti-affinity, topology spread, host ports,
+node name, volumes), ``fits`` and ``could`` are the members placement's own fill
+(:func:`.fill.fill` with :class:`~.gangfilters.GangFilters`, as :func:`.placement.place_gang`
+runs it) places in the domain, now and on the emptied snapshot, a member that fits nowhere
+skipped; and, when one is left out, every node of the domain is listed by why it refuses
+the first one left out, the members placed so far counted, in kube-scheduler's filter
+order and words (``didn't match pod anti-affinity rules``; docs/decisions/031).
+
 Pure: a snapshot and members in, plain values out; deterministic (domains in a stated
 order, ties by topology order).
 """
