@@ -32,6 +32,7 @@ from enum import StrEnum
 
 from reconciler.engine import gangfilters, selection
 from reconciler.engine.cluster import PodInfo
+from reconciler.engine.fill import fill
 from reconciler.engine.filters import NodeFilter, insufficient, reason_order, static_reason
 from reconciler.engine.gangfilters import GangFilters
 from reconciler.engine.snapshot import Snapshot
@@ -362,7 +363,7 @@ def _place_mixed(
         for j in candidates[:MIXED_CANDIDATES]:
             usable = [i for i in range(tree.lo[d][j], tree.hi[d][j]) if any(c[i] > 0 for c in node_caps)]
             for part in filters.partitions(usable) if filters is not None else [usable]:
-                nodes = _fill(snapshot, order, shape_of, eligible, part, filters)
+                nodes = fill(snapshot, order, shape_of, eligible, part, filters)
                 if nodes is None:
                     continue
                 key = (sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights), len(set(nodes)), room[j], j)
@@ -371,45 +372,6 @@ def _place_mixed(
         if best is not None:
             return d, best[0][3], best[1]
     return None
-
-
-def _fill(
-    snapshot: Snapshot, order: Sequence[PodInfo], shape_of: Sequence[int], eligible: Sequence[Sequence[bool]],
-    usable: Sequence[int], filters: GangFilters | None = None,
-) -> list[int] | None:
-    """Each member (rank order; :meth:`GangFilters.fill_order` with filters) on the node
-    of the previous one if it fits there, else on the next usable node where it fits;
-    the node of each member in rank order, or None when one fits nowhere."""
-    free: dict[int, dict[str, int]] = {}
-    out = [-1] * len(order)
-    pos = 0
-    try:
-        for m in (filters.fill_order() if filters is not None else range(len(order))):
-            pod, ok = order[m], eligible[shape_of[m]]
-            for step in range(len(usable)):
-                i = usable[(pos + step) % len(usable)]
-                if not ok[i]:
-                    continue
-                f = free.get(i)
-                if f is None:
-                    f = free[i] = snapshot.free(i)
-                if all(f.get(r, 0) >= q for r, q in pod.requests.items() if q > 0) and (
-                        filters is None or filters.admits(m, i)):
-                    for r, q in pod.requests.items():
-                        f[r] = f.get(r, 0) - q
-                    if filters is not None:
-                        filters.place(m, i)
-                    out[m] = i
-                    pos = (pos + step) % len(usable)
-                    break
-            else:
-                if filters is not None:
-                    filters.note_refusal(m, [i for i in usable if ok[i]])
-                return None
-    finally:
-        if filters is not None:
-            filters.rollback()
-    return out
 
 
 def _explain(
@@ -470,7 +432,7 @@ def _refused(snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shap
             for m in shape.members:
                 shape_of[m] = k
         usable = [i for i in range(len(snapshot.nodes)) if any(c[i] > 0 for c in node_caps)]
-        _fill(snapshot, order, shape_of, [_eligible(snapshot, s) for s in shapes], usable, filters)
+        fill(snapshot, order, shape_of, [_eligible(snapshot, s) for s in shapes], usable, filters)
     return filters.refused
 
 

@@ -24,6 +24,15 @@ kube-scheduler's filter order: ``not ready``, ``cordoned`` (``spec.unschedulable
 ``too small`` (too little even when empty), ``full`` (in use). Reasons are those of the
 lowest-ranked member's shape, as placement's message gives them.
 
+When the members need the filters that depend on the pods around them
+(:func:`.gangfilters.needed`: pod affinity and anti-affinity, topology spread, host ports,
+node name, volumes), ``fits`` and ``could`` are the members placement's own fill
+(:func:`.fill.fill` with :class:`~.gangfilters.GangFilters`, as :func:`.placement.place_gang`
+runs it) places in the domain, now and on the emptied snapshot, a member that fits nowhere
+skipped; and, when one is left out, every node of the domain is listed by why it refuses
+the first one left out, the members placed so far counted, in kube-scheduler's filter
+order and words (``didn't match pod anti-affinity rules``; docs/decisions/031).
+
 Pure: a snapshot and members in, plain values out; deterministic (domains in a stated
 order, ties by topology order).
 """
@@ -36,14 +45,20 @@ from dataclasses import dataclass
 
 from reconciler.engine import gangfilters
 from reconciler.engine.cluster import PodInfo
+from reconciler.engine.fill import fill
 from reconciler.engine.filters import (
     AFFINITY_MISMATCH,
+    NODE_NAME_MISMATCH,
     NOT_READY,
+    PORTS_IN_USE,
     SELECTOR_MISMATCH,
     UNSCHEDULABLE,
     NodeFilter,
+    insufficient,
     static_reason,
 )
+from reconciler.engine.gangfilters import GangFilters
+from reconciler.engine.placement import member_shapes
 from reconciler.engine.snapshot import Snapshot
 
 CORDONED = "cordoned"
@@ -53,8 +68,15 @@ TOO_SMALL = "too small"
 FULL = "full"
 HELD = "held for"
 
+def _words(reason: str) -> str:
+    """A pod filter's reason as a count of nodes reads it: kube-scheduler's message
+    without its ``node(s) `` (``didn't match pod anti-affinity rules``)."""
+    return reason.removeprefix("node(s) ")
+
+
 #: Node reasons in the order they are listed (kube-scheduler's filter order, then capacity).
-_ORDER = {NOT_READY_NODE: 0, CORDONED: 1, "untolerated taint": 2, NOT_SELECTED: 3, HELD: 4, TOO_SMALL: 5, FULL: 6}
+_ORDER = {NOT_READY_NODE: 0, CORDONED: 1, "untolerated taint": 2, NOT_SELECTED: 3,
+          _words(NODE_NAME_MISMATCH): 4, _words(PORTS_IN_USE): 5, HELD: 6, TOO_SMALL: 7, FULL: 8}
 
 
 def _rank(reason: str) -> tuple[int, str]:
@@ -109,25 +131,13 @@ class Shortfall:
     """The candidate domains of one gang at ``level`` (``depth`` in the topology tree),
     best first: the most members fitting now, then the most when emptied, then topology
     order. ``members``: how many members were asked for; ``resource``: the resource
-    whose free units each domain reports. ``pod_filters``: the filters that depend on the
-    pods around a member (:func:`reconciler.engine.gangfilters.needed`: pod affinity and
-    anti-affinity, topology spread, host ports, node name, volumes) apply to these
-    members; the counts leave them out (they use the node filters and resources only), so
-    placement may fit fewer (docs/decisions/031-kube-scheduler-filters.md)."""
+    whose free units each domain reports."""
 
     level: str
     depth: int
     members: int
     resource: str
     domains: tuple[DomainShortfall, ...]
-    pod_filters: bool = False
-
-    def caveat(self) -> str | None:
-        """The line saying what the counts leave out, or None when they leave out nothing."""
-        if not self.pod_filters:
-            return None
-        return ("counts use the node filters and resources only, not the members' pod affinity, topology "
-                "spread, host ports, node name or volumes, which placement applies: fewer may fit")
 
 
 def short_level(level: str) -> str:
@@ -185,6 +195,93 @@ def _shapes(members: Sequence[PodInfo]) -> list[tuple[tuple[Mapping[str, int], N
     return [((req, key[1]), ms) for key, (req, ms) in groups.items()]
 
 
+class _FilterFill:
+    """Placement's fill for a gang that needs the pod filters (:func:`.fill.fill` with
+    :class:`~.gangfilters.GangFilters`, as :func:`.placement.place_gang` runs it), one
+    domain at a time on ``snapshot``; nodes in ``held`` take no member."""
+
+    def __init__(self, snapshot: Snapshot, order: Sequence[PodInfo], held: Mapping[int, str]) -> None:
+        self.snapshot, self.order, self.held = snapshot, order, held
+        self.filters = GangFilters(snapshot, order)
+        shapes, self.shape_of = member_shapes(order, self.filters)
+        self.eligible = [s.eligible if s.eligible is not None else snapshot.eligible(s.flt) for s in shapes]
+        caps = [snapshot.capacity(s.requests, e) for s, e in zip(shapes, self.eligible, strict=True)]
+        self.room = [i not in held and any(c[i] > 0 for c in caps) for i in range(len(snapshot.nodes))]
+        self.empty = snapshot.empty()
+
+    def nodes(self, lo: int, hi: int) -> list[int]:
+        """The node of each member (rank order; -1: none) the fill gives in nodes
+        ``lo``..``hi``: the part (:meth:`GangFilters.partitions`) where most are placed."""
+        usable = [i for i in range(lo, hi) if self.room[i]]
+        best = [-1] * len(self.order)
+        for part in self.filters.partitions(usable):
+            found = fill(self.snapshot, self.order, self.shape_of, self.eligible, part, self.filters, partial=True)
+            if found is not None and placed(found) > placed(best):
+                best = found
+        return best
+
+    def reasons(self, lo: int, hi: int, nodes: Sequence[int]) -> Counter[str]:
+        """Why nodes ``lo``..``hi`` take no more member: with a member left out, every node
+        by why it refuses the first one left out, the members placed so far counted; else
+        the nodes that took none, for the first member."""
+        order = self.filters.fill_order()
+        waiting = next((m for m in order if nodes[m] < 0), None)
+        free = {i: self.snapshot.free(i) for i in range(lo, hi)}
+        reasons: Counter[str] = Counter()
+        try:
+            if waiting is not None:
+                for m in order:
+                    if nodes[m] >= 0:
+                        self.filters.place(m, nodes[m])
+                        for name, units in self.order[m].requests.items():
+                            free[nodes[m]][name] = free[nodes[m]].get(name, 0) - units
+            for i in range(lo, hi):
+                if waiting is None and i in nodes:
+                    continue
+                why = self._reason(order[0] if waiting is None else waiting, i, free[i])
+                if why is not None:
+                    reasons[why] += 1
+        finally:
+            self.filters.rollback()
+        return reasons
+
+    def _reason(self, m: int, i: int, free: Mapping[str, int]) -> str | None:
+        """The first reason node ``i`` refuses member ``m`` with ``free`` units left, in
+        kube-scheduler's filter order (node filters, ``NodeName``, ``NodePorts``, resources,
+        then the volume, spread and inter-pod filters); None when it takes it."""
+        pod = self.order[m]
+        why = _node_reason(self.snapshot, i, pod.node_filter)
+        if why is None and i in self.held:
+            why = f"{HELD} {self.held[i]}"
+        why = why or self.filters.early(m, i)
+        if why is None and insufficient(free, pod.requests):
+            why = FULL if not insufficient(self.empty.free(i), pod.requests) else TOO_SMALL
+        why = why or self.filters.late(m, i)
+        return None if why is None else _words(why)
+
+
+def placed(nodes: Sequence[int]) -> int:
+    """How many members of a fill's ``nodes`` (-1: none) have a node."""
+    return sum(1 for i in nodes if i >= 0)
+
+
+def _capacity_reasons(snapshot: Snapshot, nodes: range, now_caps: Sequence[Sequence[int]],
+                      empty_caps: Sequence[Sequence[int]], flt: NodeFilter, held: Mapping[int, str]) -> Counter[str]:
+    """Per reason, the ``nodes`` where no shape has room now (``now_caps``, members per
+    node, by shape), by the node filter ``flt``, ``held``, then ``empty_caps``."""
+    reasons: Counter[str] = Counter()
+    for i in nodes:
+        if any(c[i] > 0 for c in now_caps):
+            continue
+        why = _node_reason(snapshot, i, flt)
+        if why is None and i in held:
+            why = f"{HELD} {held[i]}"
+        if why is None:
+            why = FULL if any(c[i] > 0 for c in empty_caps) else TOO_SMALL
+        reasons[why] += 1
+    return reasons
+
+
 def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None = None,
               preferred_level: str | None = None, *, held: Mapping[int, str] | None = None,
               near: Sequence[str] = (), resource: str = "nvidia.com/gpu") -> Shortfall:
@@ -214,27 +311,24 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: st
         if shapes else [True] * len(snapshot.nodes)
     free = snapshot.free_units(resource)
     near_at = {tree.domain_of[depth][snapshot.index[n]] for n in near if n in snapshot.index}
+    ranked = sorted(members, key=lambda p: (p.rank, p.key))
+    filtered = _FilterFill(snapshot, ranked, held) if gangfilters.needed(snapshot, ranked) else None
+    emptied = _FilterFill(empty, ranked, {}) if filtered is not None else None
     out = []
     for j in range(tree.size(depth)):
         if near_at and j not in near_at:
             continue
         lo, hi = tree.lo[depth][j], tree.hi[depth][j]
-        fits = sum(min(len(ms), c[j]) for (_, ms), c in zip(shapes, now_by_depth, strict=True))
-        could = sum(min(len(ms), c[j]) for (_, ms), c in zip(shapes, empty_by_depth, strict=True))
-        reasons: Counter[str] = Counter()
-        for i in range(lo, hi):
-            if any(c[i] > 0 for c in now_caps):
-                continue
-            why = _node_reason(snapshot, i, first_flt)
-            if why is None and i in held:
-                why = f"{HELD} {held[i]}"
-            if why is None:
-                why = FULL if any(c[i] > 0 for c in empty_caps) else TOO_SMALL
-            reasons[why] += 1
+        if filtered is not None and emptied is not None:
+            nodes = filtered.nodes(lo, hi)
+            fits, could, reasons = placed(nodes), placed(emptied.nodes(lo, hi)), filtered.reasons(lo, hi, nodes)
+        else:
+            fits = sum(min(len(ms), c[j]) for (_, ms), c in zip(shapes, now_by_depth, strict=True))
+            could = sum(min(len(ms), c[j]) for (_, ms), c in zip(shapes, empty_by_depth, strict=True))
+            reasons = _capacity_reasons(snapshot, range(lo, hi), now_caps, empty_caps, first_flt, held)
         excluded = tuple(sorted(reasons.items(), key=lambda t: _rank(t[0])))
         domain_free = sum(max(free[i], 0) for i in range(lo, hi) if any_eligible[i])
         out.append(DomainShortfall(levels.name_of(depth), tree.prefix[depth][j], hi - lo, len(members),
                                    fits, could, domain_free, excluded))
     order = sorted(range(len(out)), key=lambda k: (-out[k].fits, -out[k].could, k))
-    return Shortfall(levels.name_of(depth), depth, len(members), resource, tuple(out[k] for k in order),
-                     gangfilters.needed(snapshot, members))
+    return Shortfall(levels.name_of(depth), depth, len(members), resource, tuple(out[k] for k in order))

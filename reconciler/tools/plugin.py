@@ -251,8 +251,7 @@ def _shortfall_json(w: views.Why) -> dict[str, Any] | None:
     if w.shortfall is None:
         return None
     f = w.shortfall
-    caveat = {"caveat": f.caveat()} if f.pod_filters else {}
-    return {"level": f.level, "members": f.members, "resource": f.resource, **caveat, "domains": [
+    return {"level": f.level, "members": f.members, "resource": f.resource, "domains": [
         {"level": d.level, "domain": d.name, "path": list(d.path), "nodes": d.nodes, "need": d.need, "fits": d.fits,
          "couldFit": d.could, "free": d.free, "excluded": dict(d.excluded), "text": d.describe()}
         for d in f.domains]}
@@ -320,9 +319,6 @@ def render_shortfall(f: Shortfall | None, s: views.GangStatus, limit: int) -> li
     shown = f.domains if limit <= 0 else f.domains[:limit]
     width = max((len(d.describe()) for d in shown), default=0)
     lines += [f"  {d.describe().ljust(width)}  free {f.resource}: {d.free}" for d in shown]
-    caveat = f.caveat()
-    if caveat is not None:
-        lines.insert(1, f"  ({caveat})")
     rest = f.domains[len(shown):]
     if rest:
         best = max(d.fits for d in rest)

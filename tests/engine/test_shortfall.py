@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from reconciler.engine import place_gang
 from reconciler.engine.occupancy import occupancy
 from reconciler.engine.shortfall import short_level, shortfall, target_depth
-from tests.support.engine_builders import BLOCK, SUBBLOCK, gang_of, make_node, make_pod, snapshot_of
+from tests.support.engine_builders import (
+    BLOCK,
+    HOSTNAME,
+    SUBBLOCK,
+    gang_of,
+    make_node,
+    make_pod,
+    snapshot_of,
+)
 
 
 def gpu_node(name, block, subblock, gpu=8):
@@ -109,6 +117,41 @@ def test_a_gang_of_one_shape_is_placed_exactly_when_its_best_domain_fits_every_m
     for d in report.domains:
         assert 0 <= d.fits <= d.could <= d.need == size
         assert sum(n for _, n in d.excluded) <= d.nodes
+
+
+def apart_gang(size, gpu):
+    """``subblock_gang`` whose members are per host anti-affine to each other."""
+    return [make_pod(f"w-{i}").requests(gpu=gpu).gang("train", size).index(i).gated().label("app", "w")
+            .annotate("troupe.io/topology-required-level", SUBBLOCK)
+            .pod_affinity(HOSTNAME, {"app": "w"}, anti=True).info() for i in range(size)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(busy_gpus=st.lists(st.integers(0, 8), min_size=6, max_size=6), size=st.integers(1, 5),
+       gpu=st.sampled_from([1, 2, 4, 8]))
+def test_with_pod_anti_affinity_a_gang_is_placed_exactly_when_its_best_domain_fits_every_member(busy_gpus, size, gpu):
+    nodes = [gpu_node(f"{s}-{i}", "b0", s) for s in ("s0", "s1") for i in range(3)]
+    pods = [busy(n["metadata"]["name"], g) for n, g in zip((x.build() for x in nodes), busy_gpus, strict=True) if g]
+    snapshot = snapshot_of(nodes, pods)
+    members = apart_gang(size, gpu)
+    report = shortfall(snapshot, members, required_level=SUBBLOCK)
+    placed = place_gang(snapshot, members, required_level=SUBBLOCK).placed
+    assert placed == (report.domains[0].fits == size)
+    for d in report.domains:
+        assert 0 <= d.fits <= d.could <= min(d.need, d.nodes)
+        assert sum(n for _, n in d.excluded) <= d.nodes
+
+
+def test_with_pod_anti_affinity_nodes_are_named_by_why_they_refuse_the_next_member():
+    snapshot = cluster()
+    held = {snapshot.index["m3"]: "ml/big"}
+    report = shortfall(snapshot, apart_gang(4, 2), required_level=SUBBLOCK, held=held)
+    assert [d.describe() for d in report.domains] == [
+        "subblock s1: 2 of 4 fit (1 node untolerated taint dedicated=infer, 1 held for ml/big, "
+        "2 didn't match pod anti-affinity rules); at most 3 even when empty",
+        "subblock s0: 1 of 4 fit (1 node not ready, 1 cordoned, 1 full, "
+        "1 didn't match pod anti-affinity rules); at most 2 even when empty",
+    ]
 
 
 # --- occupancy ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from reconciler.objects.snapshot_io import read_file, read_retained
 from reconciler.tools import plugin, simulate, views
 from tests.support.engine_builders import (
     HOSTNAME,
+    SUBBLOCK,
     budget,
     claim_object,
     make_node,
@@ -139,17 +140,27 @@ def why_json(tmp_path, capsys, members):
     return json.loads(capsys.readouterr().out)
 
 
-def test_why_says_its_counts_leave_out_the_pod_filters_its_members_carry(tmp_path, capsys):
-    """Five members on four nodes wait; with an anti-affinity term the per-domain counts
-    (node filters and resources only) say what they leave out, in JSON and in text."""
-    plain = [make_pod(f"train-{i}", "ml").requests(gpu=8).gang("train", 5).index(i).gated().build() for i in range(5)]
-    assert "caveat" not in why_json(tmp_path, capsys, plain)["shortfall"]
-    anti = [make_pod(f"train-{i}", "ml").requests(gpu=8).gang("train", 5).index(i).gated()
-            .pod_affinity(HOSTNAME, GUARD, anti=True).build() for i in range(5)]
+def test_why_counts_what_placement_fits_with_the_pod_filters_its_members_carry(tmp_path, capsys):
+    """Four 4-GPU members that require one subblock, per host anti-affine to each other:
+    each subblock (two free 8-GPU nodes) fits 2 of 4, both nodes refusing the third by
+    anti-affinity, as placement says (without the term the gang is placed). In JSON and
+    in text; no caveat is left."""
+    def member(i):
+        return (make_pod(f"train-{i}", "ml").requests(gpu=4).gang("train", 4).index(i).gated().label("app", "train")
+                .annotate(contract.TOPOLOGY_REQUIRED_LEVEL, SUBBLOCK))
+
+    assert why_json(tmp_path, capsys, [member(i).build() for i in range(4)])["gang"]["phase"] == "Placed"
+    anti = [member(i).pod_affinity(HOSTNAME, {"app": "train"}, anti=True).build() for i in range(4)]
     found = why_json(tmp_path, capsys, anti)["shortfall"]
-    assert "not the members' pod affinity, topology spread, host ports, node name or volumes" in found["caveat"]
+    assert "caveat" not in found
+    for domain in found["domains"]:
+        assert (domain["fits"], domain["need"]) == (2, 4)
+        assert domain["excluded"] == {"didn't match pod anti-affinity rules": 2}
+    assert found["domains"][0]["text"] == (
+        "subblock s1: 2 of 4 fit (2 nodes didn't match pod anti-affinity rules); at most 2 even when empty")
     assert plugin.main(["why", "train-0", "-n", "ml", "--snapshot", write_list(tmp_path, nodes() + anti),
                         "--now", "2027-01-15T08:00:00Z"]) == 0
-    text = capsys.readouterr().out.splitlines()
-    at = next(k for k, line in enumerate(text) if line.startswith("Domains:"))
-    assert text[at + 1] == f"  ({found['caveat']})"
+    text = capsys.readouterr().out
+    assert "fits 2 of 4 members" in text
+    assert "subblock s1: 2 of 4 fit (2 nodes didn't match pod anti-affinity rules)" in text
+    assert "counts use the node filters" not in text
