@@ -27,29 +27,38 @@ def _same(labels_a: dict[str, str], labels_b: dict[str, str], key: str) -> bool:
     return key in labels_a and key in labels_b and labels_a[key] == labels_b[key]
 
 
-def check_layout(layout: list[tuple[PodInfo, dict[str, str]]], gang: set[str], nodes: list[dict[str, str]]) -> None:
-    """Every rule on the final layout: ``(pod, its node's labels)`` for each pod; ``nodes``:
-    every node's labels (a spread's domains are those of every node)."""
+def violations(layout: list[tuple[PodInfo, dict[str, str]]], gang: set[str], nodes: list[dict[str, str]]) -> list[str]:
+    """Every rule broken on the final layout, one line each (``[]``: none): ``layout`` is
+    ``(pod, its node's labels)`` for each pod; ``nodes``: every node's labels (a spread's
+    domains are those of every node)."""
+    broken: list[str] = []
     for pod, labels in layout:
         terms = pod.terms
         if terms is None:
             continue
         for term in terms.anti_affinity:
             for other, other_labels in layout:
-                if other is not pod and _selects(term, other) and (pod.key in gang or other.key in gang):
-                    assert not _same(labels, other_labels, term.topology_key), (pod.key, other.key, term)
+                if (other is not pod and _selects(term, other) and (pod.key in gang or other.key in gang)
+                        and _same(labels, other_labels, term.topology_key)):
+                    broken.append(f"anti-affinity: {pod.key} and {other.key} share {term.topology_key}")
         if pod.key not in gang:
             continue
         for term in terms.affinity:
-            assert any(_selects(term, other) and _same(labels, other_labels, term.topology_key)
-                       for other, other_labels in layout), (pod.key, term)
+            # Another matching pod in its domain; a pod that is the only one its term
+            # matches may go anywhere (the first of a group with affinity to itself).
+            matching = [(other, other_labels) for other, other_labels in layout if other is not pod
+                        and _selects(term, other)]
+            if matching and not any(_same(labels, other_labels, term.topology_key) for _, other_labels in matching):
+                broken.append(f"affinity: {pod.key} has no match in its {term.topology_key}")
         for constraint in terms.spread:
             domains = {node[constraint.topology_key] for node in nodes if constraint.topology_key in node}
             count = dict.fromkeys(domains, 0)
             for other, other_labels in layout:
                 if constraint.selector is not None and constraint.selector.matches(other.labels):
                     count[other_labels[constraint.topology_key]] += 1
-            assert max(count.values()) - min(count.values()) <= constraint.max_skew, count
+            if max(count.values()) - min(count.values()) > constraint.max_skew:
+                broken.append(f"spread: {pod.key} over {constraint.topology_key}: {count}")
+    return broken
 
 
 def gang_pod(i: int, size: int, gpu: int, rule: str) -> Any:
@@ -92,9 +101,24 @@ def test_a_placed_gang_breaks_no_rule(zones: list[str], running: list[tuple[int,
     members = [gang_pod(i, size, gpu, rule).info() for i in range(size)]
     result = place_gang(snapshot, members)
     if not result.placed:
+        assert result.reason, "a gang that is not placed says why"
         return
     by_name = {node.name: dict(node.labels) for node in snapshot.nodes}
     layout = [(p, by_name[p.node_name]) for p in snapshot.pods.values()]
     placed = result.nodes()
     layout += [(m, by_name[placed[m.key]]) for m in members]
-    check_layout(layout, {m.key for m in members}, list(by_name.values()))
+    assert violations(layout, {m.key for m in members}, list(by_name.values())) == []
+
+
+def test_the_oracle_sees_each_kind_of_broken_rule():
+    host = {HOSTNAME: "n0", ZONE: "a"}
+    other_host = {HOSTNAME: "n1", ZONE: "b"}
+    gang = {"default/w-0", "default/w-1"}
+    anti = [gang_pod(i, 2, 4, "anti-host").info() for i in range(2)]
+    assert violations([(anti[0], host), (anti[1], host)], gang, [host, other_host])
+    assert violations([(anti[0], host), (anti[1], other_host)], gang, [host, other_host]) == []
+    near = [gang_pod(i, 2, 4, "affinity-zone").info() for i in range(2)]
+    assert violations([(near[0], host), (near[1], other_host)], gang, [host, other_host])
+    spread = [gang_pod(i, 2, 4, "spread-zone").info() for i in range(2)]
+    assert violations([(spread[0], host), (spread[1], host)], gang, [host, other_host])
+    assert violations([(spread[0], host), (spread[1], other_host)], gang, [host, other_host]) == []
