@@ -43,6 +43,9 @@ PreemptionMode = Literal["off", "minimal", "atomic"]
 PREEMPTION_MODES: tuple[PreemptionMode, ...] = ("off", "minimal", "atomic")
 QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
 QUEUEING_STRATEGIES: tuple[QueueingStrategy, ...] = ("BestEffortFIFO", "StrictFIFO")
+ReleaseMode = Literal["AsCreated", "WhenComplete"]
+#: How a gang of one workload is released (``troupe.io/release``, docs/decisions/034).
+RELEASE_MODES: tuple[ReleaseMode, ...] = ("AsCreated", "WhenComplete")
 
 #: A qualified name as Kubernetes validates label and annotation keys: an optional DNS
 #: subdomain prefix and ``/``, then a name of at most 63 characters.
@@ -102,6 +105,11 @@ class Config:
     #: ``head_of_line_seconds`` the capacity it needs is held for it; ``StrictFIFO``, it does.
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     head_of_line_seconds: int = 300
+    #: The release mode of a gang whose members all come from one workload and that does not
+    #: choose one (``troupe.io/release``): ``AsCreated`` reserves its nodes from the
+    #: workload's pod template and count and releases each member as it is created;
+    #: ``WhenComplete`` releases none before all exist (docs/decisions/034-release-as-created.md).
+    release_mode: ReleaseMode = "AsCreated"
     #: The longest a preemptor's nomination holds nodes (seconds), victims' grace periods
     #: included: a victim's owner sets its grace period, so it cannot stretch the hold.
     nomination_max_seconds: int = 600
@@ -190,6 +198,10 @@ def _value(key: str, name: str, raw: Any) -> Any:
             hint = ' (quote it: "off")' if raw is False else ""
             raise ConfigError(f"{key}: must be one of {', '.join(PREEMPTION_MODES)}, got {raw!r}{hint}")
         return cast(PreemptionMode, raw)
+    if name == "release_mode":
+        if raw not in RELEASE_MODES:
+            raise ConfigError(f"{key}: must be one of {', '.join(RELEASE_MODES)}, got {raw!r}")
+        return cast(ReleaseMode, raw)
     if name == "queueing_strategy":
         if raw not in QUEUEING_STRATEGIES:
             raise ConfigError(f"{key}: must be one of {', '.join(QUEUEING_STRATEGIES)}, got {raw!r}")

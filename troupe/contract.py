@@ -40,6 +40,16 @@ GANG_MODE_AUTO = "auto"
 # --- Topology requests (DESIGN.md "Topology"; the value is a level's node label key) -----
 TOPOLOGY_REQUIRED_LEVEL = "troupe.io/topology-required-level"
 TOPOLOGY_PREFERRED_LEVEL = "troupe.io/topology-preferred-level"
+#: How a gang whose members come from one workload is released (on the pod template, or
+#: on the workload object): :data:`AS_CREATED`, its nodes reserved from the workload's pod
+#: template and count as soon as the workload is seen, each member released onto its
+#: rank's node as it is created; or :data:`WHEN_COMPLETE`, no member released before every
+#: member exists and fits (the PFN plugin's contract, ``seeds/001``). The configuration's
+#: ``releaseMode`` is the default (docs/decisions/034-release-as-created.md).
+RELEASE_MODE = "troupe.io/release"
+AS_CREATED = "AsCreated"
+WHEN_COMPLETE = "WhenComplete"
+RELEASE_MODES = (AS_CREATED, WHEN_COMPLETE)
 
 # --- Shared device groups (seeds/000) ----------------------------------------------------
 #: Pod annotation: the SharedDeviceGroup (cluster-scoped) the pod joins.
@@ -95,6 +105,13 @@ PLAN = RESERVED_PREFIX + "plan"
 #: the gang (no other gang is placed there), while the victims are evicted; the gang is
 #: released once they are gone (docs/decisions/020-preemption-in-the-decision.md).
 NOMINATION = RESERVED_PREFIX + "nomination"
+#: A gang's reservation, on the workload object its members come from (a Job, a JobSet, a
+#: PyTorchJob): JSON ``{"gang": "<gang id>", "plannedAt": "<RFC 3339>", "nodes": ["<node of
+#: rank 0>", ...]}``. From the moment it is written every rank's node holds that rank's
+#: requests (read from the pod template) until the member of that rank is released there;
+#: it is removed once every member is bound, or with a rollback
+#: (docs/decisions/034-release-as-created.md).
+RESERVATION = RESERVED_PREFIX + "reservation"
 
 # --- Pod condition written by the reconciler ---------------------------------------------
 #: The condition type on every gated member of a waiting gang, through ``pods/status``:
@@ -122,7 +139,6 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 #: The Kubeflow training operator's replica type label (``master``, ``worker``...).
 KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 #: Replica types that come before the workers at the same index (rank 0 is the master).
-_LEAD_REPLICA_TYPES = frozenset({"master", "chief", "launcher", "driver"})
 #: kubelet's annotation on mirror pods (static pods): never mutated.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -133,7 +149,6 @@ _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 #: A count or an index: ASCII digits, at most 9 (Python's int() refuses over 4,300 digits,
 #: and no gang, timeout or rank comes near a billion).
 _DECIMAL = re.compile(r"[0-9]{1,9}")
-_NAME_SUFFIX = re.compile(r"(.*?)([0-9]{1,9})")
 #: Longest value quoted whole in an error message; longer ones are cut and their length said.
 MAX_QUOTED = 64
 
@@ -331,6 +346,18 @@ def parse_topology_annotations(a: Mapping[str, Any], config: Config) -> Topology
     return TopologyRequest(required, preferred)
 
 
+def parse_release_mode(a: Mapping[str, Any], default: str) -> str:
+    """The release mode ``a`` (a pod's or a workload's annotations) asks for with
+    :data:`RELEASE_MODE`, else ``default``. Raises :class:`ContractError` naming the key and
+    the value when it is not one of :data:`RELEASE_MODES`."""
+    value = a.get(RELEASE_MODE)
+    if value is None:
+        return default
+    if value not in RELEASE_MODES:
+        raise ContractError(RELEASE_MODE, str(value), f"must be one of {', '.join(RELEASE_MODES)}")
+    return str(value)
+
+
 def device_group(pod: Mapping[str, Any]) -> str | None:
     """The SharedDeviceGroup the pod joins (``deviceshare.io/group``), or None."""
     value = pod_annotations(pod).get(DEVICE_GROUP)
@@ -369,64 +396,6 @@ def is_reserved_annotation(key: str) -> bool:
     """True for annotations that only the reconciler's identity may write: the selected
     devices, the device env values, and everything under :data:`RESERVED_PREFIX`."""
     return key == SELECTED_DEVICES or key.startswith(DEVICE_ENV_PREFIX) or key.startswith(RESERVED_PREFIX)
-
-
-def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, int, str, int, str]:
-    """Sort key putting a gang's members in rank order (DESIGN.md "Topology", seeds/002).
-
-    By ``batch.kubernetes.io/job-completion-index`` (label, else annotation), after the
-    JobSet's ``jobset.sigs.k8s.io/job-global-index`` when there is one (replicated-job
-    order, then job index); then ``training.kubeflow.org/replica-index`` (the master,
-    chief or launcher before the workers of the same index); then the LeaderWorkerSet's
-    ``leaderworkerset.sigs.k8s.io/worker-index`` (the leader is 0); then a numeric name
-    suffix (``worker-2`` before ``worker-10``), then the name. Returns ``(tier, major,
-    index, prefix, suffix, name)``; pods with an index sort before those ranked by name.
-    """
-    meta = pod_meta(pod)
-    name = str(meta.get("name") or "")
-    lab, ann = _mapping_or_empty(meta.get("labels")), _mapping_or_empty(meta.get("annotations"))
-    for tier, key in enumerate((JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX, LWS_WORKER_INDEX_LABEL)):
-        raw = lab.get(key, ann.get(key))
-        if isinstance(raw, str) and _DECIMAL.fullmatch(raw):
-            major = 0
-            if tier == 0:
-                job = lab.get(JOBSET_GLOBAL_INDEX_LABEL)
-                major = int(job) if isinstance(job, str) and _DECIMAL.fullmatch(job) else 0
-            elif tier == 1:
-                kind = lab.get(KUBEFLOW_REPLICA_TYPE)
-                major = 0 if isinstance(kind, str) and kind.lower() in _LEAD_REPLICA_TYPES else 1
-            return (tier, major, int(raw), "", 0, name)
-    m = _NAME_SUFFIX.fullmatch(name)
-    if m:
-        return (3, 0, 0, m.group(1), int(m.group(2)), name)
-    return (4, 0, 0, name, 0, name)
-
-
-#: The keys a rank index is read from (:func:`rank_key`), each a label first, else an annotation.
-RANK_KEYS = (JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX, LWS_WORKER_INDEX_LABEL)
-
-
-def rank_problem(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> str:
-    """Why a pod's rank cannot be read, or ``""``: a rank key :func:`rank_key` reads
-    (:data:`RANK_KEYS` in order, a label before the annotation of the same key, up to the
-    first readable one, and with the completion index the JobSet's
-    :data:`JOBSET_GLOBAL_INDEX_LABEL`) whose value is not an index of at most 9 ASCII
-    digits. The message names the key and quotes the value
-    (``label batch.kubernetes.io/job-completion-index: must be an index of at most 9
-    digits, got '99999...' (5000 characters)``): the controllers that set these keys
-    always write such an index, so another value is a tenant's, and its gang is held
-    (docs/decisions/029-hostile-objects-hold-their-gang.md)."""
-    for key in RANK_KEYS:
-        where, raw = ("label", labels[key]) if key in labels else ("annotation", annotations.get(key))
-        if raw is None:
-            continue
-        if not (isinstance(raw, str) and _DECIMAL.fullmatch(raw)):
-            return f"{where} {key}: must be an index of at most 9 digits, got {quoted(str(raw))}"
-        job = labels.get(JOBSET_GLOBAL_INDEX_LABEL) if key == JOB_COMPLETION_INDEX else None
-        if job is not None and not (isinstance(job, str) and _DECIMAL.fullmatch(job)):
-            return f"label {JOBSET_GLOBAL_INDEX_LABEL}: must be an index of at most 9 digits, got {quoted(str(job))}"
-        return ""  # the key the rank is read from; the later ones are not read
-    return ""
 
 
 #: Controller owners whose pods a namespace's ``troupe.io/gang-mode: auto`` makes gang

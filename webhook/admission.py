@@ -74,9 +74,11 @@ import orjson
 
 from troupe.config import Config
 from troupe.contract import (
+    AS_CREATED,
     DEVICE_GROUP,
     GATE,
     MIRROR_POD_ANNOTATION,
+    RELEASE_MODE,
     TOPOLOGY_PREFERRED_LEVEL,
     TOPOLOGY_REQUIRED_LEVEL,
     ContractError,
@@ -85,6 +87,7 @@ from troupe.contract import (
     device_env_var,
     is_reserved_annotation,
     parse_gang,
+    parse_release_mode,
     parse_topology_request,
 )
 from webhook.patches import (
@@ -311,6 +314,11 @@ def _contract_errors(
     if TOPOLOGY_REQUIRED_LEVEL in ann or TOPOLOGY_PREFERRED_LEVEL in ann:
         try:
             parse_topology_request(pod, config)
+        except ContractError as e:
+            errors.append(str(e))
+    if RELEASE_MODE in ann:
+        try:
+            parse_release_mode(ann, AS_CREATED)
         except ContractError as e:
             errors.append(str(e))
     if DEVICE_GROUP in ann:

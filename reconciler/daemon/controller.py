@@ -159,7 +159,8 @@ class GangController(ActionHandlers):
             actions.Wait: self._nothing, actions.Hold: self._nothing, actions.Release: self._release,
             actions.RollBack: self._roll_back, actions.Preempt: self._preempt,
             actions.ClearNominations: self._clear_nominations, actions.ClearPlans: self._clear_plans,
-            actions.ForgetBackoff: self._forget_backoff,
+            actions.ForgetBackoff: self._forget_backoff, actions.Reserve: self._reserve,
+            actions.DropReservation: self._drop_reservation,
         }
 
     def close(self) -> None:

@@ -27,10 +27,12 @@ from reconciler.engine import nominated
 from reconciler.engine.actions import (
     ClearNominations,
     ClearPlans,
+    DropReservation,
     ForgetBackoff,
     MemberRelease,
     Preempt,
     Release,
+    Reserve,
     RollBack,
     Wait,
 )
@@ -158,6 +160,42 @@ class ActionHandlers:
             self.writer.save_backoff(gang.key, 0, 0.0)
         except WriteError as e:
             log.warning("gang %s: recorded backoff not cleared: %s", gang.key, e)
+        return Done()
+
+    def _reserve(self, gang: Gang, decision: Decision, action: Reserve, memory: Memory, now: float) -> Done:
+        """Write the reservation on the workload (docs/decisions/034-release-as-created.md):
+        from then on its ranks' nodes are held. Tell the workload with the rule's Event,
+        and look again at once: members already created are released by the next decision."""
+        try:
+            self.cache.assume_workload(action.workload[0], self.writer.set_reservation(action.workload, action.record))
+        except WriteError as e:  # LostLeadership included: nothing is reserved
+            log.warning("gang %s: reservation not written: %s", gang.key, e)
+            return Done(note=f"reservation not written: {e}", retry=True)
+        notice = decision.rule.notice
+        if notice is not None:
+            self.writer.emit_workload_event(action.workload, notice.kind, notice.reason,
+                                            f"gang {gang.key}: {decision.reason}")
+        log.info("gang %s: reserved %d node(s) on %s %s/%s", gang.key, len(action.record.nodes), *action.workload)
+        return Done(requeue_after=0.0)
+
+    def _drop_reservation(self, gang: Gang, decision: Decision, action: DropReservation, memory: Memory,
+                          now: float) -> Done:
+        """Remove the reservation from the workload, if it is still the one decided on;
+        one already replaced or gone is left alone."""
+        record = gang.reservation
+        if record is None or record.planned_at != action.planned_at:
+            return Done()
+        try:
+            self.cache.assume_workload(action.workload[0], self.writer.drop_reservation(action.workload, record))
+        except (Conflict, Gone):
+            return Done()
+        except WriteError as e:
+            log.warning("gang %s: reservation not removed: %s", gang.key, e)
+            return Done(note=f"reservation not removed: {e}", retry=True)
+        if not action.complete:
+            self.writer.emit_workload_event(action.workload, "Warning" if decision.rule.notice is None
+                                            else decision.rule.notice.kind, "GangReservationDropped",
+                                            f"gang {gang.key}: reservation of {action.planned_at} dropped: {action.why}")
         return Done()
 
     def _release(self, gang: Gang, decision: Decision, action: Release, memory: Memory, now: float) -> Done:

@@ -16,6 +16,8 @@ action                 what it asks
 :class:`Release`       pin each member to its node and remove its gates, in one write
 :class:`RollBack`      delete the owned members of a timed-out or refused release
 :class:`Preempt`       hold nodes with a nomination, then evict the victims
+:class:`Reserve`       write a gang's reservation on its workload (release as created)
+:class:`DropReservation` remove it: complete, rolled back, or no longer fitting
 :class:`ClearNominations`, :class:`ClearPlans`, :class:`ForgetBackoff`: record clean-ups
 =====================  ===========================================================
 
@@ -32,6 +34,7 @@ from reconciler.engine.placement import Code
 from reconciler.engine.preemption import PreemptionPlan
 from reconciler.engine.records import Nomination, Plan
 from reconciler.engine.refusals import Refusal
+from reconciler.engine.reservations import Record
 
 
 @dataclass(frozen=True)
@@ -169,5 +172,29 @@ class ForgetBackoff:
     recorded backoff is dropped from the reconciler's state."""
 
 
+@dataclass(frozen=True)
+class Reserve:
+    """Write ``record`` on the workload ``workload`` (``(kind, namespace, name)``) as its
+    ``reconciler.troupe.io/reservation``: from then on every rank's node holds that rank's
+    requests (docs/decisions/034-release-as-created.md). The actions after it in the same
+    decision are carried out only once it is written."""
+
+    workload: tuple[str, str, str]
+    record: Record
+
+
+@dataclass(frozen=True)
+class DropReservation:
+    """Remove the reservation planned at ``planned_at`` from the workload ``workload``
+    (``(kind, namespace, name)``): every member is bound (``complete``), or the reservation
+    was rolled back or no longer fits its workload; ``why`` says which."""
+
+    workload: tuple[str, str, str]
+    planned_at: str
+    why: str
+    complete: bool = False
+
+
 #: The closed set of actions a decision may hold.
-Action = Wait | Hold | Release | RollBack | Preempt | ClearNominations | ClearPlans | ForgetBackoff
+Action = (Wait | Hold | Release | RollBack | Preempt | ClearNominations | ClearPlans | ForgetBackoff | Reserve
+          | DropReservation)

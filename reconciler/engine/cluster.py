@@ -31,6 +31,7 @@ from troupe.contract import (
     NOMINATION,
     PLAN,
     PLANNED_AT,
+    RELEASE_MODE,
     RELEASED_AT,
     SELECTED_DEVICES,
     TOPOLOGY_PREFERRED_LEVEL,
@@ -38,9 +39,8 @@ from troupe.contract import (
     is_troupe_gate,
     pod_meta,
     quoted,
-    rank_key,
-    rank_problem,
 )
+from troupe.ranks import rank_key, rank_problem
 
 T = TypeVar("T")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -104,7 +104,7 @@ class PodInfo:
 
     ``node_name`` is ``spec.nodeName`` (bound); ``assigned_node`` the reconciler's
     annotation (a node name); ``rank`` is
-    :func:`troupe.contract.rank_key`. ``planned_at`` and ``released_at`` are the
+    :func:`troupe.ranks.rank_key`. ``planned_at`` and ``released_at`` are the
     reconciler's annotations of a released member (RFC 3339 strings, ``""`` when absent),
     ``plan`` the release record the pod carries, if any; ``nomination`` a preemptor's
     nomination it carries, if any. ``deleting``: a
@@ -129,7 +129,8 @@ class PodInfo:
     ``gang_annotations`` is the one raw value kept, and only the part of the annotations
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
     key ending in ``-name``, ``-size`` or ``-schedule-timeout-seconds``) and the topology
-    levels (``troupe.io/topology-required-level``, ``-preferred-level``). They stay raw
+    levels (``troupe.io/topology-required-level``, ``-preferred-level``) and the release mode
+    (``troupe.io/release``). They stay raw
     because reading them needs the configuration, which a pod is parsed without: the gang
     keys are those of the configured ``gangAnnotationPrefix`` (seeds/001), and a topology
     level must be one of the configured levels; the reconciler's own annotations are
@@ -281,7 +282,7 @@ def _text(value: Any) -> str:
 
 #: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).
 _GANG_KEY_ENDS = (GANG_NAME_SUFFIX, GANG_SIZE_SUFFIX, GANG_TIMEOUT_SUFFIX)
-_TOPOLOGY_KEYS = frozenset({TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL})
+_TOPOLOGY_KEYS = frozenset({TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, RELEASE_MODE})
 
 
 def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:

@@ -51,6 +51,7 @@ from reconciler.engine.actions import (
     Action,
     ClearNominations,
     ClearPlans,
+    DropReservation,
     ForgetBackoff,
     Hold,
     MemberRelease,
@@ -61,9 +62,15 @@ from reconciler.engine.actions import (
     Wait,
 )
 from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
+from reconciler.engine.ascreated import (
+    member_release,
+    planned_at,
+    release_as_created,
+    reservation_clock,
+    reserve,
+)
 from reconciler.engine.clocks import Clock, ReleaseGroup, jitter, release_clock
 from reconciler.engine.cluster import PodInfo
-from reconciler.engine.devices import Devices
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase, Rule
 from reconciler.engine.placement import Code, PlacementResult
@@ -187,6 +194,11 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         if pod.gated:
             r.reserved.append(pod)
     clocks = {rid: c for rid, r in sorted(releases.items()) if (c := release_clock(gang, r, snapshot, now))}
+    reservation = gang.reservation if gang.as_created else None
+    if reservation is not None:  # its own clock: all of it bound, from the reservation (docs/decisions/034)
+        clocks.pop(reservation.planned_at, None)
+        if (held := reservation_clock(gang, released, snapshot, now)) is not None:
+            clocks[reservation.planned_at] = held
     for rid in gang.rolled_back:  # a rollback cut short (a refused delete): finish it
         left = [p for p in releases[rid].members if p.owner is not None] if rid in releases else []
         if left:
@@ -198,6 +210,8 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         settle_left = gang.settle_at - now
         if settle_left <= 0:
             size = len(gang.members)
+    as_created = (gang.as_created and reservation is None and not released and size is not None
+                  and len(gang.members) < size)
     obs = Observation(
         gang=gang.key, active=len(gang.members), size=size, gated=len(gated), reserved=len(reserved),
         released=len(released), bound=sum(1 for p in released if p.node_name),
@@ -208,6 +222,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         backoff_left=max(0.0, gang.not_before - now), timeouts=gang.timeouts, settle_left=max(0.0, settle_left),
         size_from=gang.size_from, workload_missing=gang.workload_missing,
         refused=len(refused), refused_why="; ".join(r.describe() for r in refused),
+        reservation=len(reservation.nodes) if reservation is not None else 0, as_created=as_created,
     )
     return _Seen(gang, snapshot, now, policy, queue, released, gated, reserved, free, releases, expired, obs,
                  min(pending) if pending else None, tuple(refused))
@@ -252,13 +267,17 @@ def _roll_back(s: _Seen, rule: Rule, expired: Sequence[str], avoid: tuple[Refusa
                     if p.plan is not None and p.plan.planned_at in expired and p.owner is None)
     rollback = RollBack(delete=tuple(p.key for p in members if p.owner is not None),
                         keep=tuple(p.key for p in members if p.owner is None), releases=tuple(expired), avoid=avoid)
-    return s.made(rule, (rollback, ClearPlans(holders)) if holders else (rollback,))
+    actions: list[Action] = [rollback, *([ClearPlans(holders)] if holders else [])]
+    reservation, workload = s.gang.reservation, s.gang.workload
+    if reservation is not None and workload is not None and reservation.planned_at in expired:
+        actions.append(DropReservation(workload, reservation.planned_at, "rolled back"))
+    return s.made(rule, actions)
 
 
 def _finish_release(s: _Seen) -> Decision:
     ranks = {p.key: i for i, p in enumerate(s.gang.members)}
     holdings = s.snapshot.devices.holdings
-    out = tuple(_member(p, s.snapshot.committed_node(p), s.snapshot, ranks[p.key],
+    out = tuple(member_release(p, s.snapshot.committed_node(p), s.snapshot, ranks[p.key],
                         s.snapshot.plan_of(p) or p.released_at,
                         holdings[p.device_group].devices if p.device_group in holdings else {})
                 for p in s.reserved)
@@ -287,6 +306,7 @@ _BUILD: Mapping[Rule, Callable[[_Seen], Decision]] = {
     lifecycle.REFUSED: _refused,
     lifecycle.TIMED_OUT: _timed_out,
     lifecycle.RELEASE_IN_PROGRESS: _finish_release,
+    lifecycle.RELEASE_AS_CREATED: release_as_created,
     lifecycle.ALL_RELEASED: _all_released,
     lifecycle.MEMBERS_DISAGREE: _held(lifecycle.MEMBERS_DISAGREE),
     lifecycle.DEVICE_GROUP: _held(lifecycle.DEVICE_GROUP),
@@ -294,7 +314,7 @@ _BUILD: Mapping[Rule, Callable[[_Seen], Decision]] = {
     lifecycle.WORKLOAD_UNKNOWN: _waiting(lifecycle.WORKLOAD_UNKNOWN),
     lifecycle.SETTLING: _waiting(lifecycle.SETTLING, lambda g: g.settle_at),
     lifecycle.MEMBERS_MISSING: _waiting(lifecycle.MEMBERS_MISSING),
-    lifecycle.READY: lambda s: _place(s),
+    lifecycle.READY: lambda s: reserve(s) if s.obs.as_created else _place(s),
 }
 
 
@@ -302,13 +322,6 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     if a is None:
         return b
     return a if b is None else min(a, b)
-
-
-def _member(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: str,
-            devices: Devices | None = None) -> MemberRelease:
-    i = snapshot.index.get(node)
-    hostname = snapshot.nodes[i].hostname if i is not None else node
-    return MemberRelease(pod.key, pod.uid, pod.resource_version, node, hostname, rank, planned_at, devices or {})
 
 
 # --- rules 10 to 13: the queue, placement, preemption --------------------------------------
@@ -398,19 +411,18 @@ def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ..
     than every release of the gang already there, by a millisecond if the clock says
     otherwise."""
     result, snapshot, now = found.result, s.snapshot, s.now
-    latest = max((t for rid in s.releases if (t := epoch(rid)) is not None), default=None)
-    planned_at = rfc3339(now if latest is None or now >= latest + 0.001 else latest + 0.001)
+    at = planned_at(now, list(s.releases))
     ranks = {p.key: i for i, p in enumerate(s.gang.members)}
     by_key = {p.key: p for p in s.free}
-    out = tuple(_member(by_key[a.pod_key], a.node, snapshot, ranks[a.pod_key], planned_at, found.devices.get(a.pod_key))
+    out = tuple(member_release(by_key[a.pod_key], a.node, snapshot, ranks[a.pod_key], at, found.devices.get(a.pod_key))
                 for a in result.assignments)
-    bindings = tuple(replace(h, source=f"plan {planned_at}") for h in found.bindings)
-    plan = (Plan(planned_at, {by_key[m.pod].uid: m.node for m in out}, {h.group: h for h in bindings})
+    bindings = tuple(replace(h, source=f"plan {at}") for h in found.bindings)
+    plan = (Plan(at, {by_key[m.pod].uid: m.node for m in out}, {h.group: h for h in bindings})
             if len(out) > 1 else None)
     # Looked at again when this release can first run out of time, whatever the watch
     # brings: the writes' own watch events may carry nothing new to the cache that
     # assumed them, and members that are never bound change nothing else.
-    deadline = (epoch(planned_at) or now) + s.gang.timeout_seconds + jitter(s.gang, planned_at)
+    deadline = (epoch(at) or now) + s.gang.timeout_seconds + jitter(s.gang, at)
     notes = [*_avoided(s), *filter(None, [unmodeled_note(s.free, s.snapshot.volumes)])]
     return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings, note="; ".join(notes)),), clear),
                   Status((result.reason, *notes), result.code, subject), recheck_at=deadline, placement=result)

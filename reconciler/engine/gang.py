@@ -39,6 +39,7 @@ from functools import lru_cache
 import troupe.contract as contract
 from reconciler.engine import workloads as wl
 from reconciler.engine.cluster import PodInfo
+from reconciler.engine.reservations import Record
 from reconciler.engine.timestamps import epoch
 from troupe.config import Config
 
@@ -53,7 +54,7 @@ class Gang:
 
     ``key``: ``namespace/id`` (the work queue's key). ``name``: how users know it (the
     gang name, ``gke:job-name=w`` or ``pod:<name>``). ``members``: its active pods
-    (neither terminal nor being deleted), in rank order (:func:`troupe.contract.rank_key`).
+    (neither terminal nor being deleted), in rank order (:func:`troupe.ranks.rank_key`).
     ``size``: members needed before the first release; None while an auto-gang settles,
     until ``settle_at`` (seconds since the epoch). ``size_from`` says where a size not
     stated by the members came from (``"Job w parallelism"``). ``timeout_seconds``: the
@@ -70,6 +71,14 @@ class Gang:
     not known (the gang waits), else ``""``. ``avoid``: node name -> why the gang's plans
     avoid it (kube-scheduler refused a member there, :mod:`.refusals`): what the caller
     knows, as the backoff.
+
+    A gang released as created (docs/decisions/034-release-as-created.md) also has its
+    ``workload`` (``(kind, namespace, name)``), its ``slots`` (the members its pod
+    templates make, in rank order, :mod:`.templates`), ``release_mode``
+    (:data:`troupe.contract.AS_CREATED`) and the ``reservation`` record its workload
+    carries (None before one is made); ``reservation_stale`` says why that record no
+    longer fits the workload (suspended, finished, resized, another gang's), ``""``.
+    Other gangs have ``release_mode`` :data:`troupe.contract.WHEN_COMPLETE` and no slots.
     """
 
     key: str
@@ -91,6 +100,16 @@ class Gang:
     rolled_back: tuple[str, ...] = ()
     workload_missing: str = ""
     avoid: Mapping[str, str] = field(default_factory=dict)
+    workload: wl.WorkloadKey | None = None
+    slots: tuple[PodInfo, ...] = ()
+    release_mode: str = contract.WHEN_COMPLETE
+    reservation: Record | None = None
+    reservation_stale: str = ""
+
+    @property
+    def as_created(self) -> bool:
+        """Released as created: planned from its slots, each member released as it comes."""
+        return self.release_mode == contract.AS_CREATED and bool(self.slots)
 
 
 #: The annotation keys of a prefix, made once (every pod of every snapshot asks).
@@ -150,14 +169,18 @@ def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
 
 
 def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
-               workloads: wl.Workloads | None = None) -> Gang:
+               workloads: wl.Workloads | None = None, planned: wl.Workload | None = None) -> Gang:
     """The :class:`Gang` ``key`` of ``pods`` (every pod with that key, active or not).
 
     ``parallelism`` maps a Job's ``(namespace, name)`` to its ``spec.parallelism``: the
     size of an auto-gang owned by that Job. ``workloads``: the workload objects that size
-    gangs of ``<prefix>-size: auto`` (none known when None). Never raises: what cannot be
-    read makes the gang held, with the reason.
+    gangs of ``<prefix>-size: auto`` (none known when None). ``planned``: the workload the
+    gang is released as created from (:func:`planned_gangs`), whose slots stand for the
+    members that do not exist yet. Never raises: what cannot be read makes the gang held,
+    with the reason.
     """
+    if planned is not None:
+        return _as_created(key, list(pods), config, parallelism, workloads, planned)
     namespace, _, name = key.partition("/")
     pods = list(pods)
     gang_keys = _gang_keys(config.gang_annotation_prefix)
@@ -246,3 +269,85 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
         except contract.ContractError as e:
             held = held or f"{workload.kind} {workload.name}: {e}"
     return replace(gang, size=workload.size, size_from=workload.size_from, topology=topology, held=held)
+
+
+def _as_created(key: str, pods: list[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
+                workloads: wl.Workloads | None, planned: wl.Workload) -> Gang:
+    """A gang released as created from ``planned``: built from its pods, or from its slots
+    while none is active (size, timeout, topology and priority are the template's), with
+    the workload's slots and reservation, and why that reservation is stale."""
+    gang = build_gang(key, pods, config, parallelism, workloads)
+    if not gang.members:
+        from_slots = build_gang(key, planned.slots, config, parallelism, workloads)
+        gang = replace(from_slots, members=(), device_groups=())
+    record = planned.record
+    stale = ""
+    if record is not None:
+        gang_id = key.partition("/")[2]
+        if record.gang != gang_id:
+            stale = f"the reservation on {planned.kind} {planned.name} is for {record.gang}"
+        elif not planned.active:
+            stale = f"{planned.kind} {planned.name} is suspended, finished or being deleted"
+        elif len(record.nodes) != len(planned.slots):
+            stale = (f"{planned.kind} {planned.name} now runs {len(planned.slots)} member(s), "
+                     f"the reservation holds {len(record.nodes)}")
+    return replace(gang, workload=planned.key, slots=planned.slots, release_mode=contract.AS_CREATED,
+                   reservation=record, reservation_stale=stale)
+
+
+def planned_gangs(workloads: wl.Workloads, config: Config,
+                  auto_namespaces: frozenset[str] = frozenset()) -> dict[str, wl.Workload]:
+    """Gang key -> the workload it is released as created from
+    (docs/decisions/034-release-as-created.md): every workload whose slots all belong to
+    one Troupe gang that takes all of its members, that releases as created (its
+    template's ``troupe.io/release``, else the workload's, else ``releaseMode``), whose
+    members join no SharedDeviceGroup, and that still runs pods; also any workload that
+    carries a reservation (so a stale one is dropped). In ``auto_namespaces`` (labelled
+    ``troupe.io/gang-mode: auto``) a template without gang keys counts as ``<prefix>-size:
+    auto``, as the webhook stamps its pods."""
+    keys = _gang_keys(config.gang_annotation_prefix)
+    out: dict[str, wl.Workload] = {}
+    for w in workloads.objects.values():
+        slots = w.slots
+        if not slots:
+            continue
+        first = slots[0]
+        if w.namespace in auto_namespaces and not any(k in first.gang_annotations for k in keys.all()):
+            auto = {**first.gang_annotations, keys.size: contract.AUTO_SIZE}
+            slots = tuple(replace(s, gang_annotations=auto) for s in slots)
+            w = replace(w, slots=slots)
+            first = slots[0]
+        key = gang_key(first, config)
+        if key is None or key.partition("/")[2].startswith("pod:") or gang_key(slots[-1], config) != key:
+            continue
+        if w.record is not None:
+            out[key] = w
+            continue
+        try:
+            mode = contract.parse_release_mode(first.gang_annotations, w.release or config.release_mode)
+        except contract.ContractError:
+            mode = contract.WHEN_COMPLETE  # the webhook refuses the pods: nothing to plan
+        if mode != contract.AS_CREATED or not w.active or any(s.device_group for s in slots):
+            continue
+        size = first.gang_annotations.get(keys.size)
+        if size != contract.AUTO_SIZE and size != str(len(slots)):
+            continue  # a named gang of other members too: released when complete
+        out[key] = w
+    return out
+
+
+def auto_namespaces(namespaces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    """The namespaces (name -> labels) labelled ``troupe.io/gang-mode: auto``."""
+    return frozenset(n for n, labels in namespaces.items() if labels.get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO)
+
+
+def all_gangs(pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
+              workloads: wl.Workloads | None = None,
+              namespaces: Mapping[str, Mapping[str, str]] | None = None) -> list[Gang]:
+    """Every gang of ``pods`` and of the workloads released as created
+    (:func:`planned_gangs`; ``namespaces``: name -> labels), by key: what the simulator and
+    ``kubectl troupe`` decide, as the reconciler's cache builds them."""
+    planned = planned_gangs(workloads, config, auto_namespaces(namespaces or {})) if workloads is not None else {}
+    grouped = group_by_gang(pods, config)
+    return [build_gang(key, grouped.get(key, []), config, parallelism, workloads, planned.get(key))
+            for key in sorted({*grouped, *planned})]

@@ -19,6 +19,9 @@ order   rule                  phase           applies when
                                               were not all bound, within the timeout
 3       ``ReleaseInProgress`` Releasing       gated members hold nodes reserved by a
                                               release cut short: finish it
+3b      ``ReleaseAsCreated``  Releasing       the gang's workload carries its reservation:
+                                              release each member onto its rank's node
+                                              as it comes (docs/decisions/034)
 4       ``AllReleased``       Released        no active member is gated
 5       ``MembersDisagree``   Held            members disagree on size, timeout or level,
                                               or carry malformed gang annotations
@@ -29,10 +32,13 @@ order   rule                  phase           applies when
                                               known (not found, or its kind unreadable)
 8       ``Settling``          Waiting         an auto-gang's size is not known yet
 9       ``MembersMissing``    Waiting         fewer than ``size`` active members, none
-                                              released (all-or-nothing)
+                                              released (all-or-nothing), and the gang is
+                                              not released as created
 10      ``Queued``            Waiting         StrictFIFO: a gang ahead in the queue does
                                               not fit, and every gang behind it waits
 11      ``Placed``            Placed          a placement exists for every gated member
+        ``Reserved``          Placed          released as created: a placement exists for
+                                              every slot; the reservation is written
 12      ``Preempting``        Preempting      none does, but evicting lower-priority
                                               gangs makes one (``gangPreemptionMode``);
         ``AwaitingVictims``   Preempting      the gang's nomination holds its nodes while
@@ -115,6 +121,10 @@ class Observation:
     workload_missing: str = ""
     refused: int = 0
     refused_why: str = ""
+    #: Released as created: ``reservation`` ranks reserved on the workload (0: none),
+    #: ``as_created`` the gang may be reserved now (none of it released, members missing).
+    reservation: int = 0
+    as_created: bool = False
 
     def summary(self) -> str:
         """One line for errors and logs: ``active=4 size=4 gated=2 reserved=2 ...``."""
@@ -193,7 +203,8 @@ def _backoff(o: Observation) -> str:
     return f"backing off after {o.timeouts} timeout(s): {o.backoff_left:.0f}s left"
 
 
-NO_MEMBERS = Rule("NoMembers", Phase.WAITING, lambda o: o.active == 0, lambda o: "no active members")
+NO_MEMBERS = Rule("NoMembers", Phase.WAITING, lambda o: o.active == 0 and not o.as_created and not o.reservation,
+                  lambda o: "no active members")
 #: kube-scheduler refused a pinned member: roll its release back now and avoid the node
 #: (docs/decisions/032-scheduler-refusals.md).
 REFUSED = Rule("Refused", Phase.ROLLED_BACK, lambda o: o.refused > 0,
@@ -207,7 +218,10 @@ RELEASE_IN_PROGRESS = Rule(
               f"{o.reserved} to go on their planned nodes",
     Notice("Normal", "GangReleased"),
 )
-ALL_RELEASED = Rule("AllReleased", Phase.RELEASED, lambda o: o.gated == 0, _released)
+#: A reservation on the gang's workload: each member is released onto its rank's node as it
+#: comes (docs/decisions/034-release-as-created.md). The handler tells of each release.
+RELEASE_AS_CREATED = Rule("ReleaseAsCreated", Phase.RELEASING, lambda o: o.reservation > 0, lambda o: "")
+ALL_RELEASED = Rule("AllReleased", Phase.RELEASED, lambda o: o.gated == 0 and not o.as_created, _released)
 MEMBERS_DISAGREE = Rule("MembersDisagree", Phase.HELD, lambda o: bool(o.held), lambda o: o.held,
                         Notice("Warning", "GangSpecMismatch", Audience.EACH), "Held")
 DEVICE_GROUP = Rule("DeviceGroup", Phase.HELD, lambda o: bool(o.device_problem), lambda o: o.device_problem,
@@ -224,12 +238,22 @@ SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
                 lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more",
                 Notice("Normal", "GangWaiting", on_change_only=True), "WaitingForMembers")
 MEMBERS_MISSING = Rule("MembersMissing", Phase.WAITING,
-                       lambda o: o.released == 0 and o.size is not None and o.active < o.size, _members,
+                       lambda o: o.released == 0 and o.size is not None and o.active < o.size and not o.as_created,
+                       _members,
                        Notice("Normal", "GangWaiting"), "WaitingForMembers")
 #: Every rule above passed: ask the placement engine (not a phase of its own).
 READY = Rule("Ready", Phase.PLACED, lambda o: True, lambda o: "complete")
 #: The engine placed every gated member; the reason is the engine's.
 PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", Notice("Normal", "GangReleased"))
+#: Released as created: every slot placed; the reservation is written on the workload.
+RESERVED = Rule("Reserved", Phase.PLACED, None, lambda o: "", Notice("Normal", "GangReserved"))
+#: A member does not fit its rank's reserved node (a taint, a node lost, a larger request
+#: than its template's): the whole reservation is rolled back.
+RESERVATION_BROKEN = Rule("ReservationBroken", Phase.ROLLED_BACK, None, lambda o: "",
+                          Notice("Warning", "GangReservationBroken"))
+#: The reservation no longer fits its workload (suspended, finished, resized): dropped.
+RESERVATION_DROPPED = Rule("ReservationDropped", Phase.WAITING, None, lambda o: "",
+                           Notice("Normal", "GangReservationDropped"))
 #: The engine found no placement; the reason is the engine's.
 UNPLACED = Rule("Unplaced", Phase.UNSCHEDULABLE, None, lambda o: "",
                 Notice("Warning", "GangUnschedulable"), "Unschedulable",
@@ -250,7 +274,7 @@ EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "",
 
 #: The observation rules, in the order they are tried (module docstring).
 RULES: tuple[Rule, ...] = (
-    NO_MEMBERS, REFUSED, TIMED_OUT, RELEASE_IN_PROGRESS, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
+    NO_MEMBERS, REFUSED, TIMED_OUT, RELEASE_IN_PROGRESS, RELEASE_AS_CREATED, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
     BACKING_OFF, WORKLOAD_UNKNOWN, SETTLING, MEMBERS_MISSING, READY,
 )
 

@@ -23,6 +23,10 @@ What uses a node's resources (DESIGN.md "Topology"): every pod that is not termi
   (docs/decisions/007-release-writes.md);
 - held, while gated, by a preemptor's nomination (``reconciler.troupe.io/nomination``), so
   that no other gang takes what the eviction of its victims frees;
+- and, before its pod exists or is released, a rank of a gang released as created: the
+  reservation on its workload (``reconciler.troupe.io/reservation``) holds the rank's
+  requests on the rank's node until the member of that rank is released there
+  (:mod:`.reservations`, docs/decisions/034-release-as-created.md);
 - and nothing else: a pending pod that neither Troupe released nor kube-scheduler bound
   uses nothing, whatever its node selection says. A tenant's pod pinned to a node it can
   never be bound to (``{kubernetes.io/hostname: n0, no-such-label: x}``) would otherwise
@@ -43,8 +47,10 @@ from reconciler.engine.fields import ObjectError
 from reconciler.engine.filters import NodeFilter, Taint, insufficient, static_reason
 from reconciler.engine.nodetable import NodeTable
 from reconciler.engine.podterms import SpreadConstraint
+from reconciler.engine.reservations import Reservation, fill
 from reconciler.engine.topology import TopologyLevels
 from reconciler.engine.volumes import VolumeCatalog
+from reconciler.engine.workloads import group
 
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
@@ -126,14 +132,17 @@ class Snapshot:
     ``namespaceSelector``); ``volumes``: the claims, volumes and CSINodes
     (:class:`~reconciler.engine.volumes.VolumeCatalog`; None when they were not read, as by
     the simulator: the volume filters are then skipped); ``spread_defaults``: the cluster's
-    default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`.gangfilters`).
+    default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`.gangfilters`);
+    ``reservations``: the reservations of gangs released as created (:mod:`.reservations`),
+    whose free ranks hold their nodes (:attr:`reservations` by ``namespace/gang id``).
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
                  groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None,
                  budgets: Iterable[Budget] = (), *,
                  namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
-                 spread_defaults: Sequence[SpreadConstraint] = ()) -> None:
+                 spread_defaults: Sequence[SpreadConstraint] = (),
+                 reservations: Iterable[Reservation] = ()) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -175,6 +184,28 @@ class Snapshot:
         self.devices = DeviceInventory.build(self.index, self.groups, claims, plans)
         for holding in self.devices.holdings.values():
             self._hold(holding)
+        self.reservations: dict[str, Reservation] = {}
+        self._hold_reservations(reservations)
+
+    def _hold_reservations(self, reservations: Iterable[Reservation]) -> None:
+        """Each reservation's free ranks use their nodes (module docstring); a rank whose
+        node is not in the snapshot holds nothing (its gang's decision rolls it back)."""
+        found = {f"{r.namespace}/{r.record.gang}": r for r in reservations}
+        if not found:
+            return
+        stamps = {(r.namespace, r.record.planned_at) for r in found.values()}
+        released: dict[tuple[str, str], list[PodInfo]] = {}
+        for pod in self.pods.values():
+            if (pod.namespace, pod.planned_at) in stamps and (pod.active or pod.phase == "Succeeded"):
+                released.setdefault((pod.namespace, pod.planned_at), []).append(pod)
+        for key, r in found.items():
+            self.reservations[key] = r
+            members = [p for p in released.get((r.namespace, r.record.planned_at), ())
+                       if (made_by := group(p)) is not None and made_by[1] == r.workload]
+            filled = fill(r.record, r.slots, members)
+            for rank, node in enumerate(r.record.nodes):
+                if rank not in filled and node in self.index:
+                    self._take(r.holding(rank), self.index[node], r.requests(rank))
 
     @staticmethod
     def _holding_key(group: str) -> str:

@@ -24,7 +24,7 @@ A JobSet's restart is a new gang (its pods carry the new ``restart-attempt``), s
 of the old attempt, still terminating, never count and the new ones are never taken for
 replacements of a running gang. A LeaderWorkerSet group that is recreated keeps its
 labels; its pods created before the group's current leader are of the old group and are
-left out (:func:`superseded`). Ranks are :func:`troupe.contract.rank_key`'s (a JobSet's
+left out (:func:`superseded`). Ranks are :func:`troupe.ranks.rank_key`'s (a JobSet's
 ``job-global-index`` is replicated-job order then job index).
 
 A topology level may be given once on the workload object (the pod annotations
@@ -42,6 +42,8 @@ from typing import Any
 
 import troupe.contract as contract
 from reconciler.engine.cluster import PodInfo
+from reconciler.engine.reservations import Record, Reservation
+from reconciler.engine.templates import job_pods, replica_order, slots
 from reconciler.engine.timestamps import epoch
 
 
@@ -74,6 +76,8 @@ PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs")
 KINDS: tuple[Kind, ...] = (JOB, JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
 CUSTOM_KINDS: tuple[Kind, ...] = (JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
 _BY_KIND = {k.kind: k for k in KINDS}
+#: Each supported kind by its ``kind``.
+KIND_OF: Mapping[str, Kind] = _BY_KIND
 
 #: ``(kind, namespace, name)`` of a workload object.
 WorkloadKey = tuple[str, str, str]
@@ -92,6 +96,18 @@ class Workload:
     size: int
     size_from: str
     topology: Mapping[str, str] = field(default_factory=dict)
+    #: Its members before their pods exist (:mod:`.templates`), in rank order; ``()`` for
+    #: a kind released when complete. Compared through ``generation`` (a spec change).
+    slots: tuple[PodInfo, ...] = field(default=(), compare=False, repr=False)
+    generation: int = 0
+    #: Whether it still runs pods: not suspended, not finished, not being deleted.
+    active: bool = True
+    #: Its ``troupe.io/release`` annotation (``""`` without one).
+    release: str = ""
+    #: The reservation it carries (``reconciler.troupe.io/reservation``), None without one
+    #: or when the value cannot be read; ``record_error`` says why not (``""``).
+    record: Record | None = None
+    record_error: str = ""
 
     @property
     def key(self) -> WorkloadKey:
@@ -107,6 +123,12 @@ class Workloads:
 
     objects: Mapping[WorkloadKey, Workload] = field(default_factory=dict)
     unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    def reservations(self) -> list[Reservation]:
+        """The reservations of the workloads that still run pods (what a snapshot holds):
+        one of a finished or suspended workload holds nothing."""
+        return [Reservation(w.namespace, w.key, w.record, w.slots) for w in self.objects.values()
+                if w.record is not None and w.active and w.slots]
 
     def missing(self, key: WorkloadKey) -> str:
         """Why ``key`` is not known, for a gang's reason."""
@@ -129,23 +151,6 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _job_pods(spec: Mapping[str, Any], succeeded: int = 0) -> int:
-    """Pods a Job spec runs at once: ``parallelism`` (default 1), capped by the
-    completions still to go when ``completions`` is set (the Job API's rules,
-    https://kubernetes.io/docs/concepts/workloads/controllers/job/#parallel-jobs)."""
-    parallelism = _int(spec.get("parallelism"), 1)
-    completions = spec.get("completions")
-    if isinstance(completions, int) and not isinstance(completions, bool) and abs(completions) <= _MAX_COUNT:
-        parallelism = min(parallelism, max(completions - succeeded, 0))
-    return parallelism
-
-
-def _replica_order(item: tuple[Any, Any]) -> tuple[bool, str]:
-    """Replica types with the master (chief, launcher) first, then by name."""
-    name = str(item[0])
-    return (name.lower() not in ("master", "chief", "launcher"), name)
-
-
 def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
     """The :class:`Workload` of an object of a supported ``kind`` (a plain dict in the API
     shape), or None for an unsupported kind or an object without a name. Never raises:
@@ -163,7 +168,7 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
                 if k in annotations}
     if kind == JOB.kind:
         succeeded = _int(_map(obj.get("status")).get("succeeded"), 0)
-        size = _job_pods(spec, succeeded)
+        size = job_pods(spec, succeeded)
         how = f"Job {name} parallelism" + (f", {succeeded} completed" if succeeded else "")
     elif kind == JOBSET.kind:
         parts, size = [], 0
@@ -171,7 +176,7 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
         for i, rj in enumerate(replicated if isinstance(replicated, list) else []):
             rj = _map(rj)
             replicas = _int(rj.get("replicas"), 1)
-            pods = _job_pods(_map(_map(rj.get("template")).get("spec")))
+            pods = job_pods(_map(_map(rj.get("template")).get("spec")))
             size += replicas * pods
             rj_name = rj.get("name")
             parts.append(f"{rj_name if isinstance(rj_name, str) and rj_name else i} {replicas}x{pods}")
@@ -184,12 +189,44 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
         for key, replica_specs in sorted((k, v) for k, v in spec.items() if isinstance(k, str)):
             if not key.endswith("ReplicaSpecs") or not isinstance(replica_specs, Mapping):
                 continue
-            for rtype, rspec in sorted(((str(k), v) for k, v in replica_specs.items()), key=_replica_order):
+            for rtype, rspec in sorted(((str(k), v) for k, v in replica_specs.items()), key=replica_order):
                 replicas = _int(_map(rspec).get("replicas"), 1)
                 size += replicas
                 parts.append(f"{rtype} {replicas}")
         how = f"{kind} {name}: " + " + ".join(parts)
-    return Workload(kind, namespace, name, max(size, 1), how, topology)
+    record, record_error = None, ""
+    raw = annotations.get(contract.RESERVATION)
+    if isinstance(raw, str):
+        record = Record.decode(raw)
+        if record is None:
+            record_error = f"{contract.RESERVATION}: {contract.quoted(raw)} is not a reservation record"
+    generation = meta.get("generation")
+    release = annotations.get(contract.RELEASE_MODE)
+    return Workload(kind, namespace, name, max(size, 1), how, topology,
+                    slots=slots(kind, obj) if size > 0 else (),
+                    generation=generation if isinstance(generation, int) else 0,
+                    active=_active(kind, meta, spec, _map(obj.get("status"))),
+                    release=release if isinstance(release, str) else "", record=record, record_error=record_error)
+
+
+#: Conditions that end a workload (Job: ``Complete``, ``Failed`` and the targets set before
+#: them; JobSet: ``Completed``, ``Failed``; Kubeflow: ``Succeeded``, ``Failed``).
+_FINISHED = frozenset({"Complete", "Completed", "Failed", "Succeeded", "FailureTarget", "SuccessCriteriaMet"})
+
+
+def _active(kind: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a workload still runs pods: not being deleted, not suspended (``spec.suspend``,
+    a Kubeflow job's ``spec.runPolicy.suspend``), without a condition that ends it."""
+    if meta.get("deletionTimestamp") is not None:
+        return False
+    if spec.get("suspend") is True or _map(spec.get("runPolicy")).get("suspend") is True:
+        return False
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else []:
+        condition = _map(condition)
+        if condition.get("type") in _FINISHED and condition.get("status") == "True":
+            return False
+    return True
 
 
 def workloads_of(kind: str, objects: Iterable[Mapping[str, Any]]) -> dict[WorkloadKey, Workload]:

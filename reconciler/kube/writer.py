@@ -12,7 +12,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from kubernetes import client
@@ -29,6 +29,7 @@ from reconciler.daemon.writer import (
     Refused,
     WriteError,
 )
+from reconciler.engine import workloads as wl
 from reconciler.kube.client import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -67,6 +68,7 @@ class KubeWriter(PodWriter):
                  fence: Fence = UNFENCED, state: tuple[str, str] | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
         self.limiter = limiter
         self.component = component
         self.fence = fence
@@ -159,6 +161,25 @@ class KubeWriter(PodWriter):
                           _preload_content=False)
         return dict(json.loads(resp.data))
 
+    def _patch_workload(self, workload: tuple[str, str, str],
+                        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        kind, namespace, name = workload
+        content = MERGE_PATCH if isinstance(patch, Mapping) else JSON_PATCH
+        what = f"patch {kind} {namespace}/{name}"
+        if kind == wl.JOB.kind:
+            resp = self._call(what, self.batch.patch_namespaced_job, name, namespace, patch, _content_type=content,
+                              _preload_content=False)
+        else:
+            k = wl.KIND_OF[kind]
+            resp = self._call(what, self.custom.patch_namespaced_custom_object, k.group, k.version, namespace, k.plural,
+                              name, patch, _content_type=content, _preload_content=False)
+        return dict(json.loads(resp.data))
+
+    def emit_workload_event(self, workload: tuple[str, str, str], kind: str, reason: str, message: str) -> None:
+        """Queue a core/v1 Event on a workload object (best effort, as :meth:`emit_event`)."""
+        api_version = wl.KIND_OF[workload[0]].api_version if workload[0] in wl.KIND_OF else "v1"
+        self.events.emit(PodRef(workload[1], workload[2]), None, kind, reason, message, (api_version, workload[0]))
+
     def _read_state(self) -> dict[str, str]:
         if self.state is None:
             return {}
@@ -215,15 +236,18 @@ class EventSink:
                  fence: Fence = UNFENCED) -> None:
         self.core, self.limiter, self.component, self.fence = core, limiter, component, fence
         self.fenced = 0
-        self._queue: queue.Queue[tuple[PodRef, str | None, str, str, str] | None] = queue.Queue(capacity)
+        self._queue: queue.Queue[tuple[PodRef, str | None, str, str, str, tuple[str, str]] | None] = \
+            queue.Queue(capacity)
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
 
-    def emit(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
-        """Queue one Event."""
+    def emit(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str,
+             regarding: tuple[str, str] = ("v1", "Pod")) -> None:
+        """Queue one Event about ``ref``, an object of ``regarding`` (``(apiVersion, kind)``,
+        a pod unless said)."""
         try:
-            self._queue.put_nowait((ref, uid, kind, reason, message))
+            self._queue.put_nowait((ref, uid, kind, reason, message, regarding))
         except queue.Full:
             self.dropped += 1
             if self.dropped % 100 == 1:
@@ -237,9 +261,9 @@ class EventSink:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            ref, uid, kind, reason, message = item
-            body = event_body(client.V1ObjectReference(kind="Pod", namespace=ref.namespace, name=ref.name, uid=uid,
-                                                       api_version="v1"),
+            ref, uid, kind, reason, message, (api_version, object_kind) = item
+            body = event_body(client.V1ObjectReference(kind=object_kind, namespace=ref.namespace, name=ref.name, uid=uid,
+                                                       api_version=api_version),
                               kind, reason, message, self.component, dt.datetime.now(dt.UTC))
             self.limiter.wait()
             try:

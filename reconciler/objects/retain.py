@@ -86,14 +86,19 @@ NODE: Keep = {
     "status": {"allocatable": True, "conditions": {"type": True, "status": True}},
 }
 
-#: Jobs: identity, the topology annotations a workload may carry, and the sizes a gang takes
-#: from its Job (parallelism capped by the completions still to go).
+#: Jobs: identity, the annotations a workload may carry (topology, release mode, the
+#: reservation), the sizes a gang takes from its Job (parallelism capped by the completions
+#: still to go), whether it still runs pods (suspended, finished), and what of its pod
+#: template a member's slot is made of (docs/decisions/034-release-as-created.md).
 JOB: Keep = {
     "apiVersion": True, "kind": True,
     "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True, "labels": True,
-                 "annotations": BULKY_ANNOTATIONS},
-    "spec": {"parallelism": True, "completions": True, "completionMode": True},
-    "status": {"succeeded": True},
+                 "annotations": BULKY_ANNOTATIONS, "generation": True, "creationTimestamp": True,
+                 "deletionTimestamp": True},
+    "spec": {"parallelism": True, "completions": True, "completionMode": True, "suspend": True,
+             "template": {"metadata": {"labels": True, "annotations": BULKY_ANNOTATIONS},
+                          "spec": POD["spec"]}},
+    "status": {"succeeded": True, "conditions": {"type": True, "status": True}},
 }
 
 #: SharedDeviceGroups: small objects, kept whole but for the server's bookkeeping.

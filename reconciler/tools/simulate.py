@@ -37,7 +37,9 @@ preempt lower-priority gangs, exactly as the reconciler would.
 JSON output keeps these keys stable: ``{"gangs": [{"namespace", "name", "phase",
 "reason", "placements": [{"pod", "node", "rank"}], "victims": [{"namespace", "pod",
 "node"}]}], "deviceGroups": [{"name", "phase", "node", "devices", "pods", "reason"}]}``
-(``victims`` for a gang in phase ``Preempting``); it adds ``rule``, ``code``, ``size``,
+(``victims`` for a gang in phase ``Preempting``; ``reservation``, ``{"plannedAt", "nodes",
+"members", "released", "bound"}``, for a gang released as created that holds one, or makes
+one now: docs/decisions/034-release-as-created.md); it adds ``rule``, ``code``, ``size``,
 ``members``, ``cost``, ``domain`` per gang, ``topology`` per placement, and ``devices``
 (resource name -> IDs) per placement of a group member. A group pod in no gang is a gang
 of one. ``deviceGroups`` lists every SharedDeviceGroup as it stands after the simulated
@@ -56,23 +58,24 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, actions
+from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
 from reconciler.engine import workloads as wl
 from reconciler.engine.allocation import group_view
 from reconciler.engine.budgets import Budget
 from reconciler.engine.decision import Decision
 from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
-from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallelism
+from reconciler.engine.gang import Gang, all_gangs, job_parallelism
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.engine.step import step
 from reconciler.engine.volumes import VolumeCatalog
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from reconciler.objects.volumes import PARSERS, VOLUME_KINDS, spread_defaults
+from reconciler.tools.interpret import APPLY, Applied, reservation_json
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
@@ -101,6 +104,9 @@ class GangOutcome:
     #: or makes room by preemption (``preempting``: the output lists its victims).
     placed: bool = False
     preempting: bool = False
+    #: A gang released as created: its reservation (``plannedAt``, ``nodes`` by rank, and
+    #: how many ``members`` exist, are ``released`` and ``bound``), None for other gangs.
+    reservation: dict[str, Any] | None = None
     #: What the decision was made of, for callers that explain it (``kubectl troupe why``):
     #: the gang, the decision itself, the snapshot it was made on and the queue's view.
     gang: Gang | None = field(default=None, repr=False, compare=False)
@@ -110,13 +116,15 @@ class GangOutcome:
 
     def to_json(self) -> dict[str, Any]:
         """The gang's JSON object (``victims`` only for a gang that preempts)."""
-        out = {
+        out: dict[str, Any] = {
             "namespace": self.namespace, "name": self.name, "phase": self.phase, "reason": self.reason,
             "rule": self.rule, "code": self.code, "size": self.size, "members": self.members, "cost": self.cost,
             "domain": self.domain, "placements": self.placements,
         }
         if self.preempting:
             out["victims"] = self.victims
+        if self.reservation is not None:
+            out["reservation"] = self.reservation
         return out
 
 
@@ -221,27 +229,25 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
+    known = wl.Workloads(workloads)
     snapshot = Snapshot(nodes, pods, levels, groups, budgets=budgets, namespaces=namespaces, volumes=catalog,
-                        spread_defaults=spread_defaults(config) if config is not None else ())
+                        spread_defaults=spread_defaults(config) if config is not None else (),
+                        reservations=known.reservations())
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
-    return Built(snapshot, origin, parallelism, notes, wl.Workloads(workloads))
+    return Built(snapshot, origin, parallelism, notes, known)
 
 
 # --- deciding ----------------------------------------------------------------------------
-def _topology(snapshot: Snapshot, node: str) -> str:
-    i = snapshot.index.get(node)
-    if i is None:
-        return "-"
-    return "/".join("-" if v.startswith("<") else v for v in snapshot.paths[i])
-
-
 def waiting_gangs(snapshot: Snapshot, config: Config, parallelism: Mapping[tuple[str, str], int],
                   workloads: wl.Workloads | None = None) -> list[Gang]:
-    """Every gang with a gated active member, in queue order (:func:`queue_order`: the
-    highest priority first, then the earliest creation, then the key)."""
-    gangs = [build_gang(key, pods, config, parallelism, workloads)
-             for key, pods in group_by_gang(snapshot.pods.values(), config).items()
-             if any(p.active and p.gated for p in pods)]
+    """Every gang with a gated active member, and every gang released as created from a
+    workload that holds a reservation or has none of it released yet (to be reserved:
+    docs/decisions/034-release-as-created.md), in queue
+    order (:func:`queue_order`: the highest priority first, then the earliest creation,
+    then the key)."""
+    gangs = [g for g in all_gangs(snapshot.pods.values(), config, parallelism, workloads, snapshot.namespaces)
+             if any(p.gated for p in g.members) or g.reservation is not None
+             or (g.as_created and all(p.gated for p in g.members))]
     return sorted(gangs, key=lambda g: queue_order(g.key, g.priority, g.created))
 
 
@@ -252,7 +258,7 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
     """Decide every waiting gang in queue order (:func:`waiting_gangs`), each on the
     snapshot the decisions before it left and with what the gangs ahead of it hold or
     block (:class:`QueueState`), as the reconciler does (:func:`step`), and apply each
-    decision's actions to the snapshot (:class:`_Applied`): a placed gang uses its nodes, a
+    decision's actions to the snapshot (:class:`~reconciler.tools.interpret.Applied`): a placed gang uses its nodes, a
     preemptor's victims are gone and it uses their room, a rolled-back gang's deleted
     members free theirs. ``policy`` defaults to the configuration's; ``workloads`` size
     the gangs of ``<prefix>-size: auto``. ``until``: stop once the gang of this key is
@@ -264,9 +270,11 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
         seen = snapshot
         turn = step(gang, snapshot, now, policy, queue)
         decision = turn.decision
-        applied = _Applied(gang, decision, snapshot)
+        applied = Applied(gang, decision, snapshot)
+        if gang.reservation is not None:
+            applied.reservation = reservation_json(gang, gang.reservation.planned_at, gang.reservation.nodes)
         for action in decision.actions:
-            _APPLY[type(action)](applied, action)
+            APPLY[type(action)](applied, action)
         snapshot = applied.snapshot
         result = decision.placement if applied.placed else None
         outcomes.append(GangOutcome(
@@ -276,70 +284,11 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             domain=str(result.domain) if result is not None and result.domain else None,
             placements=applied.placements, bindings=applied.bindings, victims=applied.victims,
             gang=gang, decision=decision, seen=seen, queue=turn.queue, placed=applied.placed,
-            preempting=applied.preempting,
+            preempting=applied.preempting, reservation=applied.reservation,
         ))
         if gang.key == until:
             break
     return outcomes
-
-
-@dataclass
-class _Applied:
-    """The simulator's interpreter state for one decision: the ``snapshot`` as its actions
-    leave it, and what the output shows: ``placements`` (members placed, or a preemptor's
-    intended placement), ``victims``, ``bindings`` of device groups, whether it ``placed``
-    a release of new members and whether it is ``preempting``."""
-
-    gang: Gang
-    decision: Decision
-    snapshot: Snapshot
-    placements: list[dict[str, Any]] = field(default_factory=list)
-    victims: list[dict[str, Any]] = field(default_factory=list)
-    bindings: tuple[Holding, ...] = ()
-    placed: bool = False
-    preempting: bool = False
-
-
-def _apply_release(state: _Applied, action: actions.Release) -> None:
-    snapshot = state.snapshot
-    state.placements = [{"pod": m.pod.split("/", 1)[1], "node": m.node, "rank": m.rank,
-                         "topology": _topology(snapshot, m.node),
-                         **({"devices": {r: list(ids) for r, ids in m.devices.items()}} if m.devices else {})}
-                        for m in action.members]
-    result = state.decision.placement
-    if not action.finishing and result is not None:  # a new release: its members now use their nodes
-        state.snapshot = snapshot.with_assumed(result, action.bindings)
-        state.placed, state.bindings = True, action.bindings
-
-
-def _apply_preempt(state: _Applied, action: actions.Preempt) -> None:
-    snapshot, result = state.snapshot, state.decision.placement
-    state.preempting = True
-    if result is not None:
-        ranks = {p.key: i for i, p in enumerate(state.gang.members)}
-        state.placements = [{"pod": a.pod_key.split("/", 1)[1], "node": a.node, "rank": ranks.get(a.pod_key, a.rank),
-                             "topology": _topology(snapshot, a.node)} for a in result.assignments]
-    where = action.plan.nodes if action.plan is not None else {}
-    state.victims = [{"namespace": v.split("/", 1)[0], "pod": v.split("/", 1)[1],
-                      "node": where.get(v) or snapshot.using(v)} for v in action.evict]
-    if action.plan is not None and result is not None:  # a new plan: its victims go, the gang takes their room
-        state.snapshot = snapshot.with_removed(action.evict).with_assumed(result)
-
-
-def _apply_rollback(state: _Applied, action: actions.RollBack) -> None:
-    state.snapshot = state.snapshot.with_removed(action.delete)
-
-
-def _apply_nothing(state: _Applied, action: Any) -> None:
-    """Telling members and clearing records change no capacity."""
-
-
-#: The simulator's interpreter: one handler per action type (a missing one fails loudly).
-_APPLY: Mapping[type, Callable[[_Applied, Any], None]] = {
-    actions.Release: _apply_release, actions.Preempt: _apply_preempt, actions.RollBack: _apply_rollback,
-    actions.Wait: _apply_nothing, actions.Hold: _apply_nothing, actions.ClearNominations: _apply_nothing,
-    actions.ClearPlans: _apply_nothing, actions.ForgetBackoff: _apply_nothing,
-}
 
 
 def device_groups(snapshot: Snapshot, outcomes: Sequence[GangOutcome]) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.decision import Decision, decide
-from reconciler.engine.gang import Gang, build_gang, gang_key, group_by_gang
+from reconciler.engine.gang import Gang, all_gangs, build_gang, gang_key, group_by_gang
 from reconciler.engine.occupancy import DomainUsage, occupancy
 from reconciler.engine.queueing import Policy
 from reconciler.engine.refusals import is_refused
@@ -171,8 +171,8 @@ def _status(gang: Gang, decision: Decision, now: float, queue: int, outcome: sim
 
 def _gangs(cluster: Cluster) -> list[Gang]:
     built, config = cluster.built, cluster.config
-    return [build_gang(key, pods, config, built.parallelism, built.workloads)
-            for key, pods in group_by_gang(built.snapshot.pods.values(), config).items()]
+    return all_gangs(built.snapshot.pods.values(), config, built.parallelism, built.workloads,
+                     built.snapshot.namespaces)
 
 
 def status(cluster: Cluster, namespaces: Sequence[str] = (), until: str | None = None) -> list[GangStatus]:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from troupe import contract
+from troupe import contract, ranks
 from troupe.config import Config
 
 CONFIG = Config()
@@ -122,13 +122,13 @@ def test_ranks_order_by_index_then_replica_then_name_suffix():
         pod(name="b", labels={contract.JOB_COMPLETION_INDEX: "10"}),
         pod(name="c", labels={contract.JOB_COMPLETION_INDEX: "9"}),
     ]
-    assert [p["metadata"]["name"] for p in sorted(pods, key=contract.rank_key)] == ["c", "b", "a", "w-2", "w-10", "zeta"]
+    assert [p["metadata"]["name"] for p in sorted(pods, key=ranks.rank_key)] == ["c", "b", "a", "w-2", "w-10", "zeta"]
 
 
 @given(st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=30, unique=True))
 def test_completion_indexes_sort_numerically_whatever_the_names(indexes):
     pods = [pod(name=f"p{i}-x", labels={contract.JOB_COMPLETION_INDEX: str(i)}) for i in indexes]
-    ranked = sorted(pods, key=contract.rank_key)
+    ranked = sorted(pods, key=ranks.rank_key)
     assert [int(p["metadata"]["labels"][contract.JOB_COMPLETION_INDEX]) for p in ranked] == sorted(indexes)
 
 
@@ -147,7 +147,7 @@ def test_auto_gangs_group_as_the_gke_daemon_does():
 def test_malformed_pods_never_crash_the_readers(junk):
     obj = {"metadata": junk, "spec": junk} if not isinstance(junk, dict) else junk
     contract.pod_gates(obj)
-    contract.rank_key(obj)
+    ranks.rank_key(obj)
     contract.auto_gang_key(obj)
     try:
         contract.parse_gang(obj, CONFIG)
@@ -172,4 +172,4 @@ def test_a_gang_name_with_a_trailing_newline_is_refused():
 
 def test_a_rank_index_of_5000_digits_ranks_by_name_and_never_raises():
     pod = {"metadata": {"name": "w-3", "labels": {contract.JOB_COMPLETION_INDEX: "9" * 5000}}}
-    assert contract.rank_key(pod) == (3, 0, 0, "w-", 3, "w-3")
+    assert ranks.rank_key(pod) == (3, 0, 0, "w-", 3, "w-3")

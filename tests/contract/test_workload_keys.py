@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from troupe import contract
+from troupe import contract, ranks
 
 
 def pod(name: str, labels: dict[str, str] | None = None, owner: tuple[str, str] | None = None,
@@ -22,7 +22,7 @@ def test_jobset_ranks_follow_replicated_job_order_then_job_index_then_completion
 
     pods = [member("w-1-0", 2, 0), member("w-0-3", 1, 3), member("driver", 0, 0), member("w-0-0", 1, 0),
             member("w-1-10", 2, 10), member("w-1-2", 2, 2)]
-    assert [p["metadata"]["name"] for p in sorted(pods, key=contract.rank_key)] == [
+    assert [p["metadata"]["name"] for p in sorted(pods, key=ranks.rank_key)] == [
         "driver", "w-0-0", "w-0-3", "w-1-0", "w-1-2", "w-1-10"]
 
 
@@ -31,13 +31,13 @@ def test_a_kubeflow_master_ranks_before_the_worker_of_the_same_index():
         return pod(name, {contract.KUBEFLOW_REPLICA_TYPE: kind, contract.KUBEFLOW_REPLICA_INDEX: str(index)})
 
     pods = [member("pt-worker-1", "worker", 1), member("pt-worker-0", "worker", 0), member("pt-master-0", "master", 0)]
-    assert [p["metadata"]["name"] for p in sorted(pods, key=contract.rank_key)] == [
+    assert [p["metadata"]["name"] for p in sorted(pods, key=ranks.rank_key)] == [
         "pt-master-0", "pt-worker-0", "pt-worker-1"]
 
 
 def test_a_leader_worker_set_group_ranks_by_worker_index_leader_first():
     pods = [pod(f"s-0-{i}" if i else "s-0", {contract.LWS_WORKER_INDEX_LABEL: str(i)}) for i in (3, 0, 10, 2)]
-    assert [p["metadata"]["name"] for p in sorted(pods, key=contract.rank_key)] == ["s-0", "s-0-2", "s-0-3", "s-0-10"]
+    assert [p["metadata"]["name"] for p in sorted(pods, key=ranks.rank_key)] == ["s-0", "s-0-2", "s-0-3", "s-0-10"]
 
 
 def test_the_workloads_whose_pods_a_namespace_opt_in_covers():

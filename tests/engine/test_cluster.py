@@ -16,8 +16,8 @@ from troupe.contract import (
     PLANNED_AT,
     SELECTED_DEVICES,
     TOPOLOGY_REQUIRED_LEVEL,
-    rank_key,
 )
+from troupe.ranks import rank_key
 
 
 def test_a_node_is_ready_unless_its_ready_condition_says_otherwise():

@@ -44,7 +44,7 @@ def test_decisions_on_retained_objects_are_those_on_whole_ones(name, snapshot):
 
 def test_each_pod_node_and_job_keeps_at_least_what_the_cache_keeps_and_other_kinds_come_whole():
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml"},
-           "spec": {"parallelism": 3, "template": {"spec": {"containers": [{"name": "c"}]}}}, "status": {"succeeded": 1}}
+           "spec": {"parallelism": 3, "template": {"spec": {"containers": [{"name": "c", "image": "i:1"}]}}}, "status": {"succeeded": 1}}
     snapshot = golden_snapshot()
     snapshot["items"] += [job, JOBSET]
     items, _ = decode_retained(orjson.dumps(snapshot))
@@ -55,7 +55,7 @@ def test_each_pod_node_and_job_keeps_at_least_what_the_cache_keeps_and_other_kin
             assert cut == whole
         else:
             assert retain.retain(policy, cut) == retain.retain(policy, whole)
-    assert "template" not in items[-2]["spec"]  # what no reader reads is not built
+    assert "image" not in str(items[-2]["spec"]["template"])  # what no reader reads is not built
 
 
 @pytest.mark.parametrize(("what", "data"), [

@@ -26,7 +26,7 @@ from tests.support.hostile import (
     hostile_workload,
 )
 from tests.support.reconciler_builders import make_node, make_pod
-from troupe import contract
+from troupe import contract, ranks
 from troupe.config import Config
 
 NOW = 1_800_000_000.0
@@ -191,8 +191,8 @@ def test_a_member_whose_object_cannot_be_read_holds_its_gang_naming_the_field_an
     ({contract.LWS_WORKER_INDEX_LABEL: "\u0663"}, {}, f"label {contract.LWS_WORKER_INDEX_LABEL}"),
 ])
 def test_only_the_rank_keys_read_hold_the_gang(labels, annotations, held):
-    assert contract.rank_problem(labels, annotations).startswith(held)
-    assert bool(contract.rank_problem(labels, annotations)) == bool(held)
+    assert ranks.rank_problem(labels, annotations).startswith(held)
+    assert bool(ranks.rank_problem(labels, annotations)) == bool(held)
 
 
 def test_a_budget_or_a_volume_object_that_cannot_be_read_stays_with_itself(monkeypatch):

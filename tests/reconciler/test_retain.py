@@ -15,6 +15,7 @@ from reconciler.engine.budgets import Budget
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.gang import job_parallelism
+from reconciler.engine.templates import slots
 from reconciler.engine.workloads import workload
 from reconciler.objects.retain import BUDGET, DEVICE_GROUP, JOB, NODE, POD, Retained, retain
 from tests.support.reconciler_builders import make_node, make_pod
@@ -137,10 +138,19 @@ def test_a_retained_node_parses_exactly_as_the_whole_one(gpus, tainted, cordoned
     assert "annotations" not in kept["metadata"]
 
 
-def test_a_retained_job_keeps_its_parallelism():
-    job = bulky({"metadata": {"name": "train", "namespace": "team-a"}, "spec": {"parallelism": 64, "template": {}}})
+def test_a_retained_job_keeps_its_parallelism_and_what_its_slots_are_made_of():
+    template = {"metadata": {"labels": {"app": "t"}, "annotations": {"troupe.io/gang-size": "auto"}},
+                "spec": {"containers": [{"name": "c", "image": "trainer:1", "command": ["python"],
+                                         "resources": {"requests": {"nvidia.com/gpu": "8"}}}],
+                         "tolerations": [{"key": "gpu", "operator": "Exists"}]}}
+    job = bulky({"metadata": {"name": "train", "namespace": "team-a"},
+                 "spec": {"parallelism": 64, "suspend": False, "template": template}})
     kept = retain(JOB, job)
-    assert job_parallelism(kept) == 64 and "template" not in kept["spec"]
+    assert job_parallelism(kept) == 64
+    assert [slot.requests for slot in slots("Job", kept)] == [slot.requests for slot in slots("Job", job)]
+    assert slots("Job", kept)[0].node_filter == slots("Job", job)[0].node_filter
+    container = kept["spec"]["template"]["spec"]["containers"][0]
+    assert "image" not in container and "command" not in container
 
 
 def test_a_retained_job_gives_the_same_workload_as_the_whole_one():

@@ -21,6 +21,7 @@ from reconciler.engine.gang import Gang, build_gang, gang_key
 from reconciler.engine.nodetable import NodeTable
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.workloads import Workload
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from reconciler.objects.volumes import spread_defaults
 from troupe import contract
@@ -122,7 +123,7 @@ class ClusterCache:
         #: Claims, volumes, CSINodes and namespaces' labels (:mod:`.volumes`).
         self.volumes = VolumeIndex(self.unreadable)
         self.version = 0
-        self._snapshot: tuple[tuple[int, int, int], Snapshot] | None = None
+        self._snapshot: tuple[tuple[int, ...], Snapshot] | None = None
         self._node_version = 0
         self._table: tuple[int, NodeTable] | None = None
         self._gang_version: dict[str, int] = {}
@@ -155,6 +156,10 @@ class ClusterCache:
     def retain_job(self, job: Obj) -> Obj:
         """What is read of a Job (:data:`reconciler.objects.retain.JOB`): the jobs informer's ``transform``."""
         return retain(JOB, job) if self.retained else job
+
+    def assume_workload(self, kind: str, obj: Obj) -> None:
+        """Apply a workload as a write of ours returned it, ahead of its watch event."""
+        self.workloads.workload_event(kind, "MODIFIED", self.retain_job(obj) if kind == "Job" else obj)
 
     def retain_group(self, group: Obj) -> Obj:
         """What is kept of a SharedDeviceGroup (:data:`reconciler.objects.retain.DEVICE_GROUP`): the
@@ -295,38 +300,45 @@ class ClusterCache:
         with self._lock:
             return [self._pods[r].info for r in self._members.get(key, ())]
 
+    def planned(self) -> dict[str, Workload]:
+        """Gang key -> the workload it is released as created from (:meth:`WorkloadIndex.planned`)."""
+        version, _, namespaces = self.volumes.view()
+        return self.workloads.planned(self.config, version, namespaces)
+
     def gang(self, key: str) -> Gang | None:
         """Gang ``key`` built from its cached pods (:func:`~reconciler.engine.gang.build_gang`),
-        or None when it has no pod left. Built again only when one of its pods (or a Job)
-        changed since the last call."""
+        or None when it has no pod left and is not :meth:`planned`. Built again only when one
+        of its pods (or a workload) changed since the last call."""
+        planned = self.planned().get(key)
         with self._lock:
             refs = self._members.get(key)
-            if not refs:
+            if not refs and planned is None:
                 return None
             jobs_version, parallelism, workloads = self.workloads.view()
             stamp = (self._gang_version.get(key, 0), jobs_version)
             memo = self._gangs.get(key)
             if memo is not None and memo[0] == stamp:
                 return memo[1]
-            pods = [self._pods[r].info for r in refs]
-        gang = build_gang(key, pods, self.config, parallelism, workloads)
+            pods = [self._pods[r].info for r in refs or ()]
+        gang = build_gang(key, pods, self.config, parallelism, workloads, planned)
         with self._lock:
             if (self._gang_version.get(key, 0), self.workloads.version) == stamp:
                 self._gangs[key] = (stamp, gang)
         return gang
 
     def gang_keys(self) -> list[str]:
-        """Every known gang key, sorted."""
+        """Every known gang key (of pods, and of workloads released as created), sorted."""
+        planned = self.planned()
         with self._lock:
-            return sorted(self._members)
+            return sorted({*self._members, *planned})
 
     def pending_gangs(self) -> list[str]:
-        """Gang keys with at least one gated active member, sorted."""
+        """Gang keys with at least one gated active member, and those of workloads released
+        as created (:meth:`planned`: reserved, or to be), sorted."""
+        planned = self.planned()
         with self._lock:
-            return sorted(
-                k for k, refs in self._members.items()
-                if any((i := self._pods[r].info).active and i.gated for r in refs)
-            )
+            gated = {k for k, refs in self._members.items() if any((i := self._pods[r].info).active and i.gated for r in refs)}
+        return sorted(gated | planned.keys())
 
     # --- jobs and workloads (:class:`WorkloadIndex`) -----------------------------------
     def replace_jobs(self, items: Iterable[Obj]) -> None:
@@ -465,8 +477,10 @@ class ClusterCache:
         """A snapshot of every parsed node and pod, for plans. Built again only when the
         cache changed since the last one; callers must not change it (decisions do not)."""
         budget_version, budgets = self.budgets.values()
+        jobs_version, _, workloads = self.workloads.view()
         with self._lock:
-            version, node_version = (self.version, budget_version, self.volumes.version), self._node_version
+            version = (self.version, budget_version, self.volumes.version, jobs_version)
+            node_version = self._node_version
             if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
@@ -478,7 +492,7 @@ class ClusterCache:
             table = NodeTable(nodes, self.levels)
         _, catalog, namespaces = self.volumes.view()
         snapshot = Snapshot(table, pods, self.levels, groups, errors, budgets, namespaces=namespaces, volumes=catalog,
-                            spread_defaults=spread_defaults(self.config))
+                            spread_defaults=spread_defaults(self.config), reservations=workloads.reservations())
         with self._lock:
             self._snapshot = (version, snapshot)
             self._table = (node_version, table)

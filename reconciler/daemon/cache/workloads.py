@@ -15,8 +15,9 @@ from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.engine import workloads as wl
-from reconciler.engine.gang import job_parallelism
+from reconciler.engine.gang import auto_namespaces, job_parallelism, planned_gangs
 from troupe import contract
+from troupe.config import Config
 
 Obj = Mapping[str, Any]
 
@@ -44,6 +45,10 @@ class WorkloadIndex:
         self._workloads: dict[wl.WorkloadKey, wl.Workload] = {}
         self._unavailable: dict[str, str] = {}
         self._view: tuple[int, dict[tuple[str, str], int], wl.Workloads] | None = None
+        self._planned: tuple[tuple[int, int], dict[str, wl.Workload]] | None = None
+        #: resourceVersion of each workload: an event older than what is held (a write of
+        #: ours overtook it) is ignored, so a reservation written is never lost again.
+        self._rv: dict[wl.WorkloadKey, int] = {}
         self.version = 0
 
     def view(self) -> tuple[int, dict[tuple[str, str], int], wl.Workloads]:
@@ -54,6 +59,22 @@ class WorkloadIndex:
                 self._view = (self.version, dict(self._parallelism),
                               wl.Workloads(dict(self._workloads), dict(self._unavailable)))
             return self._view
+
+    def planned(self, config: Config, namespaces_version: int,
+                namespaces: Mapping[str, Mapping[str, str]]) -> dict[str, wl.Workload]:
+        """Gang key -> the workload it is released as created from
+        (:func:`~reconciler.engine.gang.planned_gangs`; ``namespaces``: name -> labels, of
+        version ``namespaces_version``), made again only after a change; callers must not
+        change it."""
+        version, _, workloads = self.view()
+        stamp = (version, namespaces_version)
+        with self._lock:
+            if self._planned is not None and self._planned[0] == stamp:
+                return self._planned[1]
+        planned = planned_gangs(workloads, config, auto_namespaces(namespaces))
+        with self._lock:
+            self._planned = (stamp, planned)
+        return planned
 
     def replace_jobs(self, items: Iterable[Obj]) -> None:
         """Replace every Job with a fresh list (only its parallelism and its
@@ -80,24 +101,35 @@ class WorkloadIndex:
     def replace_workloads(self, kind: str, items: Iterable[Obj]) -> None:
         """Replace every workload of ``kind`` (``JobSet``...) with a fresh list; the kind
         is readable again."""
+        items = list(items)
         fresh = {w.key: w for obj in items if (w := self._read(kind, obj)) is not None}
         with self._lock:
             self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
             self._workloads.update(fresh)
+            self._rv = {k: v for k, v in self._rv.items() if k[0] != kind}
             self._unavailable.pop(kind, None)
             self.version += 1
 
     def workload_event(self, kind: str, event: str, obj: Obj) -> None:
-        """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``) of a workload of ``kind``."""
+        """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``) of a workload of ``kind``;
+        one older than the version held is ignored."""
         new = self._read(kind, obj)
         if new is None:
             return
+        raw = contract.pod_meta(obj).get("resourceVersion")
+        rv = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 20 else None
         with self._lock:
             before = self._workloads.get(new.key)
+            held = self._rv.get(new.key)
             if event == "DELETED":
                 self._workloads.pop(new.key, None)
+                self._rv.pop(new.key, None)
+            elif rv is not None and held is not None and rv < held:
+                return
             else:
                 self._workloads[new.key] = new
+                if rv is not None:
+                    self._rv[new.key] = rv
             if self._workloads.get(new.key) != before:
                 self.version += 1
 

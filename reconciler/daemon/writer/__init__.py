@@ -5,7 +5,8 @@ the pod intents (:mod:`~reconciler.daemon.writer.pods`: release a member, mark a
 disrupted and delete it, evict, remove a plan record, set a pod condition, emit an Event,
 each building its own patch and handling conflicts), the SharedDeviceGroup writes
 (:mod:`~reconciler.daemon.writer.groups`), Troupe's taint on nominated nodes
-(:mod:`~reconciler.daemon.writer.nodes`) and the state ConfigMap of rollback backoffs
+(:mod:`~reconciler.daemon.writer.nodes`), a gang's reservation on its workload
+(:mod:`~reconciler.daemon.writer.workloads`) and the state ConfigMap of rollback backoffs
 (:mod:`~reconciler.daemon.writer.state`). Two classes implement the primitives:
 :class:`reconciler.kube.KubeWriter` against a real API server, and
 :class:`reconciler.daemon.writer.fake.FakeWriter` in memory for controller tests, with the
@@ -43,6 +44,7 @@ from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.daemon.writer.pods import CONFLICT_RETRIES, PodIntents, release_patch
 from reconciler.daemon.writer.state import StateStore, state_key
+from reconciler.daemon.writer.workloads import WorkloadWrites
 
 __all__ = [
     "CONFLICT_RETRIES",
@@ -60,16 +62,18 @@ __all__ = [
     "Refused",
     "StateStore",
     "Unfenced",
+    "WorkloadWrites",
     "WriteError",
     "release_patch",
     "state_key",
 ]
 
 
-class PodWriter(PodIntents, GroupWrites, NodeWrites, StateStore):
+class PodWriter(PodIntents, GroupWrites, NodeWrites, StateStore, WorkloadWrites):
     """The whole port (module docstring): the pod intents over ``_get``, ``_patch``
     (strategic merge), ``_patch_status``, ``_delete`` (with a UID precondition),
     ``_evict`` and :meth:`emit_event`; the SharedDeviceGroup writes over ``_patch_group``;
     the rollback backoffs over ``_read_state`` and ``_write_state``; Troupe's taint on
-    nominated nodes over ``_get_node`` and ``_patch_node`` (a JSON merge patch). ``fence`` is checked
+    nominated nodes over ``_get_node`` and ``_patch_node`` (a JSON merge patch); the
+    reservations over ``_patch_workload``. ``fence`` is checked
     before every primitive write (:class:`Unfenced` unless set)."""

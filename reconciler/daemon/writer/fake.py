@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from reconciler.daemon.writer.base import (
     Refused,
     WriteError,
 )
+from troupe import contract
 
 
 @dataclass
@@ -64,6 +65,9 @@ Thread-safe.
     #: Nodes by name (:meth:`add_node`), and every node patch applied, in order.
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: Workload objects by ``(kind, namespace, name)`` (:meth:`add_workload`), and every patch applied.
+    workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    workload_patches: list[tuple[tuple[str, str, str], Any]] = field(default_factory=list)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -239,6 +243,44 @@ Thread-safe.
 
     def _patch_group_status(self, name: str, patch: Any) -> dict[str, Any]:
         return self._patch_group(name, patch)  # the fake keeps one copy of a group, status included
+
+    def add_workload(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a copy of a workload object of ``kind`` (a fresh resourceVersion) and return it."""
+        with self._lock:
+            stored = copy.deepcopy(dict(obj))
+            meta = stored.setdefault("metadata", {})
+            meta["resourceVersion"] = str(next(self._rv))
+            self.workloads[(kind, meta.get("namespace", "default"), meta["name"])] = stored
+            return copy.deepcopy(stored)
+
+    def _patch_workload(self, workload: tuple[str, str, str],
+                        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        with self._lock:
+            if workload[2] in self.fail:
+                raise self.fail[workload[2]]
+            obj = self.workloads.get(workload)
+            if obj is None:
+                raise Gone(f"{workload[0]} {workload[1]}/{workload[2]} not found")
+            obj = copy.deepcopy(obj)
+            annotations = obj["metadata"].setdefault("annotations", {})
+            if isinstance(patch, Mapping):
+                for key, value in patch["metadata"]["annotations"].items():
+                    if value is None:
+                        annotations.pop(key, None)
+                    else:
+                        annotations[key] = value
+            else:  # a test of one annotation, then its removal
+                key = contract.RESERVATION
+                if annotations.get(key) != patch[0]["value"]:
+                    raise Conflict(f"patch {workload}: test of {key} failed")
+                annotations.pop(key, None)
+            obj["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.workloads[workload] = obj
+            self.workload_patches.append((workload, copy.deepcopy(patch)))
+            return copy.deepcopy(obj)
+
+    def emit_workload_event(self, workload: tuple[str, str, str], kind: str, reason: str, message: str) -> None:
+        self.emit_event(PodRef(workload[1], workload[2]), None, kind, reason, message)
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         try:

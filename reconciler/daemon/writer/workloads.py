@@ -1,0 +1,61 @@
+"""The writes to workload objects: a gang's reservation, written and removed
+(docs/decisions/034-release-as-created.md).
+
+:class:`WorkloadWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that
+makes them, over one primitive a subclass provides (``_patch_workload``). The record is
+written with a JSON merge patch of the one annotation (a Job's status changes all the
+time; a precondition on its resourceVersion would refuse most writes for nothing, and only
+the leader writes the annotation). It is removed with a JSON patch that first tests the
+value is the record the decision saw, so a newer reservation is never removed by a
+decision about an older one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reconciler.daemon.writer.base import Fenced
+from reconciler.engine.reservations import Record
+from troupe import contract
+
+#: ``(kind, namespace, name)`` of a workload object.
+WorkloadRef = tuple[str, str, str]
+
+
+def _pointer(key: str) -> str:
+    """The JSON pointer of annotation ``key`` (RFC 6901 escapes)."""
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+class WorkloadWrites(Fenced, abc.ABC):
+    """A gang's reservation on its workload (module docstring)."""
+
+    @abc.abstractmethod
+    def _patch_workload(self, workload: WorkloadRef, patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Apply ``patch`` to the workload (a mapping: a JSON merge patch; a list: a JSON
+        patch); returns the object. Raises :class:`~reconciler.daemon.writer.base.Conflict`
+        (a JSON patch's ``test`` failed), :class:`~reconciler.daemon.writer.base.Gone`,
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    @abc.abstractmethod
+    def emit_workload_event(self, workload: WorkloadRef, kind: str, reason: str, message: str) -> None:
+        """Record an Event (``kind`` ``Normal`` or ``Warning``) on the workload; best effort,
+        never raises."""
+
+    def set_reservation(self, workload: WorkloadRef, record: Record) -> dict[str, Any]:
+        """Write ``record`` as the workload's ``reconciler.troupe.io/reservation``; returns
+        the object. Raises :class:`~reconciler.daemon.writer.base.LostLeadership` and as
+        ``_patch_workload``."""
+        self.fence.check()
+        return self._patch_workload(workload, {"metadata": {"annotations": {contract.RESERVATION: record.encode()}}})
+
+    def drop_reservation(self, workload: WorkloadRef, record: Record) -> dict[str, Any]:
+        """Remove the workload's reservation if it is still ``record``; returns the object.
+        Raises :class:`~reconciler.daemon.writer.base.Conflict` when it is not (another
+        reservation, or none), and as :meth:`set_reservation`."""
+        self.fence.check()
+        path = _pointer(contract.RESERVATION)
+        return self._patch_workload(workload, [{"op": "test", "path": path, "value": record.encode()},
+                                               {"op": "remove", "path": path}])
