@@ -1,0 +1,130 @@
+"""Release as created on the local control plane (docs/decisions/034-release-as-created.md).
+
+A Job whose pod template opts into a gang of ``troupe.io/gang-size: auto`` has its nodes
+reserved from the template as soon as the Job is seen, written on the Job as
+``reconciler.troupe.io/reservation``; each member is released onto its rank's node as the
+Job controller creates it. A ResourceQuota on pods holds back the Job's last members, so
+that the reservation stands while the gang is still being created. The nodes of
+examples/nodes.yaml, 8 GPUs each::
+
+    block      gpu-b0                               gpu-b1
+    subblock   gpu-b0-s0          gpu-b0-s1         gpu-b1-s0          gpu-b1-s1
+    host       h0 h1 h2 h3        h0 h1 h2 h3       h0 h1 h2 h3        h0 h1 h2 h3
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client
+
+from tests.support.e2e import indexed_job, job_pods, running_job_pods, wait_for
+from troupe import contract
+
+SUBBLOCK = "cloud.google.com/gce-topology-subblock"
+AUTO = {"troupe.io/gang-size": "auto", contract.TOPOLOGY_PREFERRED_LEVEL: SUBBLOCK}
+
+
+def reservation(batch: client.BatchV1Api, namespace: str, name: str) -> dict[str, Any] | None:
+    """The reservation the Job carries, decoded, or None."""
+    raw = (batch.read_namespaced_job(name, namespace).metadata.annotations or {}).get(contract.RESERVATION)
+    return json.loads(raw) if raw else None
+
+
+def quota(core: client.CoreV1Api, namespace: str, pods: int) -> None:
+    """Allow at most ``pods`` pods in ``namespace`` (created, or replaced)."""
+    body = {"metadata": {"name": "pods"}, "spec": {"hard": {"pods": str(pods)}}}
+    try:
+        core.replace_namespaced_resource_quota("pods", namespace, core.read_namespaced_resource_quota("pods", namespace)
+                                               .to_dict() | body)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+        core.create_namespaced_resource_quota(namespace, body)
+    wait_for(f"quota of {pods} pods in force", lambda: core.read_namespaced_resource_quota("pods", namespace)
+             .status.hard == {"pods": str(pods)} or None, timeout=30)
+
+
+def released(pods: list[Any]) -> list[Any]:
+    return [p for p in pods if not p.spec.scheduling_gates and not p.metadata.deletion_timestamp]
+
+
+def test_a_job_gang_is_reserved_when_the_job_appears_and_each_member_runs_on_its_ranks_node(
+        troupe, admin_api, admin_core, namespace):
+    batch = client.BatchV1Api(admin_api)
+    batch.create_namespaced_job(namespace, indexed_job("train", 8, AUTO, gpus=8))
+
+    pods = running_job_pods(admin_core, namespace, "train", 8)
+    record = None
+    for e in admin_core.list_namespaced_event(namespace, field_selector="reason=GangReserved").items:
+        record = e
+    assert record is not None and record.involved_object.kind == "Job", "the reservation is told on the Job"
+    planned = {p.metadata.annotations[contract.PLANNED_AT] for p in pods}
+    assert len(planned) == 1, "every member released from the one reservation"
+    nodes = [p.spec.node_name for p in pods]
+    assert len(set(nodes)) == 8
+    labels = {n.metadata.name: n.metadata.labels for n in admin_core.list_node().items}
+    assert len({labels[n][SUBBLOCK] for n in nodes}) == 2, "the fewest subblocks that hold 8 whole nodes"
+    ranks = [int(p.metadata.annotations[contract.ASSIGNED_RANK]) for p in pods]
+    assert ranks == list(range(8)), "rank = completion index"
+
+    def dropped() -> bool | None:
+        return reservation(batch, namespace, "train") is None or None
+
+    wait_for("the reservation removed once every member is bound", dropped, timeout=30)
+
+
+def test_members_are_released_before_the_last_exists_and_no_other_gang_takes_a_reserved_node(
+        troupe, admin_api, admin_core, namespace):
+    batch = client.BatchV1Api(admin_api)
+    quota(admin_core, namespace, 4)
+    batch.create_namespaced_job(namespace, indexed_job("first", 8, AUTO, gpus=8))
+
+    def half_released() -> list[Any] | None:
+        pods = job_pods(admin_core, namespace, "first")
+        return pods if len(released(pods)) == 4 else None
+
+    wait_for("4 of the 8 members released (the quota holds the rest back)", half_released, timeout=60)
+    held = reservation(batch, namespace, "first")
+    assert held is not None and len(held["nodes"]) == 8, held
+    second = dict(AUTO)
+    batch.create_namespaced_job(namespace, indexed_job("second", 8, second, gpus=8))
+    quota(admin_core, namespace, 20)  # the second Job's pods may come now; so may the first's
+
+    others = running_job_pods(admin_core, namespace, "second", 8, timeout=120)
+    firsts = running_job_pods(admin_core, namespace, "first", 8, timeout=120)
+    assert not {p.spec.node_name for p in others} & set(held["nodes"]), "no reserved node taken"
+    assert [p.spec.node_name for p in firsts] == held["nodes"], "each member of the first on its rank's node"
+
+
+def test_a_gang_whose_last_members_never_come_is_rolled_back_whole_at_its_timeout(
+        troupe, admin_api, admin_core, namespace):
+    batch = client.BatchV1Api(admin_api)
+    quota(admin_core, namespace, 3)
+    job = indexed_job("stuck", 6, {**AUTO, "troupe.io/gang-schedule-timeout-seconds": "8"}, gpus=8)
+    job["spec"]["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    batch.create_namespaced_job(namespace, job)
+
+    def three_released() -> list[Any] | None:
+        pods = job_pods(admin_core, namespace, "stuck")
+        return pods if len(released(pods)) == 3 else None
+
+    first = {p.metadata.uid for p in wait_for("3 of 6 members released", three_released, timeout=60)}
+    held = reservation(batch, namespace, "stuck")
+    assert held is not None and len(held["nodes"]) == 6
+
+    def rolled_back() -> list[Any] | None:
+        found = admin_core.list_namespaced_event(namespace, field_selector="reason=GangReservationDropped").items
+        return found or None
+
+    told = wait_for("the reservation dropped at its timeout", rolled_back, timeout=60)
+    assert "rolled back" in told[0].message and told[0].involved_object.kind == "Job", told[0].message
+
+    def gone() -> bool | None:
+        return not ({p.metadata.uid for p in job_pods(admin_core, namespace, "stuck")
+                     if not p.metadata.deletion_timestamp} & first) or None
+
+    wait_for("the released members deleted with the reservation", gone, timeout=60)
+    again = reservation(batch, namespace, "stuck")
+    assert again is None or again["plannedAt"] > held["plannedAt"], "the rolled-back reservation is gone"
