@@ -216,7 +216,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         gang=gang.key, active=len(gang.members), size=size, gated=len(gated), reserved=len(reserved),
         released=len(released), bound=sum(1 for p in released if p.node_name),
         running=sum(1 for p in released if p.phase == "Running"),
-        expired=sum(len(releases[rid].members) for rid in expired),
+        expired=sum(len(releases[rid].members) if rid in releases else 1 for rid in expired),
         expired_why="; ".join(clocks[rid].why for rid in expired), held=gang.held,
         device_problem=group_problem(snapshot, gated),
         backoff_left=max(0.0, gang.not_before - now), timeouts=gang.timeouts, settle_left=max(0.0, settle_left),

@@ -153,6 +153,9 @@ class GangStatus:
         }
         if self.outcome is not None and self.outcome.victims:
             out["victims"] = self.outcome.victims
+        out["releaseMode"] = self.gang.release_mode  # AsCreated or WhenComplete (docs/decisions/034)
+        if self.outcome is not None and self.outcome.reservation is not None:
+            out["reservation"] = self.outcome.reservation
         return out
 
 

@@ -20,13 +20,14 @@ class Harness:
     """A cache and a FakeWriter holding the same pods, and a controller over them; the
     watch is simulated by :meth:`sync` (the writer's pods fed back into the cache)."""
 
-    def __init__(self, nodes, pods, config=CONFIG, groups=()):
+    def __init__(self, nodes, pods, config=CONFIG, groups=(), jobs=()):
         self.config = config
         self.writer = FakeWriter()
         self.cache = ClusterCache(config)
         self.cache.replace_nodes([self.writer.add_node(n) for n in nodes])
         self.cache.replace_groups([self.writer.add_group(g) for g in groups])
         self.cache.replace_pods([self.writer.add(p) for p in pods])
+        self.cache.replace_jobs([self.writer.add_workload("Job", j) for j in jobs])
         self.wall = 1_800_000_000.0
         self.controller = self.new_controller()
 
@@ -47,6 +48,9 @@ class Harness:
         """Deliver the writer's state to the cache, as the watch would."""
         for name in {name for name, _ in self.writer.node_patches}:  # nodes the reconciler wrote
             self.cache.node_event("MODIFIED", self.writer.nodes[name])
+        for (kind, _, _), obj in self.writer.workloads.items():
+            if kind == "Job":
+                self.cache.job_event("MODIFIED", obj)
         refs = set(self.writer.pods)
         for pod in self.writer.pods.values():
             self.cache.pod_event("MODIFIED", pod)
@@ -66,8 +70,8 @@ class Harness:
     def gated(self, *names):
         return [n for n in names if self.pod(n)["spec"].get("schedulingGates")]
 
-    def node_of(self, name):
-        return self.pod(name)["spec"].get("nodeSelector", {}).get(contract.HOSTNAME_LABEL)
+    def node_of(self, name, namespace="team-a"):
+        return self.pod(name, namespace)["spec"].get("nodeSelector", {}).get(contract.HOSTNAME_LABEL)
 
 
 #   block b1 / subblock s1: n1 n2      block b1 / subblock s2: n3 n4
