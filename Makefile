@@ -47,6 +47,7 @@ bench: $(BIN)/.installed
 	  || echo "wrk not installed: benchmarks/webhook_load.py falls back to a Python client"
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/reconcile.py
+	$(BIN)/python benchmarks/as_created.py
 	$(BIN)/python benchmarks/webhook_load.py
 	$(BIN)/python benchmarks/simulate_snapshot.py
 	$(BIN)/python benchmarks/preemption.py

@@ -47,10 +47,11 @@ from reconciler.engine.cluster import PodInfo
 from reconciler.engine.devices import Devices
 from reconciler.engine.filters import insufficient, static_reason
 from reconciler.engine.gang import Gang
-from reconciler.engine.refusals import avoiding
+from reconciler.engine.refusals import avoid_note, avoiding
 from reconciler.engine.reservations import Record, assign, fill
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.timestamps import epoch, rfc3339
+from reconciler.engine.unmodeled import note as unmodeled_note
 
 if TYPE_CHECKING:
     from reconciler.engine.decision import Decision, _Seen
@@ -165,7 +166,9 @@ def release_as_created(s: _Seen) -> Decision:
     members = tuple(member_release(pod, record.nodes[rank], snapshot, rank, rid) for pod, rank in pairs)
     reason = (f"AsCreated: {n} node(s) reserved; {len(gang.members)} of {n} members exist, "
               f"{len(filled) + len(members)} released, {bound} bound")
-    actions: tuple[Release | Wait, ...] = (Release(members, note="released as created"),) if members else ()
+    note = "; ".join(filter(None, ["released as created", avoid_note(gang.avoid),
+                                   unmodeled_note([p for p, _ in pairs], snapshot.volumes)]))
+    actions: tuple[Release | Wait, ...] = (Release(members, note=note),) if members else ()
     if without:
         reason += (f"; {len(without)} member(s) without a free rank wait for the reservation to complete: "
                    f"{', '.join(p.name for p in without[:3])}")
@@ -196,5 +199,6 @@ def reserve(s: _Seen) -> Decision:
     deadline = (epoch(at) or s.now) + gang.timeout_seconds + jitter(gang, at)
     reason = (f"AsCreated: reserved {len(record.nodes)} node(s) from the {kind} {name} pod template "
               f"({len(gang.members)} of {len(record.nodes)} members exist)")
-    return s.made(lifecycle.RESERVED, (Reserve(gang.workload, record),), Status((reason, result.reason), result.code),
-                  recheck_at=deadline, placement=result)
+    notes = [*([avoid_note(gang.avoid)] if gang.avoid else []), *filter(None, [unmodeled_note(slots, snapshot.volumes)])]
+    return s.made(lifecycle.RESERVED, (Reserve(gang.workload, record),),
+                  Status((reason, result.reason, *notes), result.code), recheck_at=deadline, placement=result)

@@ -302,14 +302,17 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
     one Troupe gang that takes all of its members, that releases as created (its
     template's ``troupe.io/release``, else the workload's, else ``releaseMode``), whose
     members join no SharedDeviceGroup, and that still runs pods; also any workload that
-    carries a reservation (so a stale one is dropped). In ``auto_namespaces`` (labelled
+    carries a reservation (so a stale one is dropped). A workload another supported
+    workload controls (a JobSet's child Job) makes no gang, nor do two workloads whose
+    slots name one gang. In ``auto_namespaces`` (labelled
     ``troupe.io/gang-mode: auto``) a template without gang keys counts as ``<prefix>-size:
     auto``, as the webhook stamps its pods."""
     keys = _gang_keys(config.gang_annotation_prefix)
     out: dict[str, wl.Workload] = {}
+    claimed: dict[str, int] = {}
     for w in workloads.objects.values():
         slots = w.slots
-        if not slots:
+        if not slots or w.owned:
             continue
         first = slots[0]
         if w.namespace in auto_namespaces and not any(k in first.gang_annotations for k in keys.all()):
@@ -320,6 +323,7 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
         key = gang_key(first, config)
         if key is None or key.partition("/")[2].startswith("pod:") or gang_key(slots[-1], config) != key:
             continue
+        claimed[key] = claimed.get(key, 0) + 1
         if w.record is not None:
             out[key] = w
             continue
@@ -333,7 +337,7 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
         if size != contract.AUTO_SIZE and size != str(len(slots)):
             continue  # a named gang of other members too: released when complete
         out[key] = w
-    return out
+    return {key: w for key, w in out.items() if claimed[key] == 1}  # a gang of several workloads: when complete
 
 
 def auto_namespaces(namespaces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:

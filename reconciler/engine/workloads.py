@@ -108,6 +108,9 @@ class Workload:
     #: or when the value cannot be read; ``record_error`` says why not (``""``).
     record: Record | None = None
     record_error: str = ""
+    #: A supported workload is its controller (a JobSet's child Job): its pods are that
+    #: workload's members, so it makes no gang of its own.
+    owned: bool = False
 
     @property
     def key(self) -> WorkloadKey:
@@ -206,7 +209,18 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
                     slots=slots(kind, obj) if size > 0 else (),
                     generation=generation if isinstance(generation, int) else 0,
                     active=_active(kind, meta, spec, _map(obj.get("status"))),
-                    release=release if isinstance(release, str) else "", record=record, record_error=record_error)
+                    release=release if isinstance(release, str) else "", record=record, record_error=record_error,
+                    owned=_owned(meta))
+
+
+def _owned(meta: Mapping[str, Any]) -> bool:
+    """Whether a supported workload (another kind than a Job) controls this object."""
+    owners = meta.get("ownerReferences")
+    for ref in owners if isinstance(owners, list) else []:
+        ref = _map(ref)
+        if ref.get("controller") is True and ref.get("kind") in _BY_KIND and ref.get("kind") != JOB.kind:
+            return True
+    return False
 
 
 #: Conditions that end a workload (Job: ``Complete``, ``Failed`` and the targets set before

@@ -94,7 +94,7 @@ JOB: Keep = {
     "apiVersion": True, "kind": True,
     "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True, "labels": True,
                  "annotations": BULKY_ANNOTATIONS, "generation": True, "creationTimestamp": True,
-                 "deletionTimestamp": True},
+                 "deletionTimestamp": True, "ownerReferences": True},
     "spec": {"parallelism": True, "completions": True, "completionMode": True, "suspend": True,
              "template": {"metadata": {"labels": True, "annotations": BULKY_ANNOTATIONS},
                           "spec": POD["spec"]}},

@@ -21,7 +21,18 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
-from tests.support.e2e import gang_annotations, new_namespace, pod_body, wait_for
+from tests.support.e2e import (
+    gang_annotations,
+    indexed_job,
+    job_pods,
+    new_namespace,
+    pod_body,
+    quota,
+    released,
+    reservation,
+    running_job_pods,
+    wait_for,
+)
 from troupe import contract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,3 +176,28 @@ def test_gangs_waiting_while_the_api_server_is_down_are_released_after_it_return
     bound = wait_for("the gang bound after the API server returned", lambda: all(
         core.read_namespaced_pod(f"w-{i}", namespace).spec.node_name for i in range(2)), timeout=120)
     assert bound
+
+
+def test_a_leader_killed_between_a_reservation_and_its_last_release_leaves_the_rest_to_the_next_on_the_same_nodes(
+        pair, core):
+    """Release as created (docs/decisions/034): the reservation lives on the Job, so the next
+    leader releases the members still to come onto the nodes the killed one reserved."""
+    pair.start_reconciler("troupe-reconciler-ascreated")  # a follower to take over
+    namespace = new_namespace(core, "ascreated")
+    batch = client.BatchV1Api(pair.cluster.api_client("admin"))
+    quota(core, namespace, 3)
+    batch.create_namespaced_job(namespace, indexed_job("train", 6, {"troupe.io/gang-size": "auto"}, gpus=8))
+
+    def half() -> list[Any] | None:
+        pods = job_pods(core, namespace, "train")
+        return pods if len(released(pods)) == 3 else None
+
+    wait_for("3 of 6 members released before the last exist", half, timeout=60)
+    held = reservation(batch, namespace, "train")
+    assert held is not None and len(held["nodes"]) == 6
+    os.kill(leader(pair).record.pid, signal.SIGKILL)
+    quota(core, namespace, 20)
+
+    pods = running_job_pods(core, namespace, "train", 6, timeout=120)
+    assert [p.spec.node_name for p in pods] == held["nodes"], "every rank on the node the killed leader reserved"
+    assert {p.metadata.annotations[contract.PLANNED_AT] for p in pods} == {held["plannedAt"]}, "one reservation"

@@ -26,7 +26,8 @@ from troupe import contract
 
 def test_an_indexed_job_runs_as_one_gang_pinned_to_kwok_nodes(troupe, admin_api, admin_core, namespace):
     batch = client.BatchV1Api(admin_api)
-    batch.create_namespaced_job(namespace, indexed_job("train", 4, gang_annotations("train", 4), gpus=1))
+    when_complete = {**gang_annotations("train", 4), contract.RELEASE_MODE: contract.WHEN_COMPLETE}
+    batch.create_namespaced_job(namespace, indexed_job("train", 4, when_complete, gpus=1))
 
     def all_running():
         pods = job_pods(admin_core, namespace, "train")

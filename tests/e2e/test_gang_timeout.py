@@ -48,7 +48,9 @@ def test_a_gang_that_cannot_bind_in_time_is_deleted_and_recreated_by_its_job(tro
     assert not [c for c in status.conditions or [] if c.type == "Failed"], "the rollback cost the Job nothing"
     events = [e for e in admin_core.list_namespaced_event(namespace).items if e.reason == "GangTimedOut"]
     assert events, "the rollback is told"
-    assert any("not bound within 3s" in e.message and "deleting 2 member(s): their controller recreates them"
-               in e.message for e in events), [e.message for e in events]
+    # Released as created (the default): the reservation's clock (docs/decisions/034).
+    assert any("not complete within 3s" in e.message and "2 released, 0 bound" in e.message
+               and "deleting 2 member(s): their controller recreates them" in e.message for e in events), \
+        [e.message for e in events]
     # One per change of the gang (a rollback, its finishing, a later rollback), never one per member.
     assert all("member(s): their controller recreates them" in e.message for e in events)

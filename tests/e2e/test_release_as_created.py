@@ -14,40 +14,23 @@ examples/nodes.yaml, 8 GPUs each::
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kubernetes import client
 
-from tests.support.e2e import indexed_job, job_pods, running_job_pods, wait_for
+from tests.support.e2e import (
+    indexed_job,
+    job_pods,
+    quota,
+    released,
+    reservation,
+    running_job_pods,
+    wait_for,
+)
 from troupe import contract
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 AUTO = {"troupe.io/gang-size": "auto", contract.TOPOLOGY_PREFERRED_LEVEL: SUBBLOCK}
-
-
-def reservation(batch: client.BatchV1Api, namespace: str, name: str) -> dict[str, Any] | None:
-    """The reservation the Job carries, decoded, or None."""
-    raw = (batch.read_namespaced_job(name, namespace).metadata.annotations or {}).get(contract.RESERVATION)
-    return json.loads(raw) if raw else None
-
-
-def quota(core: client.CoreV1Api, namespace: str, pods: int) -> None:
-    """Allow at most ``pods`` pods in ``namespace`` (created, or replaced)."""
-    body = {"metadata": {"name": "pods"}, "spec": {"hard": {"pods": str(pods)}}}
-    try:
-        core.replace_namespaced_resource_quota("pods", namespace, core.read_namespaced_resource_quota("pods", namespace)
-                                               .to_dict() | body)
-    except client.ApiException as e:
-        if e.status != 404:
-            raise
-        core.create_namespaced_resource_quota(namespace, body)
-    wait_for(f"quota of {pods} pods in force", lambda: core.read_namespaced_resource_quota("pods", namespace)
-             .status.hard == {"pods": str(pods)} or None, timeout=30)
-
-
-def released(pods: list[Any]) -> list[Any]:
-    return [p for p in pods if not p.spec.scheduling_gates and not p.metadata.deletion_timestamp]
 
 
 def test_a_job_gang_is_reserved_when_the_job_appears_and_each_member_runs_on_its_ranks_node(

@@ -91,7 +91,9 @@ def test_a_member_refused_for_a_reason_troupe_does_not_model_is_planned_again_of
                                                  admin_core.list_namespaced_event(namespace).items
                                                  if e.source.component == "troupe-reconciler"])
     assert not [m for m in timed_out if "within" in m], "no release ran out of its time"
-    releases = [e.message for e in admin_core.list_namespaced_event(namespace).items if e.reason == "GangReleased"]
+    # Released as created (the default), the note is told with the reservation (docs/decisions/034).
+    releases = [e.message for e in admin_core.list_namespaced_event(namespace).items
+                if e.reason in ("GangReleased", "GangReserved")]
     assert any("placed without modeling: inline gcePersistentDisk volume data (kube-scheduler will check it)" in m
                and "avoiding" not in m for m in releases), releases
 

@@ -59,13 +59,16 @@ def planned_at(pod: Any) -> str:
     return str(pod.metadata.annotations[contract.PLANNED_AT])
 
 
-def released_together_after_the_last_was_created(pods: list[Any]) -> None:
-    """Every member was released by one decision, planned after the last member existed,
-    and carries the Troupe annotations the webhook stamped (none were the user's)."""
-    assert len({planned_at(p) for p in pods}) == 1, "one release: all members share planned-at"
-    plan = dt.datetime.fromisoformat(planned_at(pods[0]))
-    newest = max(p.metadata.creation_timestamp for p in pods)
-    assert plan >= newest.replace(microsecond=0), "not planned before the last member existed"
+def released_together(pods: list[Any], when_complete: bool = False) -> None:
+    """Every member was released from one plan (a release, or the reservation of a gang
+    released as created: docs/decisions/034), planned after the last member existed when
+    released ``when_complete``, and carries the Troupe annotations the webhook stamped
+    (none were the user's)."""
+    assert len({planned_at(p) for p in pods}) == 1, "one plan: all members share planned-at"
+    if when_complete:
+        plan = dt.datetime.fromisoformat(planned_at(pods[0]))
+        newest = max(p.metadata.creation_timestamp for p in pods)
+        assert plan >= newest.replace(microsecond=0), "not planned before the last member existed"
     for p in pods:
         assert p.metadata.annotations["troupe.io/gang-size"] == "auto", "stamped by the webhook"
         assert not p.spec.scheduling_gates
@@ -85,7 +88,7 @@ def test_an_indexed_job_of_6_in_an_opted_in_namespace_runs_as_one_gang(workload_
 
     pods = running_pods(admin_core, opted_in, 6, "job-name=train")
 
-    released_together_after_the_last_was_created(pods)
+    released_together(pods)
     ranks = sorted((int(p.metadata.annotations[contract.ASSIGNED_RANK]),
                     int(p.metadata.labels[contract.JOB_COMPLETION_INDEX])) for p in pods)
     assert ranks == [(i, i) for i in range(6)], "rank = completion index"
@@ -111,7 +114,7 @@ def test_a_jobset_with_a_driver_and_two_worker_jobs_of_4_runs_as_one_gang_of_9(w
 
     pods = running_pods(admin_core, opted_in, 9, f"{contract.JOBSET_NAME_LABEL}=train")
 
-    released_together_after_the_last_was_created(pods)
+    released_together(pods)
     by_name = {p.metadata.name: p for p in pods}
     rank = {n: int(p.metadata.annotations[contract.ASSIGNED_RANK]) for n, p in by_name.items()}
     [driver] = [n for n in by_name if "-driver-" in n]
@@ -143,7 +146,7 @@ def test_a_leader_worker_set_of_2_groups_of_4_gives_two_gangs_of_4(workload_cont
     assert sorted(groups) == ["0", "1"]
     for index, members in groups.items():
         assert len(members) == 4
-        released_together_after_the_last_was_created(members)
+        released_together(members, when_complete=True)  # LeaderWorkerSet groups: when complete
         leader = next(p for p in members if p.metadata.labels[contract.LWS_WORKER_INDEX_LABEL] == "0")
         assert leader.metadata.annotations[contract.ASSIGNED_RANK] == "0", "the leader is rank 0"
         assert debug_gangs(troupe.metrics_port)[f"{opted_in}/lws:serve:{index}"]["phase"] == "Released"
@@ -156,7 +159,7 @@ def test_a_jobset_restart_releases_the_new_pods_as_a_new_gang(workload_controlle
     custom.create_namespaced_custom_object(*JOBSET_API[:2], opted_in, JOBSET_API[2],
                                            jobset("elastic", [("workers", 1, 4, template(gpus=2))], max_restarts=2))
     first = running_pods(admin_core, opted_in, 4, f"{contract.JOBSET_NAME_LABEL}=elastic")
-    released_together_after_the_last_was_created(first)
+    released_together(first)
     assert {p.metadata.labels[contract.JOBSET_RESTART_LABEL] for p in first} == {"0"}
 
     # One worker fails: its Job fails (backoffLimit 0) and the JobSet restarts every Job.
@@ -167,7 +170,7 @@ def test_a_jobset_restart_releases_the_new_pods_as_a_new_gang(workload_controlle
 
     second = running_pods(admin_core, opted_in, 4,
                           f"{contract.JOBSET_NAME_LABEL}=elastic,{contract.JOBSET_RESTART_LABEL}=1", timeout=180)
-    released_together_after_the_last_was_created(second)
+    released_together(second)
     assert planned_at(second[0]) > planned_at(first[0])
     gangs = debug_gangs(troupe.metrics_port)
     assert gangs[f"{opted_in}/jobset:elastic:1"]["phase"] == "Released"
@@ -198,7 +201,7 @@ def test_a_pytorchjob_master_and_workers_run_as_one_gang_sized_by_its_replica_sp
 
     pods = running_pods(admin_core, opted_in, 4)
 
-    released_together_after_the_last_was_created(pods)
+    released_together(pods)
     assert {p.metadata.name: p.metadata.annotations[contract.ASSIGNED_RANK] for p in pods}["pt-master-0"] == "0"
     gang = debug_gangs(troupe.metrics_port)[f"{opted_in}/pytorchjob:pt"]
     assert gang["phase"] == "Released"

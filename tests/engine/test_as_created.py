@@ -18,7 +18,14 @@ from reconciler.engine.placement import place_gang as place
 from reconciler.engine.reservations import Record
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.topology import TopologyLevels
-from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, reservations, workloads_of
+from tests.support.as_created import (
+    NAMESPACE,
+    gangs_of,
+    job_object,
+    member_pod,
+    reservations,
+    workloads_of,
+)
 from tests.support.engine_builders import make_node
 from troupe import contract
 from troupe.config import Config
@@ -204,7 +211,7 @@ def test_a_reserved_node_is_never_committed_twice(size, released, other, gpus):
             for i in sorted(released) if i < size]
     snapshot, _ = world(job, pods)
     used = {n.name: 0 for n in snapshot.nodes}
-    for rank, node in enumerate(record.nodes):
+    for node in record.nodes:
         used[node] += gpus
     assert all(snapshot.free(n).get("nvidia.com/gpu", 0) == 8 - used[n] for n in used)
     wanted = [PodInfo.from_object(member_pod(job_object("b", other, gpus=gpus), i)) for i in range(other)]

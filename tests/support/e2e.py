@@ -4,12 +4,15 @@ builders (:func:`wait_for` also serves tests of threads and servers started in-p
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from kubernetes import client
+
+from troupe import contract
 
 T = TypeVar("T")
 
@@ -113,3 +116,28 @@ def running_job_pods(core: client.CoreV1Api, namespace: str, job: str, count: in
         return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
 
     return wait_for(f"{count} Running pods of Job {job}", running, timeout=timeout)
+
+
+def reservation(batch: client.BatchV1Api, namespace: str, name: str) -> dict[str, Any] | None:
+    """The reservation the Job carries, decoded, or None."""
+    raw = (batch.read_namespaced_job(name, namespace).metadata.annotations or {}).get(contract.RESERVATION)
+    return json.loads(raw) if raw else None
+
+
+def quota(core: client.CoreV1Api, namespace: str, pods: int) -> None:
+    """Allow at most ``pods`` pods in ``namespace`` (created, or replaced)."""
+    body = {"metadata": {"name": "pods"}, "spec": {"hard": {"pods": str(pods)}}}
+    try:
+        core.replace_namespaced_resource_quota("pods", namespace, core.read_namespaced_resource_quota("pods", namespace)
+                                               .to_dict() | body)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+        core.create_namespaced_resource_quota(namespace, body)
+    wait_for(f"quota of {pods} pods in force", lambda: core.read_namespaced_resource_quota("pods", namespace)
+             .status.hard == {"pods": str(pods)} or None, timeout=30)
+
+
+def released(pods: list[Any]) -> list[Any]:
+    """The pods released (no scheduling gate left) and not being deleted."""
+    return [p for p in pods if not p.spec.scheduling_gates and not p.metadata.deletion_timestamp]
