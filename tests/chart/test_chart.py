@@ -348,7 +348,7 @@ def test_the_webhook_pod_gets_no_service_account_token() -> None:
     (["--set", "certManager.duration=90d"], "/certManager/duration"),
     (["--set", "certManager.issuerRef.kind=Vault"], "/certManager/issuerRef/kind"),
     (["--set-json", 'networkPolicy.apiServer=[{"cidr":"10.0.0.0/8"}]'], "/networkPolicy/apiServer/0"),
-    (["--set", "webhook.port=443"], "/webhook/port"),
+    (["--set", "webhook.port=70000"], "/webhook/port"),
     (["--set", "webhook.tls.caBundle=-----BEGIN CERTIFICATE-----"], "/webhook/tls/caBundle"),
 ])
 def test_a_value_the_schema_refuses_fails_lint_and_template_naming_it(values: list[str], named: str) -> None:

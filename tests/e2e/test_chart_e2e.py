@@ -44,6 +44,15 @@ OPTIONS = {
         "--set-json", 'networkPolicy.apiServer=[{"ipBlock":{"cidr":"10.0.0.0/28"}}]'],
     "fail-open-no-policies": ["--set", "webhook.failurePolicy=Ignore", "--set", "networkPolicy.enabled=false",
                               "--set", "validatingAdmissionPolicy.enabled=false"],
+    "install-values-port-443-eks": [
+        "--set", "webhook.port=443", "--set", "topology.preset=eks", "--set", "fullnameOverride=gangs",
+        "--set", "nameOverride=troupe-gangs", "--set-json", 'imagePullSecrets=[{"name":"regcred"}]',
+        "--set", "webhook.podLabels.team=platform", "--set", "reconciler.podAnnotations.example\\.com/owner=platform",
+        "--set-json", 'reconciler.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":'
+                      '{"nodeSelectorTerms":[{"matchExpressions":[{"key":"pool","operator":"In","values":["system"]}]}]}}}',
+        "--set-json", 'webhook.tolerations=[{"key":"dedicated","operator":"Exists","effect":"NoSchedule"}]',
+        "--set-json", 'reconciler.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone",'
+                      '"whenUnsatisfiable":"ScheduleAnyway"}]'],
 }
 
 

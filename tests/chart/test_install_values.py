@@ -1,0 +1,200 @@
+"""The chart values a platform engineer sets on a real cluster (imagePullSecrets, name
+overrides, pod annotations and labels, affinity, nodeSelector, tolerations and
+topologySpreadConstraints per component, a webhook port below 1024, a topology preset):
+accepted by the schema and by ``helm lint --strict``, and rendered where Kubernetes reads them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devtools.devcluster.build import built_helm
+from tests.support.helm import CHART, NAMESPACE, NOT_BUILT, HelmFailed, helm, one, render
+from troupe.config import load_config
+from webhook.cli import parser as webhook_parser
+
+pytestmark = pytest.mark.skipif(built_helm() is None, reason=NOT_BUILT)
+
+COMPONENTS = ("webhook", "reconciler")
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "node-role.example.com/system", "operator": "Exists"}]}]}}}
+TOLERATIONS = [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}]
+SPREAD = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+           "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "troupe"}}}]
+
+
+def component_values(component: str) -> dict[str, Any]:
+    """Every pod-placement value of one component, each distinct from the others'."""
+    return {
+        "podAnnotations": {"example.com/owner": f"{component}-team"},
+        "podLabels": {"team": f"{component}-team"},
+        "affinity": AFFINITY,
+        "nodeSelector": {"pool": f"{component}-pool"},
+        "tolerations": TOLERATIONS,
+        "topologySpreadConstraints": SPREAD,
+    }
+
+
+def every_value(tmp_path: Path) -> Path:
+    values = {"imagePullSecrets": [{"name": "regcred"}], "fullnameOverride": "gangs", "nameOverride": "troupe-gangs",
+              **{c: component_values(c) for c in COMPONENTS}}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def pod(objects: list[dict[str, Any]], deployment: str) -> dict[str, Any]:
+    return dict(one(objects, "Deployment", deployment)["spec"]["template"])
+
+
+def test_helm_lint_strict_passes_with_every_install_value(tmp_path: Path) -> None:
+    out = helm("lint", "--strict", str(CHART), "-f", str(every_value(tmp_path)), "--set", "webhook.port=443",
+               "--set", "topology.preset=eks")
+
+    assert "0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_each_components_pod_values_reach_its_pod_spec(tmp_path: Path, component: str) -> None:
+    objects = render("-f", str(every_value(tmp_path)))
+
+    template = pod(objects, f"gangs-{component}")
+
+    want = component_values(component)
+    spec, metadata = template["spec"], template["metadata"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    assert (spec["affinity"], spec["nodeSelector"], spec["tolerations"]) == (
+        want["affinity"], want["nodeSelector"], want["tolerations"])
+    assert spec["topologySpreadConstraints"] == SPREAD
+    assert metadata["labels"]["team"] == f"{component}-team"
+    assert metadata["annotations"]["example.com/owner"] == f"{component}-team"
+    assert "checksum/config" in metadata["annotations"], "the chart's own annotation stays"
+
+
+def test_name_overrides_rename_every_object_and_keep_selectors_matching(tmp_path: Path) -> None:
+    objects = render("-f", str(every_value(tmp_path)))
+
+    named = [o for o in objects if o["kind"] not in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
+    assert all(o["metadata"]["name"].startswith("gangs") for o in objects), [o["metadata"]["name"] for o in objects]
+    for o in named:
+        assert o["metadata"]["labels"]["app.kubernetes.io/name"] == "troupe-gangs", o["kind"]
+    service = one(objects, "Service", "gangs-webhook")
+    webhook = one(objects, "Deployment", "gangs-webhook")
+    assert service["spec"]["selector"] == webhook["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"].items() <= webhook["spec"]["template"]["metadata"]["labels"].items()
+    hooks = one(objects, "MutatingWebhookConfiguration", "gangs")["webhooks"]
+    assert {h["clientConfig"]["service"]["name"] for h in hooks} == {"gangs-webhook"}
+    config = yaml.safe_load(one(objects, "ConfigMap", "gangs-config")["data"]["config.yaml"])
+    assert config["reconcilerUsername"] == f"system:serviceaccount:{NAMESPACE}:gangs-reconciler"
+    [reconciler] = pod(objects, "gangs-reconciler")["spec"]["containers"]
+    assert "--webhook-configuration=gangs" in reconciler["args"]
+
+
+def test_a_pod_label_may_not_replace_a_selector_label() -> None:
+    with pytest.raises(HelmFailed, match=r"webhook.podLabels: app.kubernetes.io/component is a selector label"):
+        render("--set", "webhook.podLabels.app\\.kubernetes\\.io/component=other")
+
+
+# --- the webhook on port 443 ------------------------------------------------------------------
+
+
+def test_the_webhook_port_may_be_443_and_the_pod_lets_its_non_root_user_bind_it() -> None:
+    objects = render("--set", "webhook.port=443")
+    template = pod(objects, "troupe-webhook")
+    [container] = template["spec"]["containers"]
+    _module, *args = container["args"]
+
+    parsed = webhook_parser().parse_args(args)
+
+    assert parsed.bind == "0.0.0.0:443"
+    assert [p["containerPort"] for p in container["ports"] if p["name"] == "https"] == [443]
+    context = template["spec"]["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532
+    assert context["sysctls"] == [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "443"}]
+    assert "sysctls" not in pod(objects, "troupe-reconciler")["spec"]["securityContext"]
+    assert "sysctls" not in pod(render(), "troupe-webhook")["spec"]["securityContext"], "only below 1024"
+
+
+# --- topology presets -----------------------------------------------------------------------
+
+PRESETS = {
+    "gke": (("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+             "cloud.google.com/gce-topology-host"),
+            ("topology.gke.io/cluster", "topology.gke.io/rack", "topology.gke.io/host")),
+    "eks": (("topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2",
+             "topology.k8s.aws/network-node-layer-3"), ()),
+    "nvlink": (("nvidia.com/gpu.clique",), ()),
+    "zone": (("topology.kubernetes.io/zone",), ()),
+}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_each_topology_preset_renders_a_configuration_the_loader_accepts(tmp_path: Path, preset: str) -> None:
+    objects = render("--set", f"topology.preset={preset}")
+    path = tmp_path / "config.yaml"
+    path.write_text(one(objects, "ConfigMap", "troupe-config")["data"]["config.yaml"])
+
+    config = load_config(str(path))
+
+    assert (config.topology_levels, config.topology_fallback_levels) == PRESETS[preset]
+
+
+def test_the_custom_preset_keeps_the_configurations_own_levels(tmp_path: Path) -> None:
+    objects = render("--set", "topology.preset=custom", "--set-json", 'config.topologyLevels=["example.com/pod"]',
+                     "--set-json", "config.topologyFallbackLevels=[]")
+    path = tmp_path / "config.yaml"
+    path.write_text(one(objects, "ConfigMap", "troupe-config")["data"]["config.yaml"])
+
+    assert load_config(str(path)).topology_levels == ("example.com/pod",)
+
+
+def test_a_preset_with_levels_of_ones_own_is_refused_naming_custom() -> None:
+    with pytest.raises(HelmFailed, match="set topology.preset=custom to give your own"):
+        render("--set", "topology.preset=eks", "--set-json", 'config.topologyLevels=["example.com/pod"]')
+
+
+# --- the schema refuses what Kubernetes would ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("values", "named"), [
+    (["--set-json", 'imagePullSecrets=["regcred"]'], "/imagePullSecrets/0"),
+    (["--set", "fullnameOverride=Gangs_1"], "/fullnameOverride"),
+    (["--set", "nameOverride=-troupe"], "/nameOverride"),
+    (["--set-json", 'webhook.podAnnotations={"a":1}'], "/webhook/podAnnotations/a"),
+    (["--set", "reconciler.podLabels.team=a b"], "/reconciler/podLabels/team"),
+    (["--set-json", 'reconciler.affinity={"nodeAffinty":{}}'], "/reconciler/affinity"),
+    (["--set-json", 'webhook.tolerations=[{"operator":"Maybe"}]'], "/webhook/tolerations/0/operator"),
+    (["--set-json", 'webhook.topologySpreadConstraints=[{"maxSkew":1}]'], "/webhook/topologySpreadConstraints/0"),
+    (["--set", "topology.preset=aks"], "/topology/preset"),
+])
+def test_a_bad_install_value_fails_lint_and_template_naming_it(values: list[str], named: str) -> None:
+    with pytest.raises(HelmFailed, match="schema") as templated:
+        render(*values)
+    with pytest.raises(HelmFailed) as linted:
+        helm("lint", "--strict", str(CHART), *values)
+
+    assert named in str(templated.value)
+    assert named in str(linted.value)
+
+
+def test_the_values_file_lists_every_install_value_with_its_default_which_sets_nothing() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    objects = render()
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    assert (values["imagePullSecrets"], values["fullnameOverride"], values["nameOverride"]) == ([], "", "")
+    assert values["topology"] == {"preset": "custom"}
+    for component in COMPONENTS:
+        listed = {k: values[component][k] for k in component_values(component)}
+        assert listed == {"podAnnotations": {}, "podLabels": {}, "affinity": {}, "nodeSelector": {},
+                          "tolerations": [], "topologySpreadConstraints": []}
+        assert set(listed) <= set(schema["properties"][component]["properties"])
+    webhook, reconciler = (pod(objects, f"troupe-{c}")["spec"] for c in COMPONENTS)
+    for spec in (webhook, reconciler):
+        assert not {"imagePullSecrets", "affinity", "nodeSelector", "tolerations"} & set(spec)
+    assert [c["topologyKey"] for c in webhook["topologySpreadConstraints"]] == ["kubernetes.io/hostname"]
+    assert "topologySpreadConstraints" not in reconciler
