@@ -96,8 +96,9 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("Service", "troupe-webhook"),
         ("ServiceAccount", "troupe-reconciler"),
         ("ServiceAccount", "troupe-webhook"),
+        ("CustomResourceDefinition", "shareddevicegroups.deviceshare.io"),
     ])
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "CustomResourceDefinition",
                       "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for o in objects:
         assert o["metadata"].get("namespace") == (None if o["kind"] in cluster_scoped else NAMESPACE), o["kind"]

@@ -78,9 +78,9 @@ def test_each_components_pod_values_reach_its_pod_spec(tmp_path: Path, component
 def test_name_overrides_rename_every_object_and_keep_selectors_matching(tmp_path: Path) -> None:
     objects = render("-f", str(every_value(tmp_path)))
 
-    named = [o for o in objects if o["kind"] not in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
-    assert all(o["metadata"]["name"].startswith("gangs") for o in objects), [o["metadata"]["name"] for o in objects]
-    for o in named:
+    named = [o for o in objects if o["kind"] != "CustomResourceDefinition"]  # its name is its group's
+    assert all(o["metadata"]["name"].startswith("gangs") for o in named), [o["metadata"]["name"] for o in named]
+    for o in objects:
         assert o["metadata"]["labels"]["app.kubernetes.io/name"] == "troupe-gangs", o["kind"]
     service = one(objects, "Service", "gangs-webhook")
     webhook = one(objects, "Deployment", "gangs-webhook")
@@ -155,6 +155,23 @@ def test_the_custom_preset_keeps_the_configurations_own_levels(tmp_path: Path) -
 def test_a_preset_with_levels_of_ones_own_is_refused_naming_custom() -> None:
     with pytest.raises(HelmFailed, match="set topology.preset=custom to give your own"):
         render("--set", "topology.preset=eks", "--set-json", 'config.topologyLevels=["example.com/pod"]')
+
+
+# --- the CRD is a template, so that an upgrade carries it -------------------------------------
+
+
+def test_the_chart_renders_each_crd_of_files_crds_kept_on_uninstall_and_ships_no_crds_directory() -> None:
+    files = sorted((CHART / "files" / "crds").glob("*.yaml"))
+
+    rendered = [o for o in render() if o["kind"] == "CustomResourceDefinition"]
+
+    assert not (CHART / "crds").exists(), "Helm installs crds/ once and never upgrades it"
+    assert [o["metadata"]["name"] for o in rendered] == [yaml.safe_load(f.read_text())["metadata"]["name"] for f in files]
+    for crd, path in zip(rendered, files, strict=True):
+        assert crd["spec"] == yaml.safe_load(path.read_text())["spec"]
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert not [o for o in render("--set", "crds.install=false") if o["kind"] == "CustomResourceDefinition"]
 
 
 # --- the schema refuses what Kubernetes would ---------------------------------------------------

@@ -105,8 +105,10 @@ def test_strict_validation_of_the_third_party_kinds_refuses_a_field_they_do_not_
 
 
 def notes(cluster: Cluster, namespace: str, *values: str) -> str:
-    return helm("install", RELEASE, str(CHART), "--namespace", namespace, "--dry-run=server", *values,
-                "--kubeconfig", str(cluster.kubeconfig("admin")), binary=cluster.binaries.helm)
+    """``helm install --dry-run=server``'s output. ``--take-ownership``: the local control plane
+    made the CRD at start with no Helm owner (as chart 0.1.0's crds/ left it)."""
+    return helm("install", RELEASE, str(CHART), "--namespace", namespace, "--dry-run=server", "--take-ownership",
+                *values, "--kubeconfig", str(cluster.kubeconfig("admin")), binary=cluster.binaries.helm)
 
 
 def test_helm_installs_the_chart_on_the_cluster_as_a_server_dry_run_and_prints_its_notes(
