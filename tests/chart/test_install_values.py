@@ -153,7 +153,7 @@ def test_the_custom_preset_keeps_the_configurations_own_levels(tmp_path: Path) -
 
 
 def test_a_preset_with_levels_of_ones_own_is_refused_naming_custom() -> None:
-    with pytest.raises(HelmFailed, match="set topology.preset=custom to give your own"):
+    with pytest.raises(HelmFailed, match=r"set topology\.preset=custom to give your own"):
         render("--set", "topology.preset=eks", "--set-json", 'config.topologyLevels=["example.com/pod"]')
 
 
