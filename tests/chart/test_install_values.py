@@ -6,6 +6,7 @@ accepted by the schema and by ``helm lint --strict``, and rendered where Kuberne
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from devtools.devcluster.build import built_helm
 from tests.support.helm import CHART, NAMESPACE, NOT_BUILT, HelmFailed, helm, one, render
 from troupe.config import load_config
 from webhook.cli import parser as webhook_parser
+
+PLATFORMS = Path(__file__).resolve().parents[2] / "docs" / "guide" / "platforms.md"
 
 pytestmark = pytest.mark.skipif(built_helm() is None, reason=NOT_BUILT)
 
@@ -155,6 +158,28 @@ def test_the_custom_preset_keeps_the_configurations_own_levels(tmp_path: Path) -
 def test_a_preset_with_levels_of_ones_own_is_refused_naming_custom() -> None:
     with pytest.raises(HelmFailed, match=r"set topology\.preset=custom to give your own"):
         render("--set", "topology.preset=eks", "--set-json", 'config.topologyLevels=["example.com/pod"]')
+
+
+def test_the_platform_guide_lists_every_preset_and_each_platforms_values_render_a_valid_configuration(
+    tmp_path: Path
+) -> None:
+    guide = PLATFORMS.read_text()
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    blocks = re.findall(r"```yaml\n# (values-[a-z]+\.yaml)\n(.*?)```", guide, flags=re.S)
+
+    presets = schema["properties"]["topology"]["properties"]["preset"]["enum"]
+    assert re.findall(r"^\| `([a-z]+)` \|", guide, flags=re.M) == [*presets[1:], presets[0]]
+    assert [name for name, _ in blocks] == ["values-gke.yaml", "values-eks.yaml", "values-aks.yaml",
+                                            "values-kubeadm.yaml"]
+    for name, text in blocks:
+        values = tmp_path / name
+        values.write_text(text)
+        assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), "-f", str(values))
+        path = tmp_path / "config.yaml"
+        path.write_text(one(render("-f", str(values)), "ConfigMap", "troupe-config")["data"]["config.yaml"])
+        preset = yaml.safe_load(text)["topology"]["preset"]
+        assert load_config(str(path)).topology_levels == (
+            PRESETS[preset][0] if preset != "custom" else tuple(yaml.safe_load(text)["config"]["topologyLevels"]))
 
 
 # --- the CRD is a template, so that an upgrade carries it -------------------------------------
