@@ -199,30 +199,6 @@ def test_the_chart_renders_each_crd_of_files_crds_kept_on_uninstall_and_ships_no
     assert not [o for o in render("--set", "crds.install=false") if o["kind"] == "CustomResourceDefinition"]
 
 
-# --- the schema refuses what Kubernetes would ---------------------------------------------------
-
-
-@pytest.mark.parametrize(("values", "named"), [
-    (["--set-json", 'imagePullSecrets=["regcred"]'], "/imagePullSecrets/0"),
-    (["--set", "fullnameOverride=Gangs_1"], "/fullnameOverride"),
-    (["--set", "nameOverride=-troupe"], "/nameOverride"),
-    (["--set-json", 'webhook.podAnnotations={"a":1}'], "/webhook/podAnnotations/a"),
-    (["--set", "reconciler.podLabels.team=a b"], "/reconciler/podLabels/team"),
-    (["--set-json", 'reconciler.affinity={"nodeAffinty":{}}'], "/reconciler/affinity"),
-    (["--set-json", 'webhook.tolerations=[{"operator":"Maybe"}]'], "/webhook/tolerations/0/operator"),
-    (["--set-json", 'webhook.topologySpreadConstraints=[{"maxSkew":1}]'], "/webhook/topologySpreadConstraints/0"),
-    (["--set", "topology.preset=aks"], "/topology/preset"),
-])
-def test_a_bad_install_value_fails_lint_and_template_naming_it(values: list[str], named: str) -> None:
-    with pytest.raises(HelmFailed, match="schema") as templated:
-        render(*values)
-    with pytest.raises(HelmFailed) as linted:
-        helm("lint", "--strict", str(CHART), *values)
-
-    assert named in str(templated.value)
-    assert named in str(linted.value)
-
-
 def test_the_values_file_lists_every_install_value_with_its_default_which_sets_nothing() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     objects = render()
