@@ -12,7 +12,14 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo snapshot test lint unit e2e bench bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock
+.PHONY: demo snapshot test lint unit e2e bench bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock release-check
+
+# actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
+# built once from its Go module into the version-keyed cache the control plane's binaries
+# use (devtools/devcluster/build.py), so `make lint` checks .github/workflows/.
+TROUPE_CACHE_DIR ?= $(HOME)/.cache/troupe
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := $(TROUPE_CACHE_DIR)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +37,15 @@ snapshot: $(BIN)/.installed cluster-build
 test: $(BIN)/.installed cluster-build lint
 	$(BIN)/python -m pytest $(PARALLEL)
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed $(ACTIONLINT)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
+	$(ACTIONLINT) -no-color
+
+$(ACTIONLINT):
+	GOBIN=$(dir $@) go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
 unit: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PARALLEL) -m 'not e2e'
@@ -94,9 +105,35 @@ cluster-down: $(BIN)/.installed
 
 # The image's dependency lock (Dockerfile installs it with --require-hashes): every runtime
 # dependency of pyproject.toml, pinned, with the sha256 of each of its files on PyPI.
+LOCK_COMPILE = $(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-unknown-linux-gnu --no-header --quiet
 lock: $(BIN)/.installed
-	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
-	  --python-platform x86_64-unknown-linux-gnu --no-header -o requirements.lock
+	$(LOCK_COMPILE) -o requirements.lock
+
+# Every step of a release that needs no registry (.github/workflows/release.yml runs it
+# first), into dist/: the version is the same everywhere; requirements.lock is what
+# pyproject.toml locks to now (uv keeps the pins of the lock it is given, so only a change
+# of pyproject.toml's dependencies changes it) and every pinned file of it, for each
+# platform the image is built for, downloads hash-checked as the Dockerfile's install does;
+# the chart linted and packaged; the wheel and the sdist built (python -m build) and checked.
+# HELM=path uses that helm instead of building the pinned one (make cluster-build).
+HELM ?=
+IMAGE_PLATFORMS := x86_64 aarch64
+release-check: $(BIN)/.installed $(if $(HELM),,cluster-build)
+	$(BIN)/python -m pip install --quiet -e '.[release]'
+	$(BIN)/python -m devtools.release versions
+	rm -rf dist && mkdir -p dist
+	cp requirements.lock dist/requirements.lock
+	$(LOCK_COMPILE) -o dist/requirements.lock
+	@cmp -s requirements.lock dist/requirements.lock || { diff -u requirements.lock dist/requirements.lock | head -40; \
+	  echo "requirements.lock is not what pyproject.toml locks to: run make lock"; exit 1; }
+	for arch in $(IMAGE_PLATFORMS); do \
+	  $(BIN)/python -m pip download --quiet --no-deps --require-hashes --only-binary=:all: --python-version 3.11 \
+	    --implementation cp --platform manylinux_2_28_$$arch --platform manylinux2014_$$arch \
+	    -d dist/lock-$$arch -r requirements.lock || exit 1; done
+	$(BIN)/python -m devtools.release chart dist $(if $(HELM),--helm $(HELM))
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m devtools.release artifacts dist
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

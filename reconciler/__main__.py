@@ -14,28 +14,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import logging
 import sys
-import time
 from typing import Any
 
 from troupe.config import ConfigError, load_config
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per log line: time, level, logger, message (and exc on errors)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
+from troupe.logs import JSONFormatter
 
 
 def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
@@ -174,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return plugin.run(args)
     handler = logging.StreamHandler()
     if args.log_format == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JSONFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])

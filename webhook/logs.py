@@ -2,7 +2,8 @@
 
 Each line has ``ts`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``, ``msg`` and
 the fields a caller passes as ``extra={"fields": {...}}``; an exception adds ``exc``
-(the traceback stays in the log, never in a response).
+(the traceback stays in the log, never in a response). The formatter is the one both
+deployables share, :class:`troupe.logs.JSONFormatter`.
 
 The line per admission review takes a shorter path when served (:class:`FdAdmissionLog`):
 the same keys, serialised once and written with one ``os.write`` to stderr. Through the
@@ -23,21 +24,10 @@ from typing import Any, Protocol
 import orjson
 from gunicorn import glogging
 
+from troupe.logs import JSONFormatter, iso_timestamp
+
 #: The logger (and ``logger`` key) of the admission lines.
 ADMISSION_LOGGER = "troupe.webhook.admission"
-
-_second = -1
-_second_text = ""
-
-
-def iso_timestamp(t: float) -> str:
-    """``t`` (seconds since the epoch) as ``2026-03-21T10:00:00.123Z``; one ``strftime``
-    per second, not per line."""
-    global _second, _second_text
-    second = int(t)
-    if second != _second:
-        _second_text, _second = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)), second
-    return f"{_second_text}.{int((t - second) * 1000):03d}Z"
 
 
 def json_line(out: dict[str, Any]) -> bytes:
@@ -46,24 +36,6 @@ def json_line(out: dict[str, Any]) -> bytes:
         return orjson.dumps(out, default=str, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError:  # an integer beyond 64 bits in a field: the standard library copes
         return (json.dumps(out, separators=(",", ":"), default=str) + "\n").encode()
-
-
-class JSONFormatter(logging.Formatter):
-    """Formats a record as one JSON object (see the module docstring for the keys)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": iso_timestamp(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            out.update(fields)
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json_line(out)[:-1].decode()
 
 
 class AdmissionLog(Protocol):

@@ -547,7 +547,7 @@ def needs_of(scenario: Scenario, stage: Stage) -> str | None:
             return (f"needs a Ready node labelled {contract.DEVICE_MODE_LABEL}={contract.DEVICE_MODE_SHARED} "
                     f"with {GPU}")
         if not _crd_served(stage, "shareddevicegroups.deviceshare.io"):
-            return "needs the SharedDeviceGroup CRD (charts/troupe/crds/)"
+            return "needs the SharedDeviceGroup CRD (charts/troupe/files/crds/)"
     if scenario.name == "preemption" and stage.config.gang_preemption_mode != "atomic":
         return f"needs gangPreemptionMode: atomic (Troupe's configuration has {stage.config.gang_preemption_mode!r})"
     if scenario.name == "jobset" and not _crd_served(stage, "jobsets.jobset.x-k8s.io"):

@@ -53,7 +53,7 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_READY_LINE = "Starting HTTP server"
 
 #: The chart's CustomResourceDefinitions, installed on every local cluster.
-CRDS_DIR = Path(__file__).resolve().parents[2] / "charts" / "troupe" / "crds"
+CRDS_DIR = Path(__file__).resolve().parents[2] / "charts" / "troupe" / "files" / "crds"
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -465,7 +465,7 @@ class Cluster:
 
     def install_crds(self, directory: Path = CRDS_DIR, timeout: float = 60.0) -> list[str]:
         """Create (or replace) the CustomResourceDefinitions of ``directory`` (default: the
-        chart's ``crds/``, what ``helm install`` creates first) and wait until each is
+        chart's ``files/crds/``, which the chart renders as templates) and wait until each is
         Established. Returns their names. Raises :class:`ClusterError`."""
         import yaml
         from kubernetes import client as k8s

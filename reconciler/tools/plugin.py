@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+import troupe
 from reconciler.engine.gang import gang_key
 from reconciler.engine.occupancy import DomainUsage
 from reconciler.engine.queueing import Policy
@@ -476,6 +477,7 @@ def parser(prog: str = "kubectl troupe") -> argparse.ArgumentParser:
         description="Why is my gang waiting? Troupe's own decision, read-only, on the live cluster or a snapshot:\n"
         "status of every gang, why one waits, the topology, and a what-if plan for a manifest.",
         epilog=EPILOG)
+    p.add_argument("--version", action="version", version=f"kubectl-troupe {troupe.__version__}")
     add_commands(p.add_subparsers(dest="command", required=True))
     return p
 

@@ -96,8 +96,9 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("Service", "troupe-webhook"),
         ("ServiceAccount", "troupe-reconciler"),
         ("ServiceAccount", "troupe-webhook"),
+        ("CustomResourceDefinition", "shareddevicegroups.deviceshare.io"),
     ])
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "CustomResourceDefinition",
                       "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for o in objects:
         assert o["metadata"].get("namespace") == (None if o["kind"] in cluster_scoped else NAMESPACE), o["kind"]
@@ -348,8 +349,18 @@ def test_the_webhook_pod_gets_no_service_account_token() -> None:
     (["--set", "certManager.duration=90d"], "/certManager/duration"),
     (["--set", "certManager.issuerRef.kind=Vault"], "/certManager/issuerRef/kind"),
     (["--set-json", 'networkPolicy.apiServer=[{"cidr":"10.0.0.0/8"}]'], "/networkPolicy/apiServer/0"),
-    (["--set", "webhook.port=443"], "/webhook/port"),
+    (["--set", "webhook.port=70000"], "/webhook/port"),
     (["--set", "webhook.tls.caBundle=-----BEGIN CERTIFICATE-----"], "/webhook/tls/caBundle"),
+    # the install values (decision 036)
+    (["--set-json", 'imagePullSecrets=["regcred"]'], "/imagePullSecrets/0"),
+    (["--set", "fullnameOverride=Gangs_1"], "/fullnameOverride"),
+    (["--set", "nameOverride=-troupe"], "/nameOverride"),
+    (["--set-json", 'webhook.podAnnotations={"a":1}'], "/webhook/podAnnotations/a"),
+    (["--set", "reconciler.podLabels.team=a b"], "/reconciler/podLabels/team"),
+    (["--set-json", 'reconciler.affinity={"nodeAffinty":{}}'], "/reconciler/affinity"),
+    (["--set-json", 'webhook.tolerations=[{"operator":"Maybe"}]'], "/webhook/tolerations/0/operator"),
+    (["--set-json", 'webhook.topologySpreadConstraints=[{"maxSkew":1}]'], "/webhook/topologySpreadConstraints/0"),
+    (["--set", "topology.preset=aks"], "/topology/preset"),
 ])
 def test_a_value_the_schema_refuses_fails_lint_and_template_naming_it(values: list[str], named: str) -> None:
     with pytest.raises(HelmFailed, match="schema") as templated:

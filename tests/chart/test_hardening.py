@@ -272,7 +272,7 @@ def test_the_admission_policy_can_be_switched_off() -> None:
 
 
 def test_the_shared_device_group_crd_is_the_designs() -> None:
-    crd = yaml.safe_load((CHART / "crds" / "shareddevicegroups.yaml").read_text())
+    crd = yaml.safe_load((CHART / "files" / "crds" / "shareddevicegroups.yaml").read_text())
 
     assert crd["metadata"]["name"] == "shareddevicegroups.deviceshare.io"
     assert (crd["spec"]["scope"], crd["spec"]["names"]["kind"], crd["spec"]["names"]["shortNames"]) == (

@@ -44,6 +44,15 @@ OPTIONS = {
         "--set-json", 'networkPolicy.apiServer=[{"ipBlock":{"cidr":"10.0.0.0/28"}}]'],
     "fail-open-no-policies": ["--set", "webhook.failurePolicy=Ignore", "--set", "networkPolicy.enabled=false",
                               "--set", "validatingAdmissionPolicy.enabled=false"],
+    "install-values-port-443-eks": [
+        "--set", "webhook.port=443", "--set", "topology.preset=eks", "--set", "fullnameOverride=gangs",
+        "--set", "nameOverride=troupe-gangs", "--set-json", 'imagePullSecrets=[{"name":"regcred"}]',
+        "--set", "webhook.podLabels.team=platform", "--set", "reconciler.podAnnotations.example\\.com/owner=platform",
+        "--set-json", 'reconciler.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":'
+                      '{"nodeSelectorTerms":[{"matchExpressions":[{"key":"pool","operator":"In","values":["system"]}]}]}}}',
+        "--set-json", 'webhook.tolerations=[{"key":"dedicated","operator":"Exists","effect":"NoSchedule"}]',
+        "--set-json", 'reconciler.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone",'
+                      '"whenUnsatisfiable":"ScheduleAnyway"}]'],
 }
 
 
@@ -96,8 +105,10 @@ def test_strict_validation_of_the_third_party_kinds_refuses_a_field_they_do_not_
 
 
 def notes(cluster: Cluster, namespace: str, *values: str) -> str:
-    return helm("install", RELEASE, str(CHART), "--namespace", namespace, "--dry-run=server", *values,
-                "--kubeconfig", str(cluster.kubeconfig("admin")), binary=cluster.binaries.helm)
+    """``helm install --dry-run=server``'s output. ``--take-ownership``: the local control plane
+    made the CRD at start with no Helm owner (as chart 0.1.0's crds/ left it)."""
+    return helm("install", RELEASE, str(CHART), "--namespace", namespace, "--dry-run=server", "--take-ownership",
+                *values, "--kubeconfig", str(cluster.kubeconfig("admin")), binary=cluster.binaries.helm)
 
 
 def test_helm_installs_the_chart_on_the_cluster_as_a_server_dry_run_and_prints_its_notes(

@@ -164,8 +164,10 @@ def installed(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     namespace = new_namespace(core, "troupe-chart")
     workdir = tmp_path_factory.mktemp("chart-install")
     admin = str(cluster.kubeconfig("admin"))
+    # --take-ownership: the local control plane made the CRD at start, with no Helm owner, as
+    # chart 0.1.0 (CRDs in crds/) or `kubectl apply -f charts/troupe/files/crds/` leave it.
     helm("install", RELEASE, str(CHART), "--namespace", namespace, "--kubeconfig", admin, *SHORT,
-         binary=cluster.binaries.helm)
+         "--take-ownership", binary=cluster.binaries.helm)
     try:
         manifest = helm("get", "manifest", RELEASE, "--namespace", namespace, "--kubeconfig", admin,
                         binary=cluster.binaries.helm)

@@ -4,8 +4,10 @@ Dockerfile installs that file and nothing else, hash-checked, from a pinned base
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -13,6 +15,8 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "requirements.lock"
+#: The packages the image runs (the Dockerfile copies these and nothing else of the repository).
+SHIPPED = ("troupe", "webhook", "reconciler", "certs")
 
 
 def locked() -> dict[str, tuple[str, list[str]]]:
@@ -56,3 +60,27 @@ def test_the_dockerfile_installs_the_lock_hash_checked_from_a_pinned_base() -> N
     installs = [line for line in dockerfile.splitlines() if "pip install" in line]
     assert installs == [next(line for line in installs if "--require-hashes" in line and "-r requirements.lock" in line
                              and "--no-deps" in line)]
+
+
+def imported_top_level_modules() -> set[str]:
+    """Every top-level module that the shipped packages import (absolute imports)."""
+    modules: set[str] = set()
+    for package in SHIPPED:
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules.add(node.module.split(".")[0])
+    return modules
+
+
+def test_every_runtime_dependency_is_imported_by_the_code_the_image_ships() -> None:
+    """A package only the tests import belongs to the test extra, not to the image's lock."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    distributions = packages_distributions()
+    imported = {canonicalize_name(d) for m in imported_top_level_modules() for d in distributions.get(m, [])}
+
+    unused = [spec for spec in project["dependencies"] if canonicalize_name(Requirement(spec).name) not in imported]
+
+    assert not unused, f"runtime dependencies no shipped module imports (move them to an extra): {unused}"

@@ -1,7 +1,13 @@
-{{- define "troupe.name" -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{/*
+The prefix of every object's name: fullnameOverride, else the release's name (cut to 50
+characters, leaving room for suffixes such as -reconciler-leader-election).
+*/}}
+{{- define "troupe.name" -}}{{ .Values.fullnameOverride | default .Release.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{/* The app.kubernetes.io/name label: nameOverride, else the chart's name. */}}
+{{- define "troupe.appName" -}}{{ .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
 {{- define "troupe.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
 {{- define "troupe.labels" -}}
-app.kubernetes.io/name: troupe
+app.kubernetes.io/name: {{ include "troupe.appName" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -10,9 +16,78 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{/* Selector labels of one component: include with (list $ "webhook"). */}}
 {{- define "troupe.selectorLabels" -}}
 {{- $root := index . 0 -}}
-app.kubernetes.io/name: troupe
+app.kubernetes.io/name: {{ include "troupe.appName" $root }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+{{/*
+The pod template's metadata of one component, (list $ "webhook"): the chart's labels, the
+component's podLabels (which may not replace a selector label), the configuration's
+checksum and the component's podAnnotations.
+*/}}
+{{- define "troupe.podMetadata" -}}
+{{- $root := index . 0 -}}{{- $component := index . 1 -}}
+{{- $values := index $root.Values $component -}}
+{{- $labels := fromYaml (include "troupe.labels" $root) -}}
+{{- $_ := set $labels "app.kubernetes.io/component" $component -}}
+{{- range $key, $value := ($values.podLabels | default dict) -}}
+{{- if hasKey (fromYaml (include "troupe.selectorLabels" (list $root $component))) $key -}}
+{{- fail (printf "%s.podLabels: %s is a selector label the chart sets; it may not be replaced" $component $key) -}}
+{{- end -}}
+{{- $_ := set $labels $key $value -}}
+{{- end -}}
+{{- $annotations := deepCopy ($values.podAnnotations | default dict) -}}
+{{- $_ := set $annotations "checksum/config" (include "troupe.config" $root | sha256sum) -}}
+labels: {{- toYaml $labels | nindent 2 }}
+annotations: {{- toYaml $annotations | nindent 2 }}
+{{- end -}}
+{{/*
+Where one component's pods go, (list $ "webhook"): imagePullSecrets, nodeSelector, affinity,
+tolerations and topologySpreadConstraints of the component's values. The webhook, with more
+than one replica and no constraints given, spreads its replicas over nodes.
+*/}}
+{{- define "troupe.podPlacement" -}}
+{{- $root := index . 0 -}}{{- $component := index . 1 -}}
+{{- $values := index $root.Values $component -}}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if $values.topologySpreadConstraints }}
+topologySpreadConstraints: {{- toYaml $values.topologySpreadConstraints | nindent 2 }}
+{{- else if and (eq $component "webhook") (gt (int $values.replicas) 1) }}
+# Replicas on different nodes when possible, so that one node going away leaves one answering.
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: kubernetes.io/hostname
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels: {{- include "troupe.selectorLabels" (list $root $component) | nindent 8 }}
+{{- end }}
+{{- end -}}
+{{/*
+The webhook pod's securityContext: podSecurityContext, and for a webhook port below 1024 the
+namespaced sysctl net.ipv4.ip_unprivileged_port_start lowered to that port, so that the
+non-root container may bind it (a "safe" sysctl, allowed by default since Kubernetes 1.22
+and by the baseline Pod Security Standard:
+https://kubernetes.io/docs/tasks/administer-cluster/sysctl-cluster/).
+*/}}
+{{- define "troupe.webhookPodSecurityContext" -}}
+{{- $context := deepCopy (.Values.podSecurityContext | default dict) -}}
+{{- if lt (int .Values.webhook.port) 1024 -}}
+{{- $sysctls := $context.sysctls | default list -}}
+{{- $sysctls = append $sysctls (dict "name" "net.ipv4.ip_unprivileged_port_start" "value" (toString .Values.webhook.port)) -}}
+{{- $_ := set $context "sysctls" $sysctls -}}
+{{- end -}}
+{{- toYaml $context -}}
 {{- end -}}
 {{- define "troupe.reconcilerServiceAccount" -}}{{ include "troupe.name" . }}-reconciler{{- end -}}
 {{- define "troupe.webhookService" -}}{{ include "troupe.name" . }}-webhook{{- end -}}
@@ -45,12 +120,44 @@ manual
 {{- define "troupe.reconcilerUsername" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "troupe.reconcilerServiceAccount" . }}{{- end -}}
 
 {{/*
-Troupe's configuration file (config.yaml): .Values.config plus reconcilerUsername, which is
-the reconciler's ServiceAccount in this release. Checks the rules between keys that the
+The node labels of the topology levels per topology.preset, highest level first
+(docs/guide/platforms.md): GKE's two label sets (the current one and the older one a node
+may carry instead); EKS's network topology labels of the EC2 instance topology API
+(https://docs.aws.amazon.com/eks/latest/userguide/node-labels.html); the NVLink domain that
+NVIDIA's GPU feature discovery labels with nvidia.com/gpu.clique; the zone alone.
+*/}}
+{{- define "troupe.topologyPresets" -}}
+gke:
+  topologyLevels: [cloud.google.com/gce-topology-block, cloud.google.com/gce-topology-subblock, cloud.google.com/gce-topology-host]
+  topologyFallbackLevels: [topology.gke.io/cluster, topology.gke.io/rack, topology.gke.io/host]
+eks:
+  topologyLevels: [topology.k8s.aws/network-node-layer-1, topology.k8s.aws/network-node-layer-2, topology.k8s.aws/network-node-layer-3]
+  topologyFallbackLevels: []
+nvlink:
+  topologyLevels: [nvidia.com/gpu.clique]
+  topologyFallbackLevels: []
+zone:
+  topologyLevels: [topology.kubernetes.io/zone]
+  topologyFallbackLevels: []
+{{- end -}}
+
+{{/*
+Troupe's configuration file (config.yaml): .Values.config, its topology levels those of
+topology.preset unless that is custom, plus reconcilerUsername, which is the reconciler's
+ServiceAccount in this release. Checks the rules between keys that the
 schema cannot express, with the same messages as troupe/config.py.
 */}}
 {{- define "troupe.config" -}}
-{{- $c := .Values.config -}}
+{{- $c := deepCopy .Values.config -}}
+{{- $preset := (.Values.topology | default dict).preset | default "custom" -}}
+{{- if ne $preset "custom" -}}
+{{- $presets := include "troupe.topologyPresets" . | fromYaml -}}
+{{- $gke := index $presets "gke" -}}
+{{- if not (and (deepEqual $c.topologyLevels $gke.topologyLevels) (deepEqual $c.topologyFallbackLevels $gke.topologyFallbackLevels)) -}}
+{{- fail (printf "config.topologyLevels: topology.preset=%s sets the levels; set topology.preset=custom to give your own, got %v and %v" $preset $c.topologyLevels $c.topologyFallbackLevels) -}}
+{{- end -}}
+{{- range $key, $levels := index $presets $preset -}}{{- $_ := set $c $key $levels -}}{{- end -}}
+{{- end -}}
 {{- if gt (int64 $c.gangScheduleDefaultTimeoutSeconds) (int64 $c.gangScheduleTimeoutSecondsLimit) -}}
 {{- fail (printf "config.gangScheduleDefaultTimeoutSeconds: %v exceeds gangScheduleTimeoutSecondsLimit (%v)" $c.gangScheduleDefaultTimeoutSeconds $c.gangScheduleTimeoutSecondsLimit) -}}
 {{- end -}}
@@ -62,7 +169,7 @@ schema cannot express, with the same messages as troupe/config.py.
 {{- fail (printf "config.topologyFallbackLevels: must not repeat a key of topologyLevels, got %s" .) -}}
 {{- end -}}
 {{- end -}}
-{{- $config := deepCopy $c -}}
+{{- $config := $c -}}
 {{- $_ := set $config "reconcilerUsername" (include "troupe.reconcilerUsername" .) -}}
 {{- toYaml $config -}}
 {{- end -}}
