@@ -19,14 +19,12 @@ This is a benchmark, not a test: it prints numbers and ratios.
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.reconcile import best_of
 from reconciler.engine import actions
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.decision import decide
@@ -40,17 +38,6 @@ from tests.support.engine_builders import make_node
 from troupe.config import Config
 
 NOW = 1_800_000_000.0
-
-
-def best_of(n: int, run: Callable[[], object]) -> float:
-    """The least of ``n`` timings of ``run()``, in seconds, each after a full collection."""
-    times = []
-    for _ in range(n):
-        gc.collect()
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> int:

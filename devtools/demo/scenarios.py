@@ -60,13 +60,15 @@ def _ranked(pods: Sequence[Any]) -> list[Any]:
     return sorted(pods, key=lambda p: int((p.metadata.annotations or {}).get(contract.ASSIGNED_RANK, "-1")))
 
 
-def _one_release(stage: Stage, pods: Sequence[Any], what: str) -> None:
-    """Every pod of ``pods`` was released by one decision made after the last existed."""
+def _one_release(stage: Stage, pods: Sequence[Any], what: str, when_complete: bool = True) -> None:
+    """Every pod of ``pods`` was released from one plan: one decision made after the last
+    existed (``when_complete``), or the one reservation of a gang released as created."""
     planned = {_planned_at(p) for p in pods}
-    stage.expect(len(planned) == 1 and "" not in planned, f"{what}: one release (every member's planned-at equal)")
-    newest = max(p.metadata.creation_timestamp for p in pods).replace(microsecond=0)
-    stage.expect(dt.datetime.fromisoformat(planned.pop()) >= newest,
-                 f"{what}: planned only once its last member existed")
+    stage.expect(len(planned) == 1 and "" not in planned, f"{what}: one plan (every member's planned-at equal)")
+    if when_complete:
+        newest = max(p.metadata.creation_timestamp for p in pods).replace(microsecond=0)
+        stage.expect(dt.datetime.fromisoformat(planned.pop()) >= newest,
+                     f"{what}: planned only once its last member existed")
 
 
 def _subblocks(stage: Stage, pods: Sequence[Any]) -> set[str]:
@@ -460,8 +462,9 @@ def gang_rolled_back_and_retried(stage: Stage) -> str:
 def jobset_ganged_by_namespace(stage: Stage) -> str:
     """A JobSet in a namespace labelled ``troupe.io/gang-mode: auto``, with no Troupe
     annotation at all: a driver and two replicated worker Jobs of 8 whole-node pods become
-    one gang of 17, sized from the JobSet, released at once; each worker Job fills one
-    subblock of one block."""
+    one gang of 17, sized from the JobSet, its nodes reserved from the JobSet's pod templates
+    as soon as it appears and each member released onto its rank's node as it is created
+    (docs/decisions/034); each worker Job fills one subblock of one block."""
     ns = stage.namespace("demo-jobset", labels={contract.GANG_MODE_LABEL: contract.GANG_MODE_AUTO})
     h, g = stage.layout.hosts, stage.layout.gpus
 
@@ -482,7 +485,13 @@ def jobset_ganged_by_namespace(stage: Stage) -> str:
     pods = stage.wait(f"the JobSet's {size} pods Running", lambda: running(stage.pods(ns), size), timeout=120)
     stage.show("get", "pods", "-n", ns, "-o", PLACED_COLUMNS)
     stage.troupe("status", "-n", ns)
-    _one_release(stage, pods, "JobSet train")
+    _one_release(stage, pods, "JobSet train", when_complete=False)
+    reserved = [e for e in stage.core.list_namespaced_event(ns).items if e.reason == "GangReserved"]
+    stage.expect(len(reserved) == 1 and reserved[0].involved_object.kind == "JobSet",
+                 "the reservation told once, on the JobSet (GangReserved)")
+    stage.say("Reserved from the JobSet's pod templates when it appeared, before any pod existed:")
+    stage.show("get", "events", "-n", ns, "--field-selector", "reason=GangReserved",
+               "-o", "custom-columns=OBJECT:.involvedObject.kind,MESSAGE:.message")
     size_key = stage.config.gang_annotation_prefix + contract.GANG_SIZE_SUFFIX
     stage.expect(all((p.metadata.annotations or {}).get(size_key) == contract.AUTO_SIZE for p in pods),
                  f"{size_key}: auto stamped by the webhook on every pod")
@@ -498,9 +507,9 @@ def jobset_ganged_by_namespace(stage: Stage) -> str:
     blocks = {labels[p.spec.node_name][stage.layout.block_label] for p in pods}
     stage.expect(len(blocks) == 1, f"the whole gang in one block (got {blocks})")
     where = ", ".join(f"{j} in {next(iter(v))}" for j, v in per_job.items())
-    stage.say(f"One gang of {size}, sized from the JobSet ({contract.GANG_SIZE_SUFFIX[1:]}: auto), released at once: "
-              f"{where}.")
-    return f"JobSet of {size} ganged with no annotation, released at once; {where}"
+    stage.say(f"One gang of {size}, sized from the JobSet ({contract.GANG_SIZE_SUFFIX[1:]}: auto), reserved whole and "
+              f"each member released as it was created: {where}.")
+    return f"JobSet of {size} ganged with no annotation, reserved whole, released as created; {where}"
 
 
 # --------------------------------------------------------------------------- registry

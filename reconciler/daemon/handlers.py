@@ -410,7 +410,7 @@ class ActionHandlers:
         self.cache.assume(done)
         others = [g for g in contract.pod_gates(done) if not contract.is_troupe_gate(g)]
         gated.extend(others)
-        self.conditions.want(PodRef.parse(m.pod), pod.uid, released_condition(m, len(gang.members), note))
+        self.conditions.want(PodRef.parse(m.pod), pod.uid, released_condition(m, max(gang.size or 0, len(gang.members)), note))
         return ""
 
     def _release_members(self, gang: Gang, action: Release, gated: list[str]) -> str:

@@ -56,7 +56,7 @@ def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
     speak of are left out (a released member keeps its ``Released``)."""
     release = decision.find(Release)
     if release is not None:
-        return {m.pod: released(m, len(gang.members), release.note) for m in release.members}
+        return {m.pod: released(m, max(gang.size or 0, len(gang.members)), release.note) for m in release.members}
     reason = decision.rule.condition
     if reason is None:
         return {}

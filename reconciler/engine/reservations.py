@@ -78,10 +78,15 @@ class Reservation:
     record: Record
     slots: tuple[PodInfo, ...]
 
+    @property
+    def prefix(self) -> str:
+        """What the keys of its ranks' holdings start with (:meth:`holding`)."""
+        return f"reservation:{self.namespace}/{self.record.gang}#"
+
     def holding(self, rank: int) -> str:
         """The key under which rank ``rank``'s slot uses its node in a snapshot (no pod key
         has a ``:`` before its ``/``)."""
-        return f"reservation:{self.namespace}/{self.record.gang}#{rank}"
+        return f"{self.prefix}{rank}"
 
     def requests(self, rank: int) -> Mapping[str, int]:
         """What rank ``rank``'s slot holds on its node, in units."""

@@ -203,9 +203,10 @@ class Snapshot:
             members = [p for p in released.get((r.namespace, r.record.planned_at), ())
                        if (made_by := group(p)) is not None and made_by[1] == r.workload]
             filled = fill(r.record, r.slots, members)
+            prefix = r.prefix
             for rank, node in enumerate(r.record.nodes):
-                if rank not in filled and node in self.index:
-                    self._take(r.holding(rank), self.index[node], r.requests(rank))
+                if rank not in filled and (i := self.index.get(node)) is not None:
+                    self._take(f"{prefix}{rank}", i, r.requests(rank))
 
     @staticmethod
     def _holding_key(group: str) -> str:
