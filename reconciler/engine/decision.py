@@ -345,7 +345,8 @@ def _place(s: _Seen) -> Decision:
     held = s.queue.held_nodes - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
     view = base.with_blocked(held) if held else base
     near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})
-    found = place_with_devices(view, s.free, gang.topology.required_level, gang.topology.preferred_level, near=near)
+    found = place_with_devices(view, s.free, gang.topology.required_level, gang.topology.preferred_level, near=near,
+                               layout=gang.topology)
     if nom is not None:
         clear += (nominee,)
     if found.result.placed:

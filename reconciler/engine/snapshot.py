@@ -45,6 +45,7 @@ from reconciler.engine.nodetable import NodeTable
 from reconciler.engine.podterms import SpreadConstraint
 from reconciler.engine.topology import TopologyLevels
 from reconciler.engine.volumes import VolumeCatalog
+from troupe.contract import TOPOLOGY_EXCLUSIVE_LEVEL
 
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
@@ -155,6 +156,8 @@ class Snapshot:
         self.spread_defaults = tuple(spread_defaults)
         #: Keys of the pods that carry :class:`~reconciler.engine.podterms.PodTerms`.
         self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)
+        #: Keys of the pods that ask an exclusive level (:mod:`.layers`).
+        self.exclusive = tuple(key for key, pod in self.pods.items() if TOPOLOGY_EXCLUSIVE_LEVEL in pod.gang_annotations)
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
