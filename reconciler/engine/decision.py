@@ -473,7 +473,8 @@ def _preempt(s: _Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination 
     going = victims.leaving(snapshot)
     view = snapshot.with_removed(going) if going else snapshot
     plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology.required_level,
-                                       gang.topology.preferred_level, near=near, gang=gang.key)
+                                       gang.topology.preferred_level, near=near, gang=gang.key,
+                                       layout=gang.topology)
     if plan is None or not plan.victims:
         return None
     by_key = {p.key: p for p in s.free}
