@@ -207,23 +207,17 @@ def place_gang(
     (``near``) keep the exclusive level only.
     Deterministic: the same snapshot and members give the same result, message included.
     ``snapshot`` is not changed; apply the plan with :meth:`Snapshot.with_assumed` or
-    :meth:`Snapshot.assumed`. It is long because it reads as the objective in order: the
-    levels to search, the envelope's search, the mixed fill, then the result.
+    :meth:`Snapshot.assumed`. Long because it reads as the objective in order: the levels
+    and the layout, the envelope's search, the mixed fill, then the result.
     """
     order = sorted(members, key=lambda p: (p.rank, p.key))
     if not order:
         return PlacementResult(True, [], Code.SUCCESS, "no members", method="none")
     allowed = _allowed(snapshot, near)
     depths, unknown = _search_depths(snapshot, required_level, preferred_level)
-    shaped, bad = layers.layout_of(snapshot, layout, order)
-    unknown = unknown or bad or _layers_problem(shaped, len(order), depths, required_level)
-    if unknown:
-        return _unresolvable(unknown)
-    if near:
-        shaped = layers.Layout(exclusive=shaped.exclusive)
-    if snapshot.exclusive or shaped.exclusive is not None:
-        blocked = layers.exclusive_blocked(snapshot, shaped, order)
-        snapshot = snapshot.with_blocked(blocked) if blocked else snapshot
+    snapshot, shaped, problem = _with_layout(snapshot, order, layout, depths, required_level, near)
+    if unknown or problem:
+        return _unresolvable(unknown or problem)
     filters = GangFilters(snapshot, order) if gangfilters.needed(snapshot, order) else None
     shapes, shape_of = member_shapes(order, filters)
     if filters is not None:
@@ -249,6 +243,22 @@ def place_gang(
     else:
         return _explain(snapshot, order, shapes, required_level, depths, allowed, filters, shaped)
     return _placed(snapshot, order, nodes, depth, j, method, shaped)
+
+
+def _with_layout(snapshot: Snapshot, order: Sequence[PodInfo], layout: TopologyRequest | None, depths: Sequence[int],
+                 required_level: str | None, near: Sequence[str]) -> tuple[Snapshot, layers.Layout, str]:
+    """The snapshot the gang ``order`` may use (domains another gang holds exclusively, or
+    that its own exclusive level keeps it out of, blocked), its :class:`layers.Layout`
+    (slices dropped for replacements, placed ``near`` their gang), and why the layout
+    cannot apply (``""`` when it can)."""
+    shaped, bad = layers.layout_of(snapshot, layout, order)
+    problem = bad or _layers_problem(shaped, len(order), depths, required_level)
+    if near:
+        shaped = layers.Layout(exclusive=shaped.exclusive)
+    if not problem and (snapshot.exclusive or shaped.exclusive is not None):
+        blocked = layers.exclusive_blocked(snapshot, shaped, order)
+        snapshot = snapshot.with_blocked(blocked) if blocked else snapshot
+    return snapshot, shaped, problem
 
 
 def _layers_problem(layout: layers.Layout, size: int, depths: Sequence[int], required_level: str | None) -> str:

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from troupe import contract
+
 T = TypeVar("T")
 
 
@@ -113,3 +115,15 @@ def running_job_pods(core: client.CoreV1Api, namespace: str, job: str, count: in
         return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
 
     return wait_for(f"{count} Running pods of Job {job}", running, timeout=timeout)
+
+
+def running_members(core: client.CoreV1Api, namespace: str, prefix: str, count: int) -> list[Any]:
+    """The ``count`` pods named ``<prefix>-*``, once all are Running (pinned by Troupe)."""
+    def running() -> list[Any] | None:
+        pods = [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name.startswith(f"{prefix}-")]
+        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+
+    pods = wait_for(f"{count} Running members of {prefix}", running, timeout=90)
+    for pod in pods:
+        assert pod.metadata.annotations[contract.ASSIGNED_NODE] == pod.spec.node_name
+    return pods
