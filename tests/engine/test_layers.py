@@ -275,3 +275,39 @@ def test_a_balanced_spread_differs_by_at_most_one_member_where_room_allows(snap,
     parent = tree.domain_of[depth - 1][snap.index[result.assignments[0].node]]
     room = sorted((member_caps[c] for c in tree.children(depth - 1, parent)), reverse=True)
     assert sum(room[:len(shares) - 1]) < size
+
+
+@st.composite
+def held_trees(draw):
+    """A small tree whose nodes run members of other gangs, some exclusive at a level."""
+    snap_nodes, pods = [], []
+    for s in range(draw(st.integers(1, 4))):
+        for h in range(draw(st.integers(1, 3))):
+            name = f"s{s}h{h}"
+            snap_nodes.append(make_node(name).topology("b0", f"s{s}", name).allocatable(gpu=4))
+            if draw(st.booleans()):
+                pod = make_pod(f"held-{name}", "other").requests(gpu=1).gang(f"g{draw(st.integers(0, 2))}", 1)
+                level = draw(st.sampled_from([None, SUBBLOCK, HOST]))
+                if level is not None:
+                    pod = pod.annotate("troupe.io/topology-exclusive-level", level)
+                pods.append(pod.annotate("reconciler.troupe.io/node", name).gated())
+    return snapshot_of(snap_nodes, pods)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=held_trees(), size=st.integers(1, 6), level=st.sampled_from([None, SUBBLOCK, HOST]))
+def test_exclusive_domains_are_never_shared(snap, size, level):
+    result = place_gang(snap, gang_of(size, gpu=1, name="mine"), layout=sliced(exclusive=level))
+    if not result.placed:
+        return
+    fits_every_node(snap, result)
+    tree = snap.tree
+    mine = {snap.index[a.node] for a in result.assignments}
+    for key in snap.exclusive:
+        other = snap.node_index_of(key)
+        depth = snap.levels.depth_of(snap.pods[key].gang_annotations["troupe.io/topology-exclusive-level"])
+        assert tree.domain_of[depth][other] not in {tree.domain_of[depth][i] for i in mine}
+    if level is not None:
+        depth = snap.levels.depth_of(level)
+        held = {tree.domain_of[depth][snap.node_index_of(key)] for key in snap.pods}
+        assert not held & {tree.domain_of[depth][i] for i in mine}
