@@ -29,6 +29,7 @@ Pure: a snapshot and counts in, node counts out.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -290,10 +291,12 @@ def slice_domains(snapshot: Snapshot, nodes: Sequence[int], layers: Sequence[Lay
     are not inside one domain has domain ``-1``."""
     out = []
     for n, layer in enumerate(layers):
-        owner = snapshot.tree.domain_of[layer.depth]
-        for k in range(len(nodes) // layer.size):
-            held = {owner[i] for i in nodes[k * layer.size:(k + 1) * layer.size]}
-            out.append((n, k, held.pop() if len(held) == 1 else -1))
+        held = list(map(snapshot.tree.domain_of[layer.depth].__getitem__, nodes))
+        size = layer.size
+        for k in range(len(nodes) // size):
+            first = held[k * size]
+            whole = held[k * size:(k + 1) * size].count(first) == size
+            out.append((n, k, first if whole else -1))
     return out
 
 
@@ -318,11 +321,10 @@ def balance_of(snapshot: Snapshot, nodes: Sequence[int], depth: int) -> Balance 
     None when every member is on one node."""
     tree = snapshot.tree
     for d in range(depth + 1, tree.leaf_depth + 1):
-        shares: dict[int, int] = {}
-        for i in nodes:
-            shares[tree.domain_of[d][i]] = shares.get(tree.domain_of[d][i], 0) + 1
-        if len(shares) > 1:
-            return Balance(d, len(shares), max(shares.values()), min(shares.values()))
+        held = list(map(tree.domain_of[d].__getitem__, nodes))
+        if held and held.count(held[0]) != len(held):
+            shares = Counter(held).values()
+            return Balance(d, len(shares), max(shares), min(shares))
     return None
 
 
