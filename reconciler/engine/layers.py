@@ -42,13 +42,17 @@ from troupe.config import Config
 from troupe.contract import (
     BALANCED,
     TOPOLOGY_EXCLUSIVE_LEVEL,
-    TOPOLOGY_KEYS,
+    TOPOLOGY_PLACEMENT,
+    TOPOLOGY_SLICE_REQUIRED_LEVEL,
+    TOPOLOGY_SLICE_SIZE,
     ContractError,
     TopologyRequest,
     parse_layers,
 )
 
 Caps = list[list[int]]
+#: The keys :func:`layout_of` reads from a member when it is given no request.
+_LAYER_KEYS = (TOPOLOGY_SLICE_SIZE, TOPOLOGY_SLICE_REQUIRED_LEVEL, TOPOLOGY_PLACEMENT, TOPOLOGY_EXCLUSIVE_LEVEL)
 Counts = list[tuple[int, int]]
 
 
@@ -98,7 +102,7 @@ def layout_of(snapshot: Snapshot, request: TopologyRequest | None,
     levels = snapshot.levels
     if request is None:
         annotations = members[0].gang_annotations if members else {}
-        if not any(k in annotations for k in TOPOLOGY_KEYS[2:]):
+        if not any(k in annotations for k in _LAYER_KEYS):
             return Layout(), ""
         try:
             slices, placement, exclusive = parse_layers(annotations, _config(levels.keys, levels.fallback), None)
