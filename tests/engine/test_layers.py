@@ -2,6 +2,7 @@
 examples, then properties against brute force on small trees."""
 
 import itertools
+from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,15 +13,13 @@ from reconciler.engine.topology import TopologyLevels
 from tests.support.engine_builders import (
     BLOCK,
     GPU,
-    HOSTNAME,
     SUBBLOCK,
-    counts,
     gang_of,
     make_node,
     make_pod,
     snapshot_of,
 )
-from troupe.contract import TopologyRequest
+from troupe.contract import HOSTNAME_LABEL, TopologyRequest
 from troupe.layers import SliceLayer
 
 HOST = TopologyLevels.default().keys[2]
@@ -174,7 +173,7 @@ def small_trees(draw):
     return snapshot_of(nodes, busy)
 
 
-LEVELS = [BLOCK, SUBBLOCK, HOST, HOSTNAME]
+LEVELS = [BLOCK, SUBBLOCK, HOST, HOSTNAME_LABEL]
 
 
 @st.composite
@@ -189,7 +188,7 @@ def layouts(draw):
 
 
 def fits_every_node(snap, result):
-    for node, n in counts(result).items():
+    for node, n in Counter(a.node for a in result.assignments).items():
         assert snap.free(node)[GPU] >= n * 1
 
 
