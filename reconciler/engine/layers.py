@@ -222,8 +222,13 @@ class Chooser:
         """:func:`selection.exact_work` of ``x`` units of layer ``i`` in domain ``j``."""
         fitting = self._fitting.get(i)
         if fitting is None:
-            caps, leaf = (self.units[i], self.layers[i].depth) if i is not None else (self.member, self.tree.leaf_depth)
-            fitting = self._fitting[i] = _aggregate(self.tree, [1 if c > 0 else 0 for c in caps[leaf]], leaf)
+            if i is None:  # the nodes: one prefix sum, as the plain search counts them
+                leaf = self.tree.leaf_depth
+                fitting = self.tree.caps_by_depth([1 if c > 0 else 0 for c in self.member[leaf]])
+            else:
+                leaf = self.layers[i].depth
+                fitting = _aggregate(self.tree, [1 if c > 0 else 0 for c in self.units[i][leaf]], leaf)
+            self._fitting[i] = fitting
         return selection.exact_work(fitting[depth][j], x)
 
     def choose(self, caps: Caps, depth: int, j: int, x: int, leaf: int, exact: bool) -> selection.Selection:
@@ -244,18 +249,20 @@ class Chooser:
         self.left -= work
         return True
 
-    def expand(self, depth: int, j: int, x: int) -> Counts:
-        """Node counts of ``x`` members inside domain ``j`` at ``depth``, every layer
-        below ``depth`` kept: the next layer's slices chosen first, then recursively
-        inside each."""
+    def expand(self, depth: int, items: Sequence[tuple[int, int]]) -> Counts:
+        """Node counts of ``x`` members inside each domain ``j`` of ``items`` (``(j, x)``,
+        in topology order) at ``depth``, every layer below ``depth`` kept: the next
+        layer's slices chosen in each, then recursively inside each of those. The exact
+        search is used for all of one level's choices when their total work fits the
+        budget left, else the greedy for all, as the top level decides."""
         if depth == self.tree.leaf_depth:
-            return [(j, x)]
+            return list(items)
         i, caps, size, leaf = self.level(depth)
-        need = x // size
-        sel = self.choose(caps, depth, j, need, leaf, not self.is_balanced and self.afford(self.work(i, depth, j, need)))
+        exact = not self.is_balanced and self.afford(sum(self.work(i, depth, j, x // size) for j, x in items))
+        chosen = [pair for j, x in items for pair in self.choose(caps, depth, j, x // size, leaf, exact).counts]
         if i is None:
-            return list(sel.counts)
-        return [pair for unit, count in sel.counts for pair in self.expand(leaf, unit, count * size)]
+            return chosen
+        return self.expand(leaf, [(unit, count * size) for unit, count in chosen])
 
 
 def place(snapshot: Snapshot, node_caps: list[int], x: int, depths: Sequence[int], budget: int,
@@ -284,8 +291,7 @@ def place(snapshot: Snapshot, node_caps: list[int], x: int, depths: Sequence[int
         method = "balanced" if layout.balanced else "exact" if exact else "greedy"
         if i is None:
             return d, best[0][3], list(best[1].counts), method
-        counts = [pair for unit, count in best[1].counts for pair in chooser.expand(leaf, unit, count * size)]
-        return d, best[0][3], counts, method
+        return d, best[0][3], chooser.expand(leaf, [(unit, count * size) for unit, count in best[1].counts]), method
     return None
 
 
