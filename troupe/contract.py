@@ -14,7 +14,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from troupe import layers
 from troupe.config import Config
+from troupe.errors import MAX_QUOTED as MAX_QUOTED
+from troupe.errors import ContractError as ContractError
+from troupe.errors import quoted as quoted
+from troupe.layers import BALANCED as BALANCED
+from troupe.layers import TOPOLOGY_EXCLUSIVE_LEVEL as TOPOLOGY_EXCLUSIVE_LEVEL
+from troupe.layers import TOPOLOGY_PLACEMENT as TOPOLOGY_PLACEMENT
+from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL as TOPOLOGY_SLICE_REQUIRED_LEVEL
+from troupe.layers import TOPOLOGY_SLICE_SIZE as TOPOLOGY_SLICE_SIZE
+from troupe.layers import SliceLayer as SliceLayer
+from troupe.layers import parse_layers as parse_layers
 
 # --- Gates -------------------------------------------------------------------------------
 #: Troupe's scheduling gate: added by the webhook, removed by the reconciler on release.
@@ -50,6 +61,10 @@ RELEASE_MODE = "troupe.io/release"
 AS_CREATED = "AsCreated"
 WHEN_COMPLETE = "WhenComplete"
 RELEASE_MODES = (AS_CREATED, WHEN_COMPLETE)
+#: Every topology key (the levels above, the slices, placement and exclusive level of
+#: :mod:`troupe.layers`): the gang's, fixed at creation, read from workloads too.
+TOPOLOGY_KEYS = (TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, TOPOLOGY_SLICE_SIZE, TOPOLOGY_SLICE_REQUIRED_LEVEL,
+                 TOPOLOGY_PLACEMENT, TOPOLOGY_EXCLUSIVE_LEVEL)
 
 # --- Shared device groups (seeds/000) ----------------------------------------------------
 #: Pod annotation: the SharedDeviceGroup (cluster-scoped) the pod joins.
@@ -121,7 +136,7 @@ RESERVATION = RESERVED_PREFIX + "reservation"
 GANG_CONDITION = "troupe.io/Gang"
 
 # --- Labels read --------------------------------------------------------------------------
-HOSTNAME_LABEL = "kubernetes.io/hostname"
+HOSTNAME_LABEL = layers.HOSTNAME_LABEL
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 JOB_NAME_LABEL = "job-name"
@@ -149,31 +164,6 @@ _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 #: A count or an index: ASCII digits, at most 9 (Python's int() refuses over 4,300 digits,
 #: and no gang, timeout or rank comes near a billion).
 _DECIMAL = re.compile(r"[0-9]{1,9}")
-#: Longest value quoted whole in an error message; longer ones are cut and their length said.
-MAX_QUOTED = 64
-
-
-class ContractError(ValueError):
-    """A pod's Troupe annotation is invalid.
-
-    ``key`` is the annotation key, ``value`` the value found (None when missing) and the
-    message says ``<key>: <why>, got <value>``, the form the webhook returns to the user.
-    """
-
-    def __init__(self, key: str, value: str | None, why: str) -> None:
-        self.key, self.value, self.why = key, value, why
-        got = "it is missing" if value is None else f"got {quoted(value)}"
-        super().__init__(f"annotation {key}: {why}, {got}")
-
-
-def quoted(value: str) -> str:
-    """``value`` quoted for a message: whole up to :data:`MAX_QUOTED` characters, else its
-    start and its length (``'99999...' (5000 characters)``)."""
-    if len(value) <= MAX_QUOTED:
-        return repr(value)
-    return f"{value[:MAX_QUOTED]!r}... ({len(value)} characters)"
-
-
 @dataclass(frozen=True)
 class GangKeys:
     """The three gang annotation keys for one ``gangAnnotationPrefix``."""
@@ -319,10 +309,15 @@ def parse_gang_annotations(a: Mapping[str, Any], namespace: str, config: Config)
 
 @dataclass(frozen=True)
 class TopologyRequest:
-    """A gang's level request: node label keys of configured levels, or None."""
+    """A gang's level request: node label keys of configured levels, or None; its
+    ``slices`` (outermost first), ``placement`` (``Compact`` or ``Balanced``) and
+    ``exclusive_level`` (:mod:`troupe.layers`)."""
 
     required_level: str | None = None
     preferred_level: str | None = None
+    slices: tuple[SliceLayer, ...] = ()
+    placement: str = "Compact"
+    exclusive_level: str | None = None
 
 
 def parse_topology_request(pod: Mapping[str, Any], config: Config) -> TopologyRequest:
@@ -343,7 +338,8 @@ def parse_topology_annotations(a: Mapping[str, Any], config: Config) -> Topology
             raise ContractError(key, str(value), f"must name a configured level ({', '.join(config.all_levels)})")
     if required is not None and preferred is not None:
         raise ContractError(TOPOLOGY_PREFERRED_LEVEL, preferred, f"cannot be set together with {TOPOLOGY_REQUIRED_LEVEL}")
-    return TopologyRequest(required, preferred)
+    slices, placement, exclusive = parse_layers(a, config, required)
+    return TopologyRequest(required, preferred, slices, placement, exclusive)
 
 
 def parse_release_mode(a: Mapping[str, Any], default: str) -> str:

@@ -16,8 +16,9 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   effective timeout (defaulted, capped by the limit) is written back into
   ``<prefix>-schedule-timeout-seconds`` so the reconciler never re-derives it.
 - *Topology* (``seeds/002``): ``troupe.io/topology-required-level`` /
-  ``-preferred-level`` must name a configured level, else denied listing the levels. Pods
-  created with a ``gke.io/topology-aware-auto-*`` gate and no Troupe key are left alone.
+  ``-preferred-level`` must name a configured level, else denied listing the levels; the
+  slice, placement and exclusive keys (:mod:`troupe.layers`) are checked the same way, and
+  a gang size the outermost slice size does not divide is denied. Pods created with a ``gke.io/topology-aware-auto-*`` gate and no Troupe key are left alone.
 - *Shared device groups* (``seeds/000``): ``deviceshare.io/group`` must be a valid object
   name; every container and init container gets one env var per resource of
   ``sharedDeviceResources`` (name from :func:`troupe.contract.device_env_var`), read by the
@@ -79,8 +80,8 @@ from troupe.contract import (
     GATE,
     MIRROR_POD_ANNOTATION,
     RELEASE_MODE,
-    TOPOLOGY_PREFERRED_LEVEL,
-    TOPOLOGY_REQUIRED_LEVEL,
+    TOPOLOGY_KEYS,
+    TOPOLOGY_SLICE_SIZE,
     ContractError,
     GangKeys,
     GangSpec,
@@ -90,6 +91,7 @@ from troupe.contract import (
     parse_release_mode,
     parse_topology_request,
 )
+from troupe.layers import check_gang_size
 from webhook.patches import (
     Malformed,
     PatchOp,
@@ -214,7 +216,7 @@ def _keys(config: Config) -> _Keys:
         return hit[1]
     gang = GangKeys.for_prefix(config.gang_annotation_prefix)
     keys = _Keys(
-        troupe=(*gang.all(), TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, DEVICE_GROUP),
+        troupe=(*gang.all(), *TOPOLOGY_KEYS, DEVICE_GROUP),
         gang_timeout=gang.timeout,
         env_vars=tuple(dict.fromkeys(device_env_var(r) for r in config.shared_device_resources)),
     )
@@ -311,9 +313,11 @@ def _contract_errors(
         gang = parse_gang(pod, config)
     except ContractError as e:
         errors.append(str(e))
-    if TOPOLOGY_REQUIRED_LEVEL in ann or TOPOLOGY_PREFERRED_LEVEL in ann:
+    if any(key in ann for key in TOPOLOGY_KEYS):
         try:
-            parse_topology_request(pod, config)
+            topology = parse_topology_request(pod, config)
+            if gang is not None and not gang.auto:
+                check_gang_size(topology.slices, gang.size, str(ann.get(TOPOLOGY_SLICE_SIZE)))
         except ContractError as e:
             errors.append(str(e))
     if RELEASE_MODE in ann:

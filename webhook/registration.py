@@ -27,8 +27,7 @@ from troupe.contract import (
     LWS_NAME_LABEL,
     RESERVED_PREFIX,
     SELECTED_DEVICES,
-    TOPOLOGY_PREFERRED_LEVEL,
-    TOPOLOGY_REQUIRED_LEVEL,
+    TOPOLOGY_KEYS,
     WORKLOAD_OWNERS,
     GangKeys,
 )
@@ -78,7 +77,7 @@ def reserved_keys_expression(var: str = "object") -> str:
 
 def _troupe_keys(config: Config) -> tuple[str, ...]:
     return (*GangKeys.for_prefix(config.gang_annotation_prefix).all(),
-            TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, DEVICE_GROUP)
+            *TOPOLOGY_KEYS, DEVICE_GROUP)
 
 
 def _not_kept(var: str, other: str, selected: str) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from devtools.demo.slices import gang_in_slices
 from devtools.demo.stage import (
     GPU,
     PAUSE_IMAGE,
@@ -534,6 +535,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("admission", "Bad manifests refused at admission, with the reason", bad_manifests_refused),
     Scenario("timeout", "A gang that cannot bind in time is rolled back and retried", gang_rolled_back_and_retried),
     Scenario("jobset", "A JobSet in an opted-in namespace, ganged with no annotation", jobset_ganged_by_namespace),
+    Scenario("slices", "A gang in slices, each slice of consecutive ranks in one subblock", gang_in_slices),
 )
 
 

@@ -186,7 +186,8 @@ def reserve(s: _Seen) -> Decision:
         slots = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in slots]
     held = s.queue.held_nodes
     view = snapshot.with_blocked(held) if held else snapshot
-    found = place_with_devices(view, slots, gang.topology.required_level, gang.topology.preferred_level)
+    found = place_with_devices(view, slots, gang.topology.required_level, gang.topology.preferred_level,
+                               layout=gang.topology)
     result = found.result
     if not result.placed:
         reasons = (result.reason, "the reservation waits for room; preemption is considered once every member exists")

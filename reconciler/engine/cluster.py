@@ -34,8 +34,7 @@ from troupe.contract import (
     RELEASE_MODE,
     RELEASED_AT,
     SELECTED_DEVICES,
-    TOPOLOGY_PREFERRED_LEVEL,
-    TOPOLOGY_REQUIRED_LEVEL,
+    TOPOLOGY_KEYS,
     is_troupe_gate,
     pod_meta,
     quoted,
@@ -129,8 +128,9 @@ class PodInfo:
     ``gang_annotations`` is the one raw value kept, and only the part of the annotations
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
     key ending in ``-name``, ``-size`` or ``-schedule-timeout-seconds``) and the topology
-    levels (``troupe.io/topology-required-level``, ``-preferred-level``) and the release mode
-    (``troupe.io/release``). They stay raw
+    keys (``troupe.io/topology-required-level``, ``-preferred-level``, the slice,
+    placement and exclusive keys: :data:`troupe.contract.TOPOLOGY_KEYS`) and the release
+    mode (``troupe.io/release``). They stay raw
     because reading them needs the configuration, which a pod is parsed without: the gang
     keys are those of the configured ``gangAnnotationPrefix`` (seeds/001), and a topology
     level must be one of the configured levels; the reconciler's own annotations are
@@ -282,7 +282,7 @@ def _text(value: Any) -> str:
 
 #: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).
 _GANG_KEY_ENDS = (GANG_NAME_SUFFIX, GANG_SIZE_SUFFIX, GANG_TIMEOUT_SUFFIX)
-_TOPOLOGY_KEYS = frozenset({TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, RELEASE_MODE})
+_TOPOLOGY_KEYS = frozenset((*TOPOLOGY_KEYS, RELEASE_MODE))
 
 
 def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:

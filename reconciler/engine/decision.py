@@ -358,7 +358,8 @@ def _place(s: _Seen) -> Decision:
     held = s.queue.held_nodes - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
     view = base.with_blocked(held) if held else base
     near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})
-    found = place_with_devices(view, s.free, gang.topology.required_level, gang.topology.preferred_level, near=near)
+    found = place_with_devices(view, s.free, gang.topology.required_level, gang.topology.preferred_level, near=near,
+                               layout=gang.topology)
     if nom is not None:
         clear += (nominee,)
     if found.result.placed:
@@ -484,7 +485,8 @@ def _preempt(s: _Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination 
     going = victims.leaving(snapshot)
     view = snapshot.with_removed(going) if going else snapshot
     plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology.required_level,
-                                       gang.topology.preferred_level, near=near, gang=gang.key)
+                                       gang.topology.preferred_level, near=near, gang=gang.key,
+                                       layout=gang.topology)
     if plan is None or not plan.victims:
         return None
     by_key = {p.key: p for p in s.free}

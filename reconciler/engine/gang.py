@@ -45,7 +45,7 @@ from troupe.config import Config
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
 #: whose size or timeout disagree are held; a topology request is the gang's, too).
-AGREE_ON_TOPOLOGY = (contract.TOPOLOGY_REQUIRED_LEVEL, contract.TOPOLOGY_PREFERRED_LEVEL)
+AGREE_ON_TOPOLOGY = contract.TOPOLOGY_KEYS
 
 
 @dataclass(frozen=True)

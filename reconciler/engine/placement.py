@@ -30,15 +30,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from reconciler.engine import gangfilters, selection
+from reconciler.engine import gangfilters, layers, selection
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.fill import fill
-from reconciler.engine.filters import NodeFilter, insufficient, reason_order, static_reason
+from reconciler.engine.filters import insufficient, reason_order, static_reason
 from reconciler.engine.gangfilters import GangFilters
+from reconciler.engine.shapes import Shape as Shape
+from reconciler.engine.shapes import eligible_nodes, shape_capacity
+from reconciler.engine.shapes import envelope as envelope
+from reconciler.engine.shapes import member_shapes as member_shapes
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.text import plural
 from reconciler.engine.topology import sequence_cost
-from troupe.contract import HOSTNAME_LABEL
+from troupe.contract import HOSTNAME_LABEL, TOPOLOGY_SLICE_SIZE, TopologyRequest
 
 #: :func:`selection.exact` is used when its estimated work over all candidate domains is
 #: at most this (about 20 ms); :func:`selection.greedy` otherwise.
@@ -91,6 +95,17 @@ class DomainRef:
 
 
 @dataclass(frozen=True)
+class SliceDomain:
+    """Slice ``index`` (ranks ``[index*size, (index+1)*size)``) of slice layer ``layer``
+    (0: the outermost) and the domain of the layer's level that holds it."""
+
+    layer: int
+    size: int
+    index: int
+    domain: DomainRef
+
+
+@dataclass(frozen=True)
 class PlacementResult:
     """The plan for a gang, or why there is none.
 
@@ -100,7 +115,9 @@ class PlacementResult:
     dedicated=infer: 4, insufficient nvidia.com/gpu: 8``. ``cost`` is the seed's topology
     cost of the plan, ``domain`` the smallest domain holding it, ``fits`` how many
     members fit in the best allowed domain, ``method`` which search found the plan
-    (``exact``, ``greedy``, ``mixed``).
+    (``exact``, ``greedy``, ``mixed``, ``balanced``). ``slices``: the domain of every
+    slice of the gang's slice layers (:mod:`.layers`); ``balance``: how the plan spreads
+    below its domain (domains used, largest and smallest share), None on one node.
     """
 
     placed: bool
@@ -111,59 +128,12 @@ class PlacementResult:
     domain: DomainRef | None = None
     fits: int = 0
     method: str = ""
+    slices: tuple[SliceDomain, ...] = ()
+    balance: layers.Balance | None = None
 
     def nodes(self) -> dict[str, str]:
         """``pod_key -> node`` of the plan."""
         return {a.pod_key: a.node for a in self.assignments}
-
-
-@dataclass
-class Shape:
-    """Members of equal ``requests`` (units, :mod:`.resources`) and node filter ``flt``
-    (and, given :class:`~.gangfilters.GangFilters`, equal signature);
-    ``members``: their positions in the sequence :func:`member_shapes` was given.
-    ``eligible``: per node, whether it passes every filter but resources for them, when
-    :func:`member_shapes` was given the gang's filters (else the snapshot's for ``flt``);
-    ``one_per_node``: two of them never share a node."""
-
-    requests: Mapping[str, int]
-    flt: NodeFilter
-    members: list[int]
-    eligible: list[bool] | None = None
-    one_per_node: bool = False
-
-
-def member_shapes(order: Sequence[PodInfo], filters: GangFilters | None = None) -> tuple[list[Shape], list[int]]:
-    """Shapes in order of their first member, and each member's shape index. With
-    ``filters`` (none placed yet), each shape's :attr:`Shape.eligible` nodes also pass them."""
-    by_key: dict[tuple[object, ...], int] = {}
-    shapes: list[Shape] = []
-    shape_of = []
-    for i, pod in enumerate(order):
-        key: tuple[object, ...] = (tuple(sorted(pod.requests.items())), pod.node_filter)
-        if filters is not None:
-            key += filters.signature(i)
-        s = by_key.get(key)
-        if s is None:
-            s = by_key[key] = len(shapes)
-            shapes.append(Shape(pod.requests, pod.node_filter, []))
-            if filters is not None:
-                shapes[s].eligible = filters.static(i, filters.snapshot.eligible(pod.node_filter))
-                shapes[s].one_per_node = filters.one_per_node(i)
-        shapes[s].members.append(i)
-        shape_of.append(s)
-    return shapes, shape_of
-
-
-def _eligible(snapshot: Snapshot, shape: Shape) -> list[bool]:
-    """The nodes that pass every filter but resources for ``shape``."""
-    return shape.eligible if shape.eligible is not None else snapshot.eligible(shape.flt)
-
-
-def _capacity(snapshot: Snapshot, shape: Shape, eligible: Sequence[bool]) -> list[int]:
-    """Per node: how many members of ``shape`` fit (at most one where they never share)."""
-    caps = snapshot.capacity(shape.requests, eligible)
-    return [min(cap, 1) for cap in caps] if shape.one_per_node else caps
 
 
 def _unresolvable(reason: str) -> PlacementResult:
@@ -191,23 +161,24 @@ def _search_depths(snapshot: Snapshot, required_level: str | None,
 
 
 def _placed(snapshot: Snapshot, order: Sequence[PodInfo], nodes: Sequence[int], depth: int, domain: int,
-            method: str) -> PlacementResult:
+            method: str, layout: layers.Layout) -> PlacementResult:
     """The result of a plan found by ``method``: member ``order[k]`` (rank ``k``) on node
-    index ``nodes[k]``, all in domain ``domain`` of depth ``depth``."""
+    index ``nodes[k]``, all in domain ``domain`` of depth ``depth``, with ``layout``'s
+    slices and spread reported."""
     assignments = [
         Assignment(pod.key, snapshot.nodes[i].name, rank, pod.requests)
         for rank, (pod, i) in enumerate(zip(order, nodes, strict=True))
     ]
-    return PlacementResult(
-        True,
-        assignments,
-        Code.SUCCESS,
-        f"placed {len(order)} members in {_domain(snapshot, depth, domain)}",
-        sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights),
-        _domain(snapshot, depth, domain),
-        len(order),
-        method,
-    )
+    slices = tuple(SliceDomain(n, layout.layers[n].size, k, _domain(snapshot, layout.layers[n].depth, j))
+                   for n, k, j in layers.slice_domains(snapshot, nodes, layout.layers))
+    balance = layers.balance_of(snapshot, nodes, depth)
+    message = f"placed {len(order)} members in {_domain(snapshot, depth, domain)}"
+    message += "".join(f"; {len(order) // layer.size} {layer}" for layer in layout.layers)
+    if layout.balanced and balance is not None:
+        message += f"; balanced over {layers.shares_text(snapshot, balance)}"
+    return PlacementResult(True, assignments, Code.SUCCESS, message,
+                           sequence_cost([snapshot.paths[i] for i in nodes], snapshot.weights),
+                           _domain(snapshot, depth, domain), len(order), method, slices, balance)
 
 
 def place_gang(
@@ -218,6 +189,7 @@ def place_gang(
     *,
     near: Sequence[str] = (),
     exact_budget: int = EXACT_BUDGET,
+    layout: TopologyRequest | None = None,
 ) -> PlacementResult:
     """Place every member or none (module docstring for the objective).
 
@@ -230,24 +202,30 @@ def place_gang(
     hold one of them are considered at each level, so a replacement goes to the smallest
     domain it shares with its gang, and, with a required level, into the gang's domain of
     that level or nowhere. ``exact_budget`` bounds the exact search (0: always greedy).
+    ``layout``: the gang's request, whose slices, placement and exclusive level apply
+    (:mod:`.layers`); None reads them from the first member's annotations. Replacements
+    (``near``) keep the exclusive level only.
     Deterministic: the same snapshot and members give the same result, message included.
     ``snapshot`` is not changed; apply the plan with :meth:`Snapshot.with_assumed` or
-    :meth:`Snapshot.assumed`. It is long because it reads as the objective in order: the
-    levels to search, the envelope's search, the mixed fill, then the result.
+    :meth:`Snapshot.assumed`. Long because it reads as the objective in order: the levels
+    and the layout, the envelope's search, the mixed fill, then the result.
     """
     order = sorted(members, key=lambda p: (p.rank, p.key))
     if not order:
         return PlacementResult(True, [], Code.SUCCESS, "no members", method="none")
     allowed = _allowed(snapshot, near)
     depths, unknown = _search_depths(snapshot, required_level, preferred_level)
-    if unknown:
-        return _unresolvable(unknown)
+    snapshot, shaped, problem = _with_layout(snapshot, order, layout, depths, required_level, near)
+    if unknown or problem:
+        return _unresolvable(unknown or problem)
     filters = GangFilters(snapshot, order) if gangfilters.needed(snapshot, order) else None
     shapes, shape_of = member_shapes(order, filters)
     if filters is not None:
         depths = filters.together_depths(depths)
     size = len(order)
-    found = _place_uniform(snapshot, _gang_capacity(snapshot, shapes), size, depths, exact_budget, allowed)
+    caps = _gang_capacity(snapshot, shapes)
+    found = layers.place(snapshot, caps, size, depths, exact_budget, allowed, shaped) if shaped.shaped else \
+        _place_uniform(snapshot, caps, size, depths, exact_budget, allowed)
     if found is not None and filters is not None and not filters.verify(_uniform_nodes(found[2])):
         found = None
     mixed = None
@@ -255,6 +233,7 @@ def place_gang(
         # (a) first: the fill may hold the gang in a smaller domain than the envelope.
         smaller = [d for d in depths if found is None or d > found[0]]
         mixed = _place_mixed(snapshot, order, shapes, shape_of, smaller, allowed, filters)
+        mixed = mixed if mixed is None or layers.holds(snapshot, mixed[2], shaped.layers) else None
     if mixed is not None:
         depth, j, nodes = mixed
         method = "mixed"
@@ -262,32 +241,53 @@ def place_gang(
         depth, j, chosen, method = found
         nodes = _uniform_nodes(chosen)
     else:
-        return _explain(snapshot, order, shapes, required_level, depths, allowed, filters)
-    return _placed(snapshot, order, nodes, depth, j, method)
+        return _explain(snapshot, order, shapes, required_level, depths, allowed, filters, shaped)
+    return _placed(snapshot, order, nodes, depth, j, method, shaped)
+
+
+def _with_layout(snapshot: Snapshot, order: Sequence[PodInfo], layout: TopologyRequest | None, depths: Sequence[int],
+                 required_level: str | None, near: Sequence[str]) -> tuple[Snapshot, layers.Layout, str]:
+    """The snapshot the gang ``order`` may use (domains another gang holds exclusively, or
+    that its own exclusive level keeps it out of, blocked), its :class:`layers.Layout`
+    (slices dropped for replacements, placed ``near`` their gang), and why the layout
+    cannot apply (``""`` when it can)."""
+    shaped, bad = layers.layout_of(snapshot, layout, order)
+    problem = bad or _layers_problem(shaped, len(order), depths, required_level)
+    if near:
+        shaped = layers.Layout(exclusive=shaped.exclusive)
+    if not problem and (snapshot.exclusive or shaped.exclusive is not None):
+        blocked = layers.exclusive_blocked(snapshot, shaped, order)
+        snapshot = snapshot.with_blocked(blocked) if blocked else snapshot
+    return snapshot, shaped, problem
+
+
+def _layers_problem(layout: layers.Layout, size: int, depths: Sequence[int], required_level: str | None) -> str:
+    """Why ``layout``'s slices cannot apply to a gang of ``size`` searching ``depths``
+    (the webhook refuses both for pods it admits; a workload's size is known later)."""
+    if not layout.layers:
+        return ""
+    outer = layout.layers[0]
+    if size % outer.size:
+        return f"{TOPOLOGY_SLICE_SIZE}: the gang's {size} members are not a multiple of the slice size {outer.size}"
+    if required_level is not None and depths and depths[0] > outer.depth:
+        return f"slice level {outer.level} is above the gang's required level {required_level}"
+    return ""
 
 
 def _gang_capacity(snapshot: Snapshot, shapes: Sequence[Shape]) -> list[int]:
     """Per node: how many members fit, the members all of one shape, or of their
     envelope (:func:`envelope`)."""
     if len(shapes) == 1:
-        return _capacity(snapshot, shapes[0], _eligible(snapshot, shapes[0]))
-    requests, eligible = envelope(shapes, [_eligible(snapshot, s) for s in shapes])
+        return shape_capacity(snapshot, shapes[0], eligible_nodes(snapshot, shapes[0]))
+    requests, eligible = envelope(shapes, [eligible_nodes(snapshot, s) for s in shapes])
     caps = snapshot.capacity(requests, eligible)
     return [min(cap, 1) for cap in caps] if any(s.one_per_node for s in shapes) else caps
 
 
-def _uniform_nodes(chosen: selection.Selection) -> list[int]:
-    """The node index of each member, in rank order, of a one-shape selection."""
-    return [i for i, count in chosen.counts for _ in range(count)]
-
-
-def envelope(shapes: Sequence[Shape], eligible: Sequence[Sequence[bool]]) -> tuple[dict[str, int], list[bool]]:
-    """The envelope of several shapes (module docstring): per resource the largest
-    request of any shape (units, resources sorted by name), and per node whether it is
-    eligible (``eligible``: per shape, per node index) for every shape."""
-    names = sorted({r for s in shapes for r in s.requests})
-    requests = {r: max(s.requests.get(r, 0) for s in shapes) for r in names}
-    return requests, [all(t) for t in zip(*eligible, strict=True)]
+def _uniform_nodes(counts: Sequence[tuple[int, int]]) -> list[int]:
+    """The node index of each member, in rank order, of a one-shape choice's
+    ``(node index, members)`` in topology order."""
+    return [i for i, count in counts for _ in range(count)]
 
 
 Allowed = list[set[int]] | None
@@ -310,8 +310,8 @@ def _domain(snapshot: Snapshot, depth: int, j: int) -> DomainRef:
 
 def _place_uniform(
     snapshot: Snapshot, node_caps: list[int], x: int, depths: Sequence[int], budget: int, allowed: Allowed = None,
-) -> tuple[int, int, selection.Selection, str] | None:
-    """The best (depth, domain, selection, method) for ``x`` pods of one shape whose
+) -> tuple[int, int, list[tuple[int, int]], str] | None:
+    """The best (depth, domain, node counts, method) for ``x`` pods of one shape whose
     per-node capacities are ``node_caps``; None when no allowed domain holds them."""
     tree = snapshot.tree
     caps = tree.caps_by_depth(node_caps)
@@ -333,7 +333,7 @@ def _place_uniform(
             if best is None or key < best[0]:
                 best = (key, sel)
         assert best is not None
-        return d, best[0][3], best[1], method
+        return d, best[0][3], list(best[1].counts), method
     return None
 
 
@@ -348,8 +348,8 @@ def _place_mixed(
     "fits" includes the gang's filters with the members placed so far counted. Best by
     (cost, nodes, room left)."""
     tree = snapshot.tree
-    eligible = [_eligible(snapshot, s) for s in shapes]
-    node_caps = [_capacity(snapshot, s, e) for s, e in zip(shapes, eligible, strict=True)]
+    eligible = [eligible_nodes(snapshot, s) for s in shapes]
+    node_caps = [shape_capacity(snapshot, s, e) for s, e in zip(shapes, eligible, strict=True)]
     caps = [tree.caps_by_depth(c) for c in node_caps]
     need = [len(s.members) for s in shapes]
     for d in depths:
@@ -377,14 +377,17 @@ def _place_mixed(
 def _explain(
     snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], required_level: str | None,
     depths: Sequence[int], allowed: Allowed = None, filters: GangFilters | None = None,
+    layout: layers.Layout = layers.PLAIN,
 ) -> PlacementResult:
     """Why no placement exists, as a result: members that fit in the best allowed domain,
     nodes that take no member and their reasons (those of the lowest-ranked member's
-    shape), and whether freeing capacity could help (the gang fits an emptied cluster)."""
+    shape), and whether freeing capacity could help (the gang fits an emptied cluster).
+    When the members fit but a slice layer's slices do not, the layer that fails first,
+    innermost first: ``slices of 8 at <level>: 5 of 8 slices fit; best <domain> holds 5``."""
     tree = snapshot.tree
     scope = depths[0] if required_level is not None else 0
     domains = [j for j in range(tree.size(scope)) if allowed is None or j in allowed[scope]]
-    node_caps = [_capacity(snapshot, s, _eligible(snapshot, s)) for s in shapes]
+    node_caps = [shape_capacity(snapshot, s, eligible_nodes(snapshot, s)) for s in shapes]
     scope_caps = [tree.caps_by_depth(c)[scope] for c in node_caps]
     fits = max(
         (sum(min(len(s.members), c[j]) for s, c in zip(shapes, scope_caps, strict=True)) for j in domains),
@@ -401,8 +404,13 @@ def _explain(
     if required_level is not None:
         where = f" in the gang's {required_level}" if allowed is not None else f" in one {required_level}"
     message = f"fits {fits} of {x} members{where}"
-    refused = _refused(snapshot, order, shapes, node_caps, filters)
-    if fits >= x:
+    short = layers.short_layer(snapshot, _gang_capacity(snapshot, shapes), x, layout.layers, scope, domains) \
+        if fits >= x and layout.layers else None
+    refused = _refused(snapshot, order, shapes, node_caps, filters) if short is None else {}
+    if short is not None:
+        message = f"{short[0]}: {short[1]} of {short[2]} slices fit"
+        message += f"; best {_domain(snapshot, scope, short[3])} holds {short[1]}" if scope else ""
+    elif fits >= x:
         message += ", but not all at once"
         message += f": {_listed(refused)}" if refused else " with their different requests"
     elif refused:
@@ -432,7 +440,7 @@ def _refused(snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shap
             for m in shape.members:
                 shape_of[m] = k
         usable = [i for i in range(len(snapshot.nodes)) if any(c[i] > 0 for c in node_caps)]
-        fill(snapshot, order, shape_of, [_eligible(snapshot, s) for s in shapes], usable, filters)
+        fill(snapshot, order, shape_of, [eligible_nodes(snapshot, s) for s in shapes], usable, filters)
     return filters.refused
 
 

@@ -65,8 +65,9 @@ class Spread:
     capacity is more concentrated, so it comes first. Prefix counts per depth are built
     lazily, once per placement, and shared by every candidate domain."""
 
-    def __init__(self, tree: TopologyTree, caps: Caps) -> None:
+    def __init__(self, tree: TopologyTree, caps: Caps, leaf: int | None = None) -> None:
         self.tree, self.caps = tree, caps
+        self.leaf = tree.leaf_depth if leaf is None else leaf
         self._prefix: dict[int, list[int]] = {}
 
     def _counts(self, depth: int) -> list[int]:
@@ -80,20 +81,22 @@ class Spread:
         tree = self.tree
         lo, hi = tree.lo[depth][j], tree.hi[depth][j]
         out = []
-        for e in range(depth + 1, tree.leaf_depth + 1):
+        for e in range(depth + 1, self.leaf + 1):
             owner, pre = tree.domain_of[e], self._counts(e)
             out.append(pre[owner[hi - 1] + 1] - pre[owner[lo]])
         return tuple(out)
 
 
-def greedy(tree: TopologyTree, caps: Caps, depth: int, j: int, x: int, spread: Spread | None = None) -> Selection:
+def greedy(tree: TopologyTree, caps: Caps, depth: int, j: int, x: int, spread: Spread | None = None,
+           leaf: int | None = None) -> Selection:
     """Level-wise largest-first selection with a best-fit last pick (module docstring);
     among equal capacities the more concentrated domain (``spread``) comes first.
-    Requires ``caps[depth][j] >= x > 0``."""
-    leaf = tree.leaf_depth
+    ``leaf``: the depth whose domains are chosen as the units (default the nodes; a slice
+    level's, :mod:`.layers`). Requires ``caps[depth][j] >= x > 0``."""
+    leaf = tree.leaf_depth if leaf is None else leaf
     if depth == leaf:
         return _single_node(caps, leaf, j, x)
-    spread = spread or Spread(tree, caps)
+    spread = spread or Spread(tree, caps, leaf)
     chosen = [j]
     vector, spare = [], []
     last, last_need = j, x
@@ -129,12 +132,12 @@ def greedy(tree: TopologyTree, caps: Caps, depth: int, j: int, x: int, spread: S
 Profile = dict[int, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]]
 
 
-def _profile(tree: TopologyTree, caps: Caps, d: int, j: int, x: int) -> Profile:
+def _profile(tree: TopologyTree, caps: Caps, d: int, j: int, x: int, leaf: int) -> Profile:
     """Over non-empty choices of nodes in domain ``j`` at depth ``d``: for each total
     capacity, the least value. Choices already holding ``x`` are not extended: adding a
     node only makes the value worse. Values add up over disjoint subtrees, and adding
-    keeps lexicographic order, so keeping the least per capacity is exact."""
-    leaf = tree.leaf_depth
+    keeps lexicographic order, so keeping the least per capacity is exact. ``leaf``: the
+    depth of the units chosen."""
     if d == leaf:
         return {caps[leaf][j]: ((), ((j, caps[leaf][j]),))}
     width = leaf - d  # depths d+1 .. leaf
@@ -144,7 +147,7 @@ def _profile(tree: TopologyTree, caps: Caps, d: int, j: int, x: int) -> Profile:
         cap = child_caps[c]
         if cap == 0:
             continue
-        prof = _profile(tree, caps, d + 1, c, x)
+        prof = _profile(tree, caps, d + 1, c, x, leaf)
         new = dict(acc)
         for a, (va, pa) in acc.items():
             if a >= x:
@@ -165,14 +168,14 @@ def _profile(tree: TopologyTree, caps: Caps, d: int, j: int, x: int) -> Profile:
     return acc
 
 
-def exact(tree: TopologyTree, caps: Caps, depth: int, j: int, x: int) -> Selection:
-    """The optimal selection: least ``vector``, then least ``spare`` (module docstring).
-    Requires ``caps[depth][j] >= x > 0``."""
-    leaf = tree.leaf_depth
+def exact(tree: TopologyTree, caps: Caps, depth: int, j: int, x: int, leaf: int | None = None) -> Selection:
+    """The optimal selection: least ``vector``, then least ``spare`` (module docstring);
+    ``leaf`` as for :func:`greedy`. Requires ``caps[depth][j] >= x > 0``."""
+    leaf = tree.leaf_depth if leaf is None else leaf
     if depth == leaf:
         return _single_node(caps, leaf, j, x)
     width = leaf - depth
-    prof = _profile(tree, caps, depth, j, x)
+    prof = _profile(tree, caps, depth, j, x, leaf)
     value, total = min((v, c) for c, (v, _) in prof.items() if c >= x)
     slack = total - x
     counts = dict(prof[total][1])

@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reconciler.engine import gangfilters
+from reconciler.engine import gangfilters, layers
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.fill import fill
 from reconciler.engine.filters import (
@@ -60,6 +60,7 @@ from reconciler.engine.filters import (
 from reconciler.engine.gangfilters import GangFilters
 from reconciler.engine.placement import member_shapes
 from reconciler.engine.snapshot import Snapshot
+from troupe.contract import TopologyRequest
 
 CORDONED = "cordoned"
 NOT_READY_NODE = "not ready"
@@ -93,7 +94,9 @@ class DomainShortfall:
     that fit now and ``could`` that would fit with every other pod gone (both capped at
     ``need``, the members asked for), ``free``: the free units of ``resource`` on its
     nodes that pass the members' filters, and ``excluded``: ``(reason, nodes)`` for the
-    nodes that take no member, in the module docstring's order."""
+    nodes that take no member, in the module docstring's order. ``slices``: for a gang
+    with slice layers, the innermost layer whose slices the domain cannot hold now
+    (``slices of 8 at <level>: 5 of 8 fit``), else ``""``."""
 
     level: str
     path: tuple[str, ...]
@@ -103,6 +106,7 @@ class DomainShortfall:
     could: int
     free: int
     excluded: tuple[tuple[str, int], ...]
+    slices: str = ""
 
     @property
     def name(self) -> str:
@@ -119,6 +123,8 @@ class DomainShortfall:
             parts = [f"{n} {'node' if n == 1 else 'nodes'} {r}" if i == 0 else f"{n} {r}"
                      for i, (r, n) in enumerate(self.excluded)]
             text += f" ({', '.join(parts)})"
+        if self.slices:
+            text += f"; {self.slices}"
         if self.fits < self.need and self.could >= self.need:
             text += "; fits once room is freed"
         elif self.could < self.need:
@@ -260,6 +266,27 @@ class _FilterFill:
         return None if why is None else _words(why)
 
 
+class _SliceCheck:
+    """Per domain of ``depth``, the innermost slice layer of the gang whose slices it
+    cannot hold now (members of one shape; ``now_caps``: members per node, by shape)."""
+
+    def __init__(self, snapshot: Snapshot, ranked: Sequence[PodInfo], layout: TopologyRequest | None,
+                 now_caps: Sequence[Sequence[int]], depth: int) -> None:
+        shaped, _ = layers.layout_of(snapshot, layout, ranked)
+        self.layers = [layer for layer in shaped.layers if layer.depth > depth] if len(now_caps) == 1 else []
+        self.need, self.depth = len(ranked), depth
+        tree = snapshot.tree
+        self.units = layers.unit_caps(tree, tree.caps_by_depth(now_caps[0]), self.layers) if self.layers else []
+
+    def text(self, j: int) -> str:
+        """``slices of 8 at <level>: 5 of 8 fit`` for domain ``j``, or ``""``."""
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer, have = self.layers[i], self.units[i][self.depth][j]
+            if have < self.need // layer.size:
+                return f"{layer}: {have} of {self.need // layer.size} fit"
+        return ""
+
+
 def placed(nodes: Sequence[int]) -> int:
     """How many members of a fill's ``nodes`` (-1: none) have a node."""
     return sum(1 for i in nodes if i >= 0)
@@ -284,7 +311,8 @@ def _capacity_reasons(snapshot: Snapshot, nodes: range, now_caps: Sequence[Seque
 
 def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None = None,
               preferred_level: str | None = None, *, held: Mapping[int, str] | None = None,
-              near: Sequence[str] = (), resource: str = "nvidia.com/gpu") -> Shortfall:
+              near: Sequence[str] = (), resource: str = "nvidia.com/gpu",
+              layout: TopologyRequest | None = None) -> Shortfall:
     """Every candidate domain for ``members`` (gated pods using no node in ``snapshot``)
     at the gang's level (module docstring), best first.
 
@@ -292,6 +320,8 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: st
     nodes count as ``held for <gang>``, as a decision sees them blocked). ``near``: nodes
     of members already running; only domains holding one of them are candidates (a
     replacement goes next to its gang). ``resource``: whose free units to report.
+    ``layout``: the gang's request, whose slice layers each domain is checked against
+    (None: read from the members, :func:`.layers.layout_of`).
     """
     held = held or {}
     tree, levels = snapshot.tree, snapshot.levels
@@ -314,6 +344,7 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: st
     ranked = sorted(members, key=lambda p: (p.rank, p.key))
     filtered = _FilterFill(snapshot, ranked, held) if gangfilters.needed(snapshot, ranked) else None
     emptied = _FilterFill(empty, ranked, {}) if filtered is not None else None
+    sliced = _SliceCheck(snapshot, ranked, layout, now_caps, depth)
     out = []
     for j in range(tree.size(depth)):
         if near_at and j not in near_at:
@@ -329,6 +360,6 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: st
         excluded = tuple(sorted(reasons.items(), key=lambda t: _rank(t[0])))
         domain_free = sum(max(free[i], 0) for i in range(lo, hi) if any_eligible[i])
         out.append(DomainShortfall(levels.name_of(depth), tree.prefix[depth][j], hi - lo, len(members),
-                                   fits, could, domain_free, excluded))
+                                   fits, could, domain_free, excluded, sliced.text(j)))
     order = sorted(range(len(out)), key=lambda k: (-out[k].fits, -out[k].could, k))
     return Shortfall(levels.name_of(depth), depth, len(members), resource, tuple(out[k] for k in order))

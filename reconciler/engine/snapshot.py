@@ -23,10 +23,8 @@ What uses a node's resources (DESIGN.md "Topology"): every pod that is not termi
   (docs/decisions/007-release-writes.md);
 - held, while gated, by a preemptor's nomination (``reconciler.troupe.io/nomination``), so
   that no other gang takes what the eviction of its victims frees;
-- and, before its pod exists or is released, a rank of a gang released as created: the
-  reservation on its workload (``reconciler.troupe.io/reservation``) holds the rank's
-  requests on the rank's node until the member of that rank is released there
-  (:mod:`.reservations`, docs/decisions/034-release-as-created.md);
+- reserved for a rank of a gang released as created, until its member is released there
+  (``reconciler.troupe.io/reservation`` on the workload, :mod:`.reservations`, decision 034);
 - and nothing else: a pending pod that neither Troupe released nor kube-scheduler bound
   uses nothing, whatever its node selection says. A tenant's pod pinned to a node it can
   never be bound to (``{kubernetes.io/hostname: n0, no-such-label: x}``) would otherwise
@@ -51,6 +49,7 @@ from reconciler.engine.reservations import Reservation, fill
 from reconciler.engine.topology import TopologyLevels
 from reconciler.engine.volumes import VolumeCatalog
 from reconciler.engine.workloads import group
+from troupe.contract import TOPOLOGY_EXCLUSIVE_LEVEL
 
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
@@ -133,8 +132,8 @@ class Snapshot:
     (:class:`~reconciler.engine.volumes.VolumeCatalog`; None when they were not read, as by
     the simulator: the volume filters are then skipped); ``spread_defaults``: the cluster's
     default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`.gangfilters`);
-    ``reservations``: the reservations of gangs released as created (:mod:`.reservations`),
-    whose free ranks hold their nodes (:attr:`reservations` by ``namespace/gang id``).
+    ``reservations``: of gangs released as created; their free ranks hold their nodes
+    (:mod:`.reservations`; :attr:`reservations` by ``namespace/gang id``).
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
@@ -164,6 +163,8 @@ class Snapshot:
         self.spread_defaults = tuple(spread_defaults)
         #: Keys of the pods that carry :class:`~reconciler.engine.podterms.PodTerms`.
         self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)
+        #: Keys of the pods that ask an exclusive level (:mod:`.layers`).
+        self.exclusive = tuple(key for key, pod in self.pods.items() if TOPOLOGY_EXCLUSIVE_LEVEL in pod.gang_annotations)
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}

@@ -28,8 +28,9 @@ left out (:func:`superseded`). Ranks are :func:`troupe.ranks.rank_key`'s (a JobS
 ``job-global-index`` is replicated-job order then job index).
 
 A topology level may be given once on the workload object (the pod annotations
-``troupe.io/topology-required-level`` / ``-preferred-level``, as annotations of the Job,
-JobSet, LeaderWorkerSet or PyTorchJob); a member's own request wins.
+``troupe.io/topology-required-level`` / ``-preferred-level`` and the slice, placement and
+exclusive keys of :mod:`troupe.layers`, as annotations of the Job, JobSet,
+LeaderWorkerSet or PyTorchJob); a member's own request wins.
 
 Pure: plain dicts in (workload objects as the API serves them), plain values out.
 """
@@ -167,8 +168,7 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
     namespace = str(meta.get("namespace") or "default")
     spec = _map(obj.get("spec"))
     annotations = _map(meta.get("annotations"))
-    topology = {k: str(annotations[k]) for k in (contract.TOPOLOGY_REQUIRED_LEVEL, contract.TOPOLOGY_PREFERRED_LEVEL)
-                if k in annotations}
+    topology = {k: str(annotations[k]) for k in contract.TOPOLOGY_KEYS if k in annotations}
     if kind == JOB.kind:
         succeeded = _int(_map(obj.get("status")).get("succeeded"), 0)
         size = job_pods(spec, succeeded)

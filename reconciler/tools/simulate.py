@@ -40,8 +40,11 @@ JSON output keeps these keys stable: ``{"gangs": [{"namespace", "name", "phase",
 (``victims`` for a gang in phase ``Preempting``; ``reservation``, ``{"plannedAt", "nodes",
 "members", "released", "bound"}``, for a gang released as created that holds one, or makes
 one now: docs/decisions/034-release-as-created.md); it adds ``rule``, ``code``, ``size``,
-``members``, ``cost``, ``domain`` per gang, ``topology`` per placement, and ``devices``
-(resource name -> IDs) per placement of a group member. A group pod in no gang is a gang
+``members``, ``cost``, ``domain``, ``slices`` (``[{"layer", "size", "index", "domain"}]``,
+each slice of the gang's slice layers, outermost first) and ``balance`` (``{"level",
+"domains", "largest", "smallest"}`` or null) per gang, ``topology`` per placement and, for
+a gang with slices, ``slices`` (the member's slice index in each layer), and ``devices`` (resource name -> IDs)
+per placement of a group member. A group pod in no gang is a gang
 of one. ``deviceGroups`` lists every SharedDeviceGroup as it stands after the simulated
 decisions: ``Bound`` with its node and IDs, or ``Pending`` with the reason.
 
@@ -70,6 +73,7 @@ from reconciler.engine.decision import Decision
 from reconciler.engine.devices import DeviceGroup, Holding
 from reconciler.engine.fields import ObjectError, mapping, string
 from reconciler.engine.gang import Gang, all_gangs, job_parallelism
+from reconciler.engine.layers import Balance
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.engine.step import step
 from reconciler.engine.volumes import VolumeCatalog
@@ -98,6 +102,8 @@ class GangOutcome:
     cost: float | None = None
     domain: str | None = None
     placements: list[dict[str, Any]] = field(default_factory=list)
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    balance: dict[str, Any] | None = None
     bindings: tuple[Holding, ...] = ()
     victims: list[dict[str, Any]] = field(default_factory=list)
     #: The decision released new members (``placed``: they use their nodes from then on),
@@ -119,7 +125,7 @@ class GangOutcome:
         out: dict[str, Any] = {
             "namespace": self.namespace, "name": self.name, "phase": self.phase, "reason": self.reason,
             "rule": self.rule, "code": self.code, "size": self.size, "members": self.members, "cost": self.cost,
-            "domain": self.domain, "placements": self.placements,
+            "domain": self.domain, "placements": self.placements, "slices": self.slices, "balance": self.balance,
         }
         if self.preempting:
             out["victims"] = self.victims
@@ -277,18 +283,31 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             APPLY[type(action)](applied, action)
         snapshot = applied.snapshot
         result = decision.placement if applied.placed else None
+        planned = decision.placement if applied.placed or applied.preempting else None
+        sizes = sorted({(s.layer, s.size) for s in planned.slices}) if planned is not None else []
+        for placement in applied.placements if sizes else ():
+            placement["slices"] = [placement["rank"] // size for _, size in sizes]
         outcomes.append(GangOutcome(
             gang.namespace, gang.name, decision.phase.value, decision.reason, decision.rule.name, decision.code,
             decision.observation.size, len(gang.members),
             cost=result.cost if result is not None else None,
             domain=str(result.domain) if result is not None and result.domain else None,
             placements=applied.placements, bindings=applied.bindings, victims=applied.victims,
+            slices=[{"layer": s.layer, "size": s.size, "index": s.index, "domain": str(s.domain)}
+                    for s in (planned.slices if planned is not None else ())],
+            balance=_balance(snapshot, planned.balance) if planned is not None and planned.balance else None,
             gang=gang, decision=decision, seen=seen, queue=turn.queue, placed=applied.placed,
             preempting=applied.preempting, reservation=applied.reservation,
         ))
         if gang.key == until:
             break
     return outcomes
+
+
+def _balance(snapshot: Snapshot, balance: Balance) -> dict[str, Any]:
+    """A plan's spread as JSON: the level, domains used, largest and smallest share."""
+    return {"level": snapshot.levels.name_of(balance.depth), "domains": balance.domains,
+            "largest": balance.largest, "smallest": balance.smallest}
 
 
 def device_groups(snapshot: Snapshot, outcomes: Sequence[GangOutcome]) -> list[dict[str, Any]]:

@@ -9,30 +9,24 @@ pack two to a node inside the first subblock.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.support.e2e import gang_annotations, indexed_job, pod_body, running_job_pods, wait_for
+from tests.support.e2e import (
+    gang_annotations,
+    indexed_job,
+    pod_body,
+    running_job_pods,
+    running_members,
+    wait_for,
+)
 from troupe import contract
 
 ZONE = "topology.kubernetes.io/zone"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 BLOCK = "cloud.google.com/gce-topology-block"
 TRAIN = {"app": "train"}
-
-
-def running_members(core: client.CoreV1Api, namespace: str, prefix: str, count: int) -> list[Any]:
-    """The ``count`` pods named ``<prefix>-*``, once all are Running (pinned by Troupe)."""
-    def running() -> list[Any] | None:
-        pods = [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name.startswith(f"{prefix}-")]
-        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
-
-    pods = wait_for(f"{count} Running members of {prefix}", running, timeout=90)
-    for pod in pods:
-        assert pod.metadata.annotations[contract.ASSIGNED_NODE] == pod.spec.node_name
-    return pods
 
 
 def test_an_indexed_job_with_hostname_anti_affinity_runs_one_member_per_node_first_time(

@@ -18,6 +18,7 @@ from reconciler.engine import place_gang
 from reconciler.engine.preemption import VictimGang, plan_preemption
 from tests.support.engine_builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
 from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
+from troupe.contract import SliceLayer, TopologyRequest
 
 WIDGET = "example/com-widget"
 
@@ -126,6 +127,18 @@ def test_without_a_level_one_gang_spanning_subblocks_is_enough() -> None:
     assert plan is not None
     assert names(plan) == ["w-0", "w-1"]
     assert plan.gangs == ("batch/w",)
+
+
+def test_a_preemptor_with_slices_gets_a_plan_its_slices_can_use() -> None:
+    """W alone frees one node in each subblock: enough for two members, not for a slice of
+    two per subblock; the plan is the one placement accepts with the slices: A and W, s1."""
+    snapshot = cluster(list(SUBBLOCKS), SPLIT, SUBBLOCKS)
+    layout = TopologyRequest(slices=(SliceLayer(2, SUBBLOCK),))
+    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), "minimal", layout=layout)
+    assert plan is not None
+    assert plan.gangs == ("batch/a", "batch/w")
+    assert {a.node for a in plan.placement.assignments} == {"n1", "n2"}
+    assert [str(s.domain) for s in plan.placement.slices] == [f"{SUBBLOCK}=b0/s1"]
 
 
 @pytest.mark.parametrize("mode", ["minimal", "atomic"])

@@ -20,6 +20,7 @@ from tests.support.engine_builders import (
     make_pod,
     snapshot_of,
 )
+from troupe.contract import SliceLayer, TopologyRequest
 
 
 def gpu_node(name, block, subblock, gpu=8):
@@ -202,3 +203,19 @@ def test_members_of_several_shapes_are_counted_shape_by_shape():
     assert (s1.need, s1.fits, s1.could) == (4, 4, 4)
     s0 = next(d for d in report.domains if d.name == "s0")
     assert (s0.fits, s0.could) == (3, 4)  # one GPU member (n3), both CPU ones; two GPU nodes when emptied
+
+
+def test_each_domain_names_the_slice_layer_it_cannot_hold():
+    # b1 has 16 free one-member nodes but no subblock with 8 free; b2 has one full subblock.
+    nodes = [gpu_node(f"b1s{s}n{n}", "b1", f"b1s{s}") for s in range(4) for n in range(5)]
+    nodes += [gpu_node(f"b2s0n{n}", "b2", "b2s0") for n in range(8)]
+    taken = [busy(f"b1s{s}n0", 8) for s in range(4)]
+    members = gang_of(16, gpu=8)
+    snap = snapshot_of(nodes, taken)
+    layout = TopologyRequest(required_level=BLOCK, slices=(SliceLayer(8, SUBBLOCK),))
+    found = shortfall(snap, members, BLOCK, layout=layout)
+    by_name = {d.name: d for d in found.domains}
+    assert by_name["b1"].slices == f"slices of 8 at {SUBBLOCK}: 0 of 2 fit"
+    assert by_name["b2"].slices == f"slices of 8 at {SUBBLOCK}: 1 of 2 fit"
+    assert "; slices of 8 at" in by_name["b1"].describe()
+    assert shortfall(snap, members, BLOCK).domains[0].slices == ""

@@ -243,3 +243,23 @@ def test_a_gang_whose_workload_is_unknown_stays_gated_with_a_reason_that_says_so
     assert (decision.phase, decision.rule.name, decision.reason) == (Phase.WAITING, "WorkloadUnknown", want)
     assert decision.release == () and decision.recheck_at is None
 
+
+
+def test_slices_given_on_the_workload_are_the_gangs_and_its_plan_keeps_them() -> None:
+    # 8 members of 4 GPUs in slices of 4 per subblock; b1 is full, b0's subblocks hold 6
+    # each: the plain plan puts 6 in one and 2 in the other, the slices 4 and 4.
+    pods = [auto_pod(f"train-{i}").owned_by("Job", "train").index(i).requests(gpu=4) for i in range(8)]
+    busy = [make_pod(f"busy-{s}-{h}", "other").requests(gpu=8).on(f"b1-s{s}-h{h}") for s in range(2) for h in range(4)]
+    busy += [make_pod(f"busy-{s}", "other").requests(gpu=8).on(f"b0-s{s}-h0") for s in range(2)]
+    snapshot = snapshot_of(NODES, [*pods, *busy])
+    on_job = {contract.TOPOLOGY_SLICE_SIZE: "4", contract.TOPOLOGY_SLICE_REQUIRED_LEVEL: SUBBLOCK}
+    workloads = wl.Workloads(wl.workloads_of("Job", [job("train", 8, 8, annotations=on_job)]))
+    members = [p for p in snapshot.pods.values() if p.name.startswith("train")]
+    gang = build_gang("ml/job:train", members, CONFIG, {}, workloads)
+    assert gang.topology.slices == (contract.SliceLayer(4, SUBBLOCK),)
+    decision = decide(gang, snapshot, NOW)
+    assert decision.phase is Phase.PLACED, decision.reason
+    nodes = {m.pod.split("/")[1]: m.node for m in decision.release}
+    subblocks = [nodes[f"train-{i}"].rsplit("-", 1)[0] for i in range(8)]
+    assert len(set(subblocks[:4])) == 1 and len(set(subblocks[4:])) == 1
+    assert subblocks[0] != subblocks[4]

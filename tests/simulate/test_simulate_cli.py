@@ -347,3 +347,25 @@ def test_gangs_are_decided_in_priority_order_before_creation_order(tmp_path, cap
     # Only b1 holds 3 members: the later but higher-priority gang gets it.
     assert [(g["name"], g["phase"]) for g in out["gangs"]] == [("vip", "Placed"), ("early", "Unschedulable")]
     assert {p["node"] for p in out["gangs"][0]["placements"]} == {"a1", "a2", "a3"}
+
+
+def test_the_json_gives_each_members_slice_and_each_slices_domain(tmp_path, capsys):
+    # Two subblocks of two nodes in b1 and one in b2 hold slices of 2; a plain gang of 4
+    # would take a1 a2 a3 and one more, splitting slice 1 over two subblocks.
+    nodes = [gpu_node(n, "b1", s) for n, s in (("a1", "s1"), ("a2", "s1"), ("a3", "s1b"), ("b1", "s2"), ("b2", "s2"))]
+    members = [member("g", i, 4) for i in range(4)]
+    for m in members:
+        m["metadata"]["annotations"].update({"troupe.io/topology-slice-size": "2",
+                                             "troupe.io/topology-slice-required-level":
+                                             "cloud.google.com/gce-topology-subblock"})
+    out, _ = run_json(capsys, write_list(tmp_path, nodes + members))
+    gang = out["gangs"][0]
+    assert gang["phase"] == "Placed", gang["reason"]
+    assert [p["slices"] for p in gang["placements"]] == [[0], [0], [1], [1]]
+    assert [(s["layer"], s["size"], s["index"]) for s in gang["slices"]] == [(0, 2, 0), (0, 2, 1)]
+    by_rank = {p["rank"]: p["topology"].rsplit("/", 1)[0] for p in gang["placements"]}
+    for s in gang["slices"]:
+        assert s["domain"] == "cloud.google.com/gce-topology-subblock=" + by_rank[2 * s["index"]]
+        assert by_rank[2 * s["index"]] == by_rank[2 * s["index"] + 1]
+    assert gang["balance"] == {"level": "cloud.google.com/gce-topology-subblock", "domains": 2, "largest": 2,
+                               "smallest": 2}

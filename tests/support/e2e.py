@@ -141,3 +141,15 @@ def quota(core: client.CoreV1Api, namespace: str, pods: int) -> None:
 def released(pods: list[Any]) -> list[Any]:
     """The pods released (no scheduling gate left) and not being deleted."""
     return [p for p in pods if not p.spec.scheduling_gates and not p.metadata.deletion_timestamp]
+
+
+def running_members(core: client.CoreV1Api, namespace: str, prefix: str, count: int) -> list[Any]:
+    """The ``count`` pods named ``<prefix>-*``, once all are Running (pinned by Troupe)."""
+    def running() -> list[Any] | None:
+        pods = [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name.startswith(f"{prefix}-")]
+        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+
+    pods = wait_for(f"{count} Running members of {prefix}", running, timeout=90)
+    for pod in pods:
+        assert pod.metadata.annotations[contract.ASSIGNED_NODE] == pod.spec.node_name
+    return pods

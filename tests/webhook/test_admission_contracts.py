@@ -167,6 +167,60 @@ TOPOLOGY_CASES = [
     Case("a pod with a GKE topology gate and gang keys gets Troupe's gate as well",
          make_pod().gang().gate("gke.io/topology-aware-auto-train").container().obj(),
          want_gates=[{"name": "gke.io/topology-aware-auto-train"}, GATE]),
+    Case("slices of a size that divides the gang size, at a configured level, gate the pod",
+         make_pod().gang(size="8").annotate("troupe.io/topology-slice-size", "4")
+         .annotate("troupe.io/topology-slice-required-level", "cloud.google.com/gce-topology-subblock")
+         .container().obj(),
+         want_gates=[GATE]),
+    Case("nested slices, outermost first, down to one node, gate the pod",
+         make_pod().gang(size="64").annotate("troupe.io/topology-slice-size", "32,4")
+         .annotate("troupe.io/topology-slice-required-level",
+                   "cloud.google.com/gce-topology-subblock,kubernetes.io/hostname")
+         .annotate("troupe.io/topology-required-level", "cloud.google.com/gce-topology-block")
+         .annotate("troupe.io/topology-placement", "Balanced")
+         .annotate("troupe.io/topology-exclusive-level", "cloud.google.com/gce-topology-subblock")
+         .container().obj(),
+         want_gates=[GATE]),
+    Case("a gang size that is not a multiple of the slice size is denied, naming key and value",
+         make_pod().gang(size="6").annotate("troupe.io/topology-slice-size", "4")
+         .annotate("troupe.io/topology-slice-required-level", "cloud.google.com/gce-topology-subblock")
+         .container().obj(),
+         want_allowed=False, want_code=400,
+         want_in_message=["troupe.io/topology-slice-size", "'4'", "gang size 6"]),
+    Case("a slice level that is not configured is denied, naming key and value",
+         make_pod().gang(size="8").annotate("troupe.io/topology-slice-size", "4")
+         .annotate("troupe.io/topology-slice-required-level", "rack").container().obj(),
+         want_allowed=False, want_code=400,
+         want_in_message=["troupe.io/topology-slice-required-level", "'rack'", LEVELS]),
+    Case("a slice level above the gang's required level is denied, naming key and value",
+         make_pod().gang(size="8").annotate("troupe.io/topology-slice-size", "4")
+         .annotate("troupe.io/topology-slice-required-level", "cloud.google.com/gce-topology-block")
+         .annotate("troupe.io/topology-required-level", "cloud.google.com/gce-topology-subblock")
+         .container().obj(),
+         want_allowed=False, want_code=400,
+         want_in_message=["troupe.io/topology-slice-required-level", "'cloud.google.com/gce-topology-block'",
+                          "at or below the gang's troupe.io/topology-required-level"]),
+    Case("a slice size without a slice level is denied",
+         make_pod().gang(size="8").annotate("troupe.io/topology-slice-size", "4").container().obj(),
+         want_allowed=False, want_code=400,
+         want_in_message=["troupe.io/topology-slice-required-level", "is required with"]),
+    Case("nested sizes that do not divide are denied",
+         make_pod().gang(size="24").annotate("troupe.io/topology-slice-size", "12,8")
+         .annotate("troupe.io/topology-slice-required-level",
+                   "cloud.google.com/gce-topology-subblock,cloud.google.com/gce-topology-host")
+         .container().obj(),
+         want_allowed=False, want_code=400, want_in_message=["troupe.io/topology-slice-size", "'12,8'", "divide"]),
+    Case("more than three layers are denied",
+         make_pod().gang(size="16").annotate("troupe.io/topology-slice-size", "16,8,4,2")
+         .annotate("troupe.io/topology-slice-required-level", "a,b,c,d").container().obj(),
+         want_allowed=False, want_code=400, want_in_message=["troupe.io/topology-slice-size", "1 to 3 layers"]),
+    Case("a placement other than Compact or Balanced is denied",
+         make_pod().gang().annotate("troupe.io/topology-placement", "Spread").container().obj(),
+         want_allowed=False, want_code=400,
+         want_in_message=["troupe.io/topology-placement", "'Spread'", "Compact, Balanced"]),
+    Case("an exclusive level that is not configured is denied",
+         make_pod().gang().annotate("troupe.io/topology-exclusive-level", "zone").container().obj(),
+         want_allowed=False, want_code=400, want_in_message=["troupe.io/topology-exclusive-level", "'zone'"]),
 ]
 
 DEVICE_CASES = [

@@ -35,6 +35,7 @@ from reconciler.engine.preemption.settle import settle
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.text import plural
 from troupe.config import PREEMPTION_MODES
+from troupe.contract import TopologyRequest
 
 #: Greedy plans (best estimated objective first) settled and compared.
 GREEDY_SETTLED = 3
@@ -83,6 +84,7 @@ def plan_preemption(
     near: Sequence[str] = (),
     gang: str = "",
     exact: bool = True,
+    layout: TopologyRequest | None = None,
 ) -> PreemptionPlan | None:
     """The victims that let ``members`` be placed, least by the package docstring's
     objective, and the placement; None when no set of candidates makes the gang
@@ -93,6 +95,8 @@ def plan_preemption(
     ``preferred_level`` and ``near`` as for :func:`place_gang`. ``candidates``: gangs of
     lower priority (:class:`VictimGang`); ``gang``: the preemptor's own gang key, never a
     victim. ``mode``: ``off``, ``minimal`` or ``atomic`` (``gangPreemptionMode``).
+    ``layout``: the preemptor's slices, placement and exclusive level, as for
+    :func:`place_gang`: every plan is one that placement, layers and all, accepts.
     ``exact=False`` skips the exact search (benchmarks compare the two). A gang that fits
     without evicting anything gets a plan with no victims. ``snapshot`` is left as it
     was (candidate victims are removed from it in place and restored, as
@@ -106,7 +110,8 @@ def plan_preemption(
         raise ValueError(f"gangPreemptionMode: expected one of {', '.join(PREEMPTION_MODES)}, got {mode!r}")
     if mode == "off":
         return None
-    search = new_search(snapshot, members, candidates, Mode(mode), required_level, preferred_level, near, gang)
+    search = new_search(snapshot, members, candidates, Mode(mode), required_level, preferred_level, near, gang,
+                        layout)
     if search is None:
         return None
     model = search.model
@@ -196,7 +201,7 @@ def _fallback(search: Search, relevant: Mapping[int, list[SearchGang]]) -> Settl
 
 def new_search(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], mode: Mode,
                required_level: str | None, preferred_level: str | None, near: Sequence[str],
-               gang: str) -> Search | None:
+               gang: str, layout: TopologyRequest | None = None) -> Search | None:
     """The search's state for one call; None when no domain is allowed (an unknown level,
     ``near`` nodes none of which exist) or there are no members."""
     members = list(members)
@@ -208,7 +213,7 @@ def new_search(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Seque
     depth, domains = allowed
     model = CapacityModel(snapshot, members, depth, domains)
     pool = CandidatePool(snapshot, members, candidates, gang, model)
-    return Search(snapshot, members, pool, mode, required_level, preferred_level, near, model)
+    return Search(snapshot, members, pool, mode, required_level, preferred_level, near, model, layout)
 
 
 def _amount(resource: str, units: int) -> str:

@@ -26,6 +26,7 @@ from reconciler.engine.preemption.capacity import (
 )
 from reconciler.engine.resources import PODS
 from reconciler.engine.snapshot import Snapshot
+from troupe.contract import TopologyRequest
 
 if TYPE_CHECKING:
     from _typeshed import SupportsDunderLT
@@ -106,8 +107,9 @@ class Search:
 
     def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], pool: CandidatePool, mode: Mode,
                  required_level: str | None, preferred_level: str | None, near: Sequence[str],
-                 model: CapacityModel) -> None:
+                 model: CapacityModel, layout: TopologyRequest | None = None) -> None:
         self.snapshot = snapshot
+        self.layout = layout
         self.members = members
         self.pool = pool
         self.gangs = pool.gangs
@@ -131,7 +133,7 @@ class Search:
         if cached is None:
             with self.snapshot.without(sorted(keys)) as without:
                 cached = place_gang(without, self.members, self.required_level, self.preferred_level,
-                                    near=self.near)
+                                    near=self.near, layout=self.layout)
             self._placed[keys] = cached
         return cached
 
