@@ -3,7 +3,7 @@
 - ``run [--kubeconfig FILE] [--config FILE] [--metrics-bind HOST:PORT]``: watch gated pods and
   nodes and release whole gangs (in-cluster credentials when no kubeconfig is given).
 - ``simulate SNAPSHOT [--config FILE] [--output json|table]``: the what-if simulator on a
-  ``kubectl get nodes,pods -A -o json`` (or ``-o yaml``) snapshot.
+  snapshot (:data:`reconciler.tools.simulate.SNAPSHOT_COMMAND`).
 - ``status``, ``why POD``, ``topology``, ``plan -f MANIFEST``: what ``kubectl troupe`` answers
   (:mod:`reconciler.tools.plugin`), on the live cluster or a ``--snapshot``.
 
@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from troupe.cli import guarded
 from troupe.config import ConfigError, load_config
 
 
@@ -113,9 +114,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser(
         "simulate", help="plan gangs offline on a snapshot",
-        description="Decide every gang of a snapshot (what `kubectl get nodes,pods,jobs -A -o yaml` or "
-        "`-o json` prints, or a multi-document YAML of Nodes, Pods and Jobs) in order of creation, with "
-        "the reconciler's own decision: the same phase, reason and placement it would reach.",
+        description="Decide every gang of a snapshot in queue order, with the reconciler's own decision: the "
+        "same phase, reason and placement it would reach. Take the snapshot with\n\n  "
+        f"{simulate.SNAPSHOT_COMMAND}\n\n({simulate.SNAPSHOT_NOTE}).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     simulate.add_arguments(sim)
     from reconciler.tools import plugin
@@ -162,8 +164,13 @@ def webhook_certificate_settings(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code. A closed stdout and Ctrl-C end every command
+    without a traceback (:func:`troupe.cli.guarded`)."""
     args = _parser().parse_args(argv)
+    return guarded(lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.command == "simulate":
         from reconciler.tools import simulate
 

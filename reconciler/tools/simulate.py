@@ -3,20 +3,24 @@
     python -m reconciler simulate SNAPSHOT [--config FILE] [--output json|table] [--now TIME]
     python -m reconciler.tools.simulate SNAPSHOT ...          (the same, standalone)
 
-SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o json`` or
-``-o yaml`` prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods, read as
-:mod:`reconciler.objects.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
-``jobs`` to the kubectl command and the size of a GKE auto-gang owned by a Job is that
-Job's parallelism, as in the cluster; add ``jobsets,leaderworkersets,pytorchjobs`` too and
-gangs of ``<prefix>-size: auto`` are grouped and sized from their workloads as the
-reconciler does (:mod:`reconciler.engine.workloads`; a workload kind that is absent from
-the snapshot leaves its gangs waiting, with the reason); add ``shareddevicegroups`` and
-device groups are allocated as the reconciler allocates them (``kubectl get
-nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups -A -o json``); add
-``poddisruptionbudgets`` and ``atomic`` preemption counts them as the reconciler does; add
-``persistentvolumeclaims,persistentvolumes,csinodes,namespaces`` and the volume filters and
-pod affinity's namespace selectors read them as the reconciler's do (without any claim,
-volume or CSINode the volume filters are skipped); the configuration's
+SNAPSHOT (a file, or ``-`` for stdin) is what the one snapshot command prints (a ``v1 List``;
+``-o yaml`` too), or a multi-document YAML of such objects, read as
+:mod:`reconciler.objects.snapshot_io` says (JSON by orjson, YAML by libyaml when present)::
+
+    kubectl get nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups,\
+      poddisruptionbudgets,persistentvolumeclaims,persistentvolumes,csinodes,namespaces,\
+      priorityclasses -A -o json > snapshot.json
+
+(:data:`SNAPSHOT_COMMAND`; kubectl refuses a resource type the cluster does not serve, so
+leave out the custom kinds whose CRD is not installed). Each kind counts as in the cluster:
+a Job's parallelism sizes a GKE auto-gang it owns; JobSets, LeaderWorkerSets and
+PyTorchJobs group and size gangs of ``<prefix>-size: auto`` as the reconciler does
+(:mod:`reconciler.engine.workloads`; a workload kind absent from the snapshot leaves its
+gangs waiting, with the reason); SharedDeviceGroups are allocated as the reconciler
+allocates them (a group a pod joins that the snapshot lacks is "not in the snapshot");
+``atomic`` preemption counts PodDisruptionBudgets; claims, volumes and CSINodes feed the
+volume filters (skipped without any), Namespaces pod affinity's namespace selectors;
+PriorityClasses are for ``kubectl troupe plan`` and passed over here; the configuration's
 ``topologySpreadDefaultConstraints`` apply as in the reconciler.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
@@ -77,6 +81,23 @@ from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
          *PARSERS)
+#: Kinds a snapshot may hold that the simulator does not read (``kubectl troupe plan`` reads them).
+SKIPPED_KINDS = ("PriorityClass",)
+#: Every kind Troupe reads, by the resource name ``kubectl get`` takes: the one snapshot
+#: command (:data:`SNAPSHOT_COMMAND`) that the simulator and ``kubectl troupe`` both read whole.
+SNAPSHOT_RESOURCES = {
+    "Node": "nodes", "Pod": "pods", "Job": "jobs", **{k.kind: k.plural for k in wl.CUSTOM_KINDS},
+    "SharedDeviceGroup": "shareddevicegroups", "PodDisruptionBudget": "poddisruptionbudgets",
+    "PersistentVolumeClaim": "persistentvolumeclaims", "PersistentVolume": "persistentvolumes",
+    "CSINode": "csinodes", "Namespace": "namespaces", "PriorityClass": "priorityclasses",
+}
+#: The snapshot command: what the README, ``simulate --help`` and ``kubectl troupe --help`` give.
+SNAPSHOT_COMMAND = f"kubectl get {','.join(SNAPSHOT_RESOURCES.values())} -A -o json > snapshot.json"
+#: What to leave out of :data:`SNAPSHOT_COMMAND` on a cluster without some of its custom resources.
+SNAPSHOT_NOTE = ("kubectl refuses a resource type the cluster does not serve: leave out jobsets, "
+                 "leaderworkersets, pytorchjobs or shareddevicegroups when their CRD is not installed")
+#: Why a SharedDeviceGroup that pods of a snapshot join is not there (no object of that name).
+NOT_IN_SNAPSHOT = "not in the snapshot (take it with the command of --help, which lists shareddevicegroups)"
 EXIT_BAD_INPUT = 2
 
 
@@ -123,7 +144,7 @@ class GangOutcome:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's arguments, for ``python -m reconciler simulate``."""
     parser.add_argument("snapshot", metavar="SNAPSHOT",
-                        help="JSON or YAML of Nodes and Pods (kubectl get nodes,pods -A -o json|yaml), or - for stdin")
+                        help=f"what `{SNAPSHOT_COMMAND}` writes (or -o yaml; - for stdin); {SNAPSHOT_NOTE}")
     parser.add_argument("--config", metavar="FILE", help="Troupe configuration YAML (default: built-in defaults)")
     parser.add_argument("--output", choices=("json", "table"), default="table", help="output format (default table)")
     parser.add_argument("--now", metavar="TIME",
@@ -170,8 +191,14 @@ def _once(found: Named, kind: str, where: str, seen: dict[str, str]) -> Named:
 
 
 def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels,
-          config: Config | None = None) -> Built:
+          config: Config | None = None, absent_group: str | None = None) -> Built:
     """Parse every object; raises :class:`InputError` naming the document and field.
+    Objects of :data:`SKIPPED_KINDS` are passed over.
+
+    ``absent_group``: why a SharedDeviceGroup that a pod joins and that no object names is
+    missing, when the objects are a snapshot (:data:`NOT_IN_SNAPSHOT`): the gang's reason
+    then says so instead of the engine's "does not exist (create it ...)", which is right
+    for a live cluster (None).
 
     The snapshot is built as the reconciler's cache builds its own: PersistentVolumeClaims,
     PersistentVolumes and CSINodes make its volume catalog (None, the volume filters
@@ -190,6 +217,8 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     node_where: dict[str, str] = {}
     group_where: dict[str, str] = {}
     for where, kind, obj in objects:
+        if kind in SKIPPED_KINDS:
+            continue
         if kind not in KINDS:
             raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected {', '.join(KINDS)})")
         try:
@@ -221,7 +250,10 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
-    snapshot = Snapshot(nodes, pods, levels, groups, budgets=budgets, namespaces=namespaces, volumes=catalog,
+    named = {g.name for g in groups}
+    absent = {p.device_group: absent_group for p in pods
+              if p.device_group and p.device_group not in named} if absent_group else {}
+    snapshot = Snapshot(nodes, pods, levels, groups, absent, budgets=budgets, namespaces=namespaces, volumes=catalog,
                         spread_defaults=spread_defaults(config) if config is not None else ())
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
     return Built(snapshot, origin, parallelism, notes, wl.Workloads(workloads))
@@ -439,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
         levels = TopologyLevels.from_config(config)
         with collector_paused():  # parsing allocates millions of objects and frees none
-            built = build(read_objects(data, source), levels, config)
+            built = build(read_objects(data, source), levels, config, NOT_IN_SNAPSHOT)
             # The objects live to the end: no collection need walk them (unfrozen below).
             gc.freeze()
         del data
@@ -468,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m reconciler.tools.simulate``."""
     parser = argparse.ArgumentParser(
         prog="python -m reconciler.tools.simulate",
-        description="Plan the gated gangs of a snapshot offline, as the reconciler would.",
+        description="Plan the gated gangs of a snapshot offline, as the reconciler would. Take the snapshot "
+        f"with\n\n  {SNAPSHOT_COMMAND}\n\n({SNAPSHOT_NOTE}).", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
     return run(parser.parse_args(argv))
