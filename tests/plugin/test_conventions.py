@@ -122,7 +122,7 @@ def test_request_timeout_reads_kubectls_durations(raw, seconds):
 
 @pytest.mark.parametrize("raw", ["soon", "-1", "5x", ""])
 def test_a_request_timeout_it_cannot_read_names_the_flag(raw):
-    with pytest.raises(ValueError, match="^--request-timeout"):
+    with pytest.raises(ValueError, match=r"^--request-timeout"):
         plugin.request_timeout(raw)
 
 

@@ -347,3 +347,14 @@ def test_gangs_are_decided_in_priority_order_before_creation_order(tmp_path, cap
     # Only b1 holds 3 members: the later but higher-priority gang gets it.
     assert [(g["name"], g["phase"]) for g in out["gangs"]] == [("vip", "Placed"), ("early", "Unschedulable")]
     assert {p["node"] for p in out["gangs"][0]["placements"]} == {"a1", "a2", "a3"}
+
+
+def test_a_group_missing_from_the_snapshot_is_said_to_be_not_in_it(tmp_path, capsys):
+    """A snapshot taken without shareddevicegroups lacks the group: the gang's reason says so,
+    not the live cluster's "does not exist (create it ...)"."""
+    pod = (make_pod("infer-0", "ml").requests(gpu=2).gang("infer", 1).index(0).gated().group("llm")
+           .created("2024-05-01T10:00:00Z").build())
+    out, _ = run_json(capsys, write_list(tmp_path, [*NODES, pod]))
+    reason = out["gangs"][0]["reason"]
+    assert "SharedDeviceGroup llm" in reason and "not in the snapshot" in reason
+    assert "does not exist" not in reason and "create it" not in reason
