@@ -16,11 +16,14 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any
 
-from troupe.cli import guarded
+import yaml
+
+from troupe.cli import OneLineParser, UsageError, check_bind, guarded, parse_bind, yaml_error
 from troupe.config import ConfigError, load_config
 
 
@@ -74,7 +77,7 @@ def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     """The command line: ``run``, ``simulate`` and the ``kubectl troupe`` commands."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m reconciler",
         description="Troupe's reconciler: releases whole gangs of gated pods onto a topology-aware plan.",
     )
@@ -163,6 +166,36 @@ def webhook_certificate_settings(args: argparse.Namespace) -> Any:
     )
 
 
+#: Where in-cluster credentials are read (the service account's token).
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """``run``'s flags checked before anything starts, each error one line naming the flag:
+    ``--metrics-bind`` (a port in range and free), the kubeconfig (the file exists and is
+    YAML; without one, in-cluster credentials must be there: ``KUBERNETES_SERVICE_HOST``
+    and the service account's token), ``--webhook-cert-san`` (a DNS name or an IP).
+    Raises ``ValueError`` (:class:`troupe.cli.UsageError`)."""
+    if args.metrics_bind:
+        host, port = parse_bind("--metrics-bind", args.metrics_bind)
+        check_bind("--metrics-bind", host, port)
+    if args.kubeconfig:
+        try:
+            with open(args.kubeconfig, encoding="utf-8") as f:
+                yaml.safe_load(f)
+        except OSError as e:
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: cannot read it: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: not valid YAML at {yaml_error(e)}") from None
+    elif not os.environ.get("KUBERNETES_SERVICE_HOST") or not os.path.isfile(SERVICE_ACCOUNT_TOKEN):
+        raise UsageError("no --kubeconfig, and not in a cluster: in-cluster credentials need $KUBERNETES_SERVICE_HOST "
+                         f"({os.environ.get('KUBERNETES_SERVICE_HOST') or 'unset'}) and {SERVICE_ACCOUNT_TOKEN}")
+    from certs import san_name
+
+    for san in args.webhook_cert_san:
+        san_name(san, "--webhook-cert-san")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code. A closed stdout and Ctrl-C end every command
     without a traceback (:func:`troupe.cli.guarded`)."""
@@ -188,7 +221,8 @@ def _main(args: argparse.Namespace) -> int:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     try:
         config = load_config(args.config)
-    except ConfigError as e:
+        check_run_flags(args)
+    except (ConfigError, ValueError) as e:
         print(f"reconciler: {e}", file=sys.stderr)
         return 2
     from reconciler.daemon.election import LeaderElection

@@ -1,6 +1,7 @@
 """What every command line Troupe ships shares: one line on stderr for a user's mistake,
 never a traceback (docs/decisions/037-operating.md).
 
+- :class:`OneLineParser`: argparse whose usage errors are one line too.
 - :func:`guarded`: runs a ``main``; a closed stdout (``| head``) ends it quietly with
   exit code 141 (a shell's code for SIGPIPE), Ctrl-C with 130 and no traceback.
 - :func:`parse_bind` / :func:`check_bind`: a ``HOST:PORT`` flag, its port in range and
@@ -13,15 +14,17 @@ Errors are :class:`UsageError`, whose message is the one line to print.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import socket
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from troupe.config import yaml_error
 
-__all__ = ["EXIT_CLOSED_PIPE", "EXIT_INTERRUPTED", "UsageError", "check_bind", "guarded", "parse_bind",
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_INTERRUPTED", "OneLineParser", "UsageError", "check_bind", "guarded", "parse_bind",
            "rfc3339", "yaml_error"]
 
 #: Exit codes of a closed stdout (128 + SIGPIPE, what a shell reports for a process SIGPIPE
@@ -31,6 +34,17 @@ EXIT_CLOSED_PIPE, EXIT_INTERRUPTED = 141, 130
 
 class UsageError(ValueError):
     """A user's mistake on the command line; the message is the one line printed."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose errors (an unknown flag, a missing argument, a
+    value not among the choices) are one line on stderr, exit code 2, instead of the usage
+    block and the error; ``--help`` still prints the usage. Subparsers made by
+    ``add_subparsers`` are of this class too (argparse's default)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE (see --help)`` and exit with code 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def guarded(main: Callable[[], int]) -> int:

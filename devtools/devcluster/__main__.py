@@ -28,7 +28,9 @@ from devtools.devcluster.cluster import (
     stop_run_dir,
 )
 from devtools.devcluster.nodes import NodesFileError
+from devtools.devcluster.nodes import load as load_nodes
 from devtools.devcluster.processes import ComponentDied, Recorded, is_running
+from troupe.cli import OneLineParser, guarded
 
 DEFAULT_NODES = Path(__file__).resolve().parents[2] / "examples" / "nodes.yaml"
 
@@ -108,6 +110,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     nodes = None if args.no_nodes else Path(args.nodes)
     if nodes is not None and not nodes.is_file():
         raise CliError(f"nodes file {nodes} does not exist")
+    if nodes is not None:
+        load_nodes(nodes)  # a file it cannot read fails now, naming the line, before anything starts
     ensure_built()
     signal.signal(signal.SIGINT, _raise_interrupt)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -219,7 +223,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    top = argparse.ArgumentParser(
+    top = OneLineParser(
         prog="python -m devtools.devcluster",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -284,6 +288,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 130 interrupted)."""
     args = parser().parse_args(argv)
+    return guarded(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

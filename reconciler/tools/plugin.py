@@ -52,7 +52,7 @@ from reconciler.objects.snapshot_io import (
 from reconciler.tools import render, views
 from reconciler.tools import simulate as sim
 from reconciler.tools.manifests import Context, Expanded, ManifestError, expand
-from troupe.cli import guarded, yaml_error
+from troupe.cli import OneLineParser, guarded, yaml_error
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, from_mapping, load_config
 
 COMMANDS = ("status", "why", "topology", "plan")
@@ -366,7 +366,7 @@ def run(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -
 
 def parser(prog: str = "kubectl troupe") -> argparse.ArgumentParser:
     """The plugin's argument parser."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Why is my gang waiting? Troupe's own decision, read-only, on the live cluster or a snapshot:\n"
         "status of every gang, why one waits, the topology, and a what-if plan for a manifest.",

@@ -77,6 +77,7 @@ from reconciler.engine.step import step
 from reconciler.engine.volumes import VolumeCatalog
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from reconciler.objects.volumes import PARSERS, VOLUME_KINDS, spread_defaults
+from troupe.cli import OneLineParser, guarded
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
@@ -498,13 +499,14 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m reconciler.tools.simulate``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m reconciler.tools.simulate",
         description="Plan the gated gangs of a snapshot offline, as the reconciler would. Take the snapshot "
         f"with\n\n  {SNAPSHOT_COMMAND}\n\n({SNAPSHOT_NOTE}).", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args))
 
 
 if __name__ == "__main__":
