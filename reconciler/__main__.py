@@ -3,7 +3,7 @@
 - ``run [--kubeconfig FILE] [--config FILE] [--metrics-bind HOST:PORT]``: watch gated pods and
   nodes and release whole gangs (in-cluster credentials when no kubeconfig is given).
 - ``simulate SNAPSHOT [--config FILE] [--output json|table]``: the what-if simulator on a
-  snapshot (:data:`reconciler.tools.simulate.SNAPSHOT_COMMAND`).
+  snapshot (:data:`reconciler.objects.kinds.SNAPSHOT_COMMAND`).
 - ``status``, ``why POD``, ``topology``, ``plan -f MANIFEST``: what ``kubectl troupe`` answers
   (:mod:`reconciler.tools.plugin`), on the live cluster or a ``--snapshot``.
 
@@ -113,13 +113,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_certificate_flags(run)
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    from reconciler.objects import kinds
     from reconciler.tools import simulate
 
     sim = sub.add_parser(
         "simulate", help="plan gangs offline on a snapshot",
         description="Decide every gang of a snapshot in queue order, with the reconciler's own decision: the "
         "same phase, reason and placement it would reach. Take the snapshot with\n\n  "
-        f"{simulate.SNAPSHOT_COMMAND}\n\n({simulate.SNAPSHOT_NOTE}).",
+        f"{kinds.SNAPSHOT_COMMAND}\n\n({kinds.SNAPSHOT_NOTE}).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     simulate.add_arguments(sim)

@@ -10,7 +10,7 @@ PATH as ``kubectl <name>``; ``plugins/troupe.yaml`` is its krew manifest). Each 
 reads the cluster, read-only, from the kubeconfig (``--kubeconfig``, default
 ``$KUBECONFIG`` or ``~/.kube/config``; ``--context``; ``--request-timeout`` per request, as
 kubectl's) or from a snapshot file (``--snapshot FILE``: what
-:data:`reconciler.tools.simulate.SNAPSHOT_COMMAND` prints, read by the simulator's reader),
+:data:`reconciler.objects.kinds.SNAPSHOT_COMMAND` prints, read by the simulator's reader),
 and answers with the reconciler's own decision (:mod:`reconciler.tools.views`): every
 waiting gang decided in queue order by :func:`reconciler.engine.decision.decide`, as
 ``python -m reconciler simulate`` does. Nothing is written. The output follows kubectl's
@@ -42,6 +42,7 @@ import yaml
 
 from reconciler.engine.gang import gang_key
 from reconciler.engine.queueing import Policy
+from reconciler.objects import kinds
 from reconciler.objects.snapshot_io import (
     InputError,
     collector_paused,
@@ -67,8 +68,8 @@ EPILOG = f"""examples:
                                                 where the Job's gang would go, whom it would evict
   kubectl troupe status -A --snapshot snapshot.json
                                                 the same answers, offline, on a snapshot taken with
-  {sim.SNAPSHOT_COMMAND}
-  ({sim.SNAPSHOT_NOTE})
+  {kinds.SNAPSHOT_COMMAND}
+  ({kinds.SNAPSHOT_NOTE})
 
 Each command has --help. Exit codes: 0 answered; 1 the pod or gang was not found or is not
 Troupe's, or the cluster could not be read; 2 bad input (one line on stderr names it); 130
@@ -86,7 +87,7 @@ def _common(p: argparse.ArgumentParser, watch: bool = True) -> None:
                         help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     source.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     source.add_argument("--snapshot", metavar="FILE",
-                        help=f"read this snapshot instead of the cluster: what `{sim.SNAPSHOT_COMMAND}` writes "
+                        help=f"read this snapshot instead of the cluster: what `{kinds.SNAPSHOT_COMMAND}` writes "
                         "(or -o yaml; - for stdin)")
     source.add_argument("--request-timeout", metavar="DURATION", default="0",
                         help="how long to wait for each request to the API server, as kubectl's: 30s, 2m, 1h, "
@@ -254,7 +255,7 @@ def load(args: argparse.Namespace, extra: tuple[str, ...] = (),
             objects = [*objects, *((f"{args.filename}: {kind} {k}", kind, obj) for k, (kind, obj) in
                                    enumerate(expanded.workloads)),
                        *((f"{args.filename}: pod {k}", "Pod", obj) for k, obj in enumerate(expanded.pods))]
-        cluster = views.read(objects, config, now, policy, where, sim.NOT_IN_SNAPSHOT if args.snapshot else None)
+        cluster = views.read(objects, config, now, policy, where, kinds.NOT_IN_SNAPSHOT if args.snapshot else None)
         del objects
         gc.freeze()  # what was read lives to the end: no collection need walk it again
         return cluster, namespace, expanded

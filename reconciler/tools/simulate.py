@@ -11,16 +11,13 @@ SNAPSHOT (a file, or ``-`` for stdin) is what the one snapshot command prints (a
       poddisruptionbudgets,persistentvolumeclaims,persistentvolumes,csinodes,namespaces,\
       priorityclasses -A -o json > snapshot.json
 
-(:data:`SNAPSHOT_COMMAND`; kubectl refuses a resource type the cluster does not serve, so
-leave out the custom kinds whose CRD is not installed). Each kind counts as in the cluster:
-a Job's parallelism sizes a GKE auto-gang it owns; JobSets, LeaderWorkerSets and
-PyTorchJobs group and size gangs of ``<prefix>-size: auto`` as the reconciler does
-(:mod:`reconciler.engine.workloads`; a workload kind absent from the snapshot leaves its
-gangs waiting, with the reason); SharedDeviceGroups are allocated as the reconciler
-allocates them (a group a pod joins that the snapshot lacks is "not in the snapshot");
-``atomic`` preemption counts PodDisruptionBudgets; claims, volumes and CSINodes feed the
-volume filters (skipped without any), Namespaces pod affinity's namespace selectors;
-PriorityClasses are for ``kubectl troupe plan`` and passed over here; the configuration's
+(:data:`~reconciler.objects.kinds.SNAPSHOT_COMMAND`; leave out custom kinds whose CRD is not
+installed). Each kind counts as in the cluster: Jobs' parallelism, workloads sizing
+``<prefix>-size: auto`` gangs (:mod:`reconciler.engine.workloads`; a workload absent from the
+snapshot leaves its gangs waiting), SharedDeviceGroups (one a pod joins that the snapshot
+lacks is "not in the snapshot"), PodDisruptionBudgets for ``atomic`` preemption, claims,
+volumes and CSINodes for the volume filters (skipped without any), Namespaces for namespace
+selectors; PriorityClasses are ``kubectl troupe plan``'s. The configuration's
 ``topologySpreadDefaultConstraints`` apply as in the reconciler.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
@@ -75,30 +72,18 @@ from reconciler.engine.gang import Gang, build_gang, group_by_gang, job_parallel
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.engine.step import step
 from reconciler.engine.volumes import VolumeCatalog
+from reconciler.objects.kinds import (
+    KINDS,
+    NOT_IN_SNAPSHOT,
+    SKIPPED_KINDS,
+    SNAPSHOT_COMMAND,
+    SNAPSHOT_NOTE,
+)
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from reconciler.objects.volumes import PARSERS, VOLUME_KINDS, spread_defaults
 from troupe.cli import OneLineParser, guarded
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
-         *PARSERS)
-#: Kinds a snapshot may hold that the simulator does not read (``kubectl troupe plan`` reads them).
-SKIPPED_KINDS = ("PriorityClass",)
-#: Every kind Troupe reads, by the resource name ``kubectl get`` takes: the one snapshot
-#: command (:data:`SNAPSHOT_COMMAND`) that the simulator and ``kubectl troupe`` both read whole.
-SNAPSHOT_RESOURCES = {
-    "Node": "nodes", "Pod": "pods", "Job": "jobs", **{k.kind: k.plural for k in wl.CUSTOM_KINDS},
-    "SharedDeviceGroup": "shareddevicegroups", "PodDisruptionBudget": "poddisruptionbudgets",
-    "PersistentVolumeClaim": "persistentvolumeclaims", "PersistentVolume": "persistentvolumes",
-    "CSINode": "csinodes", "Namespace": "namespaces", "PriorityClass": "priorityclasses",
-}
-#: The snapshot command: what the README, ``simulate --help`` and ``kubectl troupe --help`` give.
-SNAPSHOT_COMMAND = f"kubectl get {','.join(SNAPSHOT_RESOURCES.values())} -A -o json > snapshot.json"
-#: What to leave out of :data:`SNAPSHOT_COMMAND` on a cluster without some of its custom resources.
-SNAPSHOT_NOTE = ("kubectl refuses a resource type the cluster does not serve: leave out jobsets, "
-                 "leaderworkersets, pytorchjobs or shareddevicegroups when their CRD is not installed")
-#: Why a SharedDeviceGroup that pods of a snapshot join is not there (no object of that name).
-NOT_IN_SNAPSHOT = "not in the snapshot (take it with the command of --help, which lists shareddevicegroups)"
 EXIT_BAD_INPUT = 2
 
 
@@ -193,13 +178,9 @@ def _once(found: Named, kind: str, where: str, seen: dict[str, str]) -> Named:
 
 def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels,
           config: Config | None = None, absent_group: str | None = None) -> Built:
-    """Parse every object; raises :class:`InputError` naming the document and field.
-    Objects of :data:`SKIPPED_KINDS` are passed over.
-
-    ``absent_group``: why a SharedDeviceGroup that a pod joins and that no object names is
-    missing, when the objects are a snapshot (:data:`NOT_IN_SNAPSHOT`): the gang's reason
-    then says so instead of the engine's "does not exist (create it ...)", which is right
-    for a live cluster (None).
+    """Parse every object (passing over :data:`SKIPPED_KINDS`); raises :class:`InputError`
+    naming the document and field. ``absent_group``: why a SharedDeviceGroup a pod joins is
+    missing from a snapshot (:data:`NOT_IN_SNAPSHOT`; None on a live cluster).
 
     The snapshot is built as the reconciler's cache builds its own: PersistentVolumeClaims,
     PersistentVolumes and CSINodes make its volume catalog (None, the volume filters
@@ -251,13 +232,16 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
-    named = {g.name for g in groups}
-    absent = {p.device_group: absent_group for p in pods
-              if p.device_group and p.device_group not in named} if absent_group else {}
-    snapshot = Snapshot(nodes, pods, levels, groups, absent, budgets=budgets, namespaces=namespaces, volumes=catalog,
+    snapshot = Snapshot(nodes, pods, levels, groups, _absent_groups(pods, groups, absent_group), budgets=budgets, namespaces=namespaces, volumes=catalog,
                         spread_defaults=spread_defaults(config) if config is not None else ())
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
     return Built(snapshot, origin, parallelism, notes, wl.Workloads(workloads))
+
+
+def _absent_groups(pods: Sequence[PodInfo], groups: Sequence[DeviceGroup], why: str | None) -> dict[str, str]:
+    """``why`` for every SharedDeviceGroup a pod joins that ``groups`` lacks (none for None)."""
+    named = {g.name for g in groups}
+    return {p.device_group: why for p in pods if p.device_group and p.device_group not in named} if why else {}
 
 
 # --- deciding ----------------------------------------------------------------------------

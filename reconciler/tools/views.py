@@ -74,7 +74,7 @@ def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, 
     :func:`reconciler.objects.snapshot_io.read_objects` gives, or the live reader in
     :mod:`reconciler.kube`). PriorityClasses are kept aside; every other object (Namespaces
     too) goes to :func:`reconciler.tools.simulate.build`, with ``absent_group`` (a snapshot's
-    :data:`~reconciler.tools.simulate.NOT_IN_SNAPSHOT`). Raises
+    :data:`~reconciler.objects.kinds.NOT_IN_SNAPSHOT`). Raises
     :class:`~reconciler.objects.snapshot_io.InputError` naming the object and field."""
     rest, namespaces, classes = split(objects)
     built = sim.build(rest, TopologyLevels.from_config(config), config, absent_group)

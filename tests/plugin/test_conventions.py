@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler.tools import plugin, simulate
+from reconciler.objects import kinds
+from reconciler.tools import plugin
 from tests.support.snapshots import snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,15 +180,15 @@ def test_the_readme_installs_the_plugin_with_krew():
 
 
 def test_one_snapshot_command_everywhere_reads_every_kind(capsys):
-    assert set(simulate.SNAPSHOT_RESOURCES) == {*simulate.KINDS, *simulate.SKIPPED_KINDS}
+    assert set(kinds.SNAPSHOT_RESOURCES) == {*kinds.KINDS, *kinds.SKIPPED_KINDS}
     readme = (REPO / "README.md").read_text()
-    assert simulate.SNAPSHOT_COMMAND in readme
+    assert kinds.SNAPSHOT_COMMAND in readme
     with pytest.raises(SystemExit):
         plugin.main(["--help"])
-    assert simulate.SNAPSHOT_COMMAND in capsys.readouterr().out
+    assert kinds.SNAPSHOT_COMMAND in capsys.readouterr().out
     done = subprocess.run([sys.executable, "-m", "reconciler", "simulate", "--help"], capture_output=True, text=True,
                           timeout=60, check=True, cwd=REPO)
-    assert simulate.SNAPSHOT_COMMAND in done.stdout
+    assert kinds.SNAPSHOT_COMMAND in done.stdout
     old = re.compile(r"kubectl get nodes,pods[a-z,]* -A")
-    stale = [m.group(0) for m in old.finditer(readme) if m.group(0) != simulate.SNAPSHOT_COMMAND.split(" -o")[0]]
+    stale = [m.group(0) for m in old.finditer(readme) if m.group(0) != kinds.SNAPSHOT_COMMAND.split(" -o")[0]]
     assert stale == []
