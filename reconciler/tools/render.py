@@ -1,9 +1,8 @@
 """How ``kubectl troupe`` prints its answers (:mod:`reconciler.tools.plugin` runs the commands).
 
 kubectl's output conventions (``kubectl get -o``): ``table`` (the default: columns two
-spaces apart, each line cut to the terminal's width when stdout is a terminal or
-``$COLUMNS`` is set, :func:`fit`), ``wide`` (the table with more columns and nothing cut),
-``json`` and ``yaml`` (the same stable objects; ``yaml`` is the JSON object dumped as
+spaces apart, each line cut to the terminal's width when stdout is a terminal, :func:`fit`),
+``wide`` (the table with more columns and nothing cut), ``json`` and ``yaml`` (the same stable objects; ``yaml`` is the JSON object dumped as
 YAML) and ``name`` (``gang/NAME`` or ``node/NAME`` lines, as ``kubectl get -o name`` prints
 ``KIND/NAME``). Nothing here reads the cluster: :mod:`reconciler.tools.views` values in,
 text out.
@@ -12,7 +11,6 @@ text out.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -35,11 +33,10 @@ CUT = "..."
 
 
 def terminal_width(output: str) -> int | None:
-    """The width lines of ``output`` are cut to: the terminal's (:func:`shutil.get_terminal_size`,
-    which reads ``$COLUMNS`` first) for ``table`` when stdout is a terminal or ``$COLUMNS``
-    is set; None (nothing cut) otherwise, for ``wide`` and for a pipe or a file, as ``ps``
-    and ``kubectl`` leave piped output whole."""
-    if output != "table" or not (os.environ.get("COLUMNS") or sys.stdout.isatty()):
+    """The width lines of ``output`` are cut to: for ``table`` on a terminal, the terminal's
+    (:func:`shutil.get_terminal_size`, ``$COLUMNS`` first); None (nothing cut) for ``wide``
+    and for a pipe or a file, whose reader wants whole lines (``kubectl troupe status | grep``)."""
+    if output != "table" or not sys.stdout.isatty():
         return None
     return shutil.get_terminal_size().columns
 

@@ -63,7 +63,8 @@ def test_name_prints_kind_slash_name_as_kubectl_does(capsys, snapshot_file):
 
 
 def test_the_table_is_cut_to_the_terminal_and_wide_shows_everything(capsys, snapshot_file, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "72")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # capsys's stdout, taken for a terminal
+    monkeypatch.setenv("COLUMNS", "72")  # its width (shutil.get_terminal_size reads it first)
     table = run(capsys, snapshot_file, "status").splitlines()
     assert all(len(line) <= 72 for line in table)
     assert table[1].endswith("...")
@@ -77,7 +78,7 @@ def test_the_table_is_cut_to_the_terminal_and_wide_shows_everything(capsys, snap
 def test_a_pipe_gets_whole_lines_as_kubectl_prints_them(snapshot_file):
     done = subprocess.run([sys.executable, "-m", "reconciler", "status", "--snapshot", str(snapshot_file),
                            "--now", NOW], capture_output=True, text=True, timeout=60, check=False,
-                          env={k: v for k, v in os.environ.items() if k != "COLUMNS"}, cwd=REPO)
+                          env={**os.environ, "COLUMNS": "40"}, cwd=REPO)
     assert done.returncode == 0
     assert "insufficient nvidia.com/gpu: 9" in done.stdout
 
