@@ -10,7 +10,7 @@ Layout under :func:`~devtools.devcluster.toolchain.cache_dir`::
 prometheus module's go.mod has ``exclude`` directives, which ``go install pkg@version``
 does not accept. So, as for etcd, a wrapper module requires the prometheus module (its
 Go module versions are ``v0.<major><minor>.<patch>``: ``v0.307.3`` is Prometheus 3.7.3) and
-``go build`` makes the command from it. Cold: about 5 minutes on two cores (many modules);
+``go build`` makes the command from it. Cold: about 15-20 minutes on two busy cores (many modules);
 warm: instant. ``python -m devtools.devcluster build`` (``make cluster-build``, which
 ``make test`` runs first) builds it with the control plane, so a fresh machine gets it.
 
