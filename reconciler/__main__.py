@@ -222,8 +222,7 @@ def _main(args: argparse.Namespace) -> int:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     try:
         config = load_config(args.config)
-        check_run_flags(args)
-    except (ConfigError, ValueError) as e:
+    except ConfigError as e:
         print(f"reconciler: {e}", file=sys.stderr)
         return 2
     from reconciler.daemon.election import LeaderElection
@@ -236,7 +235,9 @@ def _main(args: argparse.Namespace) -> int:
             election = LeaderElection.scaled(namespace, args.leader_elect_name, args.leader_elect_lease_seconds)
         state_namespace = election.namespace if election else (_pod_namespace() or "troupe-system")
         state = _namespaced(args.state_configmap, state_namespace) if args.state_configmap != "-" else None
-        return run(args.kubeconfig, config, args.metrics_bind, election, webhook_certificate_settings(args), state)
+        certificates = webhook_certificate_settings(args)
+        check_run_flags(args)  # after the flags above: each error names the first flag that is wrong
+        return run(args.kubeconfig, config, args.metrics_bind, election, certificates, state)
     except ValueError as e:  # a bad flag or kubeconfig: the user's to fix
         print(f"reconciler: {e}", file=sys.stderr)
         return 2

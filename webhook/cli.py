@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from troupe.cli import guarded
+from troupe.cli import guarded, parse_bind
 from troupe.config import Config, ConfigError, load_config
 from webhook.server import DEFAULT_LIMITS, Limits
 
@@ -47,10 +47,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse_bind(value: str, flag: str = "--bind") -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"{flag} {value!r}: must be HOST:PORT, e.g. 0.0.0.0:8443")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    try:
+        return parse_bind(flag, value)  # HOST:PORT, the port in range, the flag named
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _check_readable(flag: str, path: str) -> None:
