@@ -22,6 +22,7 @@ from certs.pki import (
     expiry,
     load_cert,
     needs_rotation,
+    san_name,
     write_pair,
     write_private,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "expiry",
     "load_cert",
     "needs_rotation",
+    "san_name",
     "write_pair",
     "write_private",
 ]

@@ -14,16 +14,25 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from cryptography.hazmat.primitives import serialization
 
 import certs
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (``--help`` still prints the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m certs",
         description="Create a CA and TLS serving certificates for Troupe's webhook, and report expiry. "
         "Keys are written with mode 0600.",
@@ -55,8 +64,28 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (see the module docstring)."""
+    """Run the CLI; returns the exit code (see the module docstring). A closed stdout
+    (``| head``) ends it with 141 and nothing on stderr."""
     args = _parser().parse_args(argv)
+    try:
+        code = _run(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _pem(path: Path, what: str) -> bytes:
+    """The bytes of ``path`` when they hold a PEM ``what`` (``CERTIFICATE``, ``PRIVATE KEY``);
+    raises ``ValueError`` naming the file otherwise."""
+    data = path.read_bytes()
+    if b"-----BEGIN " not in data or what.encode() not in data:
+        raise ValueError(f"{path}: not a PEM {what.lower()}")
+    return data
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "ca":
             crt, key = args.out / "ca.crt", args.out / "ca.key"
@@ -69,8 +98,17 @@ def main(argv: list[str] | None = None) -> int:
             for f in (ca_crt, ca_key):
                 if not f.is_file():
                     return _fail(f"--ca-dir: {f} not found (create it with 'python -m certs ca --out {args.ca_dir}')")
-            ca = certs.KeyPair(ca_crt.read_bytes(), ca_key.read_bytes())
-            serialization.load_pem_private_key(ca.key_pem, password=None)  # a bad key fails here, by name
+            ca = certs.KeyPair(_pem(ca_crt, "CERTIFICATE"), _pem(ca_key, "PRIVATE KEY"))
+            for san in args.san:
+                certs.san_name(san)  # a bad name fails here, by flag
+            try:
+                certs.load_cert(ca_crt)
+            except ValueError:
+                return _fail(f"{ca_crt}: not a PEM certificate")
+            try:
+                serialization.load_pem_private_key(ca.key_pem, password=None)
+            except (ValueError, TypeError):
+                return _fail(f"{ca_key}: not a PEM private key without a password")
             pair = certs.create_serving_cert(ca, args.san, days=args.days)
             crt, key = Path(f"{args.out}.crt"), Path(f"{args.out}.key")
             certs.write_pair(pair, crt, key)
@@ -83,12 +121,18 @@ def main(argv: list[str] | None = None) -> int:
                     end = certs.expiry(f)
                 except FileNotFoundError:
                     return _fail(f"{f}: no such file")
+                except ValueError:
+                    return _fail(f"{f}: not a PEM certificate")
                 days = (end - now).total_seconds() / 86400
                 due |= args.within is not None and days <= args.within
                 print(f"{f}\t{end.isoformat()}\t{days:.1f} days left")
             return 1 if due else 0
     except ValueError as e:
         return _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # a directory or file that cannot be made or read
+        return _fail(f"{e.filename or ''}: {e.strerror}" if e.strerror else str(e))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,17 +120,26 @@ def create_ca(
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
+#: One label of a DNS name (RFC 1123 section 2.1: letters, digits, inner hyphens, 1-63 long).
+_DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def san_name(value: str, flag: str = "--san") -> x509.GeneralName:
+    """A subject alternative name: an IP address (v4 or v6) or a DNS name (RFC 1123
+    labels, 253 characters at most; a leading ``*.`` wildcard label, RFC 6125 section
+    6.4.3). Raises ``ValueError`` naming ``flag`` and the value for anything else."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    labels = value.removeprefix("*.").split(".")
+    if len(value) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"{flag} {value!r}: not a DNS name (letters, digits, '-' and '.') or an IP address")
+    return x509.DNSName(value)
+
+
 def _split_sans(sans: Iterable[str]) -> list[x509.GeneralName]:
-    out: list[x509.GeneralName] = []
-    for san in sans:
-        san = san.strip()
-        if not san:
-            continue
-        try:
-            out.append(x509.IPAddress(ipaddress.ip_address(san)))
-        except ValueError:
-            out.append(x509.DNSName(san))
-    return out
+    return [san_name(san.strip()) for san in sans if san.strip()]
 
 
 def _leaf(

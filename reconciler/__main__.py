@@ -3,7 +3,7 @@
 - ``run [--kubeconfig FILE] [--config FILE] [--metrics-bind HOST:PORT]``: watch gated pods and
   nodes and release whole gangs (in-cluster credentials when no kubeconfig is given).
 - ``simulate SNAPSHOT [--config FILE] [--output json|table]``: the what-if simulator on a
-  ``kubectl get nodes,pods -A -o json`` (or ``-o yaml``) snapshot.
+  snapshot (:data:`reconciler.objects.kinds.SNAPSHOT_COMMAND`).
 - ``status``, ``why POD``, ``topology``, ``plan -f MANIFEST``: what ``kubectl troupe`` answers
   (:mod:`reconciler.tools.plugin`), on the live cluster or a ``--snapshot``.
 
@@ -15,9 +15,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import os
 import sys
 from typing import Any
 
+import yaml
+
+from troupe.cli import OneLineParser, UsageError, check_bind, guarded, parse_bind, yaml_error
 from troupe.config import ConfigError, load_config
 from troupe.logs import JSONFormatter
 
@@ -57,7 +61,7 @@ def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     """The command line: ``run``, ``simulate`` and the ``kubectl troupe`` commands."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m reconciler",
         description="Troupe's reconciler: releases whole gangs of gated pods onto a topology-aware plan.",
     )
@@ -93,13 +97,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_certificate_flags(run)
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    from reconciler.objects import kinds
     from reconciler.tools import simulate
 
     sim = sub.add_parser(
         "simulate", help="plan gangs offline on a snapshot",
-        description="Decide every gang of a snapshot (what `kubectl get nodes,pods,jobs -A -o yaml` or "
-        "`-o json` prints, or a multi-document YAML of Nodes, Pods and Jobs) in order of creation, with "
-        "the reconciler's own decision: the same phase, reason and placement it would reach.",
+        description="Decide every gang of a snapshot in queue order, with the reconciler's own decision: the "
+        "same phase, reason and placement it would reach. Take the snapshot with\n\n  "
+        f"{kinds.SNAPSHOT_COMMAND}\n\n({kinds.SNAPSHOT_NOTE}).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     simulate.add_arguments(sim)
     from reconciler.tools import plugin
@@ -145,9 +151,44 @@ def webhook_certificate_settings(args: argparse.Namespace) -> Any:
     )
 
 
+#: Where in-cluster credentials are read (the service account's token).
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """``run``'s flags checked before anything starts, each error one line naming the flag:
+    ``--metrics-bind`` (a port in range and free), the kubeconfig (the file exists and is
+    YAML; without one, in-cluster credentials must be there: ``KUBERNETES_SERVICE_HOST``
+    and the service account's token), ``--webhook-cert-san`` (a DNS name or an IP).
+    Raises ``ValueError`` (:class:`troupe.cli.UsageError`)."""
+    if args.metrics_bind:
+        host, port = parse_bind("--metrics-bind", args.metrics_bind)
+        check_bind("--metrics-bind", host, port)
+    if args.kubeconfig:
+        try:
+            with open(args.kubeconfig, encoding="utf-8") as f:
+                yaml.safe_load(f)
+        except OSError as e:
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: cannot read it: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: not valid YAML at {yaml_error(e)}") from None
+    elif not os.environ.get("KUBERNETES_SERVICE_HOST") or not os.path.isfile(SERVICE_ACCOUNT_TOKEN):
+        raise UsageError("no --kubeconfig, and not in a cluster: in-cluster credentials need $KUBERNETES_SERVICE_HOST "
+                         f"({os.environ.get('KUBERNETES_SERVICE_HOST') or 'unset'}) and {SERVICE_ACCOUNT_TOKEN}")
+    from certs import san_name
+
+    for san in args.webhook_cert_san:
+        san_name(san, "--webhook-cert-san")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code. A closed stdout and Ctrl-C end every command
+    without a traceback (:func:`troupe.cli.guarded`)."""
     args = _parser().parse_args(argv)
+    return guarded(lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.command == "simulate":
         from reconciler.tools import simulate
 
@@ -178,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             election = LeaderElection.scaled(namespace, args.leader_elect_name, args.leader_elect_lease_seconds)
         state_namespace = election.namespace if election else (_pod_namespace() or "troupe-system")
         state = _namespaced(args.state_configmap, state_namespace) if args.state_configmap != "-" else None
-        return run(args.kubeconfig, config, args.metrics_bind, election, webhook_certificate_settings(args), state)
+        certificates = webhook_certificate_settings(args)
+        check_run_flags(args)  # after the flags above: each error names the first flag that is wrong
+        return run(args.kubeconfig, config, args.metrics_bind, election, certificates, state)
     except ValueError as e:  # a bad flag or kubeconfig: the user's to fix
         print(f"reconciler: {e}", file=sys.stderr)
         return 2

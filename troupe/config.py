@@ -280,6 +280,16 @@ def from_mapping(data: Mapping[str, Any]) -> Config:
     return config
 
 
+def yaml_error(error: Any) -> str:
+    """A PyYAML error (``yaml.YAMLError``) as one line: ``line 3, column 7: expected ...``
+    (1-based, where the parser noticed it), or its first line when it has no place."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or (str(error).splitlines() or [type(error).__name__])[0]
+    if mark is None:
+        return str(problem)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
 def load_config(path: str | None) -> Config:
     """Read and validate the YAML configuration file at ``path``; defaults when ``path`` is None.
 
@@ -294,7 +304,7 @@ def load_config(path: str | None) -> Config:
     except OSError as e:
         raise ConfigError(f"{path}: cannot read configuration: {e.strerror}") from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from e
+        raise ConfigError(f"{path}: not valid YAML at {yaml_error(e)}") from e
     try:
         return from_mapping(data or {})
     except ConfigError as e:

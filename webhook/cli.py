@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from troupe.cli import guarded, parse_bind
 from troupe.config import Config, ConfigError, load_config
 from webhook.server import DEFAULT_LIMITS, Limits
 
@@ -46,10 +47,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse_bind(value: str, flag: str = "--bind") -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"{flag} {value!r}: must be HOST:PORT, e.g. 0.0.0.0:8443")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    try:
+        return parse_bind(flag, value)  # HOST:PORT, the port in range, the flag named
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _check_readable(flag: str, path: str) -> None:
@@ -72,7 +73,7 @@ def check_tls(cert_file: str, key_file: str, now: dt.datetime | None = None) -> 
         with open(cert_file, "rb") as f:
             cert = x509.load_pem_x509_certificate(f.read())
     except ValueError as e:
-        raise UsageError(f"--tls-cert {cert_file}: not a PEM certificate ({e})") from e
+        raise UsageError(f"--tls-cert {cert_file}: not a PEM certificate ({str(e).split('.')[0]})") from e
     now = now or dt.datetime.now(dt.UTC)
     if cert.not_valid_after_utc <= now:
         raise UsageError(f"--tls-cert {cert_file}: expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
@@ -81,6 +82,17 @@ def check_tls(cert_file: str, key_file: str, now: dt.datetime | None = None) -> 
     except ssl.SSLError as e:
         raise UsageError(f"--tls-key {key_file}: not a PEM private key matching --tls-cert ({e.reason or e})") from e
     return True
+
+
+def _check_pem_certificates(flag: str, path: str, data: bytes) -> None:
+    """Raise :class:`UsageError` naming ``flag`` and ``path`` unless ``data`` is one or more
+    PEM certificates (what a caBundle holds)."""
+    from cryptography import x509
+
+    try:
+        x509.load_pem_x509_certificates(data)
+    except ValueError as e:
+        raise UsageError(f"{flag} {path}: not PEM certificates ({str(e).split('.')[0]})") from None
 
 
 def check_bind(host: str, port: int, flag: str = "--bind") -> None:
@@ -244,6 +256,7 @@ def _configuration(args: argparse.Namespace) -> int:
         _check_readable("--ca-bundle", args.ca_bundle)
         with open(args.ca_bundle, "rb") as f:
             ca = f.read()
+        _check_pem_certificates("--ca-bundle", args.ca_bundle, ca)
     service = None
     if args.service:
         ns, _, rest = args.service.partition("/")
@@ -313,6 +326,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = parser().parse_args(argv)
+    return guarded(lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.command == "serve":
             serve(_serve_options(args))

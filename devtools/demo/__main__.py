@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 from kubernetes.client.rest import ApiException
 
@@ -48,7 +49,9 @@ from devtools.demo.stage import (
     read_layout,
     settled_layout,
 )
+from reconciler.kube import unreachable
 from troupe import contract
+from troupe.cli import OneLineParser, guarded, yaml_error
 from troupe.config import Config, ConfigError, from_mapping, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -268,7 +271,9 @@ def _cluster_config(core: Any, args: argparse.Namespace) -> tuple[Config, str]:
         return Config(), f"the defaults (ConfigMap {args.config_map} not readable: {e.status} {e.reason})"
     try:
         return from_mapping(yaml.safe_load(data.get("config.yaml", "")) or {}), f"ConfigMap {args.config_map}"
-    except (ConfigError, yaml.YAMLError) as e:
+    except yaml.YAMLError as e:
+        raise Unsuitable(f"ConfigMap {args.config_map} config.yaml: not valid YAML at {yaml_error(e)}") from e
+    except ConfigError as e:
         raise Unsuitable(f"ConfigMap {args.config_map}: {e}") from e
 
 
@@ -321,7 +326,7 @@ def _kubectl() -> str:
 def parser() -> argparse.ArgumentParser:
     """The command line (exposed for tests)."""
     names = "\n".join(f"  {s.name:<11} {s.title}" for s in SCENARIOS)
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m devtools.demo", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(__doc__ or "").split("\n\n", 1)[0] + "\n\nScenarios, in order:\n" + names,
         epilog="Exit codes: 0 every scenario that ran showed what it says; 1 one did not, or the cluster lacks "
@@ -342,8 +347,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo; returns the exit code."""
+    """Run the demo; returns the exit code (a closed stdout ends it quietly,
+    :func:`troupe.cli.guarded`)."""
     args = parser().parse_args(argv)
+    return guarded(lambda: _play(args))
+
+
+def _play(args: argparse.Namespace) -> int:
     narrator = Narrator()
     try:
         scenarios = by_name(args.only) if args.only else list(SCENARIOS)
@@ -359,6 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\n[demo] interrupted; everything it started is stopped", file=sys.stderr)
         return 130
+    except urllib3.exceptions.HTTPError as err:  # the API server did not answer: its URL, one line
+        print(f"[demo] error: {unreachable('the demo', err)}", file=sys.stderr)
+        return 1
     except Exception as err:  # noqa: BLE001  the control plane or Troupe could not start: say which, one line
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"[demo] error: {type(err).__name__}: {first}", file=sys.stderr)

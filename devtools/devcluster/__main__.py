@@ -28,7 +28,10 @@ from devtools.devcluster.cluster import (
     stop_run_dir,
 )
 from devtools.devcluster.nodes import NodesFileError
+from devtools.devcluster.nodes import load as load_nodes
 from devtools.devcluster.processes import ComponentDied, Recorded, is_running
+from devtools.devcluster.promtool import ensure_promtool
+from troupe.cli import OneLineParser, guarded
 
 DEFAULT_NODES = Path(__file__).resolve().parents[2] / "examples" / "nodes.yaml"
 
@@ -37,7 +40,7 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
 {ETCD_VERSION}, kube-apiserver, kube-controller-manager and kube-scheduler {KUBERNETES_VERSION}
 (stock, RBAC on) and kwok {KWOK_VERSION} simulating nodes, all on free 127.0.0.1 ports.
 
-  build    build the binaries, helm for the chart tests, and the JobSet and LeaderWorkerSet
+  build    build the binaries, helm and promtool for the chart tests, and the JobSet and LeaderWorkerSet
            controllers for the workload tests, into the cache ({cache_dir()}; set
            TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores for the
            control plane, about 1 more for the two controllers (they reuse its compiled
@@ -74,7 +77,7 @@ def _current_run_dir(explicit: str | None) -> Path:
 
 def cmd_build(args: argparse.Namespace) -> int:
     bins = ensure_built()
-    for name, path in vars(bins).items():
+    for name, path in {**vars(bins), "promtool": ensure_promtool()}.items():
         print(f"{name.replace('_', '-'):24} {path}")
     return 0
 
@@ -108,6 +111,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     nodes = None if args.no_nodes else Path(args.nodes)
     if nodes is not None and not nodes.is_file():
         raise CliError(f"nodes file {nodes} does not exist")
+    if nodes is not None:
+        load_nodes(nodes)  # a file it cannot read fails now, naming the line, before anything starts
     ensure_built()
     signal.signal(signal.SIGINT, _raise_interrupt)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -219,7 +224,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    top = argparse.ArgumentParser(
+    top = OneLineParser(
         prog="python -m devtools.devcluster",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -284,6 +289,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 130 interrupted)."""
     args = parser().parse_args(argv)
+    return guarded(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -43,6 +43,8 @@ from typing import Any
 
 import yaml
 
+from troupe.cli import yaml_error
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 BLOCK_LABEL = "cloud.google.com/gce-topology-block"
@@ -71,7 +73,7 @@ def load(path: str | Path) -> list[dict[str, Any]]:
     except OSError as err:
         raise NodesFileError(f"{path}: cannot read nodes file: {err.strerror}") from err
     except yaml.YAMLError as err:
-        raise NodesFileError(f"{path}: not valid YAML: {err}") from err
+        raise NodesFileError(f"{path}: not valid YAML at {yaml_error(err)}") from err
     try:
         return expand_documents(docs)
     except NodesFileError as err:

@@ -42,6 +42,7 @@ _ESTIMATES = {
     "kwok": "~1 min",
     "helm": "~1 min",
     "workload-controllers": "~1 min once the control plane's packages are compiled",
+    "promtool": "~15-20 min (many modules)",
 }
 
 _HEARTBEAT_SECONDS = 60.0

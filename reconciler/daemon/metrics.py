@@ -24,6 +24,7 @@ API requests are counted where they leave: the client's connection pool
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,6 +84,24 @@ UNREADABLE = Counter(
     "Objects the reconciler's cache could not read and left out, by kind (pod, node, SharedDeviceGroup, Job...): "
     "counted once per object and reason, each with a log line.",
     ["kind"],
+)
+
+#: Distinct ``namespace`` label values a metric sliced by tenant takes; gangs of namespaces
+#: seen after the first :data:`NAMESPACE_LIMIT` are counted under ``other`` (a bounded label
+#: set whatever the cluster's number of namespaces: docs/decisions/037-operating.md).
+NAMESPACE_LIMIT = 100
+OTHER_NAMESPACES = "other"
+WAITING_SINCE = Gauge(
+    "troupe_gang_waiting_since_timestamp_seconds",
+    "Unix time since which the longest-waiting gang of a namespace has waited: the creation of its oldest gated "
+    "member, for every gang with a gated member not being released (none: no series). Namespaces beyond the "
+    f"first {NAMESPACE_LIMIT} are one, '{OTHER_NAMESPACES}'.",
+    ["namespace"],
+)
+ROLLBACKS_BY_NAMESPACE = Counter(
+    "troupe_gang_rollbacks_by_namespace_total",
+    f"Gang releases rolled back, by the gang's namespace (beyond the first {NAMESPACE_LIMIT}: '{OTHER_NAMESPACES}').",
+    ["namespace"],
 )
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
@@ -159,17 +178,74 @@ def listed(resource: str) -> None:
     LAST_LIST.labels(resource).set_to_current_time()
 
 
+class NamespaceLabels:
+    """The ``namespace`` label value of a tenant's metric: the namespace itself for the first
+    ``limit`` distinct ones seen (kept for the process's life, so a series never changes
+    its label), :data:`OTHER_NAMESPACES` for any later one."""
+
+    def __init__(self, limit: int = NAMESPACE_LIMIT) -> None:
+        self.limit = limit
+        self._known: set[str] = set()
+
+    def label(self, namespace: str) -> str:
+        """``namespace``, or ``other`` once ``limit`` others were seen first."""
+        if namespace in self._known:
+            return namespace
+        if len(self._known) < self.limit:
+            self._known.add(namespace)
+            return namespace
+        return OTHER_NAMESPACES
+
+
 class GangMetrics:
     """The gang counters and histograms, derived from each reconcile's outcome (module
     docstring). ``observe`` is called by the one worker thread, after each reconcile;
-    it keeps, per gang, only whether a release of it is waiting to be all bound."""
+    it keeps, per gang, whether a release of it is waiting to be all bound and, while it
+    waits (a gated member, no release), since when: its namespace's
+    ``troupe_gang_waiting_since_timestamp_seconds`` is the oldest of those."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: NamespaceLabels | None = None) -> None:
         self._unbound: set[str] = set()
+        self.namespaces = namespaces or NamespaceLabels()
+        #: namespace label -> gang key -> since when it waits (seconds since the epoch).
+        self._waiting: dict[str, dict[str, float]] = {}
 
     def forget(self, key: str) -> None:
         """Gang ``key`` is gone."""
         self._unbound.discard(key)
+        self._stop_waiting(key)
+
+    def _stop_waiting(self, key: str) -> None:
+        label = self.namespaces.label(key.partition("/")[0])
+        waiting = self._waiting.get(label, {})
+        if waiting.pop(key, None) is not None:
+            self._publish(label)
+
+    def _publish(self, label: str) -> None:
+        waiting = self._waiting.get(label)
+        if waiting:
+            WAITING_SINCE.labels(label).set(min(waiting.values()))
+            return
+        self._waiting.pop(label, None)
+        with contextlib.suppress(KeyError):  # nothing waits: no stale timestamp for an alert to read
+            WAITING_SINCE.remove(label)
+
+    def _track_waiting(self, key: str, outcome: Any, gang: Callable[[], Gang | None]) -> None:
+        """Note since when gang ``key`` waits (a gated member, not released by this
+        reconcile), or that it no longer does."""
+        seen = outcome.decision.observation
+        if not seen.gated or outcome.released:
+            self._stop_waiting(key)
+            return
+        label = self.namespaces.label(key.partition("/")[0])
+        if key in self._waiting.get(label, {}):
+            return
+        found = gang()
+        stamps = [t for p in (found.members if found is not None else ()) if p.gated
+                  and (t := epoch(p.creation_timestamp)) is not None]
+        if stamps:
+            self._waiting.setdefault(label, {})[key] = min(stamps)
+            self._publish(label)
 
     def observe(self, key: str, outcome: Any, gang: Callable[[], Gang | None], now: float) -> None:
         """Account for one reconcile of gang ``key``: ``outcome`` is the controller's
@@ -179,6 +255,7 @@ class GangMetrics:
         decision = outcome.decision
         if decision is None:
             return
+        self._track_waiting(key, outcome, gang)
         if outcome.released and not outcome.retry:
             RELEASES.inc()
             found = gang()
@@ -190,6 +267,7 @@ class GangMetrics:
         if outcome.rolled_back:
             if not outcome.retry:
                 ROLLBACKS.inc()
+                ROLLBACKS_BY_NAMESPACE.labels(self.namespaces.label(key.partition("/")[0])).inc()
             self._unbound.discard(key)
             return
         seen = decision.observation

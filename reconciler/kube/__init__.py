@@ -60,7 +60,13 @@ from reconciler.kube.informer import (
     volume_resources,
 )
 from reconciler.kube.leases import KubeLeases
-from reconciler.kube.readonly import ACTIVE_PODS, plugin_client, read_cluster, read_config_map
+from reconciler.kube.readonly import (
+    ACTIVE_PODS,
+    plugin_client,
+    read_cluster,
+    read_config_map,
+    unreachable,
+)
 from reconciler.kube.writer import APF_MAX_WAIT, APF_RETRIES, EventSink, KubeWriter, event_body
 
 __all__ = [
@@ -108,6 +114,7 @@ __all__ = [
     "read_cluster",
     "read_config_map",
     "shared_device_groups",
+    "unreachable",
     "volume_resources",
     "webhook_certificates",
     "whoami",

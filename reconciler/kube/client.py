@@ -190,12 +190,14 @@ def list_pages(list_fn: Callable[..., Any], decode: Callable[[bytes], PageT],
     client (called with ``_preload_content=False``, plus ``kwargs``: a field selector...);
     ``decode`` reads a page's bytes into ``(items, metadata)``; ``start_version`` is the
     first page's ``resourceVersion`` (``"0"``: from the API server's watch cache, no quorum
-    read of etcd; None: the latest, read from etcd). Raises what ``list_fn`` raises."""
+    read of etcd; None: the latest, read from etcd); ``_request_timeout`` in ``kwargs``
+    replaces :data:`REQUEST_TIMEOUT`. Raises what ``list_fn`` raises."""
     version: dict[str, str] = {"resource_version": start_version} if start_version is not None else {}
+    timeout = kwargs.pop("_request_timeout", REQUEST_TIMEOUT)
     cont: str | None = None
     while True:
         resp = list_fn(limit=LIST_PAGE, _continue=cont, _preload_content=False,
-                       _request_timeout=REQUEST_TIMEOUT, **version, **kwargs)
+                       _request_timeout=timeout, **version, **kwargs)
         page = decode(resp.data)
         del resp
         yield page

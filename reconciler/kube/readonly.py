@@ -4,6 +4,8 @@ once (:func:`read_cluster`), and the reconciler's configuration read from its Co
 from __future__ import annotations
 
 import functools
+import os
+import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,11 +30,34 @@ Objects = list[Mapping[str, Any]]
 Lister = Callable[..., Objects]
 
 
+def _where_kubeconfig(kubeconfig: str | None) -> str:
+    """Where a kubeconfig was looked for, for the message that none was found: ``--kubeconfig``,
+    else ``$KUBECONFIG``'s files and ``~/.kube/config``, as kubectl looks."""
+    if kubeconfig:
+        return f"--kubeconfig {kubeconfig}"
+    env = os.environ.get("KUBECONFIG", "")
+    default = os.path.expanduser("~/.kube/config")
+    return f"$KUBECONFIG ({env})" if env else f"$KUBECONFIG (unset) and {default}"
+
+
+def _kubeconfig_missing(kubeconfig: str | None) -> bool:
+    """Whether no file of the kubeconfig's search path exists."""
+    if kubeconfig:
+        return not os.path.isfile(kubeconfig)
+    env = os.environ.get("KUBECONFIG", "")
+    paths = [p for p in env.split(os.pathsep) if p] if env else [os.path.expanduser("~/.kube/config")]
+    return not any(os.path.isfile(p) for p in paths)
+
+
 def plugin_client(kubeconfig: str | None, context: str | None) -> tuple[client.ApiClient, str]:
     """A read-only caller's API client and its default namespace, from ``kubeconfig``
     (default: ``$KUBECONFIG``, else ``~/.kube/config``, as kubectl) and ``context``
     (default: the current one): the context's namespace, else ``default``. Raises
-    ``ValueError`` naming the file or context when neither works."""
+    ``ValueError`` naming the file or context when neither works, and where it looked when
+    there is no kubeconfig at all."""
+    if _kubeconfig_missing(kubeconfig):
+        raise ValueError(f"no kubeconfig: looked in {_where_kubeconfig(kubeconfig)}; give --kubeconfig FILE, "
+                         "or --snapshot FILE to read a snapshot instead")
     try:
         contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]  # unannotated
             config_file=kubeconfig)
@@ -49,6 +74,21 @@ def plugin_client(kubeconfig: str | None, context: str | None) -> tuple[client.A
     api.user_agent = "kubectl-troupe"
     namespace = str((chosen.get("context") or {}).get("namespace") or "default")
     return api, namespace
+
+
+def unreachable(what: str, error: urllib3.exceptions.HTTPError) -> OSError:
+    """One line for a request that got no answer: ``list pods: cannot reach the API server
+    https://HOST:PORT: Connection refused`` (the pool's address and the last cause, without
+    urllib3's retry narrative)."""
+    pool = getattr(error, "pool", None)
+    url = f"{pool.scheme}://{pool.host}:{pool.port}" if pool is not None else "(unknown)"
+    cause = getattr(error, "reason", None) or error
+    text = re.sub(r"\s*\(_ssl\.c:\d+\)", "", str(cause))
+    detail = text.rsplit("] ", 1)[-1].rsplit(": ", 1)[-1].strip(" )\"'") or type(cause).__name__
+    if isinstance(cause, urllib3.exceptions.TimeoutError) and not isinstance(
+            cause, urllib3.exceptions.NewConnectionError):  # urllib3 makes a refused connection a timeout too
+        detail = "timed out (see --request-timeout)"
+    return OSError(f"{what}: cannot reach the API server {url}: {detail}")
 
 
 def _retained_page(data: bytes) -> Page:
@@ -73,7 +113,7 @@ def _list_all(list_fn: Callable[..., Any], what: str, **kwargs: Any) -> Objects:
         error = PermissionError if e.status in (401, 403) else OSError
         raise error(f"list {what}: {e.status} {error_message(e)}") from e
     except urllib3.exceptions.HTTPError as e:
-        raise OSError(f"list {what}: {type(e).__name__}: {e}") from e
+        raise unreachable(f"list {what}", e) from e
     return items
 
 
@@ -130,8 +170,8 @@ def _without_unlisted(lists: list[tuple[str, str, Callable[..., Any], dict[str, 
     return results
 
 
-def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (),
-                 notes: list[str] | None = None) -> list[tuple[str, str, Mapping[str, Any]]]:
+def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list[str] | None = None,
+                 timeout: float | None = None) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
     SharedDeviceGroups, PodDisruptionBudgets and the workload kinds of
     :mod:`reconciler.engine.workloads` (a
@@ -141,7 +181,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (),
     PersistentVolumes, CSINodes: one this user may not list is left out with a line in
     ``notes``, and when one of the last three is, all three are, so the volume filters are
     skipped rather than refusing every pod with a claim), and ``extra`` kinds
-    (``PriorityClass``). Lists run in parallel. Returns ``(where, kind, object)`` triples
+    (``PriorityClass``). ``timeout``: seconds for each request (``--request-timeout``; None:
+    :data:`~reconciler.kube.client.REQUEST_TIMEOUT`). Lists run in parallel. Returns ``(where, kind, object)`` triples
     in the order :func:`reconciler.tools.simulate.build` takes. Raises ``OSError`` (a
     ``PermissionError`` for a core list this user may not make)."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
@@ -170,7 +211,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (),
 
     def one(entry: tuple[str, str, Callable[..., Any], dict[str, Any], Lister]) -> Objects:
         _, what, fn, kwargs, lister = entry
-        return lister(fn, what, **kwargs)
+        return lister(fn, what, **kwargs, **({"_request_timeout": timeout} if timeout else {}))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(one, lists))
@@ -182,17 +223,19 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (),
     return out
 
 
-def read_config_map(api: client.ApiClient, namespace: str, name: str, key: str) -> str | None:
+def read_config_map(api: client.ApiClient, namespace: str, name: str, key: str,
+                    timeout: float | None = None) -> str | None:
     """``data[key]`` of ConfigMap ``namespace/name``, or None when it, or the key, does not
-    exist or this user may not read it. Raises ``OSError`` for other failures."""
+    exist or this user may not read it; ``timeout``: seconds for the request (None:
+    :data:`~reconciler.kube.client.REQUEST_TIMEOUT`). Raises ``OSError`` for other failures."""
     try:
         resp: Any = client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False,
-                                                                     _request_timeout=REQUEST_TIMEOUT)
+                                                                     _request_timeout=timeout or REQUEST_TIMEOUT)
     except ApiException as e:
         if e.status in (401, 403, 404):
             return None
         raise OSError(f"read ConfigMap {namespace}/{name}: {e.status} {error_message(e)}") from e
     except urllib3.exceptions.HTTPError as e:
-        raise OSError(f"read ConfigMap {namespace}/{name}: {type(e).__name__}: {e}") from e
+        raise unreachable(f"read ConfigMap {namespace}/{name}", e) from e
     value = (orjson.loads(resp.data).get("data") or {}).get(key)
     return value if isinstance(value, str) else None

@@ -1,26 +1,30 @@
 """``kubectl troupe``: why is my gang waiting? (also ``python -m reconciler status|why|topology|plan``)
 
-    kubectl troupe status   [-n NS | -A] [--output table|json]
-    kubectl troupe why      POD [-n NS] [--output table|json]
-    kubectl troupe topology [--resource NAME] [--output table|json]
-    kubectl troupe plan     -f MANIFEST [-n NS] [--gang-preemption-mode MODE] [--output table|json]
+    kubectl troupe status   [NAME] [-n NS | -A] [-l SELECTOR] [-o table|wide|json|yaml|name] [-w]
+    kubectl troupe why      POD|GANG [-n NS] [-o ...] [-w]
+    kubectl troupe topology [--resource NAME] [-o ...] [-w]
+    kubectl troupe plan     -f MANIFEST [-n NS] [--gang-preemption-mode MODE] [-o ...]
 
 installed as the executable ``kubectl-troupe`` (kubectl runs any ``kubectl-<name>`` on the
-PATH as ``kubectl <name>``). Each command reads the cluster once, read-only, from the
-kubeconfig (``--kubeconfig``, default ``$KUBECONFIG`` or ``~/.kube/config``; ``--context``) or
-from a snapshot file (``--snapshot FILE``: what ``kubectl get nodes,pods,jobs,jobsets,
-leaderworkersets,pytorchjobs,shareddevicegroups,poddisruptionbudgets,persistentvolumeclaims,
-persistentvolumes,csinodes,namespaces -A -o json`` prints, read by the simulator's reader), and answers with the reconciler's own decision (:mod:`reconciler.tools.views`): every
+PATH as ``kubectl <name>``; ``plugins/troupe.yaml`` is its krew manifest). Each command
+reads the cluster, read-only, from the kubeconfig (``--kubeconfig``, default
+``$KUBECONFIG`` or ``~/.kube/config``; ``--context``; ``--request-timeout`` per request, as
+kubectl's) or from a snapshot file (``--snapshot FILE``: what
+:data:`reconciler.objects.kinds.SNAPSHOT_COMMAND` prints, read by the simulator's reader),
+and answers with the reconciler's own decision (:mod:`reconciler.tools.views`): every
 waiting gang decided in queue order by :func:`reconciler.engine.decision.decide`, as
-``python -m reconciler simulate`` does. Nothing is written.
+``python -m reconciler simulate`` does. Nothing is written. The output follows kubectl's
+``-o`` (:mod:`reconciler.tools.render`); ``-w`` reads again every ``--watch-interval``
+seconds and prints the answer again when it changed, until interrupted.
 
 The configuration the decision follows is ``--config FILE``, else (on a live cluster) the
 ``config.yaml`` of the ConfigMap ``--config-map NAMESPACE/NAME`` (default: the chart's,
 ``troupe-system/troupe-config``, when it can be read), else the built-in defaults.
 
-Exit codes: 0 answered; 1 the pod was not found or is not Troupe's, or the cluster could
-not be read; 2 bad input (a flag, a snapshot, a manifest, the configuration), with one line
-on stderr naming what is wrong.
+Exit codes: 0 answered; 1 the pod or gang was not found or is not Troupe's, or the cluster
+could not be read; 2 bad input (a flag, a snapshot, a manifest, the configuration), with
+one line on stderr naming what is wrong; 130 interrupted (``-w`` ends so); 141 stdout
+closed (``| head``), with nothing on stderr.
 """
 
 from __future__ import annotations
@@ -28,20 +32,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import json
+import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
 
 import troupe
 from reconciler.engine.gang import gang_key
-from reconciler.engine.occupancy import DomainUsage
 from reconciler.engine.queueing import Policy
-from reconciler.engine.shortfall import Shortfall, short_level
-from reconciler.engine.topology import TopologyLevels
+from reconciler.objects import kinds
 from reconciler.objects.snapshot_io import (
     InputError,
     collector_paused,
@@ -49,37 +51,48 @@ from reconciler.objects.snapshot_io import (
     read_objects,
     read_retained,
 )
+from reconciler.tools import render, views
 from reconciler.tools import simulate as sim
-from reconciler.tools import views
 from reconciler.tools.manifests import Context, Expanded, ManifestError, expand
+from troupe.cli import OneLineParser, guarded, yaml_error
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, from_mapping, load_config
 
 COMMANDS = ("status", "why", "topology", "plan")
-EPILOG = """examples:
+EPILOG = f"""examples:
   kubectl troupe status -A                      every gang of every namespace
+  kubectl troupe status train -n ml -w          gang ml/train, printed again whenever it changes
+  kubectl troupe status -l app=train -o wide    gangs with a member labelled app=train, every column
   kubectl troupe why train-3 -n ml              why pod ml/train-3's gang waits, domain by domain
+  kubectl troupe why gang/train -n ml           the same, for the gang by its name
   kubectl troupe topology                       who holds which node, free GPUs per domain
   kubectl troupe plan -f job.yaml -n ml --gang-preemption-mode atomic
                                                 where the Job's gang would go, whom it would evict
-  kubectl get nodes,pods,jobs,shareddevicegroups,pdb,pvc,pv,csinodes,namespaces -A -o json > snap.json
-  kubectl troupe status -A --snapshot snap.json the same answers, offline
+  kubectl troupe status -A --snapshot snapshot.json
+                                                the same answers, offline, on a snapshot taken with
+  {kinds.SNAPSHOT_COMMAND}
+  ({kinds.SNAPSHOT_NOTE})
 
-Each command has --help. Exit codes: 0 answered; 1 the pod was not found or is not Troupe's,
-or the cluster could not be read; 2 bad input (one line on stderr names it)."""
+Each command has --help. Exit codes: 0 answered; 1 the pod or gang was not found or is not
+Troupe's, or the cluster could not be read; 2 bad input (one line on stderr names it); 130
+interrupted; 141 stdout closed."""
 DEFAULT_CONFIG_MAP = "troupe-system/troupe-config"
 EXIT_NOT_FOUND, EXIT_BAD_INPUT = 1, 2
-#: Candidate domains ``why`` lists (the best ones); the rest are summed up in one line.
-WHY_DOMAINS = 8
+WHY_DOMAINS = render.WHY_DOMAINS
+#: Seconds between two reads of ``-w`` (``--watch-interval``'s default).
+WATCH_INTERVAL = 2.0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, watch: bool = True) -> None:
     source = p.add_argument_group("where the cluster is read from (read-only)")
     source.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     source.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     source.add_argument("--snapshot", metavar="FILE",
-                        help="read this snapshot instead of the cluster: kubectl get nodes,pods,jobs,jobsets,"
-                        "leaderworkersets,pytorchjobs,shareddevicegroups -A -o json (or -o yaml; - for stdin)")
+                        help=f"read this snapshot instead of the cluster: what `{kinds.SNAPSHOT_COMMAND}` writes "
+                        "(or -o yaml; - for stdin)")
+    source.add_argument("--request-timeout", metavar="DURATION", default="0",
+                        help="how long to wait for each request to the API server, as kubectl's: 30s, 2m, 1h, "
+                        "or seconds; 0 waits as long as it takes (default %(default)s)")
     decision = p.add_argument_group("the decision")
     decision.add_argument("--config", metavar="FILE", help="Troupe configuration YAML (default: the cluster's "
                           "ConfigMap, see --config-map, else built-in defaults)")
@@ -90,7 +103,15 @@ def _common(p: argparse.ArgumentParser) -> None:
                           help="decide as if gangPreemptionMode were this (default: the configuration's)")
     decision.add_argument("--now", metavar="TIME",
                           help="decide as of this time (RFC 3339, e.g. 2026-11-22T10:00:00Z; default: now)")
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format (default table)")
+    p.add_argument("-o", "--output", choices=render.OUTPUTS, default="table", metavar="|".join(render.OUTPUTS),
+                   help="output format, as kubectl's: table (cut to the terminal's width), wide (every column, "
+                   "nothing cut), json, yaml, name (default table)")
+    if watch:
+        p.add_argument("-w", "--watch", action="store_true",
+                       help="read again every --watch-interval seconds and print the answer again when it changed, "
+                       "until interrupted (Ctrl-C)")
+        p.add_argument("--watch-interval", type=float, default=WATCH_INTERVAL, metavar="SECONDS",
+                       help="seconds between two reads of --watch (default %(default)s)")
 
 
 def add_commands(sub: Any) -> None:
@@ -100,16 +121,22 @@ def add_commands(sub: Any) -> None:
         description="Every gang with its phase, its members (present of size, released, bound, running), how long "
         "its oldest gated member has waited, its place in the queue and the reason: the reconciler's decision, "
         "made now on the cluster as it is. Waiting gangs come first, in queue order.")
+    status.add_argument("name", metavar="NAME", nargs="?", help="only this gang (in -n's namespace, or NAMESPACE/NAME)")
     status.add_argument("-n", "--namespace", help="only this namespace (default: the context's; a snapshot: all)")
     status.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    status.add_argument("-l", "--selector", metavar="SELECTOR",
+                        help="only gangs with a member whose labels match, as kubectl's -l: app=train,tier!=web, "
+                        "'env in (a,b)', gpu, '!spot'")
     _common(status)
     why = sub.add_parser(
-        "why", help="why a pod's gang waits: its decision and the per-domain shortfall",
-        description="The gang of POD, its phase and reason, the gangs ahead of it in the queue and what they hold, "
+        "why", help="why a pod's gang (or a gang) waits: its decision and the per-domain shortfall",
+        description="The gang of POD (or the gang GANG: pod/NAME and gang/NAME say which; a bare NAME is a pod "
+        "when there is one, else a gang), its phase and reason, the gangs ahead of it in the queue and what they hold, "
         "and, for every candidate domain at the gang's level (its required or preferred level, else the smallest "
         "that could ever hold it), how many members fit and what keeps the rest out: "
         "'subblock b0-s1: 6 of 8 fit (2 nodes cordoned, 1 full)'.")
-    why.add_argument("pod", metavar="POD", help="pod name (in -n's namespace) or NAMESPACE/NAME")
+    why.add_argument("pod", metavar="POD|GANG", help="pod or gang name (in -n's namespace) or NAMESPACE/NAME; "
+                     "pod/NAME or gang/NAME to say which")
     why.add_argument("-n", "--namespace", help="the pod's namespace (default: the context's, else default)")
     why.add_argument("--resource", default="nvidia.com/gpu", help="resource whose free units domains report "
                      "(default %(default)s)")
@@ -131,10 +158,32 @@ def add_commands(sub: Any) -> None:
     plan.add_argument("-f", "--filename", required=True, metavar="MANIFEST",
                       help="YAML or JSON of Pods, Jobs and JobSets (- for stdin)")
     plan.add_argument("-n", "--namespace", help="namespace of objects that name none (default: the context's)")
-    _common(plan)
+    _common(plan, watch=False)
 
 
 # --- reading -----------------------------------------------------------------------------
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
+                       r"(?:(\d+(?:\.\d+)?)ms)?")
+
+
+def request_timeout(raw: str) -> float | None:
+    """``--request-timeout`` in seconds, None for ``0`` (no timeout): a number of seconds
+    or a duration of hours, minutes, seconds and milliseconds (``1h2m3s``, ``500ms``), as
+    kubectl's flag takes (a Go ``time.Duration``). Raises ``ValueError`` naming the flag."""
+    text = raw.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        found = _DURATION.fullmatch(text)
+        if not text or found is None:
+            raise ValueError(f"--request-timeout {raw!r}: expected seconds or a duration such as 30s, 2m, 1h") from None
+        hours, minutes, secs, millis = (float(g) if g else 0.0 for g in found.groups())
+        seconds = hours * 3600 + minutes * 60 + secs + millis / 1000
+    if seconds < 0:
+        raise ValueError(f"--request-timeout {raw!r}: must not be negative")
+    return seconds or None
+
+
 def _now(raw: str | None) -> float:
     """``--now`` in seconds since the epoch (the simulator's parsing), else the clock."""
     return sim.decision_time(raw) if raw is not None else time.time()
@@ -153,7 +202,7 @@ def _config(args: argparse.Namespace, api: Any) -> Config:
     namespace, _, name = ref.partition("/")
     if not namespace or not name:
         raise ConfigError(f"--config-map: expected NAMESPACE/NAME, got {ref!r}")
-    text = kube.read_config_map(api, namespace, name, "config.yaml")
+    text = kube.read_config_map(api, namespace, name, "config.yaml", request_timeout(args.request_timeout))
     if text is None:
         if args.config_map:
             raise ConfigError(f"--config-map: ConfigMap {ref} has no config.yaml or cannot be read")
@@ -162,7 +211,9 @@ def _config(args: argparse.Namespace, api: Any) -> Config:
         return Config()
     try:
         return from_mapping(yaml.safe_load(text) or {})
-    except (yaml.YAMLError, ConfigError) as e:
+    except yaml.YAMLError as e:
+        raise ConfigError(f"ConfigMap {ref} config.yaml: not valid YAML at {yaml_error(e)}") from None
+    except ConfigError as e:
         raise ConfigError(f"ConfigMap {ref} config.yaml: {e}") from None
 
 
@@ -189,7 +240,7 @@ def load(args: argparse.Namespace, extra: tuple[str, ...] = (),
 
             api, namespace = kube.plugin_client(args.kubeconfig, args.context)
             notes: list[str] = []
-            objects = kube.read_cluster(api, extra, notes)
+            objects = kube.read_cluster(api, extra, notes, request_timeout(args.request_timeout))
             for note in notes:
                 print(note, file=sys.stderr)
             where = f"the cluster ({args.context or 'current context'})"
@@ -205,244 +256,59 @@ def load(args: argparse.Namespace, extra: tuple[str, ...] = (),
             objects = [*objects, *((f"{args.filename}: {kind} {k}", kind, obj) for k, (kind, obj) in
                                    enumerate(expanded.workloads)),
                        *((f"{args.filename}: pod {k}", "Pod", obj) for k, obj in enumerate(expanded.pods))]
-        cluster = views.read(objects, config, now, policy, where)
+        cluster = views.read(objects, config, now, policy, where, kinds.NOT_IN_SNAPSHOT if args.snapshot else None)
         del objects
         gc.freeze()  # what was read lives to the end: no collection need walk it again
         return cluster, namespace, expanded
 
 
-# --- rendering ---------------------------------------------------------------------------
-def duration(seconds: float | None) -> str:
-    """``45s``, ``12m``, ``3h05m``, ``2d04h``; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def columns(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns two spaces apart, the last one unpadded."""
-    if not rows:
-        return []
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
-
-
-def _members(s: views.GangStatus) -> str:
-    return f"{s.present}/{'?' if s.size is None else s.size}"
-
-
-def render_status(gangs: Sequence[views.GangStatus]) -> str:
-    """``status`` as a table: one line per gang."""
-    if not gangs:
-        return "no gangs\n"
-    rows = [("NAMESPACE", "GANG", "PHASE", "MEMBERS", "RELEASED", "BOUND", "RUNNING", "WAITING", "QUEUE", "REASON")]
-    rows += [(s.namespace, s.name, s.phase, _members(s), str(s.released), str(s.bound), str(s.running),
-              duration(s.waiting), str(s.queue) if s.queue else "-", s.reason) for s in gangs]
-    return "\n".join(line.rstrip() for line in columns(rows)) + "\n"
-
-
-def _shortfall_json(w: views.Why) -> dict[str, Any] | None:
-    if w.shortfall is None:
-        return None
-    f = w.shortfall
-    return {"level": f.level, "members": f.members, "resource": f.resource, "domains": [
-        {"level": d.level, "domain": d.name, "path": list(d.path), "nodes": d.nodes, "need": d.need, "fits": d.fits,
-         "couldFit": d.could, "free": d.free, "excluded": dict(d.excluded), "text": d.describe()}
-        for d in f.domains]}
-
-
-def why_json(w: views.Why) -> dict[str, Any]:
-    """``why --output json``."""
-    outcome = w.gang.outcome
-    return {"pod": w.pod, "rank": w.rank, "gang": w.gang.to_json(),
-            "placements": outcome.placements if outcome is not None else [],
-            "ahead": [s.to_json() for s in w.ahead],
-            "held": {g: {"domain": d, "nodes": n} for g, (d, n) in w.held.items()},
-            "shortfall": _shortfall_json(w),
-            "condition": dict(zip(("status", "reason", "message"), w.condition, strict=True)) if w.condition else None,
-            "refusedByScheduler": w.refusal}
-
-
-def render_why(w: views.Why, levels: Sequence[str], limit: int) -> str:
-    """``why`` as text: the gang, its decision, the queue ahead, the per-domain shortfall."""
-    s = w.gang
-    size = "?" if s.size is None else str(s.size)
-    lines = [
-        f"Pod:      {w.pod} (rank {w.rank} of gang {s.key})",
-        f"Gang:     {s.key}: {s.present} of {size} members present, {s.gated} gated, {s.released} released, "
-        f"{s.bound} bound, {s.running} running",
-        f"Phase:    {s.phase} (rule {s.rule}{', placement ' + s.code if s.code else ''})",
-        f"Reason:   {s.reason}",
-    ]
-    if w.condition is not None and w.condition[2] != s.reason:
-        lines.append(f"Told:     {w.condition[1]}: {w.condition[2]}")
-    if w.refusal is not None:
-        lines.append(f"Refused:  by kube-scheduler on its node: {w.refusal}")
-    if s.waiting is not None:
-        where = f", {_ordinal(s.queue)} in the queue" if s.queue else ""
-        lines.append(f"Waiting:  {duration(s.waiting)}{where} (priority {s.priority})")
-    for a in w.ahead:
-        lines.append(f"Ahead:    {a.key} ({a.phase}, priority {a.priority}): {a.reason}")
-    for gang, (domain, nodes) in sorted(w.held.items()):
-        lines.append(f"Held:     {nodes} node(s) of {domain} for {gang}")
-    outcome = s.outcome
-    if outcome is not None and outcome.placements:
-        header = "Would be released to:" if s.phase == "Placed" else "Planned:"
-        lines.append(header)
-        rows = [("RANK", "POD", "NODE", "/".join(short_level(k) for k in levels).upper())]
-        rows += [(str(p["rank"]), p["pod"], p["node"], p["topology"]) for p in outcome.placements]
-        lines += ["  " + r for r in columns(rows)]
-    if outcome is not None and outcome.victims:
-        lines.append("Would evict:")
-        lines += [f"  {v['namespace']}/{v['pod']} on {v['node'] or '-'}" for v in outcome.victims]
-    lines += render_shortfall(w.shortfall, s, limit)
-    return "\n".join(lines) + "\n"
-
-
-def render_shortfall(f: Shortfall | None, s: views.GangStatus, limit: int) -> list[str]:
-    """The ``Domains:`` lines of a gang's per-domain shortfall (none for None)."""
-    if f is None:
-        return []
-    what = "smallest level that could ever hold them"
-    topo = s.gang.topology
-    if topo.required_level:
-        what = "the gang's required level"
-    elif topo.preferred_level:
-        what = "the gang's preferred level"
-    lines = [f"Domains:  {f.members} gated member(s) at {short_level(f.level)} ({what}), best first:"]
-    shown = f.domains if limit <= 0 else f.domains[:limit]
-    width = max((len(d.describe()) for d in shown), default=0)
-    lines += [f"  {d.describe().ljust(width)}  free {f.resource}: {d.free}" for d in shown]
-    rest = f.domains[len(shown):]
-    if rest:
-        best = max(d.fits for d in rest)
-        lines.append(f"  ... {len(rest)} more {short_level(f.level)}(s), {best} or fewer fit in each")
-    return lines
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def topology_json(d: DomainUsage) -> dict[str, Any]:
-    """``topology --output json``: the tree as nested objects."""
-    out: dict[str, Any] = {"level": d.level, "name": d.name, "allocatable": d.allocatable, "free": d.free}
-    if d.children:
-        out["children"] = [topology_json(c) for c in d.children]
-    else:
-        out["nodes"] = [{"name": n.name, "allocatable": n.allocatable, "free": n.free, "ready": n.ready,
-                         "cordoned": n.cordoned, "holders": [{"gang": g, "units": u, "pods": c} for g, u, c in n.holders],
-                         "otherPods": n.others} for n in d.nodes]
-    return out
-
-
-def render_topology(root: DomainUsage, resource: str) -> str:
-    """``topology`` as an indented tree: each domain with free/allocatable units, each node
-    with its state and holders."""
-    lines = [f"cluster: {root.free} of {root.allocatable} {resource} free"]
-
-    def node_row(label: str, n: Any) -> tuple[str, str, str, str]:
-        state = "not ready" if not n.ready else "cordoned" if n.cordoned else ""
-        held = ", ".join(f"{g} ({u} {resource}, {c} pod{'s' if c != 1 else ''})" if c else f"{g} ({u} {resource})"
-                         for g, u, c in n.holders)
-        others = f"{n.others} other pod{'s' if n.others != 1 else ''}" if n.others else ""
-        return (label, f"{max(n.free, 0)} of {n.allocatable} free", state, "; ".join(x for x in (held, others) if x))
-
-    def walk(d: DomainUsage, pad: str) -> None:
-        rows: list[tuple[str, str, str, str]] = []
-        for c in d.children:
-            if len(c.nodes) == 1 and not c.children:  # a host of one node: one line
-                n = c.nodes[0]
-                name = c.name if c.name == n.name else f"{c.name} (node {n.name})"
-                rows.append(node_row(f"{pad}{short_level(c.level)} {name}", n))
-                continue
-            lines.extend(r.rstrip() for r in columns(rows))
-            rows = []
-            lines.append(f"{pad}{short_level(c.level)} {c.name}: {c.free} of {c.allocatable} free")
-            walk(c, pad + "  ")
-        rows += [node_row(f"{pad}node {n.name}", n) for n in d.nodes]
-        lines.extend(r.rstrip() for r in columns(rows))
-
-    walk(root, "  ")
-    return "\n".join(lines) + "\n"
-
-
-def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -> str:
-    """``plan`` as text: the pods, the gangs' decisions (the simulator's table), what
-    they wait for, whom they would evict."""
-    lines = [f"{len(result.pods)} pod(s) from {source}, decided with every waiting gang of the cluster "
-             f"(nothing is created):"]
-    outcomes = [g.outcome for g in result.gangs if g.outcome is not None]
-    levels = TopologyLevels.from_config(cluster.config)
-    body = sim.render_table(outcomes, levels) if outcomes else ""
-    lines += body.rstrip("\n").splitlines()
-    for g in result.gangs:
-        place = f", {_ordinal(g.queue)} in the queue" if g.queue else ""
-        if g.phase == "Placed":
-            lines.append(f"{g.key} would be released now{place}.")
-        elif g.phase == "Preempting" and g.outcome is not None:
-            gangs = sorted({f"{v['namespace']}/{v['pod']}" for v in g.outcome.victims})
-            lines.append(f"{g.key} would evict {len(gangs)} pod(s), then be released once they are gone{place}.")
-        else:
-            lines.append(f"{g.key} would wait ({g.phase}{place}): {g.reason}")
-            lines += render_shortfall(views.room_shortfall(cluster, g), g, WHY_DOMAINS // 2)
-    if result.untouched:
-        lines.append(f"not Troupe's (no Troupe key; kube-scheduler places them alone): {', '.join(result.untouched)}")
-    return "\n".join(lines) + "\n"
-
-
 # --- commands ----------------------------------------------------------------------------
-def run(args: argparse.Namespace) -> int:
-    """Run one command on parsed arguments; returns the exit code."""
-    try:
-        if args.command == "plan":
-            return _plan(args)
-        cluster, namespace, _ = load(args)
-    except (InputError, ConfigError, ManifestError, ValueError) as e:
-        print(f"kubectl-troupe: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as e:
-        print(f"kubectl-troupe: {e}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    levels = cluster.config.topology_levels
+def answer(args: argparse.Namespace) -> str:
+    """What one command prints, read and decided once. Raises ``LookupError`` (the pod
+    or gang is not there or not Troupe's), ``InputError``/``ConfigError``/
+    ``ManifestError``/``ValueError`` (bad input) and ``OSError`` (the cluster could not be
+    read)."""
+    if args.command == "plan":
+        return _plan(args)
+    cluster, namespace, _ = load(args)
+    output, width = args.output, render.terminal_width(args.output)
     if args.command == "status":
-        chosen = () if args.all_namespaces else ((args.namespace,) if args.namespace else
-                                                  ((namespace,) if namespace else ()))
-        gangs = views.status(cluster, chosen)
-        if args.output == "json":
-            print(json.dumps({"gangs": [g.to_json() for g in gangs]}, indent=2))
-        else:
-            sys.stdout.write(render_status(gangs))
-        return 0
+        return render.fit(_status(args, cluster, namespace), width)
     if args.command == "why":
-        try:
-            pod = views.find_pod(cluster, args.pod, args.namespace or namespace or "default")
-            answer = views.why(cluster, pod, args.resource)
-        except LookupError as e:
-            print(f"kubectl-troupe: {e.args[0]}", file=sys.stderr)
-            return EXIT_NOT_FOUND
-        if args.output == "json":
-            print(json.dumps(why_json(answer), indent=2))
-        else:
-            sys.stdout.write(render_why(answer, levels, args.domains))
-        return 0
+        pod = views.find_member(cluster, args.pod, args.namespace or namespace or "default")
+        found = views.why(cluster, pod, args.resource)
+        if output in ("json", "yaml"):
+            return render.data(render.why_json(found), output)
+        if output == "name":
+            return render.names("gang", [found.gang.name])
+        return render.fit(render.render_why(found, cluster.config.topology_levels, args.domains), width)
     tree = views.topology(cluster, args.resource)
-    if args.output == "json":
-        print(json.dumps(topology_json(tree), indent=2))
-    else:
-        sys.stdout.write(render_topology(tree, args.resource))
-    return 0
+    if output in ("json", "yaml"):
+        return render.data(render.topology_json(tree), output)
+    if output == "name":
+        return render.names("node", render.node_names(tree))
+    return render.fit(render.render_topology(tree, args.resource), width)
 
 
-def _plan(args: argparse.Namespace) -> int:
+def _status(args: argparse.Namespace, cluster: views.Cluster, namespace: str) -> str:
+    gang_ns, _, gang_name = (args.name or "").rpartition("/")
+    wanted = gang_ns or args.namespace or namespace  # "" on a snapshot: every namespace
+    chosen: tuple[str, ...] = () if (args.all_namespaces and not gang_ns) or not wanted else (wanted,)
+    selector = views.parse_label_selector(args.selector) if args.selector else None
+    gangs = views.status(cluster, chosen, selector=selector)
+    if args.name:
+        gangs = [g for g in gangs if g.name == gang_name]
+        if not gangs:
+            key = f"{chosen[0]}/{gang_name}" if chosen else gang_name
+            raise LookupError(f"gang {key} not found in {cluster.source or 'the snapshot'}")
+    if args.output in ("json", "yaml"):
+        return render.data({"gangs": [g.to_json() for g in gangs]}, args.output)
+    if args.output == "name":
+        return render.names("gang", [g.name for g in gangs])
+    return render.render_status(gangs, wide=args.output == "wide")
+
+
+def _plan(args: argparse.Namespace) -> str:
     source = "<stdin>" if args.filename == "-" else args.filename
     try:
         data = sys.stdin.buffer.read() if args.filename == "-" else read_file(args.filename)
@@ -451,28 +317,58 @@ def _plan(args: argparse.Namespace) -> int:
     manifest = read_objects(data, source)
     if not manifest:
         raise InputError(f"{source}: no objects")
-    try:
-        cluster, _, expanded = load(args, views.EXTRA_KINDS, manifest)
-    except OSError as e:
-        print(f"kubectl-troupe: {e}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+    cluster, _, expanded = load(args, views.EXTRA_KINDS, manifest)
     assert expanded is not None
     keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in expanded.pods]
     gangs = {k for key in keys if (k := gang_key(cluster.snapshot.pods[key], cluster.config)) is not None}
     result = views.plan(cluster, keys, expanded.managed, gangs)
-    if args.output == "json":
-        rows = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
-                  "placements": g.outcome.placements if g.outcome is not None else [],
-                  "victims": g.outcome.victims if g.outcome is not None else []} for g in result.gangs]
-        print(json.dumps({"pods": list(result.pods), "untouched": list(result.untouched), "gangs": rows}, indent=2))
-    else:
-        sys.stdout.write(render_plan(result, result.cluster, source))
-    return 0
+    if args.output in ("json", "yaml"):
+        return render.data(render.plan_json(result), args.output)
+    if args.output == "name":
+        return render.names("gang", [g.name for g in result.gangs])
+    return render.fit(render.render_plan(result, result.cluster, source), render.terminal_width(args.output))
+
+
+def _answer_once(args: argparse.Namespace) -> tuple[int, str]:
+    """``(exit code, text)``: the answer and 0, or one line for stderr and its code."""
+    try:
+        return 0, answer(args)
+    except LookupError as e:
+        return EXIT_NOT_FOUND, f"kubectl-troupe: {e.args[0]}\n"
+    except (InputError, ConfigError, ManifestError, ValueError) as e:
+        return EXIT_BAD_INPUT, f"kubectl-troupe: {e}\n"
+    except OSError as e:
+        return EXIT_NOT_FOUND, f"kubectl-troupe: {e}\n"
+
+
+def run(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Run one command on parsed arguments; returns the exit code. With ``--watch``: read
+    and decide again every ``--watch-interval`` seconds and print the answer whenever it
+    differs from the last one printed (a failed read prints its line on stderr and is
+    tried again; bad input ends it), until interrupted (``KeyboardInterrupt`` reaches the
+    caller)."""
+    if getattr(args, "watch", False) and not args.watch_interval > 0:
+        print(f"kubectl-troupe: --watch-interval {args.watch_interval:g}: must be seconds > 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    last = None
+    while True:
+        code, text = _answer_once(args)
+        if code == 0 and text != last:
+            if last is not None and args.output in ("table", "wide"):
+                sys.stdout.write("\n")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            last = text
+        elif code != 0:
+            sys.stderr.write(text)
+        if not getattr(args, "watch", False) or code == EXIT_BAD_INPUT:
+            return code
+        sleep(args.watch_interval)
 
 
 def parser(prog: str = "kubectl troupe") -> argparse.ArgumentParser:
     """The plugin's argument parser."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Why is my gang waiting? Troupe's own decision, read-only, on the live cluster or a snapshot:\n"
         "status of every gang, why one waits, the topology, and a what-if plan for a manifest.",
@@ -483,9 +379,10 @@ def parser(prog: str = "kubectl troupe") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``kubectl-troupe``: the plugin's entry point; returns the exit code."""
+    """``kubectl-troupe``: the plugin's entry point; returns the exit code (a closed
+    stdout and Ctrl-C end it without a traceback, :func:`troupe.cli.guarded`)."""
     args = parser().parse_args(argv)
-    return run(args)
+    return guarded(lambda: run(args))
 
 
 if __name__ == "__main__":

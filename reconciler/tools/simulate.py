@@ -3,20 +3,21 @@
     python -m reconciler simulate SNAPSHOT [--config FILE] [--output json|table] [--now TIME]
     python -m reconciler.tools.simulate SNAPSHOT ...          (the same, standalone)
 
-SNAPSHOT (a file, or ``-`` for stdin) is what ``kubectl get nodes,pods -A -o json`` or
-``-o yaml`` prints (a ``v1 List``), or a multi-document YAML of Nodes and Pods, read as
-:mod:`reconciler.objects.snapshot_io` says (JSON by orjson, YAML by libyaml when present); add
-``jobs`` to the kubectl command and the size of a GKE auto-gang owned by a Job is that
-Job's parallelism, as in the cluster; add ``jobsets,leaderworkersets,pytorchjobs`` too and
-gangs of ``<prefix>-size: auto`` are grouped and sized from their workloads as the
-reconciler does (:mod:`reconciler.engine.workloads`; a workload kind that is absent from
-the snapshot leaves its gangs waiting, with the reason); add ``shareddevicegroups`` and
-device groups are allocated as the reconciler allocates them (``kubectl get
-nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups -A -o json``); add
-``poddisruptionbudgets`` and ``atomic`` preemption counts them as the reconciler does; add
-``persistentvolumeclaims,persistentvolumes,csinodes,namespaces`` and the volume filters and
-pod affinity's namespace selectors read them as the reconciler's do (without any claim,
-volume or CSINode the volume filters are skipped); the configuration's
+SNAPSHOT (a file, or ``-`` for stdin) is what the one snapshot command prints (a ``v1 List``;
+``-o yaml`` too), or a multi-document YAML of such objects, read as
+:mod:`reconciler.objects.snapshot_io` says (JSON by orjson, YAML by libyaml when present)::
+
+    kubectl get nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups,\
+      poddisruptionbudgets,persistentvolumeclaims,persistentvolumes,csinodes,namespaces,\
+      priorityclasses -A -o json > snapshot.json
+
+(:data:`~reconciler.objects.kinds.SNAPSHOT_COMMAND`; leave out custom kinds whose CRD is not
+installed). Each kind counts as in the cluster: Jobs' parallelism, workloads sizing
+``<prefix>-size: auto`` gangs (:mod:`reconciler.engine.workloads`; a workload absent from the
+snapshot leaves its gangs waiting), SharedDeviceGroups (one a pod joins that the snapshot
+lacks is "not in the snapshot"), PodDisruptionBudgets for ``atomic`` preemption, claims,
+volumes and CSINodes for the volume filters (skipped without any), Namespaces for namespace
+selectors; PriorityClasses are ``kubectl troupe plan``'s. The configuration's
 ``topologySpreadDefaultConstraints`` apply as in the reconciler.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
@@ -77,13 +78,19 @@ from reconciler.engine.layers import Balance
 from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.engine.step import step
 from reconciler.engine.volumes import VolumeCatalog
+from reconciler.objects.kinds import (
+    KINDS,
+    NOT_IN_SNAPSHOT,
+    SKIPPED_KINDS,
+    SNAPSHOT_COMMAND,
+    SNAPSHOT_NOTE,
+)
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from reconciler.objects.volumes import PARSERS, VOLUME_KINDS, spread_defaults
 from reconciler.tools.interpret import APPLY, Applied, reservation_json
+from troupe.cli import OneLineParser, guarded
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
-KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
-         *PARSERS)
 EXIT_BAD_INPUT = 2
 
 
@@ -137,7 +144,7 @@ class GangOutcome:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's arguments, for ``python -m reconciler simulate``."""
     parser.add_argument("snapshot", metavar="SNAPSHOT",
-                        help="JSON or YAML of Nodes and Pods (kubectl get nodes,pods -A -o json|yaml), or - for stdin")
+                        help=f"what `{SNAPSHOT_COMMAND}` writes (or -o yaml; - for stdin); {SNAPSHOT_NOTE}")
     parser.add_argument("--config", metavar="FILE", help="Troupe configuration YAML (default: built-in defaults)")
     parser.add_argument("--output", choices=("json", "table"), default="table", help="output format (default table)")
     parser.add_argument("--now", metavar="TIME",
@@ -184,8 +191,10 @@ def _once(found: Named, kind: str, where: str, seen: dict[str, str]) -> Named:
 
 
 def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels,
-          config: Config | None = None) -> Built:
-    """Parse every object; raises :class:`InputError` naming the document and field.
+          config: Config | None = None, absent_group: str | None = None) -> Built:
+    """Parse every object (passing over :data:`SKIPPED_KINDS`); raises :class:`InputError`
+    naming the document and field. ``absent_group``: why a SharedDeviceGroup a pod joins is
+    missing from a snapshot (:data:`NOT_IN_SNAPSHOT`; None on a live cluster).
 
     The snapshot is built as the reconciler's cache builds its own: PersistentVolumeClaims,
     PersistentVolumes and CSINodes make its volume catalog (None, the volume filters
@@ -204,6 +213,8 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     node_where: dict[str, str] = {}
     group_where: dict[str, str] = {}
     for where, kind, obj in objects:
+        if kind in SKIPPED_KINDS:
+            continue
         if kind not in KINDS:
             raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected {', '.join(KINDS)})")
         try:
@@ -236,11 +247,18 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
     known = wl.Workloads(workloads)
-    snapshot = Snapshot(nodes, pods, levels, groups, budgets=budgets, namespaces=namespaces, volumes=catalog,
+    snapshot = Snapshot(nodes, pods, levels, groups, _absent_groups(pods, groups, absent_group), budgets=budgets,
+                        namespaces=namespaces, volumes=catalog,
                         spread_defaults=spread_defaults(config) if config is not None else (),
                         reservations=known.reservations())
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
     return Built(snapshot, origin, parallelism, notes, known)
+
+
+def _absent_groups(pods: Sequence[PodInfo], groups: Sequence[DeviceGroup], why: str | None) -> dict[str, str]:
+    """``why`` for every SharedDeviceGroup a pod joins that ``groups`` lacks (none for None)."""
+    named = {g.name for g in groups}
+    return {p.device_group: why for p in pods if p.device_group and p.device_group not in named} if why else {}
 
 
 # --- deciding ----------------------------------------------------------------------------
@@ -407,7 +425,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
         levels = TopologyLevels.from_config(config)
         with collector_paused():  # parsing allocates millions of objects and frees none
-            built = build(read_objects(data, source), levels, config)
+            built = build(read_objects(data, source), levels, config, NOT_IN_SNAPSHOT)
             # The objects live to the end: no collection need walk them (unfrozen below).
             gc.freeze()
         del data
@@ -434,12 +452,14 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m reconciler.tools.simulate``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m reconciler.tools.simulate",
-        description="Plan the gated gangs of a snapshot offline, as the reconciler would.",
+        description="Plan the gated gangs of a snapshot offline, as the reconciler would. Take the snapshot "
+        f"with\n\n  {SNAPSHOT_COMMAND}\n\n({SNAPSHOT_NOTE}).", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args))
 
 
 if __name__ == "__main__":

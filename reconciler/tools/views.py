@@ -20,14 +20,17 @@ I/O: a :class:`Cluster` in (objects already read, ``now`` given), plain values o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.decision import Decision, decide
+from reconciler.engine.filters import Requirement
 from reconciler.engine.gang import Gang, all_gangs, build_gang, gang_key, group_by_gang
 from reconciler.engine.occupancy import DomainUsage, occupancy
+from reconciler.engine.podterms import LabelSelector
 from reconciler.engine.queueing import Policy
 from reconciler.engine.refusals import is_refused
 from reconciler.engine.shortfall import Shortfall, shortfall
@@ -66,14 +69,15 @@ class Cluster:
 
 
 def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, now: float,
-         policy: Policy | None = None, source: str = "") -> Cluster:
+         policy: Policy | None = None, source: str = "", absent_group: str | None = None) -> Cluster:
     """A :class:`Cluster` of ``(where, kind, object)`` triples (what
     :func:`reconciler.objects.snapshot_io.read_objects` gives, or the live reader in
     :mod:`reconciler.kube`). PriorityClasses are kept aside; every other object (Namespaces
-    too) goes to :func:`reconciler.tools.simulate.build`. Raises
+    too) goes to :func:`reconciler.tools.simulate.build`, with ``absent_group`` (a snapshot's
+    :data:`~reconciler.objects.kinds.NOT_IN_SNAPSHOT`). Raises
     :class:`~reconciler.objects.snapshot_io.InputError` naming the object and field."""
     rest, namespaces, classes = split(objects)
-    built = sim.build(rest, TopologyLevels.from_config(config), config)
+    built = sim.build(rest, TopologyLevels.from_config(config), config, absent_group)
     return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source)
 
 
@@ -178,11 +182,21 @@ def _gangs(cluster: Cluster) -> list[Gang]:
                      built.snapshot.namespaces)
 
 
-def status(cluster: Cluster, namespaces: Sequence[str] = (), until: str | None = None) -> list[GangStatus]:
+def status(cluster: Cluster, namespaces: Sequence[str] = (), until: str | None = None,
+           selector: LabelSelector | None = None) -> list[GangStatus]:
     """Every gang of the cluster (in ``namespaces``; all when empty): the waiting ones in
     queue order first, as the reconciler would decide them now, then the others by key.
     ``until``: stop deciding waiting gangs after this gang key (what ``why`` needs: the
-    gangs behind it change nothing for it); the others are then left out."""
+    gangs behind it change nothing for it); the others are then left out. ``selector``:
+    only gangs with a member whose labels it matches (``kubectl troupe status -l``); every
+    gang is still decided, in its place in the queue."""
+    out = _all_status(cluster, namespaces, until)
+    if selector is None:
+        return out
+    return [s for s in out if any(selector.matches(p.labels) for p in s.gang.members)]
+
+
+def _all_status(cluster: Cluster, namespaces: Sequence[str], until: str | None) -> list[GangStatus]:
     built = cluster.built
     outcomes = sim.simulate(built.snapshot, cluster.config, cluster.now, built.parallelism, cluster.policy,
                             built.workloads, until=until)
@@ -235,6 +249,62 @@ def find_pod(cluster: Cluster, name: str, namespace: str) -> PodInfo:
     if pod is None:
         raise LookupError(f"pod {key} not found in {cluster.source or 'the snapshot'}")
     return pod
+
+
+def find_member(cluster: Cluster, name: str, namespace: str) -> PodInfo:
+    """The pod ``why`` explains, named as kubectl names objects: ``pod/NAME`` or
+    ``gang/NAME`` (either optionally ``NAMESPACE/NAME``), or a bare ``NAME``, a pod when
+    there is one, else a gang of that name. For a gang: its first gated member by rank
+    (the one a wait is about), else its first member. Raises ``LookupError`` naming what
+    was looked for when there is neither."""
+    kind, _, rest = name.partition("/") if name.startswith(("pod/", "gang/")) else ("", "", name)
+    key = rest if "/" in rest else f"{namespace}/{rest}"
+    if kind != "gang":
+        pod = cluster.snapshot.pods.get(key)
+        if pod is not None or kind == "pod":
+            return find_pod(cluster, rest, namespace)
+    members = [p for p in cluster.snapshot.pods.values() if gang_key(p, cluster.config) == key]
+    if not members:  # a bare name is first of all a pod's
+        raise LookupError(f"{kind or 'pod'} {key} not found in {cluster.source or 'the snapshot'}")
+    built = cluster.built
+    gang = build_gang(key, members, cluster.config, built.parallelism, built.workloads)
+    return next((p for p in gang.members if p.gated), gang.members[0] if gang.members else members[0])
+
+
+def parse_label_selector(text: str) -> LabelSelector:
+    """kubectl's ``-l`` selector (``app=train,tier!=web,env in (a,b),gpu,!spot``) as a
+    :class:`~reconciler.engine.podterms.LabelSelector` whose requirements all hold
+    (``=``/``==``: In, ``!=``: NotIn, ``in (...)``, ``notin (...)``, ``KEY``: Exists,
+    ``!KEY``: DoesNotExist; the grammar of apimachinery's ``labels.Parse``). Raises
+    ``ValueError`` naming the term it cannot read."""
+    terms, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    requirements = []
+    for raw in (t.strip() for t in terms):
+        found = _SELECTOR_TERM.fullmatch(raw)
+        if not raw or found is None:
+            raise ValueError(f"--selector {text!r}: cannot read {raw!r} (expected KEY=VALUE, KEY!=VALUE, "
+                             "KEY in (A,B), KEY notin (A,B), KEY or !KEY)")
+        if found["set"] is not None:
+            values = tuple(v.strip() for v in found["values"].split(",") if v.strip())
+            requirements.append(Requirement(found["setkey"], "In" if found["set"] == "in" else "NotIn", values))
+        elif found["op"] is not None:
+            requirements.append(Requirement(found["key"], "NotIn" if found["op"] == "!=" else "In", (found["value"],)))
+        else:
+            requirements.append(Requirement(found["bare"], "DoesNotExist" if found["not"] else "Exists"))
+    return LabelSelector(tuple(requirements))
+
+
+_KEY = r"[A-Za-z0-9][-A-Za-z0-9_./]*"
+_SELECTOR_TERM = re.compile(
+    rf"(?P<setkey>{_KEY})\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\)"
+    rf"|(?P<key>{_KEY})\s*(?P<op>==|!=|=)\s*(?P<value>[-A-Za-z0-9_.]*)"
+    rf"|(?P<not>!)?\s*(?P<bare>{_KEY})")
 
 
 def why(cluster: Cluster, pod: PodInfo, resource: str = "nvidia.com/gpu", ahead: int = 3) -> Why:

@@ -55,6 +55,12 @@ spec:
 """
 
 
+@pytest.fixture(autouse=True)
+def _whole_lines(monkeypatch):
+    """The golden tables are whole: no $COLUMNS of the shell running the tests cuts them."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture(scope="module")
 def snapshot_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("golden") / "snapshot.json"

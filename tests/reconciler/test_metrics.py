@@ -167,3 +167,50 @@ def test_rollbacks_are_counted_once_the_rollback_is_done():
     m.observe("ml/g", outcome(Phase.ROLLED_BACK, obs, retry=True), lambda: gang(), T0)
     m.observe("ml/g", outcome(Phase.ROLLED_BACK, obs), lambda: gang(), T0)
     assert sample("troupe_gang_rollbacks_total") == before + 1
+
+
+# --- by namespace ----------------------------------------------------------------------------
+def gated_gang(namespace, name, created):
+    members = tuple(make_pod(f"{name}-{i}", namespace).gang(name, 2).created(c).gated().info()
+                    for i, c in enumerate(created))
+    return Gang(f"{namespace}/{name}", namespace, name, members, 2, 30, 0)
+
+
+def waiting(key, gated=2, released=0):
+    obs = Observation(key, active=2, size=2, gated=gated, released=released)
+    return Outcome(Phase.UNSCHEDULABLE, "", decision=Decision(key, lifecycle.UNPLACED, Status(()), obs, ()))
+
+
+def since(namespace):
+    return REGISTRY.get_sample_value("troupe_gang_waiting_since_timestamp_seconds", {"namespace": namespace})
+
+
+def test_a_namespace_reports_since_when_its_longest_waiting_gang_waits_until_none_waits():
+    m = metrics.GangMetrics()
+    a = gated_gang("tenant-w", "a", ("2026-03-01T10:00:00Z", "2026-03-01T10:00:10Z"))
+    b = gated_gang("tenant-w", "b", ("2026-03-01T09:00:00Z", "2026-03-01T09:30:00Z"))
+    m.observe(a.key, waiting(a.key), lambda: a, T0)
+    assert since("tenant-w") == T0 - 10  # a's oldest gated member: 10:00:00
+    m.observe(b.key, waiting(b.key), lambda: b, T0)
+    assert since("tenant-w") == T0 - 10 - 3600  # b waits longer, since 09:00:00
+    m.observe(b.key, outcome(Phase.PLACED, Observation(b.key, 2, 2, gated=2), (MemberRelease(
+        "tenant-w/b-0", "u", "1", "n0", "n0", 0, "t"),)), lambda: b, T0)
+    assert since("tenant-w") == T0 - 10  # b released: a is the longest-waiting again
+    m.forget(a.key)
+    assert since("tenant-w") is None  # nothing waits: no series an alert could read as stale
+
+
+def test_namespace_labels_are_bounded_and_the_rest_are_other():
+    labels = metrics.NamespaceLabels(limit=2)
+    assert [labels.label(n) for n in ("a", "b", "c", "a", "d", "b")] == ["a", "b", "other", "a", "other", "b"]
+
+
+def test_rollbacks_are_counted_by_namespace_too():
+    m = metrics.GangMetrics(metrics.NamespaceLabels(limit=1))
+    def count(namespace):
+        return REGISTRY.get_sample_value("troupe_gang_rollbacks_by_namespace_total", {"namespace": namespace}) or 0.0
+    before = count("tenant-r"), count("other")
+    obs = Observation("tenant-r/g", 2, 2, released=2, expired=2)
+    m.observe("tenant-r/g", outcome(Phase.ROLLED_BACK, obs), lambda: gang(), T0)
+    m.observe("tenant-s/g", outcome(Phase.ROLLED_BACK, obs), lambda: gang(), T0)
+    assert (count("tenant-r"), count("other")) == (before[0] + 1, before[1] + 1)

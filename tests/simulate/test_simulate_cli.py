@@ -369,3 +369,14 @@ def test_the_json_gives_each_members_slice_and_each_slices_domain(tmp_path, caps
         assert by_rank[2 * s["index"]] == by_rank[2 * s["index"] + 1]
     assert gang["balance"] == {"level": "cloud.google.com/gce-topology-subblock", "domains": 2, "largest": 2,
                                "smallest": 2}
+
+
+def test_a_group_missing_from_the_snapshot_is_said_to_be_not_in_it(tmp_path, capsys):
+    """A snapshot taken without shareddevicegroups lacks the group: the gang's reason says so,
+    not the live cluster's "does not exist (create it ...)"."""
+    pod = (make_pod("infer-0", "ml").requests(gpu=2).gang("infer", 1).index(0).gated().group("llm")
+           .created("2024-05-01T10:00:00Z").build())
+    out, _ = run_json(capsys, write_list(tmp_path, [*NODES, pod]))
+    reason = out["gangs"][0]["reason"]
+    assert "SharedDeviceGroup llm" in reason and "not in the snapshot" in reason
+    assert "does not exist" not in reason and "create it" not in reason

@@ -1,0 +1,29 @@
+"""The kinds a snapshot holds and the one command that takes it: what the simulator and
+``kubectl troupe --snapshot`` read (:mod:`reconciler.tools.simulate`), named once so that the
+README, ``simulate --help`` and ``kubectl troupe --help`` give the same command
+(docs/decisions/037-operating.md)."""
+
+from __future__ import annotations
+
+from reconciler.engine import workloads as wl
+from reconciler.objects.volumes import PARSERS
+
+KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
+         *PARSERS)
+#: Kinds a snapshot may hold that the simulator does not read (``kubectl troupe plan`` reads them).
+SKIPPED_KINDS = ("PriorityClass",)
+#: Every kind Troupe reads, by the resource name ``kubectl get`` takes: the one snapshot
+#: command (:data:`SNAPSHOT_COMMAND`) that the simulator and ``kubectl troupe`` both read whole.
+SNAPSHOT_RESOURCES = {
+    "Node": "nodes", "Pod": "pods", "Job": "jobs", **{k.kind: k.plural for k in wl.CUSTOM_KINDS},
+    "SharedDeviceGroup": "shareddevicegroups", "PodDisruptionBudget": "poddisruptionbudgets",
+    "PersistentVolumeClaim": "persistentvolumeclaims", "PersistentVolume": "persistentvolumes",
+    "CSINode": "csinodes", "Namespace": "namespaces", "PriorityClass": "priorityclasses",
+}
+#: The snapshot command: what the README, ``simulate --help`` and ``kubectl troupe --help`` give.
+SNAPSHOT_COMMAND = f"kubectl get {','.join(SNAPSHOT_RESOURCES.values())} -A -o json > snapshot.json"
+#: What to leave out of :data:`SNAPSHOT_COMMAND` on a cluster without some of its custom resources.
+SNAPSHOT_NOTE = ("kubectl refuses a resource type the cluster does not serve: leave out jobsets, "
+                 "leaderworkersets, pytorchjobs or shareddevicegroups when their CRD is not installed")
+#: Why a SharedDeviceGroup that pods of a snapshot join is not there (no object of that name).
+NOT_IN_SNAPSHOT = "not in the snapshot (take it with the command of --help, which lists shareddevicegroups)"
