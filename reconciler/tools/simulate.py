@@ -200,7 +200,8 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     PersistentVolumes and CSINodes make its volume catalog (None, the volume filters
     skipped, when the objects hold none of them), Namespaces its namespace labels, and
     ``config``'s ``topologySpreadDefaultConstraints`` its spread defaults
-    (:mod:`reconciler.objects.volumes`)."""
+    (:mod:`reconciler.objects.volumes`), the workloads' reservations what they hold.
+    Long because it is one dispatch on the object's kind, kept in one place."""
     nodes: list[NodeInfo] = []
     pods: list[PodInfo] = []
     groups: list[DeviceGroup] = []
