@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
 from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table
 
-from devtools.devcluster.cluster import ClientRate, Cluster, exists
+from devtools.devcluster.cluster import ClientRate, Cluster
 from devtools.devcluster.stack import Stack
 
 BLOCKS, SUBBLOCKS, HOSTS = 4, 8, 64
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 TROUPE_GATE = "troupe.io/placement"
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 
 def nodes_file(directory: Path) -> Path:
@@ -163,14 +166,39 @@ def rss_peak_mib(pid: int) -> float:
     return float("nan")
 
 
-def clear(core: client.CoreV1Api, namespace: str) -> None:
-    """Delete ``namespace`` and wait until it is gone (its pods' capacity is free again)."""
-    core.delete_namespace(namespace, grace_period_seconds=0)
-    end = time.monotonic() + 300
-    while exists(lambda: core.read_namespace(namespace)):
+def not_ready_count(core: client.CoreV1Api) -> int:
+    """How many nodes are not Ready now (their Ready condition is not True)."""
+    return sum(1 for node in core.list_node().items
+               if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()))
+
+
+def clear(api: Any, namespace: str, name: str, timeout: float = 300.0) -> None:
+    """Delete Job ``name`` and its pods (grace 0: kwok runs no containers), take the Job
+    controller's ``batch.kubernetes.io/job-tracking`` finalizer off them (else they linger
+    until kube-controller-manager, at its client rate, removes it: N/20 s), wait until no
+    pod of it is left (their nodes are free again), then delete ``namespace`` without
+    waiting for it. Raises ``RuntimeError`` after ``timeout`` s."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    selector = f"job-name={name}"
+    batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
+    core.delete_collection_namespaced_pod(namespace, label_selector=selector, grace_period_seconds=0)
+    unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
+
+    def release(pod: str) -> None:
+        try:
+            core.patch_namespaced_pod(pod, namespace, unfinalize, _content_type="application/strategic-merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    end = time.monotonic() + timeout
+    while pods := core.list_namespaced_pod(namespace, label_selector=selector).items:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(release, [p.metadata.name for p in pods if JOB_TRACKING_FINALIZER in (p.metadata.finalizers or ())]))
         if time.monotonic() > end:
-            raise RuntimeError(f"namespace {namespace} not deleted after 300s")
+            raise RuntimeError(f"{len(pods)} pods of Job {namespace}/{name} not gone after {timeout:.0f}s")
         time.sleep(0.5)
+    core.delete_namespace(namespace, grace_period_seconds=0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -203,8 +231,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str]) -> list[SizeResult]:
-    """Each size in turn, each mode of it in turn, each Job in a namespace of its own that is
-    deleted (and its pods gone) before the next; the lines of a size printed once measured."""
+    """Each size in turn, each mode of it in turn, each Job in a namespace of its own, deleted
+    with its pods (and the pods gone) before the next; a size's lines printed once measured."""
     api = cluster.api_client("admin")
     core = client.CoreV1Api(api)
     pid = stack.process("troupe-reconciler").popen.pid
@@ -213,13 +241,18 @@ def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[
         runs = {}
         for mode in modes:
             namespace = f"bench-{mode.lower()}-{n}"
+            unready = not_ready_count(core)
+            if unready:
+                print(f"  warning: {unready} nodes not Ready before N={n} {mode} (kwok renews its nodes' leases "
+                      "late on a busy machine); its numbers are not comparable", flush=True)
             core.create_namespace({"metadata": {"name": namespace}})
             print(f"N={n} {mode}...", file=sys.stderr)
-            runs[mode] = measure(api, namespace, f"{mode.lower()}-{n}", n, mode)
+            name = f"{mode.lower()}-{n}"
+            runs[mode] = measure(api, namespace, name, n, mode)
             print(f"  {runs[mode].to_running:.1f}s to all Running", file=sys.stderr)
             cleared = time.monotonic()
-            clear(core, namespace)
-            print(f"  namespace deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
+            clear(api, namespace, name)
+            print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
             stack.check()
         results.append(SizeResult(n, runs, rss_peak_mib(pid)))
         print("\n".join(size_lines(results[-1], HOSTS)), flush=True)
