@@ -89,6 +89,10 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
         "spec": {
             "completionMode": "Indexed", "completions": n, "parallelism": n, "backoffLimit": 0,
+            # A gang rolled back (a reserved node lost, say) is deleted for the Job to recreate:
+            # not a failure (docs/contract.md, KEP-3329). The same for every mode.
+            "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": {
                 "metadata": {"annotations": annotations},
                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
