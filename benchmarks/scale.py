@@ -106,10 +106,12 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
 
 def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: float = 600.0) -> Run:
     """Create the Job (``mode``: plain or a release mode) and watch its pods until all ``n``
-    are Running; returns the seconds to Running, of the release, and the pods' nodes.
+    are Running (a pod being deleted does not count); returns the seconds to Running, of
+    the release, the pods' nodes and how many pods beyond ``n`` the Job made on the way.
     The watch is resumed from a fresh list when the API server drops it."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     seen: dict[str, Any] = {}
+    uids: set[str] = set()
     marks: dict[str, float] = {}
     done, stop = threading.Event(), threading.Event()
     errors: list[str] = []
@@ -120,7 +122,7 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
         if "ungated" not in marks and len(seen) >= n and not any(
                 any(g.name == TROUPE_GATE for g in p.spec.scheduling_gates or ()) for p in seen.values()):
             marks["ungated"] = now
-        if sum(1 for p in seen.values() if p.status.phase == "Running") >= n:
+        if sum(1 for p in seen.values() if p.status.phase == "Running" and not p.metadata.deletion_timestamp) >= n:
             marks["running"] = now
             done.set()
 
@@ -131,6 +133,7 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
                 listing = core.list_namespaced_pod(namespace, label_selector=selector)
                 seen.clear()
                 seen.update({p.metadata.name: p for p in listing.items})
+                uids.update(p.metadata.uid for p in listing.items)
                 note(time.monotonic())
                 w = watch.Watch()
                 for event in w.stream(core.list_namespaced_pod, namespace, label_selector=selector,
@@ -140,6 +143,7 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
                         seen.pop(pod.metadata.name, None)
                     else:
                         seen[pod.metadata.name] = pod
+                        uids.add(pod.metadata.uid)
                     note(time.monotonic())
                     if done.is_set() or stop.is_set():
                         w.stop()
@@ -159,7 +163,7 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
         raise RuntimeError(f"{name}: {running} of {n} pods Running after {timeout:.0f}s; watch errors: {errors[-3:]}")
     gang = mode != PLAIN
     release = marks["ungated"] - marks["complete"] if gang and "ungated" in marks and "complete" in marks else None
-    return Run(marks["running"] - t0, release, tuple(p.spec.node_name for p in seen.values()))
+    return Run(marks["running"] - t0, release, tuple(p.spec.node_name for p in seen.values()), len(uids) - n)
 
 
 def rss_peak_mib(pid: int) -> float:

@@ -28,11 +28,14 @@ class Run:
     ``release``: seconds from the watch seeing the Job's N-th pod to it seeing the last
     one ungated (the release as docs/decisions/007 measures it); None for the plain Job.
     ``nodes``: the node of each pod, in no order.
+    ``recreated``: how many pods beyond N the Job made before all N ran (a gang rolled back
+    and recreated); 0 on a clean run.
     """
 
     to_running: float
     release: float | None
     nodes: tuple[str, ...]
+    recreated: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,8 @@ def size_lines(result: SizeResult, hosts_per_subblock: int) -> list[str]:
         text = f"  {mode:<12} {run.to_running:7.1f} s to all Running"
         if mode != PLAIN:
             text += f", {_ratio_text(ratio(result, mode))} of plain, release {_seconds(run.release, 2)} s"
-        lines.append(f"{text}, {span_text(run)} subblocks")
+        recreated = f" ({run.recreated} pods recreated: a rollback)" if run.recreated else ""
+        lines.append(f"{text}, {span_text(run)} subblocks{recreated}")
     lines.append(f"  fewest subblocks that hold {result.n}: {fewest_subblocks(result.n, hosts_per_subblock)}; "
                  f"reconciler peak memory {result.reconciler_peak_mib:.0f} MiB")
     return lines
@@ -109,7 +113,8 @@ def size_lines(result: SizeResult, hosts_per_subblock: int) -> list[str]:
 def summary_table(results: Sequence[SizeResult], modes: Sequence[str], hosts_per_subblock: int) -> str:
     """A markdown table, one row per size: seconds to all Running per mode, each gang
     mode's ratio to plain (when plain was run), each gang mode's release seconds, the
-    subblocks per mode against the fewest, and the reconciler's peak memory.
+    subblocks per mode against the fewest, and the reconciler's peak memory. A time marked
+    ``*`` (and a note under the table) is that of a run whose pods were recreated.
 
     ``modes``: the modes measured, a subsequence of :data:`MODES`.
     """
@@ -121,13 +126,15 @@ def summary_table(results: Sequence[SizeResult], modes: Sequence[str], hosts_per
     rows = []
     for result in results:
         runs = [result.runs[mode] for mode in modes]
-        rows.append([str(result.n)] + [_seconds(run.to_running) for run in runs]
+        rows.append([str(result.n)] + [_seconds(run.to_running) + ("*" if run.recreated else "") for run in runs]
                     + [_ratio_text(ratio(result, mode)) for mode in ratios]
                     + [_seconds(result.runs[mode].release, 2) for mode in gangs]
                     + [f"{' / '.join(span_text(run) for run in runs)} "
                        f"({fewest_subblocks(result.n, hosts_per_subblock)})",
                        f"{result.reconciler_peak_mib:.0f}"])
     lines = [_row(header), _row(["---"] * len(header))] + [_row(row) for row in rows]
+    if any(run.recreated for result in results for run in result.runs.values()):
+        lines.append("\n\\* pods recreated on the way (a gang rolled back): not a clean run")
     return "\n".join(lines)
 
 

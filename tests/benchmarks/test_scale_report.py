@@ -88,3 +88,14 @@ def test_size_lines_give_each_mode_its_ratio_release_and_span():
         "  WhenComplete    55.3 s to all Running, 2.19x of plain, release 6.71 s, 8 subblocks",
         "  fewest subblocks that hold 512: 8; reconciler peak memory 123 MiB",
     ]
+
+
+def test_a_run_whose_pods_were_recreated_is_marked_in_the_lines_and_the_table():
+    measured = result(256, {"plain": Run(16.0, None, nodes(256)),
+                            "AsCreated": Run(70.0, 0.4, nodes(256), recreated=256)})
+
+    assert size_lines(measured, HOSTS)[2] == ("  AsCreated       70.0 s to all Running, 4.38x of plain, release 0.40 s, "
+                                              "4 subblocks (256 pods recreated: a rollback)")
+    table = summary_table([measured], ["plain", "AsCreated"], HOSTS).splitlines()
+    assert table[2] == "| 256 | 16.0 | 70.0* | 4.38x | 0.40 | 4 / 4 (4) | 123 |"
+    assert table[-1] == "\\* pods recreated on the way (a gang rolled back): not a clean run"
