@@ -34,8 +34,11 @@ benchmark twice, two invocations each on a cluster of its own: first with the co
 default rates, then with ``--component-qps 500 --component-burst 1000``.
 
 This is a benchmark, not a test: it prints numbers. After the control plane is built
-(``python -m devtools.devcluster build``), on two cores: about 10 minutes at the default
-rates for the default sizes, about 6 with raised rates.
+(``python -m devtools.devcluster build``), on two cores shared with other work: sizes
+64-512 took about 8 minutes at the default rates and 9 with raised rates (the cluster
+starts in 1-3 minutes; deleting a Job's pods takes as long as running them); 1,024 adds
+several minutes to each. On a busy machine kwok renews the 2,048 nodes' leases late and
+some go NotReady: a warning line says so, and such numbers are not comparable.
 """
 
 from __future__ import annotations
