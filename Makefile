@@ -93,9 +93,9 @@ bench-kills: $(BIN)/.installed cluster-build
 # one gang released AsCreated and WhenComplete; not part of `bench`, which needs no control
 # plane. Two invocations, each on a cluster of its own: first with kube-controller-manager
 # and kube-scheduler at their default client rates (the comparison), then with both raised
-# to 500 requests/s, burst 1000 (the floor: Troupe's own share). About 25 minutes on two
-# cores (measured on a busy machine: 64-512 took 8 min at default rates, 9 raised; 1,024
-# adds several minutes to each, see benchmarks/scale.py).
+# to 500 requests/s, burst 1000 (the floor: Troupe's own share). About 30 minutes on two
+# busy cores (measured: 64-512 took 8 min at default rates, 9 raised; 1,024 alone 8.5 min
+# at default rates; see benchmarks/scale.py).
 bench-scale: $(BIN)/.installed cluster-build
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/scale.py --component-qps 500 --component-burst 1000
