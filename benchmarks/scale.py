@@ -37,8 +37,9 @@ This is a benchmark, not a test: it prints numbers. After the control plane is b
 (``python -m devtools.devcluster build``), on two cores shared with other work: sizes
 64-512 took about 8 minutes at the default rates and 9 with raised rates (the cluster
 starts in 1-3 minutes; deleting a Job's pods takes as long as running them); 1,024 alone
-took 8.5 minutes at the default rates, so ``make bench-scale`` takes about 30. On a busy machine kwok renews the 2,048 nodes' leases late and
-some go NotReady: a warning line says so, and such numbers are not comparable.
+took 8.5 minutes at the default rates, so ``make bench-scale`` takes about 30. On a busy
+machine kwok renews the 2,048 nodes' leases late and some go NotReady: a warning line says
+so, and such numbers are not comparable.
 """
 
 from __future__ import annotations
