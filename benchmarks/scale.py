@@ -1,49 +1,74 @@
-"""Scale benchmark: an indexed Job of N whole-node pods, plain and as one gang, on the local
-control plane with 2,048 kwok nodes (4 blocks x 8 subblocks x 64 hosts, 8 GPUs each).
+"""Scale benchmark: an indexed Job of N whole-node pods, plain and as one gang in each
+release mode, on the local control plane with 2,048 kwok nodes (4 blocks x 8 subblocks x
+64 hosts, 8 GPUs each).
 
-    .venv/bin/python benchmarks/scale.py [--sizes 64,256,512] [--release-concurrency C]
+    .venv/bin/python benchmarks/scale.py [--sizes 64,256,512,1024]
+        [--modes plain,AsCreated,WhenComplete] [--component-qps QPS [--component-burst B]]
+        [--release-concurrency C] [--run-dir DIR]
 
-For each N, in the same run and on the same cluster:
+For each N, in the same run and on the same cluster, one after the other (each Job's
+namespace deleted, and its pods gone, before the next):
 
 - **plain**: the Job without Troupe keys (kube-scheduler alone places the pods);
-- **gang**: the same Job with ``troupe.io/gang-name``/``-size: N`` and
-  ``troupe.io/topology-preferred-level: <subblock>``.
+- **AsCreated**: the same Job with ``troupe.io/gang-name``/``-size: N``,
+  ``troupe.io/topology-preferred-level: <subblock>`` and ``troupe.io/release: AsCreated``
+  in its pod template (the gang's nodes reserved from the template, each member released
+  as it is created);
+- **WhenComplete**: the same with ``troupe.io/release: WhenComplete`` (released once all
+  N members exist).
 
-Printed per N: seconds from Job creation to all N pods Running (watched), the gang/plain
-ratio, seconds of the release alone (from the watch seeing the N-th member to it seeing
-the last member ungated: the plan and every write), the subblocks the pods span against
-the fewest that can hold N (64 hosts each), and the reconciler's resident memory (peak,
-``VmHWM``). Targets (DESIGN.md scale, issue "decision core"): gang within 1.2x of plain,
-a release of 512 under 3 s, the fewest subblocks.
+Printed per N, as soon as it is measured: seconds from Job creation to all N pods Running
+(watched) for each mode, the ratios AsCreated/plain and WhenComplete/plain, seconds of the
+release (from the watch seeing the N-th member to it seeing the last member ungated), the
+subblocks the pods span against the fewest that can hold N (64 hosts each), and the
+reconciler's peak resident memory (``VmHWM``, since it started). At the end, the same as a
+markdown table to paste in a note. Target (issue 24): AsCreated within 1.1x of plain at
+every size, on the fewest subblocks; WhenComplete no slower than before.
 
-This is a benchmark, not a test: it prints numbers. About 6 minutes on two cores, after
-the control plane is built (``python -m devtools.devcluster build``).
+**The floor.** kube-controller-manager (the Job controller creates pods at its client
+rate: 20 per second by default) and kube-scheduler (binds at 50 per second) bound every
+contender alike; the default run keeps their defaults. ``--component-qps QPS`` (and
+``--component-burst``, default 2 x QPS) starts both with ``--kube-api-qps``/
+``--kube-api-burst`` raised, which shows Troupe's own share. ``make bench-scale`` runs the
+benchmark twice, two invocations each on a cluster of its own: first with the components'
+default rates, then with ``--component-qps 500 --component-burst 1000``.
+
+This is a benchmark, not a test: it prints numbers. After the control plane is built
+(``python -m devtools.devcluster build``), on two cores shared with other work: sizes
+64-512 took about 8 minutes at the default rates and 9 with raised rates (the cluster
+starts in 1-3 minutes; deleting a Job's pods takes as long as running them); 1,024 alone
+took 8.5 minutes at the default rates, so ``make bench-scale`` takes about 30. On a busy
+machine kwok renews the 2,048 nodes' leases late and some go NotReady: a warning line says
+so, and such numbers are not comparable.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table
 
-from devtools.devcluster.cluster import Cluster, exists
+from devtools.devcluster.cluster import ClientRate, Cluster
 from devtools.devcluster.stack import Stack
 
 BLOCKS, SUBBLOCKS, HOSTS = 4, 8, 64
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 TROUPE_GATE = "troupe.io/placement"
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 
 def nodes_file(directory: Path) -> Path:
@@ -58,14 +83,20 @@ def nodes_file(directory: Path) -> Path:
     return path
 
 
-def job(name: str, n: int, gang: bool) -> dict[str, Any]:
-    """An indexed Job of ``n`` pods of 8 GPUs each (whole nodes), as one gang or plain."""
-    annotations = {"troupe.io/gang-name": name, "troupe.io/gang-size": str(n),
-                   "troupe.io/topology-preferred-level": SUBBLOCK_LABEL} if gang else {}
+def job(name: str, n: int, mode: str) -> dict[str, Any]:
+    """An indexed Job of ``n`` pods of 8 GPUs each (whole nodes): plain, or as one gang
+    released in ``mode`` (``AsCreated`` or ``WhenComplete``, the ``troupe.io/release`` key)."""
+    annotations = {} if mode == PLAIN else {
+        "troupe.io/gang-name": name, "troupe.io/gang-size": str(n),
+        "troupe.io/topology-preferred-level": SUBBLOCK_LABEL, "troupe.io/release": mode}
     return {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
         "spec": {
             "completionMode": "Indexed", "completions": n, "parallelism": n, "backoffLimit": 0,
+            # A gang rolled back (a reserved node lost, say) is deleted for the Job to recreate:
+            # not a failure (docs/contract.md, KEP-3329). The same for every mode.
+            "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": {
                 "metadata": {"annotations": annotations},
                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
@@ -77,20 +108,14 @@ def job(name: str, n: int, gang: bool) -> dict[str, Any]:
     }
 
 
-@dataclass
-class Run:
-    """One measured Job: seconds to all Running, seconds of the release, subblocks spanned."""
-
-    to_running: float
-    release: float | None
-    subblocks: int
-
-
-def measure(api: Any, namespace: str, name: str, n: int, gang: bool, timeout: float = 600.0) -> Run:
-    """Create the Job and watch its pods until all ``n`` are Running; returns the times.
+def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: float = 600.0) -> Run:
+    """Create the Job (``mode``: plain or a release mode) and watch its pods until all ``n``
+    are Running (a pod being deleted does not count); returns the seconds to Running, of
+    the release, the pods' nodes and how many pods beyond ``n`` the Job made on the way.
     The watch is resumed from a fresh list when the API server drops it."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     seen: dict[str, Any] = {}
+    uids: set[str] = set()
     marks: dict[str, float] = {}
     done, stop = threading.Event(), threading.Event()
     errors: list[str] = []
@@ -101,7 +126,7 @@ def measure(api: Any, namespace: str, name: str, n: int, gang: bool, timeout: fl
         if "ungated" not in marks and len(seen) >= n and not any(
                 any(g.name == TROUPE_GATE for g in p.spec.scheduling_gates or ()) for p in seen.values()):
             marks["ungated"] = now
-        if sum(1 for p in seen.values() if p.status.phase == "Running") >= n:
+        if sum(1 for p in seen.values() if p.status.phase == "Running" and not p.metadata.deletion_timestamp) >= n:
             marks["running"] = now
             done.set()
 
@@ -112,6 +137,7 @@ def measure(api: Any, namespace: str, name: str, n: int, gang: bool, timeout: fl
                 listing = core.list_namespaced_pod(namespace, label_selector=selector)
                 seen.clear()
                 seen.update({p.metadata.name: p for p in listing.items})
+                uids.update(p.metadata.uid for p in listing.items)
                 note(time.monotonic())
                 w = watch.Watch()
                 for event in w.stream(core.list_namespaced_pod, namespace, label_selector=selector,
@@ -121,6 +147,7 @@ def measure(api: Any, namespace: str, name: str, n: int, gang: bool, timeout: fl
                         seen.pop(pod.metadata.name, None)
                     else:
                         seen[pod.metadata.name] = pod
+                        uids.add(pod.metadata.uid)
                     note(time.monotonic())
                     if done.is_set() or stop.is_set():
                         w.stop()
@@ -132,15 +159,15 @@ def measure(api: Any, namespace: str, name: str, n: int, gang: bool, timeout: fl
     thread.start()
     time.sleep(0.5)
     t0 = time.monotonic()
-    batch.create_namespaced_job(namespace, job(name, n, gang))
+    batch.create_namespaced_job(namespace, job(name, n, mode))
     finished = done.wait(timeout)
     stop.set()
     if not finished:
         running = sum(1 for p in seen.values() if p.status.phase == "Running")
         raise RuntimeError(f"{name}: {running} of {n} pods Running after {timeout:.0f}s; watch errors: {errors[-3:]}")
-    subblocks = {p.spec.node_name.rsplit("-", 1)[0] for p in seen.values()}
+    gang = mode != PLAIN
     release = marks["ungated"] - marks["complete"] if gang and "ungated" in marks and "complete" in marks else None
-    return Run(marks["running"] - t0, release, len(subblocks))
+    return Run(marks["running"] - t0, release, tuple(p.spec.node_name for p in seen.values()), len(uids) - n)
 
 
 def rss_peak_mib(pid: int) -> float:
@@ -151,60 +178,127 @@ def rss_peak_mib(pid: int) -> float:
     return float("nan")
 
 
-def clear(core: client.CoreV1Api, namespace: str) -> None:
-    """Delete ``namespace`` and wait until it is gone (its pods' capacity is free again)."""
-    core.delete_namespace(namespace, grace_period_seconds=0)
-    end = time.monotonic() + 300
-    while exists(lambda: core.read_namespace(namespace)):
+def not_ready_count(core: client.CoreV1Api) -> int:
+    """How many nodes are not Ready now (their Ready condition is not True)."""
+    return sum(1 for node in core.list_node().items
+               if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()))
+
+
+def clear(api: Any, namespace: str, name: str, timeout: float = 300.0) -> None:
+    """Delete Job ``name`` and its pods (grace 0: kwok runs no containers), take the Job
+    controller's ``batch.kubernetes.io/job-tracking`` finalizer off them (else they linger
+    until kube-controller-manager, at its client rate, removes it: N/20 s), wait until no
+    pod of it is left (their nodes are free again), then delete ``namespace`` without
+    waiting for it. Raises ``RuntimeError`` after ``timeout`` s."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    selector = f"job-name={name}"
+    batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
+    core.delete_collection_namespaced_pod(namespace, label_selector=selector, grace_period_seconds=0)
+    unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
+
+    def release(pod: str) -> None:
+        try:
+            core.patch_namespaced_pod(pod, namespace, unfinalize, _content_type="application/strategic-merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    end = time.monotonic() + timeout
+    while pods := core.list_namespaced_pod(namespace, label_selector=selector).items:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(release, [p.metadata.name for p in pods if JOB_TRACKING_FINALIZER in (p.metadata.finalizers or ())]))
         if time.monotonic() > end:
-            raise RuntimeError(f"namespace {namespace} not deleted after 300s")
+            raise RuntimeError(f"{len(pods)} pods of Job {namespace}/{name} not gone after {timeout:.0f}s")
         time.sleep(0.5)
+    core.delete_namespace(namespace, grace_period_seconds=0)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module's docstring); exits 2 on an unknown mode."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 2)[2])
-    p.add_argument("--sizes", default="64,256,512", help="gang sizes N, comma-separated (default %(default)s)")
+                                epilog=(__doc__ or "").split("\n\n", 2)[2])
+    p.add_argument("--sizes", default="64,256,512,1024", help="gang sizes N, comma-separated (default %(default)s)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="which of plain, AsCreated, WhenComplete to run, comma-separated (default all)")
+    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
+                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
+                        "(default: their own defaults, 20 and 50)")
+    p.add_argument("--component-burst", type=int, default=None, metavar="B",
+                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
     p.add_argument("--run-dir", metavar="DIR", default=None,
                    help="keep the control plane's run directory (logs of every component) here")
-    args = p.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    args = p.parse_args(argv)
+    modes = args.modes.split(",")
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown:
+        p.error(f"unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
+    args.modes = [mode for mode in MODES if mode in modes]
+    args.sizes = [int(size) for size in args.sizes.split(",")]
+    if args.component_burst is not None and args.component_qps is None:
+        p.error("--component-burst needs --component-qps")
+    return args
 
+
+def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str]) -> list[SizeResult]:
+    """Each size in turn, each mode of it in turn, each Job in a namespace of its own, deleted
+    with its pods (and the pods gone) before the next; a size's lines printed once measured."""
+    api = cluster.api_client("admin")
+    core = client.CoreV1Api(api)
+    pid = stack.process("troupe-reconciler").popen.pid
+    results = []
+    for n in sizes:
+        runs = {}
+        for mode in modes:
+            namespace = f"bench-{mode.lower()}-{n}"
+            unready = not_ready_count(core)
+            if unready:
+                print(f"  warning: {unready} nodes not Ready before N={n} {mode} (kwok renews its nodes' leases "
+                      "late on a busy machine); its numbers are not comparable", flush=True)
+            core.create_namespace({"metadata": {"name": namespace}})
+            print(f"N={n} {mode}...", file=sys.stderr)
+            name = f"{mode.lower()}-{n}"
+            runs[mode] = measure(api, namespace, name, n, mode)
+            print(f"  {runs[mode].to_running:.1f}s to all Running", file=sys.stderr)
+            cleared = time.monotonic()
+            clear(api, namespace, name)
+            print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
+            stack.check()
+        results.append(SizeResult(n, runs, rss_peak_mib(pid)))
+        print("\n".join(size_lines(results[-1], HOSTS)), flush=True)
+    return results
+
+
+def rates_text(rate: ClientRate | None) -> str:
+    """How kube-controller-manager and kube-scheduler were started, for the header."""
+    if rate is None:
+        return "kube-controller-manager and kube-scheduler at their default client rates (20/30, 50/100)"
+    return f"kube-controller-manager and kube-scheduler at --kube-api-qps={rate.qps:g} --kube-api-burst={rate.burst}"
+
+
+def main() -> int:
+    args = parse_args()
+    rate = None if args.component_qps is None else ClientRate(
+        args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
+    title = (f"{BLOCKS * SUBBLOCKS * HOSTS} kwok nodes ({BLOCKS} blocks x {SUBBLOCKS} subblocks x {HOSTS} hosts, "
+             f"8 GPUs), indexed Job of N whole-node pods; {rates_text(rate)}")
     with tempfile.TemporaryDirectory(prefix="troupe-bench-scale-") as tmp:
         directory = Path(tmp)
         config = directory / "config.yaml"
         config.write_text("" if args.release_concurrency is None else f"releaseConcurrency: {args.release_concurrency}\n")
         print(f"starting the control plane with {BLOCKS * SUBBLOCKS * HOSTS} kwok nodes...", file=sys.stderr)
-        t = time.monotonic()
-        with Cluster(args.run_dir, nodes=nodes_file(directory), start_timeout=600.0) as cluster, Stack(cluster, config) as stack:
-            print(f"  ready in {time.monotonic() - t:.0f}s", file=sys.stderr)
-            api = cluster.api_client("admin")
-            core = client.CoreV1Api(api)
-            pid = stack.process("troupe-reconciler").popen.pid
-            rows = []
-            for n in sizes:
-                runs = {}
-                for kind in ("plain", "gang"):
-                    namespace = f"bench-{kind}-{n}"
-                    core.create_namespace({"metadata": {"name": namespace}})
-                    print(f"N={n} {kind}...", file=sys.stderr)
-                    runs[kind] = measure(api, namespace, f"{kind}-{n}", n, gang=(kind == "gang"))
-                    print(f"  {runs[kind].to_running:.1f}s to all Running", file=sys.stderr)
-                    clear(core, namespace)
-                rows.append((n, runs["plain"], runs["gang"], rss_peak_mib(pid)))
-                stack.check()
-
-    print(f"{BLOCKS * SUBBLOCKS * HOSTS} kwok nodes ({BLOCKS} blocks x {SUBBLOCKS} subblocks x {HOSTS} hosts, 8 GPUs), "
-          f"indexed Job of N whole-node pods")
-    print(f"{'N':>5} {'plain s':>8} {'gang s':>8} {'ratio':>6} {'release s':>10} {'subblocks plain/gang/min':>25} "
-          f"{'reconciler RSS MiB':>19}")
-    for n, plain, gang, rss in rows:
-        release = f"{gang.release:.2f}" if gang.release is not None else "n/a"
-        print(f"{n:>5} {plain.to_running:>8.1f} {gang.to_running:>8.1f} {gang.to_running / plain.to_running:>5.2f}x "
-              f"{release:>10} {f'{plain.subblocks}/{gang.subblocks}/{math.ceil(n / HOSTS)}':>25} {rss:>19.0f}")
+        began = time.monotonic()
+        with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
+            # 2,048 nodes take more than start's 60 s to be Ready on a busy machine
+            cluster.apply_nodes(nodes_file(directory), timeout=600.0)
+            with Stack(cluster, config) as stack:
+                print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
+                print(title, flush=True)
+                results = measure_sizes(cluster, stack, args.sizes, args.modes)
+    print(f"\n{title}; {time.monotonic() - began:.0f} s in all\n")
+    print(summary_table(results, args.modes, HOSTS))
     return 0
 
 

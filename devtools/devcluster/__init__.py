@@ -7,7 +7,7 @@ modules (see :mod:`devtools.devcluster.build`), kwok simulating nodes and runnin
 """
 
 from devtools.devcluster.build import Binaries, BuildError, ensure_built
-from devtools.devcluster.cluster import Cluster, ClusterError
+from devtools.devcluster.cluster import ClientRate, Cluster, ClusterError
 from devtools.devcluster.nodes import NodesFileError
 from devtools.devcluster.pki import ADMIN, ALICE, DEFAULT_IDENTITIES, RECONCILER, Identity
 from devtools.devcluster.processes import ComponentDied
@@ -19,6 +19,7 @@ __all__ = [
     "RECONCILER",
     "Binaries",
     "BuildError",
+    "ClientRate",
     "Cluster",
     "ClusterError",
     "ComponentDied",

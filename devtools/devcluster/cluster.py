@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -62,6 +63,30 @@ class ClusterError(RuntimeError):
     """The control plane could not start or be reached; the message says which part and why."""
 
 
+#: The components whose client rate :class:`ClientRate` sets.
+RATE_LIMITED_COMPONENTS = ("kube-controller-manager", "kube-scheduler")
+
+
+@dataclass(frozen=True)
+class ClientRate:
+    """The client rate of kube-controller-manager and kube-scheduler to the API server:
+    ``qps`` requests per second on average, ``burst`` at once (client-go's token bucket,
+    set by the components' flags ``--kube-api-qps`` and ``--kube-api-burst``).
+
+    Without one, the components keep their defaults: kube-controller-manager 20 per second,
+    burst 30 (so the Job controller creates about 20 pods a second); kube-scheduler 50,
+    burst 100 (about 50 bindings a second). Source: the ``kube-controller-manager`` and
+    ``kube-scheduler`` command-line references on kubernetes.io.
+    """
+
+    qps: float
+    burst: int
+
+    def flags(self) -> list[str]:
+        """``["--kube-api-qps=<qps>", "--kube-api-burst=<burst>"]``."""
+        return [f"--kube-api-qps={self.qps:g}", f"--kube-api-burst={self.burst}"]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close).
 
@@ -90,6 +115,8 @@ class Cluster:
     ``on_failure``: called from a monitor thread when a component exits on its own; by
     default the message is printed to stderr. :meth:`check` raises it in the caller.
     ``apiserver_args``: extra kube-apiserver flags (an audit log, say).
+    ``client_rate``: raised client rates for kube-controller-manager and kube-scheduler
+    (:class:`ClientRate`); None (the default) starts both with their own defaults.
     """
 
     def __init__(
@@ -104,6 +131,7 @@ class Cluster:
         start_timeout: float = 120.0,
         out: TextIO | None = None,
         apiserver_args: Iterable[str] = (),
+        client_rate: ClientRate | None = None,
     ) -> None:
         self._temp = run_dir is None
         self.run_dir = (
@@ -118,6 +146,7 @@ class Cluster:
         self._on_failure = on_failure or _report_failure
         self._timeout = start_timeout
         self._apiserver_args = list(apiserver_args)
+        self._client_rate = client_rate
         self._out = out or sys.stderr
         self._started: list[Started] = []
         self._monitor = Monitor([], self._on_failure)
@@ -154,6 +183,16 @@ class Cluster:
     def failure(self) -> ComponentDied | None:
         """The first component death the monitor saw, if any."""
         return self._monitor.failure
+
+    def extra_args(self, component: str) -> list[str]:
+        """The flags this cluster adds to ``component``'s own (one of :data:`COMPONENTS`):
+        ``apiserver_args`` for kube-apiserver, the :class:`ClientRate` flags for
+        kube-controller-manager and kube-scheduler when one is set, else none."""
+        if component == "kube-apiserver":
+            return list(self._apiserver_args)
+        if component in RATE_LIMITED_COMPONENTS and self._client_rate is not None:
+            return self._client_rate.flags()
+        return []
 
     def kubeconfig(self, identity: str = "admin") -> Path:
         """Path of the token kubeconfig of ``identity`` (``admin``, ``reconciler``, ``alice``, ...).
@@ -294,7 +333,7 @@ class Cluster:
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--allow-privileged=true",
                 "--profiling=false",
-                *self._apiserver_args,
+                *self.extra_args("kube-apiserver"),
             ],
         )
         ssl_context = ssl.create_default_context(cadata=pki.ca_pem.decode())
@@ -321,9 +360,13 @@ class Cluster:
                 f"--service-account-private-key-file={pki.sa_private_key}",
                 f"--cluster-signing-cert-file={pki.ca_cert}",
                 f"--cluster-signing-key-file={pki.ca_key}",
+                *self.extra_args("kube-controller-manager"),
             ],
         )
-        self._spawn("kube-scheduler", [str(bins.kube_scheduler), *common])
+        self._spawn(
+            "kube-scheduler",
+            [str(bins.kube_scheduler), *common, *self.extra_args("kube-scheduler")],
+        )
         self._spawn(
             "kwok",
             [
