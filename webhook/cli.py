@@ -21,7 +21,6 @@ import argparse
 import datetime as dt
 import os
 import shutil
-import socket
 import ssl
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from troupe.cli import UsageError as SharedUsageError
+from troupe.cli import check_bind as shared_check_bind
 from troupe.cli import guarded, parse_bind
 from troupe.config import Config, ConfigError, load_config
 from webhook.server import DEFAULT_LIMITS, Limits
@@ -96,14 +97,12 @@ def _check_pem_certificates(flag: str, path: str, data: bytes) -> None:
 
 
 def check_bind(host: str, port: int, flag: str = "--bind") -> None:
-    """Raise :class:`UsageError` if ``host:port`` cannot be listened on right now."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise UsageError(f"{flag} {host}:{port}: cannot listen: {e.strerror}") from e
+    """Raise :class:`UsageError` if ``host:port`` cannot be listened on right now
+    (:func:`troupe.cli.check_bind`, its error this module's)."""
+    try:
+        shared_check_bind(flag, host, port)
+    except SharedUsageError as e:
+        raise UsageError(str(e)) from None
 
 
 @dataclass(frozen=True)

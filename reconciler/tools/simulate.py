@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import gc
 import json
 import sys
@@ -88,7 +87,7 @@ from reconciler.objects.kinds import (
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from reconciler.objects.volumes import PARSERS, VOLUME_KINDS, spread_defaults
 from reconciler.tools.interpret import APPLY, Applied, reservation_json
-from troupe.cli import OneLineParser, guarded
+from troupe.cli import OneLineParser, UsageError, guarded, rfc3339
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
 
 EXIT_BAD_INPUT = 2
@@ -406,12 +405,9 @@ def decision_time(raw: str | None) -> float:
     if raw is None:
         return time.time()
     try:
-        parsed = dt.datetime.fromisoformat(raw)
-    except ValueError:
-        raise InputError(f"--now: expected an RFC 3339 time such as 2026-11-22T10:00:00Z, got {raw!r}") from None
-    if parsed.tzinfo is None:
-        raise InputError(f"--now: give a time zone (Z or +00:00), got {raw!r}")
-    return parsed.timestamp()
+        return rfc3339("--now", raw).timestamp()
+    except UsageError as e:
+        raise InputError(str(e)) from None
 
 
 def run(args: argparse.Namespace) -> int:
