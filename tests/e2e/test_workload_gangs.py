@@ -184,7 +184,9 @@ def test_a_pytorchjob_master_and_workers_run_as_one_gang_sized_by_its_replica_sp
     custom = client.CustomObjectsApi(admin_api)
     replica = {"replicas": 1, "restartPolicy": "Never", "template": template(gpus=4)}
     job = custom.create_namespaced_custom_object(*PYTORCH_API[:2], opted_in, PYTORCH_API[2], {
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
+        # Released when complete (the workload's own key): every member waits for the last.
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "pt", "annotations": {contract.RELEASE_MODE: contract.WHEN_COMPLETE}},
         "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": dict(replica, replicas=3)}}})
     owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "pt", "uid": job["metadata"]["uid"],
              "controller": True, "blockOwnerDeletion": True}
