@@ -127,7 +127,7 @@ def test_a_nodes_file_makes_ready_kwok_nodes(cluster, admin_core, name):
                     return None
             return True
 
-        wait_for(f"the {len(wanted)} nodes of examples/{name} Ready", ready, timeout=60)
+        assert wait_for(f"the {len(wanted)} nodes of examples/{name} Ready", ready, timeout=60) is True
     finally:
         for node in made:
             try:

@@ -108,16 +108,21 @@ def test_domains_come_best_first_and_ties_keep_topology_order():
 @given(busy_gpus=st.lists(st.integers(0, 8), min_size=6, max_size=6), size=st.integers(1, 7),
        gpu=st.sampled_from([1, 2, 4, 8]))
 def test_a_gang_of_one_shape_is_placed_exactly_when_its_best_domain_fits_every_member(busy_gpus, size, gpu):
+    for d in report_agrees_with_placement(busy_gpus, subblock_gang(size, gpu)):
+        assert 0 <= d.fits <= d.could <= d.need == size
+        assert sum(n for _, n in d.excluded) <= d.nodes
+
+
+def report_agrees_with_placement(busy_gpus, members):
+    """On two subblocks of three nodes busy with ``busy_gpus``: assert the gang is placed
+    exactly when the report's best domain fits every member; the report's domains."""
     nodes = [gpu_node(f"{s}-{i}", "b0", s) for s in ("s0", "s1") for i in range(3)]
     pods = [busy(n["metadata"]["name"], g) for n, g in zip((x.build() for x in nodes), busy_gpus, strict=True) if g]
     snapshot = snapshot_of(nodes, pods)
-    members = subblock_gang(size, gpu)
     report = shortfall(snapshot, members, required_level=SUBBLOCK)
     placed = place_gang(snapshot, members, required_level=SUBBLOCK).placed
-    assert placed == (report.domains[0].fits == size)
-    for d in report.domains:
-        assert 0 <= d.fits <= d.could <= d.need == size
-        assert sum(n for _, n in d.excluded) <= d.nodes
+    assert placed == (report.domains[0].fits == len(members))
+    return report.domains
 
 
 def apart_gang(size, gpu):
@@ -131,14 +136,7 @@ def apart_gang(size, gpu):
 @given(busy_gpus=st.lists(st.integers(0, 8), min_size=6, max_size=6), size=st.integers(1, 5),
        gpu=st.sampled_from([1, 2, 4, 8]))
 def test_with_pod_anti_affinity_a_gang_is_placed_exactly_when_its_best_domain_fits_every_member(busy_gpus, size, gpu):
-    nodes = [gpu_node(f"{s}-{i}", "b0", s) for s in ("s0", "s1") for i in range(3)]
-    pods = [busy(n["metadata"]["name"], g) for n, g in zip((x.build() for x in nodes), busy_gpus, strict=True) if g]
-    snapshot = snapshot_of(nodes, pods)
-    members = apart_gang(size, gpu)
-    report = shortfall(snapshot, members, required_level=SUBBLOCK)
-    placed = place_gang(snapshot, members, required_level=SUBBLOCK).placed
-    assert placed == (report.domains[0].fits == size)
-    for d in report.domains:
+    for d in report_agrees_with_placement(busy_gpus, apart_gang(size, gpu)):
         assert 0 <= d.fits <= d.could <= min(d.need, d.nodes)
         assert sum(n for _, n in d.excluded) <= d.nodes
 
