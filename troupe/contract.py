@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from troupe import kueue as kueue
 from troupe import layers
 from troupe.config import Config
 from troupe.errors import MAX_QUOTED as MAX_QUOTED
@@ -38,6 +39,10 @@ GKE_GATE_PREFIX = "gke.io/topology-aware-auto-"
 GANG_NAME_SUFFIX = "-name"
 GANG_SIZE_SUFFIX = "-size"
 GANG_TIMEOUT_SUFFIX = "-schedule-timeout-seconds"
+#: The gang's minimum size (Volcano's ``minAvailable``, KAI's ``minMember``, the native
+#: PodGroup's ``minCount``): the gang is first released when this many members exist and
+#: fit together; the rest are placed as they come (docs/decisions/038-minimum-size.md).
+GANG_MIN_SIZE_SUFFIX = "-min-size"
 
 #: The value of ``<prefix>-size`` that asks the reconciler to take the gang's members and
 #: size from the pod's workload (a Job, JobSet, LeaderWorkerSet or Kubeflow job), read
@@ -49,8 +54,8 @@ GANG_MODE_LABEL = "troupe.io/gang-mode"
 GANG_MODE_AUTO = "auto"
 
 # --- Topology requests (DESIGN.md "Topology"; the value is a level's node label key) -----
-TOPOLOGY_REQUIRED_LEVEL = "troupe.io/topology-required-level"
-TOPOLOGY_PREFERRED_LEVEL = "troupe.io/topology-preferred-level"
+TOPOLOGY_REQUIRED_LEVEL = layers.TOPOLOGY_REQUIRED_LEVEL
+TOPOLOGY_PREFERRED_LEVEL = layers.TOPOLOGY_PREFERRED_LEVEL
 #: How a gang whose members come from one workload is released (on the pod template, or
 #: on the workload object): :data:`AS_CREATED`, its nodes reserved from the workload's pod
 #: template and count as soon as the workload is seen, each member released onto its
@@ -166,20 +171,22 @@ _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DECIMAL = re.compile(r"[0-9]{1,9}")
 @dataclass(frozen=True)
 class GangKeys:
-    """The three gang annotation keys for one ``gangAnnotationPrefix``."""
+    """The four gang annotation keys for one ``gangAnnotationPrefix``."""
 
     name: str
     size: str
     timeout: str
+    min_size: str
 
     @classmethod
     def for_prefix(cls, prefix: str) -> GangKeys:
         """Keys for ``prefix`` (``troupe.io/gang`` -> ``troupe.io/gang-name`` ...)."""
-        return cls(prefix + GANG_NAME_SUFFIX, prefix + GANG_SIZE_SUFFIX, prefix + GANG_TIMEOUT_SUFFIX)
+        return cls(prefix + GANG_NAME_SUFFIX, prefix + GANG_SIZE_SUFFIX, prefix + GANG_TIMEOUT_SUFFIX,
+                   prefix + GANG_MIN_SIZE_SUFFIX)
 
-    def all(self) -> tuple[str, str, str]:
-        """The keys as a tuple (name, size, timeout)."""
-        return (self.name, self.size, self.timeout)
+    def all(self) -> tuple[str, str, str, str]:
+        """The keys as a tuple (name, size, timeout, min_size)."""
+        return (self.name, self.size, self.timeout, self.min_size)
 
 
 @dataclass(frozen=True)
@@ -188,13 +195,16 @@ class GangSpec:
     ``timeout_seconds`` (the effective one: defaulted and capped, seeds/001).
 
     ``auto``: the size is :data:`AUTO_SIZE`: the reconciler groups the pod by its
-    workload and sizes the gang from it; ``name`` is then ``""`` and ``size`` 0."""
+    workload and sizes the gang from it; ``name`` is then ``""`` and ``size`` 0.
+    ``min_size``: the ``<prefix>-min-size`` asked for (1 <= ``min_size`` <= ``size``), or
+    None: the whole gang is its minimum."""
 
     namespace: str
     name: str
     size: int
     timeout_seconds: int
     auto: bool = False
+    min_size: int | None = None
 
     @property
     def key(self) -> str:
@@ -271,7 +281,9 @@ def parse_gang(pod: Mapping[str, Any], config: Config) -> GangSpec | None:
     timeout a positive integer (defaulted and capped, see :func:`effective_timeout`).
     Name and size are both required once any gang key is present, except with size
     :data:`AUTO_SIZE`, which takes no name (the workload names the gang, one per Job,
-    JobSet or LeaderWorkerSet group: a name would join several of them).
+    JobSet or LeaderWorkerSet group: a name would join several of them). A minimum size
+    (``<prefix>-min-size``) is an integer with 1 <= M <= size (with size ``auto`` the
+    reconciler checks the upper bound against the workload's count).
     Raises :class:`ContractError` naming the key and the value.
     """
     namespace = pod_meta(pod).get("namespace") or "default"
@@ -289,7 +301,9 @@ def parse_gang_annotations(a: Mapping[str, Any], namespace: str, config: Config)
                 keys.name, str(a[keys.name]),
                 f"cannot be set together with {keys.size}: {AUTO_SIZE} (the workload names the gang)",
             )
-        return GangSpec(namespace, "", 0, effective_timeout(a.get(keys.timeout), config, keys.timeout), auto=True)
+        minimum = _min_size(a, keys, None)
+        return GangSpec(namespace, "", 0, effective_timeout(a.get(keys.timeout), config, keys.timeout), auto=True,
+                        min_size=minimum)
     name = a.get(keys.name)
     if name is None:
         raise ContractError(keys.name, None, "is required with the other gang annotations")
@@ -304,7 +318,22 @@ def parse_gang_annotations(a: Mapping[str, Any], namespace: str, config: Config)
         raise ContractError(keys.size, None, "is required with the other gang annotations")
     size = _positive_int(keys.size, raw_size, "an integer >= 1")
     timeout = effective_timeout(a.get(keys.timeout), config, keys.timeout)
-    return GangSpec(namespace, name, size, timeout)
+    return GangSpec(namespace, name, size, timeout, min_size=_min_size(a, keys, size))
+
+
+def _min_size(a: Mapping[str, Any], keys: GangKeys, size: int | None) -> int | None:
+    """The ``<prefix>-min-size`` of ``a``: None when absent; an integer from 1 to ``size``
+    (None: the size is the workload's, checked by the reconciler). Raises
+    :class:`ContractError` naming the key and the value."""
+    raw = a.get(keys.min_size)
+    if raw is None:
+        return None
+    if size is None:
+        return _positive_int(keys.min_size, raw, "an integer >= 1")
+    minimum = _positive_int(keys.min_size, raw, f"an integer from 1 to the gang's {keys.size} ({size})")
+    if minimum > size:
+        raise ContractError(keys.min_size, str(raw), f"must be an integer from 1 to the gang's {keys.size} ({size})")
+    return minimum
 
 
 @dataclass(frozen=True)
@@ -323,19 +352,35 @@ class TopologyRequest:
 def parse_topology_request(pod: Mapping[str, Any], config: Config) -> TopologyRequest:
     """The pod's ``troupe.io/topology-required-level`` / ``-preferred-level`` request.
 
-    Each value must be a configured level key (either set of ``Config``); both at once are
-    refused, as Kueue refuses both podset topology annotations. Raises
+    Each value must be a configured level key (either set of ``Config``; read from Kueue's
+    annotations, ``kubernetes.io/hostname`` too, as Kueue allows); both at once are refused,
+    as Kueue refuses both podset topology annotations. Raises
     :class:`ContractError` listing the configured levels.
     """
     return parse_topology_annotations(pod_annotations(pod), config)
 
 
 def parse_topology_annotations(a: Mapping[str, Any], config: Config) -> TopologyRequest:
-    """:func:`parse_topology_request` on a pod's annotations ``a``."""
+    """:func:`parse_topology_request` on a pod's annotations ``a``: Troupe's topology keys,
+    else Kueue's topology-aware scheduling annotations read as Troupe's
+    (:mod:`troupe.kueue`; an error then names the Kueue key)."""
+    if kueue.asks(a) and not any(k in a for k in TOPOLOGY_KEYS):
+        try:
+            return _parse_topology(kueue.as_troupe(a), config, node_level=True)
+        except ContractError as e:
+            raise kueue.rekeyed(e, a) from None
+    return _parse_topology(a, config)
+
+
+def _parse_topology(a: Mapping[str, Any], config: Config, node_level: bool = False) -> TopologyRequest:
+    """The request of annotations ``a`` in Troupe's keys; ``node_level``: the level may also
+    be ``kubernetes.io/hostname`` (one node), as Kueue's ``podset-*-topology`` allows."""
     required, preferred = a.get(TOPOLOGY_REQUIRED_LEVEL), a.get(TOPOLOGY_PREFERRED_LEVEL)
     for key, value in ((TOPOLOGY_REQUIRED_LEVEL, required), (TOPOLOGY_PREFERRED_LEVEL, preferred)):
-        if value is not None and (not isinstance(value, str) or config.level_depth(value) is None):
-            raise ContractError(key, str(value), f"must name a configured level ({', '.join(config.all_levels)})")
+        if value is not None and (not isinstance(value, str)
+                                  or (config.level_depth(value) is None and not (node_level and value == HOSTNAME_LABEL))):
+            known = (*config.all_levels, HOSTNAME_LABEL) if node_level else config.all_levels
+            raise ContractError(key, str(value), f"must name a configured level ({', '.join(known)})")
     if required is not None and preferred is not None:
         raise ContractError(TOPOLOGY_PREFERRED_LEVEL, preferred, f"cannot be set together with {TOPOLOGY_REQUIRED_LEVEL}")
     slices, placement, exclusive = parse_layers(a, config, required)

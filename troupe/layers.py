@@ -32,6 +32,10 @@ from troupe.errors import ContractError
 
 #: The node level (one node), accepted wherever a level is.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: The gang's level request (:mod:`troupe.contract`, DESIGN.md "Topology"): defined here so
+#: that the modules the contract is built of (:mod:`troupe.kueue`) name them too.
+TOPOLOGY_REQUIRED_LEVEL = "troupe.io/topology-required-level"
+TOPOLOGY_PREFERRED_LEVEL = "troupe.io/topology-preferred-level"
 TOPOLOGY_SLICE_SIZE = "troupe.io/topology-slice-size"
 TOPOLOGY_SLICE_REQUIRED_LEVEL = "troupe.io/topology-slice-required-level"
 TOPOLOGY_PLACEMENT = "troupe.io/topology-placement"
@@ -144,3 +148,12 @@ def check_gang_size(slices: tuple[SliceLayer, ...], size: int, raw_sizes: str) -
     if slices and size % slices[0].size:
         raise ContractError(TOPOLOGY_SLICE_SIZE, raw_sizes,
                             f"the gang size {size} must be a multiple of the outermost slice size {slices[0].size}")
+
+
+def check_min_size(slices: tuple[SliceLayer, ...], minimum: int, key: str) -> None:
+    """Refuse a gang's minimum size ``minimum`` (annotation ``key``, ``<prefix>-min-size``)
+    that the outermost slice size does not divide: the first release holds whole slices
+    (docs/decisions/038-minimum-size.md). Raises :class:`ContractError` on ``key``."""
+    if slices and minimum % slices[0].size:
+        raise ContractError(key, str(minimum),
+                            f"the minimum size must be a multiple of the outermost slice size {slices[0].size}")

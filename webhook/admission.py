@@ -12,7 +12,9 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   (:func:`troupe.contract.is_reserved_annotation`) is denied (403) unless the requester is
   ``config.reconciler_username``.
 - *Gangs* (``seeds/001``, prefix ``gangAnnotationPrefix``): name a valid label value, size
-  an integer >= 1, timeout a positive integer, else denied (400) naming key and value. The
+  an integer >= 1, timeout a positive integer, ``<prefix>-min-size`` an integer from 1 to
+  the size (and a multiple of the outermost slice size), else denied (400) naming key and
+  value. The
   effective timeout (defaulted, capped by the limit) is written back into
   ``<prefix>-schedule-timeout-seconds`` so the reconciler never re-derives it.
 - *Topology* (``seeds/002``): ``troupe.io/topology-required-level`` /
@@ -35,6 +37,14 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   the count: the patch grows with them (one env operation per container of a device-group
   pod), and Kubernetes itself sets no bound
   (``docs/decisions/028-webhook-bounds-and-server.md``).
+- *Kueue's topology annotations* (:mod:`troupe.kueue`,
+  ``docs/decisions/039-kueue-annotations.md``): a pod that asks for a placement with
+  ``kueue.x-k8s.io/podset-*-topology`` annotations and carries none of Troupe's topology
+  keys is read as if it asked with Troupe's (an error names the Kueue key) and is gated;
+  if it names no gang, a Kueue plain-pod group becomes the gang of that name and size and
+  a workload's pod gets ``<prefix>-size: auto``. A pod Kueue manages
+  (:func:`troupe.kueue.managed_by_kueue`) is Kueue's: untouched, or denied (400) when it
+  also carries Troupe's keys, since both would place it.
 - *Namespace opt-in* (``gang_mode_auto``, the configuration's second webhook entry, which
   the API server calls only for pods of namespaces labelled ``troupe.io/gang-mode: auto``
   that a supported workload creates): a pod with neither ``<prefix>-name`` nor
@@ -87,25 +97,29 @@ from troupe.contract import (
     GangSpec,
     device_env_var,
     is_reserved_annotation,
+    kueue,
     parse_gang,
     parse_release_mode,
     parse_topology_request,
+    pod_gates,
+    pod_labels,
 )
-from troupe.layers import check_gang_size
+from troupe.layers import check_gang_size, check_min_size
+from webhook.checks import API_VERSION, KIND, MAX_CONTAINERS, container_count_error, envelope_error
 from webhook.patches import (
     Malformed,
     PatchOp,
     auto_size,
     env_ops,
     gate_ops,
+    kueue_gang,
     pointer,
     shared_resource_requests,
     toleration_ops,
 )
 
-#: The only AdmissionReview version Troupe registers for (``admissionReviewVersions``).
-API_VERSION = "admission.k8s.io/v1"
-KIND = "AdmissionReview"
+__all__ = ["API_VERSION", "KIND", "MAX_CONTAINERS", "Admission", "admit", "container_count_error", "envelope_error",
+           "mutate", "outcome_of", "patch_of"]
 
 #: What a review ended as, for metrics and logs: no patch, a patch, a denial, or an error
 #: (malformed envelope or a bug).
@@ -138,51 +152,9 @@ class Admission(NamedTuple):
 
 _ALLOW = Admission(True)
 
-#: The most containers, init containers and ephemeral containers in all that a pod with a
-#: Troupe key may have (Kubernetes sets no bound; decision 028).
-MAX_CONTAINERS = 100
-_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
-
-
-def container_count_error(spec: Mapping[str, Any]) -> str | None:
-    """Why ``spec`` (a pod's) has too many containers, or None: more than
-    :data:`MAX_CONTAINERS` in ``containers``, ``initContainers`` and ``ephemeralContainers``
-    together (lists only; other shapes are refused where they are read)."""
-    counts = {name: len(value) for name in _CONTAINER_LISTS if isinstance(value := spec.get(name), list)}
-    total = sum(counts.values())
-    if total <= MAX_CONTAINERS:
-        return None
-    each = ", ".join(f"spec.{name}: {n}" for name, n in counts.items() if n)
-    return (f"spec.containers + spec.initContainers + spec.ephemeralContainers = {total} ({each}): "
-            f"a pod with Troupe annotations may have at most {MAX_CONTAINERS} containers in all")
-
-
 def _deny(code: int, message: str) -> Admission:
     reason = {400: "BadRequest", 403: "Forbidden"}.get(code, "InternalError")
     return Admission(False, code=code, reason=reason, message=message)
-
-
-def envelope_error(review: object) -> str | None:
-    """Why ``review`` is not an AdmissionReview v1 request this webhook can answer, or None.
-
-    Checks only the envelope: a JSON object with ``apiVersion: admission.k8s.io/v1``,
-    ``kind: AdmissionReview`` and a ``request`` object carrying a non-empty string ``uid``.
-    The Flask adapter answers HTTP 400 when this returns a reason.
-    """
-    if not isinstance(review, dict):
-        return "body must be a JSON object (an AdmissionReview)"
-    if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
-        return (
-            f"body must be an AdmissionReview of apiVersion {API_VERSION}, got "
-            f"apiVersion={review.get('apiVersion')!r} kind={review.get('kind')!r}"
-        )
-    request = review.get("request")
-    if not isinstance(request, dict):
-        return "request: must be an object"
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        return "request.uid: must be a non-empty string"
-    return None
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -204,6 +176,7 @@ class _Keys:
 
     troupe: tuple[str, ...]
     gang_timeout: str
+    gang_min_size: str
     env_vars: tuple[str, ...]
 
 
@@ -218,6 +191,7 @@ def _keys(config: Config) -> _Keys:
     keys = _Keys(
         troupe=(*gang.all(), *TOPOLOGY_KEYS, DEVICE_GROUP),
         gang_timeout=gang.timeout,
+        gang_min_size=gang.min_size,
         env_vars=tuple(dict.fromkeys(device_env_var(r) for r in config.shared_device_resources)),
     )
     if len(_keys_cache) > 64:  # a process normally has one Config; tests make many
@@ -313,13 +287,15 @@ def _contract_errors(
         gang = parse_gang(pod, config)
     except ContractError as e:
         errors.append(str(e))
-    if any(key in ann for key in TOPOLOGY_KEYS):
+    if any(key in ann for key in TOPOLOGY_KEYS) or kueue.asks(ann):
         try:
             topology = parse_topology_request(pod, config)
             if gang is not None and not gang.auto:
-                check_gang_size(topology.slices, gang.size, str(ann.get(TOPOLOGY_SLICE_SIZE)))
+                check_gang_size(topology.slices, gang.size, str(kueue.as_troupe(ann).get(TOPOLOGY_SLICE_SIZE)))
+            if gang is not None and gang.min_size is not None and topology.slices:
+                check_min_size(topology.slices, gang.min_size, _keys(config).gang_min_size)
         except ContractError as e:
-            errors.append(str(e))
+            errors.append(str(e if e.key.startswith("kueue.") or not kueue.asks(ann) else kueue.rekeyed(e, ann)))
     if RELEASE_MODE in ann:
         try:
             parse_release_mode(ann, AS_CREATED)
@@ -350,9 +326,26 @@ def _review_create(
     auto_ops: list[PatchOp] = []
     if gang_mode_auto:
         pod, ann, auto_ops = auto_size(pod, ann, config)
-    if not any(k in ann for k in _keys(config).troupe):
+    troupe_keys = sorted(k for k in _keys(config).troupe if k in ann)
+    asks_kueue = kueue.asks(ann)
+    if asks_kueue:
+        managed = kueue.managed_by_kueue(ann, pod_labels(pod), pod_gates(pod))
+        if managed and troupe_keys:
+            asked = ", ".join(k for k in kueue.TOPOLOGY_KEYS if k in ann)
+            return _deny(400, f"annotation {asked}: Kueue manages this pod ({managed}) and its topology-aware "
+                              f"scheduling places it, and Troupe's keys ({', '.join(troupe_keys)}) would place it "
+                              f"too; keep one of them")
+        if managed or any(k in ann for k in TOPOLOGY_KEYS):
+            asks_kueue = False  # Kueue's pod, or Troupe's own topology keys win
+        else:
+            try:
+                pod, ann, kueue_ops = kueue_gang(pod, ann, config)
+            except ContractError as e:
+                return _deny(400, str(e))
+            auto_ops.extend(kueue_ops)
+    if not troupe_keys and not asks_kueue:
         # No Troupe key: untouched, including pods created with a GKE topology gate, which
-        # the reconciler handles as they are (seeds/002).
+        # the reconciler handles as they are (seeds/002), and the pods Kueue manages.
         return _ALLOW
     gang, errors = _contract_errors(pod, ann, config)
     if errors:

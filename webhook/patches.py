@@ -1,7 +1,8 @@
 """The JSON Patch operations (RFC 6902) a pod with Troupe keys gets on CREATE, built
 directly, without a deep copy and a diff (``docs/decisions/002-webhook.md``): Troupe's gate
 and the toleration of its nominated-node taint, the device env entries and the shared-node toleration of a SharedDeviceGroup member, the
-``<prefix>-size: auto`` of a namespace opted in; and the check that a group member does
+``<prefix>-size: auto`` of a namespace opted in, the gang keys of a pod that asks with
+Kueue's topology annotations; and the check that a group member does
 not request a shared resource itself. The rules are in :mod:`webhook.admission`.
 
 A part of the pod the patch must touch that has the wrong JSON type raises
@@ -25,10 +26,13 @@ from troupe.contract import (
     GATE,
     NOMINATED_TAINT_EFFECT,
     NOMINATED_TAINT_KEY,
+    ContractError,
     GangKeys,
     created_by_workload,
     device_shared_toleration,
+    kueue,
     nominated_toleration,
+    pod_labels,
 )
 
 #: One JSON Patch operation (RFC 6902), e.g. ``{"op": "add", "path": "/x", "value": 1}``.
@@ -133,13 +137,42 @@ def auto_size(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config) ->
     gang = GangKeys.for_prefix(config.gang_annotation_prefix)
     if gang.name in ann or gang.size in ann or not created_by_workload(pod):
         return pod, ann, []
+    return with_annotations(pod, ann, {gang.size: AUTO_SIZE})
+
+
+def kueue_gang(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config) -> tuple[
+        Mapping[str, Any], Mapping[str, Any], list[PatchOp]]:
+    """A pod that asks for a placement with Kueue's topology annotations and names no gang
+    (docs/decisions/039-kueue-annotations.md): the pod as if it named the gang Kueue would
+    have admitted together, its annotations, and the ops that write them: a Kueue plain-pod
+    group (``kueue.x-k8s.io/pod-group-name`` label, ``-total-count`` annotation) is the gang
+    of that name and size; a pod a supported workload made gets ``<prefix>-size: auto``;
+    any other pod is left a gang of one. Raises :class:`ContractError` naming the
+    ``kueue.x-k8s.io/pod-group-total-count`` annotation when it is not a size."""
+    gang = GangKeys.for_prefix(config.gang_annotation_prefix)
+    if gang.name in ann or gang.size in ann:
+        return pod, ann, []
+    group = kueue.pod_group(pod_labels(pod), ann)
+    if group is None:
+        return auto_size(pod, ann, config)
+    name, count = group
+    if not (count.isascii() and count.isdigit() and 0 < len(count) <= 9 and int(count) >= 1):
+        raise ContractError(kueue.POD_GROUP_TOTAL_COUNT, count,
+                            f"must be the size of the group {name!r}, an integer >= 1 of at most 9 digits")
+    return with_annotations(pod, ann, {gang.name: name, gang.size: str(int(count))})
+
+
+def with_annotations(pod: Mapping[str, Any], ann: Mapping[str, Any], added: Mapping[str, str]) -> tuple[
+        Mapping[str, Any], Mapping[str, Any], list[PatchOp]]:
+    """The pod with annotations ``added`` (keys it does not carry), its annotations, and the
+    ops that add them."""
     meta = pod.get("metadata") or {}
     if meta.get("annotations") is None:
-        op: PatchOp = {"op": "add", "path": "/metadata/annotations", "value": {gang.size: AUTO_SIZE}}
+        ops: list[PatchOp] = [{"op": "add", "path": "/metadata/annotations", "value": dict(added)}]
     else:
-        op = {"op": "add", "path": pointer("metadata", "annotations", gang.size), "value": AUTO_SIZE}
-    ann = {**ann, gang.size: AUTO_SIZE}
-    return {**pod, "metadata": {**meta, "annotations": ann}}, ann, [op]
+        ops = [{"op": "add", "path": pointer("metadata", "annotations", k), "value": v} for k, v in added.items()]
+    ann = {**ann, **added}
+    return {**pod, "metadata": {**meta, "annotations": ann}}, ann, ops
 
 
 def shared_resource_requests(spec: Mapping[str, Any], config: Config) -> list[str]:

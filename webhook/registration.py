@@ -30,6 +30,7 @@ from troupe.contract import (
     TOPOLOGY_KEYS,
     WORKLOAD_OWNERS,
     GangKeys,
+    kueue,
 )
 
 #: The webhook's name inside the configuration (must be a fully qualified name).
@@ -59,6 +60,13 @@ def troupe_keys_expression(config: Config, var: str = "object") -> str:
     """CEL: ``var`` carries a Troupe key (gang keys of the configured prefix, topology level
     requests, ``deviceshare.io/group``)."""
     present = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in _troupe_keys(config))
+    return f"({_has_annotations(var)} && ({present}))"
+
+
+def kueue_keys_expression(var: str = "object") -> str:
+    """CEL: ``var`` carries one of Kueue's topology annotations (:mod:`troupe.kueue`), which
+    the webhook reads as Troupe's on pods Kueue does not manage."""
+    present = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in kueue.TOPOLOGY_KEYS)
     return f"({_has_annotations(var)} && ({present}))"
 
 
@@ -128,8 +136,8 @@ def gke_gate_expression(var: str = "object") -> str:
 def match_conditions(config: Config) -> list[dict[str, str]]:
     """The ``matchConditions``; all must hold for a request to reach the webhook.
 
-    - ``troupe-pods``: on CREATE, the pod has a Troupe key, a GKE topology gate or a
-      reserved annotation; on UPDATE (of the pod or its ``pods/status``), the update adds,
+    - ``troupe-pods``: on CREATE, the pod has a Troupe key, one of Kueue's topology
+      annotations, a GKE topology gate or a reserved annotation; on UPDATE (of the pod or its ``pods/status``), the update adds,
       changes or removes a reserved annotation or a Troupe key, or removes Troupe's gate.
       An update that merely *has* them is not sent: the Job controller's patch that removes
       its finalizer from a released pod must not depend on the webhook being up
@@ -139,7 +147,7 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
       depend on the webhook being up.
     """
     on_create = " || ".join(
-        (troupe_keys_expression(config), gke_gate_expression(), reserved_keys_expression())
+        (troupe_keys_expression(config), kueue_keys_expression(), gke_gate_expression(), reserved_keys_expression())
     )
     on_update = (
         f"oldObject != null && ({reserved_keys_changed_expression()} || "

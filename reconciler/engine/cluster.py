@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import troupe.kueue as kueue
 from reconciler.engine.devices import Devices, parse_selected
 from reconciler.engine.fields import ObjectError, mapping, string, string_map
 from reconciler.engine.filters import NodeFilter, Taint, parse_node_filter, parse_taints
@@ -23,6 +24,7 @@ from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
     GANG_CONDITION,
+    GANG_MIN_SIZE_SUFFIX,
     GANG_NAME_SUFFIX,
     GANG_SIZE_SUFFIX,
     GANG_TIMEOUT_SUFFIX,
@@ -129,8 +131,9 @@ class PodInfo:
     that :mod:`reconciler.engine.gang` reads: the keys that may be gang annotations (any
     key ending in ``-name``, ``-size`` or ``-schedule-timeout-seconds``) and the topology
     keys (``troupe.io/topology-required-level``, ``-preferred-level``, the slice,
-    placement and exclusive keys: :data:`troupe.contract.TOPOLOGY_KEYS`) and the release
-    mode (``troupe.io/release``). They stay raw
+    placement and exclusive keys: :data:`troupe.contract.TOPOLOGY_KEYS`), the release
+    mode (``troupe.io/release``), Kueue's topology annotations and the annotation Kueue
+    marks the pods of its workloads with (:mod:`troupe.kueue`). They stay raw
     because reading them needs the configuration, which a pod is parsed without: the gang
     keys are those of the configured ``gangAnnotationPrefix`` (seeds/001), and a topology
     level must be one of the configured levels; the reconciler's own annotations are
@@ -281,8 +284,8 @@ def _text(value: Any) -> str:
 
 
 #: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).
-_GANG_KEY_ENDS = (GANG_NAME_SUFFIX, GANG_SIZE_SUFFIX, GANG_TIMEOUT_SUFFIX)
-_TOPOLOGY_KEYS = frozenset((*TOPOLOGY_KEYS, RELEASE_MODE))
+_GANG_KEY_ENDS = (GANG_NAME_SUFFIX, GANG_SIZE_SUFFIX, GANG_TIMEOUT_SUFFIX, GANG_MIN_SIZE_SUFFIX)
+_TOPOLOGY_KEYS = frozenset((*TOPOLOGY_KEYS, RELEASE_MODE, *kueue.TOPOLOGY_KEYS, kueue.WORKLOAD_ANNOTATION))
 
 
 def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:

@@ -73,6 +73,7 @@ from reconciler.engine.clocks import Clock, ReleaseGroup, jitter, release_clock
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase, Rule
+from reconciler.engine.nominating import held_note, nomination_deadline, nomination_of
 from reconciler.engine.placement import Code, PlacementResult
 from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.preemption.budgeted import plan_within_budgets
@@ -223,6 +224,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         size_from=gang.size_from, workload_missing=gang.workload_missing,
         refused=len(refused), refused_why="; ".join(r.describe() for r in refused),
         reservation=len(reservation.nodes) if reservation is not None else 0, as_created=as_created,
+        min_size=gang.min_size,
     )
     return _Seen(gang, snapshot, now, policy, queue, released, gated, reserved, free, releases, expired, obs,
                  min(pending) if pending else None, tuple(refused))
@@ -338,10 +340,12 @@ def _place(s: _Seen) -> Decision:
     period after it was made) is cleared and the gang decided afresh."""
     gang, snapshot = s.gang, s.snapshot
     subject = f"replacement member(s) {', '.join(p.name for p in s.free)}: " if s.released else ""
-    nominee, nom = _nomination(gang)
+    if s.released and (progress := lifecycle.running_of_minimum(s.obs)):
+        subject = f"{progress}; member(s) {', '.join(p.name for p in s.free)}: "
+    nominee, nom = nomination_of(gang)
     clear: tuple[str, ...] = ()
     if nom is not None:
-        deadline = _nomination_deadline(gang, nom, snapshot, s.policy.nomination_max_seconds)
+        deadline = nomination_deadline(gang, nom, snapshot, s.policy.nomination_max_seconds)
         if deadline <= s.now:
             clear, nom = (nominee,), None
         else:
@@ -364,7 +368,10 @@ def _place(s: _Seen) -> Decision:
         clear += (nominee,)
     if found.result.placed:
         return _placed(s, found, subject, clear)
-    return _unplaced(s, view, found.result, near, nom, nominee, subject, wait, clear, _held_note(s.queue, held))
+    minimum = _at_minimum(s, view, near)
+    if minimum is not None:
+        return _placed(s, minimum, subject, clear, waiting=len(s.free) - len(minimum.result.assignments))
+    return _unplaced(s, view, found.result, near, nom, nominee, subject, wait, clear, held_note(s.queue, held))
 
 
 def _with_clear(actions: tuple[Action, ...], clear: tuple[str, ...]) -> tuple[Action, ...]:
@@ -407,10 +414,25 @@ def _unplaced(s: _Seen, view: Snapshot, result: PlacementResult, near: Sequence[
                   placement=result)
 
 
-def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ...]) -> Decision:
-    """A new release of the free gated members. Its ``planned_at`` names it, so it is later
-    than every release of the gang already there, by a millisecond if the clock says
-    otherwise."""
+def _at_minimum(s: _Seen, view: Snapshot, near: Sequence[str]) -> DevicePlacement | None:
+    """The placement of the first ``min_size`` free members in rank order, for a gang
+    with a minimum size whose present members do not all fit and of which nothing is
+    released yet (docs/decisions/038-minimum-size.md); None when that does not apply or
+    does not fit either."""
+    minimum = s.gang.min_size
+    if minimum is None or s.released or s.reserved or len(s.free) <= minimum:
+        return None
+    topology = s.gang.topology
+    found = place_with_devices(view, s.free[:minimum], topology.required_level, topology.preferred_level, near=near,
+                               layout=topology)
+    return found if found.result.placed else None
+
+
+def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ...], waiting: int = 0) -> Decision:
+    """A new release of the free gated members (of the first ``min_size`` of them, when
+    ``waiting`` more are present that do not fit with them). Its ``planned_at`` names it,
+    so it is later than every release of the gang already there, by a millisecond if the
+    clock says otherwise."""
     result, snapshot, now = found.result, s.snapshot, s.now
     at = planned_at(now, list(s.releases))
     ranks = {p.key: i for i, p in enumerate(s.gang.members)}
@@ -425,6 +447,9 @@ def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ..
     # assumed them, and members that are never bound change nothing else.
     deadline = (epoch(at) or now) + s.gang.timeout_seconds + jitter(s.gang, at)
     notes = [*_avoided(s), *filter(None, [unmodeled_note(s.free, s.snapshot.volumes)])]
+    if waiting:
+        notes.append(f"the first {len(out)} members (minimum {s.gang.min_size}) released; {waiting} more present "
+                     f"wait for room next to them")
     return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings, note="; ".join(notes)),), clear),
                   Status((result.reason, *notes), result.code, subject), recheck_at=deadline, placement=result)
 
@@ -432,34 +457,6 @@ def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ..
 def _avoided(s: _Seen) -> list[str]:
     """The reason part of a plan that avoids nodes (``[]``: none avoided)."""
     return [avoid_note(s.gang.avoid)] if s.gang.avoid else []
-
-
-def _nomination(gang: Gang) -> tuple[str, Nomination | None]:
-    """The first gated member in rank order (who carries the gang's nomination) and the
-    latest nomination a gated member carries (None without one)."""
-    gated = [p for p in gang.members if p.gated]
-    noms = sorted((p.nomination for p in gated if p.nomination is not None), key=lambda n: n.at)
-    return (gated[0].key if gated else ""), (noms[-1] if noms else None)
-
-
-def _nomination_deadline(gang: Gang, nom: Nomination, snapshot: Snapshot, cap: int) -> float:
-    """When a nomination runs out (seconds since the epoch): its time, plus the gang's
-    timeout and jitter, plus the longest grace period of its victims still there (the
-    Eviction API gives each its own), but never more than ``cap`` seconds after it was
-    made (``nominationMaxSeconds``: a victim's owner sets its grace period)."""
-    start = epoch(nom.at)
-    if start is None:
-        return 0.0
-    grace = max((p.grace_seconds for v in nom.victims if (p := snapshot.pods.get(v)) is not None), default=0)
-    return start + min(gang.timeout_seconds + jitter(gang, nom.at) + grace, cap)
-
-
-def _held_note(queue: QueueView, held: frozenset[int]) -> str:
-    if not held:
-        return ""
-    first = min(queue.holds, key=lambda h: h.order)
-    return (f"; {len(held)} node(s) held for {len(queue.holds)} gang(s) ahead in the queue "
-            f"({first.gang}, priority {first.priority}, in {first.domain})")
 
 
 def _preempt(s: _Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination | None, subject: str,
@@ -492,7 +489,7 @@ def _preempt(s: _Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination 
     by_key = {p.key: p for p in s.free}
     nomination = Nomination(rfc3339(s.now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
                             plan.victims, tuple(sorted(refused)))
-    nominee, note = _nomination(gang)[0], victims.budget_note({**held, **shared})
+    nominee, note = nomination_of(gang)[0], victims.budget_note({**held, **shared})
     return s.made(lifecycle.PREEMPTING, (Preempt(nominee, nomination, plan.victims, plan), wait),
                   Status.of(f"{plan.reason} ({policy.preemption}){note}", Code.UNSCHEDULABLE, subject),
                   recheck_at=s.now + gang.timeout_seconds, placement=plan.placement)

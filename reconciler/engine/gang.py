@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import troupe.contract as contract
+import troupe.kueue as kueue
 from reconciler.engine import workloads as wl
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.reservations import Record
@@ -45,7 +46,7 @@ from troupe.config import Config
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
 #: whose size or timeout disagree are held; a topology request is the gang's, too).
-AGREE_ON_TOPOLOGY = contract.TOPOLOGY_KEYS
+AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *kueue.TOPOLOGY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ class Gang:
     ``key``: ``namespace/id`` (the work queue's key). ``name``: how users know it (the
     gang name, ``gke:job-name=w`` or ``pod:<name>``). ``members``: its active pods
     (neither terminal nor being deleted), in rank order (:func:`troupe.ranks.rank_key`).
-    ``size``: members needed before the first release; None while an auto-gang settles,
-    until ``settle_at`` (seconds since the epoch). ``size_from`` says where a size not
+    ``size``: members the gang has; None while an auto-gang settles, until ``settle_at``
+    (seconds since the epoch). ``min_size``: members needed before the first release
+    (``<prefix>-min-size``), None: ``size`` (docs/decisions/038-minimum-size.md). ``size_from`` says where a size not
     stated by the members came from (``"Job w parallelism"``). ``timeout_seconds``: the
     effective timeout (defaulted and capped, ``seeds/001``); ``jitter_seconds`` the bound
     of the jitter added to it. ``topology``: the members' level request. ``held``: why the
@@ -105,6 +107,7 @@ class Gang:
     release_mode: str = contract.WHEN_COMPLETE
     reservation: Record | None = None
     reservation_stale: str = ""
+    min_size: int | None = None
 
     @property
     def as_created(self) -> bool:
@@ -197,6 +200,7 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     topology = contract.TopologyRequest()
     malformed = next((p for p in members if p.malformed), None)
     held = f"member {malformed.name}: {malformed.malformed} (held until it is fixed)" if malformed else ""
+    held = held or _kueue_gated(members)
     try:
         topology = contract.parse_topology_annotations(members[0].gang_annotations, config)
     except contract.ContractError as e:
@@ -223,8 +227,25 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
             specs.append(spec)
     if not specs:
         return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
-    disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, *AGREE_ON_TOPOLOGY))
-    return replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree)
+    disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
+    return replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
+                   min_size=specs[0].min_size)
+
+
+def _kueue_gated(members: Iterable[PodInfo]) -> str:
+    """Why a gang with a member that carries one of Kueue's scheduling gates is held
+    (docs/decisions/039-kueue-annotations.md), or ``""``: Kueue's topology gate means
+    Kueue places the pod itself, and a release by Troupe would pin it elsewhere; its
+    admission gate means Kueue has not admitted the pod's workload yet, and a member
+    released behind it could not be bound."""
+    for pod in members:
+        if kueue.TOPOLOGY_GATE in pod.gates:
+            return (f"member {pod.name} carries Kueue's scheduling gate {kueue.TOPOLOGY_GATE}: Kueue's "
+                    f"topology-aware scheduling places it, so Troupe does not (held; use one of them for a workload)")
+        if kueue.ADMISSION_GATE in pod.gates:
+            return (f"member {pod.name} waits for Kueue to admit its workload (scheduling gate "
+                    f"{kueue.ADMISSION_GATE}); held until Kueue removes the gate")
+    return ""
 
 
 def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str], int]) -> Gang:
@@ -249,15 +270,15 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     if found is None:  # build_gang holds such a gang before it gets here
         return gang
     keys = _gang_keys(config.gang_annotation_prefix)
-    disagree = _disagreement(gang.members, (keys.size, keys.timeout, *AGREE_ON_TOPOLOGY))
-    timeout = gang.timeout_seconds
+    disagree = _disagreement(gang.members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
+    timeout, minimum = gang.timeout_seconds, None
     try:
         spec = contract.parse_gang_annotations(gang.members[0].gang_annotations, gang.namespace, config)
     except contract.ContractError as e:
         return replace(gang, held=f"member {gang.members[0].name}: {e} (held until it is fixed)")
     if spec is not None:
-        timeout = spec.timeout_seconds
-    gang = replace(gang, timeout_seconds=timeout, held=gang.held or disagree)
+        timeout, minimum = spec.timeout_seconds, spec.min_size
+    gang = replace(gang, timeout_seconds=timeout, held=gang.held or disagree, min_size=minimum)
     workload = workloads.objects.get(found[1])
     if workload is None:
         return replace(gang, settle_at=float("inf"), workload_missing=workloads.missing(found[1]))
@@ -268,6 +289,9 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
             topology = contract.parse_topology_annotations(workload.topology, config)
         except contract.ContractError as e:
             held = held or f"{workload.kind} {workload.name}: {e}"
+    if minimum is not None and minimum > workload.size and not held:
+        held = (f"annotation {keys.min_size}: {minimum} is more than the gang's {workload.size} members "
+                f"({workload.size_from}) (held until it is fixed)")
     return replace(gang, size=workload.size, size_from=workload.size_from, topology=topology, held=held)
 
 
@@ -305,8 +329,11 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
     carries a reservation (so a stale one is dropped). A workload another supported
     workload controls (a JobSet's child Job) makes no gang, nor do two workloads whose
     slots name one gang. In ``auto_namespaces`` (labelled
-    ``troupe.io/gang-mode: auto``) a template without gang keys counts as ``<prefix>-size:
-    auto``, as the webhook stamps its pods."""
+    ``troupe.io/gang-mode: auto``), and for a template that asks with Kueue's topology
+    annotations and is not Kueue's (:func:`kueue_topology_template`), a template without
+    gang keys counts as ``<prefix>-size: auto``, as the webhook stamps its pods. A template
+    whose ``<prefix>-min-size`` is below its count is released when its minimum is present
+    (docs/decisions/038-minimum-size.md)."""
     keys = _gang_keys(config.gang_annotation_prefix)
     out: dict[str, wl.Workload] = {}
     claimed: dict[str, int] = {}
@@ -315,7 +342,8 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
         if not slots or w.owned:
             continue
         first = slots[0]
-        if w.namespace in auto_namespaces and not any(k in first.gang_annotations for k in keys.all()):
+        if not any(k in first.gang_annotations for k in keys.all()) and (
+                w.namespace in auto_namespaces or kueue_topology_template(first)):
             auto = {**first.gang_annotations, keys.size: contract.AUTO_SIZE}
             slots = tuple(replace(s, gang_annotations=auto) for s in slots)
             w = replace(w, slots=slots)
@@ -336,8 +364,20 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
         size = first.gang_annotations.get(keys.size)
         if size != contract.AUTO_SIZE and size != str(len(slots)):
             continue  # a named gang of other members too: released when complete
+        if first.gang_annotations.get(keys.min_size, str(len(slots))) != str(len(slots)):
+            continue  # a minimum below the size: released once the minimum is present (docs/decisions/038)
         out[key] = w
     return {key: w for key, w in out.items() if claimed[key] == 1}  # a gang of several workloads: when complete
+
+
+def kueue_topology_template(slot: PodInfo) -> bool:
+    """True when a workload's pod template (its first slot) asks for a placement with
+    Kueue's topology annotations, names none of Troupe's topology keys and carries no mark
+    of a workload Kueue admitted: the webhook makes its pods gang members
+    (docs/decisions/039-kueue-annotations.md)."""
+    a = slot.gang_annotations
+    return (kueue.asks(a) and not any(k in a for k in contract.TOPOLOGY_KEYS)
+            and not kueue.managed_by_kueue(a, slot.labels, slot.gates))
 
 
 def auto_namespaces(namespaces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:

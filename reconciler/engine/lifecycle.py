@@ -31,9 +31,10 @@ order   rule                  phase           applies when
 7b      ``WorkloadUnknown``   Waiting         the workload that sizes the gang is not
                                               known (not found, or its kind unreadable)
 8       ``Settling``          Waiting         an auto-gang's size is not known yet
-9       ``MembersMissing``    Waiting         fewer than ``size`` active members, none
-                                              released (all-or-nothing), and the gang is
-                                              not released as created
+9       ``MembersMissing``    Waiting         fewer than ``size`` active members (or its
+                                              minimum size), none released
+                                              (all-or-nothing), and the gang is not
+                                              released as created
 10      ``Queued``            Waiting         StrictFIFO: a gang ahead in the queue does
                                               not fit, and every gang behind it waits
 11      ``Placed``            Placed          a placement exists for every gated member
@@ -125,6 +126,16 @@ class Observation:
     #: ``as_created`` the gang may be reserved now (none of it released, members missing).
     reservation: int = 0
     as_created: bool = False
+    #: The members needed before the first release (``<prefix>-min-size``); None: ``size``.
+    min_size: int | None = None
+
+    @property
+    def needed(self) -> int | None:
+        """Members needed before the first release: the minimum size, else the size (None
+        while an auto-gang settles)."""
+        if self.size is None:
+            return None
+        return min(self.min_size, self.size) if self.min_size is not None else self.size
 
     def summary(self) -> str:
         """One line for errors and logs: ``active=4 size=4 gated=2 reserved=2 ...``."""
@@ -186,10 +197,25 @@ class Rule:
 
 def _members(o: Observation) -> str:
     size = "?" if o.size is None else str(o.size)
-    return f"{o.active} of {size} members present" + (f" ({o.size_from})" if o.size_from else "")
+    minimum = f" (minimum {o.min_size})" if o.min_size is not None and o.min_size != o.size else ""
+    return f"{o.active} of {size} members present{minimum}" + (f" ({o.size_from})" if o.size_from else "")
+
+
+def running_of_minimum(o: Observation) -> str:
+    """``6 of 8 running (minimum 4)``: a gang with a minimum size below its size, once
+    released (docs/decisions/038-minimum-size.md); ``""`` for any other gang."""
+    if o.min_size is None or o.size is None or o.min_size >= o.size:
+        return ""
+    return f"{o.running} of {o.size} running (minimum {o.min_size})"
 
 
 def _released(o: Observation) -> str:
+    progress = running_of_minimum(o)
+    if progress:
+        unbound = f"; {o.bound} of {o.released} released members bound" if o.bound != o.released else ""
+        left = (o.size or 0) - o.active
+        missing = f"; {left} member(s) not created yet, each placed next to the gang when it comes" if left > 0 else ""
+        return progress + unbound + missing
     if o.size is not None and o.active < o.size:
         missing = f"; {o.size - o.active} missing, a replacement is placed on its own when it comes"
     else:
@@ -238,7 +264,8 @@ SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
                 lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more",
                 Notice("Normal", "GangWaiting", on_change_only=True), "WaitingForMembers")
 MEMBERS_MISSING = Rule("MembersMissing", Phase.WAITING,
-                       lambda o: o.released == 0 and o.size is not None and o.active < o.size and not o.as_created,
+                       lambda o: o.released == 0 and o.needed is not None and o.active < o.needed
+                       and not o.as_created,
                        _members,
                        Notice("Normal", "GangWaiting"), "WaitingForMembers")
 #: Every rule above passed: ask the placement engine (not a phase of its own).

@@ -158,6 +158,8 @@ class GangStatus:
         if self.outcome is not None and self.outcome.victims:
             out["victims"] = self.outcome.victims
         out["releaseMode"] = self.gang.release_mode  # AsCreated or WhenComplete (docs/decisions/034)
+        if self.gang.min_size is not None:
+            out["minSize"] = self.gang.min_size  # docs/decisions/038-minimum-size.md
         if self.outcome is not None and self.outcome.reservation is not None:
             out["reservation"] = self.outcome.reservation
         return out

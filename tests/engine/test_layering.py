@@ -14,7 +14,7 @@ ALLOWED_STDLIB = {
     "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "operator", "re",
     "typing",
 }
-ALLOWED_PROJECT = ("reconciler.engine", "troupe.contract", "troupe.config", "troupe.ranks")
+ALLOWED_PROJECT = ("reconciler.engine", "troupe.contract", "troupe.config", "troupe.ranks", "troupe.kueue")
 
 
 def imported_modules(source: str) -> list[str]:

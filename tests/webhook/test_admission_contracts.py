@@ -15,6 +15,7 @@ from webhook.admission import envelope_error, mutate, patch_of
 
 GATE = {"name": "troupe.io/placement"}
 TIMEOUT = "troupe.io/gang-schedule-timeout-seconds"
+MIN = "troupe.io/gang-min-size"
 PFN = Config(gang_annotation_prefix="gang-scheduling.preferred.jp/gang")
 
 
@@ -72,6 +73,14 @@ GANG_CASES = [
     Case("a timeout above the limit is capped at 100 seconds",
          make_pod().gang("g", "4", timeout="500").container().obj(),
          want_annotations={"troupe.io/gang-name": "g", "troupe.io/gang-size": "4", TIMEOUT: "100"}),
+    Case("a minimum size from 1 to the size is kept as written",
+         make_pod().gang("g", "8").annotate(MIN, "4").container().obj(),
+         want_gates=[GATE],
+         want_annotations={"troupe.io/gang-name": "g", "troupe.io/gang-size": "8", MIN: "4", TIMEOUT: "30"}),
+    Case("a minimum size with size auto is kept (the reconciler checks it against the workload)",
+         make_pod().annotate("troupe.io/gang-size", "auto").annotate(MIN, "4").container().obj(),
+         want_gates=[GATE],
+         want_annotations={"troupe.io/gang-size": "auto", MIN: "4", TIMEOUT: "30"}),
     Case("a timeout within the limit is kept as written",
          make_pod().gang("g", "4", timeout="45").container().obj(),
          want_annotations={"troupe.io/gang-name": "g", "troupe.io/gang-size": "4", TIMEOUT: "45"}),
@@ -124,6 +133,24 @@ BAD_GANG_CASES = [
     Case("a name without a size is denied, naming the missing size",
          make_pod().annotate("troupe.io/gang-name", "g").container().obj(),
          want_allowed=False, want_code=400, want_in_message=["troupe.io/gang-size", "missing"]),
+    Case("a minimum size alone is denied, naming the missing name",
+         make_pod().annotate(MIN, "2").container().obj(),
+         want_allowed=False, want_code=400, want_in_message=["troupe.io/gang-name", "missing"]),
+] + [
+    Case(f"a minimum size {what} is denied, naming the key and the value",
+         make_pod().gang(size="4").annotate(MIN, value).container().obj(),
+         want_allowed=False, want_code=400, want_in_message=[MIN, repr(value), want])
+    for what, value, want in [
+        ("of zero", "0", "from 1 to the gang's troupe.io/gang-size (4)"),
+        ("above the size", "5", "from 1 to the gang's troupe.io/gang-size (4)"),
+        ("that is a word", "two", "from 1"),
+        ("of ten digits", "1234567890", "at most 9 digits"),
+    ]
+] + [
+    Case("a minimum size that is not a whole number of slices is denied",
+         make_pod().gang(size="8").annotate(MIN, "6").annotate("troupe.io/topology-slice-size", "4")
+         .annotate("troupe.io/topology-slice-required-level", "cloud.google.com/gce-topology-host").container().obj(),
+         want_allowed=False, want_code=400, want_in_message=[MIN, "'6'", "multiple of the outermost slice size 4"]),
     Case("a bad size and a bad topology level are both reported",
          make_pod().gang(size="0").annotate("troupe.io/topology-required-level", "rack").container().obj(),
          want_allowed=False, want_code=400,

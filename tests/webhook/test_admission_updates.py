@@ -57,6 +57,8 @@ CASES = [
          [SIZE, "'eight'"]),
     Case("the gang name cannot be removed", gated(), changed(gated(), **{"troupe.io/gang-name": None}), False,
          ["troupe.io/gang-name", "cannot be removed", "'g'"]),
+    Case("a minimum size cannot be added later", gated(), changed(gated(), **{"troupe.io/gang-min-size": "2"}), False,
+         ["troupe.io/gang-min-size", "cannot be added", "'2'"]),
     Case("a topology level cannot be added later", gated(), changed(gated(), **{LEVEL: HOST}), False,
          [LEVEL, "cannot be added", HOST]),
     Case("a bad topology level cannot be added later either", gated(), changed(gated(), **{LEVEL: "rack"}), False,

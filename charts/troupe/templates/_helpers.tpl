@@ -185,7 +185,7 @@ CEL of the webhook's matchConditions. These mirror webhook/registration.py exact
 {{- $root := index . 0 -}}{{- $var := index . 1 -}}
 {{- $prefix := $root.Values.config.gangAnnotationPrefix -}}
 {{- $present := list -}}
-{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "deviceshare.io/group") -}}
+{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) (printf "%s-min-size" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "deviceshare.io/group") -}}
 {{- $present = append $present (printf "%s in %s.metadata.annotations" (include "troupe.celString" .) $var) -}}
 {{- end -}}
 ({{ include "troupe.celHasAnnotations" $var }} && ({{ join " || " $present }}))
@@ -211,10 +211,18 @@ k.startsWith({{ include "troupe.celString" "reconciler.troupe.io/" }}) || k.star
 {{- define "troupe.celTroupeKey" -}}
 {{- $prefix := .Values.config.gangAnnotationPrefix -}}
 {{- $keys := list -}}
-{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "deviceshare.io/group") -}}
+{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) (printf "%s-min-size" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "deviceshare.io/group") -}}
 {{- $keys = append $keys (include "troupe.celString" .) -}}
 {{- end -}}
 k in [{{ join ", " $keys }}]
+{{- end -}}
+{{/* The pod in "object" carries one of Kueue's topology annotations (troupe/kueue.py). */}}
+{{- define "troupe.celKueueKeys" -}}
+{{- $present := list -}}
+{{- range (list "kueue.x-k8s.io/podset-required-topology" "kueue.x-k8s.io/podset-preferred-topology" "kueue.x-k8s.io/podset-unconstrained-topology" "kueue.x-k8s.io/podset-slice-required-topology" "kueue.x-k8s.io/podset-slice-size" "kueue.x-k8s.io/podset-slice-required-topology-constraints") -}}
+{{- $present = append $present (printf "%s in %s.metadata.annotations" (include "troupe.celString" .) "object") -}}
+{{- end -}}
+({{ include "troupe.celHasAnnotations" "object" }} && ({{ join " || " $present }}))
 {{- end -}}
 {{- define "troupe.celGkeGate" -}}
 (has({{ . }}.spec) && has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, has(g.name) && g.name.startsWith({{ include "troupe.celString" "gke.io/topology-aware-auto-" }})))
@@ -223,7 +231,7 @@ k in [{{ join ", " $keys }}]
 (has({{ . }}.spec) && has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, has(g.name) && g.name == {{ include "troupe.celString" "troupe.io/placement" }}))
 {{- end -}}
 {{- define "troupe.celTroupePods" -}}
-{{- $onCreate := join " || " (list (include "troupe.celTroupeKeys" (list . "object")) (include "troupe.celGkeGate" "object") (include "troupe.celReservedKeys" "object")) -}}
+{{- $onCreate := join " || " (list (include "troupe.celTroupeKeys" (list . "object")) (include "troupe.celKueueKeys" .) (include "troupe.celGkeGate" "object") (include "troupe.celReservedKeys" "object")) -}}
 {{- $gateRemoved := printf "(%s && !%s)" (include "troupe.celTroupeGate" "oldObject") (include "troupe.celTroupeGate" "object") -}}
 {{- $onUpdate := printf "oldObject != null && (%s || %s || %s)" (include "troupe.celAnnotationsChanged" (include "troupe.celReservedKey" .)) (include "troupe.celAnnotationsChanged" (include "troupe.celTroupeKey" .)) $gateRemoved -}}
 request.operation == 'CREATE' ? ({{ $onCreate }}) : ({{ $onUpdate }})

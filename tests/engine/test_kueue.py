@@ -1,0 +1,95 @@
+"""Kueue's topology-aware scheduling annotations in the engine
+(docs/decisions/039-kueue-annotations.md): a workload written for Kueue is a gang whose
+level is Kueue's, released as created from its template; a workload Kueue admitted is not
+Troupe's; a member behind one of Kueue's gates is held, saying why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reconciler.engine import lifecycle
+from reconciler.engine.cluster import NodeInfo, PodInfo
+from reconciler.engine.decision import decide
+from reconciler.engine.gang import build_gang, planned_gangs
+from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.topology import TopologyLevels
+from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, workloads_of
+from tests.support.engine_builders import make_node
+from troupe import contract
+from troupe.config import Config
+
+CONFIG = Config(gang_schedule_timeout_jitter_seconds=0)
+NOW = 1_800_000_000.0
+KEY = f"{NAMESPACE}/job:train"
+SUBBLOCK = "cloud.google.com/gce-topology-subblock"
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+
+
+def kueue_job(size: int, **annotations: str) -> dict[str, Any]:
+    """A Job written for Kueue: its template asks with Kueue's annotations, names no gang."""
+    job = job_object("train", size, annotations=annotations)
+    del job["spec"]["template"]["metadata"]["annotations"]["troupe.io/gang-size"]
+    return job
+
+
+def nodes() -> list[NodeInfo]:
+    """Eight nodes of 8 GPUs, 4 per subblock; the first subblock has one node busy."""
+    return [NodeInfo.from_object(make_node(f"n{i}").allocatable(gpu=8).topology("b0", f"s{i // 4}", f"h{i}").build())
+            for i in range(8)]
+
+
+def test_a_job_written_for_kueues_required_topology_is_reserved_whole_inside_one_subblock() -> None:
+    job = kueue_job(4, **{REQUIRED: SUBBLOCK})
+    known = workloads_of(job)
+    assert KEY in planned_gangs(known, CONFIG), "its template counts as <prefix>-size: auto"
+    snapshot = Snapshot(nodes(), [], TopologyLevels.default())
+    gang = gangs_of(snapshot, known, CONFIG)[KEY]
+    assert gang.topology.required_level == SUBBLOCK
+    decision = decide(gang, snapshot, NOW)
+    assert decision.rule is lifecycle.RESERVED, decision.reason
+    assert "gce-topology-subblock=b0/s" in decision.reason
+
+
+def test_a_job_kueue_admitted_is_not_troupes() -> None:
+    job = kueue_job(4, **{REQUIRED: SUBBLOCK, "kueue.x-k8s.io/workload": "job-train-1"})
+    assert planned_gangs(workloads_of(job), CONFIG) == {}
+    labelled = kueue_job(4, **{REQUIRED: SUBBLOCK})
+    labelled["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "main"
+    assert planned_gangs(workloads_of(labelled), CONFIG) == {}
+
+
+def test_a_gang_with_a_minimum_below_its_size_is_not_reserved_as_created() -> None:
+    job = job_object("train", 4, annotations={"troupe.io/gang-min-size": "2"})
+    assert planned_gangs(workloads_of(job), CONFIG) == {}
+    whole = job_object("train", 4, annotations={"troupe.io/gang-min-size": "4"})
+    assert KEY in planned_gangs(workloads_of(whole), CONFIG)
+
+
+def test_the_members_of_a_kueue_job_read_kueues_slices() -> None:
+    job = kueue_job(4, **{"kueue.x-k8s.io/podset-slice-required-topology": SUBBLOCK,
+                          "kueue.x-k8s.io/podset-slice-size": "2"})
+    pods = [member_pod(job, i) for i in range(4)]
+    for p in pods:  # as the webhook admits them
+        p["metadata"]["annotations"]["troupe.io/gang-size"] = "auto"
+    members = [PodInfo.from_object(p) for p in pods]
+    gang = build_gang(KEY, members, CONFIG, {}, workloads_of(job))
+    assert gang.topology.slices == (contract.SliceLayer(2, SUBBLOCK),)
+
+
+@pytest.mark.parametrize(("gate", "want"), [
+    ("kueue.x-k8s.io/topology", "carries Kueue's scheduling gate kueue.x-k8s.io/topology: Kueue's topology-aware "
+                                "scheduling places it, so Troupe does not"),
+    ("kueue.x-k8s.io/admission", "waits for Kueue to admit its workload (scheduling gate kueue.x-k8s.io/admission)"),
+])
+def test_a_member_behind_one_of_kueues_gates_holds_its_gang_saying_why(gate: str, want: str) -> None:
+    job = job_object("train", 2, annotations={"troupe.io/release": "WhenComplete"})
+    pods = [member_pod(job, i) for i in range(2)]
+    pods[1]["spec"]["schedulingGates"].append({"name": gate})
+    snapshot = Snapshot(nodes(), [PodInfo.from_object(p) for p in pods], TopologyLevels.default())
+    gang = gangs_of(snapshot, workloads_of(job), CONFIG)[KEY]
+    decision = decide(gang, snapshot, NOW)
+    assert decision.phase is lifecycle.Phase.HELD
+    assert want in decision.reason
+    assert decision.release == ()
