@@ -117,6 +117,10 @@ class Config:
     shared_device_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
     auto_gang_settle_seconds: int = 5
+    #: How long a node may be NotReady under a running member of a ``RestartGang`` gang
+    #: before that member counts as failed (seconds; kube-controller-manager's
+    #: ``--node-monitor-grace-period`` is 40 s, so a node is NotReady at least that late).
+    node_failure_grace_seconds: int = 60
     #: Writes of one release in flight at once (docs/decisions/007-release-writes.md).
     release_concurrency: int = 64
     #: The reconciler's client-side rate limit on API requests: a token bucket refilled at
@@ -178,7 +182,8 @@ def _value(key: str, name: str, raw: Any) -> Any:
     if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds",
                 "nomination_max_seconds"):
         return _want_int(key, raw, 1)
-    if name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds"):
+    if name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds",
+                "node_failure_grace_seconds"):
         return _want_int(key, raw, 0)
     if name in ("release_concurrency", "kube_api_burst"):
         return _want_int(key, raw, 1)

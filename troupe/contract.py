@@ -71,6 +71,19 @@ RELEASE_MODES = (AS_CREATED, WHEN_COMPLETE)
 TOPOLOGY_KEYS = (TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, TOPOLOGY_SLICE_SIZE, TOPOLOGY_SLICE_REQUIRED_LEVEL,
                  TOPOLOGY_PLACEMENT, TOPOLOGY_EXCLUSIVE_LEVEL)
 
+#: What a released gang does when one of its running members fails
+#: (docs/decisions/040-failure-policy.md): :data:`REPLACE_MEMBER` (the default), the
+#: member's controller recreates it and Troupe places the replacement next to the gang,
+#: inside its required domain; :data:`RESTART_GANG`, a member's failure is the gang's:
+#: every running member is deleted (``DisruptionTarget``), once, and the gang is placed
+#: again whole (Volcano's and JobSet's restart of the whole group).
+FAILURE_POLICY = "troupe.io/gang-failure-policy"
+REPLACE_MEMBER = "ReplaceMember"
+RESTART_GANG = "RestartGang"
+FAILURE_POLICIES = (REPLACE_MEMBER, RESTART_GANG)
+#: The gang's policy keys: fixed at creation, every member the same, read by the reconciler.
+GANG_POLICY_KEYS = (FAILURE_POLICY,)
+
 # --- Shared device groups (seeds/000) ----------------------------------------------------
 #: Pod annotation: the SharedDeviceGroup (cluster-scoped) the pod joins.
 DEVICE_GROUP = "deviceshare.io/group"
@@ -396,6 +409,18 @@ def parse_release_mode(a: Mapping[str, Any], default: str) -> str:
         return default
     if value not in RELEASE_MODES:
         raise ContractError(RELEASE_MODE, str(value), f"must be one of {', '.join(RELEASE_MODES)}")
+    return str(value)
+
+
+def parse_failure_policy(a: Mapping[str, Any]) -> str:
+    """The failure policy annotations ``a`` ask for with :data:`FAILURE_POLICY`, else
+    :data:`REPLACE_MEMBER`. Raises :class:`ContractError` naming the key and the value when
+    it is not one of :data:`FAILURE_POLICIES`."""
+    value = a.get(FAILURE_POLICY)
+    if value is None:
+        return REPLACE_MEMBER
+    if value not in FAILURE_POLICIES:
+        raise ContractError(FAILURE_POLICY, str(value), f"must be one of {', '.join(FAILURE_POLICIES)}")
     return str(value)
 
 

@@ -87,6 +87,8 @@ from troupe.config import Config
 from troupe.contract import (
     AS_CREATED,
     DEVICE_GROUP,
+    FAILURE_POLICY,
+    GANG_POLICY_KEYS,
     GATE,
     MIRROR_POD_ANNOTATION,
     RELEASE_MODE,
@@ -98,6 +100,7 @@ from troupe.contract import (
     device_env_var,
     is_reserved_annotation,
     kueue,
+    parse_failure_policy,
     parse_gang,
     parse_release_mode,
     parse_topology_request,
@@ -189,7 +192,7 @@ def _keys(config: Config) -> _Keys:
         return hit[1]
     gang = GangKeys.for_prefix(config.gang_annotation_prefix)
     keys = _Keys(
-        troupe=(*gang.all(), *TOPOLOGY_KEYS, DEVICE_GROUP),
+        troupe=(*gang.all(), *TOPOLOGY_KEYS, *GANG_POLICY_KEYS, DEVICE_GROUP),
         gang_timeout=gang.timeout,
         gang_min_size=gang.min_size,
         env_vars=tuple(dict.fromkeys(device_env_var(r) for r in config.shared_device_resources)),
@@ -299,6 +302,11 @@ def _contract_errors(
     if RELEASE_MODE in ann:
         try:
             parse_release_mode(ann, AS_CREATED)
+        except ContractError as e:
+            errors.append(str(e))
+    if FAILURE_POLICY in ann:
+        try:
+            parse_failure_policy(ann)
         except ContractError as e:
             errors.append(str(e))
     if DEVICE_GROUP in ann:

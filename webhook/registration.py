@@ -22,6 +22,7 @@ from troupe.contract import (
     DEVICE_GROUP,
     GANG_MODE_AUTO,
     GANG_MODE_LABEL,
+    GANG_POLICY_KEYS,
     GATE,
     GKE_GATE_PREFIX,
     LWS_NAME_LABEL,
@@ -85,7 +86,7 @@ def reserved_keys_expression(var: str = "object") -> str:
 
 def _troupe_keys(config: Config) -> tuple[str, ...]:
     return (*GangKeys.for_prefix(config.gang_annotation_prefix).all(),
-            *TOPOLOGY_KEYS, DEVICE_GROUP)
+            *TOPOLOGY_KEYS, *GANG_POLICY_KEYS, DEVICE_GROUP)
 
 
 def _not_kept(var: str, other: str, selected: str) -> str:

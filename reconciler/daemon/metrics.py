@@ -104,6 +104,14 @@ ROLLBACKS_BY_NAMESPACE = Counter(
     ["namespace"],
 )
 
+GANG_RESTARTS = Counter(
+    "troupe_gang_restarts_total",
+    "RestartGang gangs restarted whole after a running member failed (its pod Failed, its node deleted, "
+    f"NotReady past the grace or tainted NoExecute), by namespace (beyond the first {NAMESPACE_LIMIT}: "
+    f"'{OTHER_NAMESPACES}'; docs/decisions/040-failure-policy.md).",
+    ["namespace"],
+)
+
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 
@@ -267,7 +275,10 @@ class GangMetrics:
         if outcome.rolled_back:
             if not outcome.retry:
                 ROLLBACKS.inc()
-                ROLLBACKS_BY_NAMESPACE.labels(self.namespaces.label(key.partition("/")[0])).inc()
+                namespace = self.namespaces.label(key.partition("/")[0])
+                ROLLBACKS_BY_NAMESPACE.labels(namespace).inc()
+                if decision.rule.name == "MemberFailed":
+                    GANG_RESTARTS.labels(namespace).inc()
             self._unbound.discard(key)
             return
         seen = decision.observation

@@ -26,6 +26,7 @@ from troupe.contract import (
     GANG_CONDITION,
     GANG_MIN_SIZE_SUFFIX,
     GANG_NAME_SUFFIX,
+    GANG_POLICY_KEYS,
     GANG_SIZE_SUFFIX,
     GANG_TIMEOUT_SUFFIX,
     HOSTNAME_LABEL,
@@ -57,6 +58,9 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    #: When the node's ``Ready`` condition last turned away from ``True`` (RFC 3339), ``""``
+    #: while it is Ready or when the condition says nothing.
+    not_ready_since: str = ""
 
     @property
     def hostname(self) -> str:
@@ -71,12 +75,14 @@ class NodeInfo:
         meta = mapping(obj, "metadata", required=True)
         spec = mapping(obj, "spec")
         status = mapping(obj, "status", required=True)
-        ready = True
+        ready, since = True, ""
         conditions = status.get("conditions")
         if isinstance(conditions, list):
             for condition in conditions:
                 if isinstance(condition, Mapping) and condition.get("type") == "Ready" and condition.get("status") != "True":
                     ready = False
+                    changed = condition.get("lastTransitionTime")
+                    since = changed if isinstance(changed, str) else ""
         return _filled(cls, {
             "name": string(meta, "name", "metadata", required=True),
             "labels": string_map(meta, "labels", "metadata"),
@@ -84,6 +90,7 @@ class NodeInfo:
             "taints": parse_taints(spec),
             "ready": ready,
             "unschedulable": spec.get("unschedulable") is True,
+            "not_ready_since": since,
         })
 
 
@@ -285,7 +292,8 @@ def _text(value: Any) -> str:
 
 #: How every gang annotation key ends, whatever the configured prefix (:class:`troupe.contract.GangKeys`).
 _GANG_KEY_ENDS = (GANG_NAME_SUFFIX, GANG_SIZE_SUFFIX, GANG_TIMEOUT_SUFFIX, GANG_MIN_SIZE_SUFFIX)
-_TOPOLOGY_KEYS = frozenset((*TOPOLOGY_KEYS, RELEASE_MODE, *kueue.TOPOLOGY_KEYS, kueue.WORKLOAD_ANNOTATION))
+_TOPOLOGY_KEYS = frozenset((*TOPOLOGY_KEYS, RELEASE_MODE, *GANG_POLICY_KEYS, *kueue.TOPOLOGY_KEYS,
+                            kueue.WORKLOAD_ANNOTATION))
 
 
 def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:

@@ -71,8 +71,11 @@ from reconciler.engine.ascreated import (
 )
 from reconciler.engine.clocks import Clock, ReleaseGroup, jitter, release_clock
 from reconciler.engine.cluster import PodInfo
+from reconciler.engine.failures import describe as describe_failures
+from reconciler.engine.failures import failures
 from reconciler.engine.gang import Gang
 from reconciler.engine.lifecycle import Observation, Phase, Rule
+from reconciler.engine.minimum import at_minimum
 from reconciler.engine.nominating import held_note, nomination_deadline, nomination_of
 from reconciler.engine.placement import Code, PlacementResult
 from reconciler.engine.preemption import candidates as victims
@@ -205,7 +208,9 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         if left:
             clocks[rid] = Clock(now, f"the release of {rid} was rolled back; {len(left)} member(s) of it still to delete")
     expired = [rid for rid, c in clocks.items() if c.deadline <= now]
-    pending = [c.deadline for c in clocks.values() if c.deadline > now] + ([refused_later] if refused_later else [])
+    failed, failing_at = failures(gang, released, snapshot, now)
+    pending = [c.deadline for c in clocks.values() if c.deadline > now] + ([refused_later] if refused_later else []) \
+        + ([failing_at] if failing_at is not None else [])
     size, settle_left = gang.size, 0.0
     if size is None:
         settle_left = gang.settle_at - now
@@ -224,7 +229,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         size_from=gang.size_from, workload_missing=gang.workload_missing,
         refused=len(refused), refused_why="; ".join(r.describe() for r in refused),
         reservation=len(reservation.nodes) if reservation is not None else 0, as_created=as_created,
-        min_size=gang.min_size,
+        min_size=gang.min_size, failed=len(failed), failed_why=describe_failures(failed),
     )
     return _Seen(gang, snapshot, now, policy, queue, released, gated, reserved, free, releases, expired, obs,
                  min(pending) if pending else None, tuple(refused))
@@ -252,6 +257,13 @@ def _no_members(s: _Seen) -> Decision:
 
 def _timed_out(s: _Seen) -> Decision:
     return _roll_back(s, lifecycle.TIMED_OUT, s.expired)
+
+
+def _member_failed(s: _Seen) -> Decision:
+    """``RestartGang``: a running member failed; roll back every release its running
+    members belong to, so every one of them is deleted and the gang placed again whole."""
+    current = sorted({rid for p in [*s.released, *s.reserved] if (rid := s.snapshot.plan_of(p) or p.released_at)})
+    return _roll_back(s, lifecycle.MEMBER_FAILED, current)
 
 
 def _refused(s: _Seen) -> Decision:
@@ -307,6 +319,7 @@ _BUILD: Mapping[Rule, Callable[[_Seen], Decision]] = {
     lifecycle.NO_MEMBERS: _no_members,
     lifecycle.REFUSED: _refused,
     lifecycle.TIMED_OUT: _timed_out,
+    lifecycle.MEMBER_FAILED: _member_failed,
     lifecycle.RELEASE_IN_PROGRESS: _finish_release,
     lifecycle.RELEASE_AS_CREATED: release_as_created,
     lifecycle.ALL_RELEASED: _all_released,
@@ -368,7 +381,7 @@ def _place(s: _Seen) -> Decision:
         clear += (nominee,)
     if found.result.placed:
         return _placed(s, found, subject, clear)
-    minimum = _at_minimum(s, view, near)
+    minimum = None if s.released or s.reserved else at_minimum(gang, s.free, view, near)
     if minimum is not None:
         return _placed(s, minimum, subject, clear, waiting=len(s.free) - len(minimum.result.assignments))
     return _unplaced(s, view, found.result, near, nom, nominee, subject, wait, clear, held_note(s.queue, held))
@@ -412,20 +425,6 @@ def _unplaced(s: _Seen, view: Snapshot, result: PlacementResult, near: Sequence[
         reasons.append(f"no lower-priority gangs whose eviction makes room{victims.budget_note(held)}")
     return s.made(lifecycle.UNPLACED, _with_clear((wait,), clear), Status(tuple(reasons), result.code, subject),
                   placement=result)
-
-
-def _at_minimum(s: _Seen, view: Snapshot, near: Sequence[str]) -> DevicePlacement | None:
-    """The placement of the first ``min_size`` free members in rank order, for a gang
-    with a minimum size whose present members do not all fit and of which nothing is
-    released yet (docs/decisions/038-minimum-size.md); None when that does not apply or
-    does not fit either."""
-    minimum = s.gang.min_size
-    if minimum is None or s.released or s.reserved or len(s.free) <= minimum:
-        return None
-    topology = s.gang.topology
-    found = place_with_devices(view, s.free[:minimum], topology.required_level, topology.preferred_level, near=near,
-                               layout=topology)
-    return found if found.result.placed else None
 
 
 def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ...], waiting: int = 0) -> Decision:

@@ -46,7 +46,7 @@ from troupe.config import Config
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
 #: whose size or timeout disagree are held; a topology request is the gang's, too).
-AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *kueue.TOPOLOGY_KEYS)
+AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *contract.GANG_POLICY_KEYS, *kueue.TOPOLOGY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,12 @@ class Gang:
     carries (None before one is made); ``reservation_stale`` says why that record no
     longer fits the workload (suspended, finished, resized, another gang's), ``""``.
     Other gangs have ``release_mode`` :data:`troupe.contract.WHEN_COMPLETE` and no slots.
+
+    ``failure_policy``: the members' ``troupe.io/gang-failure-policy``; ``failed``: its
+    members that ended ``Failed`` after Troupe released them (a ``RestartGang`` gang
+    restarts when one belongs to a release still running); ``failure_grace_seconds``: how
+    long a running member's node may be NotReady before the member counts as failed
+    (``nodeFailureGraceSeconds``; docs/decisions/040-failure-policy.md).
     """
 
     key: str
@@ -108,6 +114,9 @@ class Gang:
     reservation: Record | None = None
     reservation_stale: str = ""
     min_size: int | None = None
+    failure_policy: str = contract.REPLACE_MEMBER
+    failed: tuple[PodInfo, ...] = ()
+    failure_grace_seconds: int = 60
 
     @property
     def as_created(self) -> bool:
@@ -205,8 +214,15 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
         topology = contract.parse_topology_annotations(members[0].gang_annotations, config)
     except contract.ContractError as e:
         held = held or f"member {members[0].name}: {e}"
+    policy = contract.REPLACE_MEMBER
+    try:
+        policy = contract.parse_failure_policy(members[0].gang_annotations)
+    except contract.ContractError as e:
+        held = held or f"member {members[0].name}: {e}"
+    failed = tuple(p for p in pods if p.phase == "Failed" and (p.planned_at or p.released_at))
     gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
-                topology=topology, held=held, device_groups=groups, priority=priority, created=created)
+                topology=topology, held=held, device_groups=groups, priority=priority, created=created,
+                failure_policy=policy, failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
     annotated = any(k in members[0].gang_annotations for k in gang_keys.all())
     if name.startswith("gke:"):
         return _auto_sized(gang, config, parallelism)

@@ -17,6 +17,11 @@ order   rule                  phase           applies when
                                               rolled back and the node avoided
 2       ``TimedOut``          RolledBack      a release did not complete, or its members
                                               were not all bound, within the timeout
+2b      ``MemberFailed``      RolledBack      ``RestartGang``: a running member failed (its
+                                              pod Failed, its node deleted, NotReady past
+                                              the grace, or tainted NoExecute): every
+                                              running member is deleted, the gang placed
+                                              again whole
 3       ``ReleaseInProgress`` Releasing       gated members hold nodes reserved by a
                                               release cut short: finish it
 3b      ``ReleaseAsCreated``  Releasing       the gang's workload carries its reservation:
@@ -128,6 +133,10 @@ class Observation:
     as_created: bool = False
     #: The members needed before the first release (``<prefix>-min-size``); None: ``size``.
     min_size: int | None = None
+    #: A ``RestartGang`` gang: running members that failed (their pod, or their node lost),
+    #: and the words for them (docs/decisions/040-failure-policy.md).
+    failed: int = 0
+    failed_why: str = ""
 
     @property
     def needed(self) -> int | None:
@@ -238,6 +247,11 @@ REFUSED = Rule("Refused", Phase.ROLLED_BACK, lambda o: o.refused > 0,
                Notice("Warning", "GangRefused"))
 TIMED_OUT = Rule("TimedOut", Phase.ROLLED_BACK, lambda o: o.expired > 0, lambda o: o.expired_why,
                  Notice("Warning", "GangTimedOut"))
+#: A running member of a ``RestartGang`` gang failed: every running member is deleted and
+#: the gang placed again whole (docs/decisions/040-failure-policy.md).
+MEMBER_FAILED = Rule("MemberFailed", Phase.ROLLED_BACK, lambda o: o.failed > 0,
+                     lambda o: f"{o.failed_why}: restarting the whole gang (RestartGang)",
+                     Notice("Warning", "GangMemberFailed"))
 RELEASE_IN_PROGRESS = Rule(
     "ReleaseInProgress", Phase.RELEASING, lambda o: o.reserved > 0,
     lambda o: f"finishing a release: {o.released} of {o.released + o.reserved} members released, "
@@ -301,7 +315,7 @@ EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "",
 
 #: The observation rules, in the order they are tried (module docstring).
 RULES: tuple[Rule, ...] = (
-    NO_MEMBERS, REFUSED, TIMED_OUT, RELEASE_IN_PROGRESS, RELEASE_AS_CREATED, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
+    NO_MEMBERS, REFUSED, TIMED_OUT, MEMBER_FAILED, RELEASE_IN_PROGRESS, RELEASE_AS_CREATED, ALL_RELEASED, MEMBERS_DISAGREE, DEVICE_GROUP,
     BACKING_OFF, WORKLOAD_UNKNOWN, SETTLING, MEMBERS_MISSING, READY,
 )
 

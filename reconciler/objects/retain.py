@@ -76,14 +76,15 @@ POD: Keep = {
 }
 
 #: Nodes: name and labels (topology levels, hostname, device-sharing mode); taints and
-#: cordon; allocatable resources; the Ready condition. Not kept: annotations, images,
-#: addresses, node info, volumes, capacity.
+#: cordon; allocatable resources; the conditions' type, status and last transition (how
+#: long a node has been NotReady: docs/decisions/040-failure-policy.md). Not kept:
+#: annotations, images, addresses, node info, volumes, capacity, heartbeats.
 NODE: Keep = {
     "apiVersion": True, "kind": True,
     "metadata": {"name": True, "uid": True, "resourceVersion": True, "creationTimestamp": True,
                  "deletionTimestamp": True, "labels": True},
     "spec": {"taints": True, "unschedulable": True},
-    "status": {"allocatable": True, "conditions": {"type": True, "status": True}},
+    "status": {"allocatable": True, "conditions": {"type": True, "status": True, "lastTransitionTime": True}},
 }
 
 #: Jobs: identity, the annotations a workload may carry (topology, release mode, the

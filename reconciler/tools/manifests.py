@@ -299,7 +299,7 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
     opted = ctx.namespaces.get(namespace, {}).get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO
     if opted and keys.name not in ann and keys.size not in ann and contract.created_by_workload(out):
         ann[keys.size] = contract.AUTO_SIZE
-    troupe_keys = (*keys.all(), *contract.TOPOLOGY_KEYS, contract.DEVICE_GROUP)
+    troupe_keys = (*keys.all(), *contract.TOPOLOGY_KEYS, *contract.GANG_POLICY_KEYS, contract.DEVICE_GROUP)
     if not any(k in ann for k in troupe_keys):
         return out, _gated(out)
     try:

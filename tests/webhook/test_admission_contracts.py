@@ -81,6 +81,11 @@ GANG_CASES = [
          make_pod().annotate("troupe.io/gang-size", "auto").annotate(MIN, "4").container().obj(),
          want_gates=[GATE],
          want_annotations={"troupe.io/gang-size": "auto", MIN: "4", TIMEOUT: "30"}),
+    Case("a RestartGang failure policy is kept and the member gated",
+         make_pod().gang("g", "4").annotate("troupe.io/gang-failure-policy", "RestartGang").container().obj(),
+         want_gates=[GATE],
+         want_annotations={"troupe.io/gang-name": "g", "troupe.io/gang-size": "4",
+                           "troupe.io/gang-failure-policy": "RestartGang", TIMEOUT: "30"}),
     Case("a timeout within the limit is kept as written",
          make_pod().gang("g", "4", timeout="45").container().obj(),
          want_annotations={"troupe.io/gang-name": "g", "troupe.io/gang-size": "4", TIMEOUT: "45"}),
@@ -147,6 +152,10 @@ BAD_GANG_CASES = [
         ("of ten digits", "1234567890", "at most 9 digits"),
     ]
 ] + [
+    Case("a failure policy that is neither ReplaceMember nor RestartGang is denied, naming the key and the value",
+         make_pod().gang(size="4").annotate("troupe.io/gang-failure-policy", "Restart").container().obj(),
+         want_allowed=False, want_code=400,
+         want_in_message=["troupe.io/gang-failure-policy", "'Restart'", "ReplaceMember, RestartGang"]),
     Case("a minimum size that is not a whole number of slices is denied",
          make_pod().gang(size="8").annotate(MIN, "6").annotate("troupe.io/topology-slice-size", "4")
          .annotate("troupe.io/topology-slice-required-level", "cloud.google.com/gce-topology-host").container().obj(),

@@ -171,6 +171,8 @@ CASES = [
     Case("a pod with only Kueue's queue name is not sent", "CREATE",
          make_pod().annotate("kueue.x-k8s.io/queue-name", "q").obj(), want_sent=False),
     Case("a minimum size is sent", "CREATE", make_pod().annotate("troupe.io/gang-min-size", "2").obj()),
+    Case("a failure policy is sent", "CREATE",
+         make_pod().annotate("troupe.io/gang-failure-policy", "RestartGang").obj()),
     Case("a pod created with a GKE topology gate is sent", "CREATE",
          make_pod().gate("gke.io/topology-aware-auto-job").obj()),
     Case("a pod created with a reserved annotation is sent (to be denied)", "CREATE",

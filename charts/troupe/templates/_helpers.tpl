@@ -185,7 +185,7 @@ CEL of the webhook's matchConditions. These mirror webhook/registration.py exact
 {{- $root := index . 0 -}}{{- $var := index . 1 -}}
 {{- $prefix := $root.Values.config.gangAnnotationPrefix -}}
 {{- $present := list -}}
-{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) (printf "%s-min-size" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "deviceshare.io/group") -}}
+{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) (printf "%s-min-size" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "troupe.io/gang-failure-policy" "deviceshare.io/group") -}}
 {{- $present = append $present (printf "%s in %s.metadata.annotations" (include "troupe.celString" .) $var) -}}
 {{- end -}}
 ({{ include "troupe.celHasAnnotations" $var }} && ({{ join " || " $present }}))
@@ -211,7 +211,7 @@ k.startsWith({{ include "troupe.celString" "reconciler.troupe.io/" }}) || k.star
 {{- define "troupe.celTroupeKey" -}}
 {{- $prefix := .Values.config.gangAnnotationPrefix -}}
 {{- $keys := list -}}
-{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) (printf "%s-min-size" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "deviceshare.io/group") -}}
+{{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix) (printf "%s-schedule-timeout-seconds" $prefix) (printf "%s-min-size" $prefix) "troupe.io/topology-required-level" "troupe.io/topology-preferred-level" "troupe.io/topology-slice-size" "troupe.io/topology-slice-required-level" "troupe.io/topology-placement" "troupe.io/topology-exclusive-level" "troupe.io/gang-failure-policy" "deviceshare.io/group") -}}
 {{- $keys = append $keys (include "troupe.celString" .) -}}
 {{- end -}}
 k in [{{ join ", " $keys }}]

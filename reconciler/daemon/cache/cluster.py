@@ -340,6 +340,13 @@ class ClusterCache:
             gated = {k for k, refs in self._members.items() if any((i := self._pods[r].info).active and i.gated for r in refs)}
         return sorted(gated | planned.keys())
 
+    def gangs_on_node(self, name: str) -> list[str]:
+        """Gang keys with an active member bound to node ``name``, sorted: the gangs a
+        change of that node may fail (docs/decisions/040-failure-policy.md)."""
+        with self._lock:
+            return sorted({key for ref, key in self._gang_of.items()
+                           if (info := self._pods[ref].info) is not None and info.active and info.node_name == name})
+
     # --- jobs and workloads (:class:`WorkloadIndex`) -----------------------------------
     def replace_jobs(self, items: Iterable[Obj]) -> None:
         """:meth:`WorkloadIndex.replace_jobs`."""

@@ -147,9 +147,12 @@ class Reconciler:
         self._enqueue(self.cache.pending_gangs())
 
     def _node_event(self, kind: str, node: Mapping[str, Any]) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        running = self.cache.gangs_on_node(name) if kind == "DELETED" else []
         if not self.cache.node_event(kind, node):
             return  # a heartbeat
-        name = str((node.get("metadata") or {}).get("name") or "")
+        # Its running gangs: a RestartGang gang restarts when the node is lost.
+        self._enqueue(running or self.cache.gangs_on_node(name))
         if kind == "DELETED":
             # Releases reserved on it are rolled back; a group bound to it goes back to Pending.
             self._enqueue(self.cache.pending_gangs())

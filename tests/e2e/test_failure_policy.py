@@ -1,0 +1,76 @@
+"""``troupe.io/gang-failure-policy: RestartGang`` on the real control plane
+(docs/decisions/040-failure-policy.md): the node of a running member is deleted, and the
+whole gang is deleted once and placed again whole on the nodes left.
+
+The test brings five 8-GPU nodes of its own (label ``e2e-pool: restart``, one subblock) and
+selects them, so the node it deletes is nobody else's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from devtools.devcluster.nodes import make_node
+from tests.support import e2e
+from troupe import contract
+
+BLOCK = "cloud.google.com/gce-topology-block"
+SUBBLOCK = "cloud.google.com/gce-topology-subblock"
+HOST = "cloud.google.com/gce-topology-host"
+POOL = {"e2e-pool": "restart"}
+
+
+@pytest.fixture
+def pool(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list[str]]:
+    """Five Ready 8-GPU nodes in subblock gpu-b7-s0; those left are deleted after the test's pods."""
+    names = [f"gpu-b7-s0-h{h}" for h in range(5)]
+    for name in names:
+        admin_core.create_node(make_node(name, {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                                         labels={BLOCK: "gpu-b7", SUBBLOCK: "gpu-b7-s0", HOST: name, **POOL}))
+    e2e.wait_for("the pool's nodes Ready", lambda: all(
+        any(c.type == "Ready" and c.status == "True" for c in admin_core.read_node(n).status.conditions or [])
+        for n in names))
+    try:
+        yield names
+    finally:
+        admin_core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        e2e.wait_for("the test's pods gone", lambda: not admin_core.list_namespaced_pod(namespace).items or None)
+        for name in names:
+            try:
+                admin_core.delete_node(name)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+def test_a_restart_gang_gang_whose_node_is_deleted_restarts_whole_once(troupe, admin_api, admin_core, namespace,
+                                                                         pool):
+    annotations = {**e2e.gang_annotations("train", 4, timeout=60), contract.FAILURE_POLICY: contract.RESTART_GANG}
+    job = e2e.indexed_job("train", 4, annotations, gpus=8)
+    job["spec"]["template"]["spec"]["nodeSelector"] = dict(POOL)
+    job["spec"]["backoffLimit"] = 4
+    job["spec"]["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    client.BatchV1Api(admin_api).create_namespaced_job(namespace, job)
+    first = e2e.running_job_pods(admin_core, namespace, "train", 4, timeout=90)
+    before = {p.metadata.uid for p in first}
+    lost = first[0].spec.node_name
+    admin_core.delete_node(lost)
+
+    def restarted():
+        pods = [p for p in e2e.job_pods(admin_core, namespace, "train") if not p.metadata.deletion_timestamp]
+        fresh = [p for p in pods if p.metadata.uid not in before and p.status.phase == "Running"]
+        return fresh if len(fresh) == 4 else None
+
+    fresh = e2e.wait_for("the gang running again, four new members", restarted, timeout=120)
+    assert lost not in {p.spec.node_name for p in fresh}
+    assert sorted(p.spec.node_name for p in fresh) == sorted(n for n in pool if n != lost), "placed again whole"
+    survivors = [p for p in e2e.job_pods(admin_core, namespace, "train") if p.metadata.uid in before
+                 and p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    assert survivors == [], "every member of the first run was deleted"
+    events = admin_core.list_namespaced_event(namespace, field_selector="reason=GangMemberFailed").items
+    assert len(events) == 1, [e.message for e in events]
+    assert f"node {lost} of member" in events[0].message and "restarting the whole gang (RestartGang)" in \
+        events[0].message
