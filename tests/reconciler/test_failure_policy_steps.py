@@ -21,8 +21,10 @@ UIDS = itertools.count()
 GRACE = Config(gang_schedule_timeout_jitter_seconds=0, node_failure_grace_seconds=60)
 
 
-def member(i, policy="RestartGang"):
+def member(i, policy="RestartGang", required=None):
     b = make_pod(f"train-{i}").gang("train", 4).index(i).gpus(2).gated()
+    if required is not None:
+        b.obj["metadata"]["annotations"]["troupe.io/topology-required-level"] = required
     if policy is not None:
         b.obj["metadata"]["annotations"]["troupe.io/gang-failure-policy"] = policy
     pod = own([b.build()])[0]
@@ -30,11 +32,11 @@ def member(i, policy="RestartGang"):
     return pod
 
 
-def running_gang(policy="RestartGang", config=NO_JITTER):
+def running_gang(policy="RestartGang", config=NO_JITTER, required=None):
     """A gang of 4 (two to a node of 4 GPUs), released and Running."""
     h = Harness(four_nodes(), [], config)
     for i in range(4):
-        h.add(member(i, policy))
+        h.add(member(i, policy, required))
     assert h.reconcile().phase is Phase.PLACED
     h.sync()
     for i in range(4):
@@ -162,3 +164,25 @@ def test_members_that_disagree_on_the_policy_are_held():
     outcome = h.reconcile()
     assert outcome.phase is Phase.HELD
     assert "troupe.io/gang-failure-policy: <unset>, RestartGang" in outcome.reason
+
+
+def test_replace_member_puts_the_replacements_of_a_lost_node_back_into_the_gangs_subblock_waiting_for_room_there():
+    subblock = "cloud.google.com/gce-topology-subblock"
+    h = running_gang(policy=None, required=subblock)
+    home = h.node_of("train-0")
+    other = "n2" if home == "n1" else "n1"
+    gone = h.writer.nodes.pop(home)
+    h.cache.node_event("DELETED", gone)
+    assert decided(h).phase is Phase.RELEASED, "ReplaceMember: the node's loss restarts nothing"
+    for name in ("train-0", "train-1"):  # the pod garbage collector deletes them; the Job recreates them
+        h.writer.pods.pop(PodRef("team-a", name))
+        h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
+        h.add(member(int(name[-1]), None, subblock) | {"metadata": {
+            **member(int(name[-1]), None, subblock)["metadata"], "name": name + "b"}})
+    outcome = decided(h)
+    assert (outcome.phase, outcome.decision.rule.name) == (Phase.UNSCHEDULABLE, "Unplaced"), outcome.reason
+    assert "fits 0 of 2 members" in outcome.reason, "subblock s2 has room, but it is outside the gang's domain"
+    h.cache.node_event("ADDED", h.writer.add_node(gone | {"metadata": {**gone["metadata"], "name": home}}))
+    outcome = decided(h)
+    assert (outcome.phase, outcome.decision.rule.name) == (Phase.PLACED, "Placed")
+    assert {m.node for m in outcome.decision.release} == {home}, f"back in the gang's subblock (with {other})"
