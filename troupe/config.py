@@ -121,6 +121,12 @@ class Config:
     #: before that member counts as failed (seconds; kube-controller-manager's
     #: ``--node-monitor-grace-period`` is 40 s, so a node is NotReady at least that late).
     node_failure_grace_seconds: int = 60
+    #: A node on which this many gang members failed or were lost within
+    #: ``node_failure_window_seconds`` is avoided by new placements for
+    #: ``node_avoid_seconds`` after the last of them (docs/decisions/041-failing-nodes.md).
+    node_failure_threshold: int = 2
+    node_failure_window_seconds: int = 3600
+    node_avoid_seconds: int = 1800
     #: Writes of one release in flight at once (docs/decisions/007-release-writes.md).
     release_concurrency: int = 64
     #: The reconciler's client-side rate limit on API requests: a token bucket refilled at
@@ -180,10 +186,10 @@ def _value(key: str, name: str, raw: Any) -> Any:
             raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
         return raw
     if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds",
-                "nomination_max_seconds"):
+                "nomination_max_seconds", "node_failure_threshold", "node_failure_window_seconds"):
         return _want_int(key, raw, 1)
     if name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds",
-                "node_failure_grace_seconds"):
+                "node_failure_grace_seconds", "node_avoid_seconds"):
         return _want_int(key, raw, 0)
     if name in ("release_concurrency", "kube_api_burst"):
         return _want_int(key, raw, 1)

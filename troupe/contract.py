@@ -27,6 +27,17 @@ from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL as TOPOLOGY_SLICE_REQUIR
 from troupe.layers import TOPOLOGY_SLICE_SIZE as TOPOLOGY_SLICE_SIZE
 from troupe.layers import SliceLayer as SliceLayer
 from troupe.layers import parse_layers as parse_layers
+from troupe.policies import AS_CREATED as AS_CREATED
+from troupe.policies import FAILURE_POLICIES as FAILURE_POLICIES
+from troupe.policies import FAILURE_POLICY as FAILURE_POLICY
+from troupe.policies import GANG_POLICY_KEYS as GANG_POLICY_KEYS
+from troupe.policies import RELEASE_MODE as RELEASE_MODE
+from troupe.policies import RELEASE_MODES as RELEASE_MODES
+from troupe.policies import REPLACE_MEMBER as REPLACE_MEMBER
+from troupe.policies import RESTART_GANG as RESTART_GANG
+from troupe.policies import WHEN_COMPLETE as WHEN_COMPLETE
+from troupe.policies import parse_failure_policy as parse_failure_policy
+from troupe.policies import parse_release_mode as parse_release_mode
 
 # --- Gates -------------------------------------------------------------------------------
 #: Troupe's scheduling gate: added by the webhook, removed by the reconciler on release.
@@ -56,33 +67,11 @@ GANG_MODE_AUTO = "auto"
 # --- Topology requests (DESIGN.md "Topology"; the value is a level's node label key) -----
 TOPOLOGY_REQUIRED_LEVEL = layers.TOPOLOGY_REQUIRED_LEVEL
 TOPOLOGY_PREFERRED_LEVEL = layers.TOPOLOGY_PREFERRED_LEVEL
-#: How a gang whose members come from one workload is released (on the pod template, or
-#: on the workload object): :data:`AS_CREATED`, its nodes reserved from the workload's pod
-#: template and count as soon as the workload is seen, each member released onto its
-#: rank's node as it is created; or :data:`WHEN_COMPLETE`, no member released before every
-#: member exists and fits (the PFN plugin's contract, ``seeds/001``). The configuration's
-#: ``releaseMode`` is the default (docs/decisions/034-release-as-created.md).
-RELEASE_MODE = "troupe.io/release"
-AS_CREATED = "AsCreated"
-WHEN_COMPLETE = "WhenComplete"
-RELEASE_MODES = (AS_CREATED, WHEN_COMPLETE)
 #: Every topology key (the levels above, the slices, placement and exclusive level of
 #: :mod:`troupe.layers`): the gang's, fixed at creation, read from workloads too.
 TOPOLOGY_KEYS = (TOPOLOGY_REQUIRED_LEVEL, TOPOLOGY_PREFERRED_LEVEL, TOPOLOGY_SLICE_SIZE, TOPOLOGY_SLICE_REQUIRED_LEVEL,
                  TOPOLOGY_PLACEMENT, TOPOLOGY_EXCLUSIVE_LEVEL)
 
-#: What a released gang does when one of its running members fails
-#: (docs/decisions/040-failure-policy.md): :data:`REPLACE_MEMBER` (the default), the
-#: member's controller recreates it and Troupe places the replacement next to the gang,
-#: inside its required domain; :data:`RESTART_GANG`, a member's failure is the gang's:
-#: every running member is deleted (``DisruptionTarget``), once, and the gang is placed
-#: again whole (Volcano's and JobSet's restart of the whole group).
-FAILURE_POLICY = "troupe.io/gang-failure-policy"
-REPLACE_MEMBER = "ReplaceMember"
-RESTART_GANG = "RestartGang"
-FAILURE_POLICIES = (REPLACE_MEMBER, RESTART_GANG)
-#: The gang's policy keys: fixed at creation, every member the same, read by the reconciler.
-GANG_POLICY_KEYS = (FAILURE_POLICY,)
 
 # --- Shared device groups (seeds/000) ----------------------------------------------------
 #: Pod annotation: the SharedDeviceGroup (cluster-scoped) the pod joins.
@@ -145,6 +134,14 @@ NOMINATION = RESERVED_PREFIX + "nomination"
 #: it is removed once every member is bound, or with a rollback
 #: (docs/decisions/034-release-as-created.md).
 RESERVATION = RESERVED_PREFIX + "reservation"
+
+#: On a Node: the gang members that failed on it or were lost with it, newest last, JSON
+#: ``[{"uid": "<pod uid>", "pod": "<namespace>/<name>", "at": "<RFC 3339>", "why":
+#: "<what happened>"}]`` (at most :data:`NODE_FAILURES_KEPT`). A node with
+#: ``nodeFailureThreshold`` of them within ``nodeFailureWindowSeconds`` is avoided by new
+#: placements for ``nodeAvoidSeconds`` after the last (docs/decisions/041-failing-nodes.md).
+NODE_FAILURES = RESERVED_PREFIX + "failures"
+NODE_FAILURES_KEPT = 16
 
 # --- Pod condition written by the reconciler ---------------------------------------------
 #: The condition type on every gated member of a waiting gang, through ``pods/status``:
@@ -398,30 +395,6 @@ def _parse_topology(a: Mapping[str, Any], config: Config, node_level: bool = Fal
         raise ContractError(TOPOLOGY_PREFERRED_LEVEL, preferred, f"cannot be set together with {TOPOLOGY_REQUIRED_LEVEL}")
     slices, placement, exclusive = parse_layers(a, config, required)
     return TopologyRequest(required, preferred, slices, placement, exclusive)
-
-
-def parse_release_mode(a: Mapping[str, Any], default: str) -> str:
-    """The release mode ``a`` (a pod's or a workload's annotations) asks for with
-    :data:`RELEASE_MODE`, else ``default``. Raises :class:`ContractError` naming the key and
-    the value when it is not one of :data:`RELEASE_MODES`."""
-    value = a.get(RELEASE_MODE)
-    if value is None:
-        return default
-    if value not in RELEASE_MODES:
-        raise ContractError(RELEASE_MODE, str(value), f"must be one of {', '.join(RELEASE_MODES)}")
-    return str(value)
-
-
-def parse_failure_policy(a: Mapping[str, Any]) -> str:
-    """The failure policy annotations ``a`` ask for with :data:`FAILURE_POLICY`, else
-    :data:`REPLACE_MEMBER`. Raises :class:`ContractError` naming the key and the value when
-    it is not one of :data:`FAILURE_POLICIES`."""
-    value = a.get(FAILURE_POLICY)
-    if value is None:
-        return REPLACE_MEMBER
-    if value not in FAILURE_POLICIES:
-        raise ContractError(FAILURE_POLICY, str(value), f"must be one of {', '.join(FAILURE_POLICIES)}")
-    return str(value)
 
 
 def device_group(pod: Mapping[str, Any]) -> str | None:

@@ -160,7 +160,7 @@ class GangController(ActionHandlers):
             actions.RollBack: self._roll_back, actions.Preempt: self._preempt,
             actions.ClearNominations: self._clear_nominations, actions.ClearPlans: self._clear_plans,
             actions.ForgetBackoff: self._forget_backoff, actions.Reserve: self._reserve,
-            actions.DropReservation: self._drop_reservation,
+            actions.DropReservation: self._drop_reservation, actions.RecordNodeFailures: self._record_failures,
         }
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ type to its handler, so no code branches on a phase or a rule name
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import TypeVar
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.groups import GroupController
+from reconciler.daemon.metrics import NODE_AVOIDANCES, NODE_FAILURES_RECORDED
 from reconciler.daemon.taints import NominatedTaints
 from reconciler.daemon.writer import PodRef, PodWriter
 from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Refused, WriteError
@@ -31,12 +33,14 @@ from reconciler.engine.actions import (
     ForgetBackoff,
     MemberRelease,
     Preempt,
+    RecordNodeFailures,
     Release,
     Reserve,
     RollBack,
     Wait,
 )
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.avoidance import Avoidance, NodeFailure, merged
+from reconciler.engine.cluster import NodeInfo, PodInfo, node_failures
 from reconciler.engine.conditions import released as released_condition
 from reconciler.engine.decision import Decision
 from reconciler.engine.filters import NodeFilter
@@ -220,6 +224,35 @@ class ActionHandlers:
     @staticmethod
     def _group_of(gang: Gang, pod_key: str) -> str:
         return next((p.device_group for p in gang.members if p.key == pod_key), "")
+
+    def _record_failures(self, gang: Gang, decision: Decision, action: RecordNodeFailures, memory: Memory,
+                         now: float) -> Done:
+        """Record each member failure on its node (:func:`reconciler.engine.avoidance.merged`;
+        docs/decisions/041-failing-nodes.md). A node that becomes avoided by this write gets a
+        Warning Event ``NodeAvoided`` and is counted in ``troupe_node_avoidances_total``. Best
+        effort: a write that fails is logged, and the next decision asks again."""
+        by_node: dict[str, list[NodeFailure]] = {}
+        for failure in action.failures:
+            by_node.setdefault(failure.node, []).append(failure)
+        avoidance = Avoidance.from_config(self.config)
+        for name, failures in sorted(by_node.items()):
+            try:
+                before, after = self.writer.record_failures(name, functools.partial(merged, failures=failures))
+            except Gone:
+                continue
+            except WriteError as e:
+                log.warning("node %s: member failures not recorded: %s", name, e)
+                continue
+            NODE_FAILURES_RECORDED.inc(len(failures))
+            was, now_until = (avoidance.until(NodeInfo(name, failures=node_failures(raw))) for raw in (before, after))
+            if now_until is not None and now_until > now and (was is None or was <= now):
+                self.writer.emit_node_event(
+                    name, "Warning", "NodeAvoided",
+                    f"{len(failures)} gang member(s) failed here ({', '.join(f.pod for f in failures)}); "
+                    f"{avoidance.threshold} within {avoidance.window}s: new gang placements avoid this node until "
+                    f"{rfc3339(now_until)} unless nothing else fits")
+                NODE_AVOIDANCES.inc()
+        return Done()
 
     def _roll_back(self, gang: Gang, decision: Decision, action: RollBack, memory: Memory, now: float) -> Done:
         """Delete the owned members of the timed-out (or refused) release (their owner

@@ -112,6 +112,14 @@ GANG_RESTARTS = Counter(
     ["namespace"],
 )
 
+NODE_FAILURES_RECORDED = Counter(
+    "troupe_node_member_failures_total",
+    "Gang members recorded as failed on their node, or lost with it (docs/decisions/041-failing-nodes.md).")
+NODE_AVOIDANCES = Counter(
+    "troupe_node_avoidances_total",
+    "Times a node became avoided by new placements after repeated member failures (nodeFailureThreshold "
+    "within nodeFailureWindowSeconds).")
+
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 

@@ -18,6 +18,7 @@ action                 what it asks
 :class:`Preempt`       hold nodes with a nomination, then evict the victims
 :class:`Reserve`       write a gang's reservation on its workload (release as created)
 :class:`DropReservation` remove it: complete, rolled back, or no longer fitting
+:class:`RecordNodeFailures` record members that failed on their nodes (failing nodes are avoided)
 :class:`ClearNominations`, :class:`ClearPlans`, :class:`ForgetBackoff`: record clean-ups
 =====================  ===========================================================
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reconciler.engine.avoidance import NodeFailure
 from reconciler.engine.devices import Devices, Holding
 from reconciler.engine.placement import Code
 from reconciler.engine.preemption import PreemptionPlan
@@ -195,6 +197,15 @@ class DropReservation:
     complete: bool = False
 
 
+@dataclass(frozen=True)
+class RecordNodeFailures:
+    """Record ``failures`` (:class:`~reconciler.engine.avoidance.NodeFailure`: a member that
+    failed on a node, or was lost with it) in each node's ``reconciler.troupe.io/failures``,
+    so nodes that keep failing members are avoided (docs/decisions/041-failing-nodes.md)."""
+
+    failures: tuple[NodeFailure, ...]
+
+
 #: The closed set of actions a decision may hold.
 Action = (Wait | Hold | Release | RollBack | Preempt | ClearNominations | ClearPlans | ForgetBackoff | Reserve
-          | DropReservation)
+          | DropReservation | RecordNodeFailures)

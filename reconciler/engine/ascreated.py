@@ -41,7 +41,7 @@ from reconciler.engine.actions import (
     Status,
     Wait,
 )
-from reconciler.engine.allocation import place_with_devices
+from reconciler.engine.avoidance import place_avoiding
 from reconciler.engine.clocks import Clock, jitter
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.devices import Devices
@@ -186,8 +186,7 @@ def reserve(s: _Seen) -> Decision:
         slots = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in slots]
     held = s.queue.held_nodes
     view = snapshot.with_blocked(held) if held else snapshot
-    found = place_with_devices(view, slots, gang.topology.required_level, gang.topology.preferred_level,
-                               layout=gang.topology)
+    found, avoided_note = place_avoiding(view, slots, gang.topology, (), s.policy.avoidance.avoided(snapshot, s.now))
     result = found.result
     if not result.placed:
         reasons = (result.reason, "the reservation waits for room; preemption is considered once every member exists")
@@ -200,6 +199,7 @@ def reserve(s: _Seen) -> Decision:
     deadline = (epoch(at) or s.now) + gang.timeout_seconds + jitter(gang, at)
     reason = (f"AsCreated: reserved {len(record.nodes)} node(s) from the {kind} {name} pod template "
               f"({len(gang.members)} of {len(record.nodes)} members exist)")
-    notes = [*([avoid_note(gang.avoid)] if gang.avoid else []), *filter(None, [unmodeled_note(slots, snapshot.volumes)])]
+    notes = [*([avoid_note(gang.avoid)] if gang.avoid else []),
+             *filter(None, [unmodeled_note(slots, snapshot.volumes), avoided_note])]
     return s.made(lifecycle.RESERVED, (Reserve(gang.workload, record),),
                   Status((reason, result.reason, *notes), result.code), recheck_at=deadline, placement=result)

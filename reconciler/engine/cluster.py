@@ -8,6 +8,7 @@ them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -31,6 +32,7 @@ from troupe.contract import (
     GANG_TIMEOUT_SUFFIX,
     HOSTNAME_LABEL,
     MAX_QUOTED,
+    NODE_FAILURES,
     NOMINATION,
     PLAN,
     PLANNED_AT,
@@ -61,6 +63,10 @@ class NodeInfo:
     #: When the node's ``Ready`` condition last turned away from ``True`` (RFC 3339), ``""``
     #: while it is Ready or when the condition says nothing.
     not_ready_since: str = ""
+    #: The gang members that failed on it, as its ``reconciler.troupe.io/failures`` records
+    #: them: ``(pod uid, when)`` pairs (RFC 3339), oldest first; an unreadable record reads
+    #: as none (only the reconciler writes it).
+    failures: tuple[tuple[str, str], ...] = ()
 
     @property
     def hostname(self) -> str:
@@ -91,6 +97,7 @@ class NodeInfo:
             "ready": ready,
             "unschedulable": spec.get("unschedulable") is True,
             "not_ready_since": since,
+            "failures": node_failures(string_map(meta, "annotations", "metadata").get(NODE_FAILURES)),
         })
 
 
@@ -313,6 +320,21 @@ def _selected(annotations: Mapping[str, str], problems: list[str]) -> Devices | 
     except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep
         problems.append(f"annotation {SELECTED_DEVICES}: {_why(e)}, got {quoted(raw)}")
         return None
+
+
+def node_failures(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """The ``(pod uid, when)`` pairs of a node's ``reconciler.troupe.io/failures`` (JSON, see
+    :data:`troupe.contract.NODE_FAILURES`); ``()`` when absent or unreadable."""
+    if not raw:
+        return ()
+    try:
+        entries = json.loads(raw)
+    except (ValueError, RecursionError):
+        return ()
+    if not isinstance(entries, list):
+        return ()
+    return tuple((e["uid"], e["at"]) for e in entries
+                 if isinstance(e, dict) and isinstance(e.get("uid"), str) and isinstance(e.get("at"), str))
 
 
 #: kube-scheduler's pod condition (:mod:`.refusals`).

@@ -56,12 +56,13 @@ from reconciler.engine.actions import (
     Hold,
     MemberRelease,
     Preempt,
+    RecordNodeFailures,
     Release,
     RollBack,
     Status,
     Wait,
 )
-from reconciler.engine.allocation import DevicePlacement, group_problem, place_with_devices
+from reconciler.engine.allocation import DevicePlacement, group_problem
 from reconciler.engine.ascreated import (
     member_release,
     planned_at,
@@ -69,6 +70,7 @@ from reconciler.engine.ascreated import (
     reservation_clock,
     reserve,
 )
+from reconciler.engine.avoidance import place_avoiding, to_record
 from reconciler.engine.clocks import Clock, ReleaseGroup, jitter, release_clock
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.failures import describe as describe_failures
@@ -247,7 +249,9 @@ def decide(gang: Gang, snapshot: Snapshot, now: float, policy: Policy | None = N
     Deterministic; never raises on cluster data.
     """
     seen = _see(gang, snapshot, now, policy or Policy(), queue or QueueView())
-    return _BUILD[lifecycle.classify(seen.obs)](seen)
+    decision = _BUILD[lifecycle.classify(seen.obs)](seen)
+    failures = to_record(gang, seen.released, snapshot, now)
+    return replace(decision, actions=(*decision.actions, RecordNodeFailures(failures))) if failures else decision
 
 
 # --- the rules' builders: one per observation rule ---------------------------------------
@@ -375,12 +379,12 @@ def _place(s: _Seen) -> Decision:
     held = s.queue.held_nodes - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
     view = base.with_blocked(held) if held else base
     near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})
-    found = place_with_devices(view, s.free, gang.topology.required_level, gang.topology.preferred_level, near=near,
-                               layout=gang.topology)
+    avoided = s.policy.avoidance.avoided(snapshot, s.now)
+    found, avoided_note = place_avoiding(view, s.free, gang.topology, near, avoided)
     if nom is not None:
         clear += (nominee,)
     if found.result.placed:
-        return _placed(s, found, subject, clear)
+        return _placed(s, found, subject, clear, note=avoided_note)
     minimum = None if s.released or s.reserved else at_minimum(gang, s.free, view, near)
     if minimum is not None:
         return _placed(s, minimum, subject, clear, waiting=len(s.free) - len(minimum.result.assignments))
@@ -427,7 +431,8 @@ def _unplaced(s: _Seen, view: Snapshot, result: PlacementResult, near: Sequence[
                   placement=result)
 
 
-def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ...], waiting: int = 0) -> Decision:
+def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ...], waiting: int = 0,
+            note: str = "") -> Decision:
     """A new release of the free gated members (of the first ``min_size`` of them, when
     ``waiting`` more are present that do not fit with them). Its ``planned_at`` names it,
     so it is later than every release of the gang already there, by a millisecond if the
@@ -445,7 +450,7 @@ def _placed(s: _Seen, found: DevicePlacement, subject: str, clear: tuple[str, ..
     # brings: the writes' own watch events may carry nothing new to the cache that
     # assumed them, and members that are never bound change nothing else.
     deadline = (epoch(at) or now) + s.gang.timeout_seconds + jitter(s.gang, at)
-    notes = [*_avoided(s), *filter(None, [unmodeled_note(s.free, s.snapshot.volumes)])]
+    notes = [*_avoided(s), *filter(None, [unmodeled_note(s.free, s.snapshot.volumes), note])]
     if waiting:
         notes.append(f"the first {len(out)} members (minimum {s.gang.min_size}) released; {waiting} more present "
                      f"wait for room next to them")

@@ -32,7 +32,7 @@ Pure: plain data in (:class:`~reconciler.engine.cluster.PodInfo`), a :class:`Gan
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -200,26 +200,15 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     old = wl.superseded(p for p in auto if p.active) if auto else set()
     members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
-    base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds)
+    failed = tuple(p for p in pods if p.phase == "Failed" and (p.planned_at or p.released_at))
+    base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
+                failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
     if not members:
         return base
     created = min((p.creation_timestamp for p in members if p.creation_timestamp), default="")
     groups = tuple(sorted({p.device_group for p in members if p.device_group}))
     priority = max(p.priority for p in members)
-    topology = contract.TopologyRequest()
-    malformed = next((p for p in members if p.malformed), None)
-    held = f"member {malformed.name}: {malformed.malformed} (held until it is fixed)" if malformed else ""
-    held = held or _kueue_gated(members)
-    try:
-        topology = contract.parse_topology_annotations(members[0].gang_annotations, config)
-    except contract.ContractError as e:
-        held = held or f"member {members[0].name}: {e}"
-    policy = contract.REPLACE_MEMBER
-    try:
-        policy = contract.parse_failure_policy(members[0].gang_annotations)
-    except contract.ContractError as e:
-        held = held or f"member {members[0].name}: {e}"
-    failed = tuple(p for p in pods if p.phase == "Failed" and (p.planned_at or p.released_at))
+    topology, policy, held = _requests(members, config)
     gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
                 topology=topology, held=held, device_groups=groups, priority=priority, created=created,
                 failure_policy=policy, failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
@@ -246,6 +235,23 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
     return replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
                    min_size=specs[0].min_size)
+
+
+def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:
+    """What the members ask for, read from the first: its topology request, its failure
+    policy, and why the gang is held (``""``: it is not): a member that cannot be read, one
+    behind Kueue's gates, or a request that cannot be parsed."""
+    topology, policy = contract.TopologyRequest(), contract.REPLACE_MEMBER
+    malformed = next((p for p in members if p.malformed), None)
+    held = f"member {malformed.name}: {malformed.malformed} (held until it is fixed)" if malformed else ""
+    held = held or _kueue_gated(members)
+    first = members[0]
+    try:
+        topology = contract.parse_topology_annotations(first.gang_annotations, config)
+        policy = contract.parse_failure_policy(first.gang_annotations)
+    except contract.ContractError as e:
+        held = held or f"member {first.name}: {e}"
+    return topology, policy, held
 
 
 def _kueue_gated(members: Iterable[PodInfo]) -> str:

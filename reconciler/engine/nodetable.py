@@ -36,6 +36,8 @@ class NodeTable:
         self.static_ok = [node.ready and not node.unschedulable for node in self.nodes]
         #: Per node: opted in to shared device groups (``deviceshare.io/mode: shared``).
         self.shared = [is_shared(node.labels) for node in self.nodes]
+        #: The nodes that carry member failures (docs/decisions/041-failing-nodes.md).
+        self.failing: tuple[NodeInfo, ...] = tuple(node for node in self.nodes if node.failures)
         resources = sorted({resource for node in self.nodes for resource in node.allocatable})
         self.allocatable: dict[str, tuple[int, ...]] = {
             resource: tuple(node.allocatable.get(resource, 0) for node in self.nodes) for resource in resources}

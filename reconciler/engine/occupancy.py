@@ -33,6 +33,9 @@ class NodeUsage:
     cordoned: bool
     holders: tuple[tuple[str, int, int], ...]
     others: int
+    #: Why new placements avoid it after repeated member failures (``""``: they do not;
+    #: docs/decisions/041-failing-nodes.md).
+    avoided: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,10 @@ class DomainUsage:
     nodes: tuple[NodeUsage, ...] = field(default_factory=tuple)
 
 
-def occupancy(snapshot: Snapshot, gang_of: Mapping[str, str], resource: str = "nvidia.com/gpu") -> DomainUsage:
-    """The whole topology as a tree rooted at the cluster (level ``""``).
+def occupancy(snapshot: Snapshot, gang_of: Mapping[str, str], resource: str = "nvidia.com/gpu",
+              avoided: Mapping[str, str] | None = None) -> DomainUsage:
+    """The whole topology as a tree rooted at the cluster (level ``""``); ``avoided``: node
+    name -> why new placements avoid it.
 
     ``gang_of``: pod key (``namespace/name``) -> the key of the gang it belongs to; pods
     absent from it count in ``others``. ``resource``: whose units are summed. A domain's
@@ -78,7 +83,8 @@ def occupancy(snapshot: Snapshot, gang_of: Mapping[str, str], resource: str = "n
     free = snapshot.free_units(resource)
     nodes = [
         NodeUsage(n.name, n.allocatable.get(resource, 0), free[i], n.ready, n.unschedulable,
-                  tuple((g, u, c) for g, (u, c) in sorted(holders.get(i, {}).items())), others.get(i, 0))
+                  tuple((g, u, c) for g, (u, c) in sorted(holders.get(i, {}).items())), others.get(i, 0),
+                  (avoided or {}).get(n.name, ""))
         for i, n in enumerate(snapshot.nodes)
     ]
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from reconciler.engine.avoidance import Avoidance
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.snapshot import Snapshot
 from reconciler.engine.timestamps import epoch
@@ -42,20 +43,22 @@ Order = tuple[int, float, str]
 class Policy:
     """The configuration a decision follows beyond the gang's own keys: the preemption mode
     (``gangPreemptionMode``), the queueing strategy, the head-of-line wait (seconds), the
-    gang annotation prefix (how victims are grouped into gangs) and the longest a
-    nomination holds nodes (``nominationMaxSeconds``)."""
+    gang annotation prefix (how victims are grouped into gangs), the longest a nomination
+    holds nodes (``nominationMaxSeconds``) and when a node that keeps failing members is
+    avoided (:class:`~reconciler.engine.avoidance.Avoidance`)."""
 
     preemption: PreemptionMode = "off"
     queueing: QueueingStrategy = "BestEffortFIFO"
     head_of_line_seconds: int = 300
     gang_prefix: str = "troupe.io/gang"
     nomination_max_seconds: int = 600
+    avoidance: Avoidance = Avoidance()  # noqa: RUF009  Avoidance is frozen
 
     @classmethod
     def from_config(cls, config: Config) -> Policy:
         """The policy of a Troupe configuration."""
         return cls(config.gang_preemption_mode, config.queueing_strategy, config.head_of_line_seconds,
-                   config.gang_annotation_prefix, config.nomination_max_seconds)
+                   config.gang_annotation_prefix, config.nomination_max_seconds, Avoidance.from_config(config))
 
 
 def queue_order(key: str, priority: int, created: str) -> Order:

@@ -224,6 +224,11 @@ class KubeWriter(PodWriter):
         effort: never raises, never blocks."""
         self.events.emit(ref, uid, kind, reason, message)
 
+    def emit_node_event(self, name: str, kind: str, reason: str, message: str) -> None:
+        """Queue a core/v1 Event on node ``name`` (in namespace ``default``, where Events of
+        cluster-scoped objects go); best effort, as :meth:`emit_event`."""
+        self.events.emit(PodRef("", name), None, kind, reason, message, ("v1", "Node"))
+
 
 class EventSink:
     """Events posted by a background thread, as client-go's event broadcaster does: the
@@ -262,13 +267,13 @@ class EventSink:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             ref, uid, kind, reason, message, (api_version, object_kind) = item
-            body = event_body(client.V1ObjectReference(kind=object_kind, namespace=ref.namespace, name=ref.name, uid=uid,
-                                                       api_version=api_version),
+            body = event_body(client.V1ObjectReference(kind=object_kind, namespace=ref.namespace or None,
+                                                       name=ref.name, uid=uid, api_version=api_version),
                               kind, reason, message, self.component, dt.datetime.now(dt.UTC))
             self.limiter.wait()
             try:
                 self.fence.check()
-                self.core.create_namespaced_event(ref.namespace, body, _request_timeout=REQUEST_TIMEOUT,
+                self.core.create_namespaced_event(ref.namespace or "default", body, _request_timeout=REQUEST_TIMEOUT,
                                                   _preload_content=False)
             except LostLeadership:
                 self.fenced += 1
@@ -286,7 +291,7 @@ def event_body(regarding: client.V1ObjectReference, kind: str, reason: str, mess
     ``message`` cut to the API server's 1024 characters, reported by ``component`` (also
     its instance), first and last seen ``now`` (aware), counted once."""
     return client.CoreV1Event(
-        metadata=client.V1ObjectMeta(generate_name=f"{regarding.name}.", namespace=regarding.namespace),
+        metadata=client.V1ObjectMeta(generate_name=f"{regarding.name}.", namespace=regarding.namespace or "default"),
         involved_object=regarding,
         reason=reason, message=message[:1024], type=kind,
         source=client.V1EventSource(component=component),

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Union
 
+from troupe import contract
+
 
 class AllBut(frozenset[str]):
     """Keep every key of a mapping but these."""
@@ -77,12 +79,13 @@ POD: Keep = {
 
 #: Nodes: name and labels (topology levels, hostname, device-sharing mode); taints and
 #: cordon; allocatable resources; the conditions' type, status and last transition (how
-#: long a node has been NotReady: docs/decisions/040-failure-policy.md). Not kept:
+#: long a node has been NotReady: docs/decisions/040-failure-policy.md); the member failures
+#: Troupe recorded on it (docs/decisions/041-failing-nodes.md). Not kept: other
 #: annotations, images, addresses, node info, volumes, capacity, heartbeats.
 NODE: Keep = {
     "apiVersion": True, "kind": True,
     "metadata": {"name": True, "uid": True, "resourceVersion": True, "creationTimestamp": True,
-                 "deletionTimestamp": True, "labels": True},
+                 "deletionTimestamp": True, "labels": True, "annotations": {contract.NODE_FAILURES: True}},
     "spec": {"taints": True, "unschedulable": True},
     "status": {"allocatable": True, "conditions": {"type": True, "status": True, "lastTransitionTime": True}},
 }

@@ -112,7 +112,7 @@ APPLY: Mapping[type, Callable[[Applied, Any], None]] = {
     actions.Release: _apply_release, actions.Preempt: _apply_preempt, actions.RollBack: _apply_rollback,
     actions.Wait: _apply_nothing, actions.Hold: _apply_nothing, actions.ClearNominations: _apply_nothing,
     actions.ClearPlans: _apply_nothing, actions.ForgetBackoff: _apply_nothing, actions.Reserve: _apply_reserve,
-    actions.DropReservation: _apply_drop,
+    actions.DropReservation: _apply_drop, actions.RecordNodeFailures: _apply_nothing,
 }
 
 

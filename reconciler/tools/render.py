@@ -196,7 +196,7 @@ def topology_json(d: DomainUsage) -> dict[str, Any]:
     else:
         out["nodes"] = [{"name": n.name, "allocatable": n.allocatable, "free": n.free, "ready": n.ready,
                          "cordoned": n.cordoned, "holders": [{"gang": g, "units": u, "pods": c} for g, u, c in n.holders],
-                         "otherPods": n.others} for n in d.nodes]
+                         "otherPods": n.others, "avoided": n.avoided or None} for n in d.nodes]
     return out
 
 
@@ -206,11 +206,12 @@ def render_topology(root: DomainUsage, resource: str) -> str:
     lines = [f"cluster: {root.free} of {root.allocatable} {resource} free"]
 
     def node_row(label: str, n: Any) -> tuple[str, str, str, str]:
-        state = "not ready" if not n.ready else "cordoned" if n.cordoned else ""
+        state = "not ready" if not n.ready else "cordoned" if n.cordoned else "avoided" if n.avoided else ""
         held = ", ".join(f"{g} ({u} {resource}, {c} pod{'s' if c != 1 else ''})" if c else f"{g} ({u} {resource})"
                          for g, u, c in n.holders)
         others = f"{n.others} other pod{'s' if n.others != 1 else ''}" if n.others else ""
-        return (label, f"{max(n.free, 0)} of {n.allocatable} free", state, "; ".join(x for x in (held, others) if x))
+        return (label, f"{max(n.free, 0)} of {n.allocatable} free", state,
+                "; ".join(x for x in (held, others, n.avoided) if x))
 
     def walk(d: DomainUsage, pad: str) -> None:
         rows: list[tuple[str, str, str, str]] = []

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.engine.avoidance import Avoidance
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.decision import Decision, decide
 from reconciler.engine.filters import Requirement
@@ -366,8 +367,10 @@ def gang_of_pods(cluster: Cluster) -> dict[str, str]:
 
 
 def topology(cluster: Cluster, resource: str = "nvidia.com/gpu") -> DomainUsage:
-    """The topology tree with who holds what (:func:`reconciler.engine.occupancy.occupancy`)."""
-    return occupancy(cluster.snapshot, gang_of_pods(cluster), resource)
+    """The topology tree with who holds what (:func:`reconciler.engine.occupancy.occupancy`),
+    and the nodes new placements avoid after repeated member failures at ``cluster.now``."""
+    avoided = Avoidance.from_config(cluster.config).avoided(cluster.snapshot, cluster.now)
+    return occupancy(cluster.snapshot, gang_of_pods(cluster), resource, avoided)
 
 
 # --- plan -----------------------------------------------------------------------------------

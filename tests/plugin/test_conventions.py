@@ -193,3 +193,23 @@ def test_one_snapshot_command_everywhere_reads_every_kind(capsys):
     old = re.compile(r"kubectl get nodes,pods[a-z,]* -A")
     stale = [m.group(0) for m in old.finditer(readme) if m.group(0) != kinds.SNAPSHOT_COMMAND.split(" -o")[0]]
     assert stale == []
+
+
+def test_topology_marks_a_node_avoided_after_repeated_member_failures(capsys, tmp_path):
+    objects = snapshot()
+    node = next(o for o in objects["items"] if o["kind"] == "Node")
+    recent = [{"uid": f"u{i}", "pod": f"ml/p{i}", "at": at, "why": "Failed"}
+              for i, at in enumerate(("2026-03-01T09:40:00Z", "2026-03-01T09:50:00Z"))]
+    node["metadata"].setdefault("annotations", {})["reconciler.troupe.io/failures"] = json.dumps(recent)
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(objects))
+    text = run(capsys, path, "topology")
+    line = next(x for x in text.splitlines() if node["metadata"]["name"] in x)
+    assert "avoided" in line and "avoided until 2026-03-01T10:20:00" in line, line
+    tree = json.loads(run(capsys, path, "topology", "-o", "json"))
+
+    def nodes(d):
+        return d.get("nodes", []) + [n for c in d.get("children", []) for n in nodes(c)]
+
+    avoided = {n["name"]: n["avoided"] for n in nodes(tree) if n["avoided"]}
+    assert list(avoided) == [node["metadata"]["name"]]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.daemon.cache.budgets import BudgetIndex
+from reconciler.daemon.cache.keys import GroupKey, group_key, group_of_key
 from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
@@ -48,34 +49,16 @@ def _rv(obj: Obj) -> int | None:
     return int(raw) if isinstance(raw, str) and _RESOURCE_VERSION.fullmatch(raw) else None
 
 
+__all__ = ["ClusterCache", "Entry", "GroupKey", "group_key", "group_of_key"]
+
+
 def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
     """Whether two parses of a node agree on everything the engine reads."""
     if a is None or b is None:
         return a is b
     return (a.labels == b.labels and a.allocatable == b.allocatable and a.taints == b.taints
-            and a.ready == b.ready and a.unschedulable == b.unschedulable)
-
-
-class GroupKey(str):
-    """The work-queue key of a SharedDeviceGroup: its name, typed, so the queue's worker
-    tells it from a gang's key by its type and not by a prefix (a gang key is a plain
-    ``namespace/name`` string; a group's name, a DNS subdomain, never holds a ``/``, so
-    the two never compare equal)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return f"GroupKey({str(self)!r})"
-
-
-def group_key(name: str) -> GroupKey:
-    """The work-queue key of SharedDeviceGroup ``name``."""
-    return GroupKey(name)
-
-
-def group_of_key(key: str) -> str | None:
-    """The group name of a :func:`group_key`, or None for a gang key."""
-    return str(key) if isinstance(key, GroupKey) else None
+            and a.ready == b.ready and a.unschedulable == b.unschedulable
+            and a.not_ready_since == b.not_ready_since and a.failures == b.failures)
 
 
 def _older(obj: Obj, current: Entry | None) -> bool:

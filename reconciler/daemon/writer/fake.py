@@ -235,7 +235,10 @@ Thread-safe.
             if want_rv is not None and want_rv != node["metadata"].get("resourceVersion"):
                 raise Conflict(f"patch node {name}: resourceVersion {want_rv} is stale")
             node = copy.deepcopy(node)
-            node.setdefault("spec", {})["taints"] = copy.deepcopy(list((patch.get("spec") or {}).get("taints") or []))
+            if "spec" in patch:
+                node.setdefault("spec", {})["taints"] = copy.deepcopy(list((patch.get("spec") or {}).get("taints") or []))
+            for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+                node["metadata"].setdefault("annotations", {})[key] = value
             node["metadata"]["resourceVersion"] = str(next(self._rv))
             self.nodes[name] = node
             self.node_patches.append((name, copy.deepcopy(dict(patch))))
@@ -281,6 +284,9 @@ Thread-safe.
 
     def emit_workload_event(self, workload: tuple[str, str, str], kind: str, reason: str, message: str) -> None:
         self.emit_event(PodRef(workload[1], workload[2]), None, kind, reason, message)
+
+    def emit_node_event(self, name: str, kind: str, reason: str, message: str) -> None:
+        self.emit_event(PodRef("", name), None, kind, reason, message)
 
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         try:

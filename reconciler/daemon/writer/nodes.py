@@ -1,5 +1,6 @@
 """The writes to nodes: Troupe's nominated-node taint, added and removed
-(docs/decisions/033-nominated-nodes-are-tainted.md).
+(docs/decisions/033-nominated-nodes-are-tainted.md), and the record of the gang members that
+failed on a node (``reconciler.troupe.io/failures``, docs/decisions/041-failing-nodes.md).
 
 :class:`NodeWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that makes
 them, over two primitives a subclass provides (``_get_node`` and ``_patch_node``).
@@ -45,6 +46,34 @@ class NodeWrites(Fenced, abc.ABC):
         :class:`~reconciler.daemon.writer.base.Conflict` (a stale
         ``metadata.resourceVersion``), :class:`~reconciler.daemon.writer.base.Gone`,
         :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    @abc.abstractmethod
+    def emit_node_event(self, name: str, kind: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on node ``name`` (``kind`` ``Normal`` or ``Warning``); best
+        effort, never raises."""
+
+    def record_failures(self, name: str, record: Callable[[str | None], str]) -> tuple[str | None, str]:
+        """Rewrite node ``name``'s :data:`troupe.contract.NODE_FAILURES` annotation as
+        ``record`` makes it from the current value (None: absent), under the node's
+        ``resourceVersion``, retried after a conflict; returns the value before and the
+        value written. Raises as :meth:`taint_node`."""
+        for attempt in range(NODE_CONFLICT_RETRIES + 1):
+            self.fence.check()
+            node = self._get_node(name)
+            meta = node.get("metadata") or {}
+            before = (meta.get("annotations") or {}).get(contract.NODE_FAILURES)
+            after = record(before)
+            if after == before:
+                return before, after
+            self.fence.check()
+            try:
+                self._patch_node(name, {"metadata": {"resourceVersion": str(meta.get("resourceVersion") or ""),
+                                                     "annotations": {contract.NODE_FAILURES: after}}})
+                return before, after
+            except Conflict:
+                if attempt == NODE_CONFLICT_RETRIES:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def taint_node(self, name: str) -> dict[str, Any] | None:
         """Add :func:`troupe.contract.nominated_taint` to node ``name`` unless it carries it;
