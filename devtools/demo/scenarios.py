@@ -24,6 +24,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from devtools.demo.recovery import node_lost_under_a_running_gang
 from devtools.demo.slices import gang_in_slices
 from devtools.demo.stage import (
     GPU,
@@ -536,6 +537,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("timeout", "A gang that cannot bind in time is rolled back and retried", gang_rolled_back_and_retried),
     Scenario("jobset", "A JobSet in an opted-in namespace, ganged with no annotation", jobset_ganged_by_namespace),
     Scenario("slices", "A gang in slices, each slice of consecutive ranks in one subblock", gang_in_slices),
+    Scenario("recovery", "A node lost under a running gang: restarted once, whole (RestartGang)",
+             node_lost_under_a_running_gang),
 )
 
 
