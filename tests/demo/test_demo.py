@@ -160,7 +160,8 @@ def test_scenarios_are_chosen_by_name_in_story_order():
 
 def test_every_capability_of_the_issue_has_a_scenario():
     assert [s.name for s in SCENARIOS] == [
-        "gang", "topology", "deadlock", "devices", "preemption", "admission", "timeout", "jobset", "slices"]
+        "gang", "topology", "deadlock", "devices", "preemption", "admission", "timeout", "jobset", "slices",
+        "recovery"]
     assert all(s.run.__doc__ for s in SCENARIOS), "each scenario says what it shows"
 
 
