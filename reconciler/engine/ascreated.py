@@ -4,8 +4,9 @@ exist (docs/decisions/034-release-as-created.md).
 Three builders of :mod:`.decision`'s table, and the reservation's clock:
 
 - :func:`reserve` (rule ``Reserved``): none of the gang is released and members are
-  missing: place every slot (:mod:`.templates`) and write the placement on the workload
-  (:class:`~.actions.Reserve`). A gang that does not fit waits ``Unplaced``; preemption is
+  missing: place every slot (:mod:`.templates`), or for a gang with a minimum size whose
+  slots do not all fit its first ``min_size`` (docs/decisions/038-minimum-size.md), and
+  write the placement on the workload (:class:`~.actions.Reserve`). A gang that does not fit waits ``Unplaced``; preemption is
   considered once every member exists, as for a gang released when complete.
 - :func:`release_as_created` (rule ``ReleaseAsCreated``): the workload carries the
   reservation: release each gated member onto its rank's node in one update, as today's
@@ -99,7 +100,7 @@ def reservation_clock(gang: Gang, released: Sequence[PodInfo], snapshot: Snapsho
     seconds, jit = gang.timeout_seconds, jitter(gang, record.planned_at)
     return Clock(start + seconds + jit,
                  f"reservation of {len(record.nodes)} node(s) not complete within {seconds}s (+{jit:.0f}s jitter) "
-                 f"of the reservation or its newest member: {len(gang.members)} of {len(record.nodes)} members "
+                 f"of the reservation or its newest member: {len(gang.members)} of {len(gang.slots)} members "
                  f"exist, {len(filled)} released, {bound} bound")
 
 
@@ -186,7 +187,14 @@ def reserve(s: _Seen) -> Decision:
         slots = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in slots]
     held = s.queue.held_nodes
     view = snapshot.with_blocked(held) if held else snapshot
-    found, avoided_note = place_avoiding(view, slots, gang.topology, (), s.policy.avoidance.avoided(snapshot, s.now))
+    avoided = s.policy.avoidance.avoided(snapshot, s.now)
+    found, avoided_note = place_avoiding(view, slots, gang.topology, (), avoided)
+    minimum = gang.min_size
+    if not found.result.placed and minimum is not None and minimum < len(slots):
+        # A gang with a minimum: room for its first ranks is enough (docs/decisions/038).
+        first, first_note = place_avoiding(view, slots[:minimum], gang.topology, (), avoided)
+        if first.result.placed:
+            slots, found, avoided_note = slots[:minimum], first, first_note
     result = found.result
     if not result.placed:
         reasons = (result.reason, "the reservation waits for room; preemption is considered once every member exists")
@@ -198,7 +206,10 @@ def reserve(s: _Seen) -> Decision:
     kind, _, name = gang.workload
     deadline = (epoch(at) or s.now) + gang.timeout_seconds + jitter(gang, at)
     reason = (f"AsCreated: reserved {len(record.nodes)} node(s) from the {kind} {name} pod template "
-              f"({len(gang.members)} of {len(record.nodes)} members exist)")
+              f"({len(gang.members)} of {len(gang.slots)} members exist)")
+    if len(record.nodes) < len(gang.slots):
+        reason += (f"; room for the first {len(record.nodes)} (minimum {gang.min_size}): the others are placed "
+                   f"next to them once they run")
     notes = [*([avoid_note(gang.avoid)] if gang.avoid else []),
              *filter(None, [unmodeled_note(slots, snapshot.volumes), avoided_note])]
     return s.made(lifecycle.RESERVED, (Reserve(gang.workload, record),),

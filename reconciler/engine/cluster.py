@@ -180,6 +180,10 @@ class PodInfo:
     grace_seconds: int = 30
     condition: tuple[str, str, str] | None = None
     scheduled: tuple[str, str, str] | None = None
+    #: The reason of the pod's ``DisruptionTarget`` condition when it is ``True`` (KEP-3329:
+    #: ``PreemptionByScheduler``, ``EvictionByEvictionAPI``, ``DeletionByTaintManager``,
+    #: ``DeletionByPodGC``, Troupe's own rollback), ``""`` without one.
+    disruption: str = ""
     terms: PodTerms | None = None
     malformed: str = ""
 
@@ -260,6 +264,7 @@ class PodInfo:
             "grace_seconds": _grace(spec),
             "condition": _condition(status, GANG_CONDITION),
             "scheduled": _condition(status, POD_SCHEDULED),
+            "disruption": _disruption(status),
             "terms": parse_pod_terms(namespace, name, labels, spec),
             "malformed": "; ".join(problems),
         })
@@ -374,6 +379,12 @@ def _condition(status: Mapping[str, Any], kind: str) -> tuple[str, str, str] | N
             return (str(condition.get("status") or ""), str(condition.get("reason") or ""),
                     str(condition.get("message") or ""))
     return None
+
+
+def _disruption(status: Mapping[str, Any]) -> str:
+    """The reason of a ``DisruptionTarget`` condition whose status is ``True``, else ``""``."""
+    found = _condition(status, "DisruptionTarget")
+    return (found[1] or "DisruptionTarget") if found is not None and found[0] == "True" else ""
 
 
 def _grace(spec: Mapping[str, Any]) -> int:

@@ -49,6 +49,24 @@ from troupe.config import Config
 AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *contract.GANG_POLICY_KEYS, *kueue.TOPOLOGY_KEYS)
 
 
+#: The disruptions that say a member's node was lost (the taint manager's eviction of a
+#: NoExecute or unreachable node, the pod garbage collector's of a node that is gone): a
+#: member that ended ``Failed`` with one of them failed with its node. Any other disruption
+#: (a preemption, an eviction, Troupe's own rollback) is not a failure of the member.
+NODE_LOSS_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+
+
+def member_failed(pod: PodInfo) -> bool:
+    """Whether ``pod`` is a member that failed after Troupe released it: phase ``Failed``,
+    a release of its own, and either its node's loss (:data:`NODE_LOSS_DISRUPTIONS`) or no
+    disruption and no deletion: a member deleted (by a user, its namespace's deletion, its
+    controller; the Job controller marks such pods ``Failed``), preempted, evicted or rolled
+    back by Troupe did not fail."""
+    if pod.phase != "Failed" or not (pod.planned_at or pod.released_at):
+        return False
+    return pod.disruption in NODE_LOSS_DISRUPTIONS or (not pod.disruption and not pod.deleting)
+
+
 @dataclass(frozen=True)
 class Gang:
     """One gang, as a decision needs it.
@@ -83,7 +101,8 @@ class Gang:
     Other gangs have ``release_mode`` :data:`troupe.contract.WHEN_COMPLETE` and no slots.
 
     ``failure_policy``: the members' ``troupe.io/gang-failure-policy``; ``failed``: its
-    members that ended ``Failed`` after Troupe released them (a ``RestartGang`` gang
+    members that ended ``Failed`` after Troupe released them, not by a disruption other
+    than their node's loss (:func:`member_failed`; a ``RestartGang`` gang
     restarts when one belongs to a release still running); ``failure_grace_seconds``: how
     long a running member's node may be NotReady before the member counts as failed
     (``nodeFailureGraceSeconds``; docs/decisions/040-failure-policy.md).
@@ -200,7 +219,7 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     old = wl.superseded(p for p in auto if p.active) if auto else set()
     members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
-    failed = tuple(p for p in pods if p.phase == "Failed" and (p.planned_at or p.released_at))
+    failed = tuple(p for p in pods if member_failed(p))
     base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
                 failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
     if not members:
@@ -334,7 +353,7 @@ def _as_created(key: str, pods: list[PodInfo], config: Config, parallelism: Mapp
             stale = f"the reservation on {planned.kind} {planned.name} is for {record.gang}"
         elif not planned.active:
             stale = f"{planned.kind} {planned.name} is suspended, finished or being deleted"
-        elif len(record.nodes) != len(planned.slots):
+        elif len(record.nodes) not in (len(planned.slots), gang.min_size):
             stale = (f"{planned.kind} {planned.name} now runs {len(planned.slots)} member(s), "
                      f"the reservation holds {len(record.nodes)}")
     return replace(gang, workload=planned.key, slots=planned.slots, release_mode=contract.AS_CREATED,
@@ -353,9 +372,7 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
     slots name one gang. In ``auto_namespaces`` (labelled
     ``troupe.io/gang-mode: auto``), and for a template that asks with Kueue's topology
     annotations and is not Kueue's (:func:`kueue_topology_template`), a template without
-    gang keys counts as ``<prefix>-size: auto``, as the webhook stamps its pods. A template
-    whose ``<prefix>-min-size`` is below its count is released when its minimum is present
-    (docs/decisions/038-minimum-size.md)."""
+    gang keys counts as ``<prefix>-size: auto``, as the webhook stamps its pods."""
     keys = _gang_keys(config.gang_annotation_prefix)
     out: dict[str, wl.Workload] = {}
     claimed: dict[str, int] = {}
@@ -386,8 +403,6 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
         size = first.gang_annotations.get(keys.size)
         if size != contract.AUTO_SIZE and size != str(len(slots)):
             continue  # a named gang of other members too: released when complete
-        if first.gang_annotations.get(keys.min_size, str(len(slots))) != str(len(slots)):
-            continue  # a minimum below the size: released once the minimum is present (docs/decisions/038)
         out[key] = w
     return {key: w for key, w in out.items() if claimed[key] == 1}  # a gang of several workloads: when complete
 

@@ -95,3 +95,25 @@ def test_the_record_keeps_the_newest_and_never_names_a_pod_twice():
     assert len(entries) == NODE_FAILURES_KEPT
     assert [e["uid"] for e in entries] == [f"u{i}" for i in range(4, NODE_FAILURES_KEPT + 4)]
     assert merged("not json", failures[:1]) == json.dumps([failures[0].entry()], separators=(",", ":"))
+
+
+def test_a_member_failed_by_a_disruption_is_no_failure_unless_its_node_was_lost():
+    def failed_pod(reason):
+        b = make_pod("w-0", "ml").requests(gpu=1).gang("g", 1).node_name("a").phase("Failed") \
+            .annotate("reconciler.troupe.io/planned-at", "2027-01-15T07:00:00.000Z")
+        obj = b.build()
+        if reason:
+            obj["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason}]
+        return PodInfo.from_object(obj)
+
+    deleted = failed_pod("")
+    from dataclasses import replace
+    assert not to_record(build_gang("ml/g", [replace(deleted, deleting=True)], Config(), {}),
+                         [], Snapshot([node("a")], [], TopologyLevels.default()), NOW), \
+        "a member deleted (its namespace, its controller) did not fail"
+    snapshot = Snapshot([node("a")], [], TopologyLevels.default())
+    for reason, counts in (("", True), ("DeletionByTaintManager", True), ("DeletionByPodGC", True),
+                           ("PreemptionByScheduler", False), ("EvictionByEvictionAPI", False),
+                           ("TroupeGangTimeout", False)):
+        gang = build_gang("ml/g", [failed_pod(reason)], Config(), {})
+        assert bool(to_record(gang, [], snapshot, NOW)) is counts, reason

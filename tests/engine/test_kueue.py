@@ -60,11 +60,33 @@ def test_a_job_kueue_admitted_is_not_troupes() -> None:
     assert planned_gangs(workloads_of(labelled), CONFIG) == {}
 
 
-def test_a_gang_with_a_minimum_below_its_size_is_not_reserved_as_created() -> None:
-    job = job_object("train", 4, annotations={"troupe.io/gang-min-size": "2"})
-    assert planned_gangs(workloads_of(job), CONFIG) == {}
-    whole = job_object("train", 4, annotations={"troupe.io/gang-min-size": "4"})
-    assert KEY in planned_gangs(workloads_of(whole), CONFIG)
+def test_a_gang_with_a_minimum_reserves_every_rank_when_they_fit_else_its_first_minimum() -> None:
+    job = job_object("train", 8, annotations={"troupe.io/gang-min-size": "4"})
+    known = workloads_of(job)
+    assert KEY in planned_gangs(known, CONFIG)
+    roomy = Snapshot(nodes(), [], TopologyLevels.default())
+    decision = decide(gangs_of(roomy, known, CONFIG)[KEY], roomy, NOW)
+    assert decision.rule is lifecycle.RESERVED and "reserved 8 node(s)" in decision.reason
+    busy = [PodInfo.from_object(make_pod_on(f"n{i}")) for i in range(4, 8)]  # the second subblock taken
+    tight = Snapshot(nodes(), busy, TopologyLevels.default())
+    decision = decide(gangs_of(tight, known, CONFIG)[KEY], tight, NOW)
+    assert decision.rule is lifecycle.RESERVED, decision.reason
+    assert "reserved 4 node(s)" in decision.reason and "room for the first 4 (minimum 4)" in decision.reason
+    record = decision.actions[0].record
+    assert record.nodes == ("n0", "n1", "n2", "n3")
+    stale = gangs_of(Snapshot(nodes(), busy, TopologyLevels.default()),
+                     workloads_of(job_object("train", 8, annotations={"troupe.io/gang-min-size": "4"},
+                                             record=record)), CONFIG)[KEY]
+    assert stale.reservation_stale == "", "a reservation of the first minimum fits its workload"
+
+
+def make_pod_on(node: str) -> dict[str, Any]:
+    """A running pod outside any gang that takes every GPU of ``node``."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"busy-{node}", "namespace": "other", "uid": f"busy-{node}"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {
+                "nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Running"}}
 
 
 def test_the_members_of_a_kueue_job_read_kueues_slices() -> None:
