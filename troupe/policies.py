@@ -36,25 +36,26 @@ FAILURE_POLICIES = (REPLACE_MEMBER, RESTART_GANG)
 GANG_POLICY_KEYS = (FAILURE_POLICY,)
 
 
+def _one_of(a: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
+    """The value of ``key`` in ``a``, else ``default``. Raises :class:`ContractError` naming
+    the key and the value when it is not one of ``allowed``."""
+    value = a.get(key)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise ContractError(key, str(value), f"must be one of {', '.join(allowed)}")
+    return str(value)
+
+
 def parse_release_mode(a: Mapping[str, Any], default: str) -> str:
     """The release mode ``a`` (a pod's or a workload's annotations) asks for with
     :data:`RELEASE_MODE`, else ``default``. Raises :class:`ContractError` naming the key and
     the value when it is not one of :data:`RELEASE_MODES`."""
-    value = a.get(RELEASE_MODE)
-    if value is None:
-        return default
-    if value not in RELEASE_MODES:
-        raise ContractError(RELEASE_MODE, str(value), f"must be one of {', '.join(RELEASE_MODES)}")
-    return str(value)
+    return _one_of(a, RELEASE_MODE, RELEASE_MODES, default)
 
 
 def parse_failure_policy(a: Mapping[str, Any]) -> str:
     """The failure policy annotations ``a`` ask for with :data:`FAILURE_POLICY`, else
     :data:`REPLACE_MEMBER`. Raises :class:`ContractError` naming the key and the value when
     it is not one of :data:`FAILURE_POLICIES`."""
-    value = a.get(FAILURE_POLICY)
-    if value is None:
-        return REPLACE_MEMBER
-    if value not in FAILURE_POLICIES:
-        raise ContractError(FAILURE_POLICY, str(value), f"must be one of {', '.join(FAILURE_POLICIES)}")
-    return str(value)
+    return _one_of(a, FAILURE_POLICY, FAILURE_POLICIES, REPLACE_MEMBER)

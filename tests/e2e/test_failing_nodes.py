@@ -15,7 +15,6 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from devtools.devcluster.nodes import make_node
 from tests.support import e2e
 from troupe import contract
 
@@ -26,21 +25,11 @@ POOL = {"e2e-pool": "avoid"}
 def pool(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list[str]]:
     """Three Ready 8-GPU nodes of one subblock; deleted after the test's pods."""
     names = [f"gpu-b6-s0-h{h}" for h in range(3)]
-    for name in names:
-        admin_core.create_node(make_node(name, {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
-                                         labels={"cloud.google.com/gce-topology-block": "gpu-b6",
-                                                 "cloud.google.com/gce-topology-subblock": "gpu-b6-s0",
-                                                 "cloud.google.com/gce-topology-host": name, **POOL}))
-    e2e.wait_for("the pool's nodes Ready", lambda: all(
-        any(c.type == "Ready" and c.status == "True" for c in admin_core.read_node(n).status.conditions or [])
-        for n in names))
+    e2e.create_gpu_nodes(admin_core, names, POOL)
     try:
         yield names
     finally:
-        admin_core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        e2e.wait_for("the test's pods gone", lambda: not admin_core.list_namespaced_pod(namespace).items or None)
-        for name in names:
-            admin_core.delete_node(name)
+        e2e.delete_nodes_after_pods(admin_core, namespace, names)
 
 
 def solo(name: str, selector: dict[str, str]) -> dict[str, object]:

@@ -13,13 +13,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from devtools.devcluster.nodes import make_node
 from tests.support import e2e
 from troupe import contract
 
-BLOCK = "cloud.google.com/gce-topology-block"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
-HOST = "cloud.google.com/gce-topology-host"
 POOL = {"e2e-pool": "restart"}
 
 
@@ -27,23 +24,11 @@ POOL = {"e2e-pool": "restart"}
 def pool(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list[str]]:
     """Five Ready 8-GPU nodes in subblock gpu-b7-s0; those left are deleted after the test's pods."""
     names = [f"gpu-b7-s0-h{h}" for h in range(5)]
-    for name in names:
-        admin_core.create_node(make_node(name, {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
-                                         labels={BLOCK: "gpu-b7", SUBBLOCK: "gpu-b7-s0", HOST: name, **POOL}))
-    e2e.wait_for("the pool's nodes Ready", lambda: all(
-        any(c.type == "Ready" and c.status == "True" for c in admin_core.read_node(n).status.conditions or [])
-        for n in names))
+    e2e.create_gpu_nodes(admin_core, names, POOL)
     try:
         yield names
     finally:
-        admin_core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        e2e.wait_for("the test's pods gone", lambda: not admin_core.list_namespaced_pod(namespace).items or None)
-        for name in names:
-            try:
-                admin_core.delete_node(name)
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
+        e2e.delete_nodes_after_pods(admin_core, namespace, names)
 
 
 def test_a_restart_gang_gang_whose_node_is_deleted_restarts_whole_once(troupe, admin_api, admin_core, namespace,
@@ -89,24 +74,11 @@ def two_subblocks(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list
     """Two subblocks of three 8-GPU nodes (gpu-b5-s0, gpu-b5-s1), label ``e2e-pool: replace``;
     those left are deleted after the test's pods."""
     names = [f"gpu-b5-s{s}-h{h}" for s in range(2) for h in range(3)]
-    for name in names:
-        admin_core.create_node(make_node(name, {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
-                                         labels={BLOCK: "gpu-b5", SUBBLOCK: name.rsplit("-", 1)[0], HOST: name,
-                                                 "e2e-pool": "replace"}))
-    e2e.wait_for("the nodes Ready", lambda: all(
-        any(c.type == "Ready" and c.status == "True" for c in admin_core.read_node(n).status.conditions or [])
-        for n in names))
+    e2e.create_gpu_nodes(admin_core, names, {"e2e-pool": "replace"})
     try:
         yield names
     finally:
-        admin_core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        e2e.wait_for("the test's pods gone", lambda: not admin_core.list_namespaced_pod(namespace).items or None)
-        for name in names:
-            try:
-                admin_core.delete_node(name)
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
+        e2e.delete_nodes_after_pods(admin_core, namespace, names)
 
 
 def test_a_replacement_for_a_member_whose_node_is_deleted_goes_back_into_the_gangs_subblock(

@@ -12,13 +12,11 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from devtools.devcluster.nodes import make_node
 from tests.support import e2e
 from troupe import contract
 
 BLOCK = "cloud.google.com/gce-topology-block"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
-HOST = "cloud.google.com/gce-topology-host"
 WIDE = "gpu-b9"
 
 
@@ -53,13 +51,7 @@ def wide_block(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list[st
     """Block gpu-b9: two subblocks of ten 8-GPU nodes, one node per host; deleted after the
     test's pods are gone. Node names, in topology order."""
     names = [f"{WIDE}-s{s}-h{h}" for s in range(2) for h in range(10)]
-    for name in names:
-        subblock = name.rsplit("-", 1)[0]
-        admin_core.create_node(make_node(name, {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
-                                         labels={BLOCK: WIDE, SUBBLOCK: subblock, HOST: name}))
-    e2e.wait_for("the wide block's nodes Ready", lambda: all(
-        any(c.type == "Ready" and c.status == "True" for c in admin_core.read_node(n).status.conditions or [])
-        for n in names))
+    e2e.create_gpu_nodes(admin_core, names)
     # The reconciler sees every new node once a gang that needs all 20 is placed there.
     for i in range(len(names)):
         body = e2e.pod_body(f"probe-{i}", e2e.gang_annotations("probe", len(names), timeout=60), gpus=8)
@@ -71,10 +63,7 @@ def wide_block(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list[st
     try:
         yield names
     finally:
-        admin_core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        e2e.wait_for("the test's pods gone", lambda: not admin_core.list_namespaced_pod(namespace).items or None)
-        for name in names:
-            admin_core.delete_node(name)
+        e2e.delete_nodes_after_pods(admin_core, namespace, names)
 
 
 def test_a_balanced_gang_of_12_over_two_10_node_subblocks_lands_6_and_6(troupe, admin_core, namespace, wide_block):

@@ -146,6 +146,9 @@ def test_members_that_disagree_on_the_minimum_are_held_and_a_minimum_above_the_s
     h = Harness(four_nodes(), [], NO_JITTER)
     run(h, [("two members name different minimums", lambda h: (add(0, 1)(h), add(2, 3, minimum="2")(h)),
              Phase.HELD, "MembersDisagree", "troupe.io/gang-min-size: 2, 4")])
+    assert h.gated("train-0", "train-1", "train-2", "train-3") == ["train-0", "train-1", "train-2", "train-3"], \
+        "a held gang releases nothing"
     h2 = Harness(four_nodes(), [], NO_JITTER)
     run(h2, [("a minimum of 9 in a gang of 8", add(0, minimum="9"), Phase.HELD, "MembersDisagree",
               "annotation troupe.io/gang-min-size: must be an integer from 1 to the gang's troupe.io/gang-size (8)")])
+    assert h2.gated("train-0") == ["train-0"]

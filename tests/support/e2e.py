@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from devtools.devcluster.nodes import make_node
 from troupe import contract
 
 T = TypeVar("T")
@@ -153,3 +154,34 @@ def running_members(core: client.CoreV1Api, namespace: str, prefix: str, count: 
     for pod in pods:
         assert pod.metadata.annotations[contract.ASSIGNED_NODE] == pod.spec.node_name
     return pods
+
+
+#: The node labels of the GKE topology levels, highest first.
+GKE_LEVELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+              "cloud.google.com/gce-topology-host")
+
+
+def create_gpu_nodes(core: client.CoreV1Api, names: list[str], labels: dict[str, str] | None = None) -> None:
+    """Create kwok nodes ``names`` (``<block>-s<i>-h<j>``: block, subblock and host read from
+    the name) of 8 GPUs each, with ``labels`` too, and wait until all are Ready."""
+    for name in names:
+        subblock = name.rsplit("-", 1)[0]
+        levels = dict(zip(GKE_LEVELS, (subblock.rsplit("-", 1)[0], subblock, name), strict=True))
+        core.create_node(make_node(name, {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                                   labels={**levels, **(labels or {})}))
+    wait_for(f"{len(names)} new nodes Ready", lambda: all(
+        any(c.type == "Ready" and c.status == "True" for c in core.read_node(n).status.conditions or [])
+        for n in names))
+
+
+def delete_nodes_after_pods(core: client.CoreV1Api, namespace: str, names: list[str]) -> None:
+    """Delete every pod of ``namespace``, wait until they are gone, then delete the nodes
+    ``names`` that are still there."""
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    wait_for("the test's pods gone", lambda: not core.list_namespaced_pod(namespace).items or None)
+    for name in names:
+        try:
+            core.delete_node(name)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
