@@ -136,6 +136,9 @@ class Config:
     #: The ``defaultConstraints`` of kube-scheduler's PodTopologySpread, when the cluster
     #: sets them: Troupe applies their ``DoNotSchedule`` ones as kube-scheduler does.
     topology_spread_default_constraints: tuple[SpreadDefault, ...] = ()
+    #: Whether the reconciler keeps a ``gangs.troupe.io`` object per gang, its status
+    #: written at most once a second (docs/decisions/043-gang-objects.md).
+    gang_objects: bool = True
 
     @property
     def all_levels(self) -> tuple[str, ...]:
@@ -219,6 +222,10 @@ def _value(key: str, name: str, raw: Any) -> Any:
         return cast(QueueingStrategy, raw)
     if name == "topology_spread_default_constraints":
         return _spread_defaults(key, raw)
+    if name == "gang_objects":
+        if not isinstance(raw, bool):
+            raise ConfigError(f"{key}: must be true or false, got {raw!r}")
+        return raw
     if name == "reconciler_username":
         if not isinstance(raw, str) or not raw:
             raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")
