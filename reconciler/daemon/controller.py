@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import DELAY_SECONDS as CONDITION_DELAY_SECONDS
 from reconciler.daemon.conditions import ConditionSink
+from reconciler.daemon.gangobjects import GangObjects
 from reconciler.daemon.groups import GroupController
 from reconciler.daemon.handlers import (
     ActionHandlers,
@@ -64,7 +65,7 @@ from reconciler.daemon.writer import (
     PodWriter,
     WriteError,
 )
-from reconciler.engine import actions
+from reconciler.engine import actions, gangobject
 from reconciler.engine.cluster import NodeInfo, PodInfo
 from reconciler.engine.conditions import MAX_MESSAGE
 from reconciler.engine.conditions import conditions as gang_conditions
@@ -140,6 +141,10 @@ class GangController(ActionHandlers):
         #: caller runs :meth:`ConditionSink.run` on a thread, or flushes it).
         self.conditions = ConditionSink(writer, self._current_condition, delay=condition_delay,
                                         wall=lambda: rfc3339(self.wall_clock()))
+        #: One Gang object per gang, written coalesced (the caller runs :meth:`GangObjects.run`
+        #: on a thread, or flushes it; docs/decisions/043-gang-objects.md).
+        self.gang_objects = GangObjects(writer, config.gang_objects, budget=config.kube_api_qps / 5,
+                                        wall=wall_clock)
         #: The SharedDeviceGroups' finalizers and status (their own work-queue keys).
         self.groups = GroupController(cache, writer, wall_clock)
         #: Troupe's taint on nominated nodes (docs/decisions/033-nominated-nodes-are-tainted.md).
@@ -240,10 +245,12 @@ class GangController(ActionHandlers):
         gang = self.gang(key)
         if gang is None:
             self.forget(key)
+            self.gang_objects.gone(key)
             return None
         now = self.wall_clock()
         t0 = time.monotonic()
-        turn = step(gang, self.cache.snapshot(), now, self.policy, self.queue)
+        snapshot = self.cache.snapshot()
+        turn = step(gang, snapshot, now, self.policy, self.queue)
         decision, effect = turn.decision, turn.effect
         took_ms = (time.monotonic() - t0) * 1000
         with self._lock:
@@ -265,6 +272,8 @@ class GangController(ActionHandlers):
             log.info("gang %s: waited %ds at the head of the queue: %d node(s) of %s held for it", key,
                      int(now - effect.hold.since), len(effect.hold.nodes), effect.hold.domain)
         outcome = self._act(gang, decision, memory, now)
+        self.gang_objects.want(key, gangobject.object_name(gang), gang.name, gangobject.owner_references(gang),
+                               gangobject.gang_status(gang, decision, snapshot))
         if effect.recheck_at is not None:
             wait = max(effect.recheck_at - now, 0.0)
             outcome = replace(outcome, requeue_after=wait if outcome.requeue_after is None else min(wait, outcome.requeue_after))

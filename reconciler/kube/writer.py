@@ -219,6 +219,43 @@ class KubeWriter(PodWriter):
                           _content_type=JSON_PATCH if isinstance(patch, list) else MERGE_PATCH, _preload_content=False)
         return dict(json.loads(resp.data))
 
+    def _list_gang_objects(self) -> list[dict[str, Any]]:
+        group, version, plural = contract.GANG_API
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            resp = self._call("list gangs", self.custom.list_cluster_custom_object, group, version, plural,
+                              limit=500, _continue=token, _preload_content=False)
+            page = json.loads(resp.data)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def _create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        group, version, plural = contract.GANG_API
+        name = body["metadata"]["name"]
+        resp = self._call(f"create gang {namespace}/{name}", self.custom.create_namespaced_custom_object, group,
+                          version, namespace, plural, {"apiVersion": f"{group}/{version}", "kind": "Gang", **body},
+                          _preload_content=False)
+        return dict(json.loads(resp.data))
+
+    def _patch_gang_object_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        group, version, plural = contract.GANG_API
+        resp = self._call(f"patch gang {namespace}/{name}/status", self.custom.patch_namespaced_custom_object_status,
+                          group, version, namespace, plural, name, [{"op": "add", "path": "/status", "value": dict(status)}],
+                          _content_type=JSON_PATCH, _preload_content=False)
+        return dict(json.loads(resp.data))
+
+    def _delete_gang_object(self, namespace: str, name: str, uid: str) -> None:
+        group, version, plural = contract.GANG_API
+        options = {"preconditions": {"uid": uid}} if uid else {}
+        try:
+            self._call(f"delete gang {namespace}/{name}", self.custom.delete_namespaced_custom_object, group, version,
+                       namespace, plural, name, body=options, _preload_content=False)
+        except Conflict as e:  # another object of that name now: not ours to delete
+            raise Gone(str(e)) from e
+
     def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Queue a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
         effort: never raises, never blocks."""

@@ -86,6 +86,8 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("NetworkPolicy", "troupe-reconciler"),
         ("ValidatingAdmissionPolicy", "troupe-reconciler-pod-writes"),
         ("ValidatingAdmissionPolicyBinding", "troupe-reconciler-pod-writes"),
+        ("ValidatingAdmissionPolicy", "troupe-gang-writes"),
+        ("ValidatingAdmissionPolicyBinding", "troupe-gang-writes"),
         ("ConfigMap", "troupe-config"),
         ("Deployment", "troupe-reconciler"),
         ("Deployment", "troupe-webhook"),
@@ -97,6 +99,7 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("ServiceAccount", "troupe-reconciler"),
         ("ServiceAccount", "troupe-webhook"),
         ("CustomResourceDefinition", "shareddevicegroups.deviceshare.io"),
+        ("CustomResourceDefinition", "gangs.troupe.io"),
     ])
     cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "CustomResourceDefinition",
                       "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}

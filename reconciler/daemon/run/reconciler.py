@@ -109,6 +109,8 @@ class Reconciler:
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
         self._conditions = threading.Thread(target=self.controller.conditions.run, args=(self._stop,),
                                             name="conditions", daemon=True)
+        self._gang_objects = threading.Thread(target=self.controller.gang_objects.run, args=(self._stop,),
+                                              name="gang-objects", daemon=True)
         self._busy: tuple[str, float] | None = None
         #: Gang timings and counts derived from each outcome (reconciler/daemon/metrics.py).
         self.gang_metrics = metrics.GangMetrics()
@@ -301,11 +303,15 @@ class Reconciler:
         backoffs = self.controller.load_state()
         self.controller.taints.sweep()  # what an earlier leader left on nodes (docs/decisions/033)
         decided = self.controller.warm_queue()
-        log.info("caches synced; %d recorded backoff(s) read; %d waiting gang(s) decided in queue order; reconciling",
-                 backoffs, decided)
+        objects = self.controller.gang_objects
+        listed = objects.load()
+        stale = objects.sweep(self.cache.gang_keys())
+        log.info("caches synced; %d recorded backoff(s) read; %d waiting gang(s) decided in queue order; "
+                 "%d gang object(s) read, %d of gone gangs to delete; reconciling", backoffs, decided, listed, stale)
         self.synced.set()
         self._worker.start()
         self._conditions.start()
+        self._gang_objects.start()
 
     def export_metrics(self) -> None:
         """Report every informer's failing time as ``troupe_informer_failing_seconds``."""

@@ -5,7 +5,8 @@ the pod intents (:mod:`~reconciler.daemon.writer.pods`: release a member, mark a
 disrupted and delete it, evict, remove a plan record, set a pod condition, emit an Event,
 each building its own patch and handling conflicts), the SharedDeviceGroup writes
 (:mod:`~reconciler.daemon.writer.groups`), Troupe's taint on nominated nodes
-(:mod:`~reconciler.daemon.writer.nodes`), a gang's reservation on its workload
+(:mod:`~reconciler.daemon.writer.nodes`), the Gang objects
+(:mod:`~reconciler.daemon.writer.gangobjects`), a gang's reservation on its workload
 (:mod:`~reconciler.daemon.writer.workloads`) and the state ConfigMap of rollback backoffs
 (:mod:`~reconciler.daemon.writer.state`). Two classes implement the primitives:
 :class:`reconciler.kube.KubeWriter` against a real API server, and
@@ -40,6 +41,7 @@ from reconciler.daemon.writer.base import (
     Unfenced,
     WriteError,
 )
+from reconciler.daemon.writer.gangobjects import GangObjectWrites
 from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.daemon.writer.pods import CONFLICT_RETRIES, PodIntents, release_patch
@@ -52,6 +54,7 @@ __all__ = [
     "Conflict",
     "Fence",
     "Fenced",
+    "GangObjectWrites",
     "Gone",
     "GroupWrites",
     "LostLeadership",
@@ -69,11 +72,12 @@ __all__ = [
 ]
 
 
-class PodWriter(PodIntents, GroupWrites, NodeWrites, StateStore, WorkloadWrites):
+class PodWriter(PodIntents, GroupWrites, NodeWrites, StateStore, WorkloadWrites, GangObjectWrites):
     """The whole port (module docstring): the pod intents over ``_get``, ``_patch``
     (strategic merge), ``_patch_status``, ``_delete`` (with a UID precondition),
     ``_evict`` and :meth:`emit_event`; the SharedDeviceGroup writes over ``_patch_group``;
     the rollback backoffs over ``_read_state`` and ``_write_state``; Troupe's taint on
     nominated nodes over ``_get_node`` and ``_patch_node`` (a JSON merge patch); the
-    reservations over ``_patch_workload``. ``fence`` is checked
+    reservations over ``_patch_workload``; the Gang objects over ``_list_gang_objects``,
+    ``_create_gang_object``, ``_patch_gang_object_status`` and ``_delete_gang_object``. ``fence`` is checked
     before every primitive write (:class:`Unfenced` unless set)."""

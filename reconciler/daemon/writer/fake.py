@@ -68,6 +68,10 @@ Thread-safe.
     #: Workload objects by ``(kind, namespace, name)`` (:meth:`add_workload`), and every patch applied.
     workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     workload_patches: list[tuple[tuple[str, str, str], Any]] = field(default_factory=list)
+    #: Gang objects by ``(namespace, name)``, and every write to them, in order:
+    #: ``("create" | "status" | "delete", namespace, name)``.
+    gang_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    gang_object_writes: list[tuple[str, str, str]] = field(default_factory=list)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -246,6 +250,44 @@ Thread-safe.
 
     def _patch_group_status(self, name: str, patch: Any) -> dict[str, Any]:
         return self._patch_group(name, patch)  # the fake keeps one copy of a group, status included
+
+    def _list_gang_objects(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(o) for _, o in sorted(self.gang_objects.items())]
+
+    def _create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            name = body["metadata"]["name"]
+            if name in self.fail:
+                raise self.fail[name]
+            if (namespace, name) in self.gang_objects:
+                raise Conflict(f"create gang {namespace}/{name}: already exists")
+            stored = copy.deepcopy(dict(body))
+            meta = stored["metadata"]
+            meta.update(namespace=namespace, uid=f"uid-gang-{next(self._rv)}", resourceVersion=str(next(self._rv)))
+            self.gang_objects[(namespace, name)] = stored
+            self.gang_object_writes.append(("create", namespace, name))
+            return copy.deepcopy(stored)
+
+    def _patch_gang_object_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if name in self.fail:
+                raise self.fail[name]
+            stored = self.gang_objects.get((namespace, name))
+            if stored is None:
+                raise Gone(f"patch gang {namespace}/{name}/status: not found")
+            stored["status"] = copy.deepcopy(dict(status))
+            stored["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.gang_object_writes.append(("status", namespace, name))
+            return copy.deepcopy(stored)
+
+    def _delete_gang_object(self, namespace: str, name: str, uid: str) -> None:
+        with self._lock:
+            stored = self.gang_objects.get((namespace, name))
+            if stored is None or (uid and stored["metadata"].get("uid") != uid):
+                raise Gone(f"delete gang {namespace}/{name}: not found")
+            del self.gang_objects[(namespace, name)]
+            self.gang_object_writes.append(("delete", namespace, name))
 
     def add_workload(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a workload object of ``kind`` (a fresh resourceVersion) and return it."""

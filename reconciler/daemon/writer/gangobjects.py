@@ -1,0 +1,67 @@
+"""The writes to Gang objects (``gangs.troupe.io``, namespaced): made with their gang, their
+status, deleted with it (docs/decisions/043-gang-objects.md).
+
+:class:`GangObjectWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that
+makes them, over four primitives a subclass provides (``_list_gang_objects``,
+``_create_gang_object``, ``_patch_gang_object_status``, ``_delete_gang_object``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.daemon.writer.base import Fenced
+
+
+class GangObjectWrites(Fenced, abc.ABC):
+    """A Gang object's creation, status and deletion; every write passes the fence."""
+
+    @abc.abstractmethod
+    def _list_gang_objects(self) -> list[dict[str, Any]]:
+        """Every Gang object of every namespace. Raises
+        :class:`~reconciler.daemon.writer.base.WriteError` (one that cannot be listed)."""
+
+    @abc.abstractmethod
+    def _create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``body`` in ``namespace``; returns the object. Raises
+        :class:`~reconciler.daemon.writer.base.Conflict` (one of that name exists),
+        :class:`~reconciler.daemon.writer.base.Gone` (the namespace is gone or terminating),
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    @abc.abstractmethod
+    def _patch_gang_object_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the object's ``status`` through its status subresource (a JSON patch
+        ``add /status``); returns the object. Raises
+        :class:`~reconciler.daemon.writer.base.Gone`,
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    @abc.abstractmethod
+    def _delete_gang_object(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the object if its UID is still ``uid`` (any when ``""``). Raises
+        :class:`~reconciler.daemon.writer.base.Gone` (no such object, or another UID),
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+
+    def list_gang_objects(self) -> list[dict[str, Any]]:
+        """Every Gang object (a read: no fence). Raises
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
+        return self._list_gang_objects()
+
+    def create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a Gang object (``metadata`` with name, labels, annotations and owner
+        references, ``spec``); returns it. Raises as :meth:`_create_gang_object`."""
+        self.fence.check()
+        return self._create_gang_object(namespace, body)
+
+    def set_gang_object_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a Gang object's whole status; returns the object. Raises as
+        :meth:`_patch_gang_object_status`."""
+        self.fence.check()
+        return self._patch_gang_object_status(namespace, name, status)
+
+    def delete_gang_object(self, namespace: str, name: str, uid: str = "") -> None:
+        """Delete a Gang object (with a UID precondition when ``uid``). Raises as
+        :meth:`_delete_gang_object`."""
+        self.fence.check()
+        self._delete_gang_object(namespace, name, uid)

@@ -1,0 +1,206 @@
+"""Gang objects (gangs.troupe.io) kept by the controller: made with the gang, their status and
+conditions through each step, coalesced to one write a second per gang within a budget,
+deleted with the gang, swept by a new leader (docs/decisions/043-gang-objects.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from reconciler.daemon.gangobjects import KEY_ANNOTATION, GangObjects
+from reconciler.daemon.writer import WriteError
+from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.engine.gangobject import object_name, same_status, with_times
+from tests.support.controller_harness import CONFIG, Harness, four_nodes, gang_pods, own
+from tests.support.reconciler_builders import make_pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def harness(pods, config=CONFIG):
+    h = Harness(four_nodes(), pods, config)
+    clock = Clock()
+    h.controller.gang_objects.clock = clock
+    return h, clock
+
+
+def conditions(obj):
+    return {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+
+
+def test_a_waiting_gang_gets_an_object_named_as_the_gang_that_counts_its_members():
+    h, _ = harness(gang_pods(3, size=4))
+    h.reconcile()
+    assert h.controller.gang_objects.flush() == 1
+    obj = h.writer.gang_objects[("team-a", "train")]
+    assert obj["spec"] == {"gangName": "train"}
+    assert obj["metadata"]["annotations"][KEY_ANNOTATION] == "team-a/train"
+    s = obj["status"]
+    assert (s["phase"], s["reason"], s["message"]) == ("Waiting", "WaitingForMembers", "3 of 4 members present")
+    assert (s["members"], s["present"], s["gated"], s["size"]) == ("3/4", 3, 3, 4)
+    assert conditions(obj) == {"Waiting": ("True", "WaitingForMembers"), "Released": ("False", "WaitingForMembers"),
+                               "Bound": ("False", "WaitingForMembers"),
+                               "Reconciling": ("True", "WaitingForMembers"), "Stalled": ("False", "AsExpected")}
+    assert all(c["lastTransitionTime"].endswith("Z") for c in s["conditions"])
+    assert h.writer.gang_object_writes == [("create", "team-a", "train"), ("status", "team-a", "train")]
+
+
+def test_a_released_gang_becomes_bound_with_its_domain_and_keeps_its_first_transition_times():
+    h, clock = harness(own(gang_pods(4), "train"))
+    h.reconcile()
+    h.controller.gang_objects.flush()
+    first = h.writer.gang_objects[("team-a", "train")]["status"]
+    # Decided before its writes: the members are being released.
+    assert (first["phase"], first["reason"]) == ("Placed", "Releasing")
+    assert conditions({"status": first})["Waiting"] == ("False", "Released")
+    assert conditions({"status": first})["Bound"] == ("False", "Releasing")
+    h.sync()
+    for i in range(4):
+        h.bind(f"train-{i}")
+    h.wall += 5
+    h.reconcile()
+    assert h.controller.gang_objects.flush() == 0, "one write a second per gang"
+    clock.now += 1
+    assert h.controller.gang_objects.flush() == 1
+    obj = h.writer.gang_objects[("team-a", "train")]
+    s = obj["status"]
+    assert (s["phase"], s["reason"], s["bound"], s["running"]) == ("Released", "Running", 4, 4)
+    assert s["domain"] == "cloud.google.com/gce-topology-subblock=s1"
+    assert s["domains"][0].startswith("cloud.google.com/gce-topology-block=")
+    c = {x["type"]: x for x in s["conditions"]}
+    assert (c["Bound"]["status"], c["Reconciling"]["status"]) == ("True", "False")
+    before = {x["type"]: x for x in first["conditions"]}
+    assert c["Waiting"]["lastTransitionTime"] == before["Waiting"]["lastTransitionTime"], "no transition"
+    assert c["Bound"]["lastTransitionTime"] != before["Bound"]["lastTransitionTime"]
+    assert obj["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                                   "uid": "uid-job-train", "controller": False,
+                                                   "blockOwnerDeletion": False}]
+
+
+def test_a_gang_whose_count_changes_with_every_member_costs_one_write_a_second():
+    h, clock = harness(gang_pods(1, size=8))
+    for i in range(1, 8):
+        h.reconcile()
+        h.controller.gang_objects.flush()
+        h.add(make_pod(f"train-{i}").gang("train", 8).index(i).gpus(1).gated().build())
+        clock.now += 0.2
+    h.reconcile()
+    clock.now += 1
+    h.controller.gang_objects.flush()
+    statuses = [w for w in h.writer.gang_object_writes if w[0] == "status"]
+    assert len(statuses) == 3, statuses  # at 100.0, 101.0 and the last one
+    assert h.writer.gang_objects[("team-a", "train")]["status"]["phase"] == "Placed"
+
+
+def test_a_held_gang_is_stalled():
+    pods = gang_pods(2)
+    pods[1]["metadata"]["annotations"]["troupe.io/gang-size"] = "3"
+    h, _ = harness(pods)
+    h.reconcile()
+    h.controller.gang_objects.flush()
+    obj = h.writer.gang_objects[("team-a", "train")]
+    assert obj["status"]["phase"] == "Held"
+    assert conditions(obj)["Stalled"] == ("True", "Held")
+
+
+def test_a_gang_with_no_pod_left_has_its_object_deleted_and_a_new_leader_sweeps_what_is_left():
+    h, _ = harness(gang_pods(2, size=3))
+    h.reconcile()
+    h.controller.gang_objects.flush()
+    for i in range(2):
+        h.writer.pods.pop(next(r for r in h.writer.pods if r.name == f"train-{i}"))
+    h.sync()
+    assert h.reconcile() is None
+    h.controller.gang_objects.flush()
+    assert h.writer.gang_objects == {}
+    # An object left by an earlier leader for a gang that no longer exists.
+    h.writer.gang_objects[("team-a", "old")] = {"metadata": {"name": "old", "namespace": "team-a", "uid": "u1",
+                                                              "annotations": {KEY_ANNOTATION: "team-a/old"}}}
+    fresh = GangObjects(h.writer)
+    assert fresh.load() == 1 and fresh.sweep(h.cache.gang_keys()) == 1
+    fresh.flush()
+    assert h.writer.gang_objects == {}
+
+
+def test_a_new_leader_rewrites_no_object_that_is_current():
+    h, _ = harness(gang_pods(3, size=4))
+    h.reconcile()
+    h.controller.gang_objects.flush()
+    writes = len(h.writer.gang_object_writes)
+    h.controller = h.new_controller()
+    assert h.controller.gang_objects.load() == 1
+    h.reconcile()
+    assert h.controller.gang_objects.flush(everything=True) == 0
+    assert len(h.writer.gang_object_writes) == writes
+
+
+def test_disabled_makes_nothing_and_deletes_what_an_earlier_configuration_left():
+    h, _ = harness(gang_pods(3, size=4))
+    h.reconcile()
+    h.controller.gang_objects.flush()
+    objects = GangObjects(h.writer, enabled=False)
+    objects.load()
+    assert objects.sweep(["team-a/train"]) == 1
+    objects.flush()
+    objects.want("team-a/train", "train", "train", [], {"phase": "Waiting"})
+    assert objects.flush() == 0 and h.writer.gang_objects == {}
+
+
+def test_writes_stay_within_the_budget_oldest_first_and_a_failed_one_is_tried_again():
+    writer = FakeWriter()
+    clock = Clock()
+    objects = GangObjects(writer, budget=5, clock=clock, wall=lambda: 1_800_000_000.0)
+    for i in range(12):
+        objects.want(f"ns/g{i}", f"g{i}", f"g{i}", [], {"phase": "Waiting", "conditions": []})
+        clock.now += 0.001
+    writer.fail["g0"] = WriteError("refused")
+    assert objects.flush() == 4  # 5 tries, g0's refused
+    assert objects.failed == 1
+    del writer.fail["g0"]
+    clock.now += 1.0
+    assert objects.flush() == 5
+    clock.now += 1.0
+    assert objects.flush() == 3
+    assert len(writer.gang_objects) == 12
+
+
+def test_an_object_deleted_behind_the_reconcilers_back_is_made_again():
+    h, clock = harness(gang_pods(3, size=4))
+    h.reconcile()
+    h.controller.gang_objects.flush()
+    del h.writer.gang_objects[("team-a", "train")]
+    h.add(make_pod("train-3").gang("train", 4).index(3).gpus(2).gated().build())
+    h.reconcile()
+    clock.now += 1
+    h.controller.gang_objects.flush()
+    clock.now += 1
+    h.controller.gang_objects.flush()
+    assert ("team-a", "train") in h.writer.gang_objects
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("train", "train"), ("a.b-c", "a.b-c"), ("Train_X", None), ("gke:job-name=w", None)])
+def test_object_names_are_the_gang_name_or_a_clean_name_with_a_hash(name, expected):
+    h, _ = harness(gang_pods(1))
+    gang = h.controller.gang("team-a/train")
+    got = object_name(dataclasses.replace(gang, name=name, key=f"team-a/{name}"))
+    if expected is not None:
+        assert got == expected
+    else:
+        assert len(got) <= 253 and got.rsplit("-", 1)[1].isalnum() and got == got.lower() and ":" not in got
+
+
+def test_times_are_kept_when_nothing_changes_and_same_status_ignores_them():
+    a = {"phase": "Waiting", "conditions": [{"type": "Bound", "status": "False", "reason": "X", "message": "m"}]}
+    first = with_times(a, [], 1_800_000_000.0)
+    later = with_times(a, first["conditions"], 1_800_000_100.0)
+    assert later["conditions"][0]["lastTransitionTime"] == "2027-01-15T08:00:00Z" != later["updateTime"]
+    assert same_status(first, a) and same_status(later, first)
+    assert not same_status(first, {**a, "phase": "Released"})
