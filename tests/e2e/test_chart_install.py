@@ -44,6 +44,7 @@ from devtools.devcluster.pki import write_kubeconfig
 from devtools.devcluster.processes import Started, spawn, stop_all, tail
 from tests.support.e2e import new_namespace, wait_for
 from tests.support.helm import CHART, helm
+from troupe import contract
 
 RELEASE = "troupe-install"
 VALIDITY, RENEW_BEFORE, CA_VALIDITY = 60, 30, 180
@@ -430,6 +431,32 @@ def test_the_admission_policy_leaves_other_identities_alone(installed: Installed
                               _content_type=JSON_PATCH)
 
     assert core.read_namespaced_pod(member, namespace).metadata.labels["owned"] == "yes"
+
+
+def test_only_the_reconciler_writes_gang_objects(installed: Installed) -> None:
+    from kubernetes import config
+
+    group, version, plural = contract.GANG_API
+    body = {"apiVersion": f"{group}/{version}", "kind": "Gang", "metadata": {"name": f"g-{uuid.uuid4().hex[:6]}"},
+            "spec": {"gangName": "train"}}
+    admin = client.CustomObjectsApi(admin_api(installed.cluster))
+    with pytest.raises(ApiException) as refused:
+        admin.create_namespaced_custom_object(group, version, installed.namespace, plural, body)
+    assert refused.value.status in (403, 422), refused.value.body
+    assert "written only by Troupe's reconciler" in json.loads(refused.value.body)["message"], refused.value.body
+
+    reconciler = client.CustomObjectsApi(config.new_client_from_config(config_file=str(installed.reconciler_kubeconfig)))
+    made = reconciler.create_namespaced_custom_object(group, version, installed.namespace, plural, body)
+    name = made["metadata"]["name"]
+    try:
+        with pytest.raises(ApiException) as changed:
+            admin.patch_namespaced_custom_object_status(group, version, installed.namespace, plural, name,
+                                                        {"status": {"phase": "Released"}})
+        assert changed.value.status in (403, 422), changed.value.body
+        reconciler.patch_namespaced_custom_object_status(group, version, installed.namespace, plural, name,
+                                                         {"status": {"phase": "Waiting"}})
+    finally:
+        admin.delete_namespaced_custom_object(group, version, installed.namespace, plural, name)
 
 
 # --- rotation under load --------------------------------------------------------------------
