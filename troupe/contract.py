@@ -88,6 +88,8 @@ DEVICE_MODE_SHARED = "shared"
 DEVICE_GROUP_API = ("deviceshare.io", "v1alpha1", "shareddevicegroups")
 #: The Gang objects the reconciler keeps (group, version, plural; docs/decisions/043-gang-objects.md).
 GANG_API = ("troupe.io", "v1alpha1", "gangs")
+#: The annotation that ties a Gang object to its gang's key (``namespace/id``).
+GANG_KEY_ANNOTATION = "reconciler.troupe.io/gang-key"
 #: Finalizer the reconciler keeps on a SharedDeviceGroup until none of its pods runs, so
 #: that the group's devices are not given to another group while containers still use them.
 DEVICE_GROUP_FINALIZER = "deviceshare.io/release-devices"

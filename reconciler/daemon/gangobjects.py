@@ -35,11 +35,12 @@ from typing import Any
 
 from reconciler.daemon.writer import Conflict, Gone, LostLeadership, PodWriter, WriteError
 from reconciler.engine.gangobject import same_status, with_times
+from troupe import contract
 
 log = logging.getLogger(__name__)
 
 #: The annotation that ties an object to its gang's key (``namespace/id``).
-KEY_ANNOTATION = "reconciler.troupe.io/gang-key"
+KEY_ANNOTATION = contract.GANG_KEY_ANNOTATION
 #: Seconds between two writes of one gang's object.
 INTERVAL_SECONDS = 1.0
 

@@ -181,7 +181,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
     PersistentVolumes, CSINodes: one this user may not list is left out with a line in
     ``notes``, and when one of the last three is, all three are, so the volume filters are
     skipped rather than refusing every pod with a claim), and ``extra`` kinds
-    (``PriorityClass``). ``timeout``: seconds for each request (``--request-timeout``; None:
+    (``PriorityClass``, ``Gang``). ``timeout``: seconds for each request (``--request-timeout``; None:
     :data:`~reconciler.kube.client.REQUEST_TIMEOUT`). Lists run in parallel. Returns ``(where, kind, object)`` triples
     in the order :func:`reconciler.tools.simulate.build` takes. Raises ``OSError`` (a
     ``PermissionError`` for a core list this user may not make)."""
@@ -205,6 +205,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
         ("PersistentVolume", "persistentvolumes", core.list_persistent_volume, {}, _list_noted),
         ("CSINode", "csinodes", client.StorageV1Api(api).list_csi_node, {}, _list_noted),
     ]
+    if "Gang" in extra:  # what the reconciler recorded of each gang (docs/decisions/043-gang-objects.md)
+        lists.append(("Gang", "gangs", crd(*contract.GANG_API), {}, _list_if_allowed))
     if "PriorityClass" in extra:
         lists.append(("PriorityClass", "priorityclasses",
                       client.SchedulingV1Api(api).list_priority_class, {}, _list_if_allowed))

@@ -270,7 +270,8 @@ def answer(args: argparse.Namespace) -> str:
     read)."""
     if args.command == "plan":
         return _plan(args)
-    cluster, namespace, _ = load(args)
+    # status also reads the Gang objects: what the reconciler recorded (decision 043).
+    cluster, namespace, _ = load(args, (views.GANG_KIND,) if args.command == "status" else ())
     output, width = args.output, render.terminal_width(args.output)
     if args.command == "status":
         return render.fit(_status(args, cluster, namespace), width)

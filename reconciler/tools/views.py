@@ -40,6 +40,7 @@ from reconciler.engine.timestamps import epoch
 from reconciler.engine.topology import TopologyLevels
 from reconciler.objects.snapshot_io import InputError
 from reconciler.tools import simulate as sim
+from troupe import contract
 from troupe.config import Config
 
 #: Kinds read besides those the simulator builds a snapshot of: what ``plan`` needs to apply
@@ -62,6 +63,8 @@ class Cluster:
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     priority_classes: Mapping[str, tuple[int, bool]] = field(default_factory=dict)
     source: str = ""
+    #: The Gang objects' statuses by gang key, when they were read (a live cluster).
+    recorded: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -77,9 +80,31 @@ def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, 
     too) goes to :func:`reconciler.tools.simulate.build`, with ``absent_group`` (a snapshot's
     :data:`~reconciler.objects.kinds.NOT_IN_SNAPSHOT`). Raises
     :class:`~reconciler.objects.snapshot_io.InputError` naming the object and field."""
-    rest, namespaces, classes = split(objects)
+    objects = list(objects)
+    gangs = [(w, k, o) for w, k, o in objects if k == GANG_KIND]
+    rest, namespaces, classes = split((w, k, o) for w, k, o in objects if k != GANG_KIND)
     built = sim.build(rest, TopologyLevels.from_config(config), config, absent_group)
-    return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source)
+    return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source,
+                   recorded(o for _, _, o in gangs))
+
+
+#: The kind of the reconciler's Gang objects (read by ``status`` on a live cluster).
+GANG_KIND = "Gang"
+
+
+def recorded(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Gang key (``namespace/id``, from the object's ``reconciler.troupe.io/gang-key``
+    annotation) -> the object's name and status, for the Gang objects that carry one."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for obj in objects:
+        meta = obj.get("metadata")
+        status = obj.get("status")
+        if not isinstance(meta, Mapping) or not isinstance(status, Mapping):
+            continue
+        key = (meta.get("annotations") or {}).get(contract.GANG_KEY_ANNOTATION)
+        if isinstance(key, str) and key.partition("/")[0] == meta.get("namespace"):
+            out[key] = {"name": meta.get("name"), **status}
+    return out
 
 
 def split(objects: Iterable[tuple[str, str, Mapping[str, Any]]]) -> tuple[
@@ -140,6 +165,8 @@ class GangStatus:
     gang: Gang = field(repr=False, compare=False)
     decision: Decision = field(repr=False, compare=False)
     outcome: sim.GangOutcome | None = field(default=None, repr=False, compare=False)
+    #: What the reconciler recorded in the gang's Gang object (its name and status), when read.
+    recorded: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -163,6 +190,12 @@ class GangStatus:
             out["minSize"] = self.gang.min_size  # docs/decisions/038-minimum-size.md
         if self.outcome is not None and self.outcome.reservation is not None:
             out["reservation"] = self.outcome.reservation
+        if self.recorded is not None:  # docs/decisions/043-gang-objects.md
+            r = self.recorded
+            out["object"] = {"name": r.get("name"), "phase": r.get("phase"), "reason": r.get("reason"),
+                             "message": r.get("message"), "updateTime": r.get("updateTime"),
+                             "conditions": {c.get("type"): c.get("status") for c in r.get("conditions") or []
+                                            if isinstance(c, Mapping)}}
         return out
 
 
@@ -171,12 +204,12 @@ def _waiting(gang: Gang, now: float) -> float | None:
     return max(0.0, now - min(stamps)) if stamps else None
 
 
-def _status(gang: Gang, decision: Decision, now: float, queue: int, outcome: sim.GangOutcome | None) -> GangStatus:
+def _status(cluster: Cluster, gang: Gang, decision: Decision, queue: int, outcome: sim.GangOutcome | None) -> GangStatus:
     o = decision.observation
     return GangStatus(
         gang.namespace, gang.name, decision.phase.value, decision.rule.name, decision.reason, decision.code, o.size,
-        o.active, o.gated, o.released, o.bound, o.running, _waiting(gang, now), queue, gang.priority,
-        outcome.domain if outcome is not None else None, gang, decision, outcome)
+        o.active, o.gated, o.released, o.bound, o.running, _waiting(gang, cluster.now), queue, gang.priority,
+        outcome.domain if outcome is not None else None, gang, decision, outcome, cluster.recorded.get(gang.key))
 
 
 def _gangs(cluster: Cluster) -> list[Gang]:
@@ -209,14 +242,14 @@ def _all_status(cluster: Cluster, namespaces: Sequence[str], until: str | None) 
         assert o.gang is not None and o.decision is not None
         decided.add(o.gang.key)
         if not namespaces or o.namespace in namespaces:
-            out.append(_status(o.gang, o.decision, cluster.now, position, o))
+            out.append(_status(cluster, o.gang, o.decision, position, o))
     if until is not None:
         return out
     rest = sorted((g for g in _gangs(cluster) if g.key not in decided and (not namespaces or g.namespace in namespaces)),
                   key=lambda g: g.key)
     for gang in rest:
         decision = decide(gang, built.snapshot, cluster.now, cluster.policy)
-        out.append(_status(gang, decision, cluster.now, 0, None))
+        out.append(_status(cluster, gang, decision, 0, None))
     return out
 
 
@@ -325,7 +358,7 @@ def why(cluster: Cluster, pod: PodInfo, resource: str = "nvidia.com/gpu", ahead:
     else:  # nothing gated: its rules read no capacity and no queue
         built = cluster.built
         gang = build_gang(key, pods, cluster.config, built.parallelism, built.workloads)
-        found = _status(gang, decide(gang, built.snapshot, cluster.now, cluster.policy), cluster.now, 0, None)
+        found = _status(cluster, gang, decide(gang, built.snapshot, cluster.now, cluster.policy), 0, None)
     rank = next((i for i, p in enumerate(found.gang.members) if p.key == pod.key), -1)
     before = tuple(s for s in reversed(waiting) if s.key != key)[:ahead] if found.queue else ()
     outcome = found.outcome

@@ -5,6 +5,10 @@ collector) or with its last pod (the reconciler)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -14,6 +18,7 @@ from tests.support import e2e
 from troupe import contract
 
 GROUP, VERSION, PLURAL = contract.GANG_API
+PLUGIN = Path(sys.executable).parent / "kubectl-troupe"
 
 
 def gang_object(api: Any, namespace: str, name: str) -> dict[str, Any] | None:
@@ -49,6 +54,15 @@ def test_kubectl_lists_every_gang_waits_for_bound_and_the_object_goes_with_its_j
     assert rows["eval"][2:4] == ["Waiting", "2/3"] and rows["eval"][-1] == "WaitingForMembers", rows["eval"]
     header = cluster.kubectl("get", "gangs", "-n", namespace).stdout.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "MEMBERS", "DOMAIN", "AGE", "REASON"]
+
+    status_json = subprocess.run([str(PLUGIN), "status", "-n", namespace, "-o", "json", "--kubeconfig",
+                                  str(cluster.kubeconfig("admin"))], capture_output=True, text=True, timeout=60,
+                                 check=False)
+    assert status_json.returncode == 0, status_json.stderr
+    told = {g["name"]: g for g in json.loads(status_json.stdout)["gangs"]}
+    assert told["train"]["object"]["name"] == "train"
+    assert told["train"]["object"]["conditions"]["Bound"] == "True", "kubectl troupe status reads the Gang object"
+    assert told["eval"]["object"]["phase"] == "Waiting"
 
     train = gang_object(admin_api, namespace, "train")
     assert train is not None
