@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo snapshot test lint unit e2e bench bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo snapshot test lint unit e2e bench bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -63,6 +63,13 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/simulate_snapshot.py
 	$(BIN)/python benchmarks/preemption.py
 	$(BIN)/python benchmarks/kubectl_troupe.py
+	$(BIN)/python benchmarks/gang_objects.py
+
+# Gang objects at 2,000 gangs: the writes the sink makes against one per decision and what it
+# adds to a reconcile, then creates and status writes against the local control plane
+# (docs/decisions/043-gang-objects.md; about 3 minutes).
+bench-gang-objects: $(BIN)/.installed cluster-build
+	$(BIN)/python benchmarks/gang_objects.py --api-server
 
 # Troupe's webhook server against uvicorn and hypercorn on slow clients, amplifying reviews,
 # pipelining, idle connections and throughput (docs/decisions/028; about 3 minutes).

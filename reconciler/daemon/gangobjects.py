@@ -189,8 +189,6 @@ class GangObjects:
             self.writer.delete_gang_object(namespace, have.name, have.uid)
         except Gone:
             return 0
-        except LostLeadership:
-            raise
         except WriteError as e:
             self.failed += 1
             log.debug("gang object %s/%s not deleted: %s", namespace, have.name, e)
@@ -198,6 +196,8 @@ class GangObjects:
                 if key not in self._wanted:
                     self._objects[key] = have
                     self._gone[key] = namespace
+            if isinstance(e, LostLeadership):
+                raise
             return 0
         return 1
 
@@ -214,9 +214,7 @@ class GangObjects:
             if have is None or have.name != want.name:
                 have = self._create(key, want)
             obj = self.writer.set_gang_object_status(want.namespace, want.name, status)
-        except (Gone, Conflict, WriteError) as e:
-            if isinstance(e, LostLeadership):
-                raise
+        except WriteError as e:  # Gone, Conflict, LostLeadership too: the status is wanted again
             self.failed += 1
             log.debug("gang object %s/%s not written: %s", want.namespace, want.name, e)
             with self._lock:
@@ -224,6 +222,8 @@ class GangObjects:
                     self._objects.pop(key, None)  # made again on the retry
                 self._wanted.setdefault(key, _Want(want.namespace, want.name, want.gang_name, want.owners,
                                                    want.status, self.clock() + self.interval))
+            if isinstance(e, LostLeadership):
+                raise
             return 0
         with self._lock:
             self._objects[key] = _Object(want.name, str((obj.get("metadata") or {}).get("uid", have.uid)), status)
@@ -253,6 +253,6 @@ class GangObjects:
             try:
                 self.flush()
             except LostLeadership:
-                return
+                continue  # not the leader (any more): the wanted writes wait, the next leader lists the objects
             except Exception:
                 log.exception("writing gang objects failed")

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from reconciler.daemon.gangobjects import KEY_ANNOTATION, GangObjects
-from reconciler.daemon.writer import WriteError
+from reconciler.daemon.writer import LostLeadership, WriteError
 from reconciler.daemon.writer.fake import FakeWriter
 from reconciler.engine.gangobject import object_name, same_status, with_times
 from tests.support.controller_harness import CONFIG, Harness, four_nodes, gang_pods, own
@@ -204,3 +204,15 @@ def test_times_are_kept_when_nothing_changes_and_same_status_ignores_them():
     assert later["conditions"][0]["lastTransitionTime"] == "2027-01-15T08:00:00Z" != later["updateTime"]
     assert same_status(first, a) and same_status(later, first)
     assert not same_status(first, {**a, "phase": "Released"})
+
+
+def test_a_replica_that_lost_its_lease_writes_nothing_and_keeps_what_it_wanted():
+    writer = FakeWriter()
+    objects = GangObjects(writer, clock=Clock(), wall=lambda: 1_800_000_000.0)
+    objects.want("ns/g", "g", "g", [], {"phase": "Waiting", "conditions": []})
+    writer.fail["g"] = LostLeadership("the Lease is another replica's")
+    with pytest.raises(LostLeadership):
+        objects.flush(everything=True)
+    assert writer.gang_objects == {} and len(objects) == 1
+    del writer.fail["g"]
+    assert objects.flush(everything=True) == 1
