@@ -119,7 +119,11 @@ def gang_waits_for_its_last_member(stage: Stage) -> str:
     stage.expect(nodes == sorted(nodes), "ranks in topology order: neighbouring ranks on neighbouring hosts")
     sub = where.pop()
     stage.say(f"Released together: ranks 0-3 on {nodes[0]} .. {nodes[-1]}, one subblock ({sub}).")
-    return f"waited with '{message}' on its pods and in kubectl troupe status; ran whole in {sub}"
+    stage.say("Troupe keeps a Gang object per gang, so kubectl and GitOps tools can wait on it:")
+    stage.show("wait", "--for=condition=Bound", "gang/train", "-n", ns, "--timeout=30s")
+    listed = stage.show("get", "gangs", "-n", ns).stdout
+    stage.expect("Released" in listed and "4/4" in listed, "kubectl get gangs: train Released, 4/4 members")
+    return f"waited with '{message}' on its pods and in kubectl troupe status; ran whole in {sub}; gang/train Bound"
 
 
 # --------------------------------------------------------------------------- 2
