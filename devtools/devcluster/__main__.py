@@ -27,6 +27,7 @@ from devtools.devcluster.cluster import (
     recorded_processes,
     stop_run_dir,
 )
+from devtools.devcluster.ecosystem import ensure_gangcheck, ensure_ksm
 from devtools.devcluster.nodes import NodesFileError
 from devtools.devcluster.nodes import load as load_nodes
 from devtools.devcluster.processes import ComponentDied, Recorded, is_running
@@ -40,7 +41,8 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
 {ETCD_VERSION}, kube-apiserver, kube-controller-manager and kube-scheduler {KUBERNETES_VERSION}
 (stock, RBAC on) and kwok {KWOK_VERSION} simulating nodes, all on free 127.0.0.1 ports.
 
-  build    build the binaries, helm and promtool for the chart tests, and the JobSet and LeaderWorkerSet
+  build    build the binaries, helm and promtool for the chart tests, kube-state-metrics and
+           gangcheck for the Gang object's ecosystem tests, and the JobSet and LeaderWorkerSet
            controllers for the workload tests, into the cache ({cache_dir()}; set
            TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores for the
            control plane, about 1 more for the two controllers (they reuse its compiled
@@ -77,7 +79,8 @@ def _current_run_dir(explicit: str | None) -> Path:
 
 def cmd_build(args: argparse.Namespace) -> int:
     bins = ensure_built()
-    for name, path in {**vars(bins), "promtool": ensure_promtool()}.items():
+    tools = {"promtool": ensure_promtool(), "kube-state-metrics": ensure_ksm(), "gangcheck": ensure_gangcheck()}
+    for name, path in {**vars(bins), **tools}.items():
         print(f"{name.replace('_', '-'):24} {path}")
     return 0
 
