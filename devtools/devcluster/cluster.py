@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from devtools.devcluster import dra
 from devtools.devcluster import nodes as nodes_mod
 from devtools.devcluster.build import Binaries, ensure_built
 from devtools.devcluster.pki import DEFAULT_IDENTITIES, Identity, Pki, write_kubeconfig, write_pki
@@ -543,7 +544,9 @@ class Cluster:
     # ---------------------------------------------------------------- nodes
 
     def apply_nodes(self, path: str | Path, timeout: float = 60.0) -> list[str]:
-        """Create (or replace the labels/status of) the nodes of a nodes file; wait until Ready.
+        """Create (or replace the labels/status of) the nodes of a nodes file; publish the
+        ResourceSlice of each node with ``draDevices`` and the DeviceClass of each driver
+        (see dra.py); wait until the nodes are Ready.
 
         Returns the node names in file order. Raises ``nodes.NodesFileError`` on a bad
         file and :class:`ClusterError` when they are not all Ready within ``timeout`` s.
@@ -551,7 +554,8 @@ class Cluster:
         from kubernetes import client as k8s
         from kubernetes.client.exceptions import ApiException
 
-        wanted = nodes_mod.load(path)
+        nodes_file = nodes_mod.load_file(path)
+        wanted = nodes_file.nodes
         names = [node["metadata"]["name"] for node in wanted]
         with self.api_client("admin") as api:
             core = k8s.CoreV1Api(api)
@@ -567,6 +571,7 @@ class Cluster:
                         node["metadata"]["name"],
                         {"metadata": node["metadata"], "spec": node.get("spec", {})},
                     )
+            dra.publish(api, nodes_file.devices)
             self._wait(
                 f"{len(names)} nodes from {path} to be Ready (kwok marks them)",
                 lambda: not_ready(core, names) == [],

@@ -21,6 +21,13 @@ Compact format::
           nvidia.com/gpu: "8"
         labels: {}                # optional, added to every node of the group
         taints: []                # optional, Node spec.taints
+        draDevices:               # optional: fake DRA devices, one ResourceSlice per node
+          driver: gpu.troupe.dev  # default; a DNS subdomain, the DeviceClass's name too
+          count: 8                # devices gpu-0 .. gpu-7 per node (1 to 128)
+          attributes:             # optional, on every device: string, int or bool, or
+            model: H100-SXM5-80GB #   a typed value such as {version: 1.2.3}
+          capacity:               # optional, on every device: name -> quantity
+            memory: 80Gi
 
 A topology group yields ``blocks * subblocksPerBlock * hostsPerSubblock`` nodes named
 ``<name>-b<i>-s<j>-h<k>`` with the GKE topology labels
@@ -28,6 +35,11 @@ A topology group yields ``blocks * subblocksPerBlock * hostsPerSubblock`` nodes 
 ``cloud.google.com/gce-topology-subblock = <name>-b<i>-s<j>`` and
 ``cloud.google.com/gce-topology-host = <name>-b<i>-s<j>-h<k>``. A ``count`` group yields
 ``<name>-0 .. <name>-<count-1>`` without topology labels.
+
+A group with ``draDevices`` keeps its ``resources`` (give no ``nvidia.com/gpu`` there for
+nodes whose GPUs are DRA devices only); what is published for it, and the topology
+attributes added to every device, is in ``dra.py``. :func:`load_file` returns the devices
+of each node beside the nodes; :func:`load` the nodes alone.
 
 Every node carries annotation ``kwok.x-k8s.io/node: fake`` (kwok manages only those),
 label ``type: kwok`` and ``kubernetes.io/hostname: <node name>``. Plain Node documents get
@@ -37,7 +49,9 @@ the annotation added when they lack it.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +70,40 @@ COMPACT_KIND = "FakeNodes"
 
 _DEFAULT_RESOURCES = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
 
+#: The driver of ``draDevices`` that name none (and the name of its DeviceClass).
+DEFAULT_DRA_DRIVER = "gpu.troupe.dev"
+#: The most devices one ResourceSlice may list (resource.k8s.io/v1 validation).
+MAX_DEVICES_PER_SLICE = 128
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_ATTRIBUTE_TYPES = frozenset({"string", "int", "bool", "version"})
+
 
 class NodesFileError(ValueError):
     """A nodes file is malformed; the message names the file and the offending field."""
+
+
+@dataclass(frozen=True)
+class FakeDevices:
+    """The ``draDevices`` of a node group: ``count`` devices of ``driver`` on each of its nodes.
+
+    ``attributes``: name -> typed value as a ResourceSlice spells it (``{"string": "H100"}``,
+    ``{"int": 2}``, ``{"bool": true}``, ``{"version": "1.2.3"}``), the same on every device.
+    ``capacity``: name -> quantity string (``"80Gi"``), the same on every device.
+    """
+
+    driver: str
+    count: int
+    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodesFile:
+    """What a nodes file defines: its Node objects, in file order, and the fake DRA devices
+    of each node that has some (node name -> :class:`FakeDevices`; others are absent)."""
+
+    nodes: list[dict[str, Any]]
+    devices: dict[str, FakeDevices] = field(default_factory=dict)
 
 
 def load(path: str | Path) -> list[dict[str, Any]]:
@@ -66,6 +111,14 @@ def load(path: str | Path) -> list[dict[str, Any]]:
 
     Raises :class:`NodesFileError` (naming the file) when it is unreadable, not YAML, has
     no nodes, has a document that is neither ``FakeNodes`` nor ``Node``, or repeats a name.
+    """
+    return load_file(path).nodes
+
+
+def load_file(path: str | Path) -> NodesFile:
+    """Read a nodes file: its Node objects and the fake DRA devices of its nodes.
+
+    Raises :class:`NodesFileError` as :func:`load` does, and for a bad ``draDevices``.
     """
     path = Path(path)
     try:
@@ -75,38 +128,48 @@ def load(path: str | Path) -> list[dict[str, Any]]:
     except yaml.YAMLError as err:
         raise NodesFileError(f"{path}: not valid YAML at {yaml_error(err)}") from err
     try:
-        return expand_documents(docs)
+        return read_documents(docs)
     except NodesFileError as err:
         raise NodesFileError(f"{path}: {err}") from err
 
 
 def expand_documents(docs: Iterable[Any]) -> list[dict[str, Any]]:
     """Expand parsed YAML documents into Node objects (see module docstring for the format)."""
-    nodes: list[dict[str, Any]] = []
+    return read_documents(docs).nodes
+
+
+def read_documents(docs: Iterable[Any]) -> NodesFile:
+    """Expand parsed YAML documents into Node objects and their fake DRA devices.
+
+    Raises :class:`NodesFileError` naming the document or field at fault.
+    """
+    result = NodesFile([])
     for index, doc in enumerate(docs):
         if not isinstance(doc, Mapping):
             raise NodesFileError(f"document {index} is a {type(doc).__name__}, not a mapping")
         kind = doc.get("kind")
         if kind == COMPACT_KIND:
-            nodes.extend(expand(doc))
+            expanded = expand_file(doc)
+            result.nodes.extend(expanded.nodes)
+            result.devices.update(expanded.devices)
         elif kind == "Node":
-            nodes.append(_plain_node(doc, f"document {index}"))
+            result.nodes.append(_plain_node(doc, f"document {index}"))
         elif kind == "List":
             for item_index, item in enumerate(doc.get("items") or []):
-                nodes.append(_plain_node(item, f"document {index} items[{item_index}]"))
+                result.nodes.append(_plain_node(item, f"document {index} items[{item_index}]"))
         else:
             raise NodesFileError(
                 f"document {index} has kind {kind!r}; expected {COMPACT_KIND!r}, 'Node' or 'List'"
             )
-    if not nodes:
+    if not result.nodes:
         raise NodesFileError("no nodes defined")
     seen: set[str] = set()
-    for node in nodes:
+    for node in result.nodes:
         name = node["metadata"]["name"]
         if name in seen:
             raise NodesFileError(f"node name {name!r} appears twice")
         seen.add(name)
-    return nodes
+    return result
 
 
 def _plain_node(doc: Any, where: str) -> dict[str, Any]:
@@ -130,42 +193,100 @@ def expand(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     Raises :class:`NodesFileError` naming the field (``groups[0].topology.blocks``) that
     is missing or not a positive integer.
     """
+    return expand_file(spec).nodes
+
+
+def expand_file(spec: Mapping[str, Any]) -> NodesFile:
+    """Expand one compact ``FakeNodes`` document into Node objects (as :func:`expand`) and
+    the fake DRA devices of the nodes of each group with ``draDevices``."""
     groups = spec.get("groups")
     if not isinstance(groups, list) or not groups:
         raise NodesFileError(f"{COMPACT_KIND} needs a non-empty list 'groups'")
-    nodes: list[dict[str, Any]] = []
+    result = NodesFile([])
     for index, group in enumerate(groups):
         where = f"groups[{index}]"
         if not isinstance(group, Mapping):
             raise NodesFileError(f"{where} is not a mapping")
-        name = group.get("name")
-        if not isinstance(name, str) or not name:
-            raise NodesFileError(f"{where}.name must be a non-empty string")
-        resources = {
-            str(k): str(v) for k, v in (group.get("resources") or _DEFAULT_RESOURCES).items()
-        }
-        labels = {str(k): str(v) for k, v in (group.get("labels") or {}).items()}
-        taints = list(group.get("taints") or [])
-        topology = group.get("topology")
-        if topology is not None:
-            if not isinstance(topology, Mapping):
-                raise NodesFileError(f"{where}.topology must be a mapping")
-            blocks = _positive(topology, "blocks", f"{where}.topology")
-            subblocks = _positive(topology, "subblocksPerBlock", f"{where}.topology")
-            hosts = _positive(topology, "hostsPerSubblock", f"{where}.topology")
-            for b in range(blocks):
-                for s in range(subblocks):
-                    for h in range(hosts):
-                        block = f"{name}-b{b}"
-                        subblock = f"{block}-s{s}"
-                        host = f"{subblock}-h{h}"
-                        topo = {BLOCK_LABEL: block, SUBBLOCK_LABEL: subblock, HOST_LABEL: host}
-                        nodes.append(make_node(host, resources, {**labels, **topo}, taints))
-        else:
-            count = _positive(group, "count", where)
-            for i in range(count):
-                nodes.append(make_node(f"{name}-{i}", resources, labels, taints))
+        nodes = _group_nodes(group, where)
+        result.nodes.extend(nodes)
+        if group.get("draDevices") is not None:
+            devices = parse_devices(group["draDevices"], f"{where}.draDevices")
+            result.devices.update((node["metadata"]["name"], devices) for node in nodes)
+    return result
+
+
+def _group_nodes(group: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    name = group.get("name")
+    if not isinstance(name, str) or not name:
+        raise NodesFileError(f"{where}.name must be a non-empty string")
+    resources = {str(k): str(v) for k, v in (group.get("resources") or _DEFAULT_RESOURCES).items()}
+    labels = {str(k): str(v) for k, v in (group.get("labels") or {}).items()}
+    taints = list(group.get("taints") or [])
+    topology = group.get("topology")
+    if topology is None:
+        count = _positive(group, "count", where)
+        return [make_node(f"{name}-{i}", resources, labels, taints) for i in range(count)]
+    if not isinstance(topology, Mapping):
+        raise NodesFileError(f"{where}.topology must be a mapping")
+    blocks = _positive(topology, "blocks", f"{where}.topology")
+    subblocks = _positive(topology, "subblocksPerBlock", f"{where}.topology")
+    hosts = _positive(topology, "hostsPerSubblock", f"{where}.topology")
+    nodes = []
+    for b in range(blocks):
+        for s in range(subblocks):
+            for h in range(hosts):
+                block = f"{name}-b{b}"
+                subblock = f"{block}-s{s}"
+                host = f"{subblock}-h{h}"
+                topo = {BLOCK_LABEL: block, SUBBLOCK_LABEL: subblock, HOST_LABEL: host}
+                nodes.append(make_node(host, resources, {**labels, **topo}, taints))
     return nodes
+
+
+def parse_devices(section: Any, where: str = "draDevices") -> FakeDevices:
+    """A ``draDevices`` section (``{driver, count, attributes, capacity}``, see the module
+    docstring) as :class:`FakeDevices`. Plain attribute values are typed by their YAML type
+    (string, int, bool); a one-key mapping (``{version: 1.2.3}``) is kept as it is.
+
+    Raises :class:`NodesFileError` naming the field at fault (``where``-prefixed).
+    """
+    if not isinstance(section, Mapping):
+        raise NodesFileError(f"{where} must be a mapping")
+    unknown = set(section) - {"driver", "count", "attributes", "capacity"}
+    if unknown:
+        raise NodesFileError(f"{where} has unknown keys {sorted(unknown)}")
+    driver = section.get("driver", DEFAULT_DRA_DRIVER)
+    if not isinstance(driver, str) or not _DNS_SUBDOMAIN.fullmatch(driver):
+        raise NodesFileError(f"{where}.driver must be a lower-case DNS subdomain, got {driver!r}")
+    count = _positive(section, "count", where)
+    if count > MAX_DEVICES_PER_SLICE:
+        raise NodesFileError(f"{where}.count must be at most {MAX_DEVICES_PER_SLICE}, got {count}")
+    attributes = {}
+    for name, value in _mapping(section, "attributes", where).items():
+        attributes[str(name)] = _typed_attribute(value, f"{where}.attributes.{name}")
+    capacity = {str(k): str(v) for k, v in _mapping(section, "capacity", where).items()}
+    return FakeDevices(driver, count, attributes, capacity)
+
+
+def _mapping(section: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = section.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise NodesFileError(f"{where}.{key} must be a mapping")
+    return value
+
+
+def _typed_attribute(value: Any, where: str) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, str):
+        return {"string": value}
+    if isinstance(value, Mapping) and len(value) == 1 and set(value) <= _ATTRIBUTE_TYPES:
+        return dict(value)
+    raise NodesFileError(
+        f"{where} must be a string, an int, a bool or one of {sorted(_ATTRIBUTE_TYPES)}: value, got {value!r}"
+    )
 
 
 def _positive(mapping: Mapping[str, Any], key: str, where: str) -> int:
