@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import troupe.kueue as kueue
 from reconciler.engine.devices import Devices, parse_selected
-from reconciler.engine.fields import ObjectError, mapping, string, string_map
+from reconciler.engine.fields import ObjectError, item, mapping, path, sequence, string, string_map
 from reconciler.engine.filters import NodeFilter, Taint, parse_node_filter, parse_taints
 from reconciler.engine.podterms import PodTerms, parse_pod_terms
 from reconciler.engine.records import Nomination, Plan
@@ -186,6 +186,10 @@ class PodInfo:
     disruption: str = ""
     terms: PodTerms | None = None
     malformed: str = ""
+    #: Its ``spec.resourceClaims`` (DRA): ``(entry name, claim name, template name)``, the
+    #: claim name from ``resourceClaimName`` or, for a template's claim, from
+    #: ``status.resourceClaimStatuses`` once kube-controller-manager made it (``""`` until then).
+    claims: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -227,9 +231,7 @@ class PodInfo:
             if not isinstance(gate, Mapping) or not isinstance(gate.get("name"), str):
                 raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
             gates.append(gate["name"])
-        priority = spec.get("priority", 0)
-        if priority is None:
-            priority = 0
+        priority = 0 if spec.get("priority") is None else spec["priority"]
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
         problems: list[str] = []
@@ -267,7 +269,27 @@ class PodInfo:
             "disruption": _disruption(status),
             "terms": parse_pod_terms(namespace, name, labels, spec),
             "malformed": "; ".join(problems),
+            "claims": _resource_claims(spec, status),
         })
+
+
+def _resource_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """``spec.resourceClaims`` as ``(entry, claim, template)`` triples (see
+    :attr:`PodInfo.claims`). Raises :class:`ObjectError` naming the bad field."""
+    raw = sequence(spec, "resourceClaims", "spec")
+    if not raw:
+        return ()
+    made = {s.get("name"): s.get("resourceClaimName") for s in sequence(status, "resourceClaimStatuses", "status")
+            if isinstance(s, Mapping)}
+    out = []
+    for i in range(len(raw)):
+        entry = item(raw, i, "spec.resourceClaims")
+        where = path("spec.resourceClaims", i)
+        name = string(entry, "name", where, required=True)
+        template = string(entry, "resourceClaimTemplateName", where)
+        claim = string(entry, "resourceClaimName", where) or (str(made.get(name) or "") if template else "")
+        out.append((name, claim, template))
+    return tuple(out)
 
 
 def unreadable_pod(obj: Mapping[str, Any], why: str) -> PodInfo:

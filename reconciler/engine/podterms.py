@@ -289,8 +289,6 @@ def parse_pod_terms(namespace: str, name: str, labels: Mapping[str, str], spec: 
         claims, unmodeled = _volumes(spec, name)
     except ObjectError as e:
         raise e.below("spec") from None
-    if sequence(spec, "resourceClaims", "spec"):
-        unmodeled.append("dynamic resource claims (DynamicResources)")
     if not (terms or anti_terms or spread or any_spread or ports or claims or unmodeled):
         return None
     return PodTerms(terms, anti_terms, spread, ports, claims, any_spread, tuple(unmodeled))

@@ -8,8 +8,10 @@ from __future__ import annotations
 from reconciler.engine import workloads as wl
 from reconciler.objects.volumes import PARSERS
 
+#: The Dynamic Resource Allocation kinds (``resource.k8s.io/v1``, docs/decisions/044-dra.md).
+DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
-         *PARSERS)
+         *PARSERS, *DRA_KINDS)
 #: Kinds a snapshot may hold that the simulator does not read (``kubectl troupe plan`` reads them).
 SKIPPED_KINDS = ("PriorityClass",)
 #: Every kind Troupe reads, by the resource name ``kubectl get`` takes: the one snapshot
@@ -19,11 +21,14 @@ SNAPSHOT_RESOURCES = {
     "SharedDeviceGroup": "shareddevicegroups", "PodDisruptionBudget": "poddisruptionbudgets",
     "PersistentVolumeClaim": "persistentvolumeclaims", "PersistentVolume": "persistentvolumes",
     "CSINode": "csinodes", "Namespace": "namespaces", "PriorityClass": "priorityclasses",
+    "ResourceSlice": "resourceslices", "DeviceClass": "deviceclasses", "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
 }
 #: The snapshot command: what the README, ``simulate --help`` and ``kubectl troupe --help`` give.
 SNAPSHOT_COMMAND = f"kubectl get {','.join(SNAPSHOT_RESOURCES.values())} -A -o json > snapshot.json"
 #: What to leave out of :data:`SNAPSHOT_COMMAND` on a cluster without some of its custom resources.
 SNAPSHOT_NOTE = ("kubectl refuses a resource type the cluster does not serve: leave out jobsets, "
-                 "leaderworkersets, pytorchjobs or shareddevicegroups when their CRD is not installed")
+                 "leaderworkersets, pytorchjobs or shareddevicegroups when their CRD is not installed, and the "
+                 "four resource.k8s.io kinds before Kubernetes 1.34")
 #: Why a SharedDeviceGroup that pods of a snapshot join is not there (no object of that name).
 NOT_IN_SNAPSHOT = "not in the snapshot (take it with the command of --help, which lists shareddevicegroups)"

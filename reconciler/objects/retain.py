@@ -72,9 +72,10 @@ POD: Keep = {
         "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
         # what the filters read that kube-scheduler's default profile applies (reconciler.engine.podterms)
-        "topologySpreadConstraints": True, "volumes": _VOLUME, "resourceClaims": {"name": True},
+        "topologySpreadConstraints": True, "volumes": _VOLUME, "resourceClaims": {"name": True, "resourceClaimName": True, "resourceClaimTemplateName": True},
     },
-    "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True, "message": True}},
+    "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True, "message": True},
+               "resourceClaimStatuses": True},
 }
 
 #: Nodes: name and labels (topology levels, hostname, device-sharing mode); taints and

@@ -65,7 +65,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
+from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, dra
 from reconciler.engine import workloads as wl
 from reconciler.engine.allocation import group_view
 from reconciler.engine.budgets import Budget
@@ -78,6 +78,7 @@ from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_orde
 from reconciler.engine.step import step
 from reconciler.engine.volumes import VolumeCatalog
 from reconciler.objects.kinds import (
+    DRA_KINDS,
     KINDS,
     NOT_IN_SNAPSHOT,
     SKIPPED_KINDS,
@@ -212,6 +213,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     workloads: dict[wl.WorkloadKey, wl.Workload] = {}
     node_where: dict[str, str] = {}
     group_where: dict[str, str] = {}
+    draws: list[tuple[str, Mapping[str, Any]]] = []
     for where, kind, obj in objects:
         if kind in SKIPPED_KINDS:
             continue
@@ -224,6 +226,9 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
                 groups.append(_once(DeviceGroup.from_object(obj), kind, where, group_where))
             elif kind == "PodDisruptionBudget":
                 budgets.append(Budget.from_object(obj))
+            elif kind in DRA_KINDS:
+                draws.append((kind, obj))
+                dra.catalog([(kind, obj)])  # read now, so that an error names this document
             elif kind == "Namespace":
                 namespaces[string(mapping(obj, "metadata", required=True), "name", "metadata")] = PARSERS[kind](obj)
             elif kind in PARSERS:
@@ -246,6 +251,9 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
         except ObjectError as e:
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
+    devices = dra.catalog(draws)
+    nodes, pods = dra.apply(nodes, pods, devices)
+    workloads = {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, devices)) for k, w in workloads.items()}
     known = wl.Workloads(workloads)
     snapshot = Snapshot(nodes, pods, levels, groups, _absent_groups(pods, groups, absent_group), budgets=budgets,
                         namespaces=namespaces, volumes=catalog,

@@ -15,6 +15,9 @@ ALLOWED_STDLIB = {
     "typing",
 }
 ALLOWED_PROJECT = ("reconciler.engine", "troupe.contract", "troupe.config", "troupe.ranks", "troupe.kueue")
+#: Third-party libraries that compute without I/O: cel-python evaluates DRA device selectors
+#: (reconciler/engine/cel.py), as the issue asks for a well-kept CEL library.
+ALLOWED_THIRD_PARTY = {"celpy"}
 
 
 def imported_modules(source: str) -> list[str]:
@@ -34,7 +37,7 @@ def test_an_engine_module_imports_nothing_impure(module):
         if top in ("reconciler", "troupe"):
             assert name.startswith(ALLOWED_PROJECT), f"{module} imports {name}"
         else:
-            assert top in ALLOWED_STDLIB, f"{module} imports {name}"
+            assert top in ALLOWED_STDLIB | ALLOWED_THIRD_PARTY, f"{module} imports {name}"
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in ENGINE.glob("*.py")))

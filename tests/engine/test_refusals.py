@@ -121,11 +121,9 @@ INLINE_DISK = {"name": "scratch", "csi": {"driver": "disk.example.com"}}
 def test_a_member_using_what_the_engine_does_not_model_is_placed_with_a_note_saying_so():
     pods = gang_pods(2, gpus=4)
     pods[1]["spec"]["volumes"] = [INLINE_DISK]
-    pods[1]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
     gang, decision = decided(pods)
     assert decision.phase is Phase.PLACED
-    note = ("placed without modeling: inline csi volume scratch, dynamic resource claims (DynamicResources) "
-            "(kube-scheduler will check them)")
+    note = "placed without modeling: inline csi volume scratch (kube-scheduler will check it)"
     assert decision.reason.endswith(f"; {note}")
     assert conditions(gang, decision)["team-a/train-0"].message.endswith(f"; {note}")
     _, plain = decided(gang_pods(2, gpus=4))

@@ -1,0 +1,151 @@
+"""DRA devices counted as units (reconciler.engine.dra): what a node offers, what a pod
+asks, what holds a gang, and the property that no plan names a node with fewer free
+matching devices than its members there need."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
+from reconciler.engine import dra
+from reconciler.engine.actions import Release
+from reconciler.engine.decision import decide
+from reconciler.engine.gang import build_gang
+from reconciler.engine.lifecycle import Phase
+from tests.support import dra_builders as b
+from tests.support.reconciler_builders import make_node, make_pod
+from troupe.config import Config
+
+CONFIG = Config(gang_schedule_timeout_jitter_seconds=0)
+NOW = 1_800_000_000.0
+KIND = f"devices/{b.CLASS}"
+
+
+def nodes(n: int = 4) -> list[dict[str, Any]]:
+    """``n`` nodes (two per subblock) with no extended GPUs: their devices are DRA's."""
+    return [make_node(f"n{i}").topology("b1", f"s{(i - 1) // 2}", f"h{i}").build() for i in range(1, n + 1)]
+
+
+def member(i: int, size: int, template: str = "eight", name: str = "train") -> dict[str, Any]:
+    return b.with_claim(make_pod(f"{name}-{i}").gang(name, size).index(i).gated().build(), template=template)
+
+
+def decided(node_objs: list[dict[str, Any]], pods: list[dict[str, Any]], dra_objs: list[dict[str, Any]],
+            key: str = "team-a/train") -> tuple[Any, Any, Snapshot]:
+    catalog = dra.catalog((o["kind"], o) for o in dra_objs)
+    infos, members = dra.apply([NodeInfo.from_object(n) for n in node_objs], [PodInfo.from_object(p) for p in pods],
+                               catalog)
+    snapshot = Snapshot(infos, members, TopologyLevels.from_config(CONFIG))
+    gang = build_gang(key, [p for p in snapshot.pods.values() if p.key.startswith(key + "-")], CONFIG, {})
+    return gang, decide(gang, snapshot, NOW), snapshot
+
+
+def cluster_objects(count: int = 8) -> list[dict[str, Any]]:
+    return [b.device_class(), b.claim_template("eight", count), *(b.resource_slice(f"n{i}") for i in range(1, 5))]
+
+
+def test_each_node_offers_its_devices_and_each_member_asks_its_claims_devices():
+    gang, decision, snapshot = decided(nodes(), [member(i, 2) for i in range(2)], cluster_objects())
+    assert snapshot.nodes[0].allocatable[KIND] == 8
+    assert gang.members[0].requests[KIND] == 8
+    assert decision.phase is Phase.PLACED
+    release = decision.find(Release)
+    assert release is not None
+    assert sorted(m.node for m in release.members) == ["n1", "n2"], "two whole nodes of one subblock"
+
+
+def test_devices_allocated_to_other_claims_are_not_free_and_the_reason_counts_them():
+    taken = [b.claim(f"other-{i}", 4, allocated_on=f"n{i}", devices=tuple(f"gpu-{d}" for d in range(4)))
+             for i in range(1, 5)]
+    _, decision, snapshot = decided(nodes(), [member(i, 2) for i in range(2)], cluster_objects() + taken)
+    assert [n.allocatable[KIND] for n in snapshot.nodes] == [4, 4, 4, 4]
+    assert decision.phase is Phase.UNSCHEDULABLE
+    assert f"insufficient {KIND}: 4" in decision.reason, decision.reason
+
+
+def test_a_selector_on_an_attribute_counts_only_the_devices_it_accepts():
+    objs = [b.device_class(), b.claim_template("eight", 8, selectors=('device.attributes["gpu.troupe.dev"].model == "B200"',)),
+            b.resource_slice("n1", model="B200"), b.resource_slice("n2", model="B200"),
+            b.resource_slice("n3"), b.resource_slice("n4")]
+    _, decision, snapshot = decided(nodes(), [member(i, 2) for i in range(2)], objs)
+    kind = next(k for k in snapshot.nodes[0].allocatable if k.startswith("devices/"))
+    assert kind.startswith(KIND + "~")
+    assert [n.allocatable.get(kind, 0) for n in snapshot.nodes] == [8, 8, 0, 0]
+    release = decision.find(Release)
+    assert release is not None and sorted(m.node for m in release.members) == ["n1", "n2"]
+
+
+def test_what_cannot_be_counted_holds_the_gang_with_a_reason_that_quotes_it():
+    cases = [
+        ([b.claim_template("eight", 8, cls="tpu.example.com")], "DeviceClass tpu.example.com (request gpus) not found"),
+        ([b.claim_template("eight", 8, selectors=("device.attributes[",))], "CEL selector 'device.attributes[' does not compile"),
+        ([b.claim_template("eight", 8, selectors=('semver("1.2.3") == "x"',))], "CEL selector 'semver(\"1.2.3\") == \"x\"'"),
+        ([b.claim_template("eight", 8, mode="All")], "allocationMode All is not counted"),
+        ([], "ResourceClaimTemplate team-a/eight (claim gpus) not found"),
+    ]
+    for templates, said in cases:
+        objs = [b.device_class(), *templates, *(b.resource_slice(f"n{i}") for i in range(1, 5))]
+        _, decision, _ = decided(nodes(), [member(i, 2) for i in range(2)], objs)
+        assert decision.phase is Phase.HELD, (said, decision.reason)
+        assert said in decision.reason, decision.reason
+
+
+def test_an_allocated_claim_holds_its_consumer_to_the_node_it_is_on():
+    pod = b.with_claim(make_pod("train-0").gang("train", 1).gated().build(), claim_name="mine")
+    objs = [b.device_class(), b.claim("mine", 2, allocated_on="n3", devices=("gpu-0", "gpu-1")),
+            *(b.resource_slice(f"n{i}") for i in range(1, 5))]
+    gang, decision, snapshot = decided(nodes(), [pod], objs)
+    assert gang.members[0].requests == {"pods": 1, "cpu": 1000, "resourceclaim/team-a/mine": 1}
+    assert [n.allocatable.get("resourceclaim/team-a/mine", 0) for n in snapshot.nodes] == [0, 0, dra.MAX_CONSUMERS, 0]
+    release = decision.find(Release)
+    assert release is not None and [m.node for m in release.members] == ["n3"]
+
+
+def test_a_claim_shared_by_members_is_counted_once():
+    pods = [b.with_claim(make_pod(f"train-{i}").gang("train", 2).index(i).gated().build(), claim_name="shared")
+            for i in range(2)]
+    objs = [b.device_class(), b.claim("shared", 8), b.resource_slice("n1")]
+    gang, decision, _ = decided(nodes(1), pods, objs)
+    assert [m.requests.get(KIND, 0) for m in gang.members] == [8, 0]
+    assert decision.phase is Phase.PLACED, decision.reason
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Up to 6 nodes with 0-8 devices each, some allocated to others' claims, and a gang of
+    1-6 members asking 1-8 devices each."""
+    n = draw(st.integers(1, 6))
+    counts = draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
+    objs: list[dict[str, Any]] = [b.device_class(), b.claim_template("eight", draw(st.integers(1, 8)))]
+    for i, count in enumerate(counts, start=1):
+        objs.append(b.resource_slice(f"n{i}", count))
+        taken = draw(st.integers(0, count))
+        if taken:
+            objs.append(b.claim(f"other-{i}", taken, allocated_on=f"n{i}", devices=tuple(f"gpu-{d}" for d in range(taken))))
+    size = draw(st.integers(1, 6))
+    return nodes(n), [member(i, size) for i in range(size)], objs
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_no_plan_names_a_node_with_fewer_free_matching_devices_than_its_members_there_need(case):
+    node_objs, pods, objs = case
+    gang, decision, _ = decided(node_objs, pods, objs)
+    release = decision.find(Release)
+    if release is None:
+        return
+    free = {o["spec"]["nodeName"]: len(o["spec"]["devices"]) for o in objs if o["kind"] == "ResourceSlice"}
+    for o in objs:
+        if o["kind"] == "ResourceClaim":
+            free[o["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]] -= \
+                len(o["status"]["allocation"]["devices"]["results"])
+    per_member = next(o for o in objs if o["kind"] == "ResourceClaimTemplate")["spec"]["spec"]["devices"]["requests"][0][
+        "exactly"]["count"]
+    planned = Counter(m.node for m in release.members)
+    for node, members in planned.items():
+        assert members * per_member <= free[node], (node, members, per_member, free)
+    assert gang.members[0].requests[KIND] == per_member
