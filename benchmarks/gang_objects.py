@@ -69,7 +69,7 @@ def in_process(gangs: int, members: int) -> dict[str, Any]:
     per_second: Counter[tuple[str, int]] = Counter()
     gc.collect()
     for rank in range(members):
-        for g, key in enumerate(keys):
+        for key in keys:
             namespace, name = key.split("/")
             pod = make_pod(f"{name}-{rank}", namespace).gang(name, members).index(rank).gpus(1).gated().build()
             cache.pod_event("ADDED", writer.add(pod))

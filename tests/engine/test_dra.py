@@ -10,8 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels
-from reconciler.engine import dra
+from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, dra
 from reconciler.engine.actions import Release
 from reconciler.engine.decision import decide
 from reconciler.engine.gang import build_gang
