@@ -43,8 +43,8 @@ _ESTIMATES = {
     "helm": "~1 min",
     "workload-controllers": "~1 min once the control plane's packages are compiled",
     "promtool": "~15-20 min (many modules)",
-    "kube-state-metrics": "~2.5 min once the control plane's modules are downloaded",
-    "gangcheck": "<30 s",
+    "kube-state-metrics": "~4 min, ~2.5 min with the control plane's modules",
+    "gangcheck": "<1 min",
 }
 
 _HEARTBEAT_SECONDS = 60.0
