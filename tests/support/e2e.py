@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
-from devtools.devcluster.nodes import make_node
+from devtools.devcluster import dra
+from devtools.devcluster.nodes import FakeDevices, make_node
 from troupe import contract
 
 T = TypeVar("T")
@@ -161,17 +162,43 @@ GKE_LEVELS = ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topol
               "cloud.google.com/gce-topology-host")
 
 
-def create_gpu_nodes(core: client.CoreV1Api, names: list[str], labels: dict[str, str] | None = None) -> None:
+def create_gpu_nodes(core: client.CoreV1Api, names: list[str], labels: dict[str, str] | None = None,
+                     gpus: int = 8) -> None:
     """Create kwok nodes ``names`` (``<block>-s<i>-h<j>``: block, subblock and host read from
-    the name) of 8 GPUs each, with ``labels`` too, and wait until all are Ready."""
+    the name) of ``gpus`` nvidia.com/gpu each (none at all with 0), with ``labels`` too, and
+    wait until all are Ready."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110"} | ({"nvidia.com/gpu": str(gpus)} if gpus else {})
     for name in names:
         subblock = name.rsplit("-", 1)[0]
         levels = dict(zip(GKE_LEVELS, (subblock.rsplit("-", 1)[0], subblock, name), strict=True))
-        core.create_node(make_node(name, {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"},
-                                   labels={**levels, **(labels or {})}))
+        core.create_node(make_node(name, resources, labels={**levels, **(labels or {})}))
     wait_for(f"{len(names)} new nodes Ready", lambda: all(
         any(c.type == "Ready" and c.status == "True" for c in core.read_node(n).status.conditions or [])
         for n in names))
+
+
+@contextlib.contextmanager
+def dra_nodes(api: client.ApiClient, namespace: str, count: int, devices: FakeDevices,
+              subblock: str | None = None, labels: dict[str, str] | None = None) -> Iterator[list[str]]:
+    """``count`` extra kwok nodes ``<subblock>-h0 ..`` (``subblock`` default ``dra<hex>-b0-s0``,
+    fresh each time) with GKE topology labels, ``labels`` and no nvidia.com/gpu, whose
+    ``devices`` are published as the local cluster publishes a nodes file's ``draDevices``
+    (one ResourceSlice per node and the driver's DeviceClass: devtools/devcluster/dra.py);
+    yields the node names once they are Ready. On exit every pod of ``namespace`` is deleted
+    and waited for, then the nodes, their slices and the DeviceClass if it was made here."""
+    core = client.CoreV1Api(api)
+    subblock = subblock or f"dra{uuid.uuid4().hex[:4]}-b0-s0"
+    names = [f"{subblock}-h{i}" for i in range(count)]
+    published = dict.fromkeys(names, devices)
+    class_existed = bool(client.CustomObjectsApi(api).list_cluster_custom_object(
+        dra.GROUP, dra.VERSION, "deviceclasses", field_selector=f"metadata.name={devices.driver}")["items"])
+    try:
+        create_gpu_nodes(core, names, labels, gpus=0)
+        dra.publish(api, published)
+        yield names
+    finally:
+        delete_nodes_after_pods(core, namespace, names)
+        dra.unpublish(api, published, device_classes=not class_existed)
 
 
 def delete_nodes_after_pods(core: client.CoreV1Api, namespace: str, names: list[str]) -> None:
