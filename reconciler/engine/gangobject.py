@@ -13,8 +13,8 @@ form (KEP-1623):
 - ``Released``: True once the members needed (the size, or the minimum) are released;
 - ``Bound``: True once they are bound to nodes (``kubectl wait --for=condition=Bound``);
 - ``Reconciling`` and ``Stalled``: kstatus's convention (sigs.k8s.io/cli-utils kstatus,
-  used by Flux and kpt): Reconciling while not Bound, Stalled while Held (the members' own
-  input must change).
+  used by Flux and kpt): Reconciling while neither Bound nor Held, Stalled while Held (the
+  members' own input must change), so kstatus calls a held gang ``Failed``.
 """
 
 from __future__ import annotations
@@ -175,7 +175,9 @@ def conditions(decision: Decision, word: str) -> list[dict[str, str]]:
         cond(WAITING, waiting, word if waiting else "Released", message),
         cond(RELEASED, released, "Released" if released else word, message),
         cond(BOUND, bound, "Bound" if bound else ("Binding" if released else word), bound_text if released else message),
-        cond(RECONCILING, not bound, "Bound" if bound else word, bound_text if bound else message),
+        # Not while Held: kstatus reads the first True of Reconciling and Stalled, and a held
+        # gang is stalled (it needs its members changed), not progressing.
+        cond(RECONCILING, not bound and not held, "Bound" if bound else word, bound_text if bound else message),
         cond(STALLED, held, "Held" if held else "AsExpected", message if held else "nothing the members must change"),
     ]
 

@@ -43,10 +43,6 @@ KSTATUS = {"waiting": "InProgress", "unschedulable": "InProgress", "preempting":
            "no-status": "Current", "empty-status": "Current", "held": "Failed"}
 #: What Flux makes of each sample with the guide's healthCheckExprs.
 FLUX_CEL = {"held": "Failed", "running": "Current", "min-size-running": "Current"}
-HELD_ORDER = ("the reconciler lists Reconciling before Stalled and both are True while Held; kstatus "
-              "stops at the first True of the two, so a held gang is InProgress (docs/guide/gitops.md, Flux)")
-
-
 @pytest.fixture(scope="module")
 def gangcheck() -> Path:
     return ensure_gangcheck()
@@ -133,9 +129,7 @@ def test_the_guide_installs_the_script_as_shipped() -> None:
 # --- kstatus ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=HELD_ORDER)) if n == "held" else n
-    for n in SAMPLES])
+@pytest.mark.parametrize("name", SAMPLES)
 def test_kstatus_reads_each_sample_gang(gangcheck: Path, name: str) -> None:
     verdicts = run_gangcheck(gangcheck, "kstatus", GANGS / f"{name}.yaml")
 
