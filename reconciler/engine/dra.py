@@ -15,10 +15,11 @@ DeviceClass and the request's own selectors) becomes one resource named
 - a node offers as many units of as it has devices matching the class's and the request's
   selectors (:mod:`.cel`) that no claim has been allocated;
 - a pod requests as many units of as its claims not yet allocated ask for (a claim shared
-  by several pods is counted once, on the first of them in name order);
-- a pod whose claim is allocated requests nothing more of it (its devices are taken on
-  their node already) and is held to that node: the node offers ``resourceclaim/<ns>/<name>``
-  and the pod requests one unit of it.
+  by several pods is counted once, on the one placed, else the first in name order);
+- a pod whose claim is allocated, or shared with a pod placed already, requests nothing
+  more of it (its devices are taken on that node) and is held to that node: the node offers
+  ``resourceclaim/<ns>/<name>`` and the pod requests one unit of it. (Pods sharing a claim
+  that none of them has been placed with are not held together: see decision 044.)
 
 So placement, preemption (evicting a victim frees its claim's devices only once the claim
 is deallocated, which the snapshot then shows), the simulator and ``kubectl troupe`` count
@@ -275,26 +276,48 @@ def _claim_of(pod: PodInfo, entry: tuple[str, str, str], c: Catalog) -> tuple[Cl
     return None, (), f"ResourceClaim {pod.namespace}/{claim_name or entry_name} (claim {entry_name}) not found"
 
 
+def _placed(pod: PodInfo) -> str:
+    return pod.node_name or pod.assigned_node
+
+
+def _sharing(pods: Sequence[PodInfo], c: Catalog) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+    """For each existing claim its pods use: the pod its devices are counted on (the one
+    placed, else the first by name) and the node a placed consumer is on (``""`` when none)."""
+    charged: dict[tuple[str, str], str] = {}
+    node: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        for _, claim_name, _ in pod.claims:
+            key = (pod.namespace, claim_name)
+            if not claim_name or key not in c.claims:
+                continue
+            if _placed(pod) and not node.get(key):
+                node[key], charged[key] = _placed(pod), pod.key
+            charged.setdefault(key, pod.key)
+    return charged, node
+
+
 def _demand(pods: Sequence[PodInfo], c: Catalog) -> _Demand:
     d = _Demand()
-    counted: set[tuple[str, str]] = set()
-    for pod in sorted((p for p in pods if p.claims and not p.terminal), key=lambda p: p.key):
+    users = sorted((p for p in pods if p.claims and not p.terminal), key=lambda p: p.key)
+    charged, placed_on = _sharing(users, c)
+    for pod in users:
         wanted: dict[str, int] = {}
         for entry in pod.claims:
             found, requests, problem = _claim_of(pod, entry, c)
             if problem:
                 d.problems.setdefault(pod.key, []).append(problem)
                 continue
-            if found is not None and found.allocated:
-                if found.node:
-                    pin = f"{CLAIM}{found.namespace}/{found.name}"
-                    d.pins[pin] = found.node
-                    wanted[pin] = 1
-                continue
             if found is not None:
-                if (found.namespace, found.name) in counted:
-                    continue  # a shared claim's devices are counted once
-                counted.add((found.namespace, found.name))
+                key = (found.namespace, found.name)
+                node = found.node if found.allocated else placed_on.get(key, "")
+                if found.allocated or (node and charged.get(key) != pod.key):
+                    if node:  # allocated there, or a consumer placed there: the others follow
+                        pin = f"{CLAIM}{found.namespace}/{found.name}"
+                        d.pins[pin] = node
+                        wanted[pin] = 1
+                    continue
+                if charged.get(key) != pod.key:
+                    continue  # a shared claim's devices are counted once, on one of its pods
             for r in requests:
                 problem = _request_problem(r, c)
                 if problem:

@@ -170,10 +170,16 @@ def _without_unlisted(lists: list[tuple[str, str, Callable[..., Any], dict[str, 
     return results
 
 
+#: The DRA kinds read, with their resource names (``resource.k8s.io/v1``).
+DRA_RESOURCES = (("ResourceSlice", "resourceslices"), ("DeviceClass", "deviceclasses"),
+                 ("ResourceClaim", "resourceclaims"), ("ResourceClaimTemplate", "resourceclaimtemplates"))
+
+
 def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list[str] | None = None,
                  timeout: float | None = None) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
-    SharedDeviceGroups, PodDisruptionBudgets and the workload kinds of
+    SharedDeviceGroups, PodDisruptionBudgets, the DRA kinds (ResourceSlices, DeviceClasses,
+    ResourceClaims, ResourceClaimTemplates) and the workload kinds of
     :mod:`reconciler.engine.workloads` (a
     custom resource whose CRD is not installed, or that this user may not list, is left
     out: its gangs wait with that reason), what the reconciler's cache reads for the
@@ -197,6 +203,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
         ("Job", "jobs", batch.list_job_for_all_namespaces, {}, _list_all),
         *[(k.kind, k.crd, crd(k.group, k.version, k.plural), {}, _list_if_allowed) for k in wl.CUSTOM_KINDS],
         ("SharedDeviceGroup", "shareddevicegroups", crd(*contract.DEVICE_GROUP_API), {}, _list_if_allowed),
+        *[(kind, plural, crd("resource.k8s.io", "v1", plural), {}, _list_if_allowed)
+          for kind, plural in DRA_RESOURCES],  # DRA (docs/decisions/044-dra.md); absent before 1.34
         ("PodDisruptionBudget", "poddisruptionbudgets",
          client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces, {}, _list_if_allowed),
         ("Namespace", "namespaces", core.list_namespace, {}, _list_noted),

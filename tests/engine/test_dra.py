@@ -148,3 +148,14 @@ def test_no_plan_names_a_node_with_fewer_free_matching_devices_than_its_members_
     for node, members in planned.items():
         assert members * per_member <= free[node], (node, members, per_member, free)
     assert gang.members[0].requests[KIND] == per_member
+
+
+def test_a_shared_claim_one_consumer_was_placed_with_holds_the_others_to_its_node():
+    placed = b.with_claim(make_pod("infer-0").running_on("n2").build(), claim_name="shared")
+    waiting = b.with_claim(make_pod("train-0").gang("train", 1).gated().build(), claim_name="shared")
+    objs = [b.device_class(), b.claim("shared", 2), *(b.resource_slice(f"n{i}") for i in range(1, 5))]
+    gang, decision, snapshot = decided(nodes(), [placed, waiting], objs)
+    assert snapshot.pods["team-a/infer-0"].requests[KIND] == 2, "the devices are counted on the placed consumer"
+    assert gang.members[0].requests.get(KIND, 0) == 0
+    release = decision.find(Release)
+    assert release is not None and [m.node for m in release.members] == ["n2"]

@@ -53,8 +53,10 @@ def test_readyz_names_the_informers_that_have_not_listed_yet(served):
     status, body = get(port, "/readyz")
     assert status == 503
     assert json.loads(body) == {"ready": False, "role": "leader", "synced": False, "waiting_for": [
-        "csinodes", "jobs", "jobsets.jobset.x-k8s.io", "leaderworkersets.leaderworkerset.x-k8s.io", "namespaces",
-        "persistentvolumeclaims", "persistentvolumes", "poddisruptionbudgets", "pods", "pytorchjobs.kubeflow.org",
+        "csinodes", "deviceclasses.resource.k8s.io", "jobs", "jobsets.jobset.x-k8s.io",
+        "leaderworkersets.leaderworkerset.x-k8s.io", "namespaces", "persistentvolumeclaims", "persistentvolumes",
+        "poddisruptionbudgets", "pods", "pytorchjobs.kubeflow.org", "resourceclaims.resource.k8s.io",
+        "resourceclaimtemplates.resource.k8s.io", "resourceslices.resource.k8s.io",
         "shareddevicegroups.deviceshare.io"]}
     for informer in reconciler.informers():
         informer.synced.set()

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.daemon.cache.budgets import BudgetIndex
+from reconciler.daemon.cache.dra import DraIndex
 from reconciler.daemon.cache.keys import GroupKey, group_key, group_of_key
 from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
+from reconciler.engine import dra
 from reconciler.engine.cluster import NodeInfo, PodInfo, unreadable_pod
 from reconciler.engine.devices import DeviceGroup
 from reconciler.engine.gang import Gang, build_gang, gang_key
@@ -105,6 +107,9 @@ class ClusterCache:
         self.budgets = BudgetIndex(self.unreadable)
         #: Claims, volumes, CSINodes and namespaces' labels (:mod:`.volumes`).
         self.volumes = VolumeIndex(self.unreadable)
+        #: The DRA objects (:mod:`.dra`); a change changes what workloads' slots ask for.
+        self.dra = DraIndex(self.unreadable, on_change=self.workloads.touch)
+        self.workloads.devices = self.dra.view
         self.version = 0
         self._snapshot: tuple[tuple[int, ...], Snapshot] | None = None
         self._node_version = 0
@@ -303,6 +308,8 @@ class ClusterCache:
             if memo is not None and memo[0] == stamp:
                 return memo[1]
             pods = [self._pods[r].info for r in refs or ()]
+        if any(p.claims for p in pods) and self.dra.view()[1]:  # as the snapshot counts their DRA claims
+            pods = [self.snapshot().pods.get(p.key, p) for p in pods]
         gang = build_gang(key, pods, self.config, parallelism, workloads, planned)
         with self._lock:
             if (self._gang_version.get(key, 0), self.workloads.version) == stamp:
@@ -468,16 +475,20 @@ class ClusterCache:
         cache changed since the last one; callers must not change it (decisions do not)."""
         budget_version, budgets = self.budgets.values()
         jobs_version, _, workloads = self.workloads.view()
+        dra_version, devices = self.dra.view()
         with self._lock:
-            version = (self.version, budget_version, self.volumes.version, jobs_version)
+            version = (self.version, budget_version, self.volumes.version, jobs_version, dra_version)
             node_version = self._node_version
             if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
-            table = self._table[1] if self._table is not None and self._table[0] == node_version else None
-            nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
+            counted = bool(devices) and any(p.claims for p in pods)  # DRA devices counted as units
+            table = self._table[1] if self._table is not None and self._table[0] == node_version and not counted else None
+            nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
+        if counted:  # nodes offer, and pods ask, DRA devices (docs/decisions/044-dra.md)
+            nodes, pods = dra.apply(nodes, pods, devices)
         if table is None:
             table = NodeTable(nodes, self.levels)
         _, catalog, namespaces = self.volumes.view()
@@ -485,5 +496,5 @@ class ClusterCache:
                             spread_defaults=spread_defaults(self.config), reservations=workloads.reservations())
         with self._lock:
             self._snapshot = (version, snapshot)
-            self._table = (node_version, table)
+            self._table = (node_version, table) if not counted else self._table  # offering devices: this one's
         return snapshot

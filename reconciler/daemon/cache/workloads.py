@@ -9,11 +9,13 @@ keeps them; the cache builds a gang from its pods and :meth:`WorkloadIndex.view`
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
+from reconciler.engine import dra
 from reconciler.engine import workloads as wl
 from reconciler.engine.gang import auto_namespaces, job_parallelism, planned_gangs
 from troupe import contract
@@ -50,14 +52,25 @@ class WorkloadIndex:
         #: ours overtook it) is ignored, so a reservation written is never lost again.
         self._rv: dict[wl.WorkloadKey, int] = {}
         self.version = 0
+        #: The DRA catalog (``() -> (version, catalog)``) the slots' claims are counted with.
+        self.devices: Callable[[], tuple[int, dra.Catalog]] | None = None
+
+    def touch(self) -> None:
+        """Something the slots depend on changed (the DRA objects): views are made again."""
+        with self._lock:
+            self.version += 1
 
     def view(self) -> tuple[int, dict[tuple[str, str], int], wl.Workloads]:
         """``(version, Jobs' parallelism, workloads)`` as one consistent value, made again
         only after a change; callers must not change it."""
         with self._lock:
             if self._view is None or self._view[0] != self.version:
-                self._view = (self.version, dict(self._parallelism),
-                              wl.Workloads(dict(self._workloads), dict(self._unavailable)))
+                workloads = dict(self._workloads)
+                catalog = self.devices()[1] if self.devices is not None else None
+                if catalog:  # their slots ask for DRA devices as their pods will
+                    workloads = {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, catalog))
+                                 for k, w in workloads.items()}
+                self._view = (self.version, dict(self._parallelism), wl.Workloads(workloads, dict(self._unavailable)))
             return self._view
 
     def planned(self, config: Config, namespaces_version: int,

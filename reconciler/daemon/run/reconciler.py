@@ -18,6 +18,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from reconciler import kube
 from reconciler.daemon import metrics
 from reconciler.daemon.cache import ClusterCache, group_of_key
+from reconciler.daemon.cache.dra import KINDS as DRA_KINDS
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.queue import ShutDown, WorkQueue
 from reconciler.daemon.writer import UNFENCED, Fence
@@ -104,6 +105,10 @@ class Reconciler:
         #: the size of gangs of ``<prefix>-size: auto``. A kind whose CRD is not installed
         #: is skipped, its gangs wait with that reason (docs/decisions/014-workload-gangs.md).
         self.workloads = [self._workload_informer(api, k) for k in wl.CUSTOM_KINDS]
+        #: ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates
+        #: (``resource.k8s.io/v1``): the DRA devices gangs are placed with. Optional, as a custom
+        #: resource: a cluster that does not serve them has none (docs/decisions/044-dra.md).
+        self.dra = [self._dra_informer(api, plural) for plural in DRA_KINDS]
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
@@ -209,6 +214,22 @@ class Reconciler:
 
         return kube.Informer(resource, listed, event, transform=lambda obj: index.retain(kind, obj))
 
+    def _dra_informer(self, api: Any, plural: str) -> kube.Informer:
+        """An informer feeding the cache's :class:`~reconciler.daemon.cache.dra.DraIndex`; a
+        change (a device published, a claim allocated or freed) may let a waiting gang through."""
+        index = self.cache.dra
+
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            index.replace(plural, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(kind: str, obj: Mapping[str, Any]) -> None:
+            index.event(plural, kind, obj)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(kube.custom_objects(api, "resource.k8s.io", "v1", plural), listed, event,
+                             transform=index.retain)
+
     def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
         def listed(items: list[Mapping[str, Any]]) -> None:
             self.cache.replace_workloads(k.kind, items)
@@ -294,10 +315,11 @@ class Reconciler:
         self.jobs.start()
         self.groups.start()
         self.budgets.start()
-        for informer in (*self.workloads, *self.volumes):
+        for informer in (*self.workloads, *self.volumes, *self.dra):
             informer.start()
         self.pods.start()
-        for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, *self.volumes, self.pods):
+        for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, *self.volumes, *self.dra,
+                         self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controller.load_state()
@@ -351,7 +373,7 @@ class Reconciler:
         self.groups.stop()
         self.budgets.stop()
         self.jobs.stop()
-        for informer in (*self.workloads, *self.volumes):
+        for informer in (*self.workloads, *self.volumes, *self.dra):
             informer.stop()
         self.nodes.stop()
         if self._worker.is_alive():

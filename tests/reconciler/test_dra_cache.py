@@ -1,0 +1,57 @@
+"""The reconciler's cache of DRA objects (reconciler.daemon.cache.dra): what its snapshots and
+gangs count once ResourceSlices, a DeviceClass and claim templates are listed, and after a
+claim is allocated (docs/decisions/044-dra.md)."""
+
+from __future__ import annotations
+
+from reconciler.daemon.cache import ClusterCache
+from reconciler.engine.decision import decide
+from reconciler.engine.lifecycle import Phase
+from tests.support import dra_builders as b
+from tests.support.reconciler_builders import make_node, make_pod
+from troupe.config import Config
+
+KIND = f"devices/{b.CLASS}"
+
+
+def cache_with_devices() -> ClusterCache:
+    cache = ClusterCache(Config())
+    cache.replace_nodes([make_node(f"n{i}").topology("b1", "s1", f"h{i}").build() for i in range(1, 3)])
+    cache.dra.replace("resourceslices", [b.resource_slice("n1"), b.resource_slice("n2")])
+    cache.dra.replace("deviceclasses", [b.device_class()])
+    cache.dra.replace("resourceclaimtemplates", [b.claim_template("eight", 8)])
+    cache.replace_pods([b.with_claim(make_pod(f"train-{i}").gang("train", 2).index(i).gated().build(), template="eight")
+                        for i in range(2)])
+    return cache
+
+
+def test_listed_dra_objects_make_nodes_offer_devices_and_members_ask_for_them():
+    cache = cache_with_devices()
+    snapshot = cache.snapshot()
+    assert [n.allocatable[KIND] for n in snapshot.nodes] == [8, 8]
+    gang = cache.gang("team-a/train")
+    assert gang is not None and [m.requests[KIND] for m in gang.members] == [8, 8]
+    assert decide(gang, snapshot, 1_800_000_000.0).phase is Phase.PLACED
+
+
+def test_a_claim_allocated_to_another_pod_takes_its_devices_and_the_gang_waits():
+    cache = cache_with_devices()
+    cache.dra.event("resourceclaims", "ADDED", b.claim("other", 4, allocated_on="n1",
+                                                        devices=tuple(f"gpu-{i}" for i in range(4))))
+    snapshot = cache.snapshot()
+    assert [n.allocatable[KIND] for n in snapshot.nodes] == [4, 8]
+    gang = cache.gang("team-a/train")
+    assert gang is not None
+    decision = decide(gang, snapshot, 1_800_000_000.0)
+    assert decision.phase is Phase.UNSCHEDULABLE and f"insufficient {KIND}: 1" in decision.reason, decision.reason
+    cache.dra.event("resourceclaims", "DELETED", b.claim("other", 4))
+    assert [n.allocatable[KIND] for n in cache.snapshot().nodes] == [8, 8]
+
+
+def test_an_unreadable_dra_object_is_left_out_and_counted():
+    cache = cache_with_devices()
+    bad = b.resource_slice("n2")
+    bad["spec"]["devices"][0]["capacity"]["memory"]["value"] = "lots"
+    cache.dra.event("resourceslices", "MODIFIED", bad)
+    assert [n.allocatable.get(KIND, 0) for n in cache.snapshot().nodes] == [8, 0]
+    assert "lots" in cache.unreadable.why("ResourceSlice", "n2-gpu.troupe.dev")
