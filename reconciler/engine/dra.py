@@ -16,10 +16,12 @@ DeviceClass and the request's own selectors) becomes one resource named
   selectors (:mod:`.cel`) that no claim has been allocated;
 - a pod requests as many units of as its claims not yet allocated ask for (a claim shared
   by several pods is counted once, on the one placed, else the first in name order);
-- a pod whose claim is allocated, or shared with a pod placed already, requests nothing
-  more of it (its devices are taken on that node) and is held to that node: the node offers
-  ``resourceclaim/<ns>/<name>`` and the pod requests one unit of it. (Pods sharing a claim
-  that none of them has been placed with are not held together: see decision 044.)
+- a claim allocated, or shared with a pod placed already, holds every pod that uses it to
+  its node: the node offers ``resourceclaim/<ns>/<name>`` and each pod requests one unit of
+  it; the pod its devices are counted on keeps asking for them, so evicting it frees them
+  (what preemption plans with), and a device allocated to a claim no pod of the snapshot
+  asks for counts for no one. (Pods sharing a claim that none of them has been placed with
+  are not held together: see decision 044.)
 
 So placement, preemption (evicting a victim frees its claim's devices only once the claim
 is deallocated, which the snapshot then shows), the simulator and ``kubectl troupe`` count
@@ -259,6 +261,7 @@ class _Demand:
     problems: dict[str, list[str]] = field(default_factory=dict)
     kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> selectors (class + request)
     pins: dict[str, str] = field(default_factory=dict)  # claim resource -> node
+    charged: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # claim -> kinds a pod asks for it
 
 
 def _claim_of(pod: PodInfo, entry: tuple[str, str, str], c: Catalog) -> tuple[Claim | None, tuple[Request, ...], str]:
@@ -307,15 +310,13 @@ def _demand(pods: Sequence[PodInfo], c: Catalog) -> _Demand:
             if problem:
                 d.problems.setdefault(pod.key, []).append(problem)
                 continue
-            if found is not None:
-                key = (found.namespace, found.name)
+            key = (found.namespace, found.name) if found is not None else None
+            if found is not None and key is not None:
                 node = found.node if found.allocated else placed_on.get(key, "")
-                if found.allocated or (node and charged.get(key) != pod.key):
-                    if node:  # allocated there, or a consumer placed there: the others follow
-                        pin = f"{CLAIM}{found.namespace}/{found.name}"
-                        d.pins[pin] = node
-                        wanted[pin] = 1
-                    continue
+                if node:  # allocated there, or a consumer placed there: every consumer goes there
+                    pin = f"{CLAIM}{found.namespace}/{found.name}"
+                    d.pins[pin] = node
+                    wanted[pin] = 1
                 if charged.get(key) != pod.key:
                     continue  # a shared claim's devices are counted once, on one of its pods
             for r in requests:
@@ -326,6 +327,8 @@ def _demand(pods: Sequence[PodInfo], c: Catalog) -> _Demand:
                 kind = kind_of(r)
                 d.kinds[kind] = c.classes[r.class_name] + r.selectors
                 wanted[kind] = wanted.get(kind, 0) + r.count
+                if key is not None:
+                    d.charged.setdefault(key, set()).add(kind)
         d.requests[pod.key] = wanted
     return d
 
@@ -343,18 +346,19 @@ def _request_problem(r: Request, c: Catalog) -> str:
     return ""
 
 
-def node_units(devices: Iterable[Device], kinds: Mapping[str, tuple[str, ...]], taken: set[DeviceKey]) -> tuple[
-        dict[str, dict[str, int]], dict[str, str]]:
-    """Node -> resource -> free devices matching each kind's selectors (devices in
-    ``taken``, allocated to a claim, left out), and resource -> why it cannot be counted
-    (a selector that fails on some device)."""
+def node_units(devices: Iterable[Device], kinds: Mapping[str, tuple[str, ...]],
+               taken: Mapping[DeviceKey, frozenset[str]]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Node -> resource -> the devices matching each kind's selectors that no claim holds,
+    and resource -> why it cannot be counted (a selector that fails on some device).
+    ``taken``: the devices allocated to claims, each with the kinds its claim is asked as
+    by a pod of the snapshot: such a device still counts for those kinds (that pod uses the
+    units, and evicting it frees them, which preemption reads), for no other."""
     out: dict[str, dict[str, int]] = {}
     broken: dict[str, str] = {}
     for device in devices:
-        if device.key in taken:
-            continue
+        held = taken.get(device.key)
         for kind, selectors in kinds.items():
-            if kind in broken:
+            if kind in broken or (held is not None and kind not in held):
                 continue
             try:
                 ok = all(cel.matches(s, device.view) for s in selectors)
@@ -375,7 +379,8 @@ def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog) -> tup
     if not any(p.claims for p in pods):
         return list(nodes), list(pods)
     d = _demand(pods, c)
-    taken = {key for claim_ in c.claims.values() for key in claim_.allocated}
+    taken = {device: frozenset(d.charged.get((claim_.namespace, claim_.name), ()))
+             for claim_ in c.claims.values() for device in claim_.allocated}
     units, broken = node_units(c.devices, d.kinds, taken)
     for pin, node in d.pins.items():
         units.setdefault(node, {})[pin] = MAX_CONSUMERS

@@ -98,8 +98,10 @@ def test_an_allocated_claim_holds_its_consumer_to_the_node_it_is_on():
     objs = [b.device_class(), b.claim("mine", 2, allocated_on="n3", devices=("gpu-0", "gpu-1")),
             *(b.resource_slice(f"n{i}") for i in range(1, 5))]
     gang, decision, snapshot = decided(nodes(), [pod], objs)
-    assert gang.members[0].requests == {"pods": 1, "cpu": 1000, "resourceclaim/team-a/mine": 1}
+    assert gang.members[0].requests == {"pods": 1, "cpu": 1000, "resourceclaim/team-a/mine": 1, KIND: 2}, \
+        "its devices stay counted on it: evicting it frees them"
     assert [n.allocatable.get("resourceclaim/team-a/mine", 0) for n in snapshot.nodes] == [0, 0, dra.MAX_CONSUMERS, 0]
+    assert [n.allocatable[KIND] for n in snapshot.nodes] == [8, 8, 8, 8]
     release = decision.find(Release)
     assert release is not None and [m.node for m in release.members] == ["n3"]
 
@@ -148,6 +150,19 @@ def test_no_plan_names_a_node_with_fewer_free_matching_devices_than_its_members_
     for node, members in planned.items():
         assert members * per_member <= free[node], (node, members, per_member, free)
     assert gang.members[0].requests[KIND] == per_member
+
+
+def test_a_device_allocated_to_a_claim_no_pod_asks_for_counts_for_no_one_and_one_a_pod_asks_for_only_for_its_kind():
+    objs = [b.device_class(), b.claim_template("eight", 1), b.claim("orphan", 2, allocated_on="n1", devices=("gpu-0", "gpu-1")),
+            b.claim("used", 2, allocated_on="n2", devices=("gpu-0", "gpu-1")), *(b.resource_slice(f"n{i}") for i in range(1, 5))]
+    user = b.with_claim(make_pod("other-0").running_on("n2").build(), claim_name="used")
+    narrow = b.claim_template("narrow", 1, selectors=('device.attributes["gpu.troupe.dev"].index >= 0',))
+    pods = [member(0, 2), b.with_claim(make_pod("train-1").gang("train", 2).index(1).gated().build(), template="narrow"),
+            user]
+    _, _, snapshot = decided(nodes(), pods, [*objs, narrow])
+    other_kind = next(k for k in snapshot.nodes[0].allocatable if k.startswith(KIND + "~"))
+    assert [n.allocatable[KIND] for n in snapshot.nodes] == [6, 8, 8, 8]
+    assert [n.allocatable[other_kind] for n in snapshot.nodes] == [6, 6, 8, 8]
 
 
 def test_a_shared_claim_one_consumer_was_placed_with_holds_the_others_to_its_node():
