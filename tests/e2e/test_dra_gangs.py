@@ -78,6 +78,9 @@ def test_a_gang_that_does_not_fit_for_devices_allocated_to_others_waits_saying_s
             other["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}  # kube-scheduler allocates its claim
             admin_core.create_namespaced_pod(namespace, other)
         for i in range(2):
+            wait_for(f"other-{i}'s claim allocated", lambda i=i: claim_allocated(admin_api, admin_core, namespace,
+                                                                                 f"other-{i}"), timeout=60)
+        for i in range(2):
             admin_core.create_namespaced_pod(namespace, with_claim(
                 pod_body(f"train-{i}", gang_annotations("train", 2), gpus=0), template="eight"))
 
