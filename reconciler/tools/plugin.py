@@ -2,7 +2,7 @@
 
     kubectl troupe status   [NAME] [-n NS | -A] [-l SELECTOR] [-o table|wide|json|yaml|name] [-w]
     kubectl troupe why      POD|GANG [-n NS] [-o ...] [-w]
-    kubectl troupe topology [--resource NAME] [-o ...] [-w]
+    kubectl troupe topology [--resource NAME] [-o ...] [-w] [--web [--port N] [--no-browser]]
     kubectl troupe plan     -f MANIFEST [-n NS] [--gang-preemption-mode MODE] [-o ...]
 
 installed as the executable ``kubectl-troupe`` (kubectl runs any ``kubectl-<name>`` on the
@@ -65,6 +65,7 @@ EPILOG = f"""examples:
   kubectl troupe why train-3 -n ml              why pod ml/train-3's gang waits, domain by domain
   kubectl troupe why gang/train -n ml           the same, for the gang by its name
   kubectl troupe topology                       who holds which node, free GPUs per domain
+  kubectl troupe topology --web                 the same as a map in the browser, updated as it changes
   kubectl troupe plan -f job.yaml -n ml --gang-preemption-mode atomic
                                                 where the Job's gang would go, whom it would evict
   kubectl troupe status -A --snapshot snapshot.json
@@ -148,6 +149,17 @@ def add_commands(sub: Any) -> None:
         description="The topology tree of the configured levels: each domain's free and allocatable units of "
         "--resource, each node's gangs (pods of a gang bound, pinned, planned or nominated there) and other pods.")
     topo.add_argument("--resource", default="nvidia.com/gpu", help="resource to count (default %(default)s)")
+    web = topo.add_argument_group("the map in a browser (--web)")
+    web.add_argument("--web", action="store_true",
+                     help="serve the topology as a map on 127.0.0.1 (each host a cell coloured by the gang on it, "
+                     "reserved and nominated nodes marked, the waiting gangs and their reasons, a search for a gang), "
+                     "print its address and open a browser; the page reads again every --refresh seconds (the live "
+                     "cluster is read again then; a snapshot file when it changed), until Ctrl-C")
+    web.add_argument("--port", type=int, default=0, metavar="PORT",
+                     help="with --web: the port to listen on (default: a free one)")
+    web.add_argument("--no-browser", action="store_true", help="with --web: only print the address")
+    web.add_argument("--refresh", type=float, default=5.0, metavar="SECONDS",
+                     help="with --web: seconds between the page's reads (default %(default)s; 0: never)")
     _common(topo)
     plan = sub.add_parser(
         "plan", help="where a manifest's gang would go, what it waits for, whom it would evict",
@@ -348,6 +360,8 @@ def run(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -
     differs from the last one printed (a failed read prints its line on stderr and is
     tried again; bad input ends it), until interrupted (``KeyboardInterrupt`` reaches the
     caller)."""
+    if getattr(args, "web", False):
+        return _web(args)
     if getattr(args, "watch", False) and not args.watch_interval > 0:
         print(f"kubectl-troupe: --watch-interval {args.watch_interval:g}: must be seconds > 0", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -365,6 +379,25 @@ def run(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -
         if not getattr(args, "watch", False) or code == EXIT_BAD_INPUT:
             return code
         sleep(args.watch_interval)
+
+
+def _web(args: argparse.Namespace) -> int:
+    """``topology --web``: the map served until interrupted (:mod:`reconciler.tools.web.local`)."""
+    from reconciler.tools.web import local
+
+    if not 0 <= args.port <= 65535 or args.refresh < 0:
+        print(f"kubectl-troupe: --port {args.port} / --refresh {args.refresh:g}: a port in 0-65535 and seconds >= 0",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    produce = local.reader(lambda: load(args)[0], args.resource, args.refresh, args.snapshot)
+    try:
+        return local.serve(produce, args.port, not args.no_browser)
+    except (InputError, ConfigError, ValueError) as e:
+        print(f"kubectl-troupe: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        print(f"kubectl-troupe: {e}", file=sys.stderr)
+        return EXIT_NOT_FOUND
 
 
 def parser(prog: str = "kubectl troupe") -> argparse.ArgumentParser:

@@ -1,5 +1,7 @@
 """The reconciler's HTTP server (``--metrics-bind``): ``/metrics`` (Prometheus),
-``/healthz``, ``/readyz`` and ``/debug/gangs``, answered from a :class:`Health`.
+``/healthz``, ``/readyz`` and ``/debug/gangs``, answered from a :class:`Health`, and the
+topology map, read-only, under ``/topology/`` (:mod:`reconciler.tools.web.server`; its data
+from :mod:`reconciler.daemon.run.topology`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
+from reconciler.daemon.run import topology
 from reconciler.daemon.run.reconciler import Reconciler
+from reconciler.tools.web import server as web
 
 
 class Health:
@@ -49,11 +53,17 @@ class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
 
 
 def serve_http(host: str, port: int, health: Health) -> WSGIServer:
-    """Serve ``/metrics``, ``/healthz``, ``/readyz`` and ``/debug/gangs`` on
-    ``host:port`` from a daemon thread; returns the server (``shutdown()`` stops it)."""
+    """Serve ``/metrics``, ``/healthz``, ``/readyz``, ``/debug/gangs`` and the topology map
+    (``/topology/``) on ``host:port`` from a daemon thread; returns the server (``shutdown()``
+    stops it)."""
     metrics = make_wsgi_app()
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def map_data() -> dict[str, Any]:
+        if health.reconciler is None or health.role == "standby":
+            raise RuntimeError(f"this reconciler is {health.role}: the leader's serves the map")
+        return topology.page(health.reconciler)
+
+    def probes(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics":
             return metrics(environ, start_response)  # type: ignore[no-any-return]
@@ -73,6 +83,7 @@ def serve_http(host: str, port: int, health: Health) -> WSGIServer:
         start_response(status, [("Content-Type", ctype), ("Content-Length", str(len(body)))])
         return [body]
 
+    app = web.wsgi(web.CachedData(map_data), fallback=probes)
     server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server

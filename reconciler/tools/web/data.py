@@ -1,0 +1,103 @@
+"""The topology map's data: one JSON object the page draws, made the same way by the
+reconciler (from its cache and its decisions) and by ``kubectl troupe topology --web``
+(from a snapshot or a live read and the plugin's decisions).
+
+Pure: a topology tree (:func:`reconciler.engine.occupancy.occupancy`), gang rows and node
+marks in, plain JSON values out (docs/decisions/042-topology-map.md):
+
+- :func:`page`: the object ``/topology/data.json`` serves;
+- :func:`node_marks`: which nodes a snapshot holds for a gang that has not started there
+  yet (``reserved``: a release in progress or a reservation of a gang released as created;
+  ``nominated``: a preemptor's nomination);
+- :func:`gang_of`: pod key -> gang key, the holders the tree names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from reconciler.engine.gang import group_by_gang
+from reconciler.engine.occupancy import DomainUsage
+from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.timestamps import rfc3339
+from reconciler.tools.render import topology_json
+from troupe.config import Config
+
+#: The page data's format; a change that removes or renames a field bumps it.
+VERSION = 1
+#: Phases of a gang that runs or is being released: every other phase waits.
+NOT_WAITING = frozenset({"Placed", "Releasing", "Released"})
+#: The kinds of :func:`node_marks`.
+MARKS = ("reserved", "nominated")
+
+
+def gang_of(snapshot: Snapshot, config: Config) -> dict[str, str]:
+    """Pod key (``namespace/name``) -> the key of the gang it belongs to, for every pod of
+    ``snapshot`` Troupe manages (what :func:`reconciler.engine.occupancy.occupancy` reads)."""
+    return {p.key: key for key, pods in group_by_gang(snapshot.pods.values(), config).items() for p in pods}
+
+
+def node_marks(snapshot: Snapshot, gangs: Mapping[str, str]) -> dict[str, dict[str, list[str]]]:
+    """Node name -> mark (``reserved``, ``nominated``) -> the sorted gang keys it holds the
+    node for: gated members the reconciler committed to it (pinned, or named by the plan
+    record of a release in progress), gated members a preemptor's nomination holds it for,
+    and the free ranks of a reservation (docs/decisions/034-release-as-created.md).
+    ``gangs``: pod key -> gang key (:func:`gang_of`). Cost: one pass over the pods."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for key, pod in snapshot.pods.items():
+        if not pod.gated or not pod.active or (gang := gangs.get(key)) is None:
+            continue
+        node, mark = snapshot.committed_node(pod), "reserved"
+        if not node:
+            node, mark = snapshot.nominated_node(pod), "nominated"
+        if node:
+            found.setdefault(node, {}).setdefault(mark, set()).add(gang)
+    for gang, reservation in snapshot.reservations.items():
+        for rank in range(len(reservation.record.nodes)):
+            node = snapshot.using(reservation.holding(rank)) or ""
+            if node:
+                found.setdefault(node, {}).setdefault("reserved", set()).add(gang)
+    return {node: {mark: sorted(keys) for mark, keys in marks.items()} for node, marks in found.items()}
+
+
+def _marked(tree: dict[str, Any], marks: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+    """Add each node's marks to the nodes of ``tree`` (a :func:`topology_json` object), in place."""
+    for child in tree.get("children", ()):
+        _marked(child, marks)
+    for node in tree.get("nodes", ()):
+        for mark, gangs in marks.get(node["name"], {}).items():
+            node[mark] = list(gangs)
+
+
+def _count(tree: DomainUsage) -> int:
+    return len(tree.nodes) + sum(_count(c) for c in tree.children)
+
+
+def page(tree: DomainUsage, gangs: Iterable[Mapping[str, Any]], marks: Mapping[str, Mapping[str, Sequence[str]]],
+         *, resource: str, levels: Sequence[str], source: str, at: float, refresh_seconds: float) -> dict[str, Any]:
+    """The page's JSON object (field by field in docs/contract.md, "Topology map"):
+
+    - ``version`` (:data:`VERSION`), ``source`` (where it was read: ``reconciler``, a
+      snapshot file, a cluster), ``at`` (RFC 3339: when it was decided, ``at`` seconds
+      since the epoch), ``refreshSeconds`` (how often the page reads it again; 0: never),
+      ``resource`` whose units are counted, ``levels`` (node label keys, highest first);
+    - ``tree``: ``kubectl troupe topology -o json``'s tree (:func:`topology_json`), each
+      node with its ``reserved`` and ``nominated`` gang keys when it has any (``marks``,
+      :func:`node_marks`);
+    - ``gangs``: one row per gang, as given (each with at least ``gang``, its key, and
+      ``phase`` and ``reason``), each with ``waiting`` (its phase is not Placed, Releasing
+      or Released); waiting gangs first (by ``queuePosition`` when rows carry it), then by key;
+    - ``summary``: ``nodes``, ``allocatable`` and ``free`` units, ``gangs`` and ``waiting``.
+    """
+    rows = [{**row, "waiting": row.get("phase") not in NOT_WAITING} for row in gangs]
+    rows.sort(key=lambda r: (not r["waiting"], r.get("queuePosition") or 1 << 30, str(r.get("gang"))))
+    data = topology_json(tree)
+    _marked(data, marks)
+    return {
+        "version": VERSION, "source": source, "at": rfc3339(at), "refreshSeconds": refresh_seconds,
+        "resource": resource, "levels": list(levels),
+        "summary": {"nodes": _count(tree), "allocatable": tree.allocatable, "free": tree.free, "gangs": len(rows),
+                    "waiting": sum(1 for r in rows if r["waiting"])},
+        "gangs": rows, "tree": data,
+    }

@@ -1,0 +1,195 @@
+"""The topology map's data and server, without a browser: the page data of the golden
+snapshot (tests/support/snapshots.py) with a nominated and a reserved gang added, the paths
+the server answers, its few seconds of caching, and ``kubectl troupe topology --web`` on a
+snapshot file, stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from wsgiref.simple_server import make_server
+
+import pytest
+
+from reconciler.engine.records import Nomination
+from reconciler.objects.snapshot_io import read_objects
+from reconciler.tools import simulate as sim
+from reconciler.tools import views
+from reconciler.tools.web import local, server
+from tests.support.snapshots import member, snapshot, write_list
+from troupe import contract
+from troupe.config import Config
+
+NOW = "2026-03-01T10:00:00Z"
+PLUGIN = Path(sys.executable).parent / "kubectl-troupe"
+
+
+def cluster_objects() -> list[dict]:
+    """The golden snapshot, with ml/pre (2 members, a preemptor's nomination holding
+    gpu-b1-s1-h0 and -h1, whose ml/batch members it evicts) and ml/pinned (2 members, the
+    first committed to gpu-b1-s0-h2)."""
+    objects = snapshot()["items"]
+    pre = [member("ml", "pre", i, 2, "2026-03-01T09:59:00Z", priority=100).gated() for i in range(2)]
+    nomination = Nomination("2026-03-01T09:59:30.000+00:00",
+                            {f"uid-ml-pre-{i}": f"gpu-b1-s1-h{i}" for i in range(2)}, ("ml/batch-0", "ml/batch-1"), ())
+    pre[0] = pre[0].annotate(contract.NOMINATION, nomination.encode())
+    pinned = [member("ml", "pinned", i, 2, "2026-03-01T09:59:00Z").gated() for i in range(2)]
+    pinned[0] = pinned[0].annotate(contract.ASSIGNED_NODE, "gpu-b1-s0-h2")
+    return objects + [p.build() for p in pre + pinned]
+
+
+def page_of(objects: list[dict]) -> dict:
+    cluster = views.read([(f"item {i}", o["kind"], o) for i, o in enumerate(objects)], Config(),
+                         sim.decision_time(NOW), source="test")
+    return local.cluster_page(cluster, "nvidia.com/gpu", 5.0)
+
+
+def nodes_of(tree: dict) -> dict[str, dict]:
+    out = {n["name"]: n for n in tree.get("nodes", ())}
+    for child in tree.get("children", ()):
+        out.update(nodes_of(child))
+    return out
+
+
+def test_the_page_data_holds_the_tree_the_gangs_in_queue_order_and_the_marks():
+    page = page_of(cluster_objects())
+    assert (page["version"], page["source"], page["resource"], page["refreshSeconds"]) == (1, "test", "nvidia.com/gpu", 5.0)
+    assert page["levels"] == list(Config().topology_levels)
+    assert page["summary"]["nodes"] == 16 and page["summary"]["allocatable"] == 128
+    nodes = nodes_of(page["tree"])
+    assert [h["gang"] for h in nodes["gpu-b0-s0-h0"]["holders"]] == ["ml/running"]
+    assert nodes["gpu-b0-s1-h0"]["cordoned"] and not nodes["gpu-b1-s0-h3"]["ready"]
+    assert nodes["gpu-b1-s1-h0"]["nominated"] == ["ml/pre"] and nodes["gpu-b1-s1-h1"]["nominated"] == ["ml/pre"]
+    assert {h["gang"] for h in nodes["gpu-b1-s1-h0"]["holders"]} == {"ml/batch", "ml/pre"}
+    assert nodes["gpu-b1-s0-h2"]["reserved"] == ["ml/pinned"]
+    assert "nominated" not in nodes["gpu-b0-s0-h0"] and "reserved" not in nodes["gpu-b0-s0-h0"]
+    rows = page["gangs"]
+    waiting = [r for r in rows if r["waiting"]]
+    assert [r["queuePosition"] for r in waiting] == sorted(r["queuePosition"] for r in waiting)
+    assert rows[:len(waiting)] == waiting  # waiting gangs first
+    wide = next(r for r in rows if r["gang"] == "ml/wide")
+    assert wide["phase"] == "Unschedulable" and wide["reason"].startswith("fits ")
+    assert next(r for r in rows if r["gang"] == "ml/running")["waiting"] is False
+    assert page["summary"]["waiting"] == len(waiting)
+
+
+def test_the_data_is_computed_at_most_once_per_ttl_and_an_error_is_a_503():
+    calls, clock = [], [100.0]
+
+    def produce() -> dict:
+        calls.append(clock[0])
+        if len(calls) == 3:
+            raise OSError("the cluster could not be read")
+        return {"tree": {"n": len(calls)}}
+
+    cached = server.CachedData(produce, ttl=3.0, clock=lambda: clock[0])
+    first = cached.get()
+    clock[0] += 2.9
+    assert cached.get() == first and len(calls) == 1
+    clock[0] += 0.2
+    ok, body = cached.get()
+    assert ok and json.loads(body)["tree"] == {"n": 2} and len(calls) == 2
+    clock[0] += 3.1
+    assert cached.get() == (False, b'{"error": "OSError: the cluster could not be read"}')
+
+
+@pytest.fixture
+def served():
+    cached = server.CachedData(lambda: {"tree": {"name": "cluster"}, "gangs": []})
+    httpd = make_server("127.0.0.1", 0, server.wsgi(cached), handler_class=local.QuietHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def fetch(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, method=method), timeout=5) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_the_server_answers_the_page_its_files_and_its_data_read_only(served):
+    status, headers, _ = fetch(served + "/topology")
+    assert (status, headers["Location"]) == (301, "topology/")
+    status, headers, body = fetch(served + "/topology/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert b'src="map.js"' in body and b'href="map.css"' in body  # relative: a proxy's prefix stays
+    for name, ctype in (("map.css", "text/css"), ("map.js", "text/javascript")):
+        status, headers, body = fetch(f"{served}/topology/{name}")
+        assert status == 200 and headers["Content-Type"].startswith(ctype) and body
+    status, headers, body = fetch(served + "/topology/data.json")
+    data = json.loads(body)
+    assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert data["tree"] == {"name": "cluster"} and re.fullmatch(r"[0-9a-f]{16}", data["mapDigest"])
+    assert fetch(served + "/topology/data.json", "POST")[0] == 405
+    assert fetch(served + "/topology/nothing")[0] == 404
+    assert fetch(served + "/")[1]["Location"] == "topology/"
+
+
+def test_web_serves_a_snapshot_until_ctrl_c(tmp_path):
+    path = write_list(tmp_path, cluster_objects())
+    proc = subprocess.Popen([str(PLUGIN), "topology", "--web", "--no-browser", "--snapshot", path, "--now", NOW],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/topology/", line)
+        assert url, (line, proc.stderr.read() if proc.poll() is not None else "")
+        assert f"Serving the topology map of snapshot {path} at" in line
+        status, _, body = fetch(url.group(0) + "data.json")
+        assert status == 200
+        assert nodes_of(json.loads(body)["tree"])["gpu-b1-s0-h2"]["reserved"] == ["ml/pinned"]
+        assert json.loads(body) == {**page_of(cluster_objects()), "source": f"snapshot {path}",
+                                    "mapDigest": json.loads(body)["mapDigest"]}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=10)
+    assert code == 130 and proc.stderr.read() == ""
+
+
+def test_web_refuses_a_bad_snapshot_before_serving(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    done = subprocess.run([str(PLUGIN), "topology", "--web", "--no-browser", "--snapshot", str(bad)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith("kubectl-troupe: ")
+
+
+def test_help_explains_web():
+    done = subprocess.run([str(PLUGIN), "topology", "--help"], capture_output=True, text=True, timeout=30, check=False)
+    text = " ".join(done.stdout.split())
+    for flag in ("--web", "--port PORT", "--no-browser", "--refresh SECONDS"):
+        assert flag in text
+    assert "127.0.0.1" in text and "Ctrl-C" in text
+
+
+def test_the_snapshot_file_is_read_again_only_when_it_changed(tmp_path):
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": cluster_objects()}))
+    reads = []
+
+    def read() -> views.Cluster:
+        reads.append(1)
+        objects = read_objects(path.read_bytes(), str(path))
+        return views.read(objects, Config(), sim.decision_time(NOW), source=str(path))
+
+    produce = local.reader(read, "nvidia.com/gpu", 5.0, str(path))
+    first = produce()
+    assert produce() is first and len(reads) == 1
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": cluster_objects()[:4]}))
+    assert produce()["summary"]["nodes"] == 4 and len(reads) == 2

@@ -1,0 +1,96 @@
+"""The reconciler's topology map (``/topology/`` on ``--metrics-bind``): its data is the
+reconciler's own cache and last decisions, made on request and kept while nothing changes;
+the probes around it answer as before; a standby says the leader serves it."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from reconciler.daemon.controller import GangController
+from reconciler.daemon.run import Health, Reconciler, serve_http
+from reconciler.daemon.run import topology as reconciler_map
+from reconciler.daemon.writer.fake import FakeWriter
+from tests.support.snapshots import snapshot
+from troupe.config import Config
+
+NOW = 1_772_359_200.0  # 2026-03-01T10:00:00Z
+
+
+def nodes_of(tree: dict) -> dict[str, dict]:
+    out = {n["name"]: n for n in tree.get("nodes", ())}
+    for child in tree.get("children", ()):
+        out.update(nodes_of(child))
+    return out
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[Reconciler, Health, int]]:
+    reconciler = Reconciler(client.ApiClient(), Config())  # no request is made: nothing is started
+    objects = snapshot()["items"]
+    reconciler.cache.replace_nodes([reconciler.cache.retain_node(o) for o in objects if o["kind"] == "Node"])
+    reconciler.cache.replace_pods([reconciler.cache.retain_pod(o) for o in objects if o["kind"] == "Pod"])
+    reconciler.controller = GangController(reconciler.cache, FakeWriter(), reconciler.config, wall_clock=lambda: NOW)
+    health = Health()
+    health.role, health.reconciler = "leader", reconciler
+    server = serve_http("127.0.0.1", 0, health)
+    yield reconciler, health, server.server_port
+    server.shutdown()
+    server.server_close()
+    reconciler.writer.close()
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_the_map_shows_the_cache_and_the_last_decisions(served):
+    reconciler, _health, port = served
+    for key in ("ml/wide", "ml/partial", "ml/running"):
+        reconciler.controller.reconcile(key)
+    status, body = get(port, "/topology/data.json")
+    assert status == 200
+    page = json.loads(body)
+    assert page["source"] == "reconciler" and page["at"].startswith("2026-03-01T10:00:00")
+    nodes = nodes_of(page["tree"])
+    assert len(nodes) == 16
+    assert [h["gang"] for h in nodes["gpu-b0-s0-h2"]["holders"]] == ["ml/running"]
+    assert nodes["gpu-b0-s1-h0"]["cordoned"]
+    rows = {r["gang"]: r for r in page["gangs"]}
+    assert rows["ml/wide"]["phase"] == "Unschedulable" and rows["ml/wide"]["reason"].startswith("fits ")
+    assert rows["ml/wide"]["waiting"] and rows["ml/wide"]["size"] == 8
+    assert rows["ml/wide"]["members"] == {"present": 8, "gated": 8, "released": 0, "bound": 0, "running": 0}
+    assert rows["ml/partial"]["reason"] == "3 of 4 members present"
+    assert rows["ml/running"]["phase"] == "Released" and not rows["ml/running"]["waiting"]
+    assert rows["team/small"] == {**rows["team/small"], "phase": "", "reason": reconciler_map.UNDECIDED, "waiting": True}
+    assert get(port, "/topology/")[0] == 200 and get(port, "/healthz") == (200, "ok")
+    assert get(port, "/nothing")[0] == 404
+
+
+def test_what_depends_on_the_snapshot_is_kept_until_the_cache_changes(served):
+    reconciler, _health, _port = served
+    first = reconciler_map.page(reconciler)
+    again = reconciler_map.page(reconciler)
+    assert again["tree"] == first["tree"]
+    base = reconciler.cache.snapshot()
+    kept = [v for k, v in base._memo.items() if k.startswith("topology-map")]
+    assert len(kept) == 1
+    reconciler.cache.pod_event("DELETED", {"metadata": {"namespace": "ml", "name": "running-0"}})
+    after = nodes_of(reconciler_map.page(reconciler)["tree"])
+    assert after["gpu-b0-s0-h0"]["holders"] == [] and after["gpu-b0-s0-h0"]["free"] == 8
+
+
+def test_a_standby_says_the_leader_serves_the_map(served):
+    _reconciler, health, port = served
+    health.role = "standby"
+    status, body = get(port, "/topology/data.json")
+    assert status == 503 and "standby" in json.loads(body)["error"]
