@@ -28,7 +28,8 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
-from tests.support.e2e import gang_annotations, pod_body, temporary_namespace, wait_for
+from tests.support.dra_e2e import H100, claim_spec, create, with_claim
+from tests.support.e2e import dra_nodes, gang_annotations, pod_body, temporary_namespace, wait_for
 from troupe.contract import NOMINATION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -342,3 +343,31 @@ def test_a_victims_replacement_from_a_deployment_does_not_take_the_room_the_pree
     wait_for("no node tainted troupe.io/nominated", lambda: not [
         n.metadata.name for n in core.list_node().items
         if any(t.key == "troupe.io/nominated" for t in (n.spec.taints or []))], timeout=30)
+
+
+def dra_gang_job(name: str, priority: str) -> dict[str, Any]:
+    """One member of a gang of two whose pod claims 8 DRA devices (ResourceClaimTemplate
+    ``eight``) instead of extended GPUs: a single-pod Job, as :func:`gang_of_jobs` makes."""
+    job = gang_job(name, 1, priority)
+    del job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    del job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]
+    return with_claim(job, template="eight")
+
+
+def test_preemption_frees_dra_devices_for_a_higher_priority_gang(stack, api, core, ns):
+    reconfigure(stack, "minimal")
+    with dra_nodes(api, ns, 2, H100) as nodes:
+        create(api, ns, "resourceclaimtemplates", "eight", claim_spec(8))
+        batch = client.BatchV1Api(api)
+        for gang, priority in (("low", "troupe-e2e-low"), ("high", "troupe-e2e-high")):
+            for i in range(2):
+                job = dra_gang_job(gang, priority)
+                job["metadata"]["name"] = f"{gang}-{i}"
+                job["spec"]["template"]["metadata"]["annotations"] = gang_annotations(gang, 2)
+                batch.create_namespaced_job(ns, job)
+            if gang == "low":
+                low = wait_for("gang low running on the DRA nodes", lambda: running(core, ns, "low", 2), timeout=90)
+                assert sorted(p.spec.node_name for p in low) == nodes
+        high = wait_for("gang high running", lambda: running(core, ns, "high", 2), timeout=150)
+        assert sorted(p.spec.node_name for p in high) == nodes, "on the devices the victims freed"
+        assert evicted(core, ns) and all(v.startswith("low-") for v in evicted(core, ns)), evicted(core, ns)
