@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo snapshot test lint unit e2e bench bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo snapshot test lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -34,7 +34,7 @@ demo: $(BIN)/.installed
 snapshot: $(BIN)/.installed cluster-build
 	$(BIN)/python -m devtools.demo.snapshot
 
-test: $(BIN)/.installed cluster-build lint
+test: $(BIN)/.installed cluster-build browser lint
 	$(BIN)/python -m pytest $(PARALLEL)
 
 lint: $(BIN)/.installed $(ACTIONLINT)
@@ -47,11 +47,15 @@ lint: $(BIN)/.installed $(ACTIONLINT)
 $(ACTIONLINT):
 	GOBIN=$(dir $@) go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
-unit: $(BIN)/.installed
+unit: $(BIN)/.installed browser
 	$(BIN)/python -m pytest $(PARALLEL) -m 'not e2e'
 
-e2e: $(BIN)/.installed cluster-build
+e2e: $(BIN)/.installed cluster-build browser
 	$(BIN)/python -m pytest $(PARALLEL) -m e2e
+
+# Headless Chromium (the Debian package), which the topology map's tests load the page in.
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
 bench: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) \
@@ -77,6 +81,11 @@ bench-servers: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk) || true
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/webhook_servers.py
+
+# The topology map at 2,048 and 8,192 nodes: its data's cost in kubectl troupe and the
+# reconciler, and the page's draw in headless Chromium (docs/decisions/042; about 2 minutes).
+bench-web: $(BIN)/.installed browser
+	$(BIN)/python benchmarks/topology_map.py
 
 bench-simulate: $(BIN)/.installed
 	$(BIN)/python benchmarks/simulate_snapshot.py
