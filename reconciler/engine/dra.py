@@ -371,11 +371,42 @@ def node_units(devices: Iterable[Device], kinds: Mapping[str, tuple[str, ...]],
     return out, broken
 
 
-def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog) -> tuple[list[NodeInfo], list[PodInfo]]:
+def level_attributes(c: Catalog, levels: Iterable[str]) -> tuple[str, ...]:
+    """The ``levels`` (topology level keys) that are device attribute names (``domain/id``,
+    as ``gpu.troupe.dev/nvlinkDomain``) of some device of the catalog."""
+    names = {name for device in c.devices for name, _ in device.view[1]}
+    return tuple(level for level in levels if level in names)
+
+
+def _topology_labels(nodes: Sequence[NodeInfo], c: Catalog, levels: Sequence[str]) -> list[NodeInfo]:
+    """``nodes`` with a label for each of ``levels`` that a node does not carry and on which
+    all its devices agree (an NVLink domain a driver publishes per device): the attribute
+    as a topology level, so gangs are placed inside it as inside a block."""
+    values: dict[str, dict[str, set[str]]] = {}
+    for device in c.devices:
+        attrs = dict(device.view[1])
+        per_node = values.setdefault(device.node, {})
+        for level in levels:
+            per_node.setdefault(level, set()).add(str(attrs.get(level, "")))
+    out = []
+    for n in nodes:
+        found = {level: next(iter(v)) for level, v in values.get(n.name, {}).items()
+                 if len(v) == 1 and "" not in v and level not in n.labels}
+        out.append(dataclasses.replace(n, labels={**n.labels, **found}) if found else n)
+    return out
+
+
+def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog,
+          levels: Sequence[str] = ()) -> tuple[list[NodeInfo], list[PodInfo]]:
     """``nodes`` and ``pods`` with DRA counted as units (module docstring): nodes offer the
     free matching devices of each requested kind and the claim resources of allocated
     claims; pods request them; a pod whose claims cannot be counted gets the reason in
-    ``malformed`` (its gang is held). Unchanged when no pod has a claim."""
+    ``malformed`` (its gang is held). ``levels``: topology level keys that may be device
+    attributes (:func:`level_attributes`): a node gets each as a label where its devices
+    agree on it. Unchanged when no pod has a claim and no level is an attribute."""
+    attribute_levels = level_attributes(c, levels) if levels else ()
+    if attribute_levels:
+        nodes = _topology_labels(nodes, c, attribute_levels)
     if not any(p.claims for p in pods):
         return list(nodes), list(pods)
     d = _demand(pods, c)

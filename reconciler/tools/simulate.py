@@ -252,7 +252,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
             raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
     catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
     devices = dra.catalog(draws)
-    nodes, pods = dra.apply(nodes, pods, devices)
+    nodes, pods = dra.apply(nodes, pods, devices, config.all_levels if config is not None else ())
     workloads = {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, devices)) for k, w in workloads.items()}
     known = wl.Workloads(workloads)
     snapshot = Snapshot(nodes, pods, levels, groups, _absent_groups(pods, groups, absent_group), budgets=budgets,

@@ -174,3 +174,25 @@ def test_a_shared_claim_one_consumer_was_placed_with_holds_the_others_to_its_nod
     assert gang.members[0].requests.get(KIND, 0) == 0
     release = decision.find(Release)
     assert release is not None and [m.node for m in release.members] == ["n2"]
+
+
+def test_a_device_attribute_all_of_a_nodes_devices_share_is_a_topology_level():
+    level = "gpu.troupe.dev/nvlinkDomain"
+    config = Config(topology_levels=(level, "cloud.google.com/gce-topology-host"), topology_fallback_levels=())
+    node_objs = [make_node(f"n{i}").build() for i in range(1, 5)]
+    slices = []
+    for i in range(1, 5):
+        s = b.resource_slice(f"n{i}")
+        for device in s["spec"]["devices"]:
+            device["attributes"]["nvlinkDomain"] = {"string": "rack-a" if i <= 2 else "rack-b"}
+        slices.append(s)
+    catalog = dra.catalog((o["kind"], o) for o in [b.device_class(), b.claim_template("eight", 8), *slices])
+    pods = [PodInfo.from_object(b.with_claim(make_pod(f"train-{i}").gang("train", 2).index(i).annotate(
+        "troupe.io/topology-required-level", level).gated().build(), template="eight")) for i in range(2)]
+    infos, members = dra.apply([NodeInfo.from_object(n) for n in node_objs], pods, catalog, config.all_levels)
+    assert [n.labels[level] for n in infos] == ["rack-a", "rack-a", "rack-b", "rack-b"]
+    snapshot = Snapshot(infos, members, TopologyLevels.from_config(config))
+    gang = build_gang("team-a/train", list(snapshot.pods.values()), config, {})
+    release = decide(gang, snapshot, NOW).find(Release)
+    assert release is not None
+    assert len({infos[int(m.node[1:]) - 1].labels[level] for m in release.members}) == 1, "inside one NVLink domain"

@@ -482,13 +482,13 @@ class ClusterCache:
             if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
             pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
-            counted = bool(devices) and any(p.claims for p in pods)  # DRA devices counted as units
+            counted = bool(devices) and (any(p.claims for p in pods) or bool(dra.level_attributes(devices, self.config.all_levels)))
             table = self._table[1] if self._table is not None and self._table[0] == node_version and not counted else None
             nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if counted:  # nodes offer, and pods ask, DRA devices (docs/decisions/044-dra.md)
-            nodes, pods = dra.apply(nodes, pods, devices)
+            nodes, pods = dra.apply(nodes, pods, devices, self.config.all_levels)
         if table is None:
             table = NodeTable(nodes, self.levels)
         _, catalog, namespaces = self.volumes.view()
