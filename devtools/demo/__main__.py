@@ -10,7 +10,8 @@ them, with ``gangPreemptionMode: atomic``), plays the scenarios of
 would run, prints a summary with the time each took, and stops everything.
 
 ``--keep`` leaves the cluster, Troupe and the JobSet controller running and prints the
-``export KUBECONFIG=...`` line (stop them with ``python -m devtools.devcluster down``).
+``export KUBECONFIG=...`` line and the address of the reconciler's topology map (stop them
+with ``python -m devtools.devcluster down``).
 ``--kubeconfig FILE`` plays the same scenarios on an existing cluster where Troupe is
 installed (the chart) and whose nodes carry the documented topology labels; it installs
 nothing, says what is missing, and skips a scenario whose prerequisite (shared-device
@@ -50,6 +51,7 @@ from devtools.demo.stage import (
     settled_layout,
 )
 from reconciler.kube import unreachable
+from reconciler.tools.web.server import PREFIX as TOPOLOGY_PREFIX
 from troupe import contract
 from troupe.cli import OneLineParser, guarded, yaml_error
 from troupe.config import Config, ConfigError, from_mapping, load_config
@@ -182,11 +184,13 @@ def local(args: argparse.Namespace, scenarios: Sequence[Scenario], narrator: Nar
                 if args.keep:
                     cluster.detach(also=[*controllers.detach(), *stack.detach()])
                     kept = _track(cluster.run_dir)
+                    topology_map = f"http://127.0.0.1:{stack.metrics_port}{TOPOLOGY_PREFIX}/"
         timings.append(("total", time.monotonic() - began))
     print("\n" + summary(results, f"a local cluster of {stage.layout.node_count} nodes", timings), flush=True)
     if args.keep:
         print(f"\nThe cluster, Troupe and the JobSet controller are still running (logs in {cluster.logs_dir}):")
         print(f"export KUBECONFIG={cluster.kubeconfig('admin')}")
+        print(f"the topology map (the reconciler's, read-only): {topology_map}")
         print(f"stop them with: {kept}")
     else:
         print("\nEverything the demo started is stopped.")
