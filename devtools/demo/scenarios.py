@@ -24,6 +24,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from devtools.demo.dra import dra_layout, gang_claiming_dra_devices
 from devtools.demo.recovery import node_lost_under_a_running_gang
 from devtools.demo.slices import gang_in_slices
 from devtools.demo.stage import (
@@ -543,6 +544,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("slices", "A gang in slices, each slice of consecutive ranks in one subblock", gang_in_slices),
     Scenario("recovery", "A node lost under a running gang: restarted once, whole (RestartGang)",
              node_lost_under_a_running_gang),
+    Scenario("dra", "A gang whose members claim GPUs through Dynamic Resource Allocation", gang_claiming_dra_devices),
 )
 
 
@@ -570,6 +572,8 @@ def needs_of(scenario: Scenario, stage: Stage) -> str | None:
         return f"needs gangPreemptionMode: atomic (Troupe's configuration has {stage.config.gang_preemption_mode!r})"
     if scenario.name == "jobset" and not _crd_served(stage, "jobsets.jobset.x-k8s.io"):
         return "needs JobSet v0.10 (its CRD and controller) installed"
+    if scenario.name == "dra" and isinstance(found := dra_layout(stage), str):
+        return found
     return None
 
 

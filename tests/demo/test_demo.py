@@ -30,10 +30,11 @@ def demo_nodes() -> list[dict[str, Any]]:
     return nodes
 
 
-def test_the_demo_cluster_is_2_blocks_of_2_subblocks_of_8_hosts_and_2_shared_nodes():
+def test_the_demo_cluster_is_2_blocks_of_2_subblocks_of_8_hosts_2_shared_nodes_and_8_dra_nodes():
     layout = read_layout(demo_nodes(), GKE_LEVELS)
     assert [s.name for s in layout.subblocks] == ["gpu-b0-s0", "gpu-b0-s1", "gpu-b1-s0", "gpu-b1-s1"]
-    assert (layout.hosts, layout.gpus, layout.shared, layout.node_count) == (8, 8, ("shared-0", "shared-1"), 34)
+    assert (layout.hosts, layout.gpus, layout.shared, layout.node_count) == (8, 8, ("shared-0", "shared-1"), 42), \
+        "the 8 DRA nodes (no nvidia.com/gpu) are not in the layout"
     assert layout.subblocks[2].nodes == tuple(f"gpu-b1-s0-h{i}" for i in range(8))
     assert layout.subblock_of("gpu-b0-s1-h3") == "gpu-b0-s1"
 
@@ -161,7 +162,7 @@ def test_scenarios_are_chosen_by_name_in_story_order():
 def test_every_capability_of_the_issue_has_a_scenario():
     assert [s.name for s in SCENARIOS] == [
         "gang", "topology", "deadlock", "devices", "preemption", "admission", "timeout", "jobset", "slices",
-        "recovery"]
+        "recovery", "dra"]
     assert all(s.run.__doc__ for s in SCENARIOS), "each scenario says what it shows"
 
 
