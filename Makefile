@@ -68,6 +68,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/preemption.py
 	$(BIN)/python benchmarks/kubectl_troupe.py
 	$(BIN)/python benchmarks/gang_objects.py
+	$(BIN)/python benchmarks/dra.py
 
 # Gang objects at 2,000 gangs: the writes the sink makes against one per decision and what it
 # adds to a reconcile, then creates and status writes against the local control plane
