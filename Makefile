@@ -1,5 +1,5 @@
 # The two commands of the README, and the pieces they are made of.
-#   make demo   a local control plane of 32 GPU nodes, Troupe, and ten scenarios, each narrated and checked
+#   make demo   a local control plane of 42 GPU nodes (8 with DRA devices), Troupe, and eleven scenarios, each narrated and checked
 #   make test   lint + unit, property, HTTPS and end-to-end tests (builds what it needs first)
 PYTHON ?= python3
 VENV   := .venv
