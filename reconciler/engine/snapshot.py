@@ -380,23 +380,30 @@ class Snapshot:
         return other
 
     def _assume(self, assignments: Iterable[Placed]) -> list[str]:
+        """Each placed pod uses its node; what it held before (the node a nomination or a
+        plan record held for it while gated) is given back first: its release replaces it."""
         done: list[str] = []
+        held: list[tuple[str, tuple[int, Mapping[str, int]]]] = []
         try:
             for placed in assignments:
+                if placed.pod_key in self._using:
+                    held.append((placed.pod_key, self._give_back(placed.pod_key)))
                 self._take(placed.pod_key, self.index[placed.node], placed.requests)
                 done.append(placed.pod_key)
-        except (KeyError, ValueError):
+        except KeyError:
             for key in reversed(done):
                 self._give_back(key)
+            for key, (node, requests) in held:
+                self._take(key, node, requests)
             raise
         return done
 
     def with_assumed(self, result: Placement | None, holdings: Iterable[Holding] = ()) -> Snapshot:
         """A copy in which the placed pods of ``result`` (a
         :class:`~reconciler.engine.placement.PlacementResult`; None for none) use their
-        nodes, and the groups of ``holdings`` (bound by the same plan) hold their devices.
-        Raises ``KeyError`` for an assignment to an unknown node and ``ValueError`` for a pod
-        that already uses a node (this snapshot is left alone either way)."""
+        nodes (instead of what a nomination or plan record held for them), and the groups of
+        ``holdings`` (bound by the same plan) hold their devices. Raises ``KeyError`` for an
+        assignment to an unknown node (this snapshot is left alone)."""
         other = self._copy()
         if result is not None:
             other._assume(result.assignments)

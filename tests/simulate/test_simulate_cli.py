@@ -380,3 +380,21 @@ def test_a_group_missing_from_the_snapshot_is_said_to_be_not_in_it(tmp_path, cap
     reason = out["gangs"][0]["reason"]
     assert "SharedDeviceGroup llm" in reason and "not in the snapshot" in reason
     assert "does not exist" not in reason and "create it" not in reason
+
+
+def test_a_preemptor_whose_nominated_nodes_are_free_is_planned_without_a_crash(tmp_path, capsys):
+    # Its victims are gone: the nomination still holds the nodes for it, and its release
+    # replaces that hold (reconciler.engine.snapshot.Snapshot.with_assumed).
+    from reconciler.engine.records import Nomination
+    from tests.support.snapshots import member, snapshot
+    from troupe import contract
+
+    pre = [member("ml", "pre", i, 2, "2026-03-01T09:59:00Z", priority=100).gated() for i in range(2)]
+    nomination = Nomination("2026-03-01T09:59:30.000+00:00", {f"uid-ml-pre-{i}": f"gpu-b1-s0-h{i}" for i in range(2)})
+    pre[0] = pre[0].annotate(contract.NOMINATION, nomination.encode())
+    path = write_list(tmp_path, snapshot()["items"] + [p.build() for p in pre], "nominated.yaml")
+    assert simulate.main([str(path), "--output", "json", "--now", "2026-03-01T10:00:00Z"]) == 0, "no crash"
+    gangs = {f"{g['namespace']}/{g['name']}": g for g in json.loads(capsys.readouterr().out)["gangs"]}
+    assert gangs["ml/pre"]["phase"] == "Placed"
+    placed = [n for g in gangs.values() for n in (a["node"] for a in g.get("placements", []))]
+    assert len(placed) == len(set(placed)), "no node planned twice"
