@@ -55,3 +55,30 @@ def test_an_unreadable_dra_object_is_left_out_and_counted():
     cache.dra.event("resourceslices", "MODIFIED", bad)
     assert [n.allocatable.get(KIND, 0) for n in cache.snapshot().nodes] == [8, 0]
     assert "lots" in cache.unreadable.why("ResourceSlice", "n2-gpu.troupe.dev")
+
+
+def test_dra_events_and_snapshots_on_two_threads_never_deadlock():
+    # A DRA change bumps the workload index; the workload index's view reads the DRA index:
+    # neither may hold its own lock while taking the other's.
+    import threading
+
+    cache = cache_with_devices()
+    stop = threading.Event()
+
+    def events() -> None:
+        while not stop.is_set():
+            cache.dra.event("resourceclaims", "ADDED", b.claim("other", 1, allocated_on="n1", devices=("gpu-0",)))
+
+    def views() -> None:
+        while not stop.is_set():
+            cache.workloads.view()
+            cache.snapshot()
+
+    threads = [threading.Thread(target=events, daemon=True), threading.Thread(target=views, daemon=True)]
+    for t in threads:
+        t.start()
+    stop.wait(1.5)
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads), "deadlocked"

@@ -36,8 +36,8 @@ def _key(obj: Obj) -> tuple[str, str]:
 
 class DraIndex:
     """Parsed DRA objects by collection and ``(namespace, name)``; :attr:`version` counts
-    changes; ``on_change`` is called after each (the cache bumps what depends on it).
-    Thread-safe; it takes no other lock while it holds its own."""
+    changes; ``on_change`` is called after each, outside the lock (the cache bumps what
+    depends on it). Thread-safe; it takes no other lock while it holds its own."""
 
     def __init__(self, unreadable: Unreadable | None = None, on_change: Callable[[], None] | None = None) -> None:
         self._unreadable = unreadable or Unreadable()
@@ -69,7 +69,8 @@ class DraIndex:
         return self._unreadable.read(kind, "/".join(p for p in _key(obj) if p), check, obj)[0]
 
     def _changed(self) -> None:
-        self.version += 1
+        """Called after a change, with this index's lock released: ``on_change`` takes other
+        locks (the workload index's, whose views read this index under their own)."""
         if self._on_change is not None:
             self._on_change()
 
@@ -78,7 +79,8 @@ class DraIndex:
         parsed = {_key(obj): value for obj in items if (value := self._parsed(collection, obj)) is not None}
         with self._lock:
             self._items[collection] = parsed
-            self._changed()
+            self.version += 1
+        self._changed()
 
     def event(self, collection: str, event: str, obj: Obj) -> None:
         """A watch event (``ADDED``, ``MODIFIED``, ``DELETED``, ``SYNC``) of ``collection``."""
@@ -89,7 +91,8 @@ class DraIndex:
                 self._items[collection].pop(key, None)
             else:
                 self._items[collection][key] = value
-            self._changed()
+            self.version += 1
+        self._changed()
 
     def view(self) -> tuple[int, dra.Catalog]:
         """``(version, the catalog)``, made again only after a change; callers must not change it."""

@@ -64,13 +64,18 @@ class WorkloadIndex:
         """``(version, Jobs' parallelism, workloads)`` as one consistent value, made again
         only after a change; callers must not change it."""
         with self._lock:
+            version = self.version
+        # The DRA catalog is read without this lock held (its index takes its own lock, and
+        # calls touch() after a change); a change after this read makes the view stale, so it
+        # is stamped with the version read before.
+        catalog = self.devices()[1] if self.devices is not None else None
+        with self._lock:
             if self._view is None or self._view[0] != self.version:
                 workloads = dict(self._workloads)
-                catalog = self.devices()[1] if self.devices is not None else None
                 if catalog:  # their slots ask for DRA devices as their pods will
                     workloads = {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, catalog))
                                  for k, w in workloads.items()}
-                self._view = (self.version, dict(self._parallelism), wl.Workloads(workloads, dict(self._unavailable)))
+                self._view = (version, dict(self._parallelism), wl.Workloads(workloads, dict(self._unavailable)))
             return self._view
 
     def planned(self, config: Config, namespaces_version: int,
