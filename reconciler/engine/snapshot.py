@@ -45,6 +45,7 @@ from reconciler.engine.fields import ObjectError
 from reconciler.engine.filters import NodeFilter, Taint, insufficient, static_reason
 from reconciler.engine.nodetable import NodeTable
 from reconciler.engine.podterms import SpreadConstraint
+from reconciler.engine.recordindex import nomination_record, plan_record, records
 from reconciler.engine.reservations import Reservation, fill
 from reconciler.engine.topology import TopologyLevels
 from reconciler.engine.volumes import VolumeCatalog
@@ -82,36 +83,6 @@ class Placement(Protocol):
     @property
     def assignments(self) -> Sequence[Placed]:
         """Every placed member, on its node."""
-
-
-Record = tuple[str, Mapping[str, str]]
-"""A stamped node map: a plan's ``(planned_at, uid -> node)`` or a nomination's ``(at, ...)``."""
-
-
-def _records(pods: Iterable[PodInfo], record: Callable[[PodInfo], Record | None]
-             ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
-    """``(namespace, uid) -> node`` and ``-> the record's time`` for every member named by a
-    record (``record(pod)``: its plan's or its nomination's) that a live pod carries (a
-    terminal or deleting holder's record is over). When two records name the same pod, the
-    later wins (it can only be a retry of the same gang after the earlier one ran out or
-    was rolled back)."""
-    nodes: dict[tuple[str, str], str] = {}
-    at: dict[tuple[str, str], str] = {}
-    held = sorted((found[0], pod.key, pod.namespace, found[1]) for pod in pods
-                  if pod.active and (found := record(pod)) is not None)
-    for stamp, _, namespace, named in held:
-        for uid, node in named.items():
-            nodes[(namespace, uid)] = node
-            at[(namespace, uid)] = stamp
-    return nodes, at
-
-
-def _plan_record(pod: PodInfo) -> Record | None:
-    return (pod.plan.planned_at, pod.plan.nodes) if pod.plan is not None else None
-
-
-def _nomination_record(pod: PodInfo) -> Record | None:
-    return (pod.nomination.at, pod.nomination.nodes) if pod.nomination is not None else None
 
 
 class Snapshot:
@@ -169,8 +140,8 @@ class Snapshot:
         self._eligible: dict[NodeFilter, list[bool]] = {}
         self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
         self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
-        self._reserved, self._reserved_at = _records(self.pods.values(), _plan_record)
-        self._nominated, _ = _records(self.pods.values(), _nomination_record)
+        self._reserved, self._reserved_at = records(self.pods.values(), plan_record)
+        self._nominated, _ = records(self.pods.values(), nomination_record)
         self._memo: dict[str, Any] = {}
         claims = []
         for pod in self.pods.values():
@@ -379,11 +350,18 @@ class Snapshot:
                 col[i] = min(col[i], 0)
         return other
 
-    def _assume(self, assignments: Iterable[Placed]) -> list[str]:
-        """Each placed pod uses its node; what it held before (the node a nomination or a
-        plan record held for it while gated) is given back first: its release replaces it."""
+    def _assume(self, assignments: Iterable[Placed]) -> Callable[[], None]:
+        """Each placed pod uses its node, in place of what a nomination or plan record held
+        for it; returns the undo."""
         done: list[str] = []
         held: list[tuple[str, tuple[int, Mapping[str, int]]]] = []
+
+        def undo() -> None:
+            for key in reversed(done):
+                self._give_back(key)
+            for key, (node, requests) in held:
+                self._take(key, node, requests)
+
         try:
             for placed in assignments:
                 if placed.pod_key in self._using:
@@ -391,17 +369,13 @@ class Snapshot:
                 self._take(placed.pod_key, self.index[placed.node], placed.requests)
                 done.append(placed.pod_key)
         except KeyError:
-            for key in reversed(done):
-                self._give_back(key)
-            for key, (node, requests) in held:
-                self._take(key, node, requests)
+            undo()
             raise
-        return done
+        return undo
 
     def with_assumed(self, result: Placement | None, holdings: Iterable[Holding] = ()) -> Snapshot:
-        """A copy in which the placed pods of ``result`` (a
-        :class:`~reconciler.engine.placement.PlacementResult`; None for none) use their
-        nodes (instead of what a nomination or plan record held for them), and the groups of
+        """A copy in which the placed pods of ``result`` (a PlacementResult, or None) use their
+        nodes (not what a nomination or plan record held for them), and the groups of
         ``holdings`` (bound by the same plan) hold their devices. Raises ``KeyError`` for an
         assignment to an unknown node (this snapshot is left alone)."""
         other = self._copy()
@@ -427,12 +401,11 @@ class Snapshot:
         """Apply ``result`` (a :class:`~reconciler.engine.placement.PlacementResult`) in
         place for the ``with`` block, then undo it; raises as :meth:`with_assumed` does,
         with nothing applied."""
-        done = self._assume(result.assignments)
+        undo = self._assume(result.assignments)
         try:
             yield self
         finally:
-            for key in reversed(done):
-                self._give_back(key)
+            undo()
 
     @contextmanager
     def without(self, pod_keys: Iterable[str]) -> Iterator[Snapshot]:

@@ -213,3 +213,32 @@ def test_a_long_running_caller_can_skip_malformed_objects_and_hear_about_them():
     snapshot = Snapshot.from_objects(nodes, [make_pod("p").on("n1").build()], skipped=skipped)
     assert [n.name for n in snapshot.nodes] == ["n1"]
     assert skipped == ["nodes[0].status.allocatable: missing field"]
+
+
+def test_a_release_assumed_in_place_of_a_nomination_is_undone_back_to_the_nomination():
+    from dataclasses import dataclass as _dc
+
+    from reconciler.engine.records import Nomination
+    from tests.support.reconciler_builders import make_node as node
+    from tests.support.reconciler_builders import make_pod as pod_
+    from troupe import contract as c
+
+    @_dc(frozen=True)
+    class At:
+        pod_key: str
+        node: str
+        requests: dict
+
+    @_dc(frozen=True)
+    class Result:
+        assignments: list
+
+    nomination = Nomination("2027-01-15T08:00:00.000+00:00", {"uid-pre-0": "n1"})
+    pre = pod_("pre-0").gang("pre", 1).gpus(4).gated().annotate(c.NOMINATION, nomination.encode()).build()
+    snap = Snapshot.from_objects([node(f"n{i}").topology("b", "s", f"h{i}").gpus(4).build() for i in (1, 2)], [pre])
+    assert snap.using("team-a/pre-0") == "n1", "the nomination holds n1"
+    elsewhere = Result([At("team-a/pre-0", "n2", {"nvidia.com/gpu": 4})])
+    with snap.assumed(elsewhere):
+        assert snap.using("team-a/pre-0") == "n2" and snap.free("n1")["nvidia.com/gpu"] == 4
+    assert snap.using("team-a/pre-0") == "n1" and snap.free("n1")["nvidia.com/gpu"] == 0
+    assert snap.with_assumed(elsewhere).using("team-a/pre-0") == "n2"
