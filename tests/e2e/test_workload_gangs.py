@@ -174,7 +174,14 @@ def test_a_jobset_restart_releases_the_new_pods_as_a_new_gang(workload_controlle
     assert planned_at(second[0]) > planned_at(first[0])
     gangs = debug_gangs(troupe.metrics_port)
     assert gangs[f"{opted_in}/jobset:elastic:1"]["phase"] == "Released"
-    assert f"{opted_in}/jobset:elastic:0" not in gangs or gangs[f"{opted_in}/jobset:elastic:0"]["phase"] != "Releasing"
+
+    def old_gang_settled() -> bool:
+        # The first run's gang is decided again once its last pods are gone (they may still be
+        # terminating when the second run's are Running): then it no longer says Releasing.
+        old = debug_gangs(troupe.metrics_port).get(f"{opted_in}/jobset:elastic:0")
+        return old is None or old["phase"] != "Releasing"
+
+    wait_for("the first run's gang no longer Releasing", old_gang_settled, timeout=30)
 
 
 def test_a_pytorchjob_master_and_workers_run_as_one_gang_sized_by_its_replica_specs(troupe, admin_api, admin_core,

@@ -238,6 +238,9 @@ class Reconciler:
         def event(kind: str, obj: Mapping[str, Any]) -> None:
             self.cache.workload_event(k.kind, kind, obj)
             self._enqueue(self.cache.pending_gangs())  # a workload gang's size may have changed
+            # A gang the workload no longer plans (a JobSet's previous run) whose pods are gone:
+            # decided once more, it is forgotten (and its Gang object deleted).
+            self._enqueue(set(self.controller.phases()) - set(self.cache.gang_keys()))
 
         def absent(why: str) -> None:
             self.cache.workload_unavailable(k.kind, why)
