@@ -8,6 +8,7 @@ metrics follow. The process is stopped by its recorded pid."""
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -96,9 +97,13 @@ def make_gang(api: client.CustomObjectsApi, namespace: str, name: str, status: d
 
 
 def scrape(url: str, namespace: str) -> Series:
-    """The kube_troupe_gang_* samples of ``namespace``: (name, labels but namespace) -> value."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
+    """The kube_troupe_gang_* samples of ``namespace``: (name, labels but namespace) -> value;
+    none while kube-state-metrics does not answer yet (its port is not open at once)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return {}
     out: Series = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
