@@ -272,8 +272,9 @@ class GangController(ActionHandlers):
             log.info("gang %s: waited %ds at the head of the queue: %d node(s) of %s held for it", key,
                      int(now - effect.hold.since), len(effect.hold.nodes), effect.hold.domain)
         outcome = self._act(gang, decision, memory, now)
-        self.gang_objects.want(key, gangobject.object_name(gang), gang.name, gangobject.owner_references(gang),
-                               gangobject.gang_status(gang, decision, snapshot))
+        if gang.members:  # a gang reserved from its workload before its pods exist gets its object (and owners) with them
+            self.gang_objects.want(key, gangobject.object_name(gang), gang.name, gangobject.owner_references(gang),
+                                   gangobject.gang_status(gang, decision, snapshot))
         if effect.recheck_at is not None:
             wait = max(effect.recheck_at - now, 0.0)
             outcome = replace(outcome, requeue_after=wait if outcome.requeue_after is None else min(wait, outcome.requeue_after))
