@@ -31,7 +31,14 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from devtools.devcluster.toolchain import Builder, cache_dir, is_built, mark_built
+from devtools.devcluster.toolchain import (
+    Builder,
+    cache_dir,
+    ensure_wrapped_tool,
+    is_built,
+    mark_built,
+    wrapped_tool_path,
+)
 
 #: The kube-state-metrics release built (its Go module's version).
 KSM_VERSION = "v2.20.0"
@@ -42,7 +49,7 @@ GANGCHECK_SRC = Path(__file__).resolve().parents[2] / "tests" / "ecosystem" / "g
 
 def ksm_path(root: Path | None = None) -> Path:
     """Where the cached kube-state-metrics is (built or not)."""
-    return (root or cache_dir()) / f"kube-state-metrics-{KSM_VERSION}" / "bin" / "kube-state-metrics"
+    return wrapped_tool_path("kube-state-metrics", KSM_VERSION, root)
 
 
 def built_ksm(root: Path | None = None) -> Path | None:
@@ -54,24 +61,7 @@ def built_ksm(root: Path | None = None) -> Path | None:
 def ensure_ksm(root: Path | None = None, out: TextIO | None = None) -> Path:
     """Build kube-state-metrics into the cache unless it is there; its path. Raises
     :class:`~devtools.devcluster.toolchain.BuildError` with go's output when the build fails."""
-    root = (root or cache_dir()).expanduser().resolve()
-    target = ksm_path(root)
-    if is_built(target, KSM_VERSION):
-        return target
-    builder = Builder(root, out or sys.stderr)
-    src = target.parent.parent / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".kube-state-metrics.tmp-{os.getpid()}")
-    with builder.step("kube-state-metrics", KSM_VERSION):
-        if not (src / "go.mod").is_file():
-            (src / "go.mod").write_text("module troupe.local/kube-state-metrics-wrapper\n\ngo 1.26\n")
-        builder.go("kube-state-metrics", ["get", f"{KSM_PACKAGE}@{KSM_VERSION}"], src,
-                   what=f"kube-state-metrics {KSM_VERSION} modules")
-        builder.go("kube-state-metrics", ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), KSM_PACKAGE],
-                   src, what=f"kube-state-metrics {KSM_VERSION}")
-    mark_built(tmp, target, KSM_VERSION)
-    return target
+    return ensure_wrapped_tool("kube-state-metrics", KSM_PACKAGE, KSM_VERSION, root, out)
 
 
 def gangcheck_key(src: Path = GANGCHECK_SRC) -> str:

@@ -19,12 +19,10 @@ Imports: :mod:`.toolchain` only.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import TextIO
 
-from devtools.devcluster.toolchain import Builder, cache_dir, is_built, mark_built
+from devtools.devcluster.toolchain import ensure_wrapped_tool, is_built, wrapped_tool_path
 
 #: The Go module version of the prometheus module whose promtool is built (Prometheus 3.7.3).
 PROMTOOL_VERSION = "v0.307.3"
@@ -33,7 +31,7 @@ PACKAGE = "github.com/prometheus/prometheus/cmd/promtool"
 
 def promtool_path(root: Path | None = None) -> Path:
     """Where the cached promtool is (built or not)."""
-    return (root or cache_dir()) / f"promtool-{PROMTOOL_VERSION}" / "bin" / "promtool"
+    return wrapped_tool_path("promtool", PROMTOOL_VERSION, root)
 
 
 def built_promtool(root: Path | None = None) -> Path | None:
@@ -45,21 +43,4 @@ def built_promtool(root: Path | None = None) -> Path | None:
 def ensure_promtool(root: Path | None = None, out: TextIO | None = None) -> Path:
     """Build promtool into the cache unless it is there; its path. Raises
     :class:`~devtools.devcluster.toolchain.BuildError` with go's output when the build fails."""
-    root = (root or cache_dir()).expanduser().resolve()
-    target = promtool_path(root)
-    if is_built(target, PROMTOOL_VERSION):
-        return target
-    builder = Builder(root, out or sys.stderr)
-    src = target.parent.parent / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".promtool.tmp-{os.getpid()}")
-    with builder.step("promtool", PROMTOOL_VERSION):
-        if not (src / "go.mod").is_file():
-            (src / "go.mod").write_text("module troupe.local/promtool-wrapper\n\ngo 1.26\n")
-        builder.go("promtool", ["get", f"{PACKAGE}@{PROMTOOL_VERSION}"], src,
-                   what=f"promtool {PROMTOOL_VERSION} modules")
-        builder.go("promtool", ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), PACKAGE], src,
-                   what=f"promtool {PROMTOOL_VERSION}")
-    mark_built(tmp, target, PROMTOOL_VERSION)
-    return target
+    return ensure_wrapped_tool("promtool", PACKAGE, PROMTOOL_VERSION, root, out)

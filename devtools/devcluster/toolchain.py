@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -267,3 +268,35 @@ def kubernetes_wrapper_go_mod(
     lines += [f"\t{path} => {path} {staging}" for path in modules]
     lines += [")", ""]
     return "\n".join(lines)
+
+
+def wrapped_tool_path(name: str, version: str, root: Path | None = None) -> Path:
+    """Where the cached command ``name`` built at ``version`` is (built or not):
+    ``<cache>/<name>-<version>/bin/<name>``."""
+    return (root or cache_dir()) / f"{name}-{version}" / "bin" / name
+
+
+def ensure_wrapped_tool(name: str, package: str, version: str, root: Path | None = None,
+                        out: TextIO | None = None) -> Path:
+    """Build the Go command ``package`` of its module at ``version`` into the cache unless it
+    is there, and return its path (:func:`wrapped_tool_path`). Built from a wrapper module
+    (``go get package@version``, then ``go build``) next to it, for modules that ``go install
+    pkg@version`` refuses (``exclude`` directives, a version list the proxy will not serve).
+    Raises :class:`BuildError` with go's output when the build fails."""
+    root = (root or cache_dir()).expanduser().resolve()
+    target = wrapped_tool_path(name, version, root)
+    if is_built(target, version):
+        return target
+    builder = Builder(root, out or sys.stderr)
+    src = target.parent.parent / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{name}.tmp-{os.getpid()}")
+    with builder.step(name, version):
+        if not (src / "go.mod").is_file():
+            (src / "go.mod").write_text(f"module troupe.local/{name}-wrapper\n\ngo 1.26\n")
+        builder.go(name, ["get", f"{package}@{version}"], src, what=f"{name} {version} modules")
+        builder.go(name, ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), package], src,
+                   what=f"{name} {version}")
+    mark_built(tmp, target, version)
+    return target
