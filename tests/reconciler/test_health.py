@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from reconciler.daemon.run import WORKER_STUCK_SECONDS, Health, Reconciler, serve_http
+from reconciler.daemon.run import WORKER_STUCK_SECONDS, Health, Reconciler
 from tests.support.e2e import wait_for
+from tests.support.probes import get, serving
 from troupe.config import Config
 
 
@@ -30,21 +29,8 @@ class Clock:
 def served() -> Iterator[tuple[Reconciler, Health, int, Clock]]:
     clock = Clock()
     reconciler = Reconciler(client.ApiClient(), Config(), clock=clock)  # no request is made: nothing is started
-    health = Health()
-    health.role, health.reconciler = "leader", reconciler
-    server = serve_http("127.0.0.1", 0, health)
-    yield reconciler, health, server.server_port, clock
-    server.shutdown()
-    server.server_close()
-    reconciler.writer.close()
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    with serving(reconciler) as (health, port):
+        yield reconciler, health, port, clock
 
 
 def test_readyz_names_the_informers_that_have_not_listed_yet(served):

@@ -5,17 +5,16 @@ the probes around it answer as before; a standby says the leader serves it."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.run import Health, Reconciler, serve_http
+from reconciler.daemon.run import Health, Reconciler
 from reconciler.daemon.run import topology as reconciler_map
 from reconciler.daemon.writer.fake import FakeWriter
+from tests.support.probes import get, serving
 from tests.support.snapshots import snapshot
 from troupe.config import Config
 
@@ -36,21 +35,8 @@ def served() -> Iterator[tuple[Reconciler, Health, int]]:
     reconciler.cache.replace_nodes([reconciler.cache.retain_node(o) for o in objects if o["kind"] == "Node"])
     reconciler.cache.replace_pods([reconciler.cache.retain_pod(o) for o in objects if o["kind"] == "Pod"])
     reconciler.controller = GangController(reconciler.cache, FakeWriter(), reconciler.config, wall_clock=lambda: NOW)
-    health = Health()
-    health.role, health.reconciler = "leader", reconciler
-    server = serve_http("127.0.0.1", 0, health)
-    yield reconciler, health, server.server_port
-    server.shutdown()
-    server.server_close()
-    reconciler.writer.close()
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    with serving(reconciler) as (health, port):
+        yield reconciler, health, port
 
 
 def test_the_map_shows_the_cache_and_the_last_decisions(served):
