@@ -35,6 +35,7 @@ not exist) holds the pod's gang with a reason that quotes it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,11 @@ class Catalog:
 
     def __bool__(self) -> bool:
         return bool(self.devices or self.classes or self.claims or self.templates)
+
+    @functools.cached_property
+    def attribute_names(self) -> frozenset[str]:
+        """Every qualified attribute name (``domain/id``) some device has."""
+        return frozenset(name for device in self.devices for name, _ in device.view[1])
 
 
 # --- reading the objects ----------------------------------------------------------------------
@@ -374,8 +380,7 @@ def node_units(devices: Iterable[Device], kinds: Mapping[str, tuple[str, ...]],
 def level_attributes(c: Catalog, levels: Iterable[str]) -> tuple[str, ...]:
     """The ``levels`` (topology level keys) that are device attribute names (``domain/id``,
     as ``gpu.troupe.dev/nvlinkDomain``) of some device of the catalog."""
-    names = {name for device in c.devices for name, _ in device.view[1]}
-    return tuple(level for level in levels if level in names)
+    return tuple(level for level in levels if level in c.attribute_names)
 
 
 def _topology_labels(nodes: Sequence[NodeInfo], c: Catalog, levels: Sequence[str]) -> list[NodeInfo]:
@@ -427,18 +432,6 @@ def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog,
         malformed = "; ".join([p.malformed, *problems]) if p.malformed else "; ".join(problems)
         new_pods.append(dataclasses.replace(p, requests={**p.requests, **(wanted or {})}, malformed=malformed))
     return new_nodes, new_pods
-
-
-def describe(resource: str) -> str:
-    """A resource name as a reason says it: ``devices of class gpu.troupe.dev`` for a DRA
-    kind, ``the node of ResourceClaim ns/name`` for a claim pin, else the name."""
-    if resource.startswith(DEVICES):
-        cls, _, digest = resource[len(DEVICES):].partition("~")
-        return f"devices of class {cls}" + (" (with the request's selectors)" if digest else "")
-    if resource.startswith(CLAIM):
-        return f"the node of ResourceClaim {resource[len(CLAIM):]}"
-    return resource
-
 
 
 def convert_slots(slots: tuple[PodInfo, ...], c: Catalog) -> tuple[PodInfo, ...]:
