@@ -55,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.decisions import Decisions, placement
 from reconciler.engine import PlacementResult, Snapshot, place_gang
 from reconciler.engine.cluster import PodInfo
 from troupe.contract import TopologyRequest
@@ -68,6 +69,8 @@ PRERELEASE = ("topology.gke.io/cluster", "topology.gke.io/rack", "topology.gke.i
 SUBBLOCKS_PER_BLOCK = 32
 NODES_PER_SUBBLOCK = 16
 SIZES = [(512, 32), (4096, 256), (8192, 1024)]
+#: Every plan of this run (benchmarks/decisions.py): named in main() from the arguments.
+DECISIONS = Decisions("placement")
 
 
 # --- the synthetic cluster -----------------------------------------------------------------
@@ -230,6 +233,7 @@ def run_size(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
     cold_ms, result = timed(lambda: place_gang(snapshot, members))
     warm_ms = min(timed(lambda: place_gang(snapshot, members))[0] for _ in range(5))
     check_plan(snapshot, members, result)
+    DECISIONS.add(f"{n_nodes} nodes, {n_pods} members", placement(result))
     nodes_info, pods_info = seed_inputs(snapshot, members)
     base_ms, (base_nodes, base_cost) = timed(lambda: baseline_sliding_window(nodes_info, pods_info))
     assert len(base_nodes) == n_pods, "the baseline found no window"
@@ -267,6 +271,7 @@ def run_anti_affinity(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
         members = [snapshot.pods[f"ml/train-worker-{i}"] for i in range(n_pods)]
         out[f"{name}_cold_ms"], out[f"{name}_warm_ms"], result = cold_and_warm(snapshot, members)
         check_plan(snapshot, members, result)
+        DECISIONS.add(f"{n_nodes} nodes, {n_pods} members, {name}", placement(result))
         if name == "anti":
             assert len({a.node for a in result.assignments}) == n_pods, "two members share a node"
     out["ratio"] = out["anti_warm_ms"] / out["plain_warm_ms"]
@@ -303,6 +308,7 @@ def run_layers(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
     for name, layout in cases:
         out[f"{name}_cold_ms"], result = timed(lambda layout=layout: place_gang(snapshot, members, layout=layout))
         check_plan(snapshot, members, result)
+        DECISIONS.add(f"{n_nodes} nodes, {n_pods} members, {name}", placement(result))
         out[f"{name}_method"] = result.method
         if layout is not None:
             assert all(str(s.domain) for s in result.slices) and len(result.slices) == n_pods // 128 + n_pods // 8
@@ -337,11 +343,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the hostname anti-affinity case (8,192 nodes, 1,024 members)")
     parser.add_argument("--layers-only", action="store_true",
                         help="only the two slice layers case (8,192 nodes, 1,024 members)")
+    parser.add_argument("--record-decisions", action="store_true",
+                        help="record this run's plans as the ones later runs must match (benchmarks/decisions.py)")
     args = parser.parse_args(argv)
+    case = "layers" if args.layers_only else "anti-affinity" if args.anti_affinity_only else \
+        "quick" if args.quick else "all"
+    DECISIONS.name = f"placement ({case}, seed {args.seed})"
     if args.layers_only:
-        return 0 if print_layers(args.seed) else 1
+        return 0 if print_layers(args.seed) & DECISIONS.report(args.record_decisions) else 1
     if args.anti_affinity_only:
-        return 0 if print_anti_affinity(args.seed) else 1
+        return 0 if print_anti_affinity(args.seed) & DECISIONS.report(args.record_decisions) else 1
     sizes = SIZES[:1] if args.quick else SIZES
     header = (f"{'nodes':>6} {'pods':>5} {'build ms':>9} {'troupe ms':>10} {'(warm)':>7} {'baseline ms':>12} "
               f"{'speedup':>8} {'troupe cost':>12} {'baseline cost':>14}  method/domain")
@@ -364,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         ok = print_anti_affinity(args.seed) and ok
         ok = print_layers(args.seed) and ok
+    ok = DECISIONS.report(args.record_decisions) and ok
     print("targets met" if ok else "targets NOT met")
     return 0 if ok else 1
 

@@ -48,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.decisions import Decisions
 from reconciler.engine import Snapshot, place_gang
 from reconciler.engine.cluster import PodInfo
 from reconciler.engine.preemption import VictimGang, candidate_gangs, plan_preemption
@@ -58,6 +59,8 @@ SUBBLOCKS_PER_BLOCK = 32
 NODES_PER_SUBBLOCK = 16
 PREEMPTOR_PRIORITY = 500
 GANG_SIZES = ([1, 2, 4, 8, 16], [50, 25, 15, 7, 3])
+#: Every victim set troupe chose in this run (benchmarks/decisions.py), named in main().
+DECISIONS = Decisions("preemption")
 POD_GPUS = ([1, 2, 4, 8], [35, 30, 20, 15])
 MODES = ("minimal", "atomic")
 #: (members, GPUs per member, required level) on the large cluster
@@ -206,7 +209,16 @@ def score(inst: Instance, victims: Sequence[PodInfo] | None) -> Objective | None
 
 def troupe(inst: Instance, mode: str, exact: bool = True) -> list[PodInfo] | None:
     plan = plan_preemption(inst.snapshot, inst.members, inst.candidates, mode, inst.required, exact=exact)
+    record(mode, exact, plan)
     return None if plan is None else [inst.snapshot.pods[k] for k in plan.victims]
+
+
+def record(mode: str, exact: bool, plan: Any) -> None:
+    """Add a preemption plan (None: no plan) to :data:`DECISIONS`: its victims, and the
+    placement it was made for."""
+    DECISIONS.add(f"{mode} {'exact' if exact else 'greedy'}", None if plan is None else {
+        "victims": sorted(str(k) for k in plan.victims),
+        "nodes": sorted([str(a.pod_key), a.node] for a in plan.placement.assignments)})
 
 
 @dataclass
@@ -313,6 +325,7 @@ def large_suite(rng: random.Random, repeats: int) -> bool:
                 inst = build(random.Random(seed), 1000, 1000, members, gpus, required)
                 ms, plan = timed(lambda inst=inst, mode=mode: plan_preemption(
                     inst.snapshot, inst.members, inst.candidates, mode, inst.required))
+                record(mode, True, plan)
                 base_ms, base_victims = timed(lambda inst=inst, mode=mode: baseline(inst, mode))
                 tallies["troupe"].ms.append(ms)
                 tallies["baseline"].ms.append(base_ms)
@@ -347,10 +360,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer instances (about 15 s)")
     parser.add_argument("--seed", type=int, default=11, help="random seed of the instances")
+    parser.add_argument("--record-decisions", action="store_true",
+                        help="record this run's plans as the ones later runs must match (benchmarks/decisions.py)")
     args = parser.parse_args(argv)
+    DECISIONS.name = f"preemption ({'quick' if args.quick else 'all'}, seed {args.seed})"
     rng = random.Random(args.seed)
     ok = small_suite(rng, 60 if args.quick else 300)
     ok = large_suite(rng, 1 if args.quick else 3) and ok
+    ok = DECISIONS.report(args.record_decisions) and ok
     print("targets met" if ok else "targets NOT met")
     return 0 if ok else 1
 

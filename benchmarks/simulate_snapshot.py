@@ -59,9 +59,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.decisions import Decisions
 from reconciler.objects.snapshot_io import read_objects, yaml_loader
 
 REPO = Path(__file__).resolve().parents[1]
+#: The demo's snapshot and the time the README decides it at: its decisions are digested too.
+EXAMPLE, EXAMPLE_NOW = REPO / "examples" / "snapshot.json", "2026-11-23T12:08:44Z"
 GPU = "nvidia.com/gpu"
 BLOCK = "cloud.google.com/gce-topology-block"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
@@ -387,10 +390,11 @@ def timed(argv: list[str], repeat: int) -> tuple[float, float, str]:
     return best, best_cpu, out
 
 
-def simulate_end_to_end(path: Path, repeat: int) -> tuple[float, float, list[dict[str, Any]]]:
-    """``python -m reconciler simulate PATH --output json`` ``repeat`` times: the best
-    wall time, the CPU time (user + system) of that run, and the gangs it printed."""
-    best, best_cpu, out = timed(["simulate", str(path), "--output", "json", "--now", "2026-03-01T10:00:00Z"], repeat)
+def simulate_end_to_end(path: Path, repeat: int, now: str = "2026-03-01T10:00:00Z",
+                        ) -> tuple[float, float, list[dict[str, Any]]]:
+    """``python -m reconciler simulate PATH --output json --now NOW`` ``repeat`` times: the
+    best wall time, the CPU time (user + system) of that run, and the gangs it printed."""
+    best, best_cpu, out = timed(["simulate", str(path), "--output", "json", "--now", now], repeat)
     gangs: list[dict[str, Any]] = json.loads(out)["gangs"]
     return best, best_cpu, gangs
 
@@ -409,7 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="end-to-end runs on the JSON, best kept; one on the YAML (default %(default)s)")
     parser.add_argument("--seed", type=int, default=7, help="random seed (default %(default)s)")
+    parser.add_argument("--record-decisions", action="store_true",
+                        help="record this run's decisions as the ones later runs must match (benchmarks/decisions.py)")
     args = parser.parse_args(argv)
+    decisions = Decisions(f"simulate ({args.nodes} nodes, {args.pods} pods, seed {args.seed}; examples/snapshot.json)")
 
     progress(f"building {args.nodes} nodes and {args.pods} pods")
     snapshot = build_snapshot(args.nodes, args.pods, args.seed)
@@ -435,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
         e2e_yaml, cpu_yaml, gangs_yaml = simulate_end_to_end(yaml_path, 1)
         if gangs_json != gangs_yaml:
             raise SystemExit("the JSON and the YAML snapshot gave different decisions")
+        decisions.add("synthetic snapshot", gangs_json)
+        progress("the demo's snapshot: examples/snapshot.json")
+        decisions.add("examples/snapshot.json", simulate_end_to_end(EXAMPLE, 1, EXAMPLE_NOW)[2])
 
         progress("read in this process: JSON (orjson), YAML (C loader)")
         read_json, read_json_cpu = best_of(3, lambda: read_objects(json_bytes, "snapshot.json"))
@@ -465,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
           f"baseline / YAML read = {base / read_yaml:.1f}x (CPU {base_cpu / read_yaml_cpu:.1f}x)")
     ok = e2e_json < TARGET_S
     print(f"target: under {TARGET_S:.0f} s end to end from JSON: {'met' if ok else 'NOT met'}")
+    ok = decisions.report(args.record_decisions) and ok
     return 0 if ok else 1
 
 
