@@ -40,6 +40,7 @@ test: $(BIN)/.installed cluster-build browser lint
 lint: $(BIN)/.installed $(ACTIONLINT)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m devtools.codeshape
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 	$(ACTIONLINT) -no-color

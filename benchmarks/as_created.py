@@ -25,14 +25,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.reconcile import best_of
-from reconciler.engine import actions
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.decision import decide
-from reconciler.engine.gang import build_gang
-from reconciler.engine.nodetable import NodeTable
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.templates import slots
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.decision import actions
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.ledger.nodetable import NodeTable
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.templates import slots
 from tests.support.as_created import gangs_of, job_object, member_pod, reservations, workloads_of
 from tests.support.engine_builders import make_node
 from troupe.config import Config

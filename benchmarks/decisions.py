@@ -63,7 +63,7 @@ class Decisions:
 
 
 def placement(result: Any) -> dict[str, Any]:
-    """What a :class:`~reconciler.engine.placement.PlacementResult` decides, as plain data:
+    """What a :class:`~reconciler.engine.placement.place.PlacementResult` decides, as plain data:
     each member's node and rank, the code, reason, cost, domain, fit, search method, slices
     and balance."""
     balance = result.balance

@@ -7,7 +7,7 @@ On N nodes (4 blocks, subblocks of 64 hosts) with 8 GPUs each, once as ``nvidia.
 allocatable and once as 8 devices per node in ResourceSlices (a DeviceClass selecting the
 driver by CEL, a ResourceClaimTemplate of 8 devices): a waiting gang of P whole-node members
 (each one GPU request of 8, or one claim of 8 devices). Timed in this process: the DRA
-counting (:func:`reconciler.engine.dra.apply`) cold (every CEL selector evaluated once per
+counting (:func:`reconciler.engine.model.dra.apply`) cold (every CEL selector evaluated once per
 device with cel-python) and warm (memoized), the snapshot built, and the gang's decision; the
 ratios against extended resources.
 """
@@ -21,9 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, cel, dra
-from reconciler.engine.decision import decide
-from reconciler.engine.gang import build_gang
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model import cel, dra
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
 from tests.support import dra_builders as b
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config

@@ -34,8 +34,8 @@ from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.gangobjects import GangObjects
 from reconciler.daemon.writer.fake import FakeWriter
-from reconciler.engine import gangobject
-from reconciler.engine.decision import decide
+from reconciler.engine.decision import gangobject
+from reconciler.engine.decision.decide import decide
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 

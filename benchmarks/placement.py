@@ -56,8 +56,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.decisions import Decisions, placement
-from reconciler.engine import PlacementResult, Snapshot, place_gang
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.placement.place import PlacementResult, place_gang
 from troupe.contract import TopologyRequest
 from troupe.layers import SliceLayer
 

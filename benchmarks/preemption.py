@@ -49,8 +49,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.decisions import Decisions
-from reconciler.engine import Snapshot, place_gang
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import VictimGang, candidate_gangs, plan_preemption
 from tests.support.engine_builders import BLOCK, GPU, HOST, SUBBLOCK
 from tests.support.preemption_oracle import Instance, Objective, brute_force, objective

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer.fake import FakeWriter
-from reconciler.engine.decision import decide
-from reconciler.engine.lifecycle import Phase
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 

@@ -13,7 +13,7 @@ Timed, for each ``--nodes``:
   (:func:`reconciler.tools.web.local.cluster_page`: the tree, every gang decided, the marks)
   and its JSON (:func:`reconciler.tools.web.server.encode`), best of ``--repeat``;
 - **data, reconciler**: what ``/topology/data.json`` costs the reconciler
-  (:func:`reconciler.daemon.run.topology.page` and the JSON) on a cache holding the same
+  (:func:`reconciler.run.topology.page` and the JSON) on a cache holding the same
   objects: *cold* (the cache's snapshot built first, as after a change) and *warm* (the
   snapshot unchanged, as between changes), best of ``--repeat``;
 - **page**: headless Chromium (``tests/support/browser.py``) loads the page from a local
@@ -78,8 +78,8 @@ def reconciler_cost(objects: list[dict[str, Any]], repeat: int) -> tuple[float, 
     """``(cold, warm)`` ms of the reconciler's page data on a cache of ``objects``."""
     from kubernetes import client
 
-    from reconciler.daemon.run import Reconciler
-    from reconciler.daemon.run import topology as reconciler_map
+    from reconciler.run import Reconciler
+    from reconciler.run import topology as reconciler_map
     from troupe.config import Config
 
     rec = Reconciler(client.ApiClient(), Config())  # nothing started: no request is made

@@ -1,7 +1,7 @@
 """Writing the ``troupe.io/Gang`` pod condition: coalesced, a little late, off the hot path.
 
 The engine says which condition each member should carry
-(:func:`reconciler.engine.conditions.conditions`); :class:`ConditionSink` writes the ones
+(:func:`reconciler.engine.decision.conditions.conditions`); :class:`ConditionSink` writes the ones
 that differ from what the pod carries, through ``pods/status``. Writes wait ``delay``
 seconds and only the latest wanted condition of a pod is written, so a gang that forms
 and is released within the delay costs no condition writes at all, and one whose count
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from reconciler.daemon.writer import Gone, PodRef, PodWriter, WriteError
-from reconciler.engine.conditions import RELEASED, GangCondition
+from reconciler.engine.decision.conditions import RELEASED, GangCondition
 from troupe import contract
 
 log = logging.getLogger(__name__)

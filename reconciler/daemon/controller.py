@@ -2,17 +2,17 @@
 
 One call of :meth:`GangController.reconcile` per gang key (from the work queue):
 
-1. Build the gang from the cache (:func:`~reconciler.engine.gang.build_gang`) with the
+1. Build the gang from the cache (:func:`~reconciler.engine.gangs.gang.build_gang`) with the
    rollback backoff remembered for it, and take the cache's snapshot.
-2. :func:`~reconciler.engine.decision.step`: decide, the same call the simulator makes,
+2. :func:`~reconciler.engine.decision.decide.step`: decide, the same call the simulator makes,
    and note what the gang means for the queue behind it.
-3. Check the move against the lifecycle (:func:`~reconciler.engine.lifecycle.check_move`):
+3. Check the move against the lifecycle (:func:`~reconciler.engine.gangs.lifecycle.check_move`):
    a move it refuses is logged with the gang, both phases and the observation, and
    nothing is written this time.
 4. Tell: the members' ``troupe.io/Gang`` conditions (coalesced, :mod:`.conditions`) and
    the rule's Event: one per change of the gang on its lead member, or one per member
    concerned for a Warning about that member's own input (docs/decisions/025-actions.md).
-5. Carry out each action of the decision (:mod:`reconciler.engine.actions`) with its
+5. Carry out each action of the decision (:mod:`reconciler.engine.decision.actions`) with its
    handler (:attr:`GangController._handlers`, one per action type; nothing here branches
    on a phase or a rule):
 
@@ -65,17 +65,18 @@ from reconciler.daemon.writer import (
     PodWriter,
     WriteError,
 )
-from reconciler.engine import actions, gangobject
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.conditions import MAX_MESSAGE
-from reconciler.engine.conditions import conditions as gang_conditions
-from reconciler.engine.decision import Decision
-from reconciler.engine.filters import static_reason
-from reconciler.engine.gang import Gang
-from reconciler.engine.lifecycle import Audience, IllegalTransition, Phase, check_move
-from reconciler.engine.queueing import Policy, QueueState, queue_order
-from reconciler.engine.step import step
-from reconciler.engine.timestamps import rfc3339
+from reconciler.engine.decision import actions, gangobject
+from reconciler.engine.decision.conditions import MAX_MESSAGE
+from reconciler.engine.decision.conditions import conditions as gang_conditions
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.decision.step import step
+from reconciler.engine.filters.node import static_reason
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.lifecycle import Audience, IllegalTransition, Phase, check_move
+from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import rfc3339
 from troupe.config import Config
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 per gang, within a share of the reconciler's API budget (docs/decisions/043-gang-objects.md).
 
 The controller says, after each decision, what a gang's object should say
-(:meth:`GangObjects.want`, from :func:`reconciler.engine.gangobject.gang_status`) and when a
+(:meth:`GangObjects.want`, from :func:`reconciler.engine.decision.gangobject.gang_status`) and when a
 gang is gone (:meth:`GangObjects.gone`); :meth:`GangObjects.flush`, on its own thread, makes
 the writes:
 
@@ -14,7 +14,7 @@ the writes:
   share the writer's rate limit, never wait behind a flood of status writes; the gangs
   that waited longest go first;
 - the object is created on its first write (name from
-  :func:`~reconciler.engine.gangobject.object_name`, owned by the members' workload
+  :func:`~reconciler.engine.decision.gangobject.object_name`, owned by the members' workload
   objects), its status then set through the status subresource; a write that finds it gone
   makes it again; a gang with no pod left has its object deleted.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.daemon.writer import Conflict, Gone, LostLeadership, PodWriter, WriteError
-from reconciler.engine.gangobject import same_status, with_times
+from reconciler.engine.decision.gangobject import same_status, with_times
 from troupe import contract
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,11 @@
 """The SharedDeviceGroup controller: a group's finalizer and status follow its pods.
 
 A group's devices are chosen by the gang decision that releases its first pod (the
-engine's :mod:`~reconciler.engine.allocation`); this controller only keeps the object in
+engine's :mod:`~reconciler.engine.placement.allocation`); this controller only keeps the object in
 line with the cluster (docs/decisions/018-shared-device-groups.md): Troupe's finalizer on a
 live group, removed once none of its pods runs when the group is deleted (which frees its
 devices), and its ``status`` (phase, nodeName, selectedDevices, the ``Allocated``
-condition) as :func:`~reconciler.engine.allocation.group_view` computes it.
+condition) as :func:`~reconciler.engine.placement.allocation.group_view` computes it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import Gone, PodWriter, WriteError
-from reconciler.engine.allocation import GroupView, group_view
-from reconciler.engine.devices import DeviceGroup
-from reconciler.engine.timestamps import rfc3339
+from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.timestamps import rfc3339
+from reconciler.engine.placement.allocation import GroupView, group_view
 from troupe import contract
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class GroupController:
         group being deleted, removes it once none of its pods runs (gated pods never ran;
         a pod being deleted still runs until it is gone), which frees its devices; writes
         its status (phase, nodeName, selectedDevices and the ``Allocated`` condition) when
-        it differs from :func:`~reconciler.engine.allocation.group_view`."""
+        it differs from :func:`~reconciler.engine.placement.allocation.group_view`."""
         found = self.cache.group(name)
         if found is None:
             return False

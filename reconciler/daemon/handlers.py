@@ -1,7 +1,7 @@
 """The reconciler's interpreter of the engine's actions: one handler per action type.
 
 :class:`ActionHandlers` is the half of :class:`~reconciler.daemon.controller.GangController`
-that writes: each handler carries out one action of :mod:`reconciler.engine.actions` for
+that writes: each handler carries out one action of :mod:`reconciler.engine.decision.actions` for
 one gang and says what it did (:class:`Done`). The controller's table maps each action
 type to its handler, so no code branches on a phase or a rule name
 (docs/decisions/025-actions.md).
@@ -25,8 +25,7 @@ from reconciler.daemon.metrics import NODE_AVOIDANCES, NODE_FAILURES_RECORDED
 from reconciler.daemon.taints import NominatedTaints
 from reconciler.daemon.writer import PodRef, PodWriter
 from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Refused, WriteError
-from reconciler.engine import nominated
-from reconciler.engine.actions import (
+from reconciler.engine.decision.actions import (
     ClearNominations,
     ClearPlans,
     DropReservation,
@@ -39,18 +38,20 @@ from reconciler.engine.actions import (
     RollBack,
     Wait,
 )
-from reconciler.engine.avoidance import Avoidance, NodeFailure, merged
-from reconciler.engine.cluster import NodeInfo, PodInfo, node_failures
-from reconciler.engine.conditions import released as released_condition
-from reconciler.engine.decision import Decision
-from reconciler.engine.filters import NodeFilter
-from reconciler.engine.gang import Gang
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.decision.conditions import released as released_condition
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs import nominated
+from reconciler.engine.gangs.avoidance import Avoidance, NodeFailure, merged
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.gangs.queueing import Policy
+from reconciler.engine.gangs.refusals import AVOID_SECONDS
+from reconciler.engine.model.nodes import NodeInfo, node_failures
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.records import Plan
+from reconciler.engine.model.selectors import NodeFilter
+from reconciler.engine.model.timestamps import rfc3339
 from reconciler.engine.preemption import candidates as victim_gangs
-from reconciler.engine.queueing import Policy
-from reconciler.engine.records import Plan
-from reconciler.engine.refusals import AVOID_SECONDS
-from reconciler.engine.timestamps import rfc3339
 from troupe import contract
 from troupe.config import Config
 
@@ -227,7 +228,7 @@ class ActionHandlers:
 
     def _record_failures(self, gang: Gang, decision: Decision, action: RecordNodeFailures, memory: Memory,
                          now: float) -> Done:
-        """Record each member failure on its node (:func:`reconciler.engine.avoidance.merged`;
+        """Record each member failure on its node (:func:`reconciler.engine.gangs.avoidance.merged`;
         docs/decisions/041-failing-nodes.md). A node that becomes avoided by this write gets a
         Warning Event ``NodeAvoided`` and is counted in ``troupe_node_avoidances_total``. Best
         effort: a write that fails is logged, and the next decision asks again."""
@@ -260,7 +261,7 @@ class ActionHandlers:
         (:meth:`PodWriter.save_backoff`) before any member is deleted, so a new leader keeps
         it even if this one dies mid-rollback. One Event (the rule's: ``GangTimedOut``,
         ``GangRefused``) tells the gang. A refusal does not back off: its nodes are
-        recorded as avoided instead (:data:`~reconciler.engine.refusals.AVOID_SECONDS`),
+        recorded as avoided instead (:data:`~reconciler.engine.gangs.refusals.AVOID_SECONDS`),
         and the next plan differs (docs/decisions/032-scheduler-refusals.md)."""
         by_key = {p.key: p for p in gang.members}
         why, at = decision.reason, rfc3339(now)

@@ -8,11 +8,11 @@ timestamps rather than ages (https://prometheus.io/docs/practices/instrumentatio
 ``docs/decisions/022-metrics.md``.
 
 Gang timings are derived from what the controller returns (:class:`GangMetrics`, fed by
-``reconciler/daemon/run/reconciler.py`` with each reconcile's ``Outcome`` and ``Decision``), never from extra
+``reconciler/run/reconciler.py`` with each reconcile's ``Outcome`` and ``Decision``), never from extra
 API calls:
 
 - *complete to released*: from the gang's completion (its newest member's creation,
-  :func:`reconciler.engine.queueing.complete_since`, a time every replica reads alike) to the
+  :func:`reconciler.engine.gangs.queueing.complete_since`, a time every replica reads alike) to the
   moment a ``Placed`` (or a finished ``Releasing``) decision's writes are all done;
 - *released to bound*: from the release (the newest ``reconciler.troupe.io/released-at`` of
   its members, read from the pods, so a new leader measures a release its predecessor made)
@@ -32,9 +32,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from reconciler.engine.gang import Gang
-from reconciler.engine.queueing import complete_since
-from reconciler.engine.timestamps import epoch
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.queueing import complete_since
+from reconciler.engine.model.timestamps import epoch
 
 #: Seconds a gang waits from complete to released: fractions of a second when it fits at
 #: once, up to hours when it waits for room.

@@ -1,7 +1,7 @@
 """Troupe's taint on the nodes of a preemptor's nomination: written before the evictions,
 removed once no nomination or unbound release needs it
 (docs/decisions/033-nominated-nodes-are-tainted.md; the rule is
-:mod:`reconciler.engine.nominated`).
+:mod:`reconciler.engine.gangs.nominated`).
 
 :class:`NominatedTaints` is called from the controller's one worker thread: by the
 ``Preempt`` handler (:meth:`NominatedTaints.add`) and after every reconcile, and once by a
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import Gone, LostLeadership, PodWriter, WriteError
-from reconciler.engine import nominated
+from reconciler.engine.gangs import nominated
 
 log = logging.getLogger("reconciler.daemon.controller")
 
@@ -66,7 +66,7 @@ class NominatedTaints:
 
     def sweep(self) -> int:
         """Remove the taint from every node that carries it and whose nomination or release
-        no longer needs it (:func:`reconciler.engine.nominated.wanted`); returns how many
+        no longer needs it (:func:`reconciler.engine.gangs.nominated.wanted`); returns how many
         were removed. The first sweep looks at every node in the cache (what an earlier
         leader left); later ones only at the nodes this one found or tainted since, so a
         reconcile with no tainted node costs nothing. Write failures are logged: the next

@@ -1,38 +1,28 @@
-"""Troupe's placement engine: pure functions over plain data, no I/O, no clock, no client.
+"""Troupe's engine: pure functions over plain data, no I/O, no clock, no client.
 
-- :mod:`.quantity`: Kubernetes quantities, parsed exactly.
-- :mod:`.resources`: what a pod requests and a node offers, in kube-scheduler's units.
-- :mod:`.filters`: kube-scheduler's node filters for what Troupe models, with reasons.
-- :mod:`.unmodeled`: what a pod asks of kube-scheduler that the engine does not model.
-- :mod:`.refusals`: kube-scheduler's refusals of pinned members, and the nodes a gang avoids.
-- :mod:`.podterms`: a pod's required (anti-)affinity, spread constraints, host ports, claims.
-- :mod:`.volumes`: claims, volumes and CSINodes, and the volume filters.
-- :mod:`.gangfilters` (with :mod:`.counters`): the filters that look at the pods around a
-  member, counted per domain, the gang's own members included.
-- :mod:`.nodetable`: what a snapshot derives from its nodes alone.
-- :mod:`.topology`: levels, node paths, the immutable domain tree, the seed's cost.
-- :mod:`.cluster`: :class:`NodeInfo` and :class:`PodInfo`, parsed from Kubernetes objects.
-- :mod:`.records`: the plan and nomination records the reconciler keeps in annotations.
-- :mod:`.snapshot`: :class:`Snapshot` of nodes and pods, free capacity, plans applied.
-- :mod:`.selection`: choosing nodes inside one domain (greedy and exact).
-- :mod:`.placement`: :func:`place_gang`, all members or none.
+Seven rooms, each importing only those below it (the import contract in
+``pyproject.toml`` keeps the order; docs/decisions/045-engine-rooms.md says why):
 
-The objective and its trade-offs: ``docs/decisions/001-placement-objective.md``.
+=============  =====================================================================
+room           what it offers
+=============  =====================================================================
+``decision``   :func:`~reconciler.engine.decision.decide.decide` and
+               :func:`~reconciler.engine.decision.step.step`: one decision per gang,
+               its typed actions, the pod condition and Gang status it renders to
+``preemption`` :func:`~reconciler.engine.preemption.plan.plan_preemption`: the victims
+               that let a gang be placed, and that placement
+``gangs``      :class:`~reconciler.engine.gangs.gang.Gang`, parsed once; the lifecycle
+               table, clocks, failures, refusals, nominations, the queue
+``placement``  :func:`~reconciler.engine.placement.place.place_gang`: every member or
+               none, topology-aware and rank-ordered; slices, devices, shortfalls
+``filters``    kube-scheduler's filters for what Troupe models, with their reasons
+``ledger``     :class:`~reconciler.engine.ledger.snapshot.Snapshot`: the topology tree
+               and who uses what on each node
+``model``      cluster objects parsed once: pods, nodes, volumes, DRA, workloads,
+               the reconciler's records
+=============  =====================================================================
+
+The reconciler and the simulator call the same :func:`~reconciler.engine.decision.step.step`
+on the same kind of snapshot, so a what-if is never a second opinion. The placement
+objective and its trade-offs: docs/decisions/001-placement-objective.md.
 """
-
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.placement import Assignment, Code, DomainRef, PlacementResult, place_gang
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
-
-__all__ = [
-    "Assignment",
-    "Code",
-    "DomainRef",
-    "NodeInfo",
-    "PlacementResult",
-    "PodInfo",
-    "Snapshot",
-    "TopologyLevels",
-    "place_gang",
-]

@@ -15,7 +15,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.engine import workloads as wl
+from reconciler.engine.model import workloads as wl
 from reconciler.kube.client import REQUEST_TIMEOUT, Page, error_message, list_pages, load_kubeconfig
 from reconciler.objects import snapshot_io
 from troupe import contract
@@ -180,7 +180,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
     SharedDeviceGroups, PodDisruptionBudgets, the DRA kinds (ResourceSlices, DeviceClasses,
     ResourceClaims, ResourceClaimTemplates) and the workload kinds of
-    :mod:`reconciler.engine.workloads` (a
+    :mod:`reconciler.engine.model.workloads` (a
     custom resource whose CRD is not installed, or that this user may not list, is left
     out: its gangs wait with that reason), what the reconciler's cache reads for the
     volume filters and namespace selectors (Namespaces, PersistentVolumeClaims,

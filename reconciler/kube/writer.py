@@ -29,7 +29,7 @@ from reconciler.daemon.writer import (
     Refused,
     WriteError,
 )
-from reconciler.engine import workloads as wl
+from reconciler.engine.model import workloads as wl
 from reconciler.kube.client import (
     JSON_PATCH,
     MERGE_PATCH,

@@ -5,7 +5,7 @@ README, ``simulate --help`` and ``kubectl troupe --help`` give the same command
 
 from __future__ import annotations
 
-from reconciler.engine import workloads as wl
+from reconciler.engine.model import workloads as wl
 from reconciler.objects.volumes import PARSERS
 
 #: The Dynamic Resource Allocation kinds (``resource.k8s.io/v1``, docs/decisions/044-dra.md).

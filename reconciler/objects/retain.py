@@ -71,7 +71,7 @@ POD: Keep = {
         "schedulingGates": True, "priority": True, "priorityClassName": True, "preemptionPolicy": True,
         "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
-        # what the filters read that kube-scheduler's default profile applies (reconciler.engine.podterms)
+        # what the filters read that kube-scheduler's default profile applies (reconciler.engine.model.podterms)
         "topologySpreadConstraints": True, "volumes": _VOLUME, "resourceClaims": {"name": True, "resourceClaimName": True, "resourceClaimTemplateName": True},
     },
     "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True, "message": True},

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.engine import actions
-from reconciler.engine.decision import Decision
-from reconciler.engine.devices import Holding
-from reconciler.engine.gang import Gang
-from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.decision import actions
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.devices import Holding
 
 
 def topology_of(snapshot: Snapshot, node: str) -> str:

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.engine.filters import Taint, parse_tolerations
+from reconciler.engine.model.selectors import Taint, parse_tolerations
 from troupe import contract
 from troupe.config import Config
 

@@ -12,7 +12,7 @@ reads the cluster, read-only, from the kubeconfig (``--kubeconfig``, default
 kubectl's) or from a snapshot file (``--snapshot FILE``: what
 :data:`reconciler.objects.kinds.SNAPSHOT_COMMAND` prints, read by the simulator's reader),
 and answers with the reconciler's own decision (:mod:`reconciler.tools.views`): every
-waiting gang decided in queue order by :func:`reconciler.engine.decision.decide`, as
+waiting gang decided in queue order by :func:`reconciler.engine.decision.decide.decide`, as
 ``python -m reconciler simulate`` does. Nothing is written. The output follows kubectl's
 ``-o`` (:mod:`reconciler.tools.render`); ``-w`` reads again every ``--watch-interval``
 seconds and prints the answer again when it changed, until interrupted.
@@ -41,8 +41,8 @@ from typing import Any
 import yaml
 
 import troupe
-from reconciler.engine.gang import gang_key
-from reconciler.engine.queueing import Policy
+from reconciler.engine.gangs.gang import gang_key
+from reconciler.engine.gangs.queueing import Policy
 from reconciler.objects import kinds
 from reconciler.objects.snapshot_io import (
     InputError,

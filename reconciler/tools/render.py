@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from reconciler.engine.occupancy import DomainUsage
-from reconciler.engine.shortfall import Shortfall, short_level
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.ledger.occupancy import DomainUsage
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.placement.shortfall import Shortfall, short_level
 from reconciler.tools import simulate as sim
 from reconciler.tools import views
 

@@ -13,7 +13,7 @@ SNAPSHOT (a file, or ``-`` for stdin) is what the one snapshot command prints (a
 
 (:data:`~reconciler.objects.kinds.SNAPSHOT_COMMAND`; leave out custom kinds whose CRD is not
 installed). Each kind counts as in the cluster: Jobs' parallelism, workloads sizing
-``<prefix>-size: auto`` gangs (:mod:`reconciler.engine.workloads`; a workload absent from the
+``<prefix>-size: auto`` gangs (:mod:`reconciler.engine.model.workloads`; a workload absent from the
 snapshot leaves its gangs waiting), SharedDeviceGroups (one a pod joins that the snapshot
 lacks is "not in the snapshot"), PodDisruptionBudgets for ``atomic`` preemption, claims,
 volumes and CSINodes for the volume filters (skipped without any), Namespaces for namespace
@@ -21,7 +21,7 @@ selectors; PriorityClasses are ``kubectl troupe plan``'s. The configuration's
 ``topologySpreadDefaultConstraints`` apply as in the reconciler.
 
 Every gang with a gated member is decided by the very function the reconciler calls,
-:func:`reconciler.engine.decision.decide`, in order of creation (the gang's earliest
+:func:`reconciler.engine.decision.decide.decide`, in order of creation (the gang's earliest
 member), then key; a gang placed earlier uses its capacity for later ones, and a gang
 rolled back frees its members'. So the phase and the reason are the reconciler's:
 ``Waiting``, ``Held``, ``BackingOff`` (never here: backoffs live in the reconciler),
@@ -65,18 +65,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, dra
-from reconciler.engine import workloads as wl
-from reconciler.engine.allocation import group_view
-from reconciler.engine.budgets import Budget
-from reconciler.engine.decision import Decision
-from reconciler.engine.devices import DeviceGroup, Holding
-from reconciler.engine.fields import ObjectError, mapping, string
-from reconciler.engine.gang import Gang, all_gangs, job_parallelism
-from reconciler.engine.layers import Balance
-from reconciler.engine.queueing import Policy, QueueState, QueueView, queue_order
-from reconciler.engine.step import step
-from reconciler.engine.volumes import VolumeCatalog
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.decision.step import step
+from reconciler.engine.gangs.gang import Gang, all_gangs, job_parallelism
+from reconciler.engine.gangs.queueing import Policy, QueueState, QueueView, queue_order
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model import dra
+from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.budgets import Budget
+from reconciler.engine.model.devices import DeviceGroup, Holding
+from reconciler.engine.model.fields import ObjectError, mapping, string
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.volumes import VolumeCatalog
+from reconciler.engine.placement.allocation import group_view
+from reconciler.engine.placement.layers import Balance
 from reconciler.objects.kinds import (
     DRA_KINDS,
     KINDS,

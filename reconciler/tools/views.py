@@ -3,7 +3,7 @@
 Every answer is the reconciler's own decision: waiting gangs (those with a gated member)
 are decided by :func:`reconciler.tools.simulate.simulate`, in queue order, each on what the
 gangs ahead of it left and with what they hold or block, exactly as the reconciler and the
-simulator decide them (:func:`reconciler.engine.decision.decide`); gangs with no gated
+simulator decide them (:func:`reconciler.engine.decision.decide.decide`); gangs with no gated
 member are decided by the same function (their rules, ``AllReleased``, ``TimedOut``,
 ``NoMembers``, do not depend on capacity or the queue). Nothing here reads a clock or does
 I/O: a :class:`Cluster` in (objects already read, ``now`` given), plain values out
@@ -11,9 +11,9 @@ I/O: a :class:`Cluster` in (objects already read, ``now`` given), plain values o
 
 - :func:`status`: one :class:`GangStatus` per gang.
 - :func:`why`: a pod's gang, its decision and the per-domain shortfall
-  (:func:`reconciler.engine.shortfall.shortfall`).
+  (:func:`reconciler.engine.placement.shortfall.shortfall`).
 - :func:`topology`: blocks > subblocks > hosts > nodes with who holds what
-  (:func:`reconciler.engine.occupancy.occupancy`).
+  (:func:`reconciler.engine.ledger.occupancy.occupancy`).
 - :func:`plan`: the decision for the pods a manifest would create
   (:mod:`reconciler.tools.manifests`), on the cluster as it is.
 """
@@ -25,19 +25,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.engine.avoidance import Avoidance
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.decision import Decision, decide
-from reconciler.engine.filters import Requirement
-from reconciler.engine.gang import Gang, all_gangs, build_gang, gang_key, group_by_gang
-from reconciler.engine.occupancy import DomainUsage, occupancy
-from reconciler.engine.podterms import LabelSelector
-from reconciler.engine.queueing import Policy
-from reconciler.engine.refusals import is_refused
-from reconciler.engine.shortfall import Shortfall, shortfall
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.timestamps import epoch
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs.avoidance import Avoidance
+from reconciler.engine.gangs.gang import Gang, all_gangs, build_gang, gang_key, group_by_gang
+from reconciler.engine.gangs.queueing import Policy
+from reconciler.engine.gangs.refusals import is_refused
+from reconciler.engine.ledger.occupancy import DomainUsage, occupancy
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.podterms import LabelSelector
+from reconciler.engine.model.selectors import Requirement
+from reconciler.engine.model.timestamps import epoch
+from reconciler.engine.placement.shortfall import Shortfall, shortfall
 from reconciler.objects.snapshot_io import InputError
 from reconciler.tools import simulate as sim
 from troupe import contract
@@ -309,7 +310,7 @@ def find_member(cluster: Cluster, name: str, namespace: str) -> PodInfo:
 
 def parse_label_selector(text: str) -> LabelSelector:
     """kubectl's ``-l`` selector (``app=train,tier!=web,env in (a,b),gpu,!spot``) as a
-    :class:`~reconciler.engine.podterms.LabelSelector` whose requirements all hold
+    :class:`~reconciler.engine.model.podterms.LabelSelector` whose requirements all hold
     (``=``/``==``: In, ``!=``: NotIn, ``in (...)``, ``notin (...)``, ``KEY``: Exists,
     ``!KEY``: DoesNotExist; the grammar of apimachinery's ``labels.Parse``). Raises
     ``ValueError`` naming the term it cannot read."""
@@ -400,7 +401,7 @@ def gang_of_pods(cluster: Cluster) -> dict[str, str]:
 
 
 def topology(cluster: Cluster, resource: str = "nvidia.com/gpu") -> DomainUsage:
-    """The topology tree with who holds what (:func:`reconciler.engine.occupancy.occupancy`),
+    """The topology tree with who holds what (:func:`reconciler.engine.ledger.occupancy.occupancy`),
     and the nodes new placements avoid after repeated member failures at ``cluster.now``."""
     avoided = Avoidance.from_config(cluster.config).avoided(cluster.snapshot, cluster.now)
     return occupancy(cluster.snapshot, gang_of_pods(cluster), resource, avoided)

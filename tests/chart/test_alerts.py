@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 import reconciler.daemon.certificates
 import reconciler.daemon.metrics
-import reconciler.daemon.run.reconciler  # noqa: F401
+import reconciler.run.reconciler  # noqa: F401
 import webhook.metrics  # noqa: F401
 from devtools.devcluster.build import built_helm
 from devtools.devcluster.promtool import PROMTOOL_VERSION, built_promtool

@@ -11,13 +11,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine import actions, lifecycle
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.decision import decide
-from reconciler.engine.placement import place_gang as place
-from reconciler.engine.reservations import Record
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.decision import actions
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs import lifecycle
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.reservations import Record
+from reconciler.engine.placement.place import place_gang as place
 from tests.support.as_created import (
     NAMESPACE,
     gangs_of,

@@ -9,12 +9,19 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.engine.avoidance import Avoidance, NodeFailure, merged, place_avoiding, to_record
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.gang import build_gang
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.timestamps import rfc3339
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.gangs.avoidance import (
+    Avoidance,
+    NodeFailure,
+    merged,
+    place_avoiding,
+    to_record,
+)
+from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import rfc3339
 from tests.support.engine_builders import make_node, make_pod
 from troupe.config import Config
 from troupe.contract import NODE_FAILURES, NODE_FAILURES_KEPT, TopologyRequest

@@ -5,8 +5,9 @@ import dataclasses
 
 import pytest
 
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.records import Plan
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.records import Plan
 from tests.support.engine_builders import GPU, make_node, make_pod
 from troupe.contract import (
     ASSIGNED_NODE,

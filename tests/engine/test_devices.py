@@ -16,15 +16,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.actions import Release
-from reconciler.engine.allocation import group_candidates, group_view
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.decision import Decision, decide
-from reconciler.engine.devices import DeviceGroup, DeviceInventory, Holding, parse_ids, pick_ids
-from reconciler.engine.fields import ObjectError
-from reconciler.engine.gang import build_gang, group_by_gang
-from reconciler.engine.lifecycle import Phase
-from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.decision.actions import Release
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs.gang import build_gang, group_by_gang
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.devices import (
+    DeviceGroup,
+    DeviceInventory,
+    Holding,
+    parse_ids,
+    pick_ids,
+)
+from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.placement.allocation import group_candidates, group_view
 from tests.support.engine_builders import GPU, make_group, make_node, make_pod, snapshot_of
 from troupe.config import Config
 
@@ -427,7 +434,7 @@ def test_an_inventory_rebuild_is_independent_of_the_order_of_the_evidence():
 
 
 def test_the_plan_record_carries_groups_and_reads_back():
-    from reconciler.engine.records import Plan
+    from reconciler.engine.model.records import Plan
 
     plan = Plan("2026-01-01T00:00:00.000+00:00", {"u1": "d0"}, {"g": Holding("g", "d0", {GPU: (0, 1)})})
     raw = plan.encode()

@@ -1,4 +1,4 @@
-"""DRA devices counted as units (reconciler.engine.dra): what a node offers, what a pod
+"""DRA devices counted as units (reconciler.engine.model.dra): what a node offers, what a pod
 asks, what holds a gang, and the property that no plan names a node with fewer free
 matching devices than its members there need."""
 
@@ -10,11 +10,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine import NodeInfo, PodInfo, Snapshot, TopologyLevels, dra
-from reconciler.engine.actions import Release
-from reconciler.engine.decision import decide
-from reconciler.engine.gang import build_gang
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.decision.actions import Release
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model import dra
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
 from tests.support import dra_builders as b
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config

@@ -2,17 +2,17 @@
 
 import pytest
 
-from reconciler.engine.fields import ObjectError
-from reconciler.engine.filters import (
+from reconciler.engine.filters.node import (
     AFFINITY_MISMATCH,
     NOT_READY,
     SELECTOR_MISMATCH,
     UNSCHEDULABLE,
     insufficient,
-    parse_node_filter,
     reason_order,
     static_reason,
 )
+from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.selectors import parse_node_filter
 from tests.support.engine_builders import expr, make_node, make_pod
 
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.filters import NODE_NAME_MISMATCH, unmodeled
-from reconciler.engine.gangfilters import GangFilters
-from reconciler.engine.placement import PlacementResult, place_gang
-from reconciler.engine.podterms import SpreadConstraint
-from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.filters.gang import GangFilters
+from reconciler.engine.filters.node import NODE_NAME_MISMATCH
+from reconciler.engine.filters.unmodeled import unmodeled
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.podterms import SpreadConstraint
+from reconciler.engine.placement.place import PlacementResult, place_gang
 from tests.support.engine_builders import (
     claim_object,
     counts,
@@ -295,7 +296,7 @@ def test_what_is_not_modeled_is_named() -> None:
     pod["spec"]["volumes"].append({"name": "inline", "csi": {"driver": "x"}})
     info = PodInfo.from_object(pod)
     snapshot = snapshot_with(zoned("a"), claims=[claim_object("scratch")])
-    assert unmodeled(info) == ("inline csi volume inline",), "DRA claims are counted (reconciler/engine/dra.py)"
+    assert unmodeled(info) == ("inline csi volume inline",), "DRA claims are counted (reconciler/engine/model/dra.py)"
     assert unmodeled(info, snapshot.volumes)[-1] == "unbound PersistentVolumeClaim scratch (volume provisioning)"
     assert unmodeled(make_pod("plain").info()) == ()
 

@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.placement import place_gang
-from reconciler.engine.podterms import PodAffinityTerm
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.podterms import PodAffinityTerm
+from reconciler.engine.placement.place import place_gang
 from tests.support.engine_builders import make_node, make_pod, snapshot_with
 
 ZONE = "topology.kubernetes.io/zone"

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine import lifecycle
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.decision import decide
-from reconciler.engine.gang import build_gang, planned_gangs
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs import lifecycle
+from reconciler.engine.gangs.gang import build_gang, planned_gangs
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
 from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, workloads_of
 from tests.support.engine_builders import make_node
 from troupe import contract

@@ -16,7 +16,7 @@ ALLOWED_STDLIB = {
 }
 ALLOWED_PROJECT = ("reconciler.engine", "troupe.contract", "troupe.config", "troupe.ranks", "troupe.kueue")
 #: Third-party libraries that compute without I/O: cel-python evaluates DRA device selectors
-#: (reconciler/engine/cel.py), as the issue asks for a well-kept CEL library.
+#: (reconciler/engine/model/cel.py), as the issue asks for a well-kept CEL library.
 ALLOWED_THIRD_PARTY = {"celpy"}
 
 

@@ -7,9 +7,9 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine import Code, place_gang
-from reconciler.engine.layers import water_fill
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.placement.layers import water_fill
+from reconciler.engine.placement.place import Code, place_gang
 from tests.support.engine_builders import (
     BLOCK,
     GPU,

@@ -1,4 +1,4 @@
-"""Which nodes keep Troupe's nominated-node taint (:mod:`reconciler.engine.nominated`), and
+"""Which nodes keep Troupe's nominated-node taint (:mod:`reconciler.engine.gangs.nominated`), and
 how the engine's taint filter treats it: every pod the webhook gates tolerates it, no
 other pod does (docs/decisions/033-nominated-nodes-are-tainted.md)."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
-from reconciler.engine import nominated
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.filters import static_reason
-from reconciler.engine.timestamps import rfc3339
+from reconciler.engine.filters.node import static_reason
+from reconciler.engine.gangs import nominated
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import rfc3339
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 

@@ -5,9 +5,8 @@ import random
 
 import pytest
 
-from reconciler.engine import Code, place_gang
-from reconciler.engine.placement import DomainRef
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.placement.place import Code, DomainRef, place_gang
 from tests.support.engine_builders import (
     BLOCK,
     GPU,

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine import place_gang
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.filters import static_reason
-from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.filters.node import static_reason
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.placement.place import place_gang
 from tests.support.engine_builders import GPU, make_node, make_pod, snapshot_of
 
 WEIGHTS = (1e6, 1e4, 100.0)

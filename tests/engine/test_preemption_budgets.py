@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.engine.budgets import Budget, budget_refusal
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.decision import decide
-from reconciler.engine.fields import ObjectError
-from reconciler.engine.gang import build_gang, group_by_gang
-from reconciler.engine.lifecycle import Phase
-from reconciler.engine.queueing import Policy
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.gang import build_gang, group_by_gang
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.gangs.queueing import Policy
+from reconciler.engine.model.budgets import Budget, budget_refusal
+from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.pods import PodInfo
 from tests.support.engine_builders import budget, make_node, make_pod, snapshot_of
 from troupe.config import Config
 

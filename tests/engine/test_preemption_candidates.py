@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption import VictimGang, candidate_gangs, may_be_victim, plan_preemption
 from reconciler.engine.preemption.candidates import candidates as gangs_for
 from reconciler.engine.preemption.candidates import gang_of_pod, leaving, victim_gangs

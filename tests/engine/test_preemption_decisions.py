@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.engine.actions import ClearNominations, Preempt
-from reconciler.engine.decision import decide
-from reconciler.engine.gang import build_gang, group_by_gang
-from reconciler.engine.lifecycle import Phase
-from reconciler.engine.queueing import Policy, QueueState, queue_order
-from reconciler.engine.records import Nomination
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.step import queue_effect
+from reconciler.engine.decision.actions import ClearNominations, Preempt
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.decision.step import queue_effect
+from reconciler.engine.gangs.gang import build_gang, group_by_gang
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.records import Nomination
 from tests.support.engine_builders import make_node, make_pod, snapshot_of
 from troupe.config import Config
 from troupe.contract import NOMINATION

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.engine import place_gang
+from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import plan_preemption
 from reconciler.engine.preemption.exact import exact, exact_work
 from reconciler.engine.preemption.plan import new_search

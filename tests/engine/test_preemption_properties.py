@@ -14,8 +14,8 @@ import random
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine import place_gang
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import PreemptionPlan, VictimGang, plan_preemption
 from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from tests.support.preemption_oracle import Instance, brute_force

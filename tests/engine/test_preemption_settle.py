@@ -3,7 +3,7 @@ fewest pods that cover the deficit), place again, until nothing more can be drop
 
 from __future__ import annotations
 
-from reconciler.engine import place_gang
+from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode
 from reconciler.engine.preemption.settle import can_drop, cover, settle

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity as kube_parse
 
-from reconciler.engine.quantity import QuantityError, format_units, parse_quantity, to_units
+from reconciler.engine.model.quantity import QuantityError, format_units, parse_quantity, to_units
 
 PARSE_CASES = [
     ("millicores", "500m", Fraction(1, 2)),

@@ -1,5 +1,5 @@
-"""kube-scheduler's refusal of a pinned member, as the engine reads it (reconciler.engine.refusals),
-and what a plan says of what the engine does not model (reconciler.engine.unmodeled)."""
+"""kube-scheduler's refusal of a pinned member, as the engine reads it (reconciler.engine.gangs.refusals),
+and what a plan says of what the engine does not model (reconciler.engine.filters.unmodeled)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from reconciler.engine import Snapshot
-from reconciler.engine.actions import Release, RollBack
-from reconciler.engine.conditions import conditions
-from reconciler.engine.decision import decide
-from reconciler.engine.gang import build_gang
-from reconciler.engine.lifecycle import Phase
-from reconciler.engine.refusals import MAX_AVOIDED_NODES, REFUSAL_GRACE_SECONDS, Refusal
+from reconciler.engine.decision.actions import Release, RollBack
+from reconciler.engine.decision.conditions import conditions
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.gangs.refusals import MAX_AVOIDED_NODES, REFUSAL_GRACE_SECONDS, Refusal
+from reconciler.engine.ledger.snapshot import Snapshot
 from tests.support.controller_harness import four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_pod
 from troupe import contract

@@ -2,8 +2,8 @@
 
 import pytest
 
-from reconciler.engine.fields import ObjectError
-from reconciler.engine.resources import node_allocatable, pod_requests, resource_order
+from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.resources import node_allocatable, pod_requests, resource_order
 from tests.support.engine_builders import make_pod
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from reconciler.engine import selection
-from reconciler.engine.topology import TopologyLevels, TopologyTree
+from reconciler.engine.ledger.topology import TopologyLevels, TopologyTree
+from reconciler.engine.placement import selection
 
 LEVELS = TopologyLevels(("block", "subblock", "host"))
 

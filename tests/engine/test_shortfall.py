@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine import place_gang
-from reconciler.engine.occupancy import occupancy
-from reconciler.engine.shortfall import short_level, shortfall, target_depth
+from reconciler.engine.ledger.occupancy import occupancy
+from reconciler.engine.placement.place import place_gang
+from reconciler.engine.placement.shortfall import short_level, shortfall, target_depth
 from tests.support.engine_builders import (
     BLOCK,
     HOSTNAME,

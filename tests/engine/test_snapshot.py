@@ -3,11 +3,11 @@
 
 import pytest
 
-from reconciler.engine import place_gang
-from reconciler.engine.fields import ObjectError
-from reconciler.engine.records import Plan
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.records import Plan
+from reconciler.engine.placement.place import place_gang
 from tests.support.engine_builders import (
     GPU,
     HOSTNAME,
@@ -218,7 +218,7 @@ def test_a_long_running_caller_can_skip_malformed_objects_and_hear_about_them():
 def test_a_release_assumed_in_place_of_a_nomination_is_undone_back_to_the_nomination():
     from dataclasses import dataclass as _dc
 
-    from reconciler.engine.records import Nomination
+    from reconciler.engine.model.records import Nomination
     from tests.support.reconciler_builders import make_node as node
     from tests.support.reconciler_builders import make_pod as pod_
     from troupe import contract as c

@@ -18,7 +18,7 @@ from wsgiref.simple_server import make_server
 
 import pytest
 
-from reconciler.engine.records import Nomination
+from reconciler.engine.model.records import Nomination
 from reconciler.objects.snapshot_io import read_objects
 from reconciler.tools import simulate as sim
 from reconciler.tools import views

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from reconciler.daemon.writer import WriteError
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.as_created import NAMESPACE, job_object, member_pod
 from tests.support.controller_harness import NO_JITTER, Harness
 from tests.support.reconciler_builders import make_node

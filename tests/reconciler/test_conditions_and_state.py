@@ -5,7 +5,7 @@ repeated after a failover, and the rollback backoff kept across a restart."""
 from __future__ import annotations
 
 from reconciler.daemon.writer import PodRef, WriteError, state_key
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods
 from troupe import contract
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from reconciler.daemon.writer import PodRef, WriteError
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract

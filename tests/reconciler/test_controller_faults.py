@@ -26,9 +26,10 @@ from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import PodRef, WriteError
 from reconciler.daemon.writer.fake import FakeWriter
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config

@@ -5,8 +5,8 @@ claim is allocated (docs/decisions/044-dra.md)."""
 from __future__ import annotations
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.engine.decision import decide
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support import dra_builders as b
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config

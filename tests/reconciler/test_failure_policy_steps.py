@@ -11,8 +11,8 @@ import itertools
 import pytest
 
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.decision import decide
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, own
 from tests.support.reconciler_builders import make_pod
 from troupe.config import Config
@@ -134,7 +134,7 @@ def test_a_tolerated_no_execute_taint_is_no_failure():
 
 def test_a_node_not_ready_restarts_the_gang_only_past_the_grace():
     h = running_gang(config=GRACE)
-    from reconciler.engine.timestamps import rfc3339
+    from reconciler.engine.model.timestamps import rfc3339
     node_change(h, "n2", not_ready_since(rfc3339(h.wall - 20)))
     outcome = decided(h)
     assert outcome.phase is Phase.RELEASED, "20 s NotReady is within the 60 s grace"

@@ -11,7 +11,7 @@ import pytest
 from reconciler.daemon.gangobjects import KEY_ANNOTATION, GangObjects
 from reconciler.daemon.writer import LostLeadership, WriteError
 from reconciler.daemon.writer.fake import FakeWriter
-from reconciler.engine.gangobject import object_name, same_status, with_times
+from reconciler.engine.decision.gangobject import object_name, same_status, with_times
 from tests.support.controller_harness import CONFIG, Harness, four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_pod
 

@@ -6,7 +6,7 @@ and the gang stays released. Stepped through the controller on an in-memory cach
 from __future__ import annotations
 
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.controller_harness import Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
 from troupe import contract

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.engine.lifecycle import Phase
-from reconciler.engine.queueing import Policy, QueueState, queue_order
-from reconciler.engine.step import step
+from reconciler.engine.decision.step import step
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
 from tests.support.hostile import (
     HUGE_NUMBER,
     MIB,
@@ -136,7 +136,7 @@ def test_an_unreadable_record_holds_its_gang_naming_the_key(key, value, says):
 
 
 def test_whatever_reading_one_object_raises_stays_with_it_logged_and_counted_once(monkeypatch, caplog):
-    from reconciler.engine import cluster
+    from reconciler.engine.model import pods as cluster
 
     real = cluster.PodInfo.from_object
 
@@ -197,7 +197,7 @@ def test_only_the_rank_keys_read_hold_the_gang(labels, annotations, held):
 
 def test_a_budget_or_a_volume_object_that_cannot_be_read_stays_with_itself(monkeypatch):
     from reconciler.daemon.cache import volumes
-    from reconciler.engine import budgets
+    from reconciler.engine.model import budgets
 
     def explode(obj):
         raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")

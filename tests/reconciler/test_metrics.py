@@ -13,11 +13,11 @@ from prometheus_client import REGISTRY
 
 from reconciler.daemon import metrics
 from reconciler.daemon.controller import Outcome
-from reconciler.engine import lifecycle
-from reconciler.engine.actions import MemberRelease, Release, Status
-from reconciler.engine.decision import Decision
-from reconciler.engine.gang import Gang
-from reconciler.engine.lifecycle import Observation, Phase
+from reconciler.engine.decision.actions import MemberRelease, Release, Status
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs import lifecycle
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.lifecycle import Observation, Phase
 from tests.support.engine_builders import make_pod
 
 

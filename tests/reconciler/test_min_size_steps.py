@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.decision import decide
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, own
 from tests.support.reconciler_builders import make_pod
 

@@ -10,8 +10,8 @@ import json
 
 from reconciler.daemon.writer import PodRef
 from reconciler.daemon.writer.base import LostLeadership
-from reconciler.engine.lifecycle import Phase
-from reconciler.engine.timestamps import rfc3339
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.timestamps import rfc3339
 from tests.support.controller_harness import Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
 from troupe import contract

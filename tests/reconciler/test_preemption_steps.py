@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.actions import Preempt
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.decision.actions import Preempt
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.controller_harness import CONFIG, Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
 from troupe import contract

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.lifecycle import Phase
+from reconciler.engine.gangs.lifecycle import Phase
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods
 
 MESSAGE = ("0/4 nodes are available: 1 node(s) had no available disk, 3 node(s) didn't match Pod's node "

@@ -11,12 +11,13 @@ from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer import PodRef
-from reconciler.engine.budgets import Budget
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.devices import DeviceGroup
-from reconciler.engine.gang import job_parallelism
-from reconciler.engine.templates import slots
-from reconciler.engine.workloads import workload
+from reconciler.engine.gangs.gang import job_parallelism
+from reconciler.engine.model.budgets import Budget
+from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.templates import slots
+from reconciler.engine.model.workloads import workload
 from reconciler.objects.retain import BUDGET, DEVICE_GROUP, JOB, NODE, POD, Retained, retain
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config

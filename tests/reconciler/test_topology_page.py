@@ -11,9 +11,9 @@ import pytest
 from kubernetes import client
 
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.run import Health, Reconciler
-from reconciler.daemon.run import topology as reconciler_map
 from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.run import Health, Reconciler
+from reconciler.run import topology as reconciler_map
 from tests.support.probes import get, serving
 from tests.support.snapshots import snapshot
 from troupe.config import Config

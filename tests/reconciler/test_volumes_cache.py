@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.engine.placement import place_gang
-from reconciler.engine.volumes import ClaimInfo, CSINodeInfo, VolumeInfo
+from reconciler.engine.model.volumes import ClaimInfo, CSINodeInfo, VolumeInfo
+from reconciler.engine.placement.place import place_gang
 from reconciler.objects.retain import CLAIM, CSI_NODE, NAMESPACE, VOLUME, retain
 from tests.support.engine_builders import claim_object, csinode_object, volume_object
 from tests.support.reconciler_builders import make_node, make_pod

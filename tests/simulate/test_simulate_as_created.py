@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler.engine.reservations import Record
+from reconciler.engine.model.reservations import Record
 from reconciler.tools import simulate
 from tests.support.as_created import job_object, member_pod
 from tests.support.engine_builders import make_node

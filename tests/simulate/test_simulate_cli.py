@@ -384,8 +384,8 @@ def test_a_group_missing_from_the_snapshot_is_said_to_be_not_in_it(tmp_path, cap
 
 def test_a_preemptor_whose_nominated_nodes_are_free_is_planned_without_a_crash(tmp_path, capsys):
     # Its victims are gone: the nomination still holds the nodes for it, and its release
-    # replaces that hold (reconciler.engine.snapshot.Snapshot.with_assumed).
-    from reconciler.engine.records import Nomination
+    # replaces that hold (reconciler.engine.ledger.snapshot.Snapshot.with_assumed).
+    from reconciler.engine.model.records import Nomination
     from tests.support.snapshots import member, snapshot
     from troupe import contract
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconciler.engine import workloads as wl
-from reconciler.engine.gang import Gang, build_gang, group_by_gang, planned_gangs
-from reconciler.engine.reservations import Record, Reservation
-from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.gangs.gang import Gang, build_gang, group_by_gang, planned_gangs
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.reservations import Record, Reservation
 from troupe import contract
 from troupe.config import Config
 
@@ -69,7 +69,7 @@ def member_pod(job: dict[str, Any], index: int, gated: bool = True, node: str = 
 
 
 def workloads_of(*jobs: dict[str, Any]) -> wl.Workloads:
-    """The :class:`~reconciler.engine.workloads.Workloads` of these Job objects."""
+    """The :class:`~reconciler.engine.model.workloads.Workloads` of these Job objects."""
     return wl.Workloads(wl.workloads_of("Job", jobs))
 
 

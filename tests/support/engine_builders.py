@@ -10,9 +10,10 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from reconciler.engine.cluster import NodeInfo, PodInfo
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
 from troupe.contract import GATE
 
 GPU = "nvidia.com/gpu"
@@ -396,7 +397,7 @@ def snapshot_with(
 ) -> Snapshot:
     """A snapshot (GKE levels) that also knows namespaces' labels, PersistentVolumeClaims,
     PersistentVolumes, CSINodes and default spread constraints."""
-    from reconciler.engine.volumes import ClaimInfo, CSINodeInfo, VolumeCatalog, VolumeInfo
+    from reconciler.engine.model.volumes import ClaimInfo, CSINodeInfo, VolumeCatalog, VolumeInfo
 
     def obj(x: NodeBuilder | PodBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
         return x.build() if isinstance(x, NodeBuilder | PodBuilder) else x

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption import PreemptionPlan, VictimGang
-from reconciler.engine.snapshot import Snapshot
 from tests.support.engine_builders import make_node, make_pod, snapshot_of
 
 

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, combinations
 
-from reconciler.engine import PlacementResult, Snapshot, place_gang
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.resources import resource_order
+from reconciler.engine.placement.place import PlacementResult, place_gang
 from reconciler.engine.preemption import VictimGang
-from reconciler.engine.resources import resource_order
 
 Objective = tuple[int, int, int, tuple[int, ...]]
 

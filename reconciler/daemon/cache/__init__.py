@@ -2,7 +2,7 @@
 the index of gangs, SharedDeviceGroups and their pods (:class:`ClusterCache`, in
 :mod:`~reconciler.daemon.cache.cluster`), and what sizes gangs of ``<prefix>-size: auto``:
 Jobs' parallelism and the workload objects (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs,
-kept as :class:`~reconciler.engine.workloads.Workload` values, not as objects;
+kept as :class:`~reconciler.engine.model.workloads.Workload` values, not as objects;
 :class:`WorkloadIndex`, in :mod:`~reconciler.daemon.cache.workloads`), and the
 PodDisruptionBudgets that atomic preemption counts (:class:`BudgetIndex`, in
 :mod:`~reconciler.daemon.cache.budgets`).
@@ -11,7 +11,7 @@ Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 (:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
 when the next gang is planned, before the watch event arrives, the way kube-scheduler
 assumes a pod it has bound). Objects are parsed once, when they arrive
-(:class:`~reconciler.engine.snapshot.PodInfo`, :class:`~reconciler.engine.snapshot.NodeInfo`),
+(:class:`~reconciler.engine.ledger.snapshot.PodInfo`, :class:`~reconciler.engine.ledger.snapshot.NodeInfo`),
 and kept next to the object; an object that cannot be parsed, whatever the exception, is
 kept out of plans with one log line and a count (one odd node, say one still registering
 without ``status.allocatable``, must not stop every plan; :mod:`.unreadable`). A pod that

@@ -1,5 +1,5 @@
 """The PodDisruptionBudgets ``atomic`` preemption counts (:class:`BudgetIndex`), kept as
-:class:`~reconciler.engine.budgets.Budget` values (selector and
+:class:`~reconciler.engine.model.budgets.Budget` values (selector and
 ``status.disruptionsAllowed``), not as objects
 (docs/decisions/030-preemption-budgets-and-fences.md).
 
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.workloads import Obj, namespace_and_name
-from reconciler.engine.budgets import Budget
+from reconciler.engine.model.budgets import Budget
 
 
 class BudgetIndex:

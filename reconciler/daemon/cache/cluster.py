@@ -17,14 +17,15 @@ from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.daemon.writer import PodRef
-from reconciler.engine import dra
-from reconciler.engine.cluster import NodeInfo, PodInfo, unreadable_pod
-from reconciler.engine.devices import DeviceGroup
-from reconciler.engine.gang import Gang, build_gang, gang_key
-from reconciler.engine.nodetable import NodeTable
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.topology import TopologyLevels
-from reconciler.engine.workloads import Workload
+from reconciler.engine.gangs.gang import Gang, build_gang, gang_key
+from reconciler.engine.ledger.nodetable import NodeTable
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model import dra
+from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo, unreadable_pod
+from reconciler.engine.model.workloads import Workload
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from reconciler.objects.volumes import spread_defaults
 from troupe import contract
@@ -34,7 +35,7 @@ from troupe.config import Config
 @dataclass(frozen=True)
 class Entry:
     """A cached object and its parsed form (None when it could not be parsed). ``partial``:
-    the form is a pod's :func:`~reconciler.engine.cluster.unreadable_pod`, for its gang
+    the form is a pod's :func:`~reconciler.engine.model.pods.unreadable_pod`, for its gang
     only (kept out of snapshots)."""
 
     obj: Obj
@@ -294,7 +295,7 @@ class ClusterCache:
         return self.workloads.planned(self.config, version, namespaces)
 
     def gang(self, key: str) -> Gang | None:
-        """Gang ``key`` built from its cached pods (:func:`~reconciler.engine.gang.build_gang`),
+        """Gang ``key`` built from its cached pods (:func:`~reconciler.engine.gangs.gang.build_gang`),
         or None when it has no pod left and is not :meth:`planned`. Built again only when one
         of its pods (or a workload) changed since the last call."""
         planned = self.planned().get(key)

@@ -1,6 +1,6 @@
 """What Dynamic Resource Allocation counts read: ResourceSlices, DeviceClasses, ResourceClaims
 and ResourceClaimTemplates (``resource.k8s.io/v1``), kept parsed
-(:mod:`reconciler.engine.dra`).
+(:mod:`reconciler.engine.model.dra`).
 
 :class:`DraIndex` is the part of :class:`~reconciler.daemon.cache.ClusterCache` that keeps
 them; the cache's snapshot and its workloads' slots take :meth:`DraIndex.view`. Each object
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.engine import dra
+from reconciler.engine.model import dra
 
 Obj = Mapping[str, Any]
 

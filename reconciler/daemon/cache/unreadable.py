@@ -1,7 +1,7 @@
 """The objects the cache could not read, each kept to itself
 (docs/decisions/029-hostile-objects-hold-their-gang.md).
 
-Whatever reading one object raises (an :class:`~reconciler.engine.fields.ObjectError`
+Whatever reading one object raises (an :class:`~reconciler.engine.model.fields.ObjectError`
 naming a field, or any other exception: a ``ValueError`` from a number past Python's
 4,300 digits, a ``RecursionError`` from JSON nested too deep, a ``TypeError`` or
 ``KeyError`` from a shape no reader expected) stays with that object: :meth:`Unreadable.read`
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from reconciler.engine.fields import ObjectError
+from reconciler.engine.model.fields import ObjectError
 from troupe.contract import MAX_QUOTED
 
 log = logging.getLogger("reconciler.daemon.cache")

@@ -1,6 +1,6 @@
 """What the volume filters and pod affinity's namespace selectors read: PersistentVolumeClaims,
 PersistentVolumes, CSINodes (kept as the engine's
-:class:`~reconciler.engine.volumes.VolumeCatalog` values) and namespaces' labels.
+:class:`~reconciler.engine.model.volumes.VolumeCatalog` values) and namespaces' labels.
 
 :class:`VolumeIndex` is the part of :class:`~reconciler.daemon.cache.ClusterCache` that
 keeps them; the cache's snapshot takes :meth:`VolumeIndex.view`. Objects are parsed as
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.engine.fields import string
-from reconciler.engine.volumes import VolumeCatalog
+from reconciler.engine.model.fields import string
+from reconciler.engine.model.volumes import VolumeCatalog
 from reconciler.objects.retain import CLAIM, CSI_NODE, NAMESPACE, VOLUME, Keep, retain
 from reconciler.objects.volumes import PARSERS
 

@@ -1,6 +1,6 @@
 """What sizes gangs of ``<prefix>-size: auto``: Jobs' parallelism and the workload objects
 (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, kept as
-:class:`~reconciler.engine.workloads.Workload` values, not as objects), and the kinds that
+:class:`~reconciler.engine.model.workloads.Workload` values, not as objects), and the kinds that
 cannot be read (docs/decisions/014-workload-gangs.md).
 
 :class:`WorkloadIndex` is the part of :class:`~reconciler.daemon.cache.ClusterCache` that
@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.engine import dra
-from reconciler.engine import workloads as wl
-from reconciler.engine.gang import auto_namespaces, job_parallelism, planned_gangs
+from reconciler.engine.gangs.gang import auto_namespaces, job_parallelism, planned_gangs
+from reconciler.engine.model import dra
+from reconciler.engine.model import workloads as wl
 from troupe import contract
 from troupe.config import Config
 
@@ -35,7 +35,7 @@ def namespace_and_name(obj: Obj) -> tuple[str, str]:
 
 class WorkloadIndex:
     """Jobs' parallelism by ``(namespace, name)``, workloads by
-    :data:`~reconciler.engine.workloads.WorkloadKey`, and why a kind cannot be read.
+    :data:`~reconciler.engine.model.workloads.WorkloadKey`, and why a kind cannot be read.
     :attr:`version` counts changes (a gang built from an older version is stale).
     Thread-safe; it takes no other lock while it holds its own. An object that cannot be
     read is left out and noted in ``unreadable`` (:mod:`.unreadable`)."""
@@ -81,7 +81,7 @@ class WorkloadIndex:
     def planned(self, config: Config, namespaces_version: int,
                 namespaces: Mapping[str, Mapping[str, str]]) -> dict[str, wl.Workload]:
         """Gang key -> the workload it is released as created from
-        (:func:`~reconciler.engine.gang.planned_gangs`; ``namespaces``: name -> labels, of
+        (:func:`~reconciler.engine.gangs.gang.planned_gangs`; ``namespaces``: name -> labels, of
         version ``namespaces_version``), made again only after a change; callers must not
         change it."""
         version, _, workloads = self.view()
@@ -96,7 +96,7 @@ class WorkloadIndex:
 
     def replace_jobs(self, items: Iterable[Obj]) -> None:
         """Replace every Job with a fresh list (only its parallelism and its
-        :class:`~reconciler.engine.workloads.Workload` are kept)."""
+        :class:`~reconciler.engine.model.workloads.Workload` are kept)."""
         items = list(items)
         with self._lock:
             self._parallelism = {namespace_and_name(j): job_parallelism(j) for j in items}
@@ -152,7 +152,7 @@ class WorkloadIndex:
                 self.version += 1
 
     def _read(self, kind: str, obj: Obj) -> wl.Workload | None:
-        """:func:`~reconciler.engine.workloads.workload` of ``obj``, or None (also when
+        """:func:`~reconciler.engine.model.workloads.workload` of ``obj``, or None (also when
         reading it raised: then it is noted in :attr:`unreadable`)."""
         namespace, name = namespace_and_name(obj)
         return self.unreadable.read(kind, f"{namespace}/{name}", lambda o: wl.workload(kind, o), obj)[0]

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.daemon.writer.base import Conflict, Fenced, Gone, PodRef
-from reconciler.engine.decision import MemberRelease
-from reconciler.engine.devices import encode_selected, format_ids
-from reconciler.engine.records import Nomination, Plan
+from reconciler.engine.decision.decide import MemberRelease
+from reconciler.engine.model.devices import encode_selected, format_ids
+from reconciler.engine.model.records import Nomination, Plan
 from troupe import contract
 
 #: Writes retried on conflict, each after a fresh read.

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reconciler.daemon.writer.base import Fenced
-from reconciler.engine.reservations import Record
+from reconciler.engine.model.reservations import Record
 from troupe import contract
 
 #: ``(kind, namespace, name)`` of a workload object.

@@ -11,7 +11,7 @@ defensively, candidates that are not of strictly lower priority than every membe
 preemptor's own gang (``gang``), pods that use no node in the snapshot (terminal ones use
 none) and the members themselves; it never returns a pod that is not among what remains.
 
-**Feasibility.** A plan is feasible when :func:`~reconciler.engine.placement.place_gang`,
+**Feasibility.** A plan is feasible when :func:`~reconciler.engine.placement.place.place_gang`,
 on the snapshot without the victims, places every member, with the gang's required or
 preferred level and ``near`` nodes; that placement is part of the plan. With a required
 level the victims come from one domain of that level (the one the placement uses).
@@ -23,7 +23,7 @@ level the victims come from one domain of that level (the one the placement uses
 3. the number of pods evicted;
 4. the *overage*: capacity freed beyond the need. For each resource ``r`` the members
    request (``pods`` excluded: evicted pods are (3)), in the units of
-   :mod:`.resources` (millicores for ``cpu``, bytes for ``memory``, devices for extended
+   :mod:`reconciler.engine.model.resources` (millicores for ``cpu``, bytes for ``memory``, devices for extended
    resources)::
 
        overage[r] = sum over nodes n of  freed[n][r] - clamp(demand[n][r] - free[n][r], 0, freed[n][r])

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reconciler.engine.budgets import Budget, counted
-from reconciler.engine.cluster import PodInfo
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.budgets import Budget, counted
+from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption.candidates import VictimGang
 from reconciler.engine.preemption.plan import PreemptionPlan, plan_preemption
-from reconciler.engine.snapshot import Snapshot
 from troupe.contract import TopologyRequest
 
 #: Plans asked for at most, each without one more gang that a shared budget refused.

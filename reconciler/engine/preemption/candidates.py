@@ -6,7 +6,7 @@ lower priority than the preemptor, grouped by gang (a pod outside any gang is a 
 one, ``namespace/pod:<name>``), never terminal pods, never the preemptor's own gang.
 :func:`may_be_victim` is that rule for a gang, the one place it is written; the caller's
 list (:func:`candidates`, :func:`candidate_gangs`) and the planner (:class:`CandidatePool`)
-both apply it. :func:`victim_gangs` groups as :func:`~reconciler.engine.gang.gang_key`
+both apply it. :func:`victim_gangs` groups as :func:`~reconciler.engine.gangs.gang.gang_key`
 groups Troupe's pods, once per snapshot (:meth:`Snapshot.memo`); the filters per
 preemptor.
 """
@@ -17,16 +17,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
-from reconciler.engine.budgets import budget_refusal
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.gang import gang_key
-from reconciler.engine.snapshot import Snapshot
+from reconciler.engine.gangs.gang import gang_key
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.budgets import budget_refusal
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.preemption.capacity import CapacityModel, SearchPod
 from troupe.config import Config
-
-if TYPE_CHECKING:
-    from reconciler.engine.preemption.capacity import CapacityModel
 
 #: A priority above every pod's (``spec.priority`` is an int32).
 _ANY = 1 << 32
@@ -70,7 +67,7 @@ def candidate_gangs(snapshot: Snapshot, gang_of: Callable[[PodInfo], str | None]
     comes back without an eviction), nor gated (a member of a release still in progress,
     or of another preemptor's nomination: running or released pods only, DESIGN.md),
     grouped by ``gang_of(pod)`` (e.g.
-    :func:`reconciler.engine.gang.gang_key` with the configuration), a pod outside any gang
+    :func:`reconciler.engine.gangs.gang.gang_key` with the configuration), a pod outside any gang
     being the gang of one ``namespace/pod:<name>``; gangs that :func:`may_be_victim`
     refuses for the gang ``exclude`` (the preemptor's own) of priority ``below`` are left
     out."""
@@ -122,7 +119,7 @@ def candidates(snapshot: Snapshot, prefix: str, preemptor: str, priority: int,
 def held_by_budgets(snapshot: Snapshot, prefix: str, preemptor: str, priority: int,
                     mode: str) -> dict[str, str]:
     """Gang key -> why the PodDisruptionBudgets of ``snapshot`` forbid evicting it whole
-    (:func:`~reconciler.engine.budgets.budget_refusal`), for the gangs ``preemptor`` (a
+    (:func:`~reconciler.engine.model.budgets.budget_refusal`), for the gangs ``preemptor`` (a
     gang key, of ``priority``) could otherwise evict; empty unless ``mode`` is ``atomic``
     (``minimal`` evicts a gang's pods one by one and takes a refusal as it comes). Such a
     gang is not a candidate: the plan takes another instead of a dry run that passes pod by
@@ -156,23 +153,6 @@ def leaving(snapshot: Snapshot) -> list[str]:
 
 
 # --- the search's view: candidates normalised against the capacity model -----------------
-@dataclass(slots=True, eq=False)
-class SearchPod:
-    """A candidate pod as the search sees it: its gang (index in
-    :attr:`CandidatePool.gangs`), node (index in the snapshot), ``requests`` (units),
-    ``vector`` ((model resource index, amount) pairs for the resources the
-    :class:`~.capacity.CapacityModel` tracks), the scope domain of its node (-1: none) and
-    whether a member could use its node (``relevant``)."""
-
-    key: str
-    gang: int
-    node: int
-    requests: Mapping[str, int]
-    vector: tuple[tuple[int, int], ...]
-    scope: int
-    relevant: bool
-
-
 @dataclass(eq=False)
 class SearchGang:
     """A candidate gang as the search sees it: ``key``, ``priority`` (its highest pod's),

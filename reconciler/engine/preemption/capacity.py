@@ -2,8 +2,8 @@
 candidate pods evicted, without asking the placement engine.
 
 The members are grouped into the placement engine's shapes
-(:func:`~reconciler.engine.placement.member_shapes`); with several shapes their
-:func:`~reconciler.engine.placement.envelope` is one more *kind*. Per kind and node the
+(:func:`~reconciler.engine.placement.place.member_shapes`); with several shapes their
+:func:`~reconciler.engine.placement.place.envelope` is one more *kind*. Per kind and node the
 model counts the members that fit (what :meth:`Snapshot.capacity` computes) and sums them
 over each *scope* domain (the domains of the required level, or the cluster), as
 :meth:`TopologyTree.caps_by_depth` does. Evicting pods adds their requests to their
@@ -18,16 +18,30 @@ several, each shape fitting is necessary and the envelope fitting sufficient
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableSequence, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.placement import envelope, member_shapes
-from reconciler.engine.resources import resource_order
-from reconciler.engine.snapshot import UNBOUNDED, Snapshot
+from reconciler.engine.ledger.snapshot import UNBOUNDED, Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.resources import resource_order
+from reconciler.engine.placement.place import envelope, member_shapes
 
-if TYPE_CHECKING:
-    from reconciler.engine.preemption.candidates import SearchPod
+
+@dataclass(slots=True, eq=False)
+class SearchPod:
+    """A candidate pod as the search sees it: its gang (index in
+    :attr:`~.candidates.CandidatePool.gangs`), node (index in the snapshot), ``requests`` (units),
+    ``vector`` ((model resource index, amount) pairs for the resources the
+    :class:`CapacityModel` tracks), the scope domain of its node (-1: none) and
+    whether a member could use its node (``relevant``)."""
+
+    key: str
+    gang: int
+    node: int
+    requests: Mapping[str, int]
+    vector: tuple[tuple[int, int], ...]
+    scope: int
+    relevant: bool
 
 
 class Fit(Enum):
@@ -207,7 +221,7 @@ class CapacityModel:
 def scope(snapshot: Snapshot, required_level: str | None, near: Sequence[str]) -> tuple[int, set[int]] | None:
     """The depth whose domains must each hold the whole gang (the required level's, else
     the cluster's) and the domains allowed there (those holding a ``near`` node, as
-    :func:`~reconciler.engine.placement.place_gang` allows them); None for an unknown
+    :func:`~reconciler.engine.placement.place.place_gang` allows them); None for an unknown
     level."""
     depth = 0
     if required_level is not None:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import combinations
 
-from reconciler.engine.preemption.candidates import SearchGang, SearchPod
-from reconciler.engine.preemption.capacity import Fit
+from reconciler.engine.preemption.candidates import SearchGang
+from reconciler.engine.preemption.capacity import Fit, SearchPod
 from reconciler.engine.preemption.search import Budget, Proposal, Search, least_subsets
 
 #: Exact search only when, in ``minimal`` mode, the relevant candidate pods are at most

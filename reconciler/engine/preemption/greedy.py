@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from itertools import combinations
 
-from reconciler.engine.preemption.candidates import SearchGang, SearchPod
-from reconciler.engine.preemption.capacity import Target, freed_by_node
+from reconciler.engine.preemption.candidates import SearchGang
+from reconciler.engine.preemption.capacity import SearchPod, Target, freed_by_node
 from reconciler.engine.preemption.search import Budget, OutOfBudget, Proposal, Search, least_subsets
 
 #: The reverse pass tries every subset of the greedy's gangs when they are at most this

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.placement import PlacementResult
-from reconciler.engine.preemption.candidates import CandidatePool, SearchGang, SearchPod, VictimGang
-from reconciler.engine.preemption.capacity import CapacityModel, Fit, Target, scope
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.text import plural
+from reconciler.engine.placement.place import PlacementResult
+from reconciler.engine.preemption.candidates import CandidatePool, SearchGang, VictimGang
+from reconciler.engine.preemption.capacity import CapacityModel, Fit, SearchPod, Target, scope
 from reconciler.engine.preemption.exact import (
     EXACT_BUDGET,
     EXACT_PODS,
@@ -32,8 +34,6 @@ from reconciler.engine.preemption.search import (
     Search,
 )
 from reconciler.engine.preemption.settle import settle
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.text import plural
 from troupe.config import PREEMPTION_MODES
 from troupe.contract import TopologyRequest
 

@@ -14,18 +14,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from reconciler.engine.cluster import PodInfo
-from reconciler.engine.placement import PlacementResult, place_gang
-from reconciler.engine.preemption.candidates import CandidatePool, SearchGang, SearchPod
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.resources import PODS
+from reconciler.engine.placement.place import PlacementResult, place_gang
+from reconciler.engine.preemption.candidates import CandidatePool, SearchGang
 from reconciler.engine.preemption.capacity import (
     CapacityModel,
     Fit,
+    SearchPod,
     Target,
     freed_by_node,
     overage_order,
 )
-from reconciler.engine.resources import PODS
-from reconciler.engine.snapshot import Snapshot
 from troupe.contract import TopologyRequest
 
 if TYPE_CHECKING:

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import combinations
 
-from reconciler.engine.placement import PlacementResult
-from reconciler.engine.preemption.candidates import SearchPod
+from reconciler.engine.model.resources import PODS
+from reconciler.engine.placement.place import PlacementResult
+from reconciler.engine.preemption.capacity import SearchPod
 from reconciler.engine.preemption.search import Budget, Search, least_subsets
-from reconciler.engine.resources import PODS
 
 #: Settling tries every subset of a plan's gangs (of a node's victim pods) to drop (to
 #: keep) when they are at most this many; else it goes in order.

@@ -2,7 +2,7 @@
 reconciler (from its cache and its decisions) and by ``kubectl troupe topology --web``
 (from a snapshot or a live read and the plugin's decisions).
 
-Pure: a topology tree (:func:`reconciler.engine.occupancy.occupancy`), gang rows and node
+Pure: a topology tree (:func:`reconciler.engine.ledger.occupancy.occupancy`), gang rows and node
 marks in, plain JSON values out (docs/decisions/042-topology-map.md):
 
 - :func:`page`: the object ``/topology/data.json`` serves;
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from reconciler.engine.gang import group_by_gang
-from reconciler.engine.occupancy import DomainUsage
-from reconciler.engine.snapshot import Snapshot
-from reconciler.engine.timestamps import rfc3339
+from reconciler.engine.gangs.gang import group_by_gang
+from reconciler.engine.ledger.occupancy import DomainUsage
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.timestamps import rfc3339
 from reconciler.tools.render import topology_json
 from troupe.config import Config
 
@@ -34,7 +34,7 @@ MARKS = ("reserved", "nominated")
 
 def gang_of(snapshot: Snapshot, config: Config) -> dict[str, str]:
     """Pod key (``namespace/name``) -> the key of the gang it belongs to, for every pod of
-    ``snapshot`` Troupe manages (what :func:`reconciler.engine.occupancy.occupancy` reads)."""
+    ``snapshot`` Troupe manages (what :func:`reconciler.engine.ledger.occupancy.occupancy` reads)."""
     return {p.key: key for key, pods in group_by_gang(snapshot.pods.values(), config).items() for p in pods}
 
 

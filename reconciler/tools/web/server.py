@@ -1,6 +1,6 @@
 """Serving the topology map: the page's three static files (shipped in this package's
 ``static/``) and its data, under :data:`PREFIX`, as a WSGI app the reconciler's HTTP server
-mounts (:mod:`reconciler.daemon.run.probes`) and ``kubectl troupe topology --web`` serves
+mounts (:mod:`reconciler.run.probes`) and ``kubectl troupe topology --web`` serves
 on its own (:mod:`reconciler.tools.web.local`).
 
 Paths, relative to :data:`PREFIX` so that the page works behind a proxy that adds a prefix

@@ -1,0 +1,213 @@
+"""Release as created: the decisions of a gang planned from its workload before its pods
+exist (docs/decisions/034-release-as-created.md).
+
+Three builders of :mod:`.decide`'s table, and the reservation's clock:
+
+- :func:`reserve` (rule ``Reserved``): none of the gang is released and members are
+  missing: place every slot (:mod:`reconciler.engine.model.templates`), or for a gang with a minimum size whose
+  slots do not all fit its first ``min_size`` (docs/decisions/038-minimum-size.md), and
+  write the placement on the workload (:class:`~.actions.Reserve`). A gang that does not fit waits ``Unplaced``; preemption is
+  considered once every member exists, as for a gang released when complete.
+- :func:`release_as_created` (rule ``ReleaseAsCreated``): the workload carries the
+  reservation: release each gated member onto its rank's node in one update, as today's
+  releases do. A member that no longer fits its rank's node rolls the whole reservation
+  back (``ReservationBroken``); a reservation that no longer fits its workload (suspended,
+  finished, resized) is dropped (``ReservationDropped``); once every member is bound the
+  reservation is removed and the gang is ``Released``.
+- :func:`reservation_clock`: all or nothing. The reservation must be complete (every rank's
+  member released and bound) within the gang's timeout (+ jitter), counted from the
+  reservation or from the newest member's creation, whichever is later: a gang whose
+  members keep coming is not rolled back while its controller creates them; one whose
+  last members never come is, whole, a timeout after the last one came. A reserved node
+  that is gone or cordoned before its member was bound rolls it back at once.
+
+Pure: the builders take the decision's view of the gang (``Seen``) and return a
+:class:`~.seen.Decision`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from reconciler.engine.decision.actions import (
+    DropReservation,
+    ForgetBackoff,
+    MemberRelease,
+    Release,
+    Reserve,
+    RollBack,
+    Status,
+    Wait,
+)
+from reconciler.engine.decision.seen import Decision, Seen
+from reconciler.engine.filters.node import insufficient, static_reason
+from reconciler.engine.filters.unmodeled import note as unmodeled_note
+from reconciler.engine.gangs import lifecycle
+from reconciler.engine.gangs.avoidance import place_avoiding
+from reconciler.engine.gangs.clocks import Clock, jitter
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.refusals import avoid_note, avoiding
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.devices import Devices
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.reservations import Record, assign, fill
+from reconciler.engine.model.timestamps import epoch, rfc3339
+
+
+def member_release(pod: PodInfo, node: str, snapshot: Snapshot, rank: int, planned_at: str,
+                   devices: Devices | None = None) -> MemberRelease:
+    """The :class:`~.actions.MemberRelease` of ``pod`` onto ``node`` (its hostname label from
+    the snapshot, else the node's name) with its rank and release."""
+    i = snapshot.index.get(node)
+    hostname = snapshot.nodes[i].hostname if i is not None else node
+    return MemberRelease(pod.key, pod.uid, pod.resource_version, node, hostname, rank, planned_at, devices or {})
+
+
+def planned_at(now: float, releases: Sequence[str]) -> str:
+    """The ``planned-at`` of a new release at ``now``: later than every release of the gang
+    (``releases``, their ``planned-at``) already there, by a millisecond if the clock says
+    otherwise."""
+    latest = max((t for rid in releases if (t := epoch(rid)) is not None), default=None)
+    return rfc3339(now if latest is None or now >= latest + 0.001 else latest + 0.001)
+
+
+def reservation_clock(gang: Gang, released: Sequence[PodInfo], snapshot: Snapshot, now: float) -> Clock | None:
+    """When ``gang``'s reservation runs out of time and why (module docstring); None when
+    it is complete (every rank's member released onto its node and bound)."""
+    record = gang.reservation
+    if record is None:
+        return None
+    mine = [p for p in released if p.planned_at == record.planned_at]
+    filled = fill(record, gang.slots, mine)
+    for rank, node in enumerate(record.nodes):
+        member = filled.get(rank)
+        if member is not None and member.node_name:
+            continue
+        i = snapshot.index.get(node)
+        if i is None:
+            return Clock(now, f"the reserved node {node} of rank {rank} no longer exists")
+        if snapshot.nodes[i].unschedulable:
+            return Clock(now, f"the reserved node {node} of rank {rank} was cordoned before its member was bound")
+    bound = sum(1 for p in filled.values() if p.node_name)
+    if bound == len(record.nodes):
+        return None
+    start = max([t for t in (epoch(record.planned_at), *(epoch(p.creation_timestamp) for p in gang.members))
+                 if t is not None], default=now)
+    seconds, jit = gang.timeout_seconds, jitter(gang, record.planned_at)
+    return Clock(start + seconds + jit,
+                 f"reservation of {len(record.nodes)} node(s) not complete within {seconds}s (+{jit:.0f}s jitter) "
+                 f"of the reservation or its newest member: {len(gang.members)} of {len(gang.slots)} members "
+                 f"exist, {len(filled)} released, {bound} bound")
+
+
+def _misfits(pairs: Sequence[tuple[PodInfo, int]], record: Record, slots: Sequence[PodInfo],
+             snapshot: Snapshot) -> list[str]:
+    """Why members do not fit their ranks' reserved nodes (``[]``: all fit): the node is
+    gone, a filter refuses the member (a taint, its node selection), or it requests more
+    than its slot holds plus what the node has free (members on one node share that)."""
+    problems: list[str] = []
+    extra: dict[int, dict[str, int]] = {}
+    for pod, rank in pairs:
+        node = record.nodes[rank]
+        i = snapshot.index.get(node)
+        if i is None:
+            problems.append(f"the reserved node {node} of rank {rank} (member {pod.name}) no longer exists")
+            continue
+        info = snapshot.nodes[i]
+        why = static_reason(pod.node_filter, info.name, info.labels, info.taints, info.ready, info.unschedulable)
+        if why is not None:
+            problems.append(f"member {pod.name} does not fit its reserved node {node} (rank {rank}): {why}")
+            continue
+        held = slots[min(rank, len(slots) - 1)].requests if slots else {}
+        used = extra.setdefault(i, {})
+        free = snapshot.free(i)
+        room = {r: free.get(r, 0) + held.get(r, 0) - used.get(r, 0) for r in pod.requests}
+        short = insufficient(room, pod.requests)
+        if short:
+            problems.append(f"member {pod.name} does not fit its reserved node {node} (rank {rank}, "
+                            f"requests differ from the pod template): {'; '.join(short)}")
+            continue
+        for r, amount in pod.requests.items():
+            used[r] = used.get(r, 0) + max(0, amount - held.get(r, 0))
+    return problems
+
+
+def release_as_created(s: Seen) -> Decision:
+    """Rule ``ReleaseAsCreated``: release the gated members onto their ranks' nodes, drop a
+    stale or complete reservation, or roll back one a member no longer fits."""
+    gang, snapshot = s.gang, s.snapshot
+    record, workload = gang.reservation, gang.workload
+    assert record is not None and workload is not None  # the rule applies only with both
+    rid = record.planned_at
+    if gang.reservation_stale:
+        return s.made(lifecycle.RESERVATION_DROPPED,
+                      (DropReservation(workload, rid, gang.reservation_stale), Wait(s.gated_keys)),
+                      Status.of(f"reservation dropped: {gang.reservation_stale}"))
+    mine = [p for p in s.released if p.planned_at == rid]
+    filled = fill(record, gang.slots, mine)
+    pairs, without = assign(record, gang.slots, filled, s.gated)
+    problems = _misfits(pairs, record, gang.slots, snapshot)
+    if problems:
+        rollback = RollBack(delete=tuple(p.key for p in mine if p.owner is not None),
+                            keep=tuple(p.key for p in mine if p.owner is None), releases=(rid,))
+        return s.made(lifecycle.RESERVATION_BROKEN,
+                      (rollback, DropReservation(workload, rid, problems[0])),
+                      Status((*problems[:3], "rolling the whole reservation back")))
+    n = len(record.nodes)
+    bound = sum(1 for p in filled.values() if p.node_name)
+    if not pairs and bound == n:
+        whole = (ForgetBackoff(),) if gang.timeouts or gang.avoid else ()
+        return s.made(lifecycle.ALL_RELEASED,
+                      (DropReservation(workload, rid, "every member is bound", complete=True), *whole),
+                      Status.of(f"all {n} members released and bound (AsCreated, reserved at {rid})"))
+    members = tuple(member_release(pod, record.nodes[rank], snapshot, rank, rid) for pod, rank in pairs)
+    reason = (f"AsCreated: {n} node(s) reserved; {len(gang.members)} of {n} members exist, "
+              f"{len(filled) + len(members)} released, {bound} bound")
+    note = "; ".join(filter(None, ["released as created", avoid_note(gang.avoid),
+                                   unmodeled_note([p for p, _ in pairs], snapshot.volumes)]))
+    actions: tuple[Release | Wait, ...] = (Release(members, note=note),) if members else ()
+    if without:
+        reason += (f"; {len(without)} member(s) without a free rank wait for the reservation to complete: "
+                   f"{', '.join(p.name for p in without[:3])}")
+        actions += (Wait(tuple(p.key for p in without)),)
+    return s.made(lifecycle.RELEASE_AS_CREATED, actions, Status.of(reason))
+
+
+def reserve(s: Seen) -> Decision:
+    """Rule ``Reserved``: place every slot and write the reservation; ``Unplaced`` (waiting,
+    no preemption yet) when the slots do not fit."""
+    gang, snapshot = s.gang, s.snapshot
+    assert gang.workload is not None  # only gangs released as created get here
+    slots = list(gang.slots)
+    if gang.avoid:
+        slots = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in slots]
+    held = s.queue.held_nodes
+    view = snapshot.with_blocked(held) if held else snapshot
+    avoided = s.policy.avoidance.avoided(snapshot, s.now)
+    found, avoided_note = place_avoiding(view, slots, gang.topology, (), avoided)
+    minimum = gang.min_size
+    if not found.result.placed and minimum is not None and minimum < len(slots):
+        # A gang with a minimum: room for its first ranks is enough (docs/decisions/038).
+        first, first_note = place_avoiding(view, slots[:minimum], gang.topology, (), avoided)
+        if first.result.placed:
+            slots, found, avoided_note = slots[:minimum], first, first_note
+    result = found.result
+    if not result.placed:
+        reasons = (result.reason, "the reservation waits for room; preemption is considered once every member exists")
+        return s.made(lifecycle.UNPLACED, (Wait(s.gated_keys),), Status(reasons, result.code, "reservation: "),
+                      placement=result)
+    at = planned_at(s.now, list(s.releases))
+    node_of = {a.pod_key: a.node for a in result.assignments}
+    record = Record(gang.key.partition("/")[2], at, tuple(node_of[p.key] for p in slots))
+    kind, _, name = gang.workload
+    deadline = (epoch(at) or s.now) + gang.timeout_seconds + jitter(gang, at)
+    reason = (f"AsCreated: reserved {len(record.nodes)} node(s) from the {kind} {name} pod template "
+              f"({len(gang.members)} of {len(gang.slots)} members exist)")
+    if len(record.nodes) < len(gang.slots):
+        reason += (f"; room for the first {len(record.nodes)} (minimum {gang.min_size}): the others are placed "
+                   f"next to them once they run")
+    notes = [*([avoid_note(gang.avoid)] if gang.avoid else []),
+             *filter(None, [unmodeled_note(slots, snapshot.volumes), avoided_note])]
+    return s.made(lifecycle.RESERVED, (Reserve(gang.workload, record),),
+                  Status((reason, result.reason, *notes), result.code), recheck_at=deadline, placement=result)

@@ -1,0 +1,95 @@
+"""One gang's turn in the queue: :func:`step` decides it and notes what it means for the
+gangs behind it (docs/decisions/019-queue-order.md, 025-actions.md).
+
+The reconciler (each reconcile and its warm-up after a takeover) and the simulator make
+this one call, in queue order, so a what-if and the cluster hold and block alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.engine.decision.decide import decide
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs import lifecycle
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.queueing import Hold as QueueHold
+from reconciler.engine.gangs.queueing import (
+    Policy,
+    QueueState,
+    QueueView,
+    complete_since,
+    hold_for,
+    queue_order,
+)
+from reconciler.engine.ledger.snapshot import Snapshot
+
+
+# --- the queue ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueueEffect:
+    """What a decision means for the gangs behind this one in the queue (:mod:`reconciler.engine.gangs.queueing`):
+    ``standing``, it could fit once room frees (placement code ``Unschedulable``, or a
+    preemptor waiting for its victims) and stands in their way; ``what`` describes it for
+    their reasons; ``hold``, the capacity held for it once it has waited
+    ``headOfLineSeconds`` (BestEffortFIFO); ``recheck_at`` (seconds since the epoch), when
+    it will have waited that long."""
+
+    standing: bool
+    what: str = ""
+    hold: QueueHold | None = None
+    recheck_at: float | None = None
+
+
+def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Policy, now: float) -> QueueEffect:
+    """The :class:`QueueEffect` of ``decision`` for ``gang`` (docs/decisions/019-queue-order.md):
+    a gang stands in the way when it waits for room that freed capacity (or eviction) could
+    give it; only a gang with no nomination of its own (:data:`lifecycle.UNPLACED`) gets the
+    head-of-line hold."""
+    if not (decision.rule.waits_for_room and decision.status.preemption_can_help):
+        return QueueEffect(False)
+    since = complete_since(gang.members) or now
+    waited = now - since
+    what = f"gang {gang.key} (priority {gang.priority}, waiting {_duration(waited)})"
+    if policy.queueing != "BestEffortFIFO" or decision.rule is not lifecycle.UNPLACED:
+        return QueueEffect(True, what)
+    if waited < policy.head_of_line_seconds:
+        return QueueEffect(True, what, recheck_at=since + policy.head_of_line_seconds)
+    free = [p for p in gang.members if p.gated and not snapshot.committed_node(p)]
+    nodes, domain = hold_for(snapshot, free, gang.topology.required_level) if free else (frozenset(), "")
+    order = queue_order(gang.key, gang.priority, gang.created)
+    hold = QueueHold(gang.key, order, gang.priority, since, nodes, domain) if nodes else None
+    return QueueEffect(True, what, hold)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One gang's turn in the queue: its ``decision``, the ``effect`` on the gangs behind it,
+    ``others`` (True when that effect changed: they may need deciding again) and ``queue``,
+    what the gangs ahead of it held or blocked when it was decided."""
+
+    decision: Decision
+    effect: QueueEffect
+    others: bool
+    queue: QueueView
+
+
+def step(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: QueueState) -> Step:
+    """Decide ``gang`` behind the gangs ahead of it in ``queue``, then note in ``queue``
+    what it means for the gangs behind it: the one call the reconciler, its warm-up and
+    the simulator all make. ``now`` in seconds since the epoch."""
+    order = queue_order(gang.key, gang.priority, gang.created)
+    view = queue.view(order)
+    decision = decide(gang, snapshot, now, policy, view)
+    effect = queue_effect(gang, decision, snapshot, policy, now)
+    others = queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
+    return Step(decision, effect, others, view)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

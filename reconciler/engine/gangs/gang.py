@@ -1,0 +1,434 @@
+"""A gang, parsed once: which pods form it, how many members it needs, and what it asks.
+
+Membership and size are decided together, here, for the reconciler's cache and the
+simulator alike (DESIGN.md "Gangs" and "Topology"; ``docs/contract.md``, "Which pods form
+a gang"):
+
+- **Troupe's gang annotations** (``<prefix>-name``, ``-size``, ``-schedule-timeout-seconds``,
+  ``seeds/001``): gang ``<namespace>/<name>`` of the annotated size.
+- **A ``gke.io/topology-aware-auto-*`` gate** and no gang annotations (``seeds/002``):
+  gang ``<namespace>/gke:<group>``, grouped as the GKE daemon groups them (``job-name``,
+  ``training.kubeflow.org/job-name``, owner UID, ``name`` label). Its size is the owning
+  Job's ``parallelism`` when the Job is known, else the members present once none has been
+  created for ``autoGangSettleSeconds`` (read from creation timestamps, so a restarted
+  reconciler and the simulator agree).
+- **``<prefix>-size: auto``** (set by the user, or by the webhook in a namespace labelled
+  ``troupe.io/gang-mode: auto``): gang ``<namespace>/<workload id>``, one per Job, JobSet
+  restart attempt, LeaderWorkerSet group or Kubeflow job, sized from the workload object
+  (:mod:`reconciler.engine.model.workloads`). Until that object is known the gang waits, with the reason.
+- **Troupe's gate and nothing else** (a topology or device-group request alone): a gang of
+  one, ``<namespace>/pod:<pod name>``, placed on its own. Pods are never grouped by their
+  owner without being asked: a Job whose pods carry only a topology request gets each pod
+  placed alone, never a wait for peers it did not name.
+- **Malformed gang annotations** (the pod got past admission while the webhook was out of
+  the path): the pod still belongs to its gang (or to a gang of one when even the name is
+  unreadable), and the gang is *held*, the parse error its reason, instead of the pod
+  being ignored. So is a gang with a member whose other labels or annotations Troupe
+  reads cannot be read (:attr:`~reconciler.engine.model.pods.PodInfo.malformed`: a rank
+  index, a plan or nomination record, the selected devices).
+
+Pure: plain data in (:class:`~reconciler.engine.model.pods.PodInfo`), a :class:`Gang` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+import troupe.contract as contract
+import troupe.kueue as kueue
+from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.reservations import Record
+from reconciler.engine.model.timestamps import epoch
+from troupe.config import Config
+
+#: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
+#: whose size or timeout disagree are held; a topology request is the gang's, too).
+AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *contract.GANG_POLICY_KEYS, *kueue.TOPOLOGY_KEYS)
+
+
+#: The disruptions that say a member's node was lost (the taint manager's eviction of a
+#: NoExecute or unreachable node, the pod garbage collector's of a node that is gone): a
+#: member that ended ``Failed`` with one of them failed with its node. Any other disruption
+#: (a preemption, an eviction, Troupe's own rollback) is not a failure of the member.
+NODE_LOSS_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+
+
+def member_failed(pod: PodInfo) -> bool:
+    """Whether ``pod`` is a member that failed after Troupe released it: phase ``Failed``,
+    a release of its own, and either its node's loss (:data:`NODE_LOSS_DISRUPTIONS`) or no
+    disruption and no deletion: a member deleted (by a user, its namespace's deletion, its
+    controller; the Job controller marks such pods ``Failed``), preempted, evicted or rolled
+    back by Troupe did not fail."""
+    if pod.phase != "Failed" or not (pod.planned_at or pod.released_at):
+        return False
+    return pod.disruption in NODE_LOSS_DISRUPTIONS or (not pod.disruption and not pod.deleting)
+
+
+@dataclass(frozen=True)
+class Gang:
+    """One gang, as a decision needs it.
+
+    ``key``: ``namespace/id`` (the work queue's key). ``name``: how users know it (the
+    gang name, ``gke:job-name=w`` or ``pod:<name>``). ``members``: its active pods
+    (neither terminal nor being deleted), in rank order (:func:`troupe.ranks.rank_key`).
+    ``size``: members the gang has; None while an auto-gang settles, until ``settle_at``
+    (seconds since the epoch). ``min_size``: members needed before the first release
+    (``<prefix>-min-size``), None: ``size`` (docs/decisions/038-minimum-size.md). ``size_from`` says where a size not
+    stated by the members came from (``"Job w parallelism"``). ``timeout_seconds``: the
+    effective timeout (defaulted and capped, ``seeds/001``); ``jitter_seconds`` the bound
+    of the jitter added to it. ``topology``: the members' level request. ``held``: why the
+    members cannot be released as they are (malformed or disagreeing keys), else ``""``.
+    ``device_groups``: the SharedDeviceGroups its members join. ``priority``: the highest
+    ``spec.priority`` of its members. ``created``: the earliest creation timestamp
+    (RFC 3339). ``not_before`` (seconds since the epoch) and ``timeouts``: the backoff
+    after consecutive rollbacks, and ``rolled_back``: the releases (their ``planned-at``)
+    rolled back whose owned members must still be deleted: what the caller knows (the
+    reconciler keeps it in the cluster; 0, 0 and none for the simulator).
+    ``workload_missing``: for a gang sized by its workload, why that workload object is
+    not known (the gang waits), else ``""``. ``avoid``: node name -> why the gang's plans
+    avoid it (kube-scheduler refused a member there, :mod:`.refusals`): what the caller
+    knows, as the backoff.
+
+    A gang released as created (docs/decisions/034-release-as-created.md) also has its
+    ``workload`` (``(kind, namespace, name)``), its ``slots`` (the members its pod
+    templates make, in rank order, :mod:`reconciler.engine.model.templates`), ``release_mode``
+    (:data:`troupe.contract.AS_CREATED`) and the ``reservation`` record its workload
+    carries (None before one is made); ``reservation_stale`` says why that record no
+    longer fits the workload (suspended, finished, resized, another gang's), ``""``.
+    Other gangs have ``release_mode`` :data:`troupe.contract.WHEN_COMPLETE` and no slots.
+
+    ``failure_policy``: the members' ``troupe.io/gang-failure-policy``; ``failed``: its
+    members that ended ``Failed`` after Troupe released them, not by a disruption other
+    than their node's loss (:func:`member_failed`; a ``RestartGang`` gang
+    restarts when one belongs to a release still running); ``failure_grace_seconds``: how
+    long a running member's node may be NotReady before the member counts as failed
+    (``nodeFailureGraceSeconds``; docs/decisions/040-failure-policy.md).
+    """
+
+    key: str
+    namespace: str
+    name: str
+    members: tuple[PodInfo, ...]
+    size: int | None
+    timeout_seconds: int
+    jitter_seconds: int
+    topology: contract.TopologyRequest = field(default_factory=contract.TopologyRequest)
+    size_from: str = ""
+    settle_at: float = 0.0
+    held: str = ""
+    device_groups: tuple[str, ...] = ()
+    priority: int = 0
+    created: str = ""
+    not_before: float = 0.0
+    timeouts: int = 0
+    rolled_back: tuple[str, ...] = ()
+    workload_missing: str = ""
+    avoid: Mapping[str, str] = field(default_factory=dict)
+    workload: wl.WorkloadKey | None = None
+    slots: tuple[PodInfo, ...] = ()
+    release_mode: str = contract.WHEN_COMPLETE
+    reservation: Record | None = None
+    reservation_stale: str = ""
+    min_size: int | None = None
+    failure_policy: str = contract.REPLACE_MEMBER
+    failed: tuple[PodInfo, ...] = ()
+    failure_grace_seconds: int = 60
+
+    @property
+    def as_created(self) -> bool:
+        """Released as created: planned from its slots, each member released as it comes."""
+        return self.release_mode == contract.AS_CREATED and bool(self.slots)
+
+
+#: The annotation keys of a prefix, made once (every pod of every snapshot asks).
+_gang_keys = lru_cache(maxsize=16)(contract.GangKeys.for_prefix)
+
+
+def job_parallelism(job: Mapping[str, object]) -> int:
+    """The ``spec.parallelism`` of a batch/v1 Job object, the size of an auto-gang it owns:
+    1 when absent or not a positive int32 (the Job API's default and type)."""
+    spec = job.get("spec")
+    value = spec.get("parallelism") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31 - 1 else 1
+
+
+def gang_key(pod: PodInfo, config: Config) -> str | None:
+    """The key of the gang ``pod`` belongs to (module docstring), or None when Troupe
+    does not manage the pod."""
+    keys = _gang_keys(config.gang_annotation_prefix)
+    a = pod.gang_annotations
+    if a and (keys.name in a or keys.size in a or keys.timeout in a):
+        if a.get(keys.size) == contract.AUTO_SIZE and keys.name not in a:
+            found = wl.group(pod)
+            return f"{pod.namespace}/{found[0]}" if found else f"{pod.namespace}/pod:{pod.name}"
+        name = a.get(keys.name, "")
+        try:
+            contract.parse_gang_annotations({keys.name: name, keys.size: "1"}, pod.namespace, config)
+        except contract.ContractError:
+            return f"{pod.namespace}/pod:{pod.name}"
+        return f"{pod.namespace}/{name}"
+    if any(g.startswith(contract.GKE_GATE_PREFIX) for g in pod.gates):
+        group = contract.auto_gang_group(pod.labels, pod.owner.uid if pod.owner else None)
+        return f"{pod.namespace}/gke:{group}" if group else f"{pod.namespace}/pod:{pod.name}"
+    if contract.GATE in pod.gates:
+        return f"{pod.namespace}/pod:{pod.name}"
+    return None
+
+
+def group_by_gang(pods: Iterable[PodInfo], config: Config) -> dict[str, list[PodInfo]]:
+    """Every pod Troupe manages, by gang key (:func:`gang_key`)."""
+    out: dict[str, list[PodInfo]] = {}
+    for pod in pods:
+        key = gang_key(pod, config)
+        if key is not None:
+            out.setdefault(key, []).append(pod)
+    return out
+
+
+def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
+    """A message naming the keys the members disagree on (values sorted), or ``""``."""
+    values: dict[str, set[str]] = {}
+    for pod in members:
+        for k in keys:
+            value = pod.gang_annotations.get(k, "<unset>")
+            values.setdefault(k, set()).add(value if len(value) <= contract.MAX_QUOTED else contract.quoted(value))
+    differing = [f"{k}: {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
+    return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
+
+
+def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
+               workloads: wl.Workloads | None = None, planned: wl.Workload | None = None) -> Gang:
+    """The :class:`Gang` ``key`` of ``pods`` (every pod with that key, active or not).
+
+    ``parallelism`` maps a Job's ``(namespace, name)`` to its ``spec.parallelism``: the
+    size of an auto-gang owned by that Job. ``workloads``: the workload objects that size
+    gangs of ``<prefix>-size: auto`` (none known when None). ``planned``: the workload the
+    gang is released as created from (:func:`planned_gangs`), whose slots stand for the
+    members that do not exist yet. Never raises: what cannot be read makes the gang held,
+    with the reason.
+    """
+    if planned is not None:
+        return _as_created(key, list(pods), config, parallelism, workloads, planned)
+    namespace, _, name = key.partition("/")
+    pods = list(pods)
+    gang_keys = _gang_keys(config.gang_annotation_prefix)
+    auto = [p for p in pods if p.gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE]
+    old = wl.superseded(p for p in auto if p.active) if auto else set()
+    members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
+    timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
+    failed = tuple(p for p in pods if member_failed(p))
+    base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
+                failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
+    if not members:
+        return base
+    created = min((p.creation_timestamp for p in members if p.creation_timestamp), default="")
+    groups = tuple(sorted({p.device_group for p in members if p.device_group}))
+    priority = max(p.priority for p in members)
+    topology, policy, held = _requests(members, config)
+    gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
+                topology=topology, held=held, device_groups=groups, priority=priority, created=created,
+                failure_policy=policy, failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
+    annotated = any(k in members[0].gang_annotations for k in gang_keys.all())
+    if name.startswith("gke:"):
+        return _auto_sized(gang, config, parallelism)
+    if members[0].gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE:
+        if name.startswith("pod:") or wl.group(members[0]) is None:
+            return replace(gang, held=f"member {members[0].name}: {gang_keys.size}: {contract.AUTO_SIZE}, but no "
+                                      f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
+        return _workload_sized(gang, config, workloads or wl.Workloads())
+    if name.startswith("pod:") and not annotated:
+        return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
+    specs = []
+    for pod in members:
+        try:
+            spec = contract.parse_gang_annotations(pod.gang_annotations, pod.namespace, config)
+        except contract.ContractError as e:
+            return replace(gang, held=held or f"member {pod.name}: {e} (held until it is fixed)")
+        if spec is not None:
+            specs.append(spec)
+    if not specs:
+        return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
+    disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
+    return replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
+                   min_size=specs[0].min_size)
+
+
+def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:
+    """What the members ask for, read from the first: its topology request, its failure
+    policy, and why the gang is held (``""``: it is not): a member that cannot be read, one
+    behind Kueue's gates, or a request that cannot be parsed."""
+    topology, policy = contract.TopologyRequest(), contract.REPLACE_MEMBER
+    malformed = next((p for p in members if p.malformed), None)
+    held = f"member {malformed.name}: {malformed.malformed} (held until it is fixed)" if malformed else ""
+    held = held or _kueue_gated(members)
+    first = members[0]
+    try:
+        topology = contract.parse_topology_annotations(first.gang_annotations, config)
+        policy = contract.parse_failure_policy(first.gang_annotations)
+    except contract.ContractError as e:
+        held = held or f"member {first.name}: {e}"
+    return topology, policy, held
+
+
+def _kueue_gated(members: Iterable[PodInfo]) -> str:
+    """Why a gang with a member that carries one of Kueue's scheduling gates is held
+    (docs/decisions/039-kueue-annotations.md), or ``""``: Kueue's topology gate means
+    Kueue places the pod itself, and a release by Troupe would pin it elsewhere; its
+    admission gate means Kueue has not admitted the pod's workload yet, and a member
+    released behind it could not be bound."""
+    for pod in members:
+        if kueue.TOPOLOGY_GATE in pod.gates:
+            return (f"member {pod.name} carries Kueue's scheduling gate {kueue.TOPOLOGY_GATE}: Kueue's "
+                    f"topology-aware scheduling places it, so Troupe does not (held; use one of them for a workload)")
+        if kueue.ADMISSION_GATE in pod.gates:
+            return (f"member {pod.name} waits for Kueue to admit its workload (scheduling gate "
+                    f"{kueue.ADMISSION_GATE}); held until Kueue removes the gate")
+    return ""
+
+
+def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str], int]) -> Gang:
+    """A GKE auto-gang's size (``seeds/002``): the owning Job's parallelism when the Job
+    is known, else the members present once ``autoGangSettleSeconds`` have passed since
+    the newest one was created (``settle_at``)."""
+    owner = gang.members[0].owner
+    if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch/"):
+        size = parallelism.get((gang.namespace, owner.name))
+        if size is not None:
+            return replace(gang, size=max(size, 1), size_from=f"Job {owner.name} parallelism")
+    stamps = [t for p in gang.members if (t := epoch(p.creation_timestamp)) is not None]
+    newest = max(stamps, default=0.0)
+    return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
+
+
+def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
+    """A gang of ``<prefix>-size: auto`` members: sized by its workload object, with the
+    workload's topology request when the members make none; waiting, with the reason,
+    while the workload is not known (docs/decisions/014-workload-gangs.md)."""
+    found = wl.group(gang.members[0])
+    if found is None:  # build_gang holds such a gang before it gets here
+        return gang
+    keys = _gang_keys(config.gang_annotation_prefix)
+    disagree = _disagreement(gang.members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
+    timeout, minimum = gang.timeout_seconds, None
+    try:
+        spec = contract.parse_gang_annotations(gang.members[0].gang_annotations, gang.namespace, config)
+    except contract.ContractError as e:
+        return replace(gang, held=f"member {gang.members[0].name}: {e} (held until it is fixed)")
+    if spec is not None:
+        timeout, minimum = spec.timeout_seconds, spec.min_size
+    gang = replace(gang, timeout_seconds=timeout, held=gang.held or disagree, min_size=minimum)
+    workload = workloads.objects.get(found[1])
+    if workload is None:
+        return replace(gang, settle_at=float("inf"), workload_missing=workloads.missing(found[1]))
+    topology, held = gang.topology, gang.held
+    member_asks = any(k in gang.members[0].gang_annotations for k in AGREE_ON_TOPOLOGY)
+    if workload.topology and not member_asks:
+        try:
+            topology = contract.parse_topology_annotations(workload.topology, config)
+        except contract.ContractError as e:
+            held = held or f"{workload.kind} {workload.name}: {e}"
+    if minimum is not None and minimum > workload.size and not held:
+        held = (f"annotation {keys.min_size}: {minimum} is more than the gang's {workload.size} members "
+                f"({workload.size_from}) (held until it is fixed)")
+    return replace(gang, size=workload.size, size_from=workload.size_from, topology=topology, held=held)
+
+
+def _as_created(key: str, pods: list[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
+                workloads: wl.Workloads | None, planned: wl.Workload) -> Gang:
+    """A gang released as created from ``planned``: built from its pods, or from its slots
+    while none is active (size, timeout, topology and priority are the template's), with
+    the workload's slots and reservation, and why that reservation is stale."""
+    gang = build_gang(key, pods, config, parallelism, workloads)
+    if not gang.members:
+        from_slots = build_gang(key, planned.slots, config, parallelism, workloads)
+        gang = replace(from_slots, members=(), device_groups=())
+    record = planned.record
+    stale = ""
+    if record is not None:
+        gang_id = key.partition("/")[2]
+        if record.gang != gang_id:
+            stale = f"the reservation on {planned.kind} {planned.name} is for {record.gang}"
+        elif not planned.active:
+            stale = f"{planned.kind} {planned.name} is suspended, finished or being deleted"
+        elif len(record.nodes) not in (len(planned.slots), gang.min_size):
+            stale = (f"{planned.kind} {planned.name} now runs {len(planned.slots)} member(s), "
+                     f"the reservation holds {len(record.nodes)}")
+    return replace(gang, workload=planned.key, slots=planned.slots, release_mode=contract.AS_CREATED,
+                   reservation=record, reservation_stale=stale)
+
+
+def planned_gangs(workloads: wl.Workloads, config: Config,
+                  auto_namespaces: frozenset[str] = frozenset()) -> dict[str, wl.Workload]:
+    """Gang key -> the workload it is released as created from
+    (docs/decisions/034-release-as-created.md): every workload whose slots all belong to
+    one Troupe gang that takes all of its members, that releases as created (its
+    template's ``troupe.io/release``, else the workload's, else ``releaseMode``), whose
+    members join no SharedDeviceGroup, and that still runs pods; also any workload that
+    carries a reservation (so a stale one is dropped). A workload another supported
+    workload controls (a JobSet's child Job) makes no gang, nor do two workloads whose
+    slots name one gang. In ``auto_namespaces`` (labelled
+    ``troupe.io/gang-mode: auto``), and for a template that asks with Kueue's topology
+    annotations and is not Kueue's (:func:`kueue_topology_template`), a template without
+    gang keys counts as ``<prefix>-size: auto``, as the webhook stamps its pods."""
+    keys = _gang_keys(config.gang_annotation_prefix)
+    out: dict[str, wl.Workload] = {}
+    claimed: dict[str, int] = {}
+    for w in workloads.objects.values():
+        slots = w.slots
+        if not slots or w.owned:
+            continue
+        first = slots[0]
+        if not any(k in first.gang_annotations for k in keys.all()) and (
+                w.namespace in auto_namespaces or kueue_topology_template(first)):
+            auto = {**first.gang_annotations, keys.size: contract.AUTO_SIZE}
+            slots = tuple(replace(s, gang_annotations=auto) for s in slots)
+            w = replace(w, slots=slots)
+            first = slots[0]
+        key = gang_key(first, config)
+        if key is None or key.partition("/")[2].startswith("pod:") or gang_key(slots[-1], config) != key:
+            continue
+        claimed[key] = claimed.get(key, 0) + 1
+        if w.record is not None:
+            out[key] = w
+            continue
+        try:
+            mode = contract.parse_release_mode(first.gang_annotations, w.release or config.release_mode)
+        except contract.ContractError:
+            mode = contract.WHEN_COMPLETE  # the webhook refuses the pods: nothing to plan
+        if mode != contract.AS_CREATED or not w.active or any(s.device_group for s in slots):
+            continue
+        size = first.gang_annotations.get(keys.size)
+        if size != contract.AUTO_SIZE and size != str(len(slots)):
+            continue  # a named gang of other members too: released when complete
+        out[key] = w
+    return {key: w for key, w in out.items() if claimed[key] == 1}  # a gang of several workloads: when complete
+
+
+def kueue_topology_template(slot: PodInfo) -> bool:
+    """True when a workload's pod template (its first slot) asks for a placement with
+    Kueue's topology annotations, names none of Troupe's topology keys and carries no mark
+    of a workload Kueue admitted: the webhook makes its pods gang members
+    (docs/decisions/039-kueue-annotations.md)."""
+    a = slot.gang_annotations
+    return (kueue.asks(a) and not any(k in a for k in contract.TOPOLOGY_KEYS)
+            and not kueue.managed_by_kueue(a, slot.labels, slot.gates))
+
+
+def auto_namespaces(namespaces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    """The namespaces (name -> labels) labelled ``troupe.io/gang-mode: auto``."""
+    return frozenset(n for n, labels in namespaces.items() if labels.get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO)
+
+
+def all_gangs(pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
+              workloads: wl.Workloads | None = None,
+              namespaces: Mapping[str, Mapping[str, str]] | None = None) -> list[Gang]:
+    """Every gang of ``pods`` and of the workloads released as created
+    (:func:`planned_gangs`; ``namespaces``: name -> labels), by key: what the simulator and
+    ``kubectl troupe`` decide, as the reconciler's cache builds them."""
+    planned = planned_gangs(workloads, config, auto_namespaces(namespaces or {})) if workloads is not None else {}
+    grouped = group_by_gang(pods, config)
+    return [build_gang(key, grouped.get(key, []), config, parallelism, workloads, planned.get(key))
+            for key in sorted({*grouped, *planned})]

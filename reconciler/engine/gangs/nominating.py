@@ -1,0 +1,43 @@
+"""A preemptor gang's nomination as a decision reads it: who carries it, when it runs out,
+and what the room held for the gangs ahead in the queue says (docs/decisions/020-preemption-in-the-decision.md,
+019-queue-order.md). Pure: plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+from reconciler.engine.gangs.clocks import jitter
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.queueing import QueueView
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.records import Nomination
+from reconciler.engine.model.timestamps import epoch
+
+
+def nomination_of(gang: Gang) -> tuple[str, Nomination | None]:
+    """The first gated member in rank order (who carries the gang's nomination) and the
+    latest nomination a gated member carries (None without one)."""
+    gated = [p for p in gang.members if p.gated]
+    noms = sorted((p.nomination for p in gated if p.nomination is not None), key=lambda n: n.at)
+    return (gated[0].key if gated else ""), (noms[-1] if noms else None)
+
+
+def nomination_deadline(gang: Gang, nom: Nomination, snapshot: Snapshot, cap: int) -> float:
+    """When a nomination runs out (seconds since the epoch): its time, plus the gang's
+    timeout and jitter, plus the longest grace period of its victims still there (the
+    Eviction API gives each its own), but never more than ``cap`` seconds after it was
+    made (``nominationMaxSeconds``: a victim's owner sets its grace period)."""
+    start = epoch(nom.at)
+    if start is None:
+        return 0.0
+    grace = max((p.grace_seconds for v in nom.victims if (p := snapshot.pods.get(v)) is not None), default=0)
+    return start + min(gang.timeout_seconds + jitter(gang, nom.at) + grace, cap)
+
+
+def held_note(queue: QueueView, held: frozenset[int]) -> str:
+    """The part of a reason that says ``held`` node indices are held for the gangs ahead in
+    ``queue`` (``""`` when none is)."""
+    if not held:
+        return ""
+    first = min(queue.holds, key=lambda h: h.order)
+    return (f"; {len(held)} node(s) held for {len(queue.holds)} gang(s) ahead in the queue "
+            f"({first.gang}, priority {first.priority}, in {first.domain})")

@@ -1,0 +1,189 @@
+"""The queue of waiting gangs: their order, and what a gang ahead holds back from those behind.
+
+Waiting gangs are tried in **queue order** (:func:`queue_order`): the highest priority first
+(``spec.priority`` of the members), then the earliest creation of the gang's oldest member,
+then the gang key. Two strategies, Kueue's (``queueingStrategy``;
+https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/#queueing-strategy), choose what a
+gang that does not fit does to those behind it:
+
+- ``BestEffortFIFO`` (the default): nothing at first; smaller gangs behind it that fit are
+  placed. Once it has waited ``headOfLineSeconds`` since it was complete (its newest
+  member's creation), the capacity it needs is **held** for it (:func:`hold_for`): gangs
+  behind it may not use the nodes of its target domain, so pods finishing there make room
+  for it instead of for the next small gang. A large gang at the head does not starve.
+- ``StrictFIFO``: a gang that does not fit blocks every gang behind it (they wait, phase
+  ``Waiting``, rule ``Queued``).
+
+Only gangs that could fit once capacity frees (placement code ``Unschedulable``, or a
+preemptor waiting for its victims) hold or block; a gang that can never fit as it is
+(``UnschedulableAndUnresolvable``), waits for members or is held never stands in the way.
+
+:class:`QueueState` is what the reconciler and the simulator keep of the gangs ahead: the
+simulator notes each decision in queue order, the reconciler each decision as it makes it
+(and, on start, every waiting gang in queue order before it acts), so both give a gang the
+same :class:`QueueView`. Pure: plain data in and out; ``docs/decisions/019-queue-order.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from reconciler.engine.gangs.avoidance import Avoidance
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import epoch
+from troupe.config import Config, PreemptionMode, QueueingStrategy
+
+#: Sort key of a gang in the queue: ``(-priority, created (epoch seconds), key)``.
+Order = tuple[int, float, str]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The configuration a decision follows beyond the gang's own keys: the preemption mode
+    (``gangPreemptionMode``), the queueing strategy, the head-of-line wait (seconds), the
+    gang annotation prefix (how victims are grouped into gangs), the longest a nomination
+    holds nodes (``nominationMaxSeconds``) and when a node that keeps failing members is
+    avoided (:class:`~reconciler.engine.gangs.avoidance.Avoidance`)."""
+
+    preemption: PreemptionMode = "off"
+    queueing: QueueingStrategy = "BestEffortFIFO"
+    head_of_line_seconds: int = 300
+    gang_prefix: str = "troupe.io/gang"
+    nomination_max_seconds: int = 600
+    avoidance: Avoidance = Avoidance()  # noqa: RUF009  Avoidance is frozen
+
+    @classmethod
+    def from_config(cls, config: Config) -> Policy:
+        """The policy of a Troupe configuration."""
+        return cls(config.gang_preemption_mode, config.queueing_strategy, config.head_of_line_seconds,
+                   config.gang_annotation_prefix, config.nomination_max_seconds, Avoidance.from_config(config))
+
+
+def queue_order(key: str, priority: int, created: str) -> Order:
+    """The gang's place in the queue: higher ``priority`` first, then earlier ``created``
+    (RFC 3339; unreadable sorts last), then ``key`` (deterministic)."""
+    at = epoch(created) if created else None
+    return (-priority, at if at is not None else float("inf"), key)
+
+
+def complete_since(members: Iterable[PodInfo]) -> float | None:
+    """When the gang became complete, as far as the cluster says: its newest member's
+    creation (seconds since the epoch), or None when no member has a readable one."""
+    stamps = [t for p in members if p.creation_timestamp and (t := epoch(p.creation_timestamp)) is not None]
+    return max(stamps) if stamps else None
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Capacity held for ``gang`` (queue order ``order``, priority ``priority``), waiting
+    since ``since`` (seconds since the epoch): the node indices ``nodes`` of its target
+    domain ``domain``, which no gang behind it may use."""
+
+    gang: str
+    order: Order
+    priority: int
+    since: float
+    nodes: frozenset[int]
+    domain: str
+
+
+def hold_for(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None) -> tuple[frozenset[int], str]:
+    """The nodes to hold for a gang that waits at the head of the queue, and its domain.
+
+    The target is a domain of the gang's required level, else of the lowest level at which
+    an emptied domain would hold the whole gang; among those, the one with the most room
+    for it now (then topology order). Held are the nodes of that domain that pass every
+    member's filters. Members of several shapes are counted as their envelope (each
+    resource's largest request, every filter). Empty when no domain could ever hold it."""
+    tree, levels = snapshot.tree, snapshot.levels
+    names = sorted({r for p in members for r in p.requests})
+    requests = {r: max(p.requests.get(r, 0) for p in members) for r in names}
+    filters = list(dict.fromkeys(p.node_filter for p in members))
+    eligible = [all(t) for t in zip(*(snapshot.eligible(f) for f in filters), strict=True)]
+    now = tree.caps_by_depth(snapshot.capacity(requests, eligible))
+    empty = tree.caps_by_depth(snapshot.empty().capacity(requests, eligible))
+    x = len(members)
+    depths: Iterable[int]
+    if required_level is not None:
+        depth = levels.depth_of(required_level)
+        depths = [depth] if depth is not None else []
+    else:
+        depths = range(tree.leaf_depth, -1, -1)
+    for d in depths:
+        fitting = [j for j, c in enumerate(empty[d]) if c >= x]
+        if fitting:
+            j = max(fitting, key=lambda k: (now[d][k], -k))
+            nodes = frozenset(i for i in range(tree.lo[d][j], tree.hi[d][j]) if eligible[i])
+            name = levels.name_of(d)
+            return nodes, (f"{name}={'/'.join(tree.prefix[d][j])}" if name else "the cluster")
+    return frozenset(), ""
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What the gangs ahead of one gang mean for it: ``blocked_by`` (StrictFIFO: the first
+    gang ahead that does not fit, described) and ``holds`` (BestEffortFIFO: capacity held
+    for gangs ahead that waited too long)."""
+
+    blocked_by: str = ""
+    holds: tuple[Hold, ...] = ()
+
+    @property
+    def held_nodes(self) -> frozenset[int]:
+        """Every node index some gang ahead holds."""
+        return frozenset().union(*(h.nodes for h in self.holds)) if self.holds else frozenset()
+
+
+@dataclass(frozen=True)
+class _Entry:
+    order: Order
+    what: str
+    hold: Hold | None
+
+
+class QueueState:
+    """The gangs that stand in the way of those behind them (module docstring), by key.
+
+    :meth:`note` records a gang's latest decision (``standing``: it does not fit but
+    could, or it waits for its victims; ``hold``: capacity held for it); :meth:`view`
+    gives a gang what the gangs ahead of it hold or block; :meth:`forget` drops a gang
+    that is gone. Not thread-safe: one worker decides at a time.
+    """
+
+    def __init__(self, strategy: QueueingStrategy = "BestEffortFIFO") -> None:
+        self.strategy = strategy
+        self._entries: dict[str, _Entry] = {}
+
+    def note(self, key: str, order: Order, standing: bool, what: str = "", hold: Hold | None = None) -> bool:
+        """Record gang ``key``'s decision; returns True when what it means for the gangs
+        behind it changed (they may need deciding again)."""
+        before = self._entries.get(key)
+        entry = _Entry(order, what, hold) if standing else None
+        if entry is None:
+            self._entries.pop(key, None)
+        else:
+            self._entries[key] = entry
+        return _effect(before) != _effect(entry)
+
+    def forget(self, key: str) -> bool:
+        """Drop gang ``key``; True when it stood in the way of others."""
+        return self._entries.pop(key, None) is not None
+
+    def view(self, order: Order) -> QueueView:
+        """What the gangs ahead of a gang of queue order ``order`` mean for it."""
+        ahead = sorted((e for e in self._entries.values() if e.order < order), key=lambda e: e.order)
+        if not ahead:
+            return QueueView()
+        if self.strategy == "StrictFIFO":
+            return QueueView(blocked_by=ahead[0].what)
+        return QueueView(holds=tuple(e.hold for e in ahead if e.hold is not None))
+
+    def holds(self) -> Mapping[str, Hold]:
+        """Every hold, by the key of the gang it is held for."""
+        return {k: e.hold for k, e in self._entries.items() if e.hold is not None}
+
+
+def _effect(entry: _Entry | None) -> tuple[object, ...] | None:
+    return None if entry is None else (entry.order, entry.hold.nodes if entry.hold else None)

@@ -1,0 +1,444 @@
+"""Dynamic Resource Allocation: the devices ResourceSlices publish, what pods claim, counted
+as units the way extended resources are (docs/decisions/044-dra.md).
+
+Kubernetes' ``resource.k8s.io/v1`` (GA in 1.34): a DRA driver publishes each node's devices
+in ResourceSlices (driver, pool, device name, attributes, capacity); a DeviceClass selects
+devices with CEL; a pod asks for devices through ResourceClaims, its own (made by
+kube-controller-manager from a ResourceClaimTemplate) or one it shares; kube-scheduler
+allocates the devices of a claim on the node it binds the pod to and records them in the
+claim's ``status.allocation``.
+
+Troupe plans with the same units as everywhere else: every distinct request shape (a
+DeviceClass and the request's own selectors) becomes one resource named
+``devices/<class>`` (``devices/<class>~<hash>`` with request selectors), which
+
+- a node offers as many units of as it has devices matching the class's and the request's
+  selectors (:mod:`.cel`) that no claim has been allocated;
+- a pod requests as many units of as its claims not yet allocated ask for (a claim shared
+  by several pods is counted once, on the one placed, else the first in name order);
+- a claim allocated, or shared with a pod placed already, holds every pod that uses it to
+  its node: the node offers ``resourceclaim/<ns>/<name>`` and each pod requests one unit of
+  it; the pod its devices are counted on keeps asking for them, so evicting it frees them
+  (what preemption plans with), and a device allocated to a claim no pod of the snapshot
+  asks for counts for no one. (Pods sharing a claim that none of them has been placed with
+  are not held together: see decision 044.)
+
+So placement, preemption (evicting a victim frees its claim's devices only once the claim
+is deallocated, which the snapshot then shows), the simulator and ``kubectl troupe`` count
+DRA devices as they count ``nvidia.com/gpu``, and a plan never names a node with fewer free
+matching devices than its members there need (a hypothesis property,
+``tests/engine/test_dra_properties.py``). What cannot be counted so (an unknown class, a
+selector cel-python cannot evaluate, ``allocationMode: All``, a claim or template that does
+not exist) holds the pod's gang with a reason that quotes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.engine.model import cel
+from reconciler.engine.model.fields import ObjectError, item, mapping, path, sequence, string
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.quantity import QuantityError, parse_quantity
+
+#: The prefix of the resources DRA requests are counted as.
+DEVICES = "devices/"
+#: The prefix of the resource that holds a pod to the node its allocated claim is on.
+CLAIM = "resourceclaim/"
+#: Consumers one ResourceClaim may have (``status.reservedFor``'s limit in the API).
+MAX_CONSUMERS = 256
+
+DeviceKey = tuple[str, str, str]
+"""A device's identity: ``(driver, pool, device name)``."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a ResourceSlice: its :data:`DeviceKey` parts, the ``node`` it is on,
+    and the :data:`~reconciler.engine.model.cel.DeviceView` selectors read."""
+
+    driver: str
+    pool: str
+    name: str
+    node: str
+    view: cel.DeviceView
+
+    @property
+    def key(self) -> DeviceKey:
+        """``(driver, pool, name)``."""
+        return (self.driver, self.pool, self.name)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One device request of a claim: ``count`` devices of DeviceClass ``class_name``
+    accepted by every one of ``selectors`` (CEL); ``mode`` ``ExactCount`` or ``All``."""
+
+    name: str
+    class_name: str
+    count: int = 1
+    selectors: tuple[str, ...] = ()
+    mode: str = "ExactCount"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A ResourceClaim: its ``requests``, the devices allocated to it (``allocated``) and
+    the ``node`` they are on (``""`` while unallocated)."""
+
+    namespace: str
+    name: str
+    requests: tuple[Request, ...] = ()
+    allocated: tuple[DeviceKey, ...] = ()
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The DRA objects a snapshot counts: ``devices`` (of node-local ResourceSlices),
+    ``classes`` (DeviceClass name -> its selectors), ``claims`` and ``templates`` (by
+    ``(namespace, name)``; a template's value is its requests)."""
+
+    devices: tuple[Device, ...] = ()
+    classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    claims: Mapping[tuple[str, str], Claim] = field(default_factory=dict)
+    templates: Mapping[tuple[str, str], tuple[Request, ...]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.devices or self.classes or self.claims or self.templates)
+
+    @functools.cached_property
+    def attribute_names(self) -> frozenset[str]:
+        """Every qualified attribute name (``domain/id``) some device has."""
+        return frozenset(name for device in self.devices for name, _ in device.view[1])
+
+
+# --- reading the objects ----------------------------------------------------------------------
+def _value(attr: Mapping[str, Any], where: str) -> Any:
+    for kind in ("int", "bool", "string", "version"):
+        if kind in attr:
+            value = attr[kind]
+            ok = {"int": isinstance(value, int) and not isinstance(value, bool), "bool": isinstance(value, bool)}
+            if (kind in ok and not ok[kind]) or (kind in ("string", "version") and not isinstance(value, str)):
+                raise ObjectError(where, f"expected a {kind}, got {value!r}")
+            return value
+    raise ObjectError(where, "expected one of int, bool, string, version")
+
+
+def slice_devices(obj: Mapping[str, Any]) -> list[Device]:
+    """The devices of a ResourceSlice that names its node (``spec.nodeName``); none for a
+    slice of network-attached devices (``nodeSelector``, ``allNodes``), which no one node
+    holds. Raises :class:`~reconciler.engine.model.fields.ObjectError` naming the bad field."""
+    spec = mapping(obj, "spec", required=True)
+    node = string(spec, "nodeName", "spec")
+    if not node:
+        return []
+    driver = string(spec, "driver", "spec", required=True)
+    pool = string(mapping(spec, "pool", "spec", required=True), "name", "spec.pool", required=True)
+    out = []
+    raw = sequence(spec, "devices", "spec")
+    for i in range(len(raw)):
+        base = path("spec.devices", i)
+        device = item(raw, i, "spec.devices")
+        name = string(device, "name", base, required=True)
+        attrs = {k if "/" in k else f"{driver}/{k}": _value(v if isinstance(v, Mapping) else {}, path(base, "attributes", k))
+                 for k, v in mapping(device, "attributes", base).items()}
+        capacity = {}
+        for k, v in mapping(device, "capacity", base).items():
+            try:
+                raw_value = v.get("value", "") if isinstance(v, Mapping) else v
+                capacity[k if "/" in k else f"{driver}/{k}"] = parse_quantity(raw_value)
+            except QuantityError as e:
+                raise ObjectError(path(base, "capacity", k, "value"), str(e)) from None
+        out.append(Device(driver, pool, name, node, cel.view(driver, attrs, capacity)))
+    return out
+
+
+def device_class(obj: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """A DeviceClass: ``(name, its CEL selectors)``. Raises ``ObjectError``."""
+    name = string(mapping(obj, "metadata", required=True), "name", "metadata", required=True)
+    return name, _selectors(mapping(obj, "spec"), "spec")
+
+
+def _selectors(owner: Mapping[str, Any], base: str) -> tuple[str, ...]:
+    raw = sequence(owner, "selectors", base)
+    out = []
+    for i in range(len(raw)):
+        selector = item(raw, i, path(base, "selectors"))
+        out.append(string(mapping(selector, "cel", path(base, "selectors", i), required=True), "expression",
+                          path(base, "selectors", i, "cel"), required=True))
+    return tuple(out)
+
+
+def claim_requests(spec: Mapping[str, Any], base: str = "spec") -> tuple[Request, ...]:
+    """The requests of a ResourceClaimSpec (``devices.requests[]``: ``exactly``, or the
+    first of ``firstAvailable``). Raises ``ObjectError``."""
+    raw = sequence(mapping(spec, "devices", base), "requests", path(base, "devices"))
+    out = []
+    for i in range(len(raw)):
+        where = path(base, "devices.requests", i)
+        request = item(raw, i, path(base, "devices.requests"))
+        name = string(request, "name", where, required=True)
+        exactly = mapping(request, "exactly", where)
+        if not exactly:
+            first = sequence(request, "firstAvailable", where)
+            exactly, where = (item(first, 0, path(where, "firstAvailable")), path(where, "firstAvailable", 0)) \
+                if first else ({}, where)
+        count = exactly.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ObjectError(path(where, "count"), f"expected a positive integer, got {count!r}")
+        out.append(Request(name, string(exactly, "deviceClassName", where, required=True), count,
+                           _selectors(exactly, where), string(exactly, "allocationMode", where, default="ExactCount")))
+    return tuple(out)
+
+
+def claim(obj: Mapping[str, Any]) -> Claim:
+    """A ResourceClaim: its requests and allocation. Raises ``ObjectError``."""
+    meta = mapping(obj, "metadata", required=True)
+    allocation = mapping(mapping(obj, "status"), "allocation", "status")
+    results = sequence(mapping(allocation, "devices", "status.allocation"), "results", "status.allocation.devices")
+    allocated = tuple((string(r, "driver"), string(r, "pool"), string(r, "device"))
+                      for r in results if isinstance(r, Mapping))
+    return Claim(string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True),
+                 claim_requests(mapping(obj, "spec", required=True)), allocated, _allocated_node(allocation))
+
+
+def _allocated_node(allocation: Mapping[str, Any]) -> str:
+    """The node kube-scheduler allocated a claim for: its ``nodeSelector``'s single
+    ``metadata.name`` field (or hostname label) value; ``""`` when none."""
+    terms = mapping(allocation, "nodeSelector").get("nodeSelectorTerms")
+    for term in terms if isinstance(terms, list) else []:
+        for key in ("matchFields", "matchExpressions"):
+            for req in (term.get(key) or []) if isinstance(term, Mapping) else []:
+                values = req.get("values") if isinstance(req, Mapping) else None
+                if req.get("key") in ("metadata.name", "kubernetes.io/hostname") and isinstance(values, list) \
+                        and len(values) == 1:
+                    return str(values[0])
+    return ""
+
+
+def template(obj: Mapping[str, Any]) -> tuple[tuple[str, str], tuple[Request, ...]]:
+    """A ResourceClaimTemplate: ``((namespace, name), requests)``. Raises ``ObjectError``."""
+    meta = mapping(obj, "metadata", required=True)
+    key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
+    return key, claim_requests(mapping(mapping(obj, "spec", required=True), "spec", "spec", required=True), "spec.spec")
+
+
+def catalog(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Catalog:
+    """A :class:`Catalog` of ``(kind, object)`` pairs (ResourceSlice, DeviceClass,
+    ResourceClaim, ResourceClaimTemplate). Raises ``ObjectError``."""
+    devices: list[Device] = []
+    classes: dict[str, tuple[str, ...]] = {}
+    claims: dict[tuple[str, str], Claim] = {}
+    templates: dict[tuple[str, str], tuple[Request, ...]] = {}
+    for kind, obj in objects:
+        if kind == "ResourceSlice":
+            devices.extend(slice_devices(obj))
+        elif kind == "DeviceClass":
+            name, selectors = device_class(obj)
+            classes[name] = selectors
+        elif kind == "ResourceClaim":
+            c = claim(obj)
+            claims[(c.namespace, c.name)] = c
+        elif kind == "ResourceClaimTemplate":
+            key, requests = template(obj)
+            templates[key] = requests
+    return Catalog(tuple(devices), classes, claims, templates)
+
+
+# --- counting -----------------------------------------------------------------------------------
+def kind_of(request: Request) -> str:
+    """The resource a request is counted as: ``devices/<class>``, with ``~`` and 8 hex
+    digits of a hash of its own selectors when it has any."""
+    if not request.selectors:
+        return f"{DEVICES}{request.class_name}"
+    digest = hashlib.sha256("\n".join(request.selectors).encode()).hexdigest()[:8]
+    return f"{DEVICES}{request.class_name}~{digest}"
+
+
+@dataclass
+class _Demand:
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)  # pod key -> resource -> units
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> selectors (class + request)
+    pins: dict[str, str] = field(default_factory=dict)  # claim resource -> node
+    charged: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # claim -> kinds a pod asks for it
+
+
+def _claim_of(pod: PodInfo, entry: tuple[str, str, str], c: Catalog) -> tuple[Claim | None, tuple[Request, ...], str]:
+    """``(claim, requests, problem)`` of one entry of ``spec.resourceClaims``."""
+    entry_name, claim_name, template_name = entry
+    if claim_name:
+        found = c.claims.get((pod.namespace, claim_name))
+        if found is not None:
+            return found, found.requests, ""
+    if template_name:
+        requests = c.templates.get((pod.namespace, template_name))
+        if requests is None:
+            return None, (), f"ResourceClaimTemplate {pod.namespace}/{template_name} (claim {entry_name}) not found"
+        return None, requests, ""
+    return None, (), f"ResourceClaim {pod.namespace}/{claim_name or entry_name} (claim {entry_name}) not found"
+
+
+def _placed(pod: PodInfo) -> str:
+    return pod.node_name or pod.assigned_node
+
+
+def _sharing(pods: Sequence[PodInfo], c: Catalog) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+    """For each existing claim its pods use: the pod its devices are counted on (the one
+    placed, else the first by name) and the node a placed consumer is on (``""`` when none)."""
+    charged: dict[tuple[str, str], str] = {}
+    node: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        for _, claim_name, _ in pod.claims:
+            key = (pod.namespace, claim_name)
+            if not claim_name or key not in c.claims:
+                continue
+            if _placed(pod) and not node.get(key):
+                node[key], charged[key] = _placed(pod), pod.key
+            charged.setdefault(key, pod.key)
+    return charged, node
+
+
+def _demand(pods: Sequence[PodInfo], c: Catalog) -> _Demand:
+    d = _Demand()
+    users = sorted((p for p in pods if p.claims and not p.terminal), key=lambda p: p.key)
+    charged, placed_on = _sharing(users, c)
+    for pod in users:
+        wanted: dict[str, int] = {}
+        for entry in pod.claims:
+            found, requests, problem = _claim_of(pod, entry, c)
+            if problem:
+                d.problems.setdefault(pod.key, []).append(problem)
+                continue
+            key = (found.namespace, found.name) if found is not None else None
+            if found is not None and key is not None:
+                node = found.node if found.allocated else placed_on.get(key, "")
+                if node:  # allocated there, or a consumer placed there: every consumer goes there
+                    pin = f"{CLAIM}{found.namespace}/{found.name}"
+                    d.pins[pin] = node
+                    wanted[pin] = 1
+                if charged.get(key) != pod.key:
+                    continue  # a shared claim's devices are counted once, on one of its pods
+            for r in requests:
+                problem = _request_problem(r, c)
+                if problem:
+                    d.problems.setdefault(pod.key, []).append(problem)
+                    continue
+                kind = kind_of(r)
+                d.kinds[kind] = c.classes[r.class_name] + r.selectors
+                wanted[kind] = wanted.get(kind, 0) + r.count
+                if key is not None:
+                    d.charged.setdefault(key, set()).add(kind)
+        d.requests[pod.key] = wanted
+    return d
+
+
+def _request_problem(r: Request, c: Catalog) -> str:
+    if r.class_name not in c.classes:
+        return f"DeviceClass {r.class_name} (request {r.name}) not found"
+    if r.mode != "ExactCount":
+        return f"request {r.name}: allocationMode {r.mode} is not counted by Troupe (ask for a count)"
+    for expression in c.classes[r.class_name] + r.selectors:
+        try:
+            cel.check(expression)
+        except cel.SelectorError as e:
+            return f"request {r.name}: {e}"
+    return ""
+
+
+def node_units(devices: Iterable[Device], kinds: Mapping[str, tuple[str, ...]],
+               taken: Mapping[DeviceKey, frozenset[str]]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Node -> resource -> the devices matching each kind's selectors that no claim holds,
+    and resource -> why it cannot be counted (a selector that fails on some device).
+    ``taken``: the devices allocated to claims, each with the kinds its claim is asked as
+    by a pod of the snapshot: such a device still counts for those kinds (that pod uses the
+    units, and evicting it frees them, which preemption reads), for no other."""
+    out: dict[str, dict[str, int]] = {}
+    broken: dict[str, str] = {}
+    for device in devices:
+        held = taken.get(device.key)
+        for kind, selectors in kinds.items():
+            if kind in broken or (held is not None and kind not in held):
+                continue
+            try:
+                ok = all(cel.matches(s, device.view) for s in selectors)
+            except cel.SelectorError as e:
+                broken[kind] = f"{e} (device {device.driver}/{device.pool}/{device.name})"
+                continue
+            if ok:
+                units = out.setdefault(device.node, {})
+                units[kind] = units.get(kind, 0) + 1
+    return out, broken
+
+
+def level_attributes(c: Catalog, levels: Iterable[str]) -> tuple[str, ...]:
+    """The ``levels`` (topology level keys) that are device attribute names (``domain/id``,
+    as ``gpu.troupe.dev/nvlinkDomain``) of some device of the catalog."""
+    return tuple(level for level in levels if level in c.attribute_names)
+
+
+def _topology_labels(nodes: Sequence[NodeInfo], c: Catalog, levels: Sequence[str]) -> list[NodeInfo]:
+    """``nodes`` with a label for each of ``levels`` that a node does not carry and on which
+    all its devices agree (an NVLink domain a driver publishes per device): the attribute
+    as a topology level, so gangs are placed inside it as inside a block."""
+    values: dict[str, dict[str, set[str]]] = {}
+    for device in c.devices:
+        attrs = dict(device.view[1])
+        per_node = values.setdefault(device.node, {})
+        for level in levels:
+            per_node.setdefault(level, set()).add(str(attrs.get(level, "")))
+    out = []
+    for n in nodes:
+        found = {level: next(iter(v)) for level, v in values.get(n.name, {}).items()
+                 if len(v) == 1 and "" not in v and level not in n.labels}
+        out.append(dataclasses.replace(n, labels={**n.labels, **found}) if found else n)
+    return out
+
+
+def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog,
+          levels: Sequence[str] = ()) -> tuple[list[NodeInfo], list[PodInfo]]:
+    """``nodes`` and ``pods`` with DRA counted as units (module docstring): nodes offer the
+    free matching devices of each requested kind and the claim resources of allocated
+    claims; pods request them; a pod whose claims cannot be counted gets the reason in
+    ``malformed`` (its gang is held). ``levels``: topology level keys that may be device
+    attributes (:func:`level_attributes`): a node gets each as a label where its devices
+    agree on it. Unchanged when no pod has a claim and no level is an attribute."""
+    attribute_levels = level_attributes(c, levels) if levels else ()
+    if attribute_levels:
+        nodes = _topology_labels(nodes, c, attribute_levels)
+    if not any(p.claims for p in pods):
+        return list(nodes), list(pods)
+    d = _demand(pods, c)
+    taken = {device: frozenset(d.charged.get((claim_.namespace, claim_.name), ()))
+             for claim_ in c.claims.values() for device in claim_.allocated}
+    units, broken = node_units(c.devices, d.kinds, taken)
+    for pin, node in d.pins.items():
+        units.setdefault(node, {})[pin] = MAX_CONSUMERS
+    new_nodes = [dataclasses.replace(n, allocatable={**n.allocatable, **units[n.name]}) if n.name in units else n
+                 for n in nodes]
+    new_pods = []
+    for p in pods:
+        wanted = d.requests.get(p.key)
+        problems = d.problems.get(p.key, []) + [broken[k] for k in (wanted or {}) if k in broken]
+        if wanted is None and not problems:
+            new_pods.append(p)
+            continue
+        malformed = "; ".join([p.malformed, *problems]) if p.malformed else "; ".join(problems)
+        new_pods.append(dataclasses.replace(p, requests={**p.requests, **(wanted or {})}, malformed=malformed))
+    return new_nodes, new_pods
+
+
+def convert_slots(slots: tuple[PodInfo, ...], c: Catalog) -> tuple[PodInfo, ...]:
+    """The slots of a workload (its members before their pods exist,
+    :mod:`.templates`) with their claims counted as :func:`apply` counts a pod's: a
+    template's requests per slot, a shared claim once."""
+    if not any(s.claims for s in slots):
+        return slots
+    return tuple(apply((), slots, c)[1])

@@ -1,0 +1,290 @@
+"""Workloads as gangs: which workload a pod belongs to, which gang that makes, its size.
+
+A pod whose ``<prefix>-size`` is ``auto`` (the user's, or stamped by the webhook in a
+namespace labelled ``troupe.io/gang-mode: auto``) is grouped by the workload that created
+it, and the gang's size is read from the workload object, never counted by hand
+(docs/decisions/014-workload-gangs.md):
+
+============================  =====================================  ===============================
+workload (API)                one gang per                           size
+============================  =====================================  ===============================
+Job (``batch/v1``)            Job (the pod's controller owner)       ``parallelism``, capped by the
+                                                                     completions still to go
+JobSet                        JobSet and restart attempt (labels     sum over ``replicatedJobs`` of
+(``jobset.x-k8s.io/v1alpha2``) ``jobset.sigs.k8s.io/jobset-name``,   ``replicas x parallelism``
+                              ``restart-attempt``)                   (each capped by completions)
+LeaderWorkerSet               group (``leaderworkerset.sigs.k8s.io/  ``leaderWorkerTemplate.size``
+(``leaderworkerset.x-k8s.io/  name`` and ``group-index``)
+v1``)
+PyTorchJob (``kubeflow.org/   job (controller owner, label           sum of the replica specs'
+v1``)                         ``training.kubeflow.org/job-name``)    ``replicas``
+============================  =====================================  ===============================
+
+A JobSet's restart is a new gang (its pods carry the new ``restart-attempt``), so the pods
+of the old attempt, still terminating, never count and the new ones are never taken for
+replacements of a running gang. A LeaderWorkerSet group that is recreated keeps its
+labels; its pods created before the group's current leader are of the old group and are
+left out (:func:`superseded`). Ranks are :func:`troupe.ranks.rank_key`'s (a JobSet's
+``job-global-index`` is replicated-job order then job index).
+
+A topology level may be given once on the workload object (the pod annotations
+``troupe.io/topology-required-level`` / ``-preferred-level`` and the slice, placement and
+exclusive keys of :mod:`troupe.layers`, as annotations of the Job, JobSet,
+LeaderWorkerSet or PyTorchJob); a member's own request wins.
+
+Pure: plain dicts in (workload objects as the API serves them), plain values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import troupe.contract as contract
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.reservations import Record, Reservation
+from reconciler.engine.model.templates import job_pods, replica_order, slots
+from reconciler.engine.model.timestamps import epoch
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A supported workload kind: ``kind``, API ``group`` and ``version``, and ``plural``
+    (the resource name: what RBAC rules and list URLs name)."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        """``group/version`` (``batch/v1``)."""
+        return f"{self.group}/{self.version}"
+
+    @property
+    def crd(self) -> str:
+        """The CustomResourceDefinition's name (``jobsets.jobset.x-k8s.io``)."""
+        return f"{self.plural}.{self.group}"
+
+
+JOB = Kind("Job", "batch", "v1", "jobs")
+JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets")
+LEADER_WORKER_SET = Kind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs")
+#: Every supported kind; all but Job are custom resources whose CRD may be absent.
+KINDS: tuple[Kind, ...] = (JOB, JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
+CUSTOM_KINDS: tuple[Kind, ...] = (JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
+_BY_KIND = {k.kind: k for k in KINDS}
+#: Each supported kind by its ``kind``.
+KIND_OF: Mapping[str, Kind] = _BY_KIND
+
+#: ``(kind, namespace, name)`` of a workload object.
+WorkloadKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a gang needs of one workload object: its ``size`` (members of one gang),
+    how it was counted (``size_from``, for reasons: ``JobSet train: driver 1x1 +
+    workers 2x4``) and the topology annotations it carries (``topology``: key ->
+    value, only Troupe's two level keys)."""
+
+    kind: str
+    namespace: str
+    name: str
+    size: int
+    size_from: str
+    topology: Mapping[str, str] = field(default_factory=dict)
+    #: Its members before their pods exist (:mod:`.templates`), in rank order; ``()`` for
+    #: a kind released when complete. Compared through ``generation`` (a spec change).
+    slots: tuple[PodInfo, ...] = field(default=(), compare=False, repr=False)
+    generation: int = 0
+    #: Whether it still runs pods: not suspended, not finished, not being deleted.
+    active: bool = True
+    #: Its ``troupe.io/release`` annotation (``""`` without one).
+    release: str = ""
+    #: The reservation it carries (``reconciler.troupe.io/reservation``), None without one
+    #: or when the value cannot be read; ``record_error`` says why not (``""``).
+    record: Record | None = None
+    record_error: str = ""
+    #: A supported workload is its controller (a JobSet's child Job): its pods are that
+    #: workload's members, so it makes no gang of its own.
+    owned: bool = False
+
+    @property
+    def key(self) -> WorkloadKey:
+        """``(kind, namespace, name)``."""
+        return (self.kind, self.namespace, self.name)
+
+
+@dataclass(frozen=True)
+class Workloads:
+    """The workload objects known (by :attr:`Workload.key`) and, for kinds whose objects
+    cannot be read at all, why (``unavailable``: kind -> reason, e.g. its CRD is not
+    installed). What a decision needs; the reconciler's cache and the simulator build it."""
+
+    objects: Mapping[WorkloadKey, Workload] = field(default_factory=dict)
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    def reservations(self) -> list[Reservation]:
+        """The reservations of the workloads that still run pods (what a snapshot holds):
+        one of a finished or suspended workload holds nothing."""
+        return [Reservation(w.namespace, w.key, w.record, w.slots) for w in self.objects.values()
+                if w.record is not None and w.active and w.slots]
+
+    def missing(self, key: WorkloadKey) -> str:
+        """Why ``key`` is not known, for a gang's reason."""
+        kind, namespace, name = key
+        why = self.unavailable.get(kind)
+        if why:
+            return f"{kind} {namespace}/{name} cannot be read: {why}"
+        return f"{kind} {namespace}/{name} not found (deleted, or not readable by the reconciler)"
+
+
+#: The largest count read from a workload: the API's counts are int32.
+_MAX_COUNT = 2**31 - 1
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT else default
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
+    """The :class:`Workload` of an object of a supported ``kind`` (a plain dict in the API
+    shape), or None for an unsupported kind or an object without a name. Never raises:
+    a missing or malformed count takes the API's default (1)."""
+    if kind not in _BY_KIND:
+        return None
+    meta = _map(obj.get("metadata"))
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    namespace = str(meta.get("namespace") or "default")
+    spec = _map(obj.get("spec"))
+    annotations = _map(meta.get("annotations"))
+    topology = {k: str(annotations[k]) for k in contract.TOPOLOGY_KEYS if k in annotations}
+    if kind == JOB.kind:
+        succeeded = _int(_map(obj.get("status")).get("succeeded"), 0)
+        size = job_pods(spec, succeeded)
+        how = f"Job {name} parallelism" + (f", {succeeded} completed" if succeeded else "")
+    elif kind == JOBSET.kind:
+        parts, size = [], 0
+        replicated = spec.get("replicatedJobs")
+        for i, rj in enumerate(replicated if isinstance(replicated, list) else []):
+            rj = _map(rj)
+            replicas = _int(rj.get("replicas"), 1)
+            pods = job_pods(_map(_map(rj.get("template")).get("spec")))
+            size += replicas * pods
+            rj_name = rj.get("name")
+            parts.append(f"{rj_name if isinstance(rj_name, str) and rj_name else i} {replicas}x{pods}")
+        how = f"JobSet {name}: " + " + ".join(parts)
+    elif kind == LEADER_WORKER_SET.kind:
+        size = _int(_map(spec.get("leaderWorkerTemplate")).get("size"), 1)
+        how = f"LeaderWorkerSet {name} group size"
+    else:
+        parts, size = [], 0
+        for key, replica_specs in sorted((k, v) for k, v in spec.items() if isinstance(k, str)):
+            if not key.endswith("ReplicaSpecs") or not isinstance(replica_specs, Mapping):
+                continue
+            for rtype, rspec in sorted(((str(k), v) for k, v in replica_specs.items()), key=replica_order):
+                replicas = _int(_map(rspec).get("replicas"), 1)
+                size += replicas
+                parts.append(f"{rtype} {replicas}")
+        how = f"{kind} {name}: " + " + ".join(parts)
+    record, record_error = None, ""
+    raw = annotations.get(contract.RESERVATION)
+    if isinstance(raw, str):
+        record = Record.decode(raw)
+        if record is None:
+            record_error = f"{contract.RESERVATION}: {contract.quoted(raw)} is not a reservation record"
+    generation = meta.get("generation")
+    release = annotations.get(contract.RELEASE_MODE)
+    return Workload(kind, namespace, name, max(size, 1), how, topology,
+                    slots=slots(kind, obj) if size > 0 else (),
+                    generation=generation if isinstance(generation, int) else 0,
+                    active=_active(kind, meta, spec, _map(obj.get("status"))),
+                    release=release if isinstance(release, str) else "", record=record, record_error=record_error,
+                    owned=_owned(meta))
+
+
+def _owned(meta: Mapping[str, Any]) -> bool:
+    """Whether a supported workload (another kind than a Job) controls this object."""
+    owners = meta.get("ownerReferences")
+    for ref in owners if isinstance(owners, list) else []:
+        ref = _map(ref)
+        if ref.get("controller") is True and ref.get("kind") in _BY_KIND and ref.get("kind") != JOB.kind:
+            return True
+    return False
+
+
+#: Conditions that end a workload (Job: ``Complete``, ``Failed`` and the targets set before
+#: them; JobSet: ``Completed``, ``Failed``; Kubeflow: ``Succeeded``, ``Failed``).
+_FINISHED = frozenset({"Complete", "Completed", "Failed", "Succeeded", "FailureTarget", "SuccessCriteriaMet"})
+
+
+def _active(kind: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a workload still runs pods: not being deleted, not suspended (``spec.suspend``,
+    a Kubeflow job's ``spec.runPolicy.suspend``), without a condition that ends it."""
+    if meta.get("deletionTimestamp") is not None:
+        return False
+    if spec.get("suspend") is True or _map(spec.get("runPolicy")).get("suspend") is True:
+        return False
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else []:
+        condition = _map(condition)
+        if condition.get("type") in _FINISHED and condition.get("status") == "True":
+            return False
+    return True
+
+
+def workloads_of(kind: str, objects: Iterable[Mapping[str, Any]]) -> dict[WorkloadKey, Workload]:
+    """:func:`workload` of each object, by key (objects that give none are left out)."""
+    out = {}
+    for obj in objects:
+        w = workload(kind, obj)
+        if w is not None:
+            out[w.key] = w
+    return out
+
+
+def group(pod: PodInfo) -> tuple[str, WorkloadKey] | None:
+    """The gang id (the part of the gang key after ``namespace/``) and the workload of a
+    pod, or None when no supported workload created it. Checked in this order, since a
+    JobSet's pods are also owned by its Jobs: LeaderWorkerSet labels, JobSet labels, a
+    Kubeflow owner, a Job owner."""
+    lab, ns, owner = pod.labels, pod.namespace, pod.owner
+    lws, index = lab.get(contract.LWS_NAME_LABEL), lab.get(contract.LWS_GROUP_INDEX_LABEL)
+    if lws and index is not None:
+        return f"lws:{lws}:{index}", (LEADER_WORKER_SET.kind, ns, lws)
+    jobset = lab.get(contract.JOBSET_NAME_LABEL)
+    if jobset:
+        attempt = lab.get(contract.JOBSET_RESTART_LABEL) or "0"
+        return f"jobset:{jobset}:{attempt}", (JOBSET.kind, ns, jobset)
+    if owner is None:
+        return None
+    group_name = owner.api_version.split("/", 1)[0]
+    if owner.kind == PYTORCH_JOB.kind and group_name == PYTORCH_JOB.group:
+        return f"{owner.kind.lower()}:{owner.name}", (owner.kind, ns, owner.name)
+    if owner.kind == JOB.kind and group_name == JOB.group:
+        return f"job:{owner.name}", (JOB.kind, ns, owner.name)
+    return None
+
+
+def superseded(members: Iterable[PodInfo]) -> set[str]:
+    """Keys of the members of a LeaderWorkerSet group created before its current leader
+    (worker index 0, the newest one): pods of the group as it was before it was
+    recreated, on their way out. Creation timestamps have one-second resolution, so a
+    pod created in the same second as the leader is kept. Empty for other workloads."""
+    members = list(members)
+    leaders = [t for p in members if p.labels.get(contract.LWS_WORKER_INDEX_LABEL) == "0"
+               and (t := epoch(p.creation_timestamp)) is not None]
+    if not leaders:
+        return set()
+    newest = max(leaders)
+    return {p.key for p in members if (t := epoch(p.creation_timestamp)) is not None and t < newest}

@@ -1,0 +1,36 @@
+"""``python -m reconciler run``: informers -> cache -> work queue -> gang controller -> writes.
+
+One worker decides gangs one at a time, so two gangs are never planned against the same
+free capacity; a release then writes its members in parallel (``releaseConcurrency``).
+Pod and node watches keep the cache current. An event re-queues only the gangs it can
+help (docs/decisions/019-queue-order.md): a gang's own pods, and, for a change that may
+make room (a pod deleted or finished, a node whose labels, taints, readiness or capacity
+changed), the gangs waiting for room that some gated member could run on that node; a gang
+the event cannot help keeps its backoff. The worker takes the highest-priority gang first,
+and namespaces of equal priority in turn. On start (and on taking over) every waiting gang
+is decided once in queue order before anything is written, so a new leader holds and
+blocks as the old one did.
+
+The HTTP server (``--metrics-bind``) serves ``/metrics`` (Prometheus), ``/healthz`` (the
+worker thread is alive and not stuck on one gang, and every informer lists and watches;
+else 503 with the reason), ``/readyz`` (caches synced and leading, or standing by as a
+follower; JSON body ``{"ready", "role", "synced", "waiting_for"}``, the last naming the
+informers that have not listed yet) and ``/debug/gangs`` (every gang's last phase and
+reason, JSON).
+
+With leader election, every write passes the elector's fence, and a clean shutdown
+closes it, drains the writes in flight and releases the Lease
+(docs/decisions/016-bounded-failure-detection.md).
+
+Its parts: :mod:`~reconciler.run.reconciler` (the informers, the queue, the worker
+and the metrics of each reconcile), :mod:`~reconciler.run.probes` (the HTTP server)
+and :mod:`~reconciler.run.process` (the process: clients, election, signals).
+"""
+
+from __future__ import annotations
+
+from reconciler.run.probes import Health, serve_http
+from reconciler.run.process import run
+from reconciler.run.reconciler import POOL_EXTRA, WORKER_STUCK_SECONDS, Reconciler
+
+__all__ = ["POOL_EXTRA", "WORKER_STUCK_SECONDS", "Health", "Reconciler", "run", "serve_http"]

@@ -1,0 +1,385 @@
+"""The running reconciler (:class:`Reconciler`): its informers feed the cache and the work
+queue, its one worker thread reconciles gangs and SharedDeviceGroups through the gang
+controller, and each reconcile's outcome becomes metrics and logs. The package docstring of
+:mod:`reconciler.run` says what is queued when, and why one worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from reconciler import kube
+from reconciler.daemon import metrics
+from reconciler.daemon.cache import ClusterCache, group_of_key
+from reconciler.daemon.cache.dra import KINDS as DRA_KINDS
+from reconciler.daemon.controller import GangController
+from reconciler.daemon.queue import ShutDown, WorkQueue
+from reconciler.daemon.writer import UNFENCED, Fence
+from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.pods import TERMINAL_PHASES
+from reconciler.objects.retain import BUDGET, retain
+from troupe import contract
+from troupe.config import Config
+
+log = logging.getLogger("reconciler")
+
+RECONCILES = Counter("troupe_reconciles_total", "Gang reconciles, by resulting phase.", ["phase"])
+RECONCILE_ERRORS = Counter("troupe_reconcile_errors_total", "Reconciles that raised an unexpected error.")
+PREEMPTIONS = Counter("troupe_preemptions_total", "Preemption plans carried out (nominations written), by mode.",
+                      ["mode"])
+EVICTIONS = Counter("troupe_preemption_victims_total", "Victim pods evicted for preemptors (eviction requested).")
+REFUSED_MOVES = Counter("troupe_lifecycle_refused_moves_total",
+                        "Phase moves the gang lifecycle refused (nothing was written; should stay 0).")
+RECONCILE_SECONDS = Histogram(
+    "troupe_reconcile_duration_seconds", "Time to reconcile one gang (decision and writes), seconds.",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+GANGS = Gauge("troupe_gangs", "Gangs known to the reconciler, by phase.", ["phase"])
+QUEUE_DEPTH = Gauge("troupe_workqueue_depth", "Gang keys waiting in the work queue.")
+LEADER = Gauge("troupe_leader", "1 while this replica may write: it holds the Lease and its fence is open "
+               "(1 without leader election once started).")
+INFORMER_FAILING = Gauge("troupe_informer_failing_seconds",
+                         "Seconds since an informer's lists and watches started failing; 0 while they work.",
+                         ["resource"])
+
+#: Connections of the informers' client: a watch or a list per informer (pods, nodes,
+#: Jobs, SharedDeviceGroups, PodDisruptionBudgets, three workload kinds), with room for more. The writer's client
+#: has ``releaseConcurrency`` + 2 (the Event sender and a spare), the Lease's 2.
+POOL_EXTRA = 12
+#: A reconcile of one gang that has run this long, seconds, makes ``/healthz`` fail: the
+#: worker is stuck (a release of 512 members takes seconds).
+WORKER_STUCK_SECONDS = 300.0
+
+
+def _failing_seconds(informer: kube.Informer) -> Callable[[], float]:
+    """A reading of how long ``informer``'s lists and watches have been failing, seconds
+    (0 while they work)."""
+
+    def seconds() -> float:
+        since = informer.failing_since
+        return 0.0 if since is None else float(informer.clock() - since)
+
+    return seconds
+
+
+class Reconciler:
+    """The running reconciler: owns the informers, the queue, the worker thread and the
+    writer. ``synced`` is set once every informer has listed. Writes go through
+    ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease); ``state`` is
+    the ``(namespace, name)`` of the ConfigMap keeping what a new leader must know (rollback
+    backoffs; None: memory only)."""
+
+    def __init__(self, api: Any, config: Config, writer_api: Any = None, fence: Fence = UNFENCED,
+                 clock: Callable[[], float] = time.monotonic, state: tuple[str, str] | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.cache = ClusterCache(config, on_unreadable=metrics.unreadable_object)
+        self.queue = WorkQueue(order=self._order)
+        self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
+                                      kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence,
+                                      state=state)
+        self.controller = GangController(self.cache, self.writer, config)
+        self.pods = kube.StreamingInformer(kube.pods(api), self._pods_listed, self._pod_event,
+                                           transform=self.cache.retain_pod)
+        self.nodes = kube.StreamingInformer(kube.nodes(api), self._nodes_listed, self._node_event,
+                                            transform=self.cache.retain_node)
+        self.jobs = kube.Informer(kube.jobs(api), self._jobs_listed, self._job_event,
+                                  transform=self.cache.retain_job)
+        self.groups = kube.Informer(kube.shared_device_groups(api), self._groups_listed, self._group_event,
+                                    transform=self.cache.retain_group)
+        #: PodDisruptionBudgets, which atomic preemption counts (decision 030).
+        self.budgets = kube.Informer(kube.pod_disruption_budgets(api), self._budgets_listed, self._budget_event,
+                                     transform=lambda obj: retain(BUDGET, obj))
+        #: Claims, volumes, CSINodes and namespaces: what the volume filters and pod
+        #: affinity's namespace selectors read (docs/decisions/031-kube-scheduler-filters.md).
+        self.volumes = [self._volume_informer(resource) for resource in kube.volume_resources(api)]
+        #: One informer per workload custom resource (JobSet, LeaderWorkerSet, PyTorchJob):
+        #: the size of gangs of ``<prefix>-size: auto``. A kind whose CRD is not installed
+        #: is skipped, its gangs wait with that reason (docs/decisions/014-workload-gangs.md).
+        self.workloads = [self._workload_informer(api, k) for k in wl.CUSTOM_KINDS]
+        #: ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates
+        #: (``resource.k8s.io/v1``): the DRA devices gangs are placed with. Optional, as a custom
+        #: resource: a cluster that does not serve them has none (docs/decisions/044-dra.md).
+        self.dra = [self._dra_informer(api, plural) for plural in DRA_KINDS]
+        self.synced = threading.Event()
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
+        self._conditions = threading.Thread(target=self.controller.conditions.run, args=(self._stop,),
+                                            name="conditions", daemon=True)
+        self._gang_objects = threading.Thread(target=self.controller.gang_objects.run, args=(self._stop,),
+                                              name="gang-objects", daemon=True)
+        self._busy: tuple[str, float] | None = None
+        #: Gang timings and counts derived from each outcome (reconciler/daemon/metrics.py).
+        self.gang_metrics = metrics.GangMetrics()
+
+    # --- feeding the queue -----------------------------------------------------------
+    #: Priority of SharedDeviceGroup keys in the work queue: before any gang (cheap, and
+    #: a group's status is what its waiting pods' owners look at).
+    GROUP_PRIORITY = 1 << 40
+
+    def _order(self, key: str) -> tuple[int, str]:
+        """Work-queue order of a key: the gang's priority and its namespace (groups first)."""
+        if group_of_key(key) is not None:
+            return (self.GROUP_PRIORITY, "")
+        return (self.controller.priority(key), key.partition("/")[0])
+
+    def _enqueue(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.queue.add(key)
+
+    def _pods_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._enqueue(self.cache.replace_pods(items))
+
+    def _pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        self._enqueue(self.cache.pod_event(kind, pod))
+        phase = (pod.get("status") or {}).get("phase")
+        if kind == "DELETED" or phase in TERMINAL_PHASES:  # room may have been freed on its node
+            spec = pod.get("spec") or {}
+            node = spec.get("nodeName") or contract.pod_annotations(pod).get(contract.ASSIGNED_NODE)
+            if node:
+                self._enqueue(self.controller.helped_by(self.cache.node_info(str(node))))
+            elif any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod)):
+                self._enqueue(self.controller.helped_by(None))  # a gated member's reservation, if any
+
+    def _nodes_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self.cache.replace_nodes(items)
+        self._enqueue(self.cache.pending_gangs())
+
+    def _node_event(self, kind: str, node: Mapping[str, Any]) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        running = self.cache.gangs_on_node(name) if kind == "DELETED" else []
+        if not self.cache.node_event(kind, node):
+            return  # a heartbeat
+        # Its running gangs: a RestartGang gang restarts when the node is lost.
+        self._enqueue(running or self.cache.gangs_on_node(name))
+        if kind == "DELETED":
+            # Releases reserved on it are rolled back; a group bound to it goes back to Pending.
+            self._enqueue(self.cache.pending_gangs())
+            self._enqueue(self.cache.group_keys())
+        else:
+            self._enqueue(self.controller.helped_by(self.cache.node_info(name)))
+
+    def _jobs_listed(self, items: list[Mapping[str, Any]]) -> None:
+        self.cache.replace_jobs(items)
+        self._enqueue(self.cache.pending_gangs())
+
+    def _job_event(self, kind: str, job: Mapping[str, Any]) -> None:
+        self.cache.job_event(kind, job)
+        namespace = str((job.get("metadata") or {}).get("namespace") or "default")
+        # A GKE auto-gang's size is its Job's parallelism: the Job's namespace only.
+        self._enqueue(k for k in self.cache.pending_gangs() if k.startswith(namespace + "/"))
+
+    def _groups_listed(self, items: list[Mapping[str, Any]]) -> None:
+        self._enqueue(self.cache.replace_groups(items))
+        self._enqueue(self.cache.pending_gangs())
+
+    def _group_event(self, kind: str, group: Mapping[str, Any]) -> None:
+        keys = self.cache.group_event(kind, group)
+        self._enqueue(keys)
+        name = str((group.get("metadata") or {}).get("name") or "")
+        # Its own gangs (a new group lets its members through); and when its devices are
+        # freed, every gang waiting for room.
+        self._enqueue(self.cache.group_gangs(name))
+        if kind == "DELETED":
+            self._enqueue(self.controller.helped_by(None))
+
+    def _budgets_listed(self, items: list[Mapping[str, Any]]) -> None:
+        self.cache.budgets.replace(items)
+        self._enqueue(self.cache.pending_gangs())
+
+    def _budget_event(self, kind: str, budget: Mapping[str, Any]) -> None:
+        if self.cache.budgets.event(kind, budget):  # a gang held back by it may now preempt, or not
+            self._enqueue(self.cache.pending_gangs())
+
+    def _volume_informer(self, resource: kube.Resource) -> kube.Informer:
+        """An informer feeding the cache's :class:`~reconciler.daemon.cache.volumes.VolumeIndex`;
+        a change may let a waiting gang through (a volume bound, a namespace labelled)."""
+        kind, index = resource.name, self.cache.volumes
+
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            index.replace(kind, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(event: str, obj: Mapping[str, Any]) -> None:
+            index.event(kind, event, obj)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(resource, listed, event, transform=lambda obj: index.retain(kind, obj))
+
+    def _dra_informer(self, api: Any, plural: str) -> kube.Informer:
+        """An informer feeding the cache's :class:`~reconciler.daemon.cache.dra.DraIndex`; a
+        change (a device published, a claim allocated or freed) may let a waiting gang through."""
+        index = self.cache.dra
+
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            index.replace(plural, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(kind: str, obj: Mapping[str, Any]) -> None:
+            index.event(plural, kind, obj)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(kube.custom_objects(api, "resource.k8s.io", "v1", plural), listed, event,
+                             transform=index.retain)
+
+    def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            self.cache.replace_workloads(k.kind, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(kind: str, obj: Mapping[str, Any]) -> None:
+            self.cache.workload_event(k.kind, kind, obj)
+            self._enqueue(self.cache.pending_gangs())  # a workload gang's size may have changed
+            # A gang the workload no longer plans (a JobSet's previous run) whose pods are gone:
+            # decided once more, it is forgotten (and its Gang object deleted).
+            self._enqueue(set(self.controller.phases()) - set(self.cache.gang_keys()))
+
+        def absent(why: str) -> None:
+            self.cache.workload_unavailable(k.kind, why)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(kube.custom_objects(api, k.group, k.version, k.plural, absent), listed, event)
+
+    # --- the worker ------------------------------------------------------------------
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                key = self.queue.get()
+            except ShutDown:
+                return
+            if key is None:
+                continue
+            self._busy = (key, self.clock())
+            start = time.perf_counter()
+            group = group_of_key(key)
+            try:
+                if group is not None:
+                    if self.controller.groups.reconcile(group):
+                        self.queue.add_rate_limited(key)
+                    else:
+                        self.queue.forget(key)
+                    continue
+                outcome = self.controller.reconcile(key)
+            except Exception:
+                RECONCILE_ERRORS.inc()
+                delay = self.queue.add_rate_limited(key)
+                log.exception("gang %s: reconcile failed; retrying in %.0fs", key, delay)
+            else:
+                if outcome is None:
+                    self.gang_metrics.forget(key)
+                    self.queue.forget(key)
+                else:
+                    self.gang_metrics.observe(key, outcome, functools.partial(self.cache.gang, key), time.time())
+                    RECONCILES.labels(outcome.phase.value).inc()
+                    if outcome.preempted and not outcome.retry:
+                        PREEMPTIONS.labels(self.config.gang_preemption_mode).inc()
+                    EVICTIONS.inc(outcome.evicted)
+                    if outcome.refused_move:
+                        REFUSED_MOVES.inc()
+                    if outcome.retry:
+                        self.queue.add_rate_limited(key)
+                    else:
+                        self.queue.forget(key)
+                    if outcome.requeue_after is not None:
+                        self.queue.add_after(key, outcome.requeue_after)
+                    if outcome.others:  # it started or stopped holding or blocking the gangs behind it
+                        self._enqueue(k for k in self.controller.helped_by(None) if k != key)
+            finally:
+                self._busy = None
+                RECONCILE_SECONDS.observe(time.perf_counter() - start)
+                self.queue.done(key)
+                self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        counts: dict[str, int] = {}
+        for phase in self.controller.phases().values():
+            counts[phase.value] = counts.get(phase.value, 0) + 1
+        for phase in Phase:
+            GANGS.labels(phase.value).set(counts.get(phase.value, 0))
+        QUEUE_DEPTH.set(len(self.queue))
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self, sync_timeout: float = 60.0) -> None:
+        """Start the watches, wait until all have listed, then start the worker.
+
+        Planning before both lists are in would count free capacity that is in use.
+        Raises ``TimeoutError`` when the lists do not arrive in ``sync_timeout`` seconds.
+        """
+        self.export_metrics()
+        self.nodes.start()
+        self.jobs.start()
+        self.groups.start()
+        self.budgets.start()
+        for informer in (*self.workloads, *self.volumes, *self.dra):
+            informer.start()
+        self.pods.start()
+        for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, *self.volumes, *self.dra,
+                         self.pods):
+            if not informer.synced.wait(sync_timeout):
+                raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
+        backoffs = self.controller.load_state()
+        self.controller.taints.sweep()  # what an earlier leader left on nodes (docs/decisions/033)
+        decided = self.controller.warm_queue()
+        objects = self.controller.gang_objects
+        listed = objects.load()
+        stale = objects.sweep(self.cache.gang_keys())
+        log.info("caches synced; %d recorded backoff(s) read; %d waiting gang(s) decided in queue order; "
+                 "%d gang object(s) read, %d of gone gangs to delete; reconciling", backoffs, decided, listed, stale)
+        self.synced.set()
+        self._worker.start()
+        self._conditions.start()
+        self._gang_objects.start()
+
+    def export_metrics(self) -> None:
+        """Report every informer's failing time as ``troupe_informer_failing_seconds``."""
+        for informer in self.informers():
+            INFORMER_FAILING.labels(informer.resource.name).set_function(_failing_seconds(informer))
+
+    def informers(self) -> list[kube.Informer]:
+        """Every informer this reconciler owns (any attribute that is one, or a list of them)."""
+        out: list[kube.Informer] = []
+        for v in vars(self).values():
+            out.extend(i for i in (v if isinstance(v, list) else [v]) if isinstance(i, kube.Informer))
+        return out
+
+    def waiting_for(self) -> list[str]:
+        """The informers that have not listed yet, by resource name, sorted."""
+        return sorted(i.resource.name for i in self.informers() if not i.synced.is_set())
+
+    def alive(self) -> str:
+        """``""`` when the worker and the informers run as they should, else what is wrong
+        (``; ``-separated): the worker thread died or has been on one gang for
+        :data:`WORKER_STUCK_SECONDS`, an informer's thread died or it has not listed or
+        watched successfully for a minute (:meth:`kube.Informer.problem`)."""
+        problems = []
+        if self._worker.ident is not None and not self._worker.is_alive() and not self._stop.is_set():
+            problems.append("the gang worker thread has died")
+        busy = self._busy
+        if busy is not None and self.clock() - busy[1] >= WORKER_STUCK_SECONDS:
+            problems.append(f"the gang worker has been on gang {busy[0]} for {self.clock() - busy[1]:.0f}s")
+        problems += [p for p in (i.problem() for i in self.informers()) if p]
+        return "; ".join(problems)
+
+    def stop(self) -> None:
+        """Stop the worker, the watches and the writer."""
+        self._stop.set()
+        self.queue.shutdown()
+        self.pods.stop()
+        self.groups.stop()
+        self.budgets.stop()
+        self.jobs.stop()
+        for informer in (*self.workloads, *self.volumes, *self.dra):
+            informer.stop()
+        self.nodes.stop()
+        if self._worker.is_alive():
+            self._worker.join(timeout=5)
+        self.controller.close()
+        self.writer.close()
