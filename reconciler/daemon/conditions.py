@@ -23,8 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reconciler.daemon.writer import Gone, PodRef, PodWriter, WriteError
+from reconciler.daemon.writer import Gone, PodWriter, WriteError
 from reconciler.engine.decision.conditions import RELEASED, GangCondition
+from reconciler.engine.model.keys import PodKey
 from troupe import contract
 
 log = logging.getLogger(__name__)
@@ -51,18 +52,18 @@ class ConditionSink:
     Thread-safe; :meth:`flush` does the writes (called by :meth:`run`'s thread, or by
     tests)."""
 
-    def __init__(self, writer: PodWriter, current: Callable[[PodRef], tuple[str, str, str] | bool | None],
+    def __init__(self, writer: PodWriter, current: Callable[[PodKey], tuple[str, str, str] | bool | None],
                  delay: float = DELAY_SECONDS, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], str] | None = None) -> None:
         self.writer, self.current, self.delay, self.clock = writer, current, delay, clock
         self.wall = wall or (lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
         self._lock = threading.Lock()
-        self._pending: dict[PodRef, _Want] = {}
+        self._pending: dict[PodKey, _Want] = {}
         #: Conditions written since start, and writes that failed.
         self.written = 0
         self.failed = 0
 
-    def want(self, ref: PodRef, uid: str, condition: GangCondition, event: tuple[str, str] | None = None,
+    def want(self, ref: PodKey, uid: str, condition: GangCondition, event: tuple[str, str] | None = None,
              on_change_only: bool = False) -> None:
         """Ask for ``condition`` on the pod (written after the delay unless replaced) and,
         with ``event`` (``(kind, reason)``), an Event carrying the condition's message sent

@@ -60,11 +60,7 @@ from reconciler.daemon.handlers import (
     Memory,
 )
 from reconciler.daemon.taints import NominatedTaints
-from reconciler.daemon.writer import (
-    PodRef,
-    PodWriter,
-    WriteError,
-)
+from reconciler.daemon.writer import PodWriter, WriteError
 from reconciler.engine.decision import actions, gangobject
 from reconciler.engine.decision.conditions import MAX_MESSAGE
 from reconciler.engine.decision.conditions import conditions as gang_conditions
@@ -74,6 +70,7 @@ from reconciler.engine.filters.node import static_reason
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.lifecycle import Audience, IllegalTransition, Phase, check_move
 from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import rfc3339
@@ -323,7 +320,7 @@ class GangController(ActionHandlers):
             step(gang, snapshot, now, self.policy, self.queue)
         return len(gangs)
 
-    def _current_condition(self, ref: PodRef) -> tuple[str, str, str] | bool | None:
+    def _current_condition(self, ref: PodKey) -> tuple[str, str, str] | bool | None:
         info = self.cache.pod_info(ref)
         return False if info is None else info.condition
 
@@ -359,7 +356,7 @@ class GangController(ActionHandlers):
         for key, condition in wanted.items():
             told = notice is not None and (notice.audience is Audience.EACH or key == lead)
             event = (notice.kind, notice.reason) if notice is not None and told else None
-            self.conditions.want(PodRef.parse(key), by_key[key].uid, condition, event,
+            self.conditions.want(key, by_key[key].uid, condition, event,
                                  notice is not None and notice.on_change_only)
 
     def _event_once(self, gang: Gang, pod: PodInfo, kind: str, reason: str, message: str) -> None:
@@ -374,4 +371,4 @@ class GangController(ActionHandlers):
             if sent.get((pod.key, reason)) == message:
                 return
             sent[(pod.key, reason)] = message
-        self.writer.emit_event(PodRef.parse(pod.key), pod.uid or None, kind, reason, message)
+        self.writer.emit_event(pod.key, pod.uid or None, kind, reason, message)

@@ -23,7 +23,7 @@ from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.groups import GroupController
 from reconciler.daemon.metrics import NODE_AVOIDANCES, NODE_FAILURES_RECORDED
 from reconciler.daemon.taints import NominatedTaints
-from reconciler.daemon.writer import PodRef, PodWriter
+from reconciler.daemon.writer import PodWriter
 from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Refused, WriteError
 from reconciler.engine.decision.actions import (
     ClearNominations,
@@ -46,6 +46,7 @@ from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.gangs.refusals import AVOID_SECONDS
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo, node_failures
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.records import Plan
@@ -142,7 +143,7 @@ class ActionHandlers:
             if pod is None or pod.nomination is None:
                 continue
             try:
-                self.cache.assume(self.writer.clear_nomination(PodRef.parse(key)))
+                self.cache.assume(self.writer.clear_nomination(key))
             except WriteError as e:
                 log.warning("gang %s: nomination on %s not removed: %s", gang.key, key, e)
         return Done()
@@ -150,7 +151,7 @@ class ActionHandlers:
     def _clear_plans(self, gang: Gang, decision: Decision, action: ClearPlans, memory: Memory, now: float) -> Done:
         for key in action.pods:
             try:
-                self.writer.clear_plan(PodRef.parse(key))
+                self.writer.clear_plan(key)
             except WriteError as e:  # LostLeadership included: the next leader clears it
                 log.warning("gang %s: plan record of %s not removed: %s", gang.key, key, e)
         return Done()
@@ -285,9 +286,9 @@ class ActionHandlers:
             self._event_once(gang, by_key[action.delete[0]], notice.kind, notice.reason,
                              f"{why}; deleting {len(action.delete)} member(s): their controller recreates them")
 
-        def delete(key: str) -> int:
+        def delete(key: PodKey) -> int:
             try:
-                self.writer.mark_disrupted_and_delete(PodRef.parse(key), by_key[key].uid, DISRUPTION_REASON,
+                self.writer.mark_disrupted_and_delete(key, by_key[key].uid, DISRUPTION_REASON,
                                                       f"Troupe: gang {gang.key} rolled back: {why}", at)
             except Gone:
                 return 0
@@ -302,7 +303,7 @@ class ActionHandlers:
                              f"{why}; not deleted: no controller owns this pod, delete it to retry the gang")
         detail = f"deleted {deleted} member(s)"
         if action.keep:
-            detail += f"; ownerless, kept: {', '.join(sorted(PodRef.parse(k).name for k in action.keep))}"
+            detail += f"; ownerless, kept: {', '.join(sorted(k.name for k in action.keep))}"
         with self._lock:
             if action.delete:
                 memory.timeouts, memory.not_before, memory.rolled_back = timeouts, not_before, releases
@@ -325,7 +326,7 @@ class ActionHandlers:
             return Done(retry=True)
         if nominee.nomination != action.nomination:
             try:
-                self.cache.assume(self.writer.set_nomination(PodRef.parse(nominee.key), action.nomination,
+                self.cache.assume(self.writer.set_nomination(nominee.key, action.nomination,
                                                              nominee.resource_version))
             except (Conflict, WriteError) as e:  # nothing evicted without the nomination written
                 return Done(note=f"nomination not written: {e}", retry=True)
@@ -340,10 +341,10 @@ class ActionHandlers:
         if not refused:
             return Done(preempted=preempted, evicted=len(action.evict))
         updated = replace(action.nomination, refused=tuple(sorted({*action.nomination.refused, *refused})))
-        current = self.cache.pod(PodRef.parse(nominee.key))
+        current = self.cache.pod(nominee.key)
         rv = str(contract.pod_meta(current).get("resourceVersion") or "") if current else nominee.resource_version
         try:
-            self.cache.assume(self.writer.set_nomination(PodRef.parse(nominee.key), updated, rv))
+            self.cache.assume(self.writer.set_nomination(nominee.key, updated, rv))
         except WriteError as e:
             log.warning("gang %s: refused gangs not recorded: %s", gang.key, e)
         return Done(note=f"eviction refused for {', '.join(refused)}", retry=True, evicted=len(action.evict))
@@ -357,17 +358,17 @@ class ActionHandlers:
         gang_of = victim_gangs.gang_of_pod(snapshot, self.policy.gang_prefix)
         why = action.plan.reason if action.plan is not None else reason
 
-        def gang_key(key: str) -> str:
+        def gang_key(key: PodKey) -> str:
             pod = snapshot.pods[key]
             return gang_of.get(key, f"{pod.namespace}/pod:{pod.name}")
 
-        def attempt(key: str, write: Callable[[PodRef, str], None]) -> str:
+        def attempt(key: PodKey, write: Callable[[PodKey, str], None]) -> str:
             """``write`` one victim; returns its gang when a budget refused it, else ``""``."""
             pod = snapshot.pods.get(key)
             if pod is None:
                 return ""
             try:
-                write(PodRef.parse(key), pod.uid)
+                write(key, pod.uid)
             except Refused as e:
                 log.warning("gang %s: eviction of %s refused: %s", gang.key, key, e)
                 return gang_key(key)
@@ -378,10 +379,10 @@ class ActionHandlers:
                 return ""
             return ""
 
-        def evict(key: str) -> str:
+        def evict(key: PodKey) -> str:
             refused = attempt(key, self.writer.evict)
             if not refused and key in snapshot.pods:
-                self.writer.emit_event(PodRef.parse(key), snapshot.pods[key].uid or None, "Warning", "Preempted",
+                self.writer.emit_event(key, snapshot.pods[key].uid or None, "Warning", "Preempted",
                                        f"evicted from node {snapshot.using(key) or '-'} by Troupe "
                                        f"({self.policy.preemption}) to make room for gang {gang.key} "
                                        f"(priority {gang.priority}): {why}")
@@ -444,7 +445,7 @@ class ActionHandlers:
         self.cache.assume(done)
         others = [g for g in contract.pod_gates(done) if not contract.is_troupe_gate(g)]
         gated.extend(others)
-        self.conditions.want(PodRef.parse(m.pod), pod.uid, released_condition(m, max(gang.size or 0, len(gang.members)), note))
+        self.conditions.want(m.pod, pod.uid, released_condition(m, max(gang.size or 0, len(gang.members)), note))
         return ""
 
     def _release_members(self, gang: Gang, action: Release, gated: list[str]) -> str:

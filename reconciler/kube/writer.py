@@ -24,12 +24,12 @@ from reconciler.daemon.writer import (
     Fence,
     Gone,
     LostLeadership,
-    PodRef,
     PodWriter,
     Refused,
     WriteError,
 )
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.keys import PodKey
 from reconciler.kube.client import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -111,21 +111,21 @@ class KubeWriter(PodWriter):
                 raise Refused(f"{what}: {error_message(e)}") from e
             _raise_for(e, what)
 
-    def _get(self, ref: PodRef) -> dict[str, Any]:
+    def _get(self, ref: PodKey) -> dict[str, Any]:
         resp = self._call(f"read pod {ref}", self.core.read_namespaced_pod, ref.name, ref.namespace,
                           _preload_content=False)
         return dict(json.loads(resp.data))
 
-    def _patch(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
+    def _patch(self, ref: PodKey, patch: Mapping[str, Any]) -> dict[str, Any]:
         resp = self._call(f"patch pod {ref}", self.core.patch_namespaced_pod, ref.name, ref.namespace, patch,
                           _content_type=SMP, _preload_content=False)
         return dict(json.loads(resp.data))
 
-    def _patch_status(self, ref: PodRef, patch: Mapping[str, Any]) -> None:
+    def _patch_status(self, ref: PodKey, patch: Mapping[str, Any]) -> None:
         self._call(f"patch status of pod {ref}", self.core.patch_namespaced_pod_status, ref.name, ref.namespace,
                    patch, _content_type=SMP, _preload_content=False)
 
-    def _delete(self, ref: PodRef, uid: str) -> None:
+    def _delete(self, ref: PodKey, uid: str) -> None:
         try:
             self._call(f"delete pod {ref}", self.core.delete_namespaced_pod, ref.name, ref.namespace,
                        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
@@ -133,13 +133,13 @@ class KubeWriter(PodWriter):
         except Conflict as e:  # the UID precondition failed: the pod was replaced
             raise Gone(f"delete pod {ref}: replaced by a pod with another uid") from e
 
-    def _evict(self, ref: PodRef, uid: str) -> None:
+    def _evict(self, ref: PodKey, uid: str) -> None:
         self._send_eviction(ref, uid, "evict")
 
-    def _evict_dry_run(self, ref: PodRef, uid: str) -> None:
+    def _evict_dry_run(self, ref: PodKey, uid: str) -> None:
         self._send_eviction(ref, uid, "dry-run evict", dry_run="All")
 
-    def _send_eviction(self, ref: PodRef, uid: str, what: str, **options: str) -> None:
+    def _send_eviction(self, ref: PodKey, uid: str, what: str, **options: str) -> None:
         """POST ``pods/eviction`` for the pod of UID ``uid`` (``options``: query options such
         as ``dry_run``). Raises :class:`Refused`, :class:`Gone` (also for another UID)."""
         body = client.V1Eviction(
@@ -178,7 +178,7 @@ class KubeWriter(PodWriter):
     def emit_workload_event(self, workload: tuple[str, str, str], kind: str, reason: str, message: str) -> None:
         """Queue a core/v1 Event on a workload object (best effort, as :meth:`emit_event`)."""
         api_version = wl.KIND_OF[workload[0]].api_version if workload[0] in wl.KIND_OF else "v1"
-        self.events.emit(PodRef(workload[1], workload[2]), None, kind, reason, message, (api_version, workload[0]))
+        self.events.emit(PodKey(workload[1], workload[2]), None, kind, reason, message, (api_version, workload[0]))
 
     def _read_state(self) -> dict[str, str]:
         if self.state is None:
@@ -256,7 +256,7 @@ class KubeWriter(PodWriter):
         except Conflict as e:  # another object of that name now: not ours to delete
             raise Gone(str(e)) from e
 
-    def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+    def emit_event(self, ref: PodKey, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Queue a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
         effort: never raises, never blocks."""
         self.events.emit(ref, uid, kind, reason, message)
@@ -264,7 +264,7 @@ class KubeWriter(PodWriter):
     def emit_node_event(self, name: str, kind: str, reason: str, message: str) -> None:
         """Queue a core/v1 Event on node ``name`` (in namespace ``default``, where Events of
         cluster-scoped objects go); best effort, as :meth:`emit_event`."""
-        self.events.emit(PodRef("", name), None, kind, reason, message, ("v1", "Node"))
+        self.events.emit(PodKey("", name), None, kind, reason, message, ("v1", "Node"))
 
 
 class EventSink:
@@ -278,13 +278,13 @@ class EventSink:
                  fence: Fence = UNFENCED) -> None:
         self.core, self.limiter, self.component, self.fence = core, limiter, component, fence
         self.fenced = 0
-        self._queue: queue.Queue[tuple[PodRef, str | None, str, str, str, tuple[str, str]] | None] = \
+        self._queue: queue.Queue[tuple[PodKey, str | None, str, str, str, tuple[str, str]] | None] = \
             queue.Queue(capacity)
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
 
-    def emit(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str,
+    def emit(self, ref: PodKey, uid: str | None, kind: str, reason: str, message: str,
              regarding: tuple[str, str] = ("v1", "Pod")) -> None:
         """Queue one Event about ``ref``, an object of ``regarding`` (``(apiVersion, kind)``,
         a pod unless said)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from reconciler.engine.gangs.avoidance import Avoidance
 from reconciler.engine.ledger.occupancy import DomainUsage, occupancy
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import epoch
 from reconciler.run.reconciler import Reconciler
@@ -27,13 +28,13 @@ REFRESH_SECONDS = 5.0
 UNDECIDED = "not decided yet"
 
 
-def _gang_of(reconciler: Reconciler) -> dict[str, str]:
+def _gang_of(reconciler: Reconciler) -> dict[PodKey, str]:
     """Pod key -> gang key, as the reconciler's cache groups its pods."""
     cache = reconciler.cache
     return {pod.key: key for key in cache.gang_keys() for pod in cache.members(key)}
 
 
-def _members(pods: Mapping[str, PodInfo], gang_of: Mapping[str, str]) -> tuple[dict[str, list[int]], dict[str, float]]:
+def _members(pods: Mapping[PodKey, PodInfo], gang_of: Mapping[PodKey, str]) -> tuple[dict[str, list[int]], dict[str, float]]:
     """Per gang: its active members' counts ``[present, gated, released, bound, running]``,
     and the creation time (seconds since the epoch) of its oldest gated member."""
     counts: dict[str, list[int]] = {}

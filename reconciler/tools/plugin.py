@@ -43,6 +43,7 @@ import yaml
 import troupe
 from reconciler.engine.gangs.gang import gang_key
 from reconciler.engine.gangs.queueing import Policy
+from reconciler.engine.model.keys import PodKey
 from reconciler.objects import kinds
 from reconciler.objects.snapshot_io import (
     InputError,
@@ -332,7 +333,7 @@ def _plan(args: argparse.Namespace) -> str:
         raise InputError(f"{source}: no objects")
     cluster, _, expanded = load(args, views.EXTRA_KINDS, manifest)
     assert expanded is not None
-    keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in expanded.pods]
+    keys = [PodKey.of(p) for p in expanded.pods]
     gangs = {k for key in keys if (k := gang_key(cluster.snapshot.pods[key], cluster.config)) is not None}
     result = views.plan(cluster, keys, expanded.managed, gangs)
     if args.output in ("json", "yaml"):

@@ -51,10 +51,17 @@ def fit(text: str, width: int | None) -> str:
                    for line in text.splitlines(keepends=True))
 
 
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, writing a ``str`` subclass (a :class:`~reconciler.engine.model.keys.PodKey`) as the string it is."""
+
+
+_Dumper.add_multi_representer(str, yaml.representer.SafeRepresenter.represent_str)
+
+
 def data(obj: Any, output: str) -> str:
     """``obj`` (plain JSON values) as ``json`` (indented) or ``yaml`` text."""
     if output == "yaml":
-        return str(yaml.safe_dump(obj, sort_keys=False, width=10_000))
+        return str(yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=10_000))
     return json.dumps(obj, indent=2) + "\n"
 
 

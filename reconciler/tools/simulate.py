@@ -76,6 +76,7 @@ from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.budgets import Budget
 from reconciler.engine.model.devices import DeviceGroup, Holding
 from reconciler.engine.model.fields import ObjectError, mapping, string
+from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.volumes import VolumeCatalog
@@ -214,7 +215,7 @@ def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: Topolog
     namespaces: dict[str, Mapping[str, str]] = {}
     origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
     parallelism: dict[tuple[str, str], int] = {}
-    workloads: dict[wl.WorkloadKey, wl.Workload] = {}
+    workloads: dict[WorkloadKey, wl.Workload] = {}
     node_where: dict[str, str] = {}
     group_where: dict[str, str] = {}
     draws: list[tuple[str, Mapping[str, Any]]] = []

@@ -34,6 +34,7 @@ from reconciler.engine.gangs.refusals import is_refused
 from reconciler.engine.ledger.occupancy import DomainUsage, occupancy
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.podterms import LabelSelector
 from reconciler.engine.model.selectors import Requirement
@@ -281,7 +282,7 @@ class Why:
 def find_pod(cluster: Cluster, name: str, namespace: str) -> PodInfo:
     """The pod ``name`` (``NAME`` in ``namespace``, or ``NAMESPACE/NAME``). Raises
     ``LookupError`` naming it when the snapshot has no such pod."""
-    key = name if "/" in name else f"{namespace}/{name}"
+    key = PodKey.parse(name) if "/" in name else PodKey(namespace, name)
     pod = cluster.snapshot.pods.get(key)
     if pod is None:
         raise LookupError(f"pod {key} not found in {cluster.source or 'the snapshot'}")
@@ -295,7 +296,7 @@ def find_member(cluster: Cluster, name: str, namespace: str) -> PodInfo:
     (the one a wait is about), else its first member. Raises ``LookupError`` naming what
     was looked for when there is neither."""
     kind, _, rest = name.partition("/") if name.startswith(("pod/", "gang/")) else ("", "", name)
-    key = rest if "/" in rest else f"{namespace}/{rest}"
+    key = PodKey.parse(rest) if "/" in rest else PodKey(namespace, rest)
     if kind != "gang":
         pod = cluster.snapshot.pods.get(key)
         if pod is not None or kind == "pod":
@@ -391,7 +392,7 @@ def room_shortfall(cluster: Cluster, found: GangStatus, resource: str = "nvidia.
 
 
 # --- topology -------------------------------------------------------------------------------
-def gang_of_pods(cluster: Cluster) -> dict[str, str]:
+def gang_of_pods(cluster: Cluster) -> dict[PodKey, str]:
     """Pod key -> the key of the gang it belongs to, for every pod Troupe manages."""
     out = {}
     for key, pods in group_by_gang(cluster.snapshot.pods.values(), cluster.config).items():

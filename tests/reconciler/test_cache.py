@@ -4,7 +4,7 @@ a decision reads, a gang when one of its pods (or a Job) changes."""
 from __future__ import annotations
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer import PodRef
+from reconciler.engine.model.keys import PodKey
 from tests.support.engine_builders import budget
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
@@ -73,10 +73,10 @@ def test_a_write_result_that_loses_the_race_with_the_deletion_does_not_bring_a_p
     pod = _versioned(make_pod("w-0").gang("g", 4).index(0).gpus(1).build(), 10)
     cache.pod_event("DELETED", _versioned(make_pod("w-0").build(), 12))
     cache.assume(pod)  # our update (rv 10) returned after the watch told of the deletion (rv 12)
-    assert cache.pod(PodRef("team-a", "w-0")) is None
+    assert cache.pod(PodKey("team-a", "w-0")) is None
     again = _versioned(make_pod("w-0").gang("g", 4).index(0).gpus(1).gated().build(), 20)
     cache.pod_event("ADDED", again)  # a new pod of the same name
-    assert cache.pod(PodRef("team-a", "w-0")) == again
+    assert cache.pod(PodKey("team-a", "w-0")) == again
 
 
 def test_a_group_whose_last_finalizer_was_removed_is_not_brought_back_by_the_patch_result():

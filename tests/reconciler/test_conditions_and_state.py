@@ -4,8 +4,9 @@ repeated after a failover, and the rollback backoff kept across a restart."""
 
 from __future__ import annotations
 
-from reconciler.daemon.writer import PodRef, WriteError, state_key
+from reconciler.daemon.writer import WriteError, state_key
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods
 from troupe import contract
 
@@ -104,7 +105,7 @@ def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
 def test_a_condition_is_not_written_for_a_pod_that_is_gone():
     h = Harness(four_nodes(), gang_pods(3, size=4))
     h.reconcile()
-    h.writer.pods.pop(PodRef("team-a", "train-2"))
+    h.writer.pods.pop(PodKey("team-a", "train-2"))
     h.sync()
     h.controller.conditions.flush(everything=True)
     assert sorted(written(h)) == [("train-0", "WaitingForMembers"), ("train-1", "WaitingForMembers")]

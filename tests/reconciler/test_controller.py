@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from reconciler.daemon.writer import PodRef, WriteError
+from reconciler.daemon.writer import WriteError
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
@@ -133,7 +134,7 @@ def test_other_components_gates_stay():
 
 def test_a_conflict_is_retried_after_a_fresh_read():
     h = Harness(four_nodes(), gang_pods(2))
-    h.writer.touch(PodRef("team-a", "train-0"), x="y")  # the cached resourceVersion is now stale
+    h.writer.touch(PodKey("team-a", "train-0"), x="y")  # the cached resourceVersion is now stale
     outcome = h.reconcile()
     assert outcome.phase is Phase.PLACED and not outcome.retry
     assert h.node_of("train-0") == "n1"
@@ -143,7 +144,7 @@ def test_a_conflict_is_retried_after_a_fresh_read():
 def test_a_member_pinned_elsewhere_is_never_pinned_again():
     h = Harness(four_nodes(), gang_pods(2))
     # Another (stale) writer pinned train-1 to n4 after this cache saw it.
-    pod = h.writer.pods[PodRef("team-a", "train-1")]
+    pod = h.writer.pods[PodKey("team-a", "train-1")]
     pod["spec"]["nodeSelector"] = {contract.HOSTNAME_LABEL: "n4"}
     pod["metadata"]["annotations"][contract.ASSIGNED_NODE] = "n4"
     pod["metadata"]["resourceVersion"] = "999999"
@@ -421,7 +422,7 @@ def test_a_replacement_that_does_not_fit_is_unschedulable_and_never_raises():
     # Regression: Released -> Unschedulable was an illegal move: a stack trace every 5 s.
     h = Harness(four_nodes(), own([running(i, f"n{i + 1}") for i in range(4)]))
     assert h.reconcile().phase is Phase.RELEASED
-    h.cache.pod_event("DELETED", h.writer.pods.pop(PodRef("team-a", "train-3")))
+    h.cache.pod_event("DELETED", h.writer.pods.pop(PodKey("team-a", "train-3")))
     h.add(own([make_pod("train-3").gang("train", 4).index(3).gpus(8).gated().build()])[0])
     outcome = h.reconcile()
     assert outcome.phase is Phase.UNSCHEDULABLE and outcome.retry
@@ -435,7 +436,7 @@ def test_a_replacement_that_does_not_fit_is_unschedulable_and_never_raises():
 def test_a_replacement_that_disagrees_is_held_and_the_gang_keeps_running():
     h = Harness(four_nodes(), own([running(i, f"n{i + 1}") for i in range(4)]))
     assert h.reconcile().phase is Phase.RELEASED
-    h.cache.pod_event("DELETED", h.writer.pods.pop(PodRef("team-a", "train-3")))
+    h.cache.pod_event("DELETED", h.writer.pods.pop(PodKey("team-a", "train-3")))
     h.add(own([make_pod("train-3").gang("train", 5).index(3).gpus(2).gated().build()])[0])
     outcome = h.reconcile()
     assert outcome.phase is Phase.HELD and "troupe.io/gang-size: 4, 5" in outcome.reason
@@ -517,7 +518,7 @@ def test_an_ownerless_member_is_never_deleted_on_timeout_and_its_plan_record_is_
     h.wall += 31
     outcome = h.reconcile()
     assert outcome.phase is Phase.ROLLED_BACK
-    assert h.writer.deleted == [PodRef("team-a", "train-1")]
+    assert h.writer.deleted == [PodKey("team-a", "train-1")]
     assert "ownerless, kept: train-0" in outcome.reason
     kept = [e for e in h.writer.events if e.pod.name == "train-0" and e.reason == "GangTimedOut"]
     assert "no controller owns this pod" in kept[0].message

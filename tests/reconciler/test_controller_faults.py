@@ -24,10 +24,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import PodRef, WriteError
+from reconciler.daemon.writer import WriteError
 from reconciler.daemon.writer.fake import FakeWriter
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from tests.support.reconciler_builders import make_node, make_pod
@@ -120,7 +121,7 @@ class Faults(RuleBasedStateMachine):
     def jobs_recreate(self) -> None:
         for gang, size in GANGS.items():
             for i in range(size):
-                if PodRef("team-a", f"{gang}-{i}") not in self.writer.pods:
+                if PodKey("team-a", f"{gang}-{i}") not in self.writer.pods:
                     self._create(gang, i)
         self._sync()
 

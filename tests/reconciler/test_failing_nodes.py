@@ -10,7 +10,7 @@ import json
 
 from prometheus_client import REGISTRY
 
-from reconciler.daemon.writer import PodRef
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
 from troupe import contract
@@ -31,7 +31,7 @@ def run(h, name):
 
 
 def fail(h, name):
-    pod = h.writer.pods[PodRef("team-a", name)]
+    pod = h.writer.pods[PodKey("team-a", name)]
     pod["status"]["phase"] = "Failed"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
@@ -62,7 +62,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
     fail(h, "b")
     assert [e["pod"] for e in record(h, first)] == ["team-a/a", "team-a/b"]
     events = [e for e in h.writer.events if e.reason == "NodeAvoided"]
-    assert len(events) == 1 and events[0].pod == PodRef("", first) and events[0].kind == "Warning"
+    assert len(events) == 1 and events[0].pod == PodKey("", first) and events[0].kind == "Warning"
     assert "new gang placements avoid this node" in events[0].message
     assert counter("troupe_node_avoidances_total") == avoidances + 1
 
@@ -79,7 +79,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
             blocker["status"]["phase"] = "Running"
             h.add(blocker)
     for name in ("c", "c2"):
-        h.writer.pods.pop(PodRef("team-a", name), None)
+        h.writer.pods.pop(PodKey("team-a", name), None)
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
     h.add(solo("d"))
     outcome = h.reconcile("team-a/d")
@@ -88,7 +88,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
 
     h.wall += 3600  # past the cooldown
     h.sync()
-    h.writer.pods.pop(PodRef("team-a", "d"))
+    h.writer.pods.pop(PodKey("team-a", "d"))
     h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": "d"}})
     h.add(solo("e"))
     outcome = h.reconcile("team-a/e")

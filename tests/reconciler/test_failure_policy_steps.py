@@ -10,9 +10,9 @@ import itertools
 
 import pytest
 
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, own
 from tests.support.reconciler_builders import make_pod
 from troupe.config import Config
@@ -46,7 +46,7 @@ def running_gang(policy="RestartGang", config=NO_JITTER, required=None):
 
 
 def fail_pod(h, name):
-    pod = h.writer.pods[PodRef("team-a", name)]
+    pod = h.writer.pods[PodKey("team-a", name)]
     pod["status"]["phase"] = "Failed"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
@@ -96,7 +96,7 @@ def test_a_failed_member_restarts_a_restart_gang_gang_whole_once_and_it_is_place
     assert len(outcome.decision.release) == 4, "placed again whole"
     h.sync()
     for m in outcome.decision.release:
-        h.bind(PodRef.parse(m.pod).name)
+        h.bind(PodKey.parse(m.pod).name)
     outcome = decided(h)
     assert outcome.phase is Phase.RELEASED, "the old Failed pod names no running release: no second restart"
 
@@ -123,7 +123,7 @@ def test_a_lost_node_under_a_running_member_restarts_the_gang(change, want):
 def test_a_tolerated_no_execute_taint_is_no_failure():
     h = running_gang()
     for i in range(4):
-        pod = h.writer.pods[PodRef("team-a", f"train-{i}")]
+        pod = h.writer.pods[PodKey("team-a", f"train-{i}")]
         pod["spec"]["tolerations"].append({"key": "maintenance", "operator": "Exists", "effect": "NoExecute"})
         pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
         h.cache.pod_event("MODIFIED", pod)
@@ -175,7 +175,7 @@ def test_replace_member_puts_the_replacements_of_a_lost_node_back_into_the_gangs
     h.cache.node_event("DELETED", gone)
     assert decided(h).phase is Phase.RELEASED, "ReplaceMember: the node's loss restarts nothing"
     for name in ("train-0", "train-1"):  # the pod garbage collector deletes them; the Job recreates them
-        h.writer.pods.pop(PodRef("team-a", name))
+        h.writer.pods.pop(PodKey("team-a", name))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
         h.add(member(int(name[-1]), None, subblock) | {"metadata": {
             **member(int(name[-1]), None, subblock)["metadata"], "name": name + "b"}})

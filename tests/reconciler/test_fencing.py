@@ -19,8 +19,9 @@ from kubernetes import client
 from reconciler import kube
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import LostLeadership, PodRef
+from reconciler.daemon.writer import LostLeadership
 from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.engine.model.keys import PodKey
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -101,7 +102,7 @@ def test_every_intent_of_the_writer_port_checks_the_fence():
     pod = writer.add(make_pod("w-0").gpus(1).gated().build())
     writer.fence = Fence(confirms=0)
     writer.fence.open = False
-    ref, uid = PodRef.of(pod), "uid-w-0"
+    ref, uid = PodKey.of(pod), "uid-w-0"
     for write in (lambda: writer.clear_plan(ref), lambda: writer.evict(ref, uid),
                   lambda: writer.set_pod_condition(ref, {"type": "X", "status": "True"}),
                   lambda: writer.mark_disrupted_and_delete(ref, uid, "r", "m", "t")):

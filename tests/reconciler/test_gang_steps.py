@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.lifecycle import MOVES, Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, own
 from tests.support.reconciler_builders import make_pod
 
@@ -37,7 +37,7 @@ def bind_all(h):
 
 def delete(name):
     def step(h):
-        h.writer.pods.pop(PodRef("team-a", name))
+        h.writer.pods.pop(PodKey("team-a", name))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
     return step
 
@@ -53,7 +53,7 @@ def recreate(h):
     """The Job recreates the members a rollback deleted (gated again by the webhook)."""
     h.sync()
     for i in range(4):
-        if PodRef("team-a", f"train-{i}") not in h.writer.pods:
+        if PodKey("team-a", f"train-{i}") not in h.writer.pods:
             h.add(member(i))
 
 

@@ -5,8 +5,8 @@ and the gang stays released. Stepped through the controller on an in-memory cach
 
 from __future__ import annotations
 
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
 from troupe import contract
@@ -73,7 +73,7 @@ def test_a_job_that_grows_gets_its_new_members_next_to_the_running_ones_and_a_sh
 
     resize(h, 3)  # shrinks: the Job controller deletes the highest indexes
     for i in (3, 4, 5):
-        h.writer.pods.pop(PodRef("team-a", f"train-{i}"))
+        h.writer.pods.pop(PodKey("team-a", f"train-{i}"))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": f"train-{i}"}})
     outcome = h.reconcile(KEY)
     assert outcome.phase is Phase.RELEASED

@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer import PodRef
+from reconciler.engine.model.keys import PodKey
 from reconciler.kube import Informer, Resource, StreamingInformer
 from tests.support.e2e import wait_for
 from tests.support.fake_api import FakeResponse
@@ -244,7 +244,7 @@ def test_a_streamed_list_cut_short_by_stop_drops_nothing_from_the_cache():
     inf.resource.list_fn = stop_after_first_page
     with pytest.raises(InterruptedError):
         inf._list()
-    assert all(cache.pod(PodRef("ns", n)) is not None for n in names), "not taken for a list without them"
+    assert all(cache.pod(PodKey("ns", n)) is not None for n in names), "not taken for a list without them"
 
 
 def restarts(reason, resource="metered"):

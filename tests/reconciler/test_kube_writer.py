@@ -11,7 +11,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.daemon.writer import Conflict, Gone, LostLeadership, PodRef, Refused, WriteError
+from reconciler.daemon.writer import Conflict, Gone, LostLeadership, Refused, WriteError
+from reconciler.engine.model.keys import PodKey
 from reconciler.kube import writer as kube_writer
 from reconciler.kube.client import JSON_PATCH, MERGE_PATCH, RateLimiter
 from reconciler.kube.writer import EventSink, KubeWriter, event_body
@@ -58,7 +59,7 @@ def writer(monkeypatch):
 def test_a_write_turned_away_by_priority_and_fairness_is_retried_after_the_wait_it_asks_for(writer):
     read = Answers(api_error(429, retry_after="2"), api_error(429, retry_after="60"), Response({"metadata": {}}))
     writer.core.read_namespaced_pod = read
-    assert writer._get(PodRef("ns", "p")) == {"metadata": {}}
+    assert writer._get(PodKey("ns", "p")) == {"metadata": {}}
     assert len(read.calls) == 3
     assert 2 <= writer.sleeps[0] <= 2.5 and 5 <= writer.sleeps[1] <= 6.25, "capped at 5 s, with up to 25% jitter"
 
@@ -66,7 +67,7 @@ def test_a_write_turned_away_by_priority_and_fairness_is_retried_after_the_wait_
 def test_the_retries_of_a_429_are_bounded(writer):
     writer.core.read_namespaced_pod = Answers(*[api_error(429)] * (kube_writer.APF_RETRIES + 1))
     with pytest.raises(WriteError, match="read pod ns/p: 429 said 429"):
-        writer._get(PodRef("ns", "p"))
+        writer._get(PodKey("ns", "p"))
     assert len(writer.sleeps) == kube_writer.APF_RETRIES
 
 
@@ -74,26 +75,26 @@ def test_an_eviction_refused_by_a_disruption_budget_is_not_retried(writer):
     evict = Answers(api_error(429))
     writer.core.create_namespaced_pod_eviction = evict
     with pytest.raises(Refused, match="evict pod ns/p: said 429"):
-        writer._evict(PodRef("ns", "p"), "uid-1")
+        writer._evict(PodKey("ns", "p"), "uid-1")
     assert len(evict.calls) == 1 and writer.sleeps == []
 
 
 def test_an_eviction_of_a_replaced_pod_is_gone_and_of_a_missing_one_too(writer):
     writer.core.create_namespaced_pod_eviction = Answers(api_error(409), api_error(404))
     with pytest.raises(Gone, match="replaced by a pod with another uid"):
-        writer._evict(PodRef("ns", "p"), "uid-1")
+        writer._evict(PodKey("ns", "p"), "uid-1")
     with pytest.raises(Gone, match="not found"):
-        writer._evict(PodRef("ns", "p"), "uid-1")
+        writer._evict(PodKey("ns", "p"), "uid-1")
 
 
 def test_api_errors_become_the_writer_s_errors(writer):
     writer.core.patch_namespaced_pod = Answers(api_error(409), api_error(404), api_error(422))
     with pytest.raises(Conflict, match="patch pod ns/p: conflict: said 409"):
-        writer._patch(PodRef("ns", "p"), {})
+        writer._patch(PodKey("ns", "p"), {})
     with pytest.raises(Gone):
-        writer._patch(PodRef("ns", "p"), {})
+        writer._patch(PodKey("ns", "p"), {})
     with pytest.raises(WriteError, match="patch pod ns/p: 422 said 422"):
-        writer._patch(PodRef("ns", "p"), {})
+        writer._patch(PodKey("ns", "p"), {})
 
 
 def test_a_group_and_its_status_are_patched_through_their_own_calls_with_the_patch_s_content_type(writer):
@@ -116,7 +117,7 @@ def test_a_closed_fence_stops_a_write_before_it_is_sent(writer):
     writer.fence = Closed()
     writer.core.patch_namespaced_pod = patch = Answers()
     with pytest.raises(LostLeadership):
-        writer._patch(PodRef("ns", "p"), {})
+        writer._patch(PodKey("ns", "p"), {})
     assert patch.calls == []
 
 
@@ -150,8 +151,8 @@ def test_the_event_sink_posts_an_event_about_the_pod_and_drops_one_the_fence_ref
 
     core = Events()
     sink = EventSink(core, RateLimiter(1000, 1000), "troupe-reconciler", fence=FenceClosingAfterOneCheck())
-    sink.emit(PodRef("ns", "w-0"), "u-1", "Normal", "GangReleased", "released")
-    sink.emit(PodRef("ns", "w-1"), "u-2", "Normal", "GangReleased", "released")
+    sink.emit(PodKey("ns", "w-0"), "u-1", "Normal", "GangReleased", "released")
+    sink.emit(PodKey("ns", "w-1"), "u-2", "Normal", "GangReleased", "released")
     sink.close()  # after the queued Events
     ((namespace, body),) = core.posted
     assert namespace == "ns" and body.involved_object.to_dict() == client.V1ObjectReference(
@@ -163,10 +164,10 @@ def test_the_event_sink_posts_an_event_about_the_pod_and_drops_one_the_fence_ref
 def test_a_dry_run_eviction_asks_the_eviction_api_with_dry_run_all_and_a_refusal_is_said(writer):
     evict = Answers(None, api_error(429))
     writer.core.create_namespaced_pod_eviction = evict
-    writer.may_evict(PodRef("ns", "p"), "uid-1")
+    writer.may_evict(PodKey("ns", "p"), "uid-1")
     assert evict.calls[0][1]["dry_run"] == "All"
     with pytest.raises(Refused, match="dry-run evict pod ns/p: said 429"):
-        writer.may_evict(PodRef("ns", "p"), "uid-1")
+        writer.may_evict(PodKey("ns", "p"), "uid-1")
 
 
 def test_the_nominated_taint_is_added_and_removed_by_a_merge_patch_of_the_whole_list_under_a_version(writer):

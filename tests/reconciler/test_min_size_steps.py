@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import itertools
 
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, own
 from tests.support.reconciler_builders import make_pod
 
@@ -51,7 +51,7 @@ def bind_all(h):
 
 def free(node):
     def step(h):
-        h.writer.pods.pop(PodRef("team-a", f"other-{node}"))
+        h.writer.pods.pop(PodKey("team-a", f"other-{node}"))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": f"other-{node}"}})
     return step
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from reconciler.daemon.writer import PodRef
 from reconciler.daemon.writer.base import LostLeadership
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.timestamps import rfc3339
 from tests.support.controller_harness import Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
@@ -128,7 +128,7 @@ def test_a_new_leader_removes_the_taints_no_nomination_holds_and_keeps_the_other
     h = Harness(four_nodes(), [low("c", "n3", 50), *high(size=1)], config=PREEMPTING)
     for name in ("n1", "n3"):
         h.writer.taint_node(name)
-    pod = h.writer.pods[PodRef("team-a", "train-0")]
+    pod = h.writer.pods[PodKey("team-a", "train-0")]
     pod["metadata"]["annotations"][contract.NOMINATION] = json.dumps(
         {"at": rfc3339(h.wall - 5), "nodes": {pod["metadata"]["uid"]: "n1"}, "victims": [], "refused": []})
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)

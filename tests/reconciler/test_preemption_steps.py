@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.decision.actions import Preempt
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import CONFIG, Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
 from troupe import contract
@@ -103,4 +103,4 @@ def test_without_preemption_the_gang_just_waits():
     out = h.reconcile()
     assert out.phase is Phase.UNSCHEDULABLE
     assert h.writer.evicted == [] and h.writer.patches == []
-    assert PodRef("team-a", "a") in h.writer.pods
+    assert PodKey("team-a", "a") in h.writer.pods

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods
 
 MESSAGE = ("0/4 nodes are available: 1 node(s) had no available disk, 3 node(s) didn't match Pod's node "
@@ -17,7 +17,7 @@ MESSAGE = ("0/4 nodes are available: 1 node(s) had no available disk, 3 node(s) 
 def refuse(h: Harness, name: str, reason: str = "Unschedulable") -> str:
     """What kube-scheduler does to a pinned pod that fails a filter on its node: it stays
     unbound with PodScheduled=False. Returns the node it is pinned to."""
-    ref = PodRef("team-a", name)
+    ref = PodKey("team-a", name)
     pod = h.writer.pods[ref]
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": reason, "message": MESSAGE}]
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.gangs.gang import job_parallelism
 from reconciler.engine.model.budgets import Budget
 from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.templates import slots
@@ -204,7 +204,7 @@ def test_a_relist_shares_what_the_cache_holds_and_parses_only_what_changed():
     first = [versioned(make_pod(f"w-{i}").gang("g", 4).index(i).gpus(1).gated().build(), f"u{i}", 10 + i)
              for i in range(4)]
     cache.replace_pods([cache.retain_pod(p) for p in first])
-    held = {i: cache.pod(PodRef("team-a", f"w-{i}")) for i in range(4)}
+    held = {i: cache.pod(PodKey("team-a", f"w-{i}")) for i in range(4)}
     infos = {i: cache.members("team-a/g") for i in range(1)}[0]
     assert all("managedFields" not in p["metadata"] for p in held.values())
 
@@ -217,10 +217,10 @@ def test_a_relist_shares_what_the_cache_holds_and_parses_only_what_changed():
     assert transformed[0] is held[0] and transformed[1] is held[2], "the same version: the cached object, no copy"
     touched = cache.replace_pods(transformed)
     assert touched == {"team-a/g"}
-    assert cache.pod(PodRef("team-a", "w-0")) is held[0]
-    assert cache.pod(PodRef("team-a", "w-1"))["metadata"]["resourceVersion"] == "99"
-    assert cache.pod(PodRef("team-a", "w-3")) is None
-    assert "managedFields" not in cache.pod(PodRef("team-a", "w-4"))["metadata"]
+    assert cache.pod(PodKey("team-a", "w-0")) is held[0]
+    assert cache.pod(PodKey("team-a", "w-1"))["metadata"]["resourceVersion"] == "99"
+    assert cache.pod(PodKey("team-a", "w-3")) is None
+    assert "managedFields" not in cache.pod(PodKey("team-a", "w-4"))["metadata"]
     kept_infos = {i.name: i for i in cache.members("team-a/g")}
     old_infos = {i.name: i for i in infos}
     assert kept_infos["w-0"] is old_infos["w-0"], "not parsed again"
@@ -230,7 +230,7 @@ def test_a_relist_shares_what_the_cache_holds_and_parses_only_what_changed():
 def test_a_write_response_is_retained_when_assumed():
     cache = ClusterCache(Config())
     cache.assume(versioned(make_pod("w-0").gang("g", 2).gpus(1).build(), "u0", 5))
-    pod = cache.pod(PodRef("team-a", "w-0"))
+    pod = cache.pod(PodKey("team-a", "w-0"))
     assert isinstance(pod, Retained) and "managedFields" not in pod["metadata"]
 
 
@@ -251,7 +251,7 @@ def test_the_whole_objects_are_kept_when_asked_for_a_baseline():
     cache = ClusterCache(Config(), retained=False)
     pod = versioned(make_pod("w-0").gpus(1).build(), "u0", 5)
     cache.replace_pods([pod])
-    assert cache.pod(PodRef("team-a", "w-0")) is pod
+    assert cache.pod(PodKey("team-a", "w-0")) is pod
 
 
 def test_a_relist_does_not_undo_a_newer_version_the_controller_assumed_meanwhile():
@@ -259,4 +259,4 @@ def test_a_relist_does_not_undo_a_newer_version_the_controller_assumed_meanwhile
     cache.replace_pods([versioned(make_pod("w-0").gang("g", 2).gpus(1).gated().build(), "u0", 10)])
     cache.assume(versioned(make_pod("w-0").gang("g", 2).gpus(1).build(), "u0", 12))  # released: rv 12
     cache.replace_pods([versioned(make_pod("w-0").gang("g", 2).gpus(1).gated().build(), "u0", 11)])
-    assert cache.pod(PodRef("team-a", "w-0"))["metadata"]["resourceVersion"] == "12"
+    assert cache.pod(PodKey("team-a", "w-0"))["metadata"]["resourceVersion"] == "12"

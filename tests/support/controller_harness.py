@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import PodRef
 from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.engine.model.keys import PodKey
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
@@ -39,7 +39,7 @@ class Harness:
         return self.controller.reconcile(key)
 
     def pod(self, name, namespace="team-a"):
-        return self.writer.pods[PodRef(namespace, name)]
+        return self.writer.pods[PodKey(namespace, name)]
 
     def add(self, pod):
         self.cache.pod_event("ADDED", self.writer.add(pod))
@@ -60,7 +60,7 @@ class Harness:
 
     def bind(self, name, namespace="team-a"):
         """What kube-scheduler does to a released pod: set spec.nodeName to its pin."""
-        ref = PodRef(namespace, name)
+        ref = PodKey(namespace, name)
         pod = self.writer.pods[ref]
         pod["spec"]["nodeName"] = pod["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
         pod["status"]["phase"] = "Running"

@@ -16,13 +16,13 @@ from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
-from reconciler.daemon.writer import PodRef
 from reconciler.engine.gangs.gang import Gang, build_gang, gang_key
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import dra
 from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo, unreadable_pod
 from reconciler.engine.model.workloads import Workload
@@ -79,7 +79,7 @@ def _same_version(a: Obj, b: Obj) -> bool:
 
 
 class ClusterCache:
-    """Pods by :class:`PodRef`, nodes by name, gang key -> member refs, Jobs'
+    """Pods by :class:`PodKey`, nodes by name, gang key -> member refs, Jobs'
     parallelism, SharedDeviceGroups by name (and their pods). Thread-safe.
 
     Objects are never mutated in place: an update replaces the entry, so a caller may keep
@@ -98,10 +98,10 @@ class ClusterCache:
         self.retained = retained
         self.levels = TopologyLevels.from_config(config)
         self._lock = threading.RLock()
-        self._pods: dict[PodRef, Entry] = {}
+        self._pods: dict[PodKey, Entry] = {}
         self._nodes: dict[str, Entry] = {}
-        self._gang_of: dict[PodRef, str] = {}
-        self._members: dict[str, set[PodRef]] = {}
+        self._gang_of: dict[PodKey, str] = {}
+        self._members: dict[str, set[PodKey]] = {}
         #: Jobs' parallelism and the workloads that size auto gangs.
         self.workloads = WorkloadIndex(self.unreadable)
         #: The PodDisruptionBudgets every snapshot carries (atomic preemption counts them).
@@ -118,7 +118,7 @@ class ClusterCache:
         self._gang_version: dict[str, int] = {}
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
         self._groups: dict[str, Entry] = {}
-        self._group_pods: dict[str, set[PodRef]] = {}
+        self._group_pods: dict[str, set[PodKey]] = {}
         #: Objects deleted, with the resourceVersion of their deletion (:mod:`.tombstones`).
         self._gone = Tombstones()
 
@@ -132,7 +132,7 @@ class ClusterCache:
         """What the cache keeps of ``pod`` (:data:`reconciler.objects.retain.POD`), or the object
         it holds already when this is the same version: the pods informer's ``transform``."""
         with self._lock:
-            current = self._pods.get(PodRef.of(pod))
+            current = self._pods.get(PodKey.of(pod))
         return self._retain(POD, pod, current)
 
     def retain_node(self, node: Obj) -> Obj:
@@ -160,7 +160,7 @@ class ClusterCache:
         self._gang_version[key] = self._gang_version.get(key, 0) + 1
         self._gangs.pop(key, None)  # stale now; dropped so its members' old infos can go
 
-    def _unindex(self, ref: PodRef) -> set[str]:
+    def _unindex(self, ref: PodKey) -> set[str]:
         touched: set[str] = set()
         entry = self._pods.get(ref)
         group = entry.info.device_group if entry is not None and entry.info is not None else ""
@@ -179,7 +179,7 @@ class ClusterCache:
         return {key} | touched
 
     def _put_pod(self, pod: Obj) -> set[str]:
-        ref = PodRef.of(pod)
+        ref = PodKey.of(pod)
         current = self._pods.get(ref)
         pod = self._retain(POD, pod, current)
         if current is not None and current.obj is pod:
@@ -207,7 +207,7 @@ class ClusterCache:
         info = PodInfo.from_object(pod) if info is None else info
         return info, gang_key(info, self.config)
 
-    def _drop_pod(self, ref: PodRef) -> set[str]:
+    def _drop_pod(self, ref: PodKey) -> set[str]:
         self.unreadable.forget("pod", str(ref))
         touched = self._unindex(ref)
         if self._pods.pop(ref, None) is not None:
@@ -227,10 +227,10 @@ class ClusterCache:
         with self._lock:
             before = set(self._members) | {group_key(g) for g in self._group_pods}
             self._snapshot = None
-        seen: set[PodRef] = set()
+        seen: set[PodKey] = set()
         for pod in items:
             with self._lock:
-                ref = PodRef.of(pod)
+                ref = PodKey.of(pod)
                 seen.add(ref)
                 if _older(pod, self._pods.get(ref)):
                     continue  # the controller assumed a newer version while the list was on its way
@@ -248,7 +248,7 @@ class ClusterCache:
         ignored: the watch will deliver the newer one.
         """
         with self._lock:
-            ref = PodRef.of(pod)
+            ref = PodKey.of(pod)
             if kind == "DELETED":
                 self._gone.bury(("pod", str(ref)), _rv(pod))
                 return self._drop_pod(ref)
@@ -270,16 +270,16 @@ class ClusterCache:
             entry = table.get(key)
         return (None, None) if entry is None else (entry.obj, entry.info)
 
-    def pod(self, ref: PodRef) -> Obj | None:
+    def pod(self, ref: PodKey) -> Obj | None:
         """The cached pod object, or None."""
         return self._lookup(self._pods, ref)[0]
 
-    def pod_info(self, ref: PodRef) -> PodInfo | None:
+    def pod_info(self, ref: PodKey) -> PodInfo | None:
         """The parsed cached pod, or None (unknown, or unreadable)."""
         info: PodInfo | None = self._lookup(self._pods, ref)[1]
         return info
 
-    def pod_refs(self) -> list[PodRef]:
+    def pod_refs(self) -> list[PodKey]:
         """Every cached pod's reference, sorted."""
         with self._lock:
             return sorted(self._pods)

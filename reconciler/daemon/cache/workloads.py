@@ -18,6 +18,7 @@ from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.engine.gangs.gang import auto_namespaces, job_parallelism, planned_gangs
 from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.keys import WorkloadKey
 from troupe import contract
 from troupe.config import Config
 
@@ -44,13 +45,13 @@ class WorkloadIndex:
         self.unreadable = unreadable if unreadable is not None else Unreadable()
         self._lock = threading.RLock()
         self._parallelism: dict[tuple[str, str], int] = {}
-        self._workloads: dict[wl.WorkloadKey, wl.Workload] = {}
+        self._workloads: dict[WorkloadKey, wl.Workload] = {}
         self._unavailable: dict[str, str] = {}
         self._view: tuple[int, dict[tuple[str, str], int], wl.Workloads] | None = None
         self._planned: tuple[tuple[int, int], dict[str, wl.Workload]] | None = None
         #: resourceVersion of each workload: an event older than what is held (a write of
         #: ours overtook it) is ignored, so a reservation written is never lost again.
-        self._rv: dict[wl.WorkloadKey, int] = {}
+        self._rv: dict[WorkloadKey, int] = {}
         self.version = 0
         #: The DRA catalog (``() -> (version, catalog)``) the slots' claims are counted with.
         self.devices: Callable[[], tuple[int, dra.Catalog]] | None = None

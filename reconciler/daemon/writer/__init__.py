@@ -36,7 +36,6 @@ from reconciler.daemon.writer.base import (
     Fenced,
     Gone,
     LostLeadership,
-    PodRef,
     Refused,
     Unfenced,
     WriteError,
@@ -47,6 +46,7 @@ from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.daemon.writer.pods import CONFLICT_RETRIES, PodIntents, release_patch
 from reconciler.daemon.writer.state import StateStore, state_key
 from reconciler.daemon.writer.workloads import WorkloadWrites
+from reconciler.engine.model.keys import PodKey
 
 __all__ = [
     "CONFLICT_RETRIES",
@@ -60,7 +60,7 @@ __all__ = [
     "LostLeadership",
     "NodeWrites",
     "PodIntents",
-    "PodRef",
+    "PodKey",
     "PodWriter",
     "Refused",
     "StateStore",

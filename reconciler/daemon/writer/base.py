@@ -1,5 +1,5 @@
 """What every part of the writer port shares: its errors, the :class:`Fence` a write
-passes first, the :class:`Fenced` base holding it, and :class:`PodRef`.
+passes first, the :class:`Fenced` base holding it, and :class:`PodKey`.
 
 Errors: :class:`Conflict` (the object changed in a way that forbids the write),
 :class:`Gone` (it no longer exists, or was replaced by a pod of another UID),
@@ -10,11 +10,7 @@ Errors: :class:`Conflict` (the object changed in a way that forbids the write),
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
-
-from troupe import contract
+from typing import Protocol
 
 
 class WriteError(RuntimeError):
@@ -70,30 +66,3 @@ class Fenced:
     (:class:`Unfenced` unless set; docs/decisions/016-bounded-failure-detection.md)."""
 
     fence: Fence = UNFENCED
-
-
-@dataclass(frozen=True, order=True)
-class PodRef:
-    """A pod's ``namespace/name``."""
-
-    namespace: str
-    name: str
-
-    @classmethod
-    def of(cls, pod: Mapping[str, Any]) -> PodRef:
-        """The reference of a pod dict (namespace ``default`` when absent; a value that is
-        not a string reads as absent)."""
-        m = contract.pod_meta(pod)
-        namespace, name = m.get("namespace"), m.get("name")
-        return cls(namespace if isinstance(namespace, str) and namespace else "default",
-                   name if isinstance(name, str) else "")
-
-    @classmethod
-    def parse(cls, key: str) -> PodRef:
-        """The reference of a ``namespace/name`` key."""
-        namespace, _, name = key.partition("/")
-        return cls(namespace, name)
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-

@@ -12,14 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.daemon.writer import PodWriter
-from reconciler.daemon.writer.base import (
-    Conflict,
-    Gone,
-    LostLeadership,
-    PodRef,
-    Refused,
-    WriteError,
-)
+from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Refused, WriteError
+from reconciler.engine.model.keys import PodKey
 from troupe import contract
 
 
@@ -27,7 +21,7 @@ from troupe import contract
 class RecordedEvent:
     """An Event :class:`FakeWriter` recorded."""
 
-    pod: PodRef
+    pod: PodKey
     kind: str
     reason: str
     message: str
@@ -50,14 +44,14 @@ of ``spec.taints`` (the whole list) under a ``metadata.resourceVersion`` precond
 Thread-safe.
     """
 
-    pods: dict[PodRef, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     events: list[RecordedEvent] = field(default_factory=list)
-    patches: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
-    deleted: list[PodRef] = field(default_factory=list)
-    evicted: list[PodRef] = field(default_factory=list)
+    patches: list[tuple[PodKey, dict[str, Any]]] = field(default_factory=list)
+    deleted: list[PodKey] = field(default_factory=list)
+    evicted: list[PodKey] = field(default_factory=list)
     #: Pods asked about by a dry-run eviction (nothing changed).
-    dry_runs: list[PodRef] = field(default_factory=list)
-    conditions: list[tuple[PodRef, dict[str, Any]]] = field(default_factory=list)
+    dry_runs: list[PodKey] = field(default_factory=list)
+    conditions: list[tuple[PodKey, dict[str, Any]]] = field(default_factory=list)
     protected: set[str] = field(default_factory=set)
     fail: dict[str, WriteError] = field(default_factory=dict)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -80,14 +74,14 @@ Thread-safe.
         with self._lock:
             stored = copy.deepcopy(dict(pod))
             stored.setdefault("metadata", {})["resourceVersion"] = str(next(self._rv))
-            self.pods[PodRef.of(stored)] = stored
+            self.pods[PodKey.of(stored)] = stored
             return copy.deepcopy(stored)
 
-    def read_pod(self, ref: PodRef) -> dict[str, Any]:
+    def read_pod(self, ref: PodKey) -> dict[str, Any]:
         """A copy of the stored pod. Raises :class:`Gone`."""
         return self._get(ref)
 
-    def touch(self, ref: PodRef, **labels: str) -> dict[str, Any]:
+    def touch(self, ref: PodKey, **labels: str) -> dict[str, Any]:
         """Someone else's update (labels merged, a new resourceVersion): what makes the
         reconciler's cached version stale."""
         with self._lock:
@@ -96,18 +90,18 @@ Thread-safe.
             pod["metadata"]["resourceVersion"] = str(next(self._rv))
             return copy.deepcopy(pod)
 
-    def _check_fail(self, ref: PodRef) -> None:
+    def _check_fail(self, ref: PodKey) -> None:
         error = self.fail.get(ref.name)
         if error is not None:
             raise error
 
-    def _get(self, ref: PodRef) -> dict[str, Any]:
+    def _get(self, ref: PodKey) -> dict[str, Any]:
         with self._lock:
             if ref not in self.pods:
                 raise Gone(f"pod {ref}: not found")
             return copy.deepcopy(self.pods[ref])
 
-    def _patch(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
+    def _patch(self, ref: PodKey, patch: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
             self._check_fail(ref)
             if ref not in self.pods:
@@ -140,7 +134,7 @@ Thread-safe.
             self.patches.append((ref, copy.deepcopy(dict(patch))))
             return copy.deepcopy(pod)
 
-    def _patch_status(self, ref: PodRef, patch: Mapping[str, Any]) -> None:
+    def _patch_status(self, ref: PodKey, patch: Mapping[str, Any]) -> None:
         with self._lock:
             self._check_fail(ref)
             if ref not in self.pods:
@@ -153,7 +147,7 @@ Thread-safe.
                 self.conditions.append((ref, dict(condition)))
             self.pods[ref]["metadata"]["resourceVersion"] = str(next(self._rv))
 
-    def _delete(self, ref: PodRef, uid: str) -> None:
+    def _delete(self, ref: PodKey, uid: str) -> None:
         with self._lock:
             self._check_fail(ref)
             pod = self.pods.get(ref)
@@ -162,7 +156,7 @@ Thread-safe.
             del self.pods[ref]
             self.deleted.append(ref)
 
-    def _evict(self, ref: PodRef, uid: str) -> None:
+    def _evict(self, ref: PodKey, uid: str) -> None:
         with self._lock:
             if ref.name in self.protected:
                 raise Refused(f"evict pod {ref}: Cannot evict pod as it would violate the pod's disruption budget")
@@ -170,7 +164,7 @@ Thread-safe.
             self.deleted.remove(ref)
             self.evicted.append(ref)
 
-    def _evict_dry_run(self, ref: PodRef, uid: str) -> None:
+    def _evict_dry_run(self, ref: PodKey, uid: str) -> None:
         with self._lock:
             self.dry_runs.append(ref)
             if ref.name in self.protected:
@@ -325,12 +319,12 @@ Thread-safe.
             return copy.deepcopy(obj)
 
     def emit_workload_event(self, workload: tuple[str, str, str], kind: str, reason: str, message: str) -> None:
-        self.emit_event(PodRef(workload[1], workload[2]), None, kind, reason, message)
+        self.emit_event(PodKey(workload[1], workload[2]), None, kind, reason, message)
 
     def emit_node_event(self, name: str, kind: str, reason: str, message: str) -> None:
-        self.emit_event(PodRef("", name), None, kind, reason, message)
+        self.emit_event(PodKey("", name), None, kind, reason, message)
 
-    def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+    def emit_event(self, ref: PodKey, uid: str | None, kind: str, reason: str, message: str) -> None:
         try:
             self.fence.check()
         except LostLeadership:

@@ -13,9 +13,10 @@ import abc
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, Fenced, Gone, PodRef
+from reconciler.daemon.writer.base import Conflict, Fenced, Gone
 from reconciler.engine.decision.decide import MemberRelease
 from reconciler.engine.model.devices import encode_selected, format_ids
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination, Plan
 from troupe import contract
 
@@ -73,37 +74,37 @@ class PodIntents(Fenced, abc.ABC):
 
     # --- primitives ---------------------------------------------------------------------
     @abc.abstractmethod
-    def _get(self, ref: PodRef) -> dict[str, Any]:
+    def _get(self, ref: PodKey) -> dict[str, Any]:
         """The pod as it is now. Raises :class:`Gone`."""
 
     @abc.abstractmethod
-    def _patch(self, ref: PodRef, patch: Mapping[str, Any]) -> dict[str, Any]:
+    def _patch(self, ref: PodKey, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Apply a strategic-merge patch; returns the pod. Raises :class:`Conflict` on a
         stale ``metadata.resourceVersion``, :class:`Gone`, :class:`WriteError`."""
 
     @abc.abstractmethod
-    def _patch_status(self, ref: PodRef, patch: Mapping[str, Any]) -> None:
+    def _patch_status(self, ref: PodKey, patch: Mapping[str, Any]) -> None:
         """Apply a strategic-merge patch to ``pods/status``. Raises :class:`Gone`,
         :class:`WriteError`."""
 
     @abc.abstractmethod
-    def _delete(self, ref: PodRef, uid: str) -> None:
+    def _delete(self, ref: PodKey, uid: str) -> None:
         """Delete the pod if its UID is ``uid``. Raises :class:`Gone` (also when the UID
         differs), :class:`WriteError`."""
 
     @abc.abstractmethod
-    def _evict(self, ref: PodRef, uid: str) -> None:
+    def _evict(self, ref: PodKey, uid: str) -> None:
         """Evict the pod through ``pods/eviction`` (policy/v1) if its UID is ``uid``.
         Raises :class:`Refused` (a PodDisruptionBudget forbids it), :class:`Gone`,
         :class:`WriteError`."""
 
     @abc.abstractmethod
-    def _evict_dry_run(self, ref: PodRef, uid: str) -> None:
+    def _evict_dry_run(self, ref: PodKey, uid: str) -> None:
         """Ask ``pods/eviction`` with ``dryRun=All`` whether the pod of UID ``uid`` may be
         evicted now, changing nothing. Raises as :meth:`_evict`."""
 
     @abc.abstractmethod
-    def emit_event(self, ref: PodRef, uid: str | None, kind: str, reason: str, message: str) -> None:
+    def emit_event(self, ref: PodKey, uid: str | None, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the pod (``kind`` ``Normal`` or ``Warning``); best
         effort, never raises."""
 
@@ -121,7 +122,7 @@ class PodIntents(Fenced, abc.ABC):
         pinned to two nodes. Raises :class:`Conflict` after :data:`CONFLICT_RETRIES`
         conflicts in a row.
         """
-        ref = PodRef.parse(m.pod)
+        ref = m.pod
         rv = m.resource_version
         for attempt in range(CONFLICT_RETRIES + 1):
             self.fence.check()
@@ -144,7 +145,7 @@ class PodIntents(Fenced, abc.ABC):
             rv = str(meta.get("resourceVersion") or "")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def set_nomination(self, ref: PodRef, nomination: Nomination, resource_version: str) -> dict[str, Any]:
+    def set_nomination(self, ref: PodKey, nomination: Nomination, resource_version: str) -> dict[str, Any]:
         """Write a preemptor gang's nomination on its first gated member (if it is still at
         ``resource_version``); returns the pod. From then on the nodes it names hold
         capacity for the gang. Raises :class:`Conflict`, :class:`Gone`, :class:`WriteError`."""
@@ -152,20 +153,20 @@ class PodIntents(Fenced, abc.ABC):
         return self._patch(ref, {"metadata": {"resourceVersion": resource_version,
                                               "annotations": {contract.NOMINATION: nomination.encode()}}})
 
-    def clear_nomination(self, ref: PodRef) -> dict[str, Any]:
+    def clear_nomination(self, ref: PodKey) -> dict[str, Any]:
         """Remove a nomination that ran out; returns the pod. Raises :class:`Gone`,
         :class:`WriteError`."""
         self.fence.check()
         return self._patch(ref, {"metadata": {"annotations": {contract.NOMINATION: None}}})
 
-    def clear_plan(self, ref: PodRef) -> None:
+    def clear_plan(self, ref: PodKey) -> None:
         """Remove the plan record (``reconciler.troupe.io/plan``) from the pod: its release
         was rolled back and it reserves nothing any more. Raises :class:`Gone`,
         :class:`WriteError`."""
         self.fence.check()
         self._patch(ref, {"metadata": {"annotations": {contract.PLAN: None}}})
 
-    def mark_disrupted_and_delete(self, ref: PodRef, uid: str, reason: str, message: str, at: str) -> None:
+    def mark_disrupted_and_delete(self, ref: PodKey, uid: str, reason: str, message: str, at: str) -> None:
         """Set the pod condition ``DisruptionTarget`` (``reason``, ``message``,
         lastTransitionTime ``at``), then delete the pod if its UID is still ``uid``.
 
@@ -179,21 +180,21 @@ class PodIntents(Fenced, abc.ABC):
         self.fence.check()
         self._delete(ref, uid)
 
-    def evict(self, ref: PodRef, uid: str) -> None:
+    def evict(self, ref: PodKey, uid: str) -> None:
         """Evict the pod through the Eviction API (policy/v1), so PodDisruptionBudgets
         hold and the pod's grace period is respected. Raises :class:`Refused` when a
         budget forbids it now, :class:`Gone`, :class:`WriteError`."""
         self.fence.check()
         self._evict(ref, uid)
 
-    def may_evict(self, ref: PodRef, uid: str) -> None:
+    def may_evict(self, ref: PodKey, uid: str) -> None:
         """Whether the Eviction API would evict the pod now (a dry run: nothing changes), so
         a victim gang of ``atomic`` preemption is evicted whole or not at all. Raises
         :class:`Refused` when a PodDisruptionBudget forbids it, :class:`Gone`, :class:`WriteError`."""
         self.fence.check()
         self._evict_dry_run(ref, uid)
 
-    def set_pod_condition(self, ref: PodRef, condition: Mapping[str, Any]) -> None:
+    def set_pod_condition(self, ref: PodKey, condition: Mapping[str, Any]) -> None:
         """Set one ``status.conditions`` entry (merged by ``type``) through
         ``pods/status``. Raises :class:`Gone`, :class:`WriteError`."""
         self.fence.check()

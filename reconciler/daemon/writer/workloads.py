@@ -17,11 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reconciler.daemon.writer.base import Fenced
+from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.reservations import Record
 from troupe import contract
-
-#: ``(kind, namespace, name)`` of a workload object.
-WorkloadRef = tuple[str, str, str]
 
 
 def _pointer(key: str) -> str:
@@ -33,25 +31,25 @@ class WorkloadWrites(Fenced, abc.ABC):
     """A gang's reservation on its workload (module docstring)."""
 
     @abc.abstractmethod
-    def _patch_workload(self, workload: WorkloadRef, patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def _patch_workload(self, workload: WorkloadKey, patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Apply ``patch`` to the workload (a mapping: a JSON merge patch; a list: a JSON
         patch); returns the object. Raises :class:`~reconciler.daemon.writer.base.Conflict`
         (a JSON patch's ``test`` failed), :class:`~reconciler.daemon.writer.base.Gone`,
         :class:`~reconciler.daemon.writer.base.WriteError`."""
 
     @abc.abstractmethod
-    def emit_workload_event(self, workload: WorkloadRef, kind: str, reason: str, message: str) -> None:
+    def emit_workload_event(self, workload: WorkloadKey, kind: str, reason: str, message: str) -> None:
         """Record an Event (``kind`` ``Normal`` or ``Warning``) on the workload; best effort,
         never raises."""
 
-    def set_reservation(self, workload: WorkloadRef, record: Record) -> dict[str, Any]:
+    def set_reservation(self, workload: WorkloadKey, record: Record) -> dict[str, Any]:
         """Write ``record`` as the workload's ``reconciler.troupe.io/reservation``; returns
         the object. Raises :class:`~reconciler.daemon.writer.base.LostLeadership` and as
         ``_patch_workload``."""
         self.fence.check()
         return self._patch_workload(workload, {"metadata": {"annotations": {contract.RESERVATION: record.encode()}}})
 
-    def drop_reservation(self, workload: WorkloadRef, record: Record) -> dict[str, Any]:
+    def drop_reservation(self, workload: WorkloadKey, record: Record) -> dict[str, Any]:
         """Remove the workload's reservation if it is still ``record``; returns the object.
         Raises :class:`~reconciler.daemon.writer.base.Conflict` when it is not (another
         reservation, or none), and as :meth:`set_reservation`."""

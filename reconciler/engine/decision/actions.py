@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from reconciler.engine.gangs.avoidance import NodeFailure
 from reconciler.engine.gangs.refusals import Refusal
 from reconciler.engine.model.devices import Devices, Holding
+from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.reservations import Record
 from reconciler.engine.placement.place import Code
@@ -80,7 +81,7 @@ class MemberRelease:
     SharedDeviceGroup, written in the same update (``deviceshare.io/selected-devices`` and
     ``deviceshare.io/env.<VAR>``); empty for a pod in no group."""
 
-    pod: str
+    pod: PodKey
     uid: str
     resource_version: str
     node: str
@@ -96,7 +97,7 @@ class Wait:
     ``troupe.io/Gang`` condition with the decision's message, and the gang's Event goes on
     the first of them when its condition changes (docs/decisions/025-actions.md)."""
 
-    members: tuple[str, ...]
+    members: tuple[PodKey, ...]
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,8 @@ class RollBack:
     records their nodes for the gang to avoid and does not back it off, for its next plan
     differs (docs/decisions/032-scheduler-refusals.md)."""
 
-    delete: tuple[str, ...]
-    keep: tuple[str, ...]
+    delete: tuple[PodKey, ...]
+    keep: tuple[PodKey, ...]
     releases: tuple[str, ...]
     avoid: tuple[Refusal, ...] = ()
 
@@ -148,9 +149,9 @@ class Preempt:
     API. ``plan``: the planner's new plan (None while the gang awaits the victims of a
     nomination it already holds; then ``evict`` lists those not yet terminating)."""
 
-    nominee: str
+    nominee: PodKey
     nomination: Nomination
-    evict: tuple[str, ...]
+    evict: tuple[PodKey, ...]
     plan: PreemptionPlan | None = None
 
 
@@ -158,14 +159,14 @@ class Preempt:
 class ClearNominations:
     """Remove the nomination from ``pods`` (it ran out, or the gang is placed without it)."""
 
-    pods: tuple[str, ...]
+    pods: tuple[PodKey, ...]
 
 
 @dataclass(frozen=True)
 class ClearPlans:
     """Remove the plan record from ``pods`` (ownerless members of a rolled-back release)."""
 
-    pods: tuple[str, ...]
+    pods: tuple[PodKey, ...]
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class Reserve:
     requests (docs/decisions/034-release-as-created.md). The actions after it in the same
     decision are carried out only once it is written."""
 
-    workload: tuple[str, str, str]
+    workload: WorkloadKey
     record: Record
 
 
@@ -191,7 +192,7 @@ class DropReservation:
     (``(kind, namespace, name)``): every member is bound (``complete``), or the reservation
     was rolled back or no longer fits its workload; ``why`` says which."""
 
-    workload: tuple[str, str, str]
+    workload: WorkloadKey
     planned_at: str
     why: str
     complete: bool = False

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from reconciler.engine.decision.actions import MemberRelease, Release, Wait
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.model.keys import PodKey
 
 RELEASED = "Released"
 
@@ -48,7 +49,7 @@ class GangCondition:
 MAX_MESSAGE = 1024
 
 
-def conditions(gang: Gang, decision: Decision) -> dict[str, GangCondition]:
+def conditions(gang: Gang, decision: Decision) -> dict[PodKey, GangCondition]:
     """Pod key -> the condition it should carry after ``decision``: the members its
     :class:`~reconciler.engine.decision.actions.Wait` (or ``Hold``) names get the rule's condition
     reason and the decision's reason as message; the members

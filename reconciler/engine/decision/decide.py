@@ -81,6 +81,7 @@ from reconciler.engine.gangs.nominating import held_note, nomination_deadline, n
 from reconciler.engine.gangs.queueing import Policy, QueueView
 from reconciler.engine.gangs.refusals import Refusal, avoid_note, avoiding, refusals
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.timestamps import epoch, rfc3339
 from reconciler.engine.placement.allocation import DevicePlacement, group_problem
@@ -263,15 +264,15 @@ def _place(s: Seen) -> Decision:
     if s.released and (progress := lifecycle.running_of_minimum(s.obs)):
         subject = f"{progress}; member(s) {', '.join(p.name for p in s.free)}: "
     nominee, nom = nomination_of(gang)
-    clear: tuple[str, ...] = ()
-    if nom is not None:
+    clear: tuple[PodKey, ...] = ()
+    if nom is not None and nominee is not None:
         deadline = nomination_deadline(gang, nom, snapshot, s.policy.nomination_max_seconds)
         if deadline <= s.now:
             clear, nom = (nominee,), None
         else:
             s.recheck = earliest(s.recheck, deadline)
     wait = Wait(s.gated_keys)
-    if nom is not None:
+    if nom is not None and nominee is not None:
         awaiting = _awaiting_victims(s, nom, nominee, subject, wait)
         if awaiting is not None:
             return awaiting
@@ -284,7 +285,7 @@ def _place(s: Seen) -> Decision:
     near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})
     avoided = s.policy.avoidance.avoided(snapshot, s.now)
     found, avoided_note = place_avoiding(view, s.free, gang.topology, near, avoided)
-    if nom is not None:
+    if nom is not None and nominee is not None:
         clear += (nominee,)
     if found.result.placed:
         return _placed(s, found, subject, clear, note=avoided_note)
@@ -294,11 +295,11 @@ def _place(s: Seen) -> Decision:
     return _unplaced(s, view, found.result, near, nom, nominee, subject, wait, clear, held_note(s.queue, held))
 
 
-def _with_clear(actions: tuple[Action, ...], clear: tuple[str, ...]) -> tuple[Action, ...]:
+def _with_clear(actions: tuple[Action, ...], clear: tuple[PodKey, ...]) -> tuple[Action, ...]:
     return (*actions, ClearNominations(clear)) if clear else actions
 
 
-def _awaiting_victims(s: Seen, nom: Nomination, nominee: str, subject: str, wait: Wait) -> Decision | None:
+def _awaiting_victims(s: Seen, nom: Nomination, nominee: PodKey, subject: str, wait: Wait) -> Decision | None:
     """``AwaitingVictims`` while victims of the gang's nomination still run and none of
     their gangs refused an eviction; None otherwise (the gang is placed on what is left)."""
     snapshot = s.snapshot
@@ -315,7 +316,7 @@ def _awaiting_victims(s: Seen, nom: Nomination, nominee: str, subject: str, wait
 
 
 def _unplaced(s: Seen, view: Snapshot, result: PlacementResult, near: Sequence[str], nom: Nomination | None,
-              nominee: str, subject: str, wait: Wait, clear: tuple[str, ...], note: str) -> Decision:
+              nominee: PodKey | None, subject: str, wait: Wait, clear: tuple[PodKey, ...], note: str) -> Decision:
     """No placement: preempt when the mode allows and eviction makes room, hold a refused
     nomination's room, or wait ``Unschedulable`` with the engine's reasons."""
     reasons = [result.reason, *([note.removeprefix("; ")] if note else []), *_avoided(s)]
@@ -323,7 +324,7 @@ def _unplaced(s: Seen, view: Snapshot, result: PlacementResult, near: Sequence[s
         preempted = _preempt(s, view, near, nom, subject, wait)
         if preempted is not None:
             return preempted
-        if nom is not None:  # a refused eviction and no other plan: hold what is freed, retry later
+        if nom is not None and nominee is not None:  # a refused eviction and no other plan: hold what is freed, retry later
             reason = (f"eviction of {', '.join(sorted(nom.refused))} refused (PodDisruptionBudget) and no other "
                       f"lower-priority gangs make room; retrying when the nomination runs out")
             return s.made(lifecycle.EVICTION_REFUSED, (Preempt(nominee, nom, ()), wait),
@@ -334,7 +335,7 @@ def _unplaced(s: Seen, view: Snapshot, result: PlacementResult, near: Sequence[s
                   placement=result)
 
 
-def _placed(s: Seen, found: DevicePlacement, subject: str, clear: tuple[str, ...], waiting: int = 0,
+def _placed(s: Seen, found: DevicePlacement, subject: str, clear: tuple[PodKey, ...], waiting: int = 0,
             note: str = "") -> Decision:
     """A new release of the free gated members (of the first ``min_size`` of them, when
     ``waiting`` more are present that do not fit with them). Its ``planned_at`` names it,
@@ -397,6 +398,8 @@ def _preempt(s: Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination |
     nomination = Nomination(rfc3339(s.now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
                             plan.victims, tuple(sorted(refused)))
     nominee, note = nomination_of(gang)[0], victims.budget_note({**held, **shared})
+    if nominee is None:  # no member is gated: nothing to carry the nomination
+        return None
     return s.made(lifecycle.PREEMPTING, (Preempt(nominee, nomination, plan.victims, plan), wait),
                   Status.of(f"{plan.reason} ({policy.preemption}){note}", Code.UNSCHEDULABLE, subject),
                   recheck_at=s.now + gang.timeout_seconds, placement=plan.placement)

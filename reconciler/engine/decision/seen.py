@@ -16,6 +16,7 @@ from reconciler.engine.gangs.lifecycle import Observation, Phase, Rule
 from reconciler.engine.gangs.queueing import Policy, QueueView
 from reconciler.engine.gangs.refusals import Refusal
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import PlacementResult
 
@@ -104,7 +105,7 @@ class Seen:
                         self.obs, tuple(actions), earliest(self.recheck, recheck_at), placement)
 
     @property
-    def gated_keys(self) -> tuple[str, ...]:
+    def gated_keys(self) -> tuple[PodKey, ...]:
         """The gated members' keys, in rank order."""
         return tuple(p.key for p in self.gated)
 

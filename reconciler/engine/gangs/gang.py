@@ -39,6 +39,7 @@ from functools import lru_cache
 import troupe.contract as contract
 import troupe.kueue as kueue
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record
 from reconciler.engine.model.timestamps import epoch
@@ -127,7 +128,7 @@ class Gang:
     rolled_back: tuple[str, ...] = ()
     workload_missing: str = ""
     avoid: Mapping[str, str] = field(default_factory=dict)
-    workload: wl.WorkloadKey | None = None
+    workload: WorkloadKey | None = None
     slots: tuple[PodInfo, ...] = ()
     release_mode: str = contract.WHEN_COMPLETE
     reservation: Record | None = None

@@ -9,16 +9,17 @@ from reconciler.engine.gangs.clocks import jitter
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.queueing import QueueView
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination
 from reconciler.engine.model.timestamps import epoch
 
 
-def nomination_of(gang: Gang) -> tuple[str, Nomination | None]:
-    """The first gated member in rank order (who carries the gang's nomination) and the
-    latest nomination a gated member carries (None without one)."""
+def nomination_of(gang: Gang) -> tuple[PodKey | None, Nomination | None]:
+    """The first gated member in rank order (who carries the gang's nomination; None when
+    none is gated) and the latest nomination a gated member carries (None without one)."""
     gated = [p for p in gang.members if p.gated]
     noms = sorted((p.nomination for p in gated if p.nomination is not None), key=lambda n: n.at)
-    return (gated[0].key if gated else ""), (noms[-1] if noms else None)
+    return (gated[0].key if gated else None), (noms[-1] if noms else None)
 
 
 def nomination_deadline(gang: Gang, nom: Nomination, snapshot: Snapshot, cap: int) -> float:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import POD_SCHEDULED, PodInfo
 from reconciler.engine.model.selectors import NAME_FIELD, NodeFilter, Requirement, Term
 from reconciler.engine.model.timestamps import epoch
@@ -53,7 +54,7 @@ class Refusal:
     """kube-scheduler refused member ``pod`` (``namespace/name``) on ``node``, where
     Troupe pinned it, saying ``message``."""
 
-    pod: str
+    pod: PodKey
     node: str
     message: str
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.keys import PodKey
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class DomainUsage:
     nodes: tuple[NodeUsage, ...] = field(default_factory=tuple)
 
 
-def occupancy(snapshot: Snapshot, gang_of: Mapping[str, str], resource: str = "nvidia.com/gpu",
+def occupancy(snapshot: Snapshot, gang_of: Mapping[PodKey, str], resource: str = "nvidia.com/gpu",
               avoided: Mapping[str, str] | None = None) -> DomainUsage:
     """The whole topology as a tree rooted at the cluster (level ``""``); ``avoided``: node
     name -> why new placements avoid it.

@@ -44,6 +44,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.budgets import Budget
 from reconciler.engine.model.devices import DeviceGroup, DeviceInventory, Holding
 from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.podterms import SpreadConstraint
@@ -64,7 +65,7 @@ class Placed(Protocol):
     ``node``: a node name; ``requests``: units per resource (:mod:`reconciler.engine.model.resources`)."""
 
     @property
-    def pod_key(self) -> str:
+    def pod_key(self) -> PodKey:
         """The member's ``namespace/name``."""
 
     @property
@@ -122,7 +123,7 @@ class Snapshot:
         self.index = table.index
         self.tree = table.tree
         self.weights = table.weights
-        self.pods: dict[str, PodInfo] = {}
+        self.pods: dict[PodKey, PodInfo] = {}
         for pod in pods:
             if pod.key in self.pods:
                 raise ValueError(f"duplicate pod {pod.key!r}")

@@ -25,6 +25,7 @@ from reconciler.engine.model.fields import (
     string,
     string_map,
 )
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.podterms import PodTerms, parse_pod_terms
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.resources import PODS, pod_requests
@@ -145,11 +146,11 @@ class PodInfo:
     #: claim name from ``resourceClaimName`` or, for a template's claim, from
     #: ``status.resourceClaimStatuses`` once kube-controller-manager made it (``""`` until then).
     claims: tuple[tuple[str, str, str], ...] = ()
+    #: ``namespace/name`` (:class:`~.keys.PodKey`), made once.
+    key: PodKey = field(init=False, repr=False)
 
-    @property
-    def key(self) -> str:
-        """``namespace/name``."""
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PodKey(self.namespace, self.name))
 
     @property
     def terminal(self) -> bool:
@@ -196,6 +197,7 @@ class PodInfo:
         plan, nomination = _record(annotations, PLAN, Plan, problems), _record(annotations, NOMINATION, Nomination, problems)
         return filled(cls, {
             "namespace": namespace,
+            "key": PodKey(namespace, name),
             "name": name,
             "requests": pod_requests(spec),
             "node_filter": node_filter,

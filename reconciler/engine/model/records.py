@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.model.devices import Holding, format_ids, parse_ids
+from reconciler.engine.model.keys import PodKey
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class Nomination:
 
     at: str
     nodes: Mapping[str, str]
-    victims: tuple[str, ...] = ()
+    victims: tuple[PodKey, ...] = ()
     refused: tuple[str, ...] = ()
 
     def encode(self) -> str:
@@ -113,4 +114,4 @@ class Nomination:
             return None
         if not all(isinstance(entry, str) for entry in (*victims, *refused)):
             return None
-        return cls(at, nodes, tuple(victims), tuple(refused))
+        return cls(at, nodes, tuple(PodKey.parse(v) for v in victims), tuple(refused))

@@ -24,10 +24,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
-
-#: ``(kind, namespace, name)`` of a workload object (as :data:`.workloads.WorkloadKey`).
-WorkloadRef = tuple[str, str, str]
 
 #: Nodes a record may name at most (an annotation value stays well under the API's 256 KiB).
 MAX_NODES = 10_000
@@ -74,7 +72,7 @@ class Reservation:
     ``slots[i].requests``; a record longer than the slots counts the last slot's)."""
 
     namespace: str
-    workload: WorkloadRef
+    workload: WorkloadKey
     record: Record
     slots: tuple[PodInfo, ...]
 

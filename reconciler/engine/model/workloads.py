@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import troupe.contract as contract
+from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, Reservation
 from reconciler.engine.model.templates import job_pods, replica_order, slots
@@ -80,8 +81,6 @@ _BY_KIND = {k.kind: k for k in KINDS}
 #: Each supported kind by its ``kind``.
 KIND_OF: Mapping[str, Kind] = _BY_KIND
 
-#: ``(kind, namespace, name)`` of a workload object.
-WorkloadKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True)

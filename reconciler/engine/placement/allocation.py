@@ -42,6 +42,7 @@ from reconciler.engine.model.devices import (
     order_candidates,
     pick_ids,
 )
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.resources import resource_order
 from reconciler.engine.placement.place import Code, PlacementResult, place_gang
@@ -63,7 +64,7 @@ class DevicePlacement:
 
     result: PlacementResult
     bindings: tuple[Holding, ...] = ()
-    devices: Mapping[str, Devices] = field(default_factory=dict)
+    devices: Mapping[PodKey, Devices] = field(default_factory=dict)
 
 
 def group_problem(snapshot: Snapshot, members: Sequence[PodInfo]) -> str:

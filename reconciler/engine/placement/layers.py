@@ -36,6 +36,7 @@ from functools import lru_cache
 
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyTree
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement import selection
 from troupe.config import Config
@@ -355,7 +356,7 @@ def short_layer(snapshot: Snapshot, node_caps: list[int], x: int, layers: Sequen
     return None
 
 
-def _own(snapshot: Snapshot, members: Sequence[PodInfo]) -> set[str]:
+def _own(snapshot: Snapshot, members: Sequence[PodInfo]) -> set[PodKey]:
     """The keys of the gang's pods: ``members``, and the pods of their namespace that
     carry the same gang annotations (members that already run)."""
     own = {pod.key for pod in members}

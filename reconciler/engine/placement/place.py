@@ -35,6 +35,7 @@ from reconciler.engine.filters.gang import GangFilters
 from reconciler.engine.filters.node import insufficient, node_reasons, reason_order, static_reason
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import sequence_cost
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.text import plural
 from reconciler.engine.placement import layers, selection
@@ -71,7 +72,7 @@ class Assignment:
     """Member ``pod_key`` (``namespace/name``) goes to ``node``; ``rank`` is its position
     in the gang's rank order (0-based). ``requests`` (units) let a snapshot assume it."""
 
-    pod_key: str
+    pod_key: PodKey
     node: str
     rank: int
     requests: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)

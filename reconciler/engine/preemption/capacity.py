@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from reconciler.engine.ledger.snapshot import UNBOUNDED, Snapshot
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.resources import resource_order
 from reconciler.engine.placement.place import envelope, member_shapes
@@ -35,7 +36,7 @@ class SearchPod:
     :class:`CapacityModel` tracks), the scope domain of its node (-1: none) and
     whether a member could use its node (``relevant``)."""
 
-    key: str
+    key: PodKey
     gang: int
     node: int
     requests: Mapping[str, int]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.text import plural
 from reconciler.engine.placement.place import PlacementResult
@@ -58,7 +59,7 @@ class PreemptionPlan:
     need``. ``nodes``: victim pod key -> node.
     """
 
-    victims: tuple[str, ...]
+    victims: tuple[PodKey, ...]
     gangs: tuple[str, ...]
     placement: PlacementResult
     max_priority: int
@@ -66,7 +67,7 @@ class PreemptionPlan:
     overage: tuple[tuple[str, int], ...]
     method: str
     reason: str
-    nodes: Mapping[str, str] = field(default_factory=dict)
+    nodes: Mapping[PodKey, str] = field(default_factory=dict)
 
     def objective(self) -> tuple[int, int, int, tuple[int, ...]]:
         """(1)-(4) as one comparable tuple."""

@@ -20,6 +20,7 @@ from typing import Any
 from reconciler.engine.gangs.gang import group_by_gang
 from reconciler.engine.ledger.occupancy import DomainUsage
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.timestamps import rfc3339
 from reconciler.tools.render import topology_json
 from troupe.config import Config
@@ -38,7 +39,7 @@ def gang_of(snapshot: Snapshot, config: Config) -> dict[str, str]:
     return {p.key: key for key, pods in group_by_gang(snapshot.pods.values(), config).items() for p in pods}
 
 
-def node_marks(snapshot: Snapshot, gangs: Mapping[str, str]) -> dict[str, dict[str, list[str]]]:
+def node_marks(snapshot: Snapshot, gangs: Mapping[PodKey, str]) -> dict[str, dict[str, list[str]]]:
     """Node name -> mark (``reserved``, ``nominated``) -> the sorted gang keys it holds the
     node for: gated members the reconciler committed to it (pinned, or named by the plan
     record of a release in progress), gated members a preemptor's nomination holds it for,
