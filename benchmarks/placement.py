@@ -307,7 +307,7 @@ def run_layers(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": n_nodes, "pods": n_pods}
     cases = (("plain", None), ("sliced", TopologyRequest(slices=LAYERS)))
     for name, layout in cases:
-        out[f"{name}_cold_ms"], result = timed(lambda layout=layout: place_gang(snapshot, members, layout=layout))
+        out[f"{name}_cold_ms"], result = timed(lambda layout=layout: place_gang(snapshot, members, layout))
         check_plan(snapshot, members, result)
         DECISIONS.add(f"{n_nodes} nodes, {n_pods} members, {name}", placement(result))
         out[f"{name}_method"] = result.method
@@ -316,7 +316,7 @@ def run_layers(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
         out[f"{name}_warm_ms"] = float("inf")
     for _ in range(7):  # alternated, so that a burst of load on the machine falls on both
         for name, layout in cases:
-            ms = timed(lambda layout=layout: place_gang(snapshot, members, layout=layout))[0]
+            ms = timed(lambda layout=layout: place_gang(snapshot, members, layout))[0]
             out[f"{name}_warm_ms"] = min(out[f"{name}_warm_ms"], ms)
     out["ratio"] = out["sliced_warm_ms"] / out["plain_warm_ms"]
     return out

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from troupe.contract import TopologyRequest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.decisions import Decisions
@@ -202,14 +204,14 @@ def score(inst: Instance, victims: Sequence[PodInfo] | None) -> Objective | None
     if victims is None:
         return None
     with inst.snapshot.without(v.key for v in victims) as s:
-        placement = place_gang(s, inst.members, inst.required)
+        placement = place_gang(s, inst.members, TopologyRequest(required_level=inst.required))
     if not placement.placed:
         return None
     return objective(inst.snapshot, inst.members, inst.candidates, victims, placement)
 
 
 def troupe(inst: Instance, mode: str, exact: bool = True) -> list[PodInfo] | None:
-    plan = plan_preemption(inst.snapshot, inst.members, inst.candidates, mode, inst.required, exact=exact)
+    plan = plan_preemption(inst.snapshot, inst.members, inst.candidates, mode, TopologyRequest(required_level=inst.required), exact=exact)
     record(mode, exact, plan)
     return None if plan is None else [inst.snapshot.pods[k] for k in plan.victims]
 
@@ -324,8 +326,7 @@ def large_suite(rng: random.Random, repeats: int) -> bool:
             seed = rng.randrange(1 << 30)
             for members, gpus, required in LARGE:
                 inst = build(random.Random(seed), 1000, 1000, members, gpus, required)
-                ms, plan = timed(lambda inst=inst, mode=mode: plan_preemption(
-                    inst.snapshot, inst.members, inst.candidates, mode, inst.required))
+                ms, plan = timed(lambda inst=inst, mode=mode: plan_preemption(inst.snapshot, inst.members, inst.candidates, mode, TopologyRequest(required_level=inst.required)))
                 record(mode, True, plan)
                 base_ms, base_victims = timed(lambda inst=inst, mode=mode: baseline(inst, mode))
                 tallies["troupe"].ms.append(ms)

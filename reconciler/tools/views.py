@@ -387,8 +387,7 @@ def room_shortfall(cluster: Cluster, found: GangStatus, resource: str = "nvidia.
             held_nodes.setdefault(i, h.gang)
     seen = seen.planned_from(free, gang.priority)  # as the decision sees it
     near = sorted({n for p in gang.members if not p.gated and (n := p.node_name or seen.committed_node(p))})
-    return shortfall(seen, free, gang.topology.required_level, gang.topology.preferred_level,
-                     held=held_nodes, near=near, resource=resource, layout=gang.topology)
+    return shortfall(seen, free, gang.topology, held=held_nodes, near=near, resource=resource)
 
 
 # --- topology -------------------------------------------------------------------------------

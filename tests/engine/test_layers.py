@@ -7,6 +7,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.placement.layers import water_fill
 from reconciler.engine.placement.place import Code, place_gang
@@ -19,6 +20,7 @@ from tests.support.engine_builders import (
     make_pod,
     snapshot_of,
 )
+from troupe.config import Config
 from troupe.contract import HOSTNAME_LABEL, TopologyRequest
 from troupe.layers import SliceLayer
 
@@ -49,7 +51,7 @@ def test_slices_of_four_go_whole_into_subblocks_although_the_plain_gang_would_sp
     plain = place_gang(snap, gang_of(8, gpu=8))
     assert plain.placed
     assert len({subblock_of(snap, a.node) for a in plain.assignments[4:]}) == 2
-    result = place_gang(snap, gang_of(8, gpu=8), layout=sliced((4, SUBBLOCK)))
+    result = place_gang(snap, gang_of(8, gpu=8), sliced((4, SUBBLOCK)))
     assert result.placed, result.reason
     for k in range(2):
         assert len({subblock_of(snap, a.node) for a in result.assignments[4 * k:4 * k + 4]}) == 1
@@ -61,7 +63,7 @@ def test_slices_of_four_go_whole_into_subblocks_although_the_plain_gang_would_sp
 def test_an_indexed_job_of_32_in_slices_of_8_takes_four_whole_subblocks_in_rank_order():
     nodes = [gpu_node(f"s{s}n{n}", "b1", f"s{s}") for s in range(5) for n in range(10)]
     snap = snapshot_of(nodes, [make_pod(f"busy{n}", "other").requests(gpu=8).on(f"s0n{n}") for n in range(4)])
-    result = place_gang(snap, gang_of(32, gpu=8), layout=sliced((8, SUBBLOCK)))
+    result = place_gang(snap, gang_of(32, gpu=8), sliced((8, SUBBLOCK)))
     assert result.placed, result.reason
     used = [subblock_of(snap, a.node) for a in result.assignments]
     for k in range(4):
@@ -78,7 +80,7 @@ def test_nested_layers_keep_four_per_host_inside_eight_per_subblock():
              for s in range(3) for h in range(3) for n in range(2)]
     snap = snapshot_of(nodes, [make_pod("busy", "other").requests(gpu=4).on("s0h0n0")])
     members = gang_of(16, gpu=4)
-    result = place_gang(snap, members, layout=sliced((8, SUBBLOCK), (4, HOST)))
+    result = place_gang(snap, members, sliced((8, SUBBLOCK), (4, HOST)))
     assert result.placed, result.reason
     paths = [snap.paths[snap.index[a.node]] for a in result.assignments]
     for k in range(4):
@@ -92,8 +94,7 @@ def test_a_gang_whose_slices_fit_nowhere_says_which_layer_failed_and_by_how_much
     # 16 free one-member nodes in the block, but no subblock has 8 free.
     nodes = [gpu_node(f"s{s}n{n}", "b1", f"s{s}") for s in range(4) for n in range(5)]
     busy = [make_pod(f"busy{s}", "other").requests(gpu=8).on(f"s{s}n0") for s in range(4)]
-    result = place_gang(snapshot_of(nodes, busy), gang_of(16, gpu=8), required_level=BLOCK,
-                        layout=sliced((8, SUBBLOCK), required=BLOCK))
+    result = place_gang(snapshot_of(nodes, busy), gang_of(16, gpu=8), sliced((8, SUBBLOCK), required=BLOCK))
     assert not result.placed
     assert result.reason.startswith(f"slices of 8 at {SUBBLOCK}: 0 of 2 slices fit; best {BLOCK}=b1 holds 0; ")
     assert result.code == Code.UNSCHEDULABLE
@@ -101,20 +102,23 @@ def test_a_gang_whose_slices_fit_nowhere_says_which_layer_failed_and_by_how_much
 
 def test_a_gang_size_that_is_not_a_multiple_of_the_slice_size_is_unresolvable():
     snap = snapshot_of([gpu_node("n1", "b1", "s1")])
-    result = place_gang(snap, gang_of(6, gpu=1), layout=sliced((4, SUBBLOCK)))
+    result = place_gang(snap, gang_of(6, gpu=1), sliced((4, SUBBLOCK)))
     assert result.code == Code.UNRESOLVABLE
     assert "not a multiple of the slice size 4" in result.reason
 
 
-def test_slices_are_read_from_the_members_annotations_without_a_request():
+def test_the_gang_parses_its_slices_once_and_placement_reads_only_that_request():
     nodes = [gpu_node(f"a{i}", "b1", "s1") for i in range(6)] + [gpu_node(f"b{i}", "b1", "s2") for i in range(6)]
     members = [make_pod(f"w-{i}").requests(gpu=8).gang("train", 8).index(i).gated()
                .annotate("troupe.io/topology-slice-size", "4")
                .annotate("troupe.io/topology-slice-required-level", SUBBLOCK).info() for i in range(8)]
+    gang = build_gang("default/train", members, Config(), {})
+    assert gang.topology.slices == (SliceLayer(4, SUBBLOCK),)
     snap = snapshot_of(nodes)
-    result = place_gang(snap, members)
+    result = place_gang(snap, members, gang.topology)
     assert result.placed
     assert [s.index for s in result.slices] == [0, 1]
+    assert place_gang(snap, members).slices == ()  # the annotations are the gang's to read, not placement's
 
 
 # --- balanced -------------------------------------------------------------------------
@@ -124,7 +128,7 @@ def test_a_balanced_gang_of_12_over_two_10_node_subblocks_lands_6_and_6():
     compact = place_gang(snap, gang_of(12, gpu=8))
     used = [subblock_of(snap, a.node) for a in compact.assignments]
     assert sorted((used.count("s0"), used.count("s1"))) == [2, 10]
-    result = place_gang(snap, gang_of(12, gpu=8), layout=sliced(placement="Balanced"))
+    result = place_gang(snap, gang_of(12, gpu=8), sliced(placement="Balanced"))
     assert result.placed
     used = [subblock_of(snap, a.node) for a in result.assignments]
     assert used.count("s0") == 6 and used.count("s1") == 6
@@ -152,7 +156,7 @@ def test_an_exclusive_gang_keeps_other_gangs_out_of_its_subblock_and_stays_out_o
     # A pod Troupe released (pinned) in s1: an exclusive gang does not go there.
     pinned = make_pod("y-0", "ns").requests(gpu=8).gang("y", 1).annotate("reconciler.troupe.io/node", "s1n0").gated()
     snap = snapshot_of(nodes, [exclusive, pinned])
-    mine = place_gang(snap, gang_of(2, gpu=8, name="z"), layout=sliced(exclusive=SUBBLOCK))
+    mine = place_gang(snap, gang_of(2, gpu=8, name="z"), sliced(exclusive=SUBBLOCK))
     assert {subblock_of(snap, a.node) for a in mine.assignments} == {"s2"}
 
 
@@ -196,7 +200,7 @@ def fits_every_node(snap, result):
 @given(snap=small_trees(), layers=layouts(), slices=st.integers(1, 4), balanced=st.booleans())
 def test_every_slice_is_inside_one_domain_of_its_level_and_every_member_fits(snap, layers, slices, balanced):
     size = layers[0][0] * slices
-    result = place_gang(snap, gang_of(size, gpu=1), layout=sliced(*layers, placement="Balanced" if balanced else "Compact"))
+    result = place_gang(snap, gang_of(size, gpu=1), sliced(*layers, placement="Balanced" if balanced else "Compact"))
     if not result.placed:
         return
     fits_every_node(snap, result)
@@ -240,7 +244,7 @@ def brute_force_vector(snap, level, slice_size, slices):
 @given(snap=small_trees(), level=st.sampled_from([SUBBLOCK, HOST]), slice_size=st.integers(2, 4),
        slices=st.integers(1, 4))
 def test_slices_use_the_fewest_domains_that_brute_force_finds(snap, level, slice_size, slices):
-    result = place_gang(snap, gang_of(slice_size * slices, gpu=1), layout=sliced((slice_size, level)))
+    result = place_gang(snap, gang_of(slice_size * slices, gpu=1), sliced((slice_size, level)))
     best = brute_force_vector(snap, level, slice_size, slices)
     assert result.placed == (best is not None)
     if best is None:
@@ -256,7 +260,7 @@ def test_slices_use_the_fewest_domains_that_brute_force_finds(snap, level, slice
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snap=small_trees(), size=st.integers(2, 12))
 def test_a_balanced_spread_differs_by_at_most_one_member_where_room_allows(snap, size):
-    result = place_gang(snap, gang_of(size, gpu=1), layout=sliced(placement="Balanced"))
+    result = place_gang(snap, gang_of(size, gpu=1), sliced(placement="Balanced"))
     if not result.placed or result.balance is None:
         return
     fits_every_node(snap, result)
@@ -296,7 +300,7 @@ def held_trees(draw):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snap=held_trees(), size=st.integers(1, 6), level=st.sampled_from([None, SUBBLOCK, HOST]))
 def test_exclusive_domains_are_never_shared(snap, size, level):
-    result = place_gang(snap, gang_of(size, gpu=1, name="mine"), layout=sliced(exclusive=level))
+    result = place_gang(snap, gang_of(size, gpu=1, name="mine"), sliced(exclusive=level))
     if not result.placed:
         return
     fits_every_node(snap, result)

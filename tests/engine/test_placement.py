@@ -19,6 +19,7 @@ from tests.support.engine_builders import (
     placed,
     snapshot_of,
 )
+from troupe.contract import TopologyRequest
 
 
 def gpu_node(name, block, subblock, host=None):
@@ -195,7 +196,7 @@ def test_nodes_with_the_older_gke_labels_are_grouped_by_them():
                 .label("topology.gke.io/host", name).allocatable(gpu=8))
 
     nodes = [old("n1", "r1"), old("n2", "r2"), old("n3", "r2")]
-    result = place_gang(snapshot_of(nodes), gang_of(2, gpu=8), required_level="topology.gke.io/rack")
+    result = place_gang(snapshot_of(nodes), gang_of(2, gpu=8), TopologyRequest(required_level="topology.gke.io/rack"))
     assert sorted(counts(result)) == ["n2", "n3"]
 
 
@@ -210,13 +211,13 @@ def test_configured_levels_are_used():
 
 # --- required and preferred levels -------------------------------------------------------------
 def test_a_required_level_places_the_gang_in_one_domain_of_it(two_blocks):
-    result = place_gang(two_blocks, gang_of(2, gpu=8), required_level=SUBBLOCK)
+    result = place_gang(two_blocks, gang_of(2, gpu=8), TopologyRequest(required_level=SUBBLOCK))
     assert result.domain is not None and result.domain.level == SUBBLOCK
     assert sorted(counts(result)) == ["b1", "b2"]
 
 
 def test_a_required_level_that_no_domain_can_hold_now_is_unschedulable(two_blocks):
-    result = place_gang(two_blocks, gang_of(4, gpu=8), required_level=SUBBLOCK)
+    result = place_gang(two_blocks, gang_of(4, gpu=8), TopologyRequest(required_level=SUBBLOCK))
     assert not result.placed
     assert result.code is Code.UNSCHEDULABLE  # s1 holds four once a1's pod is gone
     assert result.reason == (
@@ -226,31 +227,31 @@ def test_a_required_level_that_no_domain_can_hold_now_is_unschedulable(two_block
 
 
 def test_a_required_level_that_no_domain_could_ever_hold_is_unresolvable(two_blocks):
-    result = place_gang(two_blocks, gang_of(5, gpu=8), required_level=SUBBLOCK)
+    result = place_gang(two_blocks, gang_of(5, gpu=8), TopologyRequest(required_level=SUBBLOCK))
     assert result.code is Code.UNRESOLVABLE
 
 
 def test_the_hostname_as_required_level_means_one_node(two_blocks):
-    result = place_gang(two_blocks, gang_of(3, gpu=2), required_level=HOSTNAME)
+    result = place_gang(two_blocks, gang_of(3, gpu=2), TopologyRequest(required_level=HOSTNAME))
     assert len(counts(result)) == 1
-    assert not place_gang(two_blocks, gang_of(5, gpu=2), required_level=HOSTNAME).placed
+    assert not place_gang(two_blocks, gang_of(5, gpu=2), TopologyRequest(required_level=HOSTNAME)).placed
 
 
 def test_an_unknown_level_is_unresolvable_and_names_the_known_ones(two_blocks):
     for kwargs in ({"required_level": "example.com/rack"}, {"preferred_level": "example.com/rack"}):
-        result = place_gang(two_blocks, gang_of(2, gpu=8), **kwargs)
+        result = place_gang(two_blocks, gang_of(2, gpu=8), TopologyRequest(**kwargs))
         assert result.code is Code.UNRESOLVABLE
         assert result.reason.startswith("unknown topology level 'example.com/rack' (known: cloud.google.com/gce-topology-block,")
 
 
 def test_a_preferred_level_is_tried_first(two_blocks):
-    result = place_gang(two_blocks, gang_of(2, gpu=4), preferred_level=SUBBLOCK)
+    result = place_gang(two_blocks, gang_of(2, gpu=4), TopologyRequest(preferred_level=SUBBLOCK))
     assert result.domain is not None and result.domain.level == SUBBLOCK
     assert len(counts(result)) == 1 and result.cost == 0
 
 
 def test_a_preferred_level_falls_back_upwards(two_blocks):
-    result = place_gang(two_blocks, gang_of(5, gpu=8), preferred_level=SUBBLOCK)
+    result = place_gang(two_blocks, gang_of(5, gpu=8), TopologyRequest(preferred_level=SUBBLOCK))
     assert result.placed
     assert result.domain == DomainRef(BLOCK, ("b1",))
 

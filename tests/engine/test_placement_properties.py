@@ -19,6 +19,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
 from tests.support.engine_builders import GPU, make_node, make_pod, snapshot_of
+from troupe.contract import TopologyRequest
 
 WEIGHTS = (1e6, 1e4, 100.0)
 #: The engine's default; a test may lower it to 0 to check the property fails without it.
@@ -156,7 +157,7 @@ def decorated_clusters(draw):
 @given(snapshot=decorated_clusters(), members=mixed_gangs(), level=st.sampled_from(
     [None, None, "cloud.google.com/gce-topology-subblock", "kubernetes.io/hostname"]))
 def test_every_plan_passes_every_filter_and_fits_every_node(snapshot, members, level):
-    result = place_gang(snapshot, members, required_level=level)
+    result = place_gang(snapshot, members, TopologyRequest(required_level=level))
     describe(result)
     if not result.placed:
         assert result.assignments == []

@@ -134,7 +134,7 @@ def test_a_preemptor_with_slices_gets_a_plan_its_slices_can_use() -> None:
     two per subblock; the plan is the one placement accepts with the slices: A and W, s1."""
     snapshot = cluster(list(SUBBLOCKS), SPLIT, SUBBLOCKS)
     layout = TopologyRequest(slices=(SliceLayer(2, SUBBLOCK),))
-    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), "minimal", layout=layout)
+    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), "minimal", layout)
     assert plan is not None
     assert plan.gangs == ("batch/a", "batch/w")
     assert {a.node for a in plan.placement.assignments} == {"n1", "n2"}
@@ -147,7 +147,7 @@ def test_a_required_subblock_takes_its_victims_from_one_subblock(mode: str) -> N
     one subblock are needed; s1 and s2 tie, s1 comes first. In ``minimal`` mode both
     victims are in s1; ``atomic`` also takes W's pod in s2."""
     snapshot = cluster(list(SUBBLOCKS), SPLIT, SUBBLOCKS)
-    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), mode, SUBBLOCK)
+    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), mode, TopologyRequest(required_level=SUBBLOCK))
     assert plan is not None
     assert plan.gangs == ("batch/a", "batch/w")
     assert names(plan) == (["a-0", "w-0"] if mode == "minimal" else ["a-0", "w-0", "w-1"])
@@ -228,22 +228,22 @@ def test_a_replacement_with_a_required_subblock_preempts_only_in_its_gangs_subbl
     snapshot = cluster(list(SUBBLOCKS), [Running("a", [("n1", 8)]), Running("w", [("n3", 8)]),
                                          Running("train", [("n4", 8)], priority=100)], SUBBLOCKS)
     member = preemptor(1, 8)
-    plan = plan_preemption(snapshot, member, candidates(snapshot), "minimal", SUBBLOCK, near=["n4"])
+    plan = plan_preemption(snapshot, member, candidates(snapshot), "minimal", TopologyRequest(required_level=SUBBLOCK), near=["n4"])
     assert plan is not None
     assert names(plan) == ["w-0"]
     assert plan.placement.nodes() == {"ml/w-0": "n3"}
-    unplaced = plan_preemption(snapshot, member, candidates(snapshot), "minimal", SUBBLOCK, near=["gone"])
+    unplaced = plan_preemption(snapshot, member, candidates(snapshot), "minimal", TopologyRequest(required_level=SUBBLOCK), near=["gone"])
     assert unplaced is None
 
 
 def test_a_preferred_level_may_take_victims_anywhere() -> None:
     snapshot = cluster(list(SUBBLOCKS), SPLIT, SUBBLOCKS)
-    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), "minimal", preferred_level=SUBBLOCK)
+    plan = plan_preemption(snapshot, preemptor(2, 8), candidates(snapshot), "minimal", TopologyRequest(preferred_level=SUBBLOCK))
     assert plan is not None
     assert plan.gangs == ("batch/w",)
 
 
 def test_an_unknown_required_level_has_no_plan() -> None:
     snapshot = cluster(["n1"], [Running("a", [("n1", 8)])])
-    assert plan_preemption(snapshot, preemptor(1, 8), candidates(snapshot), "minimal", "example.com/rack") is None
+    assert plan_preemption(snapshot, preemptor(1, 8), candidates(snapshot), "minimal", TopologyRequest(required_level="example.com/rack")) is None
 

@@ -15,6 +15,7 @@ from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Mode
 from tests.support.engine_builders import GPU, SUBBLOCK, make_pod
 from tests.support.preemption_cases import Running, candidates, cluster, preemptor
+from troupe.contract import TopologyRequest
 
 
 def test_one_shape_counts_members_per_node_and_domain_exactly() -> None:
@@ -47,7 +48,7 @@ def test_several_shapes_each_fits_before_their_envelope() -> None:
 
 def test_evicted_pods_move_their_nodes_counts_and_their_domains_sums() -> None:
     snapshot = cluster(["n1", "n2"], [Running("a", [("n1", 4), ("n2", 4)])])
-    search = new_search(snapshot, preemptor(3, 4), candidates(snapshot), Mode.MINIMAL, None, None, (), "")
+    search = new_search(snapshot, preemptor(3, 4), candidates(snapshot), Mode.MINIMAL, TopologyRequest(), (), "")
     assert search is not None and search.sweep() is not None
     pods = search.gangs[0].pods
     model = search.model

@@ -12,6 +12,7 @@ from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode, OutOfBudget
 from tests.support.engine_builders import GPU, make_pod
 from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
+from troupe.contract import TopologyRequest
 
 
 @pytest.mark.parametrize("mode", ["minimal", "atomic"])
@@ -45,7 +46,7 @@ def test_every_set_tied_on_gangs_and_pods_and_the_budget() -> None:
     four single-gang sets tie; with one evaluation the search gives way."""
     snapshot = cluster(["n1", "n2"], [Running(g, [(n, 4)]) for g, n in
                                       (("a", "n1"), ("b", "n1"), ("c", "n2"), ("d", "n2"))])
-    search = new_search(snapshot, preemptor(1, 4), candidates(snapshot), Mode.MINIMAL, None, None, (), "")
+    search = new_search(snapshot, preemptor(1, 4), candidates(snapshot), Mode.MINIMAL, TopologyRequest(), (), "")
     assert search is not None
     priority, feasible = search.sweep() or (None, [])
     assert priority == 0

@@ -12,6 +12,7 @@ from reconciler.engine.preemption.greedy import DomainGreedy, greedy, reverse
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Mode
 from tests.support.preemption_cases import Running, candidates, cluster, preemptor
+from troupe.contract import TopologyRequest
 
 
 @pytest.mark.parametrize("mode", ["minimal", "atomic"])
@@ -32,7 +33,7 @@ def test_a_move_frees_a_whole_node_and_the_reverse_pass_drops_what_is_not_needed
     completes the need alone: the greedy picks C, the reverse pass keeps it."""
     snapshot = cluster(["n1", "n2"], [Running("a", [("n1", 4)]), Running("b", [("n1", 4)]),
                                       Running("c", [("n2", 8)])])
-    search = new_search(snapshot, preemptor(1, 8), candidates(snapshot), Mode.MINIMAL, None, None, (), "")
+    search = new_search(snapshot, preemptor(1, 8), candidates(snapshot), Mode.MINIMAL, TopologyRequest(), (), "")
     assert search is not None
     found = search.sweep()
     assert found is not None

@@ -19,6 +19,7 @@ from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import PreemptionPlan, VictimGang, plan_preemption
 from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from tests.support.preemption_oracle import Instance, brute_force
+from troupe.contract import TopologyRequest
 
 PRIORITY = 10
 OWN = "batch/own"
@@ -65,8 +66,7 @@ FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCh
 
 
 def plan_of(inst: Instance, mode: str, candidates: list[VictimGang] | None = None) -> PreemptionPlan | None:
-    return plan_preemption(inst.snapshot, inst.members, inst.candidates if candidates is None else candidates,
-                           mode, inst.required, gang=OWN)
+    return plan_preemption(inst.snapshot, inst.members, inst.candidates if candidates is None else candidates, mode, TopologyRequest(required_level=inst.required), gang=OWN)
 
 
 @FAST
@@ -94,7 +94,7 @@ def test_the_plan_is_feasible_and_its_placement_is_the_engines(inst: Instance, m
     if plan is None:
         return
     with inst.snapshot.without(plan.victims) as s:
-        placement = place_gang(s, inst.members, inst.required)
+        placement = place_gang(s, inst.members, TopologyRequest(required_level=inst.required))
     assert placement.placed
     assert placement == plan.placement
     assert plan.pods == len(plan.victims)

@@ -11,6 +11,7 @@ from reconciler.engine.preemption.capacity import Target
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode, OutOfBudget, least_subsets
 from tests.support.preemption_cases import Running, candidates, cluster, preemptor
+from troupe.contract import TopologyRequest
 
 
 def test_least_subsets_stops_at_the_first_size_and_keeps_every_tie_in_order() -> None:
@@ -38,7 +39,7 @@ def test_the_sweep_admits_the_lowest_priorities_until_the_gang_fits() -> None:
     GPUs: L and M suffice, H is never admitted."""
     snapshot = cluster(["n1", "n2", "n3"], [Running("l", [("n1", 8)], priority=1), Running("m", [("n2", 8)], priority=3),
                                             Running("h", [("n3", 8)], priority=5)])
-    search = new_search(snapshot, preemptor(2, 8), candidates(snapshot), Mode.ATOMIC, None, None, (), "")
+    search = new_search(snapshot, preemptor(2, 8), candidates(snapshot), Mode.ATOMIC, TopologyRequest(), (), "")
     assert search is not None
     assert search.sweep() == (3, [0])
     assert [g.key for g in search.gangs] == ["batch/l", "batch/m"]

@@ -9,6 +9,7 @@ from reconciler.engine.preemption.search import Budget, Mode
 from reconciler.engine.preemption.settle import can_drop, cover, settle
 from tests.support.engine_builders import GPU
 from tests.support.preemption_cases import Running, candidates, cluster, preemptor
+from troupe.contract import TopologyRequest
 
 
 def test_settling_drops_the_victims_the_placement_does_not_need() -> None:
@@ -20,7 +21,7 @@ def test_settling_drops_the_victims_the_placement_does_not_need() -> None:
     plans whose arithmetic was only a bound, for members of several shapes.)"""
     snapshot = cluster(["n1", "n2"], [Running("a", [("n1", 4), ("n2", 4)]), Running("b", [("n1", 4)]),
                                       Running("c", [("n2", 4)])])
-    search = new_search(snapshot, preemptor(1, 4), candidates(snapshot), Mode.MINIMAL, None, None, (), "")
+    search = new_search(snapshot, preemptor(1, 4), candidates(snapshot), Mode.MINIMAL, TopologyRequest(), (), "")
     assert search is not None
     assert search.sweep() is not None
     everything = [p for g in search.gangs for p in g.pods]
@@ -38,7 +39,7 @@ def test_cover_takes_the_fewest_pods_preferring_gangs_evicted_elsewhere() -> Non
     victim on n2, so its pod costs no new gang here. C's alone does not cover it."""
     snapshot = cluster(["n1", "n2"], [Running("a", [("n1", 4), ("n2", 4)]), Running("b", [("n1", 4)]),
                                       Running("c", [("n1", 2)])])
-    search = new_search(snapshot, preemptor(1, 4), candidates(snapshot), Mode.MINIMAL, None, None, (), "")
+    search = new_search(snapshot, preemptor(1, 4), candidates(snapshot), Mode.MINIMAL, TopologyRequest(), (), "")
     assert search is not None
     assert search.sweep() is not None
     on_n1 = [p for g in search.gangs for p in g.pods if p.node == 0]

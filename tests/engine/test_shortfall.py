@@ -4,6 +4,8 @@ each excluded node's first reason, and agreement with placement."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,7 +52,7 @@ def subblock_gang(size, gpu):
 
 
 def test_each_subblock_says_how_many_fit_and_why_the_other_nodes_take_none():
-    report = shortfall(cluster(), subblock_gang(4, 8), required_level=SUBBLOCK)
+    report = shortfall(cluster(), subblock_gang(4, 8), TopologyRequest(required_level=SUBBLOCK))
     assert report.level == SUBBLOCK
     assert [d.describe() for d in report.domains] == [
         "subblock s1: 2 of 4 fit (1 node untolerated taint dedicated=infer, 1 full); at most 3 even when empty",
@@ -81,7 +83,7 @@ def test_a_gang_too_big_for_any_domain_is_shown_for_the_whole_cluster():
 def test_nodes_held_for_a_gang_ahead_in_the_queue_are_named_with_it():
     snapshot = cluster()
     held = {snapshot.index["m2"]: "ml/big", snapshot.index["m3"]: "ml/big"}
-    report = shortfall(snapshot, subblock_gang(2, 8), required_level=SUBBLOCK, held=held)
+    report = shortfall(snapshot, subblock_gang(2, 8), TopologyRequest(required_level=SUBBLOCK), held=held)
     s1 = next(d for d in report.domains if d.name == "s1")
     assert s1.describe() == ("subblock s1: 0 of 2 fit (1 node untolerated taint dedicated=infer, "
                              "2 held for ml/big, 1 full); fits once room is freed")
@@ -89,18 +91,18 @@ def test_nodes_held_for_a_gang_ahead_in_the_queue_are_named_with_it():
 
 def test_a_node_too_small_even_when_empty_is_told_from_a_full_one():
     nodes = [gpu_node("big", "b0", "s0", gpu=8), gpu_node("small", "b0", "s0", gpu=2)]
-    report = shortfall(snapshot_of(nodes, [busy("big", 8)]), subblock_gang(1, 4), required_level=SUBBLOCK)
+    report = shortfall(snapshot_of(nodes, [busy("big", 8)]), subblock_gang(1, 4), TopologyRequest(required_level=SUBBLOCK))
     assert report.domains[0].excluded == (("too small", 1), ("full", 1))
 
 
 def test_a_replacement_member_only_sees_the_domains_of_its_running_gang():
-    report = shortfall(cluster(), subblock_gang(1, 8), required_level=SUBBLOCK, near=["m2"])
+    report = shortfall(cluster(), subblock_gang(1, 8), TopologyRequest(required_level=SUBBLOCK), near=["m2"])
     assert [d.name for d in report.domains] == ["s1"]
 
 
 def test_domains_come_best_first_and_ties_keep_topology_order():
     nodes = [gpu_node(f"{s}-{i}", "b0", s) for s in ("s0", "s1", "s2") for i in range(2)]
-    report = shortfall(snapshot_of(nodes, [busy("s0-0", 8)]), subblock_gang(2, 8), required_level=SUBBLOCK)
+    report = shortfall(snapshot_of(nodes, [busy("s0-0", 8)]), subblock_gang(2, 8), TopologyRequest(required_level=SUBBLOCK))
     assert [(d.name, d.fits) for d in report.domains] == [("s1", 2), ("s2", 2), ("s0", 1)]
 
 
@@ -119,8 +121,8 @@ def report_agrees_with_placement(busy_gpus, members):
     nodes = [gpu_node(f"{s}-{i}", "b0", s) for s in ("s0", "s1") for i in range(3)]
     pods = [busy(n["metadata"]["name"], g) for n, g in zip((x.build() for x in nodes), busy_gpus, strict=True) if g]
     snapshot = snapshot_of(nodes, pods)
-    report = shortfall(snapshot, members, required_level=SUBBLOCK)
-    placed = place_gang(snapshot, members, required_level=SUBBLOCK).placed
+    report = shortfall(snapshot, members, TopologyRequest(required_level=SUBBLOCK))
+    placed = place_gang(snapshot, members, TopologyRequest(required_level=SUBBLOCK)).placed
     assert placed == (report.domains[0].fits == len(members))
     return report.domains
 
@@ -144,7 +146,7 @@ def test_with_pod_anti_affinity_a_gang_is_placed_exactly_when_its_best_domain_fi
 def test_with_pod_anti_affinity_nodes_are_named_by_why_they_refuse_the_next_member():
     snapshot = cluster()
     held = {snapshot.index["m3"]: "ml/big"}
-    report = shortfall(snapshot, apart_gang(4, 2), required_level=SUBBLOCK, held=held)
+    report = shortfall(snapshot, apart_gang(4, 2), TopologyRequest(required_level=SUBBLOCK), held=held)
     assert [d.describe() for d in report.domains] == [
         "subblock s1: 2 of 4 fit (1 node untolerated taint dedicated=infer, 1 held for ml/big, "
         "2 didn't match pod anti-affinity rules); at most 3 even when empty",
@@ -185,7 +187,7 @@ def test_levels_are_called_by_their_last_word(level, want):
 def test_a_preferred_level_is_shown_at_that_level():
     members = [make_pod(f"w-{i}").requests(gpu=8).gang("train", 2).index(i).gated()
                .annotate("troupe.io/topology-preferred-level", BLOCK).info() for i in range(2)]
-    report = shortfall(cluster(), members, preferred_level=BLOCK)
+    report = shortfall(cluster(), members, TopologyRequest(preferred_level=BLOCK))
     assert (report.level, [d.describe() for d in report.domains]) == (BLOCK, ["block b0: 2 of 2 fit (1 node not ready, "
                                                                               "1 cordoned, 1 untolerated taint "
                                                                               "dedicated=infer, 2 full)"])
@@ -196,7 +198,7 @@ def test_members_of_several_shapes_are_counted_shape_by_shape():
     # (m2, m3) and the CPU ones on any node without the taint.
     gpu = [make_pod(f"g-{i}").requests(gpu=8).index(i).gated().info() for i in range(2)]
     cpu = [make_pod(f"c-{i}").requests(cpu="1").index(2 + i).gated().info() for i in range(2)]
-    report = shortfall(cluster(), gpu + cpu, required_level=SUBBLOCK)
+    report = shortfall(cluster(), gpu + cpu, TopologyRequest(required_level=SUBBLOCK))
     s1 = next(d for d in report.domains if d.name == "s1")
     assert (s1.need, s1.fits, s1.could) == (4, 4, 4)
     s0 = next(d for d in report.domains if d.name == "s0")
@@ -211,9 +213,9 @@ def test_each_domain_names_the_slice_layer_it_cannot_hold():
     members = gang_of(16, gpu=8)
     snap = snapshot_of(nodes, taken)
     layout = TopologyRequest(required_level=BLOCK, slices=(SliceLayer(8, SUBBLOCK),))
-    found = shortfall(snap, members, BLOCK, layout=layout)
+    found = shortfall(snap, members, replace(layout, required_level=BLOCK))
     by_name = {d.name: d for d in found.domains}
     assert by_name["b1"].slices == f"slices of 8 at {SUBBLOCK}: 0 of 2 fit"
     assert by_name["b2"].slices == f"slices of 8 at {SUBBLOCK}: 1 of 2 fit"
     assert "; slices of 8 at" in by_name["b1"].describe()
-    assert shortfall(snap, members, BLOCK).domains[0].slices == ""
+    assert shortfall(snap, members, TopologyRequest(required_level=BLOCK)).domains[0].slices == ""

@@ -18,6 +18,7 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.resources import resource_order
 from reconciler.engine.placement.place import PlacementResult, place_gang
 from reconciler.engine.preemption import VictimGang
+from troupe.contract import TopologyRequest
 
 Objective = tuple[int, int, int, tuple[int, ...]]
 
@@ -76,7 +77,7 @@ def brute_force(snapshot: Snapshot, members: Sequence[PodInfo], gangs: Sequence[
     best: Objective | None = None
     for victims in sets:
         with snapshot.without(v.key for v in victims) as s:
-            placement = place_gang(s, members, required_level)
+            placement = place_gang(s, members, TopologyRequest(required_level=required_level))
         if not placement.placed:
             continue
         value = objective(snapshot, members, gangs, victims, placement)

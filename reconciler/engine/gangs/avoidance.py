@@ -127,13 +127,12 @@ def place_avoiding(view: Snapshot, members: Sequence[PodInfo], topology: Topolog
     """Place ``members`` on ``view`` off the ``avoided`` nodes when that fits, else on
     ``view`` as it is; with the note a plan that uses an avoided node carries (``""``
     otherwise)."""
-    level, preferred = topology.required_level, topology.preferred_level
     if avoided:
         blocked = view.with_blocked(i for name in avoided if (i := view.index.get(name)) is not None)
-        found = place_with_devices(blocked, members, level, preferred, near=near, layout=topology)
+        found = place_with_devices(blocked, members, topology, near=near)
         if found.result.placed:
             return found, ""
-    found = place_with_devices(view, members, level, preferred, near=near, layout=topology)
+    found = place_with_devices(view, members, topology, near=near)
     used = sorted({a.node for a in found.result.assignments} & avoided.keys()) if found.result.placed else []
     note = (f"on node(s) {', '.join(used)}, avoided after repeated member failures, as nothing else fits"
             if used else "")

@@ -148,6 +148,49 @@ class Gang:
 _gang_keys = lru_cache(maxsize=16)(contract.GangKeys.for_prefix)
 
 
+@dataclass(frozen=True)
+class MemberKeys:
+    """What one member's annotations ask of its gang, parsed once: ``spec``, its gang
+    annotations (:class:`troupe.contract.GangSpec`; None when it carries none), or
+    ``spec_error``, why they cannot be read; ``topology``, its topology request (level,
+    slices, placement, exclusive level: :class:`troupe.contract.TopologyRequest`) and
+    ``policy``, its failure policy, or ``request_error``, why one of those cannot be read
+    (then both are the defaults, or the topology alone when only the policy is wrong).
+    Error texts are :class:`troupe.contract.ContractError` messages, naming the key and
+    the value. The members of a gang carry the same annotations, so one parse serves
+    them all (:func:`member_keys`); placement, layers and preemption read the gang's
+    :attr:`Gang.topology`, never the annotations again."""
+
+    spec: contract.GangSpec | None = None
+    spec_error: str = ""
+    topology: contract.TopologyRequest = field(default_factory=contract.TopologyRequest)
+    policy: str = contract.REPLACE_MEMBER
+    request_error: str = ""
+
+
+@lru_cache(maxsize=4096)
+def _parse_keys(annotations: tuple[tuple[str, str], ...], namespace: str, config: Config) -> MemberKeys:
+    a = dict(annotations)
+    spec, spec_error = None, ""
+    try:
+        spec = contract.parse_gang_annotations(a, namespace, config)
+    except contract.ContractError as e:
+        spec_error = str(e)
+    topology, policy, request_error = contract.TopologyRequest(), contract.REPLACE_MEMBER, ""
+    try:
+        topology = contract.parse_topology_annotations(a, config)
+        policy = contract.parse_failure_policy(a)
+    except contract.ContractError as e:
+        request_error = str(e)
+    return MemberKeys(spec, spec_error, topology, policy, request_error)
+
+
+def member_keys(pod: PodInfo, config: Config) -> MemberKeys:
+    """:class:`MemberKeys` of ``pod`` under ``config``: parsed once per distinct set of
+    annotations, namespace and configuration (a gang's members share one parse)."""
+    return _parse_keys(tuple(sorted(pod.gang_annotations.items())), pod.namespace, config)
+
+
 def job_parallelism(job: Mapping[str, object]) -> int:
     """The ``spec.parallelism`` of a batch/v1 Job object, the size of an auto-gang it owns:
     1 when absent or not a positive int32 (the Job API's default and type)."""
@@ -244,12 +287,11 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
         return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
     specs = []
     for pod in members:
-        try:
-            spec = contract.parse_gang_annotations(pod.gang_annotations, pod.namespace, config)
-        except contract.ContractError as e:
-            return replace(gang, held=held or f"member {pod.name}: {e} (held until it is fixed)")
-        if spec is not None:
-            specs.append(spec)
+        read = member_keys(pod, config)
+        if read.spec_error:
+            return replace(gang, held=held or f"member {pod.name}: {read.spec_error} (held until it is fixed)")
+        if read.spec is not None:
+            specs.append(read.spec)
     if not specs:
         return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
     disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
@@ -261,17 +303,14 @@ def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.Topo
     """What the members ask for, read from the first: its topology request, its failure
     policy, and why the gang is held (``""``: it is not): a member that cannot be read, one
     behind Kueue's gates, or a request that cannot be parsed."""
-    topology, policy = contract.TopologyRequest(), contract.REPLACE_MEMBER
     malformed = next((p for p in members if p.malformed), None)
     held = f"member {malformed.name}: {malformed.malformed} (held until it is fixed)" if malformed else ""
     held = held or _kueue_gated(members)
     first = members[0]
-    try:
-        topology = contract.parse_topology_annotations(first.gang_annotations, config)
-        policy = contract.parse_failure_policy(first.gang_annotations)
-    except contract.ContractError as e:
-        held = held or f"member {first.name}: {e}"
-    return topology, policy, held
+    read = member_keys(first, config)
+    if read.request_error:
+        held = held or f"member {first.name}: {read.request_error}"
+    return read.topology, read.policy, held
 
 
 def _kueue_gated(members: Iterable[PodInfo]) -> str:
@@ -314,10 +353,10 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     keys = _gang_keys(config.gang_annotation_prefix)
     disagree = _disagreement(gang.members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
     timeout, minimum = gang.timeout_seconds, None
-    try:
-        spec = contract.parse_gang_annotations(gang.members[0].gang_annotations, gang.namespace, config)
-    except contract.ContractError as e:
-        return replace(gang, held=f"member {gang.members[0].name}: {e} (held until it is fixed)")
+    read = member_keys(gang.members[0], config)
+    if read.spec_error:
+        return replace(gang, held=f"member {gang.members[0].name}: {read.spec_error} (held until it is fixed)")
+    spec = read.spec
     if spec is not None:
         timeout, minimum = spec.timeout_seconds, spec.min_size
     gang = replace(gang, timeout_seconds=timeout, held=gang.held or disagree, min_size=minimum)

@@ -21,7 +21,5 @@ def at_minimum(gang: Gang, free: Sequence[PodInfo], view: Snapshot, near: Sequen
     minimum = gang.min_size
     if minimum is None or len(free) <= minimum:
         return None
-    topology = gang.topology
-    found = place_with_devices(view, free[:minimum], topology.required_level, topology.preferred_level, near=near,
-                               layout=topology)
+    found = place_with_devices(view, free[:minimum], gang.topology, near=near)
     return found if found.result.placed else None

@@ -45,7 +45,7 @@ from reconciler.engine.model.devices import (
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.resources import resource_order
-from reconciler.engine.placement.place import Code, PlacementResult, place_gang
+from reconciler.engine.placement.place import NO_REQUEST, Code, PlacementResult, place_gang
 from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED, TopologyRequest
 
 #: Candidate nodes tried per unbound group, best first.
@@ -163,18 +163,17 @@ def _shortage(group: DeviceGroup, excluded: Counter[str], best: Mapping[str, tup
     return f"SharedDeviceGroup {group.name} ({want}): {head} ({sum(excluded.values())} nodes excluded: {listed})"
 
 
-def place_with_devices(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None = None,
-                       preferred_level: str | None = None, *, near: Sequence[str] = (),
-                       layout: TopologyRequest | None = None) -> DevicePlacement:
+def place_with_devices(snapshot: Snapshot, members: Sequence[PodInfo], request: TopologyRequest = NO_REQUEST, *,
+                       near: Sequence[str] = ()) -> DevicePlacement:
     """Place ``members`` (a gang's gated pods) with their groups (module docstring);
-    ``layout``: the gang's slices, placement and exclusive level, as for :func:`place_gang`.
+    ``request`` and ``near`` as for :func:`place_gang`.
     Assumes :func:`group_problem` found nothing. ``snapshot`` is not changed."""
     by_group: dict[str, list[PodInfo]] = {}
     for pod in members:
         if pod.device_group:
             by_group.setdefault(pod.device_group, []).append(pod)
     if not by_group:
-        return DevicePlacement(place_gang(snapshot, members, required_level, preferred_level, near=near, layout=layout))
+        return DevicePlacement(place_gang(snapshot, members, request, near=near))
     inv = snapshot.devices
     fixed = {g: inv.holdings[g] for g in sorted(by_group) if g in inv.holdings}
     unbound = [g for g in sorted(by_group) if g not in fixed]
@@ -202,7 +201,7 @@ def place_with_devices(snapshot: Snapshot, members: Sequence[PodInfo], required_
         narrowed = [replace(p, node_filter=p.node_filter.on_node(holdings[p.device_group].node))
                     if p.device_group else p for p in members]
         view = snapshot.with_assumed(None, bindings) if bindings else snapshot
-        result = place_gang(view, narrowed, required_level, preferred_level, near=near, layout=layout)
+        result = place_gang(view, narrowed, request, near=near)
         if result.placed:
             devices = {p.key: holdings[p.device_group].devices for p in members if p.device_group}
             return DevicePlacement(result, tuple(bindings), devices)

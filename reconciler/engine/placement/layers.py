@@ -32,28 +32,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyTree
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement import selection
-from troupe.config import Config
 from troupe.contract import (
     BALANCED,
     TOPOLOGY_EXCLUSIVE_LEVEL,
-    TOPOLOGY_PLACEMENT,
-    TOPOLOGY_SLICE_REQUIRED_LEVEL,
-    TOPOLOGY_SLICE_SIZE,
-    ContractError,
     TopologyRequest,
-    parse_layers,
 )
 
 Caps = list[list[int]]
-#: The keys :func:`layout_of` reads from a member when it is given no request.
-_LAYER_KEYS = (TOPOLOGY_SLICE_SIZE, TOPOLOGY_SLICE_REQUIRED_LEVEL, TOPOLOGY_PLACEMENT, TOPOLOGY_EXCLUSIVE_LEVEL)
 Counts = list[tuple[int, int]]
 
 
@@ -90,26 +81,11 @@ class Layout:
 PLAIN = Layout()
 
 
-@lru_cache(maxsize=16)
-def _config(keys: tuple[str, ...], fallback: tuple[str, ...]) -> Config:
-    return Config(topology_levels=keys, topology_fallback_levels=fallback)
-
-
-def layout_of(snapshot: Snapshot, request: TopologyRequest | None,
-              members: Sequence[PodInfo]) -> tuple[Layout, str]:
-    """The :class:`Layout` of ``request`` (the gang's), or, when None, of the first
-    member's annotations (what a caller that knows only the pods gets: preemption, say);
-    and ``""``, or why it cannot be used (a level the snapshot does not know, a bad value)."""
+def layout_of(snapshot: Snapshot, request: TopologyRequest) -> tuple[Layout, str]:
+    """The :class:`Layout` of ``request`` (the gang's, parsed once with the gang:
+    :attr:`reconciler.engine.gangs.gang.Gang.topology`) on the snapshot's levels; and
+    ``""``, or why it cannot be used (a level the snapshot does not know)."""
     levels = snapshot.levels
-    if request is None:
-        annotations = members[0].gang_annotations if members else {}
-        if not any(k in annotations for k in _LAYER_KEYS):
-            return Layout(), ""
-        try:
-            slices, placement, exclusive = parse_layers(annotations, _config(levels.keys, levels.fallback), None)
-        except ContractError as e:
-            return Layout(), str(e)
-        request = TopologyRequest(slices=slices, placement=placement, exclusive_level=exclusive)
     layers = []
     for layer in request.slices:
         depth = levels.depth_of(layer.level)
@@ -396,11 +372,6 @@ def exclusive_blocked(snapshot: Snapshot, layout: Layout, members: Sequence[PodI
             if i is not None:
                 taken.add((layout.exclusive, tree.domain_of[layout.exclusive][i]))
     return {i for depth, j in taken for i in range(tree.lo[depth][j], tree.hi[depth][j])}
-
-
-def member_slices(layers: Sequence[Layer], rank: int) -> tuple[int, ...]:
-    """A member's slice index in each layer, outermost first."""
-    return tuple(rank // layer.size for layer in layers)
 
 
 def shares_text(snapshot: Snapshot, balance: Balance) -> str:

@@ -46,6 +46,9 @@ from reconciler.engine.placement.shapes import envelope as envelope
 from reconciler.engine.placement.shapes import member_shapes as member_shapes
 from troupe.contract import HOSTNAME_LABEL, TOPOLOGY_SLICE_SIZE, TopologyRequest
 
+#: No level, slices, placement or exclusive level asked: the whole gang in the smallest domain.
+NO_REQUEST = TopologyRequest()
+
 #: :func:`selection.exact` is used when its estimated work over all candidate domains is
 #: at most this (about 20 ms); :func:`selection.greedy` otherwise.
 EXACT_BUDGET = 60_000
@@ -186,27 +189,26 @@ def _placed(snapshot: Snapshot, order: Sequence[PodInfo], nodes: Sequence[int], 
 def place_gang(
     snapshot: Snapshot,
     members: Sequence[PodInfo],
-    required_level: str | None = None,
-    preferred_level: str | None = None,
+    request: TopologyRequest = NO_REQUEST,
     *,
     near: Sequence[str] = (),
     exact_budget: int = EXACT_BUDGET,
-    layout: TopologyRequest | None = None,
 ) -> PlacementResult:
     """Place every member or none (module docstring for the objective).
 
     ``members`` are the gang's unplaced pods (they must not already use nodes in
     ``snapshot``), in any order: they are ranked by :attr:`PodInfo.rank`, then key.
-    ``required_level``/``preferred_level`` are level label keys of the snapshot's
-    :class:`~reconciler.engine.ledger.topology.TopologyLevels` (either set), or
-    ``kubernetes.io/hostname`` for one node. ``near`` names the nodes of the gang's
+    ``request``: the gang's topology request, as its gang parsed it once
+    (:attr:`reconciler.engine.gangs.gang.Gang.topology`): its required or preferred level
+    (level label keys of the snapshot's
+    :class:`~reconciler.engine.ledger.topology.TopologyLevels`, either set, or
+    ``kubernetes.io/hostname`` for one node), and its slices, placement and exclusive
+    level (:mod:`.layers`); the default asks for none of them. ``near`` names the nodes of the gang's
     members that already run (replacements are placed next to them): only domains that
     hold one of them are considered at each level, so a replacement goes to the smallest
     domain it shares with its gang, and, with a required level, into the gang's domain of
-    that level or nowhere. ``exact_budget`` bounds the exact search (0: always greedy).
-    ``layout``: the gang's request, whose slices, placement and exclusive level apply
-    (:mod:`.layers`); None reads them from the first member's annotations. Replacements
-    (``near``) keep the exclusive level only.
+    that level or nowhere; replacements keep the exclusive level of the request only.
+    ``exact_budget`` bounds the exact search (0: always greedy).
     Deterministic: the same snapshot and members give the same result, message included.
     ``snapshot`` is not changed; apply the plan with :meth:`Snapshot.with_assumed` or
     :meth:`Snapshot.assumed`. Long because it reads as the objective in order: the levels
@@ -216,8 +218,9 @@ def place_gang(
     if not order:
         return PlacementResult(True, [], Code.SUCCESS, "no members", method="none")
     allowed = _allowed(snapshot, near)
-    depths, unknown = _search_depths(snapshot, required_level, preferred_level)
-    snapshot, shaped, problem = _with_layout(snapshot, order, layout, depths, required_level, near)
+    required_level = request.required_level
+    depths, unknown = _search_depths(snapshot, required_level, request.preferred_level)
+    snapshot, shaped, problem = _with_layout(snapshot, order, request, depths, near)
     if unknown or problem:
         return _unresolvable(unknown or problem)
     filters = GangFilters(snapshot, order) if gangfilters.needed(snapshot, order) else None
@@ -247,14 +250,14 @@ def place_gang(
     return _placed(snapshot, order, nodes, depth, j, method, shaped)
 
 
-def _with_layout(snapshot: Snapshot, order: Sequence[PodInfo], layout: TopologyRequest | None, depths: Sequence[int],
-                 required_level: str | None, near: Sequence[str]) -> tuple[Snapshot, layers.Layout, str]:
+def _with_layout(snapshot: Snapshot, order: Sequence[PodInfo], request: TopologyRequest, depths: Sequence[int],
+                 near: Sequence[str]) -> tuple[Snapshot, layers.Layout, str]:
     """The snapshot the gang ``order`` may use (domains another gang holds exclusively, or
     that its own exclusive level keeps it out of, blocked), its :class:`layers.Layout`
     (slices dropped for replacements, placed ``near`` their gang), and why the layout
     cannot apply (``""`` when it can)."""
-    shaped, bad = layers.layout_of(snapshot, layout, order)
-    problem = bad or _layers_problem(shaped, len(order), depths, required_level)
+    shaped, bad = layers.layout_of(snapshot, request)
+    problem = bad or _layers_problem(shaped, len(order), depths, request.required_level)
     if near:
         shaped = layers.Layout(exclusive=shaped.exclusive)
     if not problem and (snapshot.exclusive or shaped.exclusive is not None):

@@ -60,7 +60,7 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.selectors import NodeFilter
 from reconciler.engine.placement import layers
 from reconciler.engine.placement.fill import fill
-from reconciler.engine.placement.place import member_shapes
+from reconciler.engine.placement.place import NO_REQUEST, member_shapes
 from troupe.contract import TopologyRequest
 
 CORDONED = "cordoned"
@@ -170,12 +170,12 @@ def _node_reason(snapshot: Snapshot, i: int, flt: NodeFilter) -> str | None:
     return why
 
 
-def target_depth(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None = None,
-                 preferred_level: str | None = None) -> int:
-    """The depth whose domains :func:`shortfall` reports (module docstring): the requested
-    level's, else the lowest at which an emptied domain holds every member, else 0."""
+def target_depth(snapshot: Snapshot, members: Sequence[PodInfo], request: TopologyRequest = NO_REQUEST) -> int:
+    """The depth whose domains :func:`shortfall` reports (module docstring): the level
+    ``request`` requires or prefers, else the lowest at which an emptied domain holds every
+    member, else 0."""
     levels, tree = snapshot.levels, snapshot.tree
-    for asked in (required_level, preferred_level):
+    for asked in (request.required_level, request.preferred_level):
         if asked is not None:
             depth = levels.depth_of(asked)
             if depth is not None:
@@ -271,9 +271,9 @@ class _SliceCheck:
     """Per domain of ``depth``, the innermost slice layer of the gang whose slices it
     cannot hold now (members of one shape; ``now_caps``: members per node, by shape)."""
 
-    def __init__(self, snapshot: Snapshot, ranked: Sequence[PodInfo], layout: TopologyRequest | None,
+    def __init__(self, snapshot: Snapshot, ranked: Sequence[PodInfo], request: TopologyRequest,
                  now_caps: Sequence[Sequence[int]], depth: int) -> None:
-        shaped, _ = layers.layout_of(snapshot, layout, ranked)
+        shaped, _ = layers.layout_of(snapshot, request)
         self.layers = [layer for layer in shaped.layers if layer.depth > depth] if len(now_caps) == 1 else []
         self.need, self.depth = len(ranked), depth
         tree = snapshot.tree
@@ -310,10 +310,9 @@ def _capacity_reasons(snapshot: Snapshot, nodes: range, now_caps: Sequence[Seque
     return reasons
 
 
-def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None = None,
-              preferred_level: str | None = None, *, held: Mapping[int, str] | None = None,
-              near: Sequence[str] = (), resource: str = "nvidia.com/gpu",
-              layout: TopologyRequest | None = None) -> Shortfall:
+def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], request: TopologyRequest = NO_REQUEST, *,
+              held: Mapping[int, str] | None = None, near: Sequence[str] = (),
+              resource: str = "nvidia.com/gpu") -> Shortfall:
     """Every candidate domain for ``members`` (gated pods using no node in ``snapshot``)
     at the gang's level (module docstring), best first.
 
@@ -321,12 +320,12 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: st
     nodes count as ``held for <gang>``, as a decision sees them blocked). ``near``: nodes
     of members already running; only domains holding one of them are candidates (a
     replacement goes next to its gang). ``resource``: whose free units to report.
-    ``layout``: the gang's request, whose slice layers each domain is checked against
-    (None: read from the members, :func:`.layers.layout_of`).
+    ``request``: the gang's (:attr:`reconciler.engine.gangs.gang.Gang.topology`): its
+    level chooses the depth reported, its slice layers are checked in each domain.
     """
     held = held or {}
     tree, levels = snapshot.tree, snapshot.levels
-    depth = target_depth(snapshot, members, required_level, preferred_level)
+    depth = target_depth(snapshot, members, request)
     shapes = _shapes(members)
     empty = snapshot.empty()
     now_caps, empty_caps = [], []
@@ -345,7 +344,7 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], required_level: st
     ranked = sorted(members, key=lambda p: (p.rank, p.key))
     filtered = _FilterFill(snapshot, ranked, held) if gangfilters.needed(snapshot, ranked) else None
     emptied = _FilterFill(empty, ranked, {}) if filtered is not None else None
-    sliced = _SliceCheck(snapshot, ranked, layout, now_caps, depth)
+    sliced = _SliceCheck(snapshot, ranked, request, now_caps, depth)
     out = []
     for j in range(tree.size(depth)):
         if near_at and j not in near_at:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.budgets import Budget, counted
 from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.placement.place import NO_REQUEST
 from reconciler.engine.preemption.candidates import VictimGang
 from reconciler.engine.preemption.plan import PreemptionPlan, plan_preemption
 from troupe.contract import TopologyRequest
@@ -36,9 +37,8 @@ def _exceeded(chosen: Sequence[VictimGang], budgets: Sequence[Budget]) -> tuple[
 
 
 def plan_within_budgets(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang],
-                        mode: str, required_level: str | None = None, preferred_level: str | None = None, *,
-                        near: Sequence[str] = (), gang: str = "",
-                        layout: TopologyRequest | None = None) -> tuple[PreemptionPlan | None, dict[str, str]]:
+                        mode: str, request: TopologyRequest = NO_REQUEST, *, near: Sequence[str] = (),
+                        gang: str = "") -> tuple[PreemptionPlan | None, dict[str, str]]:
     """:func:`~.plan.plan_preemption` with the same arguments, then, in ``atomic`` mode
     with budgets in ``snapshot``, the plan's victim gangs held to the budgets together.
     Returns the plan (None: no plan, or none within the budgets after :data:`ATTEMPTS`
@@ -48,8 +48,7 @@ def plan_within_budgets(snapshot: Snapshot, members: Sequence[PodInfo], candidat
     left_out: dict[str, str] = {}
     pool = list(candidates)
     for _ in range(ATTEMPTS):
-        plan = plan_preemption(snapshot, members, pool, mode, required_level, preferred_level, near=near,
-                               gang=gang, layout=layout)
+        plan = plan_preemption(snapshot, members, pool, mode, request, near=near, gang=gang)
         if plan is None or mode != "atomic" or not snapshot.budgets or len(plan.gangs) < 2:
             return plan, left_out
         found = _exceeded([victim for victim in pool if victim.key in plan.gangs], snapshot.budgets)

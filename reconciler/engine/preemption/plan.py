@@ -15,7 +15,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.text import plural
-from reconciler.engine.placement.place import PlacementResult
+from reconciler.engine.placement.place import NO_REQUEST, PlacementResult
 from reconciler.engine.preemption.candidates import CandidatePool, SearchGang, VictimGang
 from reconciler.engine.preemption.capacity import CapacityModel, Fit, SearchPod, Target, scope
 from reconciler.engine.preemption.exact import (
@@ -79,25 +79,22 @@ def plan_preemption(
     members: Sequence[PodInfo],
     candidates: Sequence[VictimGang],
     mode: str,
-    required_level: str | None = None,
-    preferred_level: str | None = None,
+    request: TopologyRequest = NO_REQUEST,
     *,
     near: Sequence[str] = (),
     gang: str = "",
     exact: bool = True,
-    layout: TopologyRequest | None = None,
 ) -> PreemptionPlan | None:
     """The victims that let ``members`` be placed, least by the package docstring's
     objective, and the placement; None when no set of candidates makes the gang
     placeable, or ``mode`` is ``off``.
 
     ``members``: the preemptor gang's unplaced pods, as :func:`place_gang` takes them
-    (their highest ``spec.priority`` is the preemptor's); ``required_level``,
-    ``preferred_level`` and ``near`` as for :func:`place_gang`. ``candidates``: gangs of
+    (their highest ``spec.priority`` is the preemptor's); ``request`` (its level, slices,
+    placement and exclusive level: every plan is one that placement, layers and all,
+    accepts) and ``near`` as for :func:`place_gang`. ``candidates``: gangs of
     lower priority (:class:`VictimGang`); ``gang``: the preemptor's own gang key, never a
     victim. ``mode``: ``off``, ``minimal`` or ``atomic`` (``gangPreemptionMode``).
-    ``layout``: the preemptor's slices, placement and exclusive level, as for
-    :func:`place_gang`: every plan is one that placement, layers and all, accepts.
     ``exact=False`` skips the exact search (benchmarks compare the two). A gang that fits
     without evicting anything gets a plan with no victims. ``snapshot`` is left as it
     was (candidate victims are removed from it in place and restored, as
@@ -111,8 +108,7 @@ def plan_preemption(
         raise ValueError(f"gangPreemptionMode: expected one of {', '.join(PREEMPTION_MODES)}, got {mode!r}")
     if mode == "off":
         return None
-    search = new_search(snapshot, members, candidates, Mode(mode), required_level, preferred_level, near, gang,
-                        layout)
+    search = new_search(snapshot, members, candidates, Mode(mode), request, near, gang)
     if search is None:
         return None
     model = search.model
@@ -201,20 +197,19 @@ def _fallback(search: Search, relevant: Mapping[int, list[SearchGang]]) -> Settl
 
 
 def new_search(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], mode: Mode,
-               required_level: str | None, preferred_level: str | None, near: Sequence[str],
-               gang: str, layout: TopologyRequest | None = None) -> Search | None:
+               request: TopologyRequest, near: Sequence[str], gang: str) -> Search | None:
     """The search's state for one call; None when no domain is allowed (an unknown level,
     ``near`` nodes none of which exist) or there are no members."""
     members = list(members)
     if not members:
         return None
-    allowed = scope(snapshot, required_level, near)
+    allowed = scope(snapshot, request.required_level, near)
     if allowed is None or not allowed[1]:
         return None
     depth, domains = allowed
     model = CapacityModel(snapshot, members, depth, domains)
     pool = CandidatePool(snapshot, members, candidates, gang, model)
-    return Search(snapshot, members, pool, mode, required_level, preferred_level, near, model, layout)
+    return Search(snapshot, members, pool, mode, request, near, model)
 
 
 def _amount(resource: str, units: int) -> str:

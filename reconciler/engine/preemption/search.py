@@ -107,16 +107,13 @@ class Search:
     the placements already asked for (by victim set)."""
 
     def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], pool: CandidatePool, mode: Mode,
-                 required_level: str | None, preferred_level: str | None, near: Sequence[str],
-                 model: CapacityModel, layout: TopologyRequest | None = None) -> None:
+                 request: TopologyRequest, near: Sequence[str], model: CapacityModel) -> None:
         self.snapshot = snapshot
-        self.layout = layout
+        self.request = request
         self.members = members
         self.pool = pool
         self.gangs = pool.gangs
         self.atomic = mode is Mode.ATOMIC
-        self.required_level = required_level
-        self.preferred_level = preferred_level
         self.near = near
         self.model = model
         self.over_resources = sorted({resource for member in members for resource, amount in member.requests.items()
@@ -133,8 +130,7 @@ class Search:
         cached = self._placed.get(keys)
         if cached is None:
             with self.snapshot.without(sorted(keys)) as without:
-                cached = place_gang(without, self.members, self.required_level, self.preferred_level,
-                                    near=self.near, layout=self.layout)
+                cached = place_gang(without, self.members, self.request, near=self.near)
             self._placed[keys] = cached
         return cached
 
