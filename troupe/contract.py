@@ -260,12 +260,6 @@ def is_troupe_gate(name: str) -> bool:
     return name == GATE or name.startswith(GKE_GATE_PREFIX)
 
 
-def has_gang_keys(pod: Mapping[str, Any], config: Config) -> bool:
-    """True when the pod carries any of the gang annotations."""
-    a = pod_annotations(pod)
-    return any(k in a for k in GangKeys.for_prefix(config.gang_annotation_prefix).all())
-
-
 def _positive_int(key: str, raw: Any, what: str) -> int:
     if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) > 9:
         raise ContractError(key, raw, f"must be {what} of at most 9 digits")

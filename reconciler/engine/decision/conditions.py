@@ -41,7 +41,7 @@ class GangCondition:
     notable: bool = False
 
     def as_tuple(self) -> tuple[str, str, str]:
-        """``(status, reason, message)``, as :attr:`PodInfo.condition` holds it."""
+        """``(status, reason, message)``, as :attr:`~reconciler.engine.model.pods.PodInfo.condition` holds it."""
         return (self.status, self.reason, self.message)
 
 

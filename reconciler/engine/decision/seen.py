@@ -78,7 +78,7 @@ class Decision:
 
 @dataclass
 class Seen:
-    """Everything one decision sees of its gang: the inputs of :func:`decide`, the members
+    """Everything one decision sees of its gang: the inputs of :func:`~.decide.decide`, the members
     sorted by state, its releases and their clocks, and the :class:`Observation` the
     rules read. ``recheck``: the earliest deadline still ahead (None: none)."""
 

@@ -9,7 +9,7 @@ to the room the evictions free. A taint is wanted on a node while either holds:
 - a gated, active pod carries a nomination that names the node, made less than
   ``max_seconds`` ago (the configuration's ``nominationMaxSeconds``, the longest any
   nomination lasts: the decision clears one sooner, see
-  :func:`reconciler.engine.decision.decide._nomination_deadline`);
+  :func:`reconciler.engine.gangs.nominating.nomination_deadline`);
 - an active pod released by Troupe is pinned to the node and not yet bound, released less
   than ``max_seconds`` ago (the nomination ends with the release; the taint stays until
   kube-scheduler has bound the member, which tolerates it).

@@ -14,7 +14,7 @@ kube-scheduler's words, for the gang to avoid: the next plan excludes it (its me
 node filters gain ``metadata.name NotIn``), and says so.
 
 Pure: the observation is data of the snapshot (:attr:`PodInfo.scheduled`); the nodes
-avoided are what the caller knows (:attr:`Gang.avoid`, kept by the reconciler in its
+avoided are what the caller knows (:attr:`~reconciler.engine.gangs.gang.Gang.avoid`, kept by the reconciler in its
 state ConfigMap), as the rollback backoff is.
 """
 

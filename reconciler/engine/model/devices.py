@@ -16,7 +16,7 @@ the same devices of one node (DESIGN.md "Shared device groups"; the intent of
   are still gated), then the group's ``status``. So a restarted reconciler, and the
   simulator, see exactly the IDs in use before it allocates anything, and never hand one
   out twice. A holding whose node no longer exists holds nothing.
-- :func:`candidates`: where an unbound group may go, best first: nodes opted in that match
+- :func:`~reconciler.engine.placement.allocation.group_candidates`: where an unbound group may go, best first: nodes opted in that match
   the group's ``nodeSelector``, pass every member's own filters (taints, affinity) and hold
   every member's cpu/memory/pods at once, with enough free IDs of every resource the group
   asks for. ``binpack`` (the default) puts the group on the fitting node with the fewest
@@ -275,14 +275,6 @@ class DeviceInventory:
     def taken(self, node: str, resource: str) -> Mapping[int, str]:
         """Device ID -> holding group, on ``node`` for ``resource``."""
         return self._taken.get((node, resource), {})
-
-    def held_count(self, node: str, resource: str) -> int:
-        """How many IDs of ``resource`` groups hold on ``node``."""
-        return len(self._taken.get((node, resource), ()))
-
-    def groups_on(self, node: str) -> list[str]:
-        """Names of the groups holding devices on ``node``, sorted."""
-        return sorted(g for g, h in self.holdings.items() if h.node == node)
 
 
 def _describe(devices: Devices) -> str:

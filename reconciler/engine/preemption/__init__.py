@@ -44,7 +44,7 @@ evicts every pod of each chosen gang, on every node; (3) then counts whole gangs
 
 **Search.** The capacity model (:mod:`.capacity`), the placement engine's capacity
 arithmetic (members per node, summed over the domains of the scope level,
-:meth:`TopologyTree.caps_by_depth` in spirit) decides feasibility without calling it,
+:meth:`~reconciler.engine.ledger.topology.TopologyTree.caps_by_depth` in spirit) decides feasibility without calling it,
 exactly for members of one shape; for several shapes a necessary test (each shape fits)
 and a sufficient one (their envelope fits) bound it and the placement engine decides
 between them. Then:

@@ -6,7 +6,7 @@ The members are grouped into the placement engine's shapes
 :func:`~reconciler.engine.placement.place.envelope` is one more *kind*. Per kind and node the
 model counts the members that fit (what :meth:`Snapshot.capacity` computes) and sums them
 over each *scope* domain (the domains of the required level, or the cluster), as
-:meth:`TopologyTree.caps_by_depth` does. Evicting pods adds their requests to their
+:meth:`~reconciler.engine.ledger.topology.TopologyTree.caps_by_depth` does. Evicting pods adds their requests to their
 nodes' free capacity: :func:`freed_by_node` sums those vectors per node, and
 :meth:`CapacityModel.recount` moves a node's counts and its domain's sums.
 

@@ -50,7 +50,7 @@ class PreemptionPlan:
     """Victims whose eviction lets the gang be placed, and that placement.
 
     ``victims``: pod keys (``namespace/name``) to evict, sorted; ``gangs``: their gang
-    keys, sorted; ``placement``: :func:`place_gang` on the snapshot without the victims
+    keys, sorted; ``placement``: :func:`~reconciler.engine.placement.place.place_gang` on the snapshot without the victims
     (``placed`` is true). The objective: ``max_priority`` (1), ``len(gangs)`` (2), ``pods``
     (3, ``len(victims)``) and ``overage`` (4): ``(resource, units)`` pairs in comparison
     order (package docstring). ``method``: ``exact`` or ``greedy``; ``reason``: one line
@@ -89,10 +89,10 @@ def plan_preemption(
     objective, and the placement; None when no set of candidates makes the gang
     placeable, or ``mode`` is ``off``.
 
-    ``members``: the preemptor gang's unplaced pods, as :func:`place_gang` takes them
+    ``members``: the preemptor gang's unplaced pods, as :func:`~reconciler.engine.placement.place.place_gang` takes them
     (their highest ``spec.priority`` is the preemptor's); ``request`` (its level, slices,
     placement and exclusive level: every plan is one that placement, layers and all,
-    accepts) and ``near`` as for :func:`place_gang`. ``candidates``: gangs of
+    accepts) and ``near`` as for :func:`~reconciler.engine.placement.place.place_gang`. ``candidates``: gangs of
     lower priority (:class:`VictimGang`); ``gang``: the preemptor's own gang key, never a
     victim. ``mode``: ``off``, ``minimal`` or ``atomic`` (``gangPreemptionMode``).
     ``exact=False`` skips the exact search (benchmarks compare the two). A gang that fits
