@@ -76,9 +76,8 @@ def _attr_chain(base: object, names: list[str]) -> bool:
         if hasattr(base, name):
             base = getattr(base, name)
             continue
-        if isinstance(base, type) and name in instance_attributes(base):
-            return True  # an instance's attribute: no class attribute to follow further
-        return False
+        # An instance's attribute ends the chain: there is no class attribute to follow.
+        return isinstance(base, type) and name in instance_attributes(base)
     return True
 
 
