@@ -125,6 +125,9 @@ class Config:
     #: ``node_failure_window_seconds`` is avoided by new placements for
     #: ``node_avoid_seconds`` after the last of them (docs/decisions/041-failing-nodes.md).
     node_failure_threshold: int = 2
+    #: ... and those failures are of members of at least this many namespaces (tenants), so
+    #: one tenant's members failing on purpose cannot steer every tenant off a node.
+    node_failure_namespaces: int = 2
     node_failure_window_seconds: int = 3600
     node_avoid_seconds: int = 1800
     #: Writes of one release in flight at once (docs/decisions/007-release-writes.md).
@@ -189,7 +192,8 @@ def _value(key: str, name: str, raw: Any) -> Any:
             raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
         return raw
     if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds",
-                "nomination_max_seconds", "node_failure_threshold", "node_failure_window_seconds"):
+                "nomination_max_seconds", "node_failure_threshold", "node_failure_window_seconds",
+                "node_failure_namespaces"):
         return _want_int(key, raw, 1)
     if name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds",
                 "node_failure_grace_seconds", "node_avoid_seconds"):

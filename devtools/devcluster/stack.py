@@ -58,9 +58,15 @@ class StackError(RuntimeError):
     """Troupe could not start on the local cluster; the message names the part and shows its log."""
 
 
+#: The reconciler's Lease and state ConfigMap here: the defaults of ``python -m reconciler run``.
+LEASE_NAME, STATE_CONFIGMAP = "troupe-reconciler", "troupe-reconciler-state"
+
+
 def reconciler_rules(path: Path = RULES_FILE) -> list[dict[str, Any]]:
-    """RBAC rules as the chart ships them (default: the reconciler's ClusterRole)."""
-    rules = yaml.safe_load(path.read_text())
+    """RBAC rules as the chart ships them (default: the reconciler's ClusterRole), with the
+    names of this harness's Lease and state ConfigMap where the file names them."""
+    text = path.read_text().replace("{lease}", LEASE_NAME).replace("{state}", STATE_CONFIGMAP)
+    rules = yaml.safe_load(text)
     if not isinstance(rules, list):
         raise StackError(f"{path}: expected a list of RBAC rules")
     return rules

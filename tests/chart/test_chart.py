@@ -88,6 +88,9 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("ValidatingAdmissionPolicyBinding", "troupe-reconciler-pod-writes"),
         ("ValidatingAdmissionPolicy", "troupe-gang-writes"),
         ("ValidatingAdmissionPolicyBinding", "troupe-gang-writes"),
+        *[(kind, f"troupe-{policy}") for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+          for policy in ("reconciler-node-writes", "reconciler-workload-writes", "workload-records",
+                         "nominated-toleration")],
         ("ConfigMap", "troupe-config"),
         ("Deployment", "troupe-reconciler"),
         ("Deployment", "troupe-webhook"),
@@ -321,7 +324,13 @@ def test_reconciler_replicas_elect_a_leader_with_a_lease_in_the_release_namespac
     assert "--leader-elect-lease-seconds=15" in args
     role = one(objects, "Role", "troupe-reconciler-leader-election")
     assert role["metadata"]["namespace"] == "troupe-system"
-    assert role["rules"] == yaml.safe_load((CHART / "files" / "reconciler-leader-election-rules.yaml").read_text())
+    rules = (CHART / "files" / "reconciler-leader-election-rules.yaml").read_text()
+    assert role["rules"] == yaml.safe_load(rules.replace("{lease}", "troupe-reconciler")
+                                           .replace("{state}", "troupe-reconciler-state"))
+    assert "--leader-elect-name=troupe-reconciler" in args
+    assert "--state-configmap=troupe-reconciler-state" in args
+    named = {rule["resources"][0]: rule["resourceNames"] for rule in role["rules"] if "resourceNames" in rule}
+    assert named == {"leases": ["troupe-reconciler"], "configmaps": ["troupe-reconciler-state"]}
     binding = one(objects, "RoleBinding", "troupe-reconciler-leader-election")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "troupe-reconciler", "namespace": "troupe-system"}]
 

@@ -262,6 +262,23 @@ def test_the_admission_policy_binds_to_the_reconcilers_own_identity(release: str
     assert all(v["reason"] == "Forbidden" and v["message"] for v in vap["spec"]["validations"])
 
 
+@pytest.mark.parametrize(("release", "namespace"), [("troupe", NAMESPACE), ("gangs", "ml-platform")])
+def test_the_node_and_workload_policies_bind_to_the_reconcilers_own_identity(release: str, namespace: str) -> None:
+    objects = render(release=release, namespace=namespace)
+    identity = f"'system:serviceaccount:{namespace}:{release}-reconciler'"
+
+    for policy in ("reconciler-node-writes", "reconciler-workload-writes"):
+        vap = one(objects, "ValidatingAdmissionPolicy", f"{release}-{policy}")
+        [condition] = vap["spec"]["matchConditions"]
+        assert condition["expression"] == f"request.userInfo.username == {identity}"
+        assert all(v["reason"] == "Forbidden" and v["message"] for v in vap["spec"]["validations"])
+    records = one(objects, "ValidatingAdmissionPolicy", f"{release}-workload-records")
+    assert records["spec"]["matchConditions"][0]["expression"] == f"request.userInfo.username != {identity}"
+    for policy in ("reconciler-node-writes", "reconciler-workload-writes", "workload-records", "nominated-toleration"):
+        binding = one(objects, "ValidatingAdmissionPolicyBinding", f"{release}-{policy}")
+        assert binding["spec"] == {"policyName": f"{release}-{policy}", "validationActions": ["Deny"]}
+
+
 def test_the_admission_policy_can_be_switched_off() -> None:
     objects = render("--set", "validatingAdmissionPolicy.enabled=false")
 

@@ -42,7 +42,7 @@ from devtools.devcluster import Cluster
 from devtools.devcluster.cluster import free_port
 from devtools.devcluster.pki import write_kubeconfig
 from devtools.devcluster.processes import Started, spawn, stop_all, tail
-from tests.support.e2e import new_namespace, wait_for
+from tests.support.e2e import new_namespace, service_account_token, wait_for
 from tests.support.helm import CHART, helm
 from troupe import contract
 
@@ -144,15 +144,6 @@ class Installed:
 
 def admin_api(cluster: Cluster) -> Any:
     return cluster.api_client("admin")
-
-
-def service_account_token(core: client.CoreV1Api, namespace: str, name: str) -> str:
-    """A token for ServiceAccount ``namespace/name`` from the TokenRequest API (what the
-    kubelet mounts into the chart's pods)."""
-    request = core.create_namespaced_service_account_token(
-        name, namespace, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                          "spec": {"expirationSeconds": 3600}})
-    return str(request.status.token)
 
 
 @pytest.fixture(scope="module")
@@ -295,6 +286,9 @@ def can_i_table(installed: Installed) -> list[tuple[str, str, bool]]:
         (reconciler, f"watch secrets/{RELEASE}-webhook-tls -n {ns}", True),
         (reconciler, f"patch mutatingwebhookconfigurations/{RELEASE}", True),
         (reconciler, f"create leases -n {ns}", True),
+        (reconciler, f"update leases/{RELEASE}-reconciler -n {ns}", True),
+        (reconciler, f"get configmaps/{RELEASE}-reconciler-state -n {ns}", True),
+        (reconciler, f"patch configmaps/{RELEASE}-reconciler-state -n {ns}", True),
         (reconciler, "patch pods -n default", True),
         (reconciler, "patch pods --subresource=status -n default", True),
         (reconciler, "create pods --subresource=eviction -n default", True),
@@ -313,6 +307,10 @@ def can_i_table(installed: Installed) -> list[tuple[str, str, bool]]:
         (reconciler, f"delete mutatingwebhookconfigurations/{RELEASE}", False),
         (reconciler, "patch validatingadmissionpolicies", False),
         (reconciler, "create leases -n kube-system", False),
+        (reconciler, f"update leases/some-other-lease -n {ns}", False),
+        (reconciler, f"patch configmaps/{RELEASE}-config -n {ns}", False),
+        (reconciler, f"get configmaps/{RELEASE}-config -n {ns}", False),
+        (reconciler, "patch nodes --subresource=status", False),
         (webhook, f"get secrets/{RELEASE}-webhook-tls -n {ns}", False),
         (webhook, "list pods -A", False),
         (webhook, "create pods -n default", False),

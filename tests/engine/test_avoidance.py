@@ -30,10 +30,12 @@ NOW = 1_800_000_000.0
 RULE = Avoidance(threshold=2, window=3600, cooldown=1800)
 
 
-def node(name: str, *ages: float) -> NodeInfo:
-    """Node ``name`` with member failures ``ages`` seconds before NOW, 8 GPUs, its own host."""
+def node(name: str, *ages: float, namespaces: int = 2) -> NodeInfo:
+    """Node ``name`` with member failures ``ages`` seconds before NOW, 8 GPUs, its own host;
+    the failing members' namespaces taken in turn from ``namespaces`` tenants (``team-0``...)."""
     obj = make_node(name).allocatable(gpu=8).topology("b0", "s0", name).build()
-    entries = [{"uid": f"u{i}", "pod": f"ml/p{i}", "at": rfc3339(NOW - age), "why": "Failed"} for i, age in enumerate(ages)]
+    entries = [{"uid": f"u{i}", "pod": f"team-{i % namespaces}/p{i}", "at": rfc3339(NOW - age), "why": "Failed"}
+               for i, age in enumerate(ages)]
     if entries:
         obj["metadata"].setdefault("annotations", {})[NODE_FAILURES] = json.dumps(entries)
     return NodeInfo.from_object(obj)
@@ -51,10 +53,34 @@ def test_two_failures_within_the_window_avoid_a_node_for_the_cooldown_after_the_
 
 @given(st.lists(st.integers(min_value=0, max_value=20_000), max_size=8), st.integers(min_value=1, max_value=4))
 def test_a_node_is_avoided_until_the_cooldown_after_the_last_run_of_threshold_failures_within_the_window(ages, k):
-    rule = Avoidance(threshold=k, window=3600, cooldown=1800)
+    rule = Avoidance(threshold=k, window=3600, cooldown=1800, namespaces=1)
     times = sorted(NOW - a for a in ages)
     runs = [times[j] for j in range(len(times)) for i in range(j + 1) if j - i + 1 >= k and times[j] - times[i] <= 3600]
     assert rule.until(node("n", *ages)) == (max(runs) + 1800 if runs else None)
+
+
+def test_one_tenants_members_failing_on_a_node_do_not_steer_every_tenant_off_it():
+    pinned_and_failing = node("n", 300, 200, 100, 50, namespaces=1)
+    assert RULE.until(pinned_and_failing) is None, "four failures, all of one namespace"
+    assert Avoidance(threshold=2, window=3600, cooldown=1800, namespaces=1).until(pinned_and_failing) == NOW - 50 + 1800
+    assert RULE.until(node("n", 300, 200, 100, 50, namespaces=2)) == NOW - 50 + 1800
+
+
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=20_000), st.integers(min_value=0, max_value=3)),
+                max_size=8), st.integers(min_value=1, max_value=4), st.integers(min_value=1, max_value=3))
+def test_a_node_is_avoided_only_when_a_run_of_failures_spans_enough_namespaces(failures, k, m):
+    rule = Avoidance(threshold=k, window=3600, cooldown=1800, namespaces=m)
+    obj = make_node("n").allocatable(gpu=8).topology("b0", "s0", "n").build()
+    obj["metadata"]["annotations"] = {NODE_FAILURES: json.dumps(
+        [{"uid": f"u{i}", "pod": f"team-{t}/p{i}", "at": rfc3339(NOW - age), "why": "Failed"}
+         for i, (age, t) in enumerate(failures)])}
+    until = rule.until(NodeInfo.from_object(obj))
+    times = sorted((NOW - age, t) for age, t in failures)
+    ends = [end for end, _ in times
+            if len(run := [t for at, t in times if at <= end and end - at <= 3600]) >= k and len(set(run)) >= m]
+    assert until == (max(ends) + 1800 if ends else None)
+    if until is not None:
+        assert len({t for _, t in failures}) >= m
 
 
 def test_placement_avoids_a_failing_node_and_falls_back_to_it_only_when_nothing_else_fits():

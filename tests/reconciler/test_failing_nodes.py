@@ -1,6 +1,7 @@
 """Nodes that keep failing gang members, through the controller
 (docs/decisions/041-failing-nodes.md): each failure is written on its node once, the second
-within the window makes the node avoided (a Warning Event on the node, a metric), new gangs
+within the window, of a member of another namespace, makes the node avoided (a Warning Event
+on the node, a metric; one tenant's members alone never do, decision 049), new gangs
 go elsewhere, fall back to it only when nothing else fits (saying so), and use it again
 after the cooldown. The record lives on the node: a restarted reconciler avoids it too."""
 
@@ -16,26 +17,26 @@ from tests.support.reconciler_builders import make_pod
 from troupe import contract
 
 
-def solo(name, gpus=4):
+def solo(name, gpus=4, namespace="team-a"):
     """A gang of one, ``name``, asking a whole node's 4 GPUs."""
-    return make_pod(name).gang(name, 1).gpus(gpus).gated().build()
+    return make_pod(name, namespace).gang(name, 1).gpus(gpus).gated().build()
 
 
-def run(h, name):
+def run(h, name, namespace="team-a"):
     """Place gang ``name`` (one member), bind it; the node it went to."""
-    h.add(solo(name))
-    outcome = h.reconcile(f"team-a/{name}")
+    h.add(solo(name, namespace=namespace))
+    outcome = h.reconcile(f"{namespace}/{name}")
     h.sync()
-    h.bind(name)
-    return h.node_of(name), outcome
+    h.bind(name, namespace)
+    return h.node_of(name, namespace), outcome
 
 
-def fail(h, name):
-    pod = h.writer.pods[PodKey("team-a", name)]
+def fail(h, name, namespace="team-a"):
+    pod = h.writer.pods[PodKey(namespace, name)]
     pod["status"]["phase"] = "Failed"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
-    h.reconcile(f"team-a/{name}")
+    h.reconcile(f"{namespace}/{name}")
     h.sync()
 
 
@@ -57,10 +58,15 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
     fail(h, "a")  # reconciled again: recorded once
     assert len(record(h, first)) == 1
 
-    again, _ = run(h, "b")
+    same, _ = run(h, "a2")
+    assert same == first
+    fail(h, "a2")
+    assert not [e for e in h.writer.events if e.reason == "NodeAvoided"], "two failures, but of one namespace"
+
+    again, _ = run(h, "b", "team-b")
     assert again == first, "not avoided yet: the same node is the best place"
-    fail(h, "b")
-    assert [e["pod"] for e in record(h, first)] == ["team-a/a", "team-a/b"]
+    fail(h, "b", "team-b")
+    assert [e["pod"] for e in record(h, first)] == ["team-a/a", "team-a/a2", "team-b/b"]
     events = [e for e in h.writer.events if e.reason == "NodeAvoided"]
     assert len(events) == 1 and events[0].pod == PodKey("", first) and events[0].kind == "Warning"
     assert "new gang placements avoid this node" in events[0].message

@@ -212,3 +212,12 @@ def delete_nodes_after_pods(core: client.CoreV1Api, namespace: str, names: list[
         except client.ApiException as e:
             if e.status != 404:
                 raise
+
+
+def service_account_token(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    """A token for ServiceAccount ``namespace/name`` from the TokenRequest API (what the
+    kubelet mounts into the chart's pods)."""
+    request = core.create_namespaced_service_account_token(
+        name, namespace, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                          "spec": {"expirationSeconds": 3600}})
+    return str(request.status.token)

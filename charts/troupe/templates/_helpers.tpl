@@ -117,6 +117,10 @@ manual
 {{- $svc := include "troupe.webhookService" . -}}
 {{- toYaml (list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) -}}
 {{- end -}}
+{{- /* The Lease the reconciler's replicas elect a leader with, and the ConfigMap of rollback backoffs. */ -}}
+{{- define "troupe.leaseName" -}}{{ include "troupe.name" . }}-reconciler{{- end -}}
+{{- define "troupe.stateConfigMap" -}}{{ include "troupe.name" . }}-reconciler-state{{- end -}}
+
 {{- define "troupe.reconcilerUsername" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "troupe.reconcilerServiceAccount" . }}{{- end -}}
 
 {{/*

@@ -5,9 +5,12 @@ Every gang member that ends ``Failed`` on a node after Troupe released it, or th
 node NotReady past ``nodeFailureGraceSeconds``, is recorded on that node
 (``reconciler.troupe.io/failures``, :data:`troupe.contract.NODE_FAILURES`) by the
 :class:`~reconciler.engine.decision.actions.RecordNodeFailures` action a decision returns, once per
-pod (the record names its UID). A node with ``threshold`` records within ``window`` seconds
-is avoided until ``cooldown`` seconds after the last of them: new placements do not use it
-while anything else fits, and say so when they fall back to it. The record lives on the
+pod (the record names its UID and its pod). A node with ``threshold`` records within
+``window`` seconds, of members of at least ``namespaces`` namespaces, is avoided until
+``cooldown`` seconds after the last of them: new placements do not use it while anything
+else fits, and say so when they fall back to it. The namespaces are what keeps one tenant
+from steering every tenant off a node: its own members, pinned there and failing on
+purpose, count as one namespace however many fail (docs/decisions/049-hostile-tenants-third-round.md). The record lives on the
 node, so a new leader, the simulator and ``kubectl troupe`` see the same avoidance.
 Pure: plain data in, plain data out.
 """
@@ -30,26 +33,34 @@ from troupe.contract import NODE_FAILURES_KEPT, TopologyRequest
 
 @dataclass(frozen=True)
 class Avoidance:
-    """When a node is avoided: ``threshold`` member failures within ``window`` seconds,
-    avoided for ``cooldown`` seconds after the last (``nodeFailureThreshold``,
-    ``nodeFailureWindowSeconds``, ``nodeAvoidSeconds``)."""
+    """When a node is avoided: ``threshold`` member failures within ``window`` seconds, of
+    members of at least ``namespaces`` namespaces, avoided for ``cooldown`` seconds after
+    the last (``nodeFailureThreshold``, ``nodeFailureWindowSeconds``,
+    ``nodeFailureNamespaces``, ``nodeAvoidSeconds``)."""
 
     threshold: int = 2
     window: int = 3600
     cooldown: int = 1800
+    namespaces: int = 2
 
     @classmethod
     def from_config(cls, config: Config) -> Avoidance:
         """The avoidance of a Troupe configuration."""
-        return cls(config.node_failure_threshold, config.node_failure_window_seconds, config.node_avoid_seconds)
+        return cls(config.node_failure_threshold, config.node_failure_window_seconds, config.node_avoid_seconds,
+                   config.node_failure_namespaces)
 
     def until(self, node: NodeInfo) -> float | None:
         """Until when ``node`` is avoided (seconds since the epoch): ``cooldown`` after the
-        last failure of any ``threshold`` of its failures within ``window`` seconds; None
-        when no such run exists (unreadable times are left out)."""
-        times = sorted(t for _, at in node.failures if (t := epoch(at)) is not None)
-        k = self.threshold
-        ends = [times[i] for i in range(k - 1, len(times)) if times[i] - times[i - k + 1] <= self.window]
+        last failure that ends a run of at least ``threshold`` failures within ``window``
+        seconds (the failure itself and those before it) of members of at least
+        ``namespaces`` namespaces; None when no such run exists (unreadable times are left
+        out; an entry naming no pod counts as a namespace of its own)."""
+        failures = sorted((t, namespace) for _, at, namespace in node.failures if (t := epoch(at)) is not None)
+        ends = []
+        for i, (end, _) in enumerate(failures):
+            run = [namespace for t, namespace in failures[:i + 1] if end - t <= self.window]
+            if len(run) >= self.threshold and len(set(run)) >= self.namespaces:
+                ends.append(end)
         return max(ends) + self.cooldown if ends else None
 
     def avoided(self, snapshot: Snapshot, now: float) -> dict[str, str]:
@@ -102,7 +113,7 @@ def to_record(gang: Gang, released: Sequence[PodInfo], snapshot: Snapshot, now: 
 
 
 def _recorded(node: NodeInfo, uid: str) -> bool:
-    return any(u == uid for u, _ in node.failures)
+    return any(u == uid for u, _, _ in node.failures)
 
 
 def merged(raw: str | None, failures: Sequence[NodeFailure]) -> str:

@@ -29,9 +29,10 @@ class NodeInfo:
     #: while it is Ready or when the condition says nothing.
     not_ready_since: str = ""
     #: The gang members that failed on it, as its ``reconciler.troupe.io/failures`` records
-    #: them: ``(pod uid, when)`` pairs (RFC 3339), oldest first; an unreadable record reads
-    #: as none (only the reconciler writes it).
-    failures: tuple[tuple[str, str], ...] = ()
+    #: them: ``(pod uid, when, namespace)`` (when in RFC 3339; the namespace of the member,
+    #: ``""`` when the entry names none), oldest first; an unreadable record reads as none
+    #: (only the reconciler writes it).
+    failures: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def hostname(self) -> str:
@@ -66,9 +67,11 @@ class NodeInfo:
         })
 
 
-def node_failures(raw: str | None) -> tuple[tuple[str, str], ...]:
-    """The ``(pod uid, when)`` pairs of a node's ``reconciler.troupe.io/failures`` (JSON, see
-    :data:`troupe.contract.NODE_FAILURES`); ``()`` when absent or unreadable."""
+def node_failures(raw: str | None) -> tuple[tuple[str, str, str], ...]:
+    """The ``(pod uid, when, namespace)`` of each entry of a node's
+    ``reconciler.troupe.io/failures`` (JSON, see :data:`troupe.contract.NODE_FAILURES`; the
+    namespace is that of the entry's ``pod``, ``namespace/name``, ``""`` without one); ``()``
+    when absent or unreadable."""
     if not raw:
         return ()
     try:
@@ -77,5 +80,6 @@ def node_failures(raw: str | None) -> tuple[tuple[str, str], ...]:
         return ()
     if not isinstance(entries, list):
         return ()
-    return tuple((e["uid"], e["at"]) for e in entries
+    return tuple((e["uid"], e["at"], pod.partition("/")[0] if isinstance(pod := e.get("pod"), str) else "")
+                 for e in entries
                  if isinstance(e, dict) and isinstance(e.get("uid"), str) and isinstance(e.get("at"), str))
