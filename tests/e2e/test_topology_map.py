@@ -83,7 +83,7 @@ def test_kubectl_troupe_topology_web_serves_the_live_cluster(cluster, troupe, ad
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
-        found = re.search(r"http://127\.0\.0\.1:\d+/topology/", line)
+        found = re.search(r"http://127\.0\.0\.1:\d+/topology/\?token=[A-Za-z0-9_-]+", line)
         assert found, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
         with Browser() as browser:
             browser.open(found.group(0))
@@ -95,7 +95,7 @@ def test_kubectl_troupe_topology_web_serves_the_live_cluster(cluster, troupe, ad
         admin_core.delete_namespaced_pod("wide-4", namespace)  # read again on a later request
 
         def wide_members() -> int | None:
-            with urllib.request.urlopen(found.group(0) + "data.json", timeout=30) as r:
+            with urllib.request.urlopen(found.group(0).replace("/?token=", "/data.json?token="), timeout=30) as r:
                 rows = {g["gang"]: g for g in json.load(r)["gangs"]}
             present = rows[f"{namespace}/wide"]["members"]["present"]
             return present if present == 4 else None

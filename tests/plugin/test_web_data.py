@@ -5,15 +5,18 @@ snapshot file, stopped with Ctrl-C."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import make_server
 
 import pytest
@@ -148,10 +151,10 @@ def test_web_serves_a_snapshot_until_ctrl_c(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
-        url = re.search(r"http://127\.0\.0\.1:\d+/topology/", line)
+        url = re.search(r"http://127\.0\.0\.1:\d+/topology/\?token=[A-Za-z0-9_-]{32}", line)
         assert url, (line, proc.stderr.read() if proc.poll() is not None else "")
         assert f"Serving the topology map of snapshot {path} at" in line
-        status, _, body = fetch(url.group(0) + "data.json")
+        status, _, body = fetch(url.group(0).replace("/?token=", "/data.json?token="))
         assert status == 200
         assert nodes_of(json.loads(body)["tree"])["gpu-b1-s0-h2"]["reserved"] == ["ml/pinned"]
         assert json.loads(body) == {**page_of(cluster_objects()), "source": f"snapshot {path}",
@@ -160,6 +163,60 @@ def test_web_serves_a_snapshot_until_ctrl_c(tmp_path):
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=10)
     assert code == 130 and proc.stderr.read() == ""
+
+
+def guarded_server(token: str = "s3cret") -> tuple[str, Any]:
+    cached = server.CachedData(lambda: {"tree": {"name": "cluster"}, "gangs": []})
+    httpd = make_server("127.0.0.1", 0, server.wsgi(cached), handler_class=local.QuietHandler)
+    httpd.set_app(local.guarded(server.wsgi(cached), httpd.server_port, token))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return f"127.0.0.1:{httpd.server_port}", httpd
+
+
+def ask(address: str, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection(address, timeout=5)
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def test_the_local_map_answers_only_its_own_address_and_the_holder_of_its_token():
+    address, httpd = guarded_server()
+    port = address.rsplit(":", 1)[1]
+    try:
+        # A page of another site that rebinds its name to 127.0.0.1 sends its own name in Host.
+        rebound = ask(address, "/topology/data.json?token=s3cret", {"Host": f"evil.example:{port}"})
+        assert rebound[0] == 403
+        assert ask(address, "/topology/data.json", {"Host": address})[0] == 401
+        assert ask(address, "/topology/data.json?token=wrong", {"Host": address})[0] == 401
+        status, headers, _ = ask(address, "/topology/?token=s3cret", {"Host": f"localhost:{port}"})
+        assert status == 200
+        assert headers["Set-Cookie"] == "troupe-map-token=s3cret; Path=/topology; HttpOnly; SameSite=Strict"
+        status, _, body = ask(address, "/topology/data.json", {"Host": address, "Cookie": "troupe-map-token=s3cret"})
+        assert status == 200 and json.loads(body)["tree"] == {"name": "cluster"}
+        assert ask(address, "/topology/data.json", {"Host": address, "Cookie": "troupe-map-token=other"})[0] == 401
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_idle_connection_is_closed_after_the_handlers_timeout():
+    assert local.QuietHandler.timeout == 30
+    address, httpd = guarded_server()
+    host, port = address.split(":")
+    local.QuietHandler.timeout = 0.5
+    try:
+        idle = socket.create_connection((host, int(port)), timeout=5)
+        idle.settimeout(5)
+        assert idle.recv(1) == b"", "the server closed the idle connection"
+        idle.close()
+    finally:
+        local.QuietHandler.timeout = 30
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_web_refuses_a_bad_snapshot_before_serving(tmp_path):

@@ -7,18 +7,29 @@ file or the live cluster, decided by the plugin as ``kubectl troupe status`` dec
 to, and reads again when the page asks for data and the last read is older than
 :data:`~reconciler.tools.web.server.CACHE_SECONDS` (a snapshot file: only when the file
 changed), until interrupted.
+
+The page shows every namespace's gangs, pods and nodes that the user's credentials read, so
+only that user's browser may read it (:func:`guarded`, docs/decisions/049-hostile-tenants-third-round.md):
+a request must name this server by its own address in ``Host`` (a page of another site that
+rebinds its DNS name to 127.0.0.1 sends its own name) and carry the random token of the
+address printed, in the URL once (it is then kept in a cookie for this address only) or in
+that cookie, as Jupyter guards its local server.
 """
 
 from __future__ import annotations
 
 import gc
+import hmac
 import os
+import secrets
 import socketserver
 import sys
 import threading
 import webbrowser
 from collections.abc import Callable, Mapping
+from http.cookies import SimpleCookie
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from reconciler.tools import views
@@ -38,7 +49,11 @@ def cluster_page(cluster: views.Cluster, resource: str, refresh_seconds: float) 
 
 
 class QuietHandler(WSGIRequestHandler):
-    """A request handler that logs nothing."""
+    """A request handler that logs nothing and lets a connection idle :attr:`timeout`
+    seconds at most (its socket's timeout: a client that opens connections and sends
+    nothing does not hold the server's threads)."""
+
+    timeout = 30
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -74,18 +89,62 @@ def reader(read: Callable[[], views.Cluster], resource: str, refresh_seconds: fl
     return produce
 
 
+#: The cookie that carries the token once the printed address was opened.
+COOKIE = "troupe-map-token"
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
+
+
+def guarded(app: WSGIApp, port: int, token: str) -> WSGIApp:
+    """``app`` answered only to requests that name ``127.0.0.1:port`` or ``localhost:port``
+    in ``Host`` (403 otherwise: DNS rebinding) and carry ``token`` as the ``token`` query
+    parameter or the :data:`COOKIE` cookie (401 otherwise). A request with the right token in
+    its URL gets the cookie (``HttpOnly``, ``SameSite=Strict``, for this address), so the
+    page's own requests (its script, its data) need no token of their own."""
+    hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    wanted = token.encode()
+
+    def deny(start_response: Callable[..., Any], status: str, why: str) -> list[bytes]:
+        body = (why + "\n").encode()
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
+                                ("Cache-Control", "no-store")])
+        return [body]
+
+    def app_guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("HTTP_HOST", "") not in hosts:
+            return deny(start_response, "403 Forbidden", "this server answers only to 127.0.0.1 and localhost")
+        given = parse_qs(environ.get("QUERY_STRING", "")).get("token", [""])[0]
+        cookie = SimpleCookie(environ.get("HTTP_COOKIE", ""))
+        kept = cookie[COOKIE].value if COOKIE in cookie else ""
+        if hmac.compare_digest(given.encode(), wanted):
+            def with_cookie(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
+                headers = [*headers, ("Set-Cookie", f"{COOKIE}={token}; Path={server.PREFIX}; HttpOnly; "
+                                                    "SameSite=Strict")]
+                return start_response(status, headers, *rest)
+            return app(environ, with_cookie)
+        if kept and hmac.compare_digest(kept.encode(), wanted):
+            return app(environ, start_response)
+        return deny(start_response, "401 Unauthorized",
+                    "open the address kubectl troupe topology --web printed: it carries this server's token")
+
+    return app_guarded
+
+
 def serve(produce: Callable[[], Mapping[str, Any]], port: int, open_browser: bool,
           out: Any = None) -> int:
     """Serve the page from ``produce`` (:func:`reader`) on ``127.0.0.1:port`` until
-    interrupted; returns 0 (``KeyboardInterrupt`` reaches the caller, after the server is
-    closed). The first computation is made before serving, so that its errors reach the
-    caller. Prints ``Serving the topology map at URL`` on ``out`` (default stdout)."""
+    interrupted, to the holder of a random token only (:func:`guarded`); returns 0
+    (``KeyboardInterrupt`` reaches the caller, after the server is closed). The first
+    computation is made before serving, so that its errors reach the caller. Prints
+    ``Serving the topology map at URL`` on ``out`` (default stdout), the URL carrying the
+    token."""
     out = out or sys.stdout
     cached = server.CachedData(produce)
     first = produce()  # raises for bad input: nothing served
     cached.put(first)
+    token = secrets.token_urlsafe(24)
     httpd = make_server("127.0.0.1", port, server.wsgi(cached), server_class=ThreadingServer, handler_class=QuietHandler)
-    url = f"http://127.0.0.1:{httpd.server_port}{server.PREFIX}/"
+    httpd.set_app(guarded(server.wsgi(cached), httpd.server_port, token))
+    url = f"http://127.0.0.1:{httpd.server_port}{server.PREFIX}/?token={token}"
     try:
         print(f"Serving the topology map of {first.get('source') or 'the cluster'} at {url} (Ctrl-C stops)",
               file=out, flush=True)

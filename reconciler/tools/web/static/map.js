@@ -200,7 +200,10 @@
     if (li) { search.value = li.dataset.gang; find(); }
   });
   const wanted = /^#gang=(.*)$/.exec(location.hash);
-  if (wanted) search.value = decodeURIComponent(wanted[1]);
+  if (wanted) {
+    // An address typed or pasted by hand may hold a lone '%': search for it as it is.
+    try { search.value = decodeURIComponent(wanted[1]); } catch (e) { search.value = wanted[1]; }
+  }
   // For scripts and tests: read again now; find a gang as the search box does (returns the ms it took).
   window.troupeMap = {
     reload: () => { clearTimeout(timer); return load(); },
