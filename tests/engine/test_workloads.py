@@ -3,6 +3,8 @@ the workload's topology request, and the decision when the workload is not known
 
 from __future__ import annotations
 
+import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -73,6 +75,44 @@ def test_the_size_is_read_from_the_workload_object(kind: str, obj: dict[str, Any
     got = wl.workload(kind, obj)
     assert got is not None
     assert (got.size, got.size_from) == (want_size, want_from)
+
+
+INT32 = 2**31 - 1
+TEMPLATE = {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}}
+
+
+@pytest.mark.parametrize(("kind", "obj", "want"), [
+    ("PyTorchJob", {"metadata": {"name": "pt", "namespace": "ml"}, "spec": {"pytorchReplicaSpecs": {
+        "Master": {"replicas": 1, "template": TEMPLATE}, "Worker": {"replicas": INT32, "template": TEMPLATE}}}},
+     "PyTorchJob pt: Master 1 + Worker 2147483647: 2147483648 members, more than the 10000 one gang may have (held)"),
+    ("JobSet", {"metadata": {"name": "js", "namespace": "ml"}, "spec": {"replicatedJobs": [
+        {"name": "w", "replicas": INT32, "template": {"spec": {"parallelism": 2, "template": TEMPLATE}}}]}},
+     "JobSet js: w 2147483647x2: 4294967294 members, more than the 10000 one gang may have (held)"),
+    ("Job", {"metadata": {"name": "big", "namespace": "ml"}, "spec": {"parallelism": 10_001, "template": TEMPLATE}},
+     "Job big parallelism: 10001 members, more than the 10000 one gang may have (held)"),
+    ("JobSet", {"metadata": {"name": "none", "namespace": "ml"}, "spec": {"replicatedJobs": [
+        {"name": "w", "replicas": INT32, "template": {"spec": {"parallelism": 0, "template": TEMPLATE}}}]}}, ""),
+], ids=["a PyTorchJob of 2147483647 workers", "a JobSet of 2147483647 Jobs of 2", "a Job of 10001",
+        "a JobSet of 2147483647 Jobs of none"])
+def test_a_workload_of_more_members_than_a_gang_may_have_costs_nothing_and_says_why(
+        kind: str, obj: dict[str, Any], want: str) -> None:
+    tracemalloc.start()
+    started = time.process_time()
+    got = wl.workload(kind, obj)
+    spent = time.process_time() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert got is not None and got.slots == () and got.too_large == want
+    assert peak < 1_000_000 and spent < 0.5, (peak, spent)  # counted, never made one by one
+
+
+def test_a_gang_whose_workload_is_too_large_is_held_with_the_workloads_reason() -> None:
+    workers = {"apiVersion": "kubeflow.org/v1", "metadata": {"name": "pt", "namespace": "ml"}, "spec": {
+        "pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": INT32}}}}
+    member = auto_pod("pt-master-0").owned_by("PyTorchJob", "pt", api_version="kubeflow.org/v1").info()
+    gang = build_gang("ml/pytorchjob:pt", [member], CONFIG, {},
+                      wl.Workloads(wl.workloads_of("PyTorchJob", [workers])))
+    assert gang.held == "PyTorchJob pt: Master 1 + Worker 2147483647: 2147483648 members, more than the 10000 one gang may have (held)"
 
 
 def test_an_unsupported_kind_or_a_nameless_object_gives_no_workload() -> None:

@@ -363,7 +363,7 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     workload = workloads.objects.get(found[1])
     if workload is None:
         return replace(gang, settle_at=float("inf"), workload_missing=workloads.missing(found[1]))
-    topology, held = gang.topology, gang.held
+    topology, held = gang.topology, gang.held or workload.too_large
     member_asks = any(k in gang.members[0].gang_annotations for k in AGREE_ON_TOPOLOGY)
     if workload.topology and not member_asks:
         try:

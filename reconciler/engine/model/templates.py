@@ -22,7 +22,12 @@ PyTorchJob (``kubeflow.org``) per replica type (master first), per replica index
 
 A LeaderWorkerSet makes none: its groups are released when complete. Each template is
 parsed once and copied per slot. Never raises: a template that cannot be read makes no
-slots (the gang is then released when complete, as before).
+slots (the gang is then released when complete, as before). The counts are the tenant's
+to write (a PyTorchJob of ``replicas: 2147483647``), so a workload's members are counted
+first, with arithmetic (:func:`~reconciler.engine.model.workloads.workload`), and one of
+more than :data:`MAX_SLOTS` makes none: its gang is held with the reason
+(docs/decisions/049-hostile-tenants-third-round.md). No loop here runs more often than
+the slots it makes, so no count can cost time either.
 
 Pure: plain dicts in (workload objects as the API serves them), slots out.
 """
@@ -39,8 +44,8 @@ from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.pods import Owner, PodInfo
 from troupe.ranks import rank_key
 
-#: Slots made from one workload at most: the API's own bound on a Job's parallelism is
-#: far higher, but a gang of more members than this is released when complete.
+#: Members of one workload at most, made into slots: the API's own bound on a Job's
+#: parallelism is far higher; a gang of more members than this is held with the reason.
 MAX_SLOTS = 10_000
 
 
@@ -67,6 +72,36 @@ def replica_order(item: tuple[Any, Any]) -> tuple[bool, str]:
     """Replica types with the master (chief, launcher) first, then by name."""
     name = str(item[0])
     return (name.lower() not in ("master", "chief", "launcher"), name)
+
+
+def members(kind: str, obj: Mapping[str, Any]) -> tuple[int, str]:
+    """How many members a Job, JobSet or Kubeflow job object runs at once, counted with
+    arithmetic from its counts (never one by one: a tenant writes them), and how, for
+    reasons: ``(8, "JobSet train: driver 1x1 + workers 2x4")``. A count that is missing or
+    not an int32 takes the API's default (1). ``(0, ...)`` for another kind."""
+    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    name = str(meta.get("name") or "")
+    if kind == "Job":
+        succeeded = _count(_map(obj.get("status")).get("succeeded"), 0)
+        return job_pods(spec, succeeded), f"Job {name} parallelism" + (f", {succeeded} completed" if succeeded else "")
+    parts, size = [], 0
+    if kind == "JobSet":
+        replicated = spec.get("replicatedJobs")
+        for i, rj in enumerate(replicated if isinstance(replicated, list) else []):
+            rj = _map(rj)
+            replicas, pods = _count(rj.get("replicas"), 1), job_pods(_map(_map(rj.get("template")).get("spec")))
+            size += replicas * pods
+            rj_name = rj.get("name")
+            parts.append(f"{rj_name if isinstance(rj_name, str) and rj_name else i} {replicas}x{pods}")
+        return size, f"JobSet {name}: " + " + ".join(parts)
+    for key, replica_specs in sorted((k, v) for k, v in spec.items() if isinstance(k, str)):
+        if not key.endswith("ReplicaSpecs") or not isinstance(replica_specs, Mapping):
+            continue
+        for rtype, rspec in sorted(((str(k), v) for k, v in replica_specs.items()), key=replica_order):
+            replicas = _count(_map(rspec).get("replicas"), 1)
+            size += replicas
+            parts.append(f"{rtype} {replicas}")
+    return size, f"{kind} {name}: " + " + ".join(parts)
 
 
 def _template_pod(template: Mapping[str, Any], namespace: str, created: str) -> PodInfo | None:
@@ -100,7 +135,7 @@ def _job_slots(obj: Mapping[str, Any], name: str, namespace: str, created: str, 
     succeeded = _count(_map(obj.get("status")).get("succeeded"), 0)
     indexed = spec.get("completionMode") == "Indexed"
     owner = Owner("batch/v1", "Job", name, uid)
-    for i in range(min(job_pods(spec, succeeded), MAX_SLOTS)):
+    for i in range(job_pods(spec, succeeded)):
         labels = {contract.JOB_COMPLETION_INDEX: str(i)} if indexed else {}
         yield _slot(base, f"{name}[{i}]", f"slot:{uid}:{i}", labels, owner)
 
@@ -109,18 +144,21 @@ def _jobset_slots(obj: Mapping[str, Any], name: str, namespace: str, created: st
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     attempt = str(_count(status.get("restarts"), 0))
     replicated = spec.get("replicatedJobs")
-    global_index, made = 0, 0
+    global_index = 0
     for rj in replicated if isinstance(replicated, list) else []:
         rj = _map(rj)
         rj_name = str(rj.get("name") or "")
         job_spec = _map(_map(rj.get("template")).get("spec"))
         base = _template_pod(_map(job_spec.get("template")), namespace, created)
+        pods = job_pods(job_spec)
+        if pods == 0:  # no pods, however many Jobs: nothing to make one by one
+            global_index += _count(rj.get("replicas"), 1)
+            continue
         for j in range(_count(rj.get("replicas"), 1)):
             job = f"{name}-{rj_name}-{j}"
-            for k in range(job_pods(job_spec)):
-                if base is None or made >= MAX_SLOTS:
+            for k in range(pods):
+                if base is None:
                     return
-                made += 1
                 labels = {contract.JOBSET_NAME_LABEL: name, contract.JOBSET_RESTART_LABEL: attempt,
                           contract.JOBSET_GLOBAL_INDEX_LABEL: str(global_index), contract.JOB_COMPLETION_INDEX: str(k)}
                 yield _slot(base, f"{job}[{k}]", f"slot:{uid}:{attempt}:{global_index}:{k}", labels,
@@ -148,11 +186,11 @@ def _kubeflow_slots(obj: Mapping[str, Any], name: str, namespace: str, created: 
 def slots(kind: str, obj: Mapping[str, Any]) -> tuple[PodInfo, ...]:
     """The slots of a workload object of ``kind`` (``Job``, ``JobSet``, ``PyTorchJob``), in
     rank order; ``()`` for another kind, a template that cannot be read, or more than
-    :data:`MAX_SLOTS` members."""
+    :data:`MAX_SLOTS` members (counted first, :func:`members`)."""
     meta = _map(obj.get("metadata"))
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "default")
     created, uid = str(meta.get("creationTimestamp") or ""), str(meta.get("uid") or name)
-    if not name:
+    if not name or not 0 < members(kind, obj)[0] <= MAX_SLOTS:
         return ()
     if kind == "Job":
         made = list(_job_slots(obj, name, namespace, created, uid))
@@ -162,7 +200,5 @@ def slots(kind: str, obj: Mapping[str, Any]) -> tuple[PodInfo, ...]:
         made = list(_kubeflow_slots(obj, name, namespace, created, uid, str(obj.get("apiVersion") or "kubeflow.org/v1"),
                                     kind))
     else:
-        return ()
-    if len(made) > MAX_SLOTS:
         return ()
     return tuple(sorted(made, key=lambda p: p.rank))

@@ -45,7 +45,7 @@ import troupe.contract as contract
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, Reservation
-from reconciler.engine.model.templates import job_pods, replica_order, slots
+from reconciler.engine.model.templates import MAX_SLOTS, members, slots
 from reconciler.engine.model.timestamps import epoch
 
 
@@ -111,6 +111,9 @@ class Workload:
     #: A supported workload is its controller (a JobSet's child Job): its pods are that
     #: workload's members, so it makes no gang of its own.
     owned: bool = False
+    #: Why its gang is held for its size (more members than
+    #: :data:`~reconciler.engine.model.templates.MAX_SLOTS`), ``""`` when it is not.
+    too_large: str = ""
 
     @property
     def key(self) -> WorkloadKey:
@@ -168,34 +171,11 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
     spec = _map(obj.get("spec"))
     annotations = _map(meta.get("annotations"))
     topology = {k: str(annotations[k]) for k in contract.TOPOLOGY_KEYS if k in annotations}
-    if kind == JOB.kind:
-        succeeded = _int(_map(obj.get("status")).get("succeeded"), 0)
-        size = job_pods(spec, succeeded)
-        how = f"Job {name} parallelism" + (f", {succeeded} completed" if succeeded else "")
-    elif kind == JOBSET.kind:
-        parts, size = [], 0
-        replicated = spec.get("replicatedJobs")
-        for i, rj in enumerate(replicated if isinstance(replicated, list) else []):
-            rj = _map(rj)
-            replicas = _int(rj.get("replicas"), 1)
-            pods = job_pods(_map(_map(rj.get("template")).get("spec")))
-            size += replicas * pods
-            rj_name = rj.get("name")
-            parts.append(f"{rj_name if isinstance(rj_name, str) and rj_name else i} {replicas}x{pods}")
-        how = f"JobSet {name}: " + " + ".join(parts)
-    elif kind == LEADER_WORKER_SET.kind:
+    if kind == LEADER_WORKER_SET.kind:
         size = _int(_map(spec.get("leaderWorkerTemplate")).get("size"), 1)
         how = f"LeaderWorkerSet {name} group size"
     else:
-        parts, size = [], 0
-        for key, replica_specs in sorted((k, v) for k, v in spec.items() if isinstance(k, str)):
-            if not key.endswith("ReplicaSpecs") or not isinstance(replica_specs, Mapping):
-                continue
-            for rtype, rspec in sorted(((str(k), v) for k, v in replica_specs.items()), key=replica_order):
-                replicas = _int(_map(rspec).get("replicas"), 1)
-                size += replicas
-                parts.append(f"{rtype} {replicas}")
-        how = f"{kind} {name}: " + " + ".join(parts)
+        size, how = members(kind, obj)
     record, record_error = None, ""
     raw = annotations.get(contract.RESERVATION)
     if isinstance(raw, str):
@@ -204,8 +184,10 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
             record_error = f"{contract.RESERVATION}: {contract.quoted(raw)} is not a reservation record"
     generation = meta.get("generation")
     release = annotations.get(contract.RELEASE_MODE)
+    too_large = (f"{how}: {size} members, more than the {MAX_SLOTS} one gang may have (held)"
+                 if size > MAX_SLOTS else "")
     return Workload(kind, namespace, name, max(size, 1), how, topology,
-                    slots=slots(kind, obj) if size > 0 else (),
+                    slots=slots(kind, obj) if 0 < size <= MAX_SLOTS else (), too_large=too_large,
                     generation=generation if isinstance(generation, int) else 0,
                     active=_active(kind, meta, spec, _map(obj.get("status"))),
                     release=release if isinstance(release, str) else "", record=record, record_error=record_error,
