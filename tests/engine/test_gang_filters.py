@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine.filters.gang import GangFilters
 from reconciler.engine.filters import nodename
+from reconciler.engine.filters.gang import GangFilters
 from reconciler.engine.filters.unmodeled import unmodeled
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
