@@ -71,7 +71,7 @@ Key = tuple[tuple[int, tuple[int, str]], str]
 """A node's reason as :class:`Excluded` counts it: its place in the profile order, and its words."""
 
 
-def _key(status: Status) -> Key:
+def status_key(status: Status) -> Key:
     """``status``'s first reason in words for a count of nodes (:data:`_RENAMED`, else
     kube-scheduler's message without its ``node(s) ``), ordered by the plugin that gave it."""
     reason = status.reasons[0]
@@ -80,11 +80,13 @@ def _key(status: Status) -> Key:
 
 #: Where NodeResourcesFit's reasons go; this module counts capacity in three: held, too small, full.
 _FIT = profile.position(noderesources.PLUGIN)
+#: Too little even when emptied: NodeResourcesFit's second.
 TOO_SMALL_KEY: Key = ((_FIT, (1, "")), TOO_SMALL)
+#: In use: NodeResourcesFit's third.
 FULL_KEY: Key = ((_FIT, (2, "")), FULL)
 
 
-def _held(gang: str) -> Key:
+def held_key(gang: str) -> Key:
     """``held for <gang>``: NodeResourcesFit's first, as kube-scheduler counts the requests
     of a pod nominated to the node."""
     return (_FIT, (0, gang)), f"{HELD} {gang}"
@@ -182,7 +184,7 @@ def short_level(level: str) -> str:
 
 def _node_key(snapshot: Snapshot, i: int, flt: NodeFilter) -> Key | None:
     status = profile.node_status(flt, snapshot.nodes[i])
-    return None if status is None else _key(status)
+    return None if status is None else status_key(status)
 
 
 def target_depth(snapshot: Snapshot, members: Sequence[PodInfo], request: TopologyRequest = NO_REQUEST) -> int:
@@ -274,15 +276,15 @@ class _FilterFill:
         pod = self.order[m]
         why = _node_key(self.snapshot, i, pod.node_filter)
         if why is None and i in self.held:
-            why = _held(self.held[i])
+            why = held_key(self.held[i])
         if why is None:
             early = self.filters.early(m, i)
-            why = None if early is None else _key(early)
+            why = None if early is None else status_key(early)
         if why is None and noderesources.short(free, pod.requests):
             why = FULL_KEY if not noderesources.short(self.empty.free(i), pod.requests) else TOO_SMALL_KEY
         if why is None:
             late = self.filters.late(m, i)
-            why = None if late is None else _key(late)
+            why = None if late is None else status_key(late)
         return why
 
 
@@ -322,7 +324,7 @@ def _capacity_reasons(snapshot: Snapshot, nodes: range, now_caps: Sequence[Seque
             continue
         why = _node_key(snapshot, i, flt)
         if why is None and i in held:
-            why = _held(held[i])
+            why = held_key(held[i])
         if why is None:
             why = FULL_KEY if any(c[i] > 0 for c in empty_caps) else TOO_SMALL_KEY
         reasons.add(why)
