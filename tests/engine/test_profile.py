@@ -11,23 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reconciler.engine.filters as filters_package
-from reconciler.engine.filters import (
-    interpodaffinity,
-    nodeaffinity,
-    nodename,
-    nodeports,
-    noderesources,
-    nodeunschedulable,
-    nodevolumelimits,
-    podtopologyspread,
-    profile,
-    tainttoleration,
-    volumebinding,
-    volumerestrictions,
-    volumezone,
-)
+from reconciler.engine.filters import noderesources, profile, tainttoleration, volumebinding
 from reconciler.engine.filters.status import Registered, Status
 from reconciler.engine.model.selectors import Taint
+from reconciler.engine.model.volumes import VolumeCatalog
 
 #: The filter plugins of kube-scheduler's default profile (``getDefaultPlugins`` in
 #: ``pkg/scheduler/apis/config/v1/default_plugins.go``, ``MultiPoint``, without the plugins
@@ -71,23 +58,26 @@ def test_the_node_checks_run_in_profile_order():
     assert node_plugins == ["NodeUnschedulable", "TaintToleration", "NodeAffinity"]
 
 
+def test_every_plugin_gives_a_status_of_its_own_name():
+    assert {s.plugin for s in STATUSES} == {r.plugin for r in profile.PROFILE} - {"DynamicResources"}
+
+
 def test_each_plugins_fixed_reasons_rank_in_the_order_it_lists_them():
     keys = [profile.rank(r.plugin, reason) for r in profile.PROFILE for reason in r.reasons]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
 
 
-#: Every status the plugins give, a few of each kind that carries a value.
+#: Every status the plugins give: their constants, and a few of each kind that carries a value.
 STATUSES: list[Status] = [
-    nodeunschedulable.NOT_READY_STATUS, nodeunschedulable.UNSCHEDULABLE_STATUS, nodename.MISMATCH,
+    *(value for name in plugin_modules()
+      for value in vars(importlib.import_module(f"{filters_package.__name__}.{name}")).values()
+      if isinstance(value, Status)),
     tainttoleration.untolerated(Taint("dedicated", "infer", "NoSchedule")),
     tainttoleration.untolerated(Taint("gpu", "", "NoExecute")),
-    nodeaffinity.SELECTOR_STATUS, nodeaffinity.AFFINITY_STATUS, nodeports.IN_USE,
     *(s for requests in ({"cpu": 2}, {"pods": 1}, {"nvidia.com/gpu": 9}, {"cpu": 2, "example.com/fpga": 1},
                          {"devices/gpu.example.com": 1}, {"memory": 1, "nvidia.com/gpu": 9})
       if (s := noderesources.check({}, requests)) is not None),
-    volumerestrictions.CONFLICT, nodevolumelimits.EXCEEDED, volumebinding.MISSING, volumebinding.CONFLICT,
-    volumezone.NO_ZONE, podtopologyspread.MISSING_LABEL, podtopologyspread.SKEWED, interpodaffinity.EXISTING,
-    interpodaffinity.AFFINITY, interpodaffinity.ANTI_AFFINITY,
+    *(s for s in (volumebinding.prefilter(VolumeCatalog(), "ns", [claim]) for claim in ("a", "b")) if s is not None),
 ]
 _PLUGIN_OF = {reason: s.plugin for s in STATUSES for reason in s.reasons}
 

@@ -24,11 +24,7 @@ UNSCHEDULABLE_STATUS = Status(Code.UNRESOLVABLE, PLUGIN, (UNSCHEDULABLE,))
 def check(flt: NodeFilter, node: NodeInfo) -> Status | None:
     """None when ``node`` is Ready and schedulable; ``flt`` is not read (kube-scheduler's
     toleration of the unschedulable taint is not modeled: Troupe's members never carry it)."""
-    if not node.ready:
-        return NOT_READY_STATUS
-    if node.unschedulable:
-        return UNSCHEDULABLE_STATUS
-    return None
+    return NOT_READY_STATUS if not node.ready else UNSCHEDULABLE_STATUS if node.unschedulable else None
 
 
 REGISTERED = Registered(PLUGIN, (NOT_READY, UNSCHEDULABLE), "pkg/scheduler/framework/plugins/nodeunschedulable", node=check)
