@@ -305,13 +305,13 @@ def run_layers(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
     snapshot = Snapshot.from_objects(nodes, running + member_objs)
     members = [snapshot.pods[f"ml/train-worker-{i}"] for i in range(n_pods)]
     out: dict[str, Any] = {"nodes": n_nodes, "pods": n_pods}
-    cases = (("plain", None), ("sliced", TopologyRequest(slices=LAYERS)))
+    cases = (("plain", TopologyRequest()), ("sliced", TopologyRequest(slices=LAYERS)))
     for name, layout in cases:
         out[f"{name}_cold_ms"], result = timed(lambda layout=layout: place_gang(snapshot, members, layout))
         check_plan(snapshot, members, result)
         DECISIONS.add(f"{n_nodes} nodes, {n_pods} members, {name}", placement(result))
         out[f"{name}_method"] = result.method
-        if layout is not None:
+        if layout.slices:
             assert all(str(s.domain) for s in result.slices) and len(result.slices) == n_pods // 128 + n_pods // 8
         out[f"{name}_warm_ms"] = float("inf")
     for _ in range(7):  # alternated, so that a burst of load on the machine falls on both

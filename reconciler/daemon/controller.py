@@ -66,7 +66,7 @@ from reconciler.engine.decision.conditions import MAX_MESSAGE
 from reconciler.engine.decision.conditions import conditions as gang_conditions
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.decision.step import step
-from reconciler.engine.filters.node import static_reason
+from reconciler.engine.filters.profile import node_status
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.lifecycle import Audience, IllegalTransition, Phase, check_move
 from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
@@ -190,8 +190,7 @@ class GangController(ActionHandlers):
         if node is None:
             return [k for k, _ in waiting]
         return [k for k, filters in waiting
-                if any(static_reason(f, node.name, node.labels, node.taints, node.ready, node.unschedulable) is None
-                       for f in filters)]
+                if any(node_status(f, node) is None for f in filters)]
 
     def status(self) -> dict[str, tuple[Phase, str]]:
         """The last phase and reason of every gang seen, by key."""

@@ -41,7 +41,7 @@ VOLUME_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "CSINode")
 def spread_defaults(config: Config) -> tuple[SpreadConstraint, ...]:
     """The configured ``topologySpreadDefaultConstraints`` that filter (``DoNotSchedule``),
     as the engine's constraints without a selector (the engine gives each pod its own,
-    :func:`reconciler.engine.filters.gang.default_constraints`). Source: kube-scheduler's
+    :func:`reconciler.engine.filters.podtopologyspread.default_constraints`). Source: kube-scheduler's
     PodTopologySpread plugin, ``defaultConstraints``."""
     return tuple(SpreadConstraint(c.topology_key, c.max_skew, None, c.min_domains, c.node_affinity_policy == "Honor",
                                   c.node_taints_policy == "Honor")

@@ -1,16 +1,13 @@
-"""Node filters match kube-scheduler: taints, selectors, affinity, resources, with reasons."""
+"""The plugins that read only the node match kube-scheduler (NodeUnschedulable,
+TaintToleration, NodeAffinity), and NodeResourcesFit names every resource short."""
 
 import pytest
 
-from reconciler.engine.filters.node import (
-    AFFINITY_MISMATCH,
-    NOT_READY,
-    SELECTOR_MISMATCH,
-    UNSCHEDULABLE,
-    insufficient,
-    reason_order,
-    static_reason,
-)
+from reconciler.engine.filters import noderesources
+from reconciler.engine.filters.nodeaffinity import AFFINITY_MISMATCH, SELECTOR_MISMATCH
+from reconciler.engine.filters.nodeunschedulable import NOT_READY, UNSCHEDULABLE
+from reconciler.engine.filters.profile import node_status, rank
+from reconciler.engine.filters.status import Code
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.selectors import parse_node_filter
 from tests.support.engine_builders import expr, make_node, make_pod
@@ -19,7 +16,11 @@ from tests.support.engine_builders import expr, make_node, make_pod
 def reason(node_builder, pod_builder):
     node, pod = node_builder.info(), pod_builder.build()
     flt = parse_node_filter(pod["spec"])
-    return static_reason(flt, node.name, node.labels, node.taints, node.ready, node.unschedulable)
+    status = node_status(flt, node)
+    if status is None:
+        return None
+    assert len(status.reasons) == 1 and status.code is Code.UNRESOLVABLE
+    return status.reasons[0]
 
 
 TAINT_CASES = [
@@ -107,16 +108,31 @@ def test_filters_run_in_kube_schedulers_order_and_the_first_failure_is_the_reaso
 def test_every_short_resource_is_named_and_pods_are_too_many_pods():
     free = {"cpu": 1000, "memory": 10, "pods": 0, "nvidia.com/gpu": 8}
     want = {"cpu": 2000, "memory": 5, "pods": 1, "nvidia.com/gpu": 9, "example.com/fpga": 1}
-    assert insufficient(free, want) == [
-        "insufficient cpu", "too many pods", "insufficient example.com/fpga", "insufficient nvidia.com/gpu",
-    ]
-    assert insufficient(free, {"cpu": 1000, "pods": 0}) == []
+    reasons = ["insufficient cpu", "too many pods", "insufficient example.com/fpga", "insufficient nvidia.com/gpu"]
+    assert noderesources.insufficient(free, want) == reasons
+    status = noderesources.check(free, want)
+    assert status is not None and status.reasons == tuple(reasons) and status.code is Code.UNSCHEDULABLE
+    assert status.plugin == "NodeResourcesFit"
+    assert noderesources.check(free, want) is status, "one status per set of resources short"
+    assert noderesources.insufficient(free, {"cpu": 1000, "pods": 0}) == []
+    assert noderesources.check(free, {"cpu": 1000, "pods": 0}) is None
 
 
-def test_reasons_sort_in_filter_order():
-    reasons = ["insufficient nvidia.com/gpu", "insufficient cpu", AFFINITY_MISMATCH, "untolerated taint b",
-               "untolerated taint a", NOT_READY, SELECTOR_MISMATCH, UNSCHEDULABLE, "too many pods"]
-    assert sorted(reasons, key=reason_order) == [
+def test_a_claim_allocated_on_another_node_is_unresolvable_and_devices_short_are_not():
+    claim = "resourceclaim/team-a/gpus"
+    pinned = noderesources.check({}, {claim: 1})
+    assert pinned is not None and pinned.code is Code.UNRESOLVABLE and pinned.reasons == (f"insufficient {claim}",)
+    devices = noderesources.check({"devices/gpu.example.com": 1}, {"devices/gpu.example.com": 2})
+    assert devices is not None and devices.code is Code.UNSCHEDULABLE
+
+
+def test_reasons_sort_in_profile_order():
+    given = [("NodeResourcesFit", "insufficient nvidia.com/gpu"), ("NodeResourcesFit", "insufficient cpu"),
+             ("NodeAffinity", AFFINITY_MISMATCH), ("TaintToleration", "untolerated taint b"),
+             ("TaintToleration", "untolerated taint a"), ("NodeUnschedulable", NOT_READY),
+             ("NodeAffinity", SELECTOR_MISMATCH), ("NodeUnschedulable", UNSCHEDULABLE),
+             ("NodeResourcesFit", "too many pods")]
+    assert [r for _, r in sorted(given, key=lambda t: rank(*t))] == [
         NOT_READY, UNSCHEDULABLE, "untolerated taint a", "untolerated taint b", SELECTOR_MISMATCH,
         AFFINITY_MISMATCH, "insufficient cpu", "too many pods", "insufficient nvidia.com/gpu",
     ]

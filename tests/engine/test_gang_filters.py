@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from reconciler.engine.filters import nodename
 from reconciler.engine.filters.gang import GangFilters
-from reconciler.engine.filters.node import NODE_NAME_MISMATCH
 from reconciler.engine.filters.unmodeled import unmodeled
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
@@ -286,7 +286,7 @@ def test_the_issues_indexed_job_runs_one_member_per_node() -> None:
 def test_node_name_is_the_only_node_a_pod_naming_one_fits() -> None:
     snapshot = snapshot_with(zoned("a", "a"))
     filters = GangFilters(snapshot, [make_pod("w-0").node_name("n1").info()])
-    assert filters.early(0, snapshot.index["n0"]) == NODE_NAME_MISMATCH
+    assert filters.early(0, snapshot.index["n0"]) is nodename.MISMATCH
     assert filters.early(0, snapshot.index["n1"]) is None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler.engine.filters.node import static_reason
+from reconciler.engine.filters.profile import node_status
 from reconciler.engine.gangs import nominated
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
@@ -63,6 +63,6 @@ def test_a_gang_member_tolerates_the_taint_and_an_ordinary_pod_does_not():
     tainted = node("n1", contract.nominated_taint())
     member = PodInfo.from_object(make_pod("train-0").gang("train", 2).gated().build())
     replacement = PodInfo.from_object(make_pod("web-1").build())
-    args = (tainted.name, tainted.labels, tainted.taints, tainted.ready, tainted.unschedulable)
-    assert static_reason(member.node_filter, *args) is None
-    assert static_reason(replacement.node_filter, *args) == "untolerated taint troupe.io/nominated"
+    assert node_status(member.node_filter, tainted) is None
+    refused = node_status(replacement.node_filter, tainted)
+    assert refused is not None and refused.reasons == ("untolerated taint troupe.io/nominated",)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.filters.node import static_reason
+from reconciler.engine.filters.profile import node_status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
@@ -168,7 +168,7 @@ def test_every_plan_passes_every_filter_and_fits_every_node(snapshot, members, l
     for a in result.assignments:
         node = snapshot.nodes[snapshot.index[a.node]]
         flt = by_key[a.pod_key].node_filter
-        assert static_reason(flt, node.name, node.labels, node.taints, node.ready, node.unschedulable) is None
+        assert node_status(flt, node) is None
     after = snapshot.with_assumed(result)
     for i, node in enumerate(snapshot.nodes):
         before = snapshot.free(i)

@@ -10,9 +10,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.engine.filters import (
+    interpodaffinity,
+    nodeaffinity,
+    nodename,
+    nodeports,
+    nodeunschedulable,
+    podtopologyspread,
+    tainttoleration,
+    volumebinding,
+)
 from reconciler.engine.ledger.occupancy import occupancy
+from reconciler.engine.model.selectors import Taint
 from reconciler.engine.placement.place import place_gang
-from reconciler.engine.placement.shortfall import short_level, shortfall, target_depth
+from reconciler.engine.placement.shortfall import (
+    FULL_KEY,
+    TOO_SMALL_KEY,
+    Excluded,
+    held_key,
+    short_level,
+    shortfall,
+    status_key,
+    target_depth,
+)
 from tests.support.engine_builders import (
     BLOCK,
     HOSTNAME,
@@ -219,3 +239,24 @@ def test_each_domain_names_the_slice_layer_it_cannot_hold():
     assert by_name["b2"].slices == f"slices of 8 at {SUBBLOCK}: 1 of 2 fit"
     assert "; slices of 8 at" in by_name["b1"].describe()
     assert shortfall(snap, members, TopologyRequest(required_level=BLOCK)).domains[0].slices == ""
+
+
+def test_a_domains_reasons_are_listed_by_the_plugin_that_gave_them_in_profile_order():
+    """Node filters, NodeName, NodePorts, NodeResourcesFit's capacity words (held, too small,
+    full), then the volume, spread and inter-pod plugins, each in its own order; reasons of
+    equal words (``not selected``) are one."""
+    excluded = Excluded()
+    for key in (status_key(interpodaffinity.ANTI_AFFINITY), FULL_KEY, status_key(podtopologyspread.SKEWED),
+                status_key(nodeaffinity.AFFINITY_STATUS), status_key(volumebinding.MISSING), held_key("team-a/big"),
+                status_key(nodeports.IN_USE), status_key(tainttoleration.untolerated(Taint("gpu", "", "NoSchedule"))),
+                status_key(nodeaffinity.SELECTOR_STATUS), TOO_SMALL_KEY, status_key(nodename.MISMATCH),
+                status_key(nodeunschedulable.UNSCHEDULABLE_STATUS), status_key(interpodaffinity.EXISTING),
+                status_key(nodeunschedulable.NOT_READY_STATUS)):
+        excluded.add(key)
+    assert excluded.listed() == (
+        ("not ready", 1), ("cordoned", 1), ("didn't match the requested node name", 1), ("untolerated taint gpu", 1),
+        ("not selected", 2), ("didn't have free ports for the requested pod ports", 1), ("held for team-a/big", 1),
+        ("too small", 1), ("full", 1), ("unavailable due to one or more pvc(s) bound to non-existent pv(s)", 1),
+        ("didn't match pod topology spread constraints", 1), ("didn't satisfy existing pods anti-affinity rules", 1),
+        ("didn't match pod anti-affinity rules", 1),
+    )

@@ -41,7 +41,7 @@ from reconciler.engine.decision.actions import (
     Wait,
 )
 from reconciler.engine.decision.seen import Decision, Seen
-from reconciler.engine.filters.node import insufficient, static_reason
+from reconciler.engine.filters import noderesources, profile
 from reconciler.engine.filters.unmodeled import note as unmodeled_note
 from reconciler.engine.gangs import lifecycle
 from reconciler.engine.gangs.avoidance import place_avoiding
@@ -115,15 +115,15 @@ def _misfits(pairs: Sequence[tuple[PodInfo, int]], record: Record, slots: Sequen
             problems.append(f"the reserved node {node} of rank {rank} (member {pod.name}) no longer exists")
             continue
         info = snapshot.nodes[i]
-        why = static_reason(pod.node_filter, info.name, info.labels, info.taints, info.ready, info.unschedulable)
+        why = profile.node_status(pod.node_filter, info)
         if why is not None:
-            problems.append(f"member {pod.name} does not fit its reserved node {node} (rank {rank}): {why}")
+            problems.append(f"member {pod.name} does not fit its reserved node {node} (rank {rank}): {why.reasons[0]}")
             continue
         held = slots[min(rank, len(slots) - 1)].requests if slots else {}
         used = extra.setdefault(i, {})
         free = snapshot.free(i)
         room = {r: free.get(r, 0) + held.get(r, 0) - used.get(r, 0) for r in pod.requests}
-        short = insufficient(room, pod.requests)
+        short = noderesources.insufficient(room, pod.requests)
         if short:
             problems.append(f"member {pod.name} does not fit its reserved node {node} (rank {rank}, "
                             f"requests differ from the pod template): {'; '.join(short)}")

@@ -1,40 +1,21 @@
-"""The filters that depend on the pods around a member, counted per domain, for one gang.
+"""The plugins that read the pods around a member, counted per domain, for one gang.
 
-kube-scheduler's default profile runs, after ``NodeUnschedulable``, ``TaintToleration``,
-``NodeAffinity`` and ``NodeResourcesFit`` (:mod:`reconciler.engine.model.selectors`), these filters, in this order
-(``pkg/scheduler/framework/plugins``; Kubernetes docs "Scheduling Framework"):
+After the plugins that read only the node (:func:`~reconciler.engine.filters.profile.node_status`),
+kube-scheduler's default profile runs, in the order of :data:`~reconciler.engine.filters.profile.PROFILE`:
+``NodeName`` (:mod:`.nodename`) and ``NodePorts`` (:mod:`.nodeports`) before
+``NodeResourcesFit`` (the caller's, :mod:`.noderesources`): :meth:`GangFilters.early`;
+then ``VolumeRestrictions``, ``NodeVolumeLimits``, ``VolumeBinding``, ``VolumeZone``,
+``PodTopologySpread`` and ``InterPodAffinity`` (:mod:`.volumerestrictions`,
+:mod:`.nodevolumelimits`, :mod:`.volumebinding`, :mod:`.volumezone`,
+:mod:`.podtopologyspread`, :mod:`.interpodaffinity`): :meth:`GangFilters.late`. Each
+plugin's rule and reasons are in its module; this one keeps their PreFilter state.
 
-1. ``NodeName``: a pod that names its node (``spec.nodeName``) fits only there;
-2. ``NodePorts``: no host port of the pod is in use on the node (:class:`~reconciler.engine.model.podterms.HostPort`);
-3. (``NodeResourcesFit``, the caller's); then ``VolumeRestrictions`` (a ``ReadWriteOncePod``
-   claim another pod uses), ``NodeVolumeLimits``, ``VolumeBinding``, ``VolumeZone``
-   (:mod:`reconciler.engine.model.volumes`);
-4. ``PodTopologySpread``, ``DoNotSchedule`` constraints: for each, the matching pods of
-   the pod's namespace in the node's domain, plus one when the pod matches its own
-   selector, minus the fewest in any domain (0 when there are fewer domains than
-   ``minDomains``) is at most ``maxSkew``; only nodes that carry every constraint's key and
-   pass the pod's node affinity (``nodeAffinityPolicy: Honor``) and taints
-   (``nodeTaintsPolicy: Honor``) make domains; terminating pods do not count;
-5. ``InterPodAffinity``: every required affinity term has a matching pod in the node's
-   domain of its key (or, when no pod matches any of the terms and the pod matches them
-   all itself, any node with the keys: the first of a group with affinity to itself);
-   no pod in the node's domain matches a required anti-affinity term of the pod; and no
-   pod in the domain has an anti-affinity term matching the pod ("existing pods
-   anti-affinity").
-
-The cluster's default spread constraints (``PodTopologySpreadArgs.defaultConstraints``)
-apply to a pod with no constraints of its own; kube-scheduler selects, for them, the pods
-the Services, ReplicaSets and StatefulSets selecting the pod select. Troupe reads no
-Services: it selects the pods sharing the member's value of the first of
-:data:`SERVICE_LABELS` it carries (the headless Services JobSet and LeaderWorkerSet make
-select on those), and applies none to a pod with neither (a Job's pods, which no Service of
-the workload selects).
-
-Everything is counted per domain, never per pair of pods: for each distinct term, how many
-placed pods it selects in each domain of its key, and how many carry it; for each spread
-constraint, the matching pods per domain and the smallest count. :class:`GangFilters`
-starts from the pods using nodes in the snapshot and counts the gang's members as they
-are placed (:meth:`GangFilters.place`, undone by :meth:`GangFilters.rollback`).
+Everything is counted per domain, never per pair of pods (:mod:`.counters`): for each
+distinct term, how many placed pods it selects in each domain of its key, and how many
+carry it; for each spread constraint, the matching pods per domain and the smallest count;
+host ports, attached CSI volumes and ``ReadWriteOncePod`` users per node. :class:`GangFilters`
+starts from the pods using nodes in the snapshot and counts the gang's members as they are
+placed (:meth:`GangFilters.place`, undone by :meth:`GangFilters.rollback`).
 """
 
 from __future__ import annotations
@@ -42,6 +23,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from reconciler.engine.filters import (
+    interpodaffinity,
+    nodename,
+    nodeports,
+    nodevolumelimits,
+    podtopologyspread,
+    volumebinding,
+    volumerestrictions,
+    volumezone,
+)
 from reconciler.engine.filters.counters import (
     AffinityCounts,
     AntiAffinityCounts,
@@ -50,44 +41,12 @@ from reconciler.engine.filters.counters import (
     SpreadGroup,
     tally,
 )
-from reconciler.engine.filters.node import (
-    AFFINITY_RULES,
-    ANTI_AFFINITY_RULES,
-    EXISTING_ANTI_AFFINITY,
-    NODE_NAME_MISMATCH,
-    PORTS_IN_USE,
-    SPREAD_MISMATCH,
-    SPREAD_MISSING_LABEL,
-)
+from reconciler.engine.filters.podtopologyspread import default_constraints
+from reconciler.engine.filters.status import Status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.model.podterms import (
-    HostPort,
-    LabelSelector,
-    PodAffinityTerm,
-    SpreadConstraint,
-)
-from reconciler.engine.model.selectors import Requirement
-from reconciler.engine.model.volumes import MAX_VOLUMES, RWOP_CONFLICT
+from reconciler.engine.model.podterms import HostPort, PodAffinityTerm
 from troupe.contract import HOSTNAME_LABEL
-
-#: Pod labels the headless Services of JobSet and LeaderWorkerSet select on: the selector
-#: the cluster's default spread constraints get (module docstring).
-SERVICE_LABELS = ("jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name")
-
-
-def default_constraints(pod: PodInfo, defaults: Sequence[SpreadConstraint]) -> tuple[SpreadConstraint, ...]:
-    """The cluster's default DoNotSchedule constraints for ``pod`` (module docstring):
-    none when it has spread constraints of its own or carries none of
-    :data:`SERVICE_LABELS`."""
-    if not defaults or (pod.terms is not None and pod.terms.any_spread):
-        return ()
-    key = next((k for k in SERVICE_LABELS if k in pod.labels), None)
-    if key is None:
-        return ()
-    selector = LabelSelector((Requirement(key, "In", (pod.labels[key],)),))
-    return tuple(SpreadConstraint(c.topology_key, c.max_skew, selector, c.min_domains, c.honor_affinity,
-                                  c.honor_taints) for c in defaults)
 
 
 def needed(snapshot: Snapshot, members: Sequence[PodInfo]) -> bool:
@@ -111,7 +70,7 @@ def needed(snapshot: Snapshot, members: Sequence[PodInfo]) -> bool:
 class GangFilters:
     """The filters above for the members ``order`` of one gang on ``snapshot`` (its pods
     using nodes counted from the start). Member indexes are positions in ``order``.
-    :meth:`early` and :meth:`late` give the first failing filter's reason for a member on a
+    :meth:`early` and :meth:`late` give the first failing plugin's status for a member on a
     node (None: it passes), before and after ``NodeResourcesFit``; :meth:`place` counts a
     member on a node; :meth:`rollback` forgets every member placed."""
 
@@ -126,11 +85,12 @@ class GangFilters:
                 m, snapshot.spread_defaults)
             self.spread_of.append(SpreadGroup(m.namespace, constraints, m.node_filter) if constraints else None)
         self.groups = list(dict.fromkeys(g for g in self.spread_of if g is not None))
-        #: Per group: the domains of each constraint, and which nodes count (their pods).
+        #: Per group: the domains of each constraint, and which nodes count (their pods)
+        #: (:func:`.podtopologyspread.domains`).
         self.domains: dict[SpreadGroup, list[DomainCounts]] = {}
         self.counted: dict[SpreadGroup, list[bool]] = {}
         for group in self.groups:
-            self.domains[group], self.counted[group] = self._domains(group)
+            self.domains[group], self.counted[group] = podtopologyspread.domains(snapshot.nodes, group)
         self._slots: dict[PodAffinityTerm, AntiAffinityCounts] = {}
         self._sets: dict[tuple[PodAffinityTerm, ...], AffinityCounts] = {}
         self.affinity = [self._affinity(m.terms.affinity) if m.terms is not None and m.terms.affinity else None
@@ -162,8 +122,8 @@ class GangFilters:
                 self._count(self._entry(pod), i, 1)
         self._log: list[tuple[int, int]] = []
         #: Why the last member-by-member fill stopped: reasons over the nodes it tried.
-        self.refused: Counter[str] = Counter()
-        self._volume_reasons: dict[tuple[int, int], str | None] = {}
+        self.refused: Counter[Status] = Counter()
+        self._volume_status: dict[tuple[int, int], Status | None] = {}
 
     def _affinity(self, terms: tuple[PodAffinityTerm, ...]) -> AffinityCounts:
         found = self._sets.get(terms)
@@ -177,28 +137,6 @@ class GangFilters:
         if slot is None:
             slot = self._slots[term] = AntiAffinityCounts(term, self.snapshot.table.label_column(term.topology_key))
         return slot
-
-    def _domains(self, group: SpreadGroup) -> tuple[list[DomainCounts], list[bool]]:
-        """Per constraint, the domains: values of the nodes that carry every key of the
-        group and pass its policies (module docstring, 4); and per node, whether it is one
-        of those (only the pods on those count)."""
-        snapshot, keys = self.snapshot, [c.topology_key for c in group.constraints]
-        honor_affinity = any(c.honor_affinity for c in group.constraints)
-        honor_taints = any(c.honor_taints for c in group.constraints)
-        values: list[set[str]] = [set() for _ in keys]
-        counted = [False] * len(snapshot.nodes)
-        for i, node in enumerate(snapshot.nodes):
-            if not all(k in node.labels for k in keys):
-                continue
-            if honor_affinity and not (group.flt.selector_matches(node.labels)
-                                       and group.flt.affinity_matches(node.labels, node.name)):
-                continue
-            if honor_taints and group.flt.untolerated(node.taints) is not None:
-                continue
-            counted[i] = True
-            for found, key in zip(values, keys, strict=True):
-                found.add(node.labels[key])
-        return [DomainCounts(found) for found in values], counted
 
     def _entry(self, pod: PodInfo) -> PodCounts:
         spaces, terms = self.snapshot.namespaces, pod.terms
@@ -272,83 +210,58 @@ class GangFilters:
             return [t.topology_key for t in found.terms]
         return []
 
-    def early(self, m: int, i: int) -> str | None:
+    def early(self, m: int, i: int) -> Status | None:
         """``NodeName`` then ``NodePorts`` for member ``m`` on node ``i``."""
-        pod = self.order[m]
-        if pod.node_name and pod.node_name != self.names[i]:
-            return NODE_NAME_MISMATCH
-        ports = self.entries[m].ports
-        if ports:
-            used = self.ports.get(i)
-            if used and any(mine.conflicts(other) for mine in ports for other in used):
-                return PORTS_IN_USE
-        return None
+        wanted = self.order[m].node_name
+        found = nodename.check(wanted, self.names[i]) if wanted else None
+        if found is None:
+            ports = self.entries[m].ports
+            if ports:
+                found = nodeports.check(ports, self.ports.get(i))
+        return found
 
-    def late(self, m: int, i: int) -> str | None:
-        """The volume filters, ``PodTopologySpread``, then ``InterPodAffinity`` for member
+    def late(self, m: int, i: int) -> Status | None:
+        """The volume plugins, ``PodTopologySpread``, then ``InterPodAffinity`` for member
         ``m`` on node ``i`` (module docstring)."""
-        why = self._volume(m, i)
-        if why is None:
-            why = self._spread(m, i)
-        if why is None:
-            why = self._inter_pod(m, i)
-        return why
+        found = self._volume(m, i)
+        if found is None:
+            found = self._spread(m, i)
+        if found is None:
+            found = self._inter_pod(m, i)
+        return found
 
-    def _volume(self, m: int, i: int) -> str | None:
+    def _volume(self, m: int, i: int) -> Status | None:
         pod, entry = self.order[m], self.entries[m]
         if pod.terms is None or not pod.terms.claims or self.volumes is None:
             return None
-        if any(self.exclusive[claim] > 0 for claim in entry.exclusive):
-            return RWOP_CONFLICT
-        if entry.attached and self.volumes.exceeds(self.names[i], self.attached.get(i, ()), entry.attached):
-            return MAX_VOLUMES
+        found = volumerestrictions.check(entry.exclusive, self.exclusive)
+        if found is None and entry.attached:
+            found = nodevolumelimits.check(self.volumes, self.names[i], self.attached.get(i, ()), entry.attached)
+        if found is not None:
+            return found
         key = (m, i)
-        if key not in self._volume_reasons:
-            node = self.snapshot.nodes[i]
-            volumes = self.volumes
-            self._volume_reasons[key] = (volumes.claim_reason(pod.namespace, pod.terms.claims)
-                                         or volumes.node_reason(pod.namespace, pod.terms.claims, node.name, node.labels))
-        return self._volume_reasons[key]
+        if key not in self._volume_status:
+            node, volumes, claims = self.snapshot.nodes[i], self.volumes, pod.terms.claims
+            self._volume_status[key] = (volumebinding.prefilter(volumes, pod.namespace, claims)
+                                        or volumebinding.check(volumes, pod.namespace, claims, node.name, node.labels)
+                                        or volumezone.check(volumes, pod.namespace, claims, node.labels))
+        return self._volume_status[key]
 
-    def _spread(self, m: int, i: int) -> str | None:
+    def _spread(self, m: int, i: int) -> Status | None:
         group = self.spread_of[m]
         if group is None:
             return None
         values = [self._value(c.topology_key, i) for c in group.constraints]
-        if any(value is None for value in values):
-            return SPREAD_MISSING_LABEL
-        for c, domains, value, mine in zip(group.constraints, self.domains[group], values, self.self_match[m],
-                                           strict=True):
-            low = 0 if len(domains.count) < c.min_domains else domains.low
-            if domains.count.get(value or "", 0) + int(mine) - low > c.max_skew:
-                return SPREAD_MISMATCH
-        return None
+        return podtopologyspread.check(group, self.domains[group], values, self.self_match[m])
 
-    def _inter_pod(self, m: int, i: int) -> str | None:
+    def _inter_pod(self, m: int, i: int) -> Status | None:
         found = self.affinity[m]
-        if found is not None:
-            exist = True
-            for term, column in zip(found.terms, found.columns, strict=True):
-                value = column[i]
-                if value is None:
-                    return AFFINITY_RULES
-                if found.pairs[(term.topology_key, value)] <= 0:
-                    exist = False
-            if not exist and not (self.self_affine[m] and found.total == 0) and not (self._static and found.gang):
-                return AFFINITY_RULES
-        for slot in self.anti[m]:
-            value = slot.column[i]
-            if value is not None and slot.matched[value] > 0:
-                return ANTI_AFFINITY_RULES
-        for slot in self.selected_by[m]:
-            value = slot.column[i]
-            if value is not None and slot.holders[value] > 0:
-                return EXISTING_ANTI_AFFINITY
-        return None
+        alone = found is not None and ((self.self_affine[m] and found.total == 0) or (self._static and found.gang))
+        return interpodaffinity.check(i, found, alone, self.anti[m], self.selected_by[m])
 
     def note_refusal(self, m: int, nodes: Sequence[int]) -> None:
-        """Record, in :attr:`refused`, why member ``m`` fits on none of ``nodes`` now (the
-        ones these filters refuse)."""
+        """Record, in :attr:`refused` (nodes per status), why member ``m`` fits on none of
+        ``nodes`` now (the ones these plugins refuse)."""
         self.refused = Counter(why for i in nodes if (why := self.early(m, i) or self.late(m, i)) is not None)
 
     def admits(self, m: int, i: int) -> bool:

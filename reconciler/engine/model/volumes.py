@@ -1,19 +1,9 @@
-"""The volume objects kube-scheduler's volume filters read, and those filters.
-
-A :class:`VolumeCatalog` holds what Troupe reads of PersistentVolumeClaims,
-PersistentVolumes and CSINodes; :meth:`VolumeCatalog.claim_reason` and
-:meth:`VolumeCatalog.node_reason` are the filters that depend on those objects alone, with
-kube-scheduler's reasons:
-
-- ``VolumeRestrictions``: a ``ReadWriteOncePod`` claim used by another pod keeps the pod off
-  every node (docs "Persistent Volumes", access modes);
-- ``NodeVolumeLimits``: the CSI volumes attached to a node, per driver, stay within the
-  count its CSINode allows (``spec.drivers[].allocatable.count``; docs "Node-specific
-  Volume Limits");
-- ``VolumeBinding``: a bound volume's required node affinity matches the node; a claim
-  that does not exist, or is bound to a volume that does not exist, fits nowhere;
-- ``VolumeZone``: a bound volume's zone and region labels match the node's (docs
-  "Running in multiple zones").
+"""The volume objects kube-scheduler's volume filters read: what Troupe reads of
+PersistentVolumeClaims, PersistentVolumes and CSINodes, in a :class:`VolumeCatalog` with
+the lookups those filters make. The filters themselves, with kube-scheduler's reasons, are
+plugin modules of :mod:`reconciler.engine.filters`: ``volumerestrictions``
+(``ReadWriteOncePod``), ``nodevolumelimits`` (CSINode counts), ``volumebinding`` (bound
+volumes exist and their node affinity matches), ``volumezone`` (zone labels).
 
 An unbound claim (``WaitForFirstConsumer``, or waiting for a provisioner) is not modeled:
 whether a volume can be provisioned or matched for a node is the provisioner's answer
@@ -33,12 +23,6 @@ READ_WRITE_ONCE_POD = "ReadWriteOncePod"
 #: The PersistentVolume labels ``VolumeZone`` compares with the node's.
 ZONE_LABELS = ("topology.kubernetes.io/zone", "topology.kubernetes.io/region",
                "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region")
-
-RWOP_CONFLICT = "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
-MAX_VOLUMES = "node(s) exceed max volume count"
-VOLUME_AFFINITY = "node(s) had volume node affinity conflict"
-MISSING_VOLUME = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
-VOLUME_ZONE = "node(s) had no available volume zone"
 
 
 @dataclass(frozen=True)
@@ -111,7 +95,8 @@ class CSINodeInfo:
 
 
 class VolumeCatalog:
-    """Claims by ``(namespace, name)``, volumes and CSINodes by name (module docstring)."""
+    """Claims by ``(namespace, name)``, volumes and CSINodes by name, and the lookups the
+    volume filters make of them (module docstring)."""
 
     def __init__(self, claims: Iterable[ClaimInfo] = (), volumes: Iterable[VolumeInfo] = (),
                  csinodes: Iterable[CSINodeInfo] = ()) -> None:
@@ -125,14 +110,6 @@ class VolumeCatalog:
         return tuple(f"unbound PersistentVolumeClaim {name} (volume provisioning)" for name in claims
                      if (found := self.claims.get((namespace, name))) is not None and not found.volume)
 
-    def claim_reason(self, namespace: str, claims: Iterable[str]) -> str | None:
-        """Why no node takes a pod mounting ``claims``, before any node is looked at
-        (``VolumeBinding``'s PreFilter): ``persistentvolumeclaim "x" not found``."""
-        for name in claims:
-            if (namespace, name) not in self.claims:
-                return f'persistentvolumeclaim "{name}" not found'
-        return None
-
     def attached(self, namespace: str, claims: Iterable[str]) -> list[tuple[str, str]]:
         """The ``(driver, handle)`` of the bound CSI volumes of ``claims``."""
         out = []
@@ -143,37 +120,15 @@ class VolumeCatalog:
                 out.append((volume.driver, volume.handle))
         return out
 
-    def node_reason(self, namespace: str, claims: Iterable[str], node: str, labels: Mapping[str, str]) -> str | None:
-        """``VolumeBinding`` then ``VolumeZone`` for one node: the first failing reason."""
-        volumes = []
+    def bound(self, namespace: str, claims: Iterable[str]) -> list[tuple[str, VolumeInfo | None]]:
+        """For each of ``claims`` that exists and is bound: its volume's name and the
+        volume (None when no such volume exists)."""
+        out = []
         for name in claims:
             claim = self.claims.get((namespace, name))
-            if claim is None or not claim.volume:
-                continue
-            volume = self.volumes.get(claim.volume)
-            if volume is None:
-                return MISSING_VOLUME
-            if volume.terms is not None and not any(t.matches(labels, node) for t in volume.terms):
-                return VOLUME_AFFINITY
-            volumes.append(volume)
-        if any(key in labels for key in ZONE_LABELS):
-            for volume in volumes:
-                if any(labels.get(key) not in zones for key, zones in volume.zones.items()):
-                    return VOLUME_ZONE
-        return None
-
-    def exceeds(self, node: str, attached: Iterable[tuple[str, str]], adding: Iterable[tuple[str, str]]) -> bool:
-        """``NodeVolumeLimits``: whether attaching ``adding`` to a node that has
-        ``attached`` goes over a driver's count in its CSINode."""
-        limits = self.csinodes.get(node)
-        if limits is None or not limits.limits:
-            return False
-        have = set(attached)
-        new = {v for v in adding if v not in have}
-        for driver, count in limits.limits.items():
-            if sum(1 for d, _ in new if d == driver) and sum(1 for d, _ in have | new if d == driver) > count:
-                return True
-        return False
+            if claim is not None and claim.volume:
+                out.append((claim.volume, self.volumes.get(claim.volume)))
+        return out
 
     def read_write_once_pod(self, namespace: str, claims: Iterable[str]) -> set[tuple[str, str]]:
         """The ``(namespace, name)`` of ``claims`` that are ``ReadWriteOncePod``."""

@@ -29,7 +29,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from reconciler.engine.filters.node import SELECTOR_MISMATCH, node_reasons, reason_order
+from reconciler.engine.filters import noderesources, profile
+from reconciler.engine.filters.nodeaffinity import SELECTOR_MISMATCH
+from reconciler.engine.filters.status import Status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.devices import (
     BOUND,
@@ -44,7 +46,6 @@ from reconciler.engine.model.devices import (
 )
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.model.resources import resource_order
 from reconciler.engine.placement.place import NO_REQUEST, Code, PlacementResult, place_gang
 from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED, TopologyRequest
 
@@ -85,12 +86,18 @@ def group_problem(snapshot: Snapshot, members: Sequence[PodInfo]) -> str:
     return ""
 
 
-def _fits_together(free: Mapping[str, int], members: Sequence[PodInfo]) -> list[str]:
+#: Why a shared node takes no group, before the pods' own filters: not opted in, or not
+#: matched by the group's ``nodeSelector``.
+GROUP_MISMATCH = f"group {SELECTOR_MISMATCH}"
+#: The words before a resource whose device IDs a shared node has too few of free.
+TOO_FEW = "too few free"
+
+
+def _fits_together(free: Mapping[str, int], members: Sequence[PodInfo]) -> Status | None:
     total: Counter[str] = Counter()
     for pod in members:
         total.update(pod.requests)
-    return [f"insufficient {r}" if r != "pods" else "too many pods"
-            for r in sorted(total, key=resource_order) if total[r] > 0 and total[r] > free.get(r, 0)]
+    return noderesources.check(free, total)
 
 
 def group_candidates(snapshot: Snapshot, group: DeviceGroup, members: Sequence[PodInfo],
@@ -104,23 +111,27 @@ def group_candidates(snapshot: Snapshot, group: DeviceGroup, members: Sequence[P
     filters = list(dict.fromkeys(p.node_filter for p in members))
     eligible = [snapshot.eligible(f) for f in filters]
     out: list[Candidate] = []
-    excluded: Counter[str] = Counter()
+    excluded: Counter[str] = Counter()  # this module's own reasons before the plugins'
+    refused: Counter[Status] = Counter()  # the plugins'
+    few: Counter[str] = Counter()  # nodes with too few free IDs, by resource
     best: dict[str, tuple[int, str]] = {}
     for i, node in enumerate(snapshot.nodes):
         if not table.shared[i]:
             excluded[NOT_SHARED] += 1
             continue
         if any(node.labels.get(k) != v for k, v in group.node_selector.items()):
-            excluded[f"group {SELECTOR_MISMATCH}"] += 1
+            excluded[GROUP_MISMATCH] += 1
             continue
         failed = next((f for f, ok in zip(filters, eligible, strict=True) if not ok[i]), None)
         free = snapshot.free(i)
         if failed is not None:
-            excluded.update(node_reasons(snapshot, i, failed, {}))
+            status = profile.node_status(failed, node)
+            if status is not None:
+                refused[status] += 1
             continue
         short = _fits_together(free, members)
-        if short:
-            excluded.update(short)
+        if short is not None:
+            refused[short] += 1
             continue
         devices: dict[str, tuple[int, ...]] = {}
         left = 0
@@ -135,7 +146,7 @@ def group_candidates(snapshot: Snapshot, group: DeviceGroup, members: Sequence[P
             ids = pick_ids(total, taken, count) if available >= count else None
             if ids is None:
                 devices = {}
-                excluded[f"too few free {r}"] += 1
+                few[r] += 1
                 break
             devices[r] = ids
             left += available
@@ -143,10 +154,15 @@ def group_candidates(snapshot: Snapshot, group: DeviceGroup, members: Sequence[P
             out.append(Candidate(i, node.name, devices, left))
     if out:
         return order_candidates(out, group.strategy), ""
-    return [], _shortage(group, excluded, best, len(snapshot.nodes))
+    return [], _shortage(group, excluded, refused, few, best, len(snapshot.nodes))
 
 
-def _shortage(group: DeviceGroup, excluded: Counter[str], best: Mapping[str, tuple[int, str]], nodes: int) -> str:
+def _shortage(group: DeviceGroup, excluded: Counter[str], refused: Counter[Status], few: Counter[str],
+              best: Mapping[str, tuple[int, str]], nodes: int) -> str:
+    """Why no shared node takes ``group``, in the order the checks run: this module's own
+    (``excluded``: not opted in, the group's selector), the plugins' (``refused``, nodes per
+    status, in profile order), then the resources whose free device IDs are too few
+    (``few``, by name)."""
     want = ", ".join(f"{n} {r}" for r, n in group.resources.items())
     if excluded[NOT_SHARED] == nodes:
         return (f"SharedDeviceGroup {group.name} ({want}): no node is opted in to shared devices "
@@ -158,9 +174,11 @@ def _shortage(group: DeviceGroup, excluded: Counter[str], best: Mapping[str, tup
         head = f"no shared node has {n} free {r}; largest free: {free} on node {node}"
     else:
         head = "no shared node fits"
-    listed = ", ".join(f"{k}: {v}" for k, v in sorted(excluded.items(), key=lambda t: (t[0] != NOT_SHARED,
-                                                                                      reason_order(t[0]))))
-    return f"SharedDeviceGroup {group.name} ({want}): {head} ({sum(excluded.values())} nodes excluded: {listed})"
+    first = [(k, excluded[k]) for k in (NOT_SHARED, GROUP_MISMATCH) if excluded[k]]
+    last = [(f"{TOO_FEW} {r}", n) for r, n in sorted(few.items())]
+    listed = profile.render([*first, *profile.listed(refused), *last])
+    total = sum(excluded.values()) + sum(refused.values()) + sum(few.values())
+    return f"SharedDeviceGroup {group.name} ({want}): {head} ({total} nodes excluded: {listed})"
 
 
 def place_with_devices(snapshot: Snapshot, members: Sequence[PodInfo], request: TopologyRequest = NO_REQUEST, *,

@@ -28,11 +28,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from reconciler.engine.filters import gang as gangfilters
+from reconciler.engine.filters import noderesources, profile
 from reconciler.engine.filters.gang import GangFilters
-from reconciler.engine.filters.node import insufficient, node_reasons, reason_order, static_reason
+from reconciler.engine.filters.status import Code as Code
+from reconciler.engine.filters.status import Status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import sequence_cost
 from reconciler.engine.model.keys import PodKey
@@ -55,19 +56,6 @@ EXACT_BUDGET = 60_000
 #: A gang of several shapes that does not fit as its envelope is tried on at most this
 #: many domains per level (those with the most room first).
 MIXED_CANDIDATES = 16
-
-
-class Code(StrEnum):
-    """The outcome, with kube-scheduler's meaning of the failure codes."""
-
-    #: Placed: every member has a node.
-    SUCCESS = "Success"
-    #: Not placed now; more free capacity (pods finishing, preemption) may help.
-    UNSCHEDULABLE = "Unschedulable"
-    #: Not placed and it will not be by freeing capacity: no node passes a member's
-    #: filters, the gang is larger than any allowed domain even when empty, or the
-    #: requested level is unknown. Preemption should not be tried.
-    UNRESOLVABLE = "UnschedulableAndUnresolvable"
 
 
 @dataclass(frozen=True)
@@ -398,12 +386,14 @@ def _explain(
         (sum(min(len(s.members), c[j]) for s, c in zip(shapes, scope_caps, strict=True)) for j in domains),
         default=0,
     )
-    reasons: Counter[str] = Counter()
+    reasons: Counter[Status] = Counter()
     excluded = 0
     for i in range(len(snapshot.nodes)):
         if all(c[i] == 0 for c in node_caps):
             excluded += 1
-            reasons.update(_reasons(snapshot, filters, shapes[0], i))
+            why = _status(snapshot, filters, shapes[0], i)
+            if why is not None:
+                reasons[why] += 1
     x = len(order)
     where = ""
     if required_level is not None:
@@ -417,11 +407,11 @@ def _explain(
         message += f"; best {_domain(snapshot, scope, short[3])} holds {short[1]}" if scope else ""
     elif fits >= x:
         message += ", but not all at once"
-        message += f": {_listed(refused)}" if refused else " with their different requests"
+        message += f": {profile.render(refused)}" if refused else " with their different requests"
     elif refused:
-        message += f"; placed one by one, the next member fits no node: {_listed(refused)}"
+        message += f"; placed one by one, the next member fits no node: {profile.render(refused)}"
     if excluded:
-        message += f"; {plural(excluded, 'node')} excluded: {_listed(reasons)}"
+        message += f"; {plural(excluded, 'node')} excluded: {profile.render(reasons)}"
     elif not snapshot.nodes:
         message += "; no nodes"
     empty = snapshot.empty()
@@ -434,9 +424,10 @@ def _explain(
 
 
 def _refused(snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], node_caps: Sequence[Sequence[int]],
-             filters: GangFilters | None) -> Mapping[str, int]:
-    """With ``filters``: why, members placed one by one on every node with room, the first
-    that fits nowhere is refused (the last fill's refusal when one ran); else nothing."""
+             filters: GangFilters | None) -> Mapping[Status, int]:
+    """With ``filters``: why (nodes per status), members placed one by one on every node
+    with room, the first that fits nowhere is refused (the last fill's refusal when one
+    ran); else nothing."""
     if filters is None:
         return {}
     if not filters.refused:
@@ -449,23 +440,13 @@ def _refused(snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shap
     return filters.refused
 
 
-def _listed(reasons: Mapping[str, int]) -> str:
-    """``reason: count, ...`` in filter order."""
-    return ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items(), key=lambda t: reason_order(t[0])))
-
-
-def _reasons(snapshot: Snapshot, filters: GangFilters | None, shape: Shape, i: int) -> list[str]:
-    """Why node ``i`` takes no member of ``shape``, in kube-scheduler's filter order: the
-    first failing filter, or every resource it has too little of."""
+def _status(snapshot: Snapshot, filters: GangFilters | None, shape: Shape, i: int) -> Status | None:
+    """Why node ``i`` takes no member of ``shape``: the first failing plugin, in
+    kube-scheduler's order (:mod:`reconciler.engine.filters.profile`), or None."""
+    node = snapshot.nodes[i]
+    found = profile.node_status(shape.flt, node)
     if filters is None:
-        return node_reasons(snapshot, i, shape.flt, shape.requests)
-    node, m = snapshot.nodes[i], shape.members[0]
-    why = static_reason(shape.flt, node.name, node.labels, node.taints, node.ready, node.unschedulable)
-    why = why or filters.early(m, i)
-    if why is not None:
-        return [why]
-    short = insufficient(snapshot.free(i), shape.requests)
-    if short:
-        return short
-    late = filters.late(m, i)
-    return [late] if late is not None else []
+        return found or noderesources.check(snapshot.free(i), shape.requests)
+    m = shape.members[0]
+    return (found or filters.early(m, i) or noderesources.check(snapshot.free(i), shape.requests)
+            or filters.late(m, i))

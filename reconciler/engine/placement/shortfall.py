@@ -17,12 +17,15 @@ The level (docs/decisions/021-why-and-status.md):
 For each domain: ``fits``, members that fit in its free capacity now (summed over the
 members' shapes, as placement counts them, each capped by its members); ``could``, members
 that would fit were every other pod gone (what finishing pods or preemption could give at
-most); and each node that takes no member, by the first reason that keeps it out, in
-kube-scheduler's filter order: ``not ready``, ``cordoned`` (``spec.unschedulable``),
-``untolerated taint k=v``, ``not selected`` (node selector or required affinity),
-``held for <gang>`` (capacity held for a gang ahead in the queue, docs/decisions/019),
-``too small`` (too little even when empty), ``full`` (in use). Reasons are those of the
-lowest-ranked member's shape, as placement's message gives them.
+most); and each node that takes no member, by the first reason that keeps it out, listed by the
+plugin that gave it in kube-scheduler's profile order (:mod:`reconciler.engine.filters.profile`)
+and in words for a count of nodes: ``not ready``, ``cordoned`` (``spec.unschedulable``;
+NodeUnschedulable), ``untolerated taint k=v`` (TaintToleration), ``not selected`` (node
+selector or required affinity; NodeAffinity), then NodeResourcesFit's, in this order:
+``held for <gang>`` (capacity held for a gang ahead in the queue, docs/decisions/019, as
+kube-scheduler counts a nominated pod's requests), ``too small`` (too little even when
+empty), ``full`` (in use). Reasons are those of the lowest-ranked member's shape, as
+placement's message gives them.
 
 When the members need the filters that depend on the pods around them
 (:func:`reconciler.engine.filters.gang.needed`: pod affinity and anti-affinity, topology spread, host ports,
@@ -30,8 +33,8 @@ node name, volumes), ``fits`` and ``could`` are the members placement's own fill
 (:func:`.fill.fill` with :class:`~reconciler.engine.filters.gang.GangFilters`, as :func:`.place.place_gang`
 runs it) places in the domain, now and on the emptied snapshot, a member that fits nowhere
 skipped; and, when one is left out, every node of the domain is listed by why it refuses
-the first one left out, the members placed so far counted, in kube-scheduler's filter
-order and words (``didn't match pod anti-affinity rules``; docs/decisions/031).
+the first one left out, the members placed so far counted, in kube-scheduler's profile
+order and words (``didn't match pod anti-affinity rules``; docs/decisions/031 and 048).
 
 Pure: a snapshot and members in, plain values out; deterministic (domains in a stated
 order, ties by topology order).
@@ -44,17 +47,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.engine.filters import gang as gangfilters
+from reconciler.engine.filters import nodeaffinity, noderesources, nodeunschedulable, profile
 from reconciler.engine.filters.gang import GangFilters
-from reconciler.engine.filters.node import (
-    AFFINITY_MISMATCH,
-    NODE_NAME_MISMATCH,
-    NOT_READY,
-    PORTS_IN_USE,
-    SELECTOR_MISMATCH,
-    UNSCHEDULABLE,
-    insufficient,
-    static_reason,
-)
+from reconciler.engine.filters.status import Status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.selectors import NodeFilter
@@ -69,23 +64,52 @@ NOT_SELECTED = "not selected"
 TOO_SMALL = "too small"
 FULL = "full"
 HELD = "held for"
-
-def _words(reason: str) -> str:
-    """A pod filter's reason as a count of nodes reads it: kube-scheduler's message
-    without its ``node(s) `` (``didn't match pod anti-affinity rules``)."""
-    return reason.removeprefix("node(s) ")
-
-
-#: Node reasons in the order they are listed (kube-scheduler's filter order, then capacity).
-_ORDER = {NOT_READY_NODE: 0, CORDONED: 1, "untolerated taint": 2, NOT_SELECTED: 3,
-          _words(NODE_NAME_MISMATCH): 4, _words(PORTS_IN_USE): 5, HELD: 6, TOO_SMALL: 7, FULL: 8}
+#: The words a count of nodes reads for the plugins' reasons it renames.
+_RENAMED = {nodeunschedulable.NOT_READY: NOT_READY_NODE, nodeunschedulable.UNSCHEDULABLE: CORDONED,
+            nodeaffinity.SELECTOR_MISMATCH: NOT_SELECTED, nodeaffinity.AFFINITY_MISMATCH: NOT_SELECTED}
+Key = tuple[tuple[int, tuple[int, str]], str]
+"""A node's reason as :class:`Excluded` counts it: its place in the profile order, and its words."""
 
 
-def _rank(reason: str) -> tuple[int, str]:
-    for prefix, rank in _ORDER.items():
-        if reason.startswith(prefix):
-            return (rank, reason)
-    return (len(_ORDER), reason)
+def status_key(status: Status) -> Key:
+    """``status``'s first reason in words for a count of nodes (:data:`_RENAMED`, else
+    kube-scheduler's message without its ``node(s) ``), ordered by the plugin that gave it."""
+    reason = status.reasons[0]
+    return profile.rank(status.plugin, reason), _RENAMED.get(reason) or reason.removeprefix("node(s) ")
+
+
+#: Where NodeResourcesFit's reasons go; this module counts capacity in three: held, too small, full.
+_FIT = profile.position(noderesources.PLUGIN)
+#: Too little even when emptied: NodeResourcesFit's second.
+TOO_SMALL_KEY: Key = ((_FIT, (1, "")), TOO_SMALL)
+#: In use: NodeResourcesFit's third.
+FULL_KEY: Key = ((_FIT, (2, "")), FULL)
+
+
+def held_key(gang: str) -> Key:
+    """``held for <gang>``: NodeResourcesFit's first, as kube-scheduler counts the requests
+    of a pod nominated to the node."""
+    return (_FIT, (0, gang)), f"{HELD} {gang}"
+
+
+class Excluded:
+    """Nodes per reason of one domain, listed in profile order; reasons of equal words
+    (``not selected``) are one, listed where the first of them goes."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.order: dict[str, tuple[int, tuple[int, str]]] = {}
+
+    def add(self, key: Key) -> None:
+        """One more node kept out for ``key``."""
+        rank, words = key
+        self.counts[words] += 1
+        if words not in self.order or rank < self.order[words]:
+            self.order[words] = rank
+
+    def listed(self) -> tuple[tuple[str, int], ...]:
+        """``(words, nodes)`` in profile order."""
+        return tuple(sorted(self.counts.items(), key=lambda t: (self.order[t[0]], t[0])))
 
 
 @dataclass(frozen=True)
@@ -158,16 +182,9 @@ def short_level(level: str) -> str:
     return level.rsplit("/", 1)[-1].removeprefix("gce-topology-")
 
 
-def _node_reason(snapshot: Snapshot, i: int, flt: NodeFilter) -> str | None:
-    n = snapshot.nodes[i]
-    why = static_reason(flt, n.name, n.labels, n.taints, n.ready, n.unschedulable)
-    if why == UNSCHEDULABLE:
-        return CORDONED
-    if why == NOT_READY:
-        return NOT_READY_NODE
-    if why in (SELECTOR_MISMATCH, AFFINITY_MISMATCH):
-        return NOT_SELECTED
-    return why
+def _node_key(snapshot: Snapshot, i: int, flt: NodeFilter) -> Key | None:
+    status = profile.node_status(flt, snapshot.nodes[i])
+    return None if status is None else status_key(status)
 
 
 def target_depth(snapshot: Snapshot, members: Sequence[PodInfo], request: TopologyRequest = NO_REQUEST) -> int:
@@ -227,14 +244,14 @@ class _FilterFill:
                 best = found
         return best
 
-    def reasons(self, lo: int, hi: int, nodes: Sequence[int]) -> Counter[str]:
+    def reasons(self, lo: int, hi: int, nodes: Sequence[int]) -> Excluded:
         """Why nodes ``lo``..``hi`` take no more member: with a member left out, every node
         by why it refuses the first one left out, the members placed so far counted; else
         the nodes that took none, for the first member."""
         order = self.filters.fill_order()
         waiting = next((m for m in order if nodes[m] < 0), None)
         free = {i: self.snapshot.free(i) for i in range(lo, hi)}
-        reasons: Counter[str] = Counter()
+        reasons = Excluded()
         try:
             if waiting is not None:
                 for m in order:
@@ -247,24 +264,28 @@ class _FilterFill:
                     continue
                 why = self._reason(order[0] if waiting is None else waiting, i, free[i])
                 if why is not None:
-                    reasons[why] += 1
+                    reasons.add(why)
         finally:
             self.filters.rollback()
         return reasons
 
-    def _reason(self, m: int, i: int, free: Mapping[str, int]) -> str | None:
+    def _reason(self, m: int, i: int, free: Mapping[str, int]) -> Key | None:
         """The first reason node ``i`` refuses member ``m`` with ``free`` units left, in
-        kube-scheduler's filter order (node filters, ``NodeName``, ``NodePorts``, resources,
-        then the volume, spread and inter-pod filters); None when it takes it."""
+        kube-scheduler's profile order (the node's plugins, ``NodeName``, ``NodePorts``,
+        resources, then the volume, spread and inter-pod plugins); None when it takes it."""
         pod = self.order[m]
-        why = _node_reason(self.snapshot, i, pod.node_filter)
+        why = _node_key(self.snapshot, i, pod.node_filter)
         if why is None and i in self.held:
-            why = f"{HELD} {self.held[i]}"
-        why = why or self.filters.early(m, i)
-        if why is None and insufficient(free, pod.requests):
-            why = FULL if not insufficient(self.empty.free(i), pod.requests) else TOO_SMALL
-        why = why or self.filters.late(m, i)
-        return None if why is None else _words(why)
+            why = held_key(self.held[i])
+        if why is None:
+            early = self.filters.early(m, i)
+            why = None if early is None else status_key(early)
+        if why is None and noderesources.short(free, pod.requests):
+            why = FULL_KEY if not noderesources.short(self.empty.free(i), pod.requests) else TOO_SMALL_KEY
+        if why is None:
+            late = self.filters.late(m, i)
+            why = None if late is None else status_key(late)
+        return why
 
 
 class _SliceCheck:
@@ -294,19 +315,19 @@ def placed(nodes: Sequence[int]) -> int:
 
 
 def _capacity_reasons(snapshot: Snapshot, nodes: range, now_caps: Sequence[Sequence[int]],
-                      empty_caps: Sequence[Sequence[int]], flt: NodeFilter, held: Mapping[int, str]) -> Counter[str]:
+                      empty_caps: Sequence[Sequence[int]], flt: NodeFilter, held: Mapping[int, str]) -> Excluded:
     """Per reason, the ``nodes`` where no shape has room now (``now_caps``, members per
     node, by shape), by the node filter ``flt``, ``held``, then ``empty_caps``."""
-    reasons: Counter[str] = Counter()
+    reasons = Excluded()
     for i in nodes:
         if any(c[i] > 0 for c in now_caps):
             continue
-        why = _node_reason(snapshot, i, flt)
+        why = _node_key(snapshot, i, flt)
         if why is None and i in held:
-            why = f"{HELD} {held[i]}"
+            why = held_key(held[i])
         if why is None:
-            why = FULL if any(c[i] > 0 for c in empty_caps) else TOO_SMALL
-        reasons[why] += 1
+            why = FULL_KEY if any(c[i] > 0 for c in empty_caps) else TOO_SMALL_KEY
+        reasons.add(why)
     return reasons
 
 
@@ -357,7 +378,7 @@ def shortfall(snapshot: Snapshot, members: Sequence[PodInfo], request: TopologyR
             fits = sum(min(len(ms), c[j]) for (_, ms), c in zip(shapes, now_by_depth, strict=True))
             could = sum(min(len(ms), c[j]) for (_, ms), c in zip(shapes, empty_by_depth, strict=True))
             reasons = _capacity_reasons(snapshot, range(lo, hi), now_caps, empty_caps, first_flt, held)
-        excluded = tuple(sorted(reasons.items(), key=lambda t: _rank(t[0])))
+        excluded = reasons.listed()
         domain_free = sum(max(free[i], 0) for i in range(lo, hi) if any_eligible[i])
         out.append(DomainShortfall(levels.name_of(depth), tree.prefix[depth][j], hi - lo, len(members),
                                    fits, could, domain_free, excluded, sliced.text(j)))
