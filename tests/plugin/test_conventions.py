@@ -198,7 +198,7 @@ def test_one_snapshot_command_everywhere_reads_every_kind(capsys):
 def test_topology_marks_a_node_avoided_after_repeated_member_failures(capsys, tmp_path):
     objects = snapshot()
     node = next(o for o in objects["items"] if o["kind"] == "Node")
-    recent = [{"uid": f"u{i}", "pod": f"ml/p{i}", "at": at, "why": "Failed"}
+    recent = [{"uid": f"u{i}", "pod": f"team-{i}/p{i}", "at": at, "why": "Failed"}  # two tenants (decision 049)
               for i, at in enumerate(("2026-03-01T09:40:00Z", "2026-03-01T09:50:00Z"))]
     node["metadata"].setdefault("annotations", {})["reconciler.troupe.io/failures"] = json.dumps(recent)
     path = tmp_path / "snapshot.json"

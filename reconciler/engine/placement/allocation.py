@@ -280,7 +280,7 @@ class GroupView:
 def group_view(snapshot: Snapshot, group: DeviceGroup, pods: Sequence[PodInfo]) -> GroupView:
     """The status ``group`` should have on ``snapshot``; ``pods`` are the pods that join it.
 
-    Bound while it holds devices on an existing node (:class:`DeviceInventory`). Otherwise
+    Bound while it holds devices on an existing node (:class:`~reconciler.engine.model.devices.DeviceInventory`). Otherwise
     Pending, and why: its node is gone (it is bound again by its next pod); no shared node
     fits its gated pods (the shortage, with numbers); a node fits and its pods wait for
     their gangs; or no pod waits to join it."""

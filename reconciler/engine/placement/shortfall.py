@@ -1,6 +1,6 @@
 """Why a gang does not fit, domain by domain: the per-domain shortfall ``kubectl troupe why`` shows.
 
-:func:`place_gang`'s reason (``fits 6 of 8 members; 3 nodes excluded: ...``, from
+:func:`~.place.place_gang`'s reason (``fits 6 of 8 members; 3 nodes excluded: ...``, from
 :func:`reconciler.engine.placement.place._explain`) sums the whole cluster. An operator asks the
 next question: *which* subblock came closest, and what kept the rest out? :func:`shortfall`
 answers it for every candidate domain at the gang's level, with numbers::
@@ -11,7 +11,7 @@ The level (docs/decisions/021-why-and-status.md):
 
 - the gang's ``troupe.io/topology-required-level`` or ``-preferred-level`` when it asks one;
 - else the lowest level at which some domain, emptied of every other pod, could hold the
-  whole gang (the smallest domain placement could ever choose; :func:`hold_for` targets the
+  whole gang (the smallest domain placement could ever choose; :func:`~reconciler.engine.gangs.queueing.hold_for` targets the
   same one); the whole cluster when none can.
 
 For each domain: ``fits``, members that fit in its free capacity now (summed over the
