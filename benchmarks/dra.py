@@ -57,7 +57,7 @@ def main() -> int:
     catalog = dra.catalog((o["kind"], o) for o in [b.device_class(), b.claim_template("eight", 8),
                                                     *(b.resource_slice(n.name) for n in dra_nodes)])
     print(f"# {args.nodes} nodes x 8 GPUs, a waiting gang of {args.gang} whole-node members", flush=True)
-    cel.matches.cache_clear()
+    cel.forget()
     (counted_nodes, counted_pods), cold = timed(lambda: dra.apply(dra_nodes, dra_pods, catalog))
     _, warm = timed(lambda: dra.apply(dra_nodes, dra_pods, catalog))
     plain_snapshot, plain_build = timed(lambda: Snapshot(plain_nodes, plain_pods, levels))

@@ -13,16 +13,35 @@ the gang with that reason rather than guessing (docs/decisions/044-dra.md).
 
 Evaluation is pure (no clock, no I/O) and memoized per (expression, device): cel-python
 takes about half a millisecond per evaluation, and devices change rarely.
+
+A selector is a tenant's program run by the reconciler, so its work is bounded before it
+runs (docs/decisions/049-hostile-tenants-third-round.md):
+
+- :func:`cost` estimates one evaluation's work from the expression alone, as Kubernetes'
+  cost estimator does: every node of the parse tree a unit, a comprehension (``all``,
+  ``exists``, ``exists_one``, ``map``, ``filter``) its body times the size of what it walks
+  (a list literal's length; a device's attributes or capacity map, at most
+  :data:`DEVICE_MAP_SIZE` entries by the API's rules; anything else
+  :data:`UNKNOWN_SIZE`). :func:`check` refuses one over :data:`MAX_COST`: the gang that asks
+  for it is held, with the reason.
+- The memo is keyed by the part of the device the expression reads (:func:`reads`): a
+  selector on ``model`` is evaluated once per model, not once per device (every device
+  carries its own ``uuid``), so the memo holds what the cluster's selectors need.
+- :func:`evaluate` says whether it evaluated or found the answer, so a caller can charge
+  each evaluation's cost to a budget (:func:`reconciler.engine.model.dra.node_units`).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 import celpy
+import lark
 from celpy import celtypes
 
 from reconciler.engine.model.quantity import QuantityError, parse_quantity
@@ -31,6 +50,21 @@ from reconciler.engine.model.quantity import QuantityError, parse_quantity
 #: ``((qualified name, value), ...)`` (value: int, bool or str) and capacity ``((qualified
 #: name, Fraction), ...)``, both sorted: hashable, so evaluations are memoized.
 DeviceView = tuple[str, tuple[tuple[str, Any], ...], tuple[tuple[str, Fraction], ...]]
+
+
+#: Estimated units (:func:`cost`) one evaluation of a selector may take: about 30 ms of
+#: cel-python; Kubernetes' own bound (1,000,000 units of cel-go, 100 to 1,000 times faster)
+#: lets through selectors that take seconds here.
+MAX_COST = 100_000
+#: Entries of a device's ``attributes`` or ``capacity`` map a comprehension may walk at most:
+#: a device carries at most 32 attributes and capacities together (``resource.k8s.io/v1``).
+DEVICE_MAP_SIZE = 32
+#: What a comprehension over anything else (a function's list, say) is taken to walk.
+UNKNOWN_SIZE = 1_000
+#: Comprehension macros: their body runs once per element of what they walk.
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+#: Memoized evaluations kept (least recently used dropped first).
+MEMO_SIZE = 262_144
 
 
 class SelectorError(ValueError):
@@ -74,9 +108,10 @@ _FUNCTIONS: dict[str, Any] = {
 
 @functools.lru_cache(maxsize=1024)
 def _program(expression: str) -> Any:
-    env = celpy.Environment()
     try:
-        return env.program(env.compile(expression), functions=_FUNCTIONS)
+        return celpy.Environment().program(_parsed(expression), functions=_FUNCTIONS)
+    except SelectorError:
+        raise
     except Exception as e:  # noqa: BLE001  cel-python raises its own and parser errors alike
         raise SelectorError(f"CEL selector {expression!r} does not compile: {_short(e)}") from None
 
@@ -113,17 +148,213 @@ def _grouped(driver: str, pairs: tuple[tuple[str, Any], ...], convert: Any) -> A
     return _Domains({celtypes.StringType(d): celtypes.MapType(v) for d, v in groups.items()})
 
 
+def _unwrap(tree: Any) -> Any:
+    """The first node below ``tree`` that is not a chain of single children (``expr`` ->
+    ``conditionalor`` -> ... -> ``primary``), stopping at a list literal."""
+    while (isinstance(tree, lark.Tree) and tree.data != "list_lit" and len(tree.children) == 1
+           and isinstance(tree.children[0], lark.Tree)):
+        tree = tree.children[0]
+    return tree
+
+
+def _walked(tree: Any) -> int:
+    """How many elements a comprehension over ``tree`` walks at most (module docstring)."""
+    tree = _unwrap(tree)
+    if isinstance(tree, lark.Tree):
+        if tree.data == "list_lit":
+            return len(tree.children[0].children) if tree.children else 0
+        if tree.data == "member_dot_arg" and str(tree.children[1]) in ("map", "filter"):
+            return _walked(tree.children[0])
+        if tree.data == "member_index" and _device_map(tree.children[0]):
+            return DEVICE_MAP_SIZE
+    return UNKNOWN_SIZE
+
+
+def _device_map(tree: Any) -> bool:
+    """Whether ``tree`` is ``device.attributes`` or ``device.capacity``."""
+    tree = _unwrap(tree)
+    return (isinstance(tree, lark.Tree) and tree.data == "member_dot" and str(tree.children[1]) in
+            ("attributes", "capacity") and _is_device(tree.children[0]))
+
+
+def _is_device(tree: Any) -> bool:
+    tree = _unwrap(tree)
+    return isinstance(tree, lark.Tree) and tree.data == "ident" and str(tree.children[0]) == "device"
+
+
+def _units(tree: Any) -> int:
+    if not isinstance(tree, lark.Tree):
+        return 0
+    if tree.data == "member_dot_arg" and len(tree.children) == 3 and str(tree.children[1]) in _MACROS:
+        target, _, arguments = tree.children
+        body = sum(_units(a) for a in arguments.children[1:]) if isinstance(arguments, lark.Tree) else 0
+        return 1 + _units(target) + _walked(target) * (1 + body)
+    return 1 + sum(_units(child) for child in tree.children)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(expression: str) -> Any:
+    try:
+        return celpy.Environment().compile(expression)
+    except Exception as e:  # noqa: BLE001  cel-python raises its own and parser errors alike
+        raise SelectorError(f"CEL selector {expression!r} does not compile: {_short(e)}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def cost(expression: str) -> int:
+    """The estimated units of one evaluation of ``expression`` (module docstring): about
+    0.3 microseconds of cel-python each beyond a fixed quarter of a millisecond. Raises
+    :class:`SelectorError` when it does not compile."""
+    return _units(_parsed(expression))
+
+
 def check(expression: str) -> None:
-    """Raise :class:`SelectorError` if ``expression`` does not compile."""
+    """Raise :class:`SelectorError` if ``expression`` does not compile, or costs more than
+    :data:`MAX_COST` (:func:`cost`)."""
     _program(expression)
+    estimated = cost(expression)
+    if estimated > MAX_COST:
+        raise SelectorError(f"CEL selector {expression!r} costs more than Troupe evaluates per device "
+                            f"(estimated {estimated} units, at most {MAX_COST})")
 
 
-@functools.lru_cache(maxsize=262_144)
+@functools.lru_cache(maxsize=1024)
+def reads(expression: str) -> frozenset[tuple[str, str, str]] | None:
+    """What of a device ``expression`` reads: ``(map, domain, name)`` for each
+    ``device.attributes["<domain>"].<name>`` (or ``["<name>"]``), ``(map, domain, "*")``
+    for a whole domain's map, ``("driver", "", "")``; None when it reads the device any
+    other way (a computed key, ``device`` bound by a comprehension, another field), so
+    the whole device matters. Raises :class:`SelectorError` when it does not compile."""
+    found: set[tuple[str, str, str]] = set()
+
+    def literal(tree: Any) -> str | None:
+        tree = _unwrap(tree)
+        if isinstance(tree, lark.Tree) and tree.data == "literal":
+            token = str(tree.children[0])
+            if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'" and "\\" not in token:
+                return token[1:-1]
+        return None
+
+    def domain(tree: Any) -> tuple[str, str] | None:  # device.<map>["<domain>"]
+        tree = _unwrap(tree)
+        if isinstance(tree, lark.Tree) and tree.data == "member_index" and _device_map(tree.children[0]):
+            name = literal(tree.children[1])
+            if name is not None:
+                return str(_unwrap(tree.children[0]).children[1]), name
+        return None
+
+    def visit(tree: Any) -> bool:
+        if not isinstance(tree, lark.Tree):
+            return True
+        if tree.data in ("member_dot", "member_index"):
+            held = domain(tree.children[0])
+            name = str(tree.children[1]) if tree.data == "member_dot" else literal(tree.children[1])
+            if held is not None and name is not None:
+                found.add((held[0], held[1], name))
+                return True
+            if tree.data == "member_dot" and _is_device(tree.children[0]) and str(tree.children[1]) == "driver":
+                found.add(("driver", "", ""))
+                return True
+        held = domain(tree)
+        if held is not None:
+            found.add((held[0], held[1], "*"))
+            return True
+        if tree.data == "ident" and str(tree.children[0]) == "device":
+            return False
+        return all(visit(child) for child in tree.children)
+
+    return frozenset(found) if visit(_parsed(expression)) else None
+
+
+def project(expression: str, device: DeviceView) -> DeviceView:
+    """``device`` cut to what ``expression`` reads (:func:`reads`; the driver stays, as an
+    unqualified name's domain): two devices that agree there are one evaluation. A
+    projection is a projection of itself."""
+    wanted = reads(expression)
+    if wanted is None:
+        return device
+    driver, attributes, capacity = device
+    if not attributes and not capacity:
+        return device
+
+    def kept(kind: str, pairs: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+        out = []
+        for name, value in pairs:
+            dom, _, ident = name.rpartition("/")
+            dom = dom or driver
+            if (kind, dom, ident) in wanted or (kind, dom, "*") in wanted:
+                out.append((name, value))
+        return tuple(out)
+
+    return (driver, kept("attributes", attributes), kept("capacity", capacity))
+
+
+_memo: OrderedDict[tuple[str, DeviceView], bool | str] = OrderedDict()
+#: The memo is shared by the threads that decide (the reconciler's worker, a page's data).
+_memo_lock = threading.Lock()
+
+
+def evaluate(expression: str, device: DeviceView) -> tuple[bool, bool]:
+    """``(matches, evaluated)``: whether the selector ``expression`` accepts ``device``
+    (:func:`matches`), and whether that took an evaluation (False: the memo of
+    :data:`MEMO_SIZE` answers, keyed by :func:`project`, had it). Raises
+    :class:`SelectorError` as :func:`matches` does, also when the memo holds the error."""
+    check(expression)
+    key = (expression, project(expression, device))
+    with _memo_lock:
+        found = _memo.get(key)
+        if found is not None:
+            _memo.move_to_end(key)
+    if found is not None:
+        if isinstance(found, str):
+            raise SelectorError(found)
+        return found, False
+    try:
+        answer: bool | str = _evaluated(expression, key[1])
+    except SelectorError as e:
+        answer = str(e)
+    with _memo_lock:
+        _memo[key] = answer
+        if len(_memo) > MEMO_SIZE:
+            _memo.popitem(last=False)
+    if isinstance(answer, str):
+        raise SelectorError(answer)
+    return answer, True
+
+
+def forget() -> None:
+    """Empty the memo of evaluations (what a cold start has; benchmarks measure it)."""
+    with _memo_lock:
+        _memo.clear()
+
+
+def memoized() -> int:
+    """How many answers the memo holds (at most :data:`MEMO_SIZE`)."""
+    with _memo_lock:
+        return len(_memo)
+
+
+def known(expression: str, device: DeviceView) -> bool | None:
+    """The memo's answer for ``expression`` on ``device`` (as :func:`evaluate` keys it),
+    None when it holds none; raises :class:`SelectorError` when it holds the error."""
+    key = (expression, project(expression, device))
+    with _memo_lock:
+        found = _memo.get(key)
+    if isinstance(found, str):
+        raise SelectorError(found)
+    return found
+
+
 def matches(expression: str, device: DeviceView) -> bool:
     """Whether the selector ``expression`` accepts ``device``. Raises
-    :class:`SelectorError` (quoting the expression) when it does not compile, fails to
-    evaluate (an unknown function, a missing attribute the expression does not guard) or
-    yields a non-boolean."""
+    :class:`SelectorError` (quoting the expression) when it does not compile, costs more
+    than :data:`MAX_COST`, fails to evaluate (an unknown function, a missing attribute the
+    expression does not guard) or yields a non-boolean."""
+    return evaluate(expression, device)[0]
+
+
+def _evaluated(expression: str, device: DeviceView) -> bool:
+    """One evaluation of ``expression`` on ``device``, unmemoized."""
     driver, attributes, capacity = device
     activation = {"device": celtypes.MapType({
         celtypes.StringType("driver"): celtypes.StringType(driver),

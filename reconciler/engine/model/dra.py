@@ -10,7 +10,9 @@ claim's ``status.allocation``.
 
 Troupe plans with the same units as everywhere else: every distinct request shape (a
 DeviceClass and the request's own selectors) becomes one resource named
-``devices/<class>`` (``devices/<class>~<hash>`` with request selectors), which
+``devices/<class>`` (``devices/<class>~<hash>`` with request selectors: 16 hex digits of
+the selectors' sha256, longer when two different shapes of one snapshot share them, so
+no shape ever stands for another tenant's), which
 
 - a node offers as many units of as it has devices matching the class's and the request's
   selectors (:mod:`.cel`) that no claim has been allocated;
@@ -30,6 +32,13 @@ matching devices than its members there need (a hypothesis property,
 ``tests/engine/test_dra_properties.py``). What cannot be counted so (an unknown class, a
 selector cel-python cannot evaluate, ``allocationMode: All``, a claim or template that does
 not exist) holds the pod's gang with a reason that quotes it.
+
+Selectors are tenants' programs (decision 049): one costing more than
+:data:`~reconciler.engine.model.cel.MAX_COST` holds only the gangs that ask for it, and the
+evaluations one decision makes are charged to the namespaces whose pods ask for each shape,
+:data:`SELECTOR_BUDGET` units each (:func:`node_units`): a shape none of whose namespaces has
+budget left is not counted for now, which holds only its own gangs, while every answer
+found is memoized for the next decisions.
 """
 
 from __future__ import annotations
@@ -53,6 +62,11 @@ DEVICES = "devices/"
 CLAIM = "resourceclaim/"
 #: Consumers one ResourceClaim may have (``status.reservedFor``'s limit in the API).
 MAX_CONSUMERS = 256
+#: Units (:func:`~reconciler.engine.model.cel.cost`) of selector evaluations one namespace's
+#: request shapes may take per decision: about one second of cel-python.
+SELECTOR_BUDGET = 2_000_000
+#: What one evaluation is charged at least: cel-python's fixed cost of a call (~0.25 ms).
+EVALUATION_FLOOR = 500
 
 DeviceKey = tuple[str, str, str]
 """A device's identity: ``(driver, pool, device name)``."""
@@ -253,13 +267,18 @@ def catalog(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> Catalog:
 
 
 # --- counting -----------------------------------------------------------------------------------
-def kind_of(request: Request) -> str:
-    """The resource a request is counted as: ``devices/<class>``, with ``~`` and 8 hex
-    digits of a hash of its own selectors when it has any."""
+def kind_of(request: Request, taken: Mapping[str, tuple[str, ...]] | None = None) -> str:
+    """The resource a request is counted as: ``devices/<class>``, with ``~`` and 16 hex
+    digits of the sha256 of its own selectors when it has any; given the shapes named
+    already (``taken``: resource -> the class's and request's selectors), all 64 digits
+    when the 16 stand for other selectors there, so two shapes never share a name."""
     if not request.selectors:
         return f"{DEVICES}{request.class_name}"
-    digest = hashlib.sha256("\n".join(request.selectors).encode()).hexdigest()[:8]
-    return f"{DEVICES}{request.class_name}~{digest}"
+    digest = hashlib.sha256("\n".join(request.selectors).encode()).hexdigest()
+    short = f"{DEVICES}{request.class_name}~{digest[:16]}"
+    if taken is not None and short in taken and taken[short][-len(request.selectors):] != request.selectors:
+        return f"{DEVICES}{request.class_name}~{digest}"
+    return short
 
 
 @dataclass
@@ -267,6 +286,7 @@ class _Demand:
     requests: dict[str, dict[str, int]] = field(default_factory=dict)  # pod key -> resource -> units
     problems: dict[str, list[str]] = field(default_factory=dict)
     kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)  # resource -> selectors (class + request)
+    owners: dict[str, set[str]] = field(default_factory=dict)  # resource -> namespaces whose pods ask for it
     pins: dict[str, str] = field(default_factory=dict)  # claim resource -> node
     charged: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # claim -> kinds a pod asks for it
 
@@ -331,8 +351,9 @@ def _demand(pods: Sequence[PodInfo], c: Catalog) -> _Demand:
                 if problem:
                     d.problems.setdefault(pod.key, []).append(problem)
                     continue
-                kind = kind_of(r)
+                kind = kind_of(r, d.kinds)
                 d.kinds[kind] = c.classes[r.class_name] + r.selectors
+                d.owners.setdefault(kind, set()).add(pod.namespace)
                 wanted[kind] = wanted.get(kind, 0) + r.count
                 if key is not None:
                     d.charged.setdefault(key, set()).add(kind)
@@ -354,28 +375,68 @@ def _request_problem(r: Request, c: Catalog) -> str:
 
 
 def node_units(devices: Iterable[Device], kinds: Mapping[str, tuple[str, ...]],
-               taken: Mapping[DeviceKey, frozenset[str]]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+               taken: Mapping[DeviceKey, frozenset[str]], owners: Mapping[str, Iterable[str]] | None = None,
+               budget: int = SELECTOR_BUDGET) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
     """Node -> resource -> the devices matching each kind's selectors that no claim holds,
-    and resource -> why it cannot be counted (a selector that fails on some device).
-    ``taken``: the devices allocated to claims, each with the kinds its claim is asked as
-    by a pod of the snapshot: such a device still counts for those kinds (that pod uses the
-    units, and evicting it frees them, which preemption reads), for no other."""
+    and resource -> why it cannot be counted (a selector that fails on some device, or the
+    budget). ``taken``: the devices allocated to claims, each with the kinds its claim is
+    asked as by a pod of the snapshot: such a device still counts for those kinds (that
+    pod uses the units, and evicting it frees them, which preemption reads), for no other.
+
+    ``owners``: resource -> the namespaces whose pods ask for it; each namespace may spend
+    ``budget`` units (:func:`~reconciler.engine.model.cel.cost` of each evaluation, at least
+    :data:`EVALUATION_FLOOR`; answers the memo holds are free) on its kinds, taken in name
+    order, each charged to the namespace of its owners with the most left. A kind whose
+    evaluations would take more than its owners have left is not counted now (its reason
+    says so: only its gangs wait), and the next decision goes on from the memo."""
     out: dict[str, dict[str, int]] = {}
     broken: dict[str, str] = {}
-    for device in devices:
-        held = taken.get(device.key)
-        for kind, selectors in kinds.items():
-            if kind in broken or (held is not None and kind not in held):
+    devices = list(devices)
+    left: dict[str, int] = {}
+    for kind, selectors in sorted(kinds.items()):
+        payers = sorted(set(owners.get(kind, ())) if owners is not None else {""})
+        payer = max(payers, key=lambda n: (left.setdefault(n, budget), n)) if payers else ""
+        counted: dict[str, int] = {}
+        answers: dict[tuple[str, cel.DeviceView], bool] = {}  # this kind's, by what each selector reads
+        for device in devices:
+            held = taken.get(device.key)
+            if held is not None and kind not in held:
                 continue
             try:
-                ok = all(cel.matches(s, device.view) for s in selectors)
+                ok = True
+                for s in selectors:
+                    seen = (s, cel.project(s, device.view))
+                    answer = answers.get(seen)
+                    if answer is None:
+                        answer = cel.known(s, seen[1])
+                        if answer is None:
+                            price = max(cel.cost(s), EVALUATION_FLOOR)
+                            if left.get(payer, budget) < price:
+                                raise _OverBudget
+                            left[payer] = left.get(payer, budget) - price
+                            answer = cel.evaluate(s, seen[1])[0]
+                        answers[seen] = answer
+                    ok = answer
+                    if not ok:
+                        break
             except cel.SelectorError as e:
                 broken[kind] = f"{e} (device {device.driver}/{device.pool}/{device.name})"
-                continue
+                break
+            except _OverBudget:
+                broken[kind] = (f"{kind}: its selectors over {len(devices)} devices take more than the "
+                                f"{budget} units of evaluation namespace {payer or '-'} may spend on one decision; "
+                                "counted over the next decisions (answers are kept)")
+                break
             if ok:
-                units = out.setdefault(device.node, {})
-                units[kind] = units.get(kind, 0) + 1
+                counted[device.node] = counted.get(device.node, 0) + 1
+        if kind not in broken:
+            for node, units in counted.items():
+                out.setdefault(node, {})[kind] = units
     return out, broken
+
+
+class _OverBudget(Exception):
+    """A kind's owners have no budget left for its next evaluation (:func:`node_units`)."""
 
 
 def level_attributes(c: Catalog, levels: Iterable[str]) -> tuple[str, ...]:
@@ -418,7 +479,7 @@ def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog,
     d = _demand(pods, c)
     taken = {device: frozenset(d.charged.get((claim_.namespace, claim_.name), ()))
              for claim_ in c.claims.values() for device in claim_.allocated}
-    units, broken = node_units(c.devices, d.kinds, taken)
+    units, broken = node_units(c.devices, d.kinds, taken, d.owners)
     for pin, node in d.pins.items():
         units.setdefault(node, {})[pin] = MAX_CONSUMERS
     new_nodes = [dataclasses.replace(n, allocatable={**n.allocatable, **units[n.name]}) if n.name in units else n
