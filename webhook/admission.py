@@ -83,6 +83,7 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
+from troupe.bounds import pod_terms_error
 from troupe.config import Config
 from troupe.contract import (
     AS_CREATED,
@@ -361,7 +362,7 @@ def _review_create(
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return _deny(400, "spec: a Pod with Troupe annotations must have a spec object")
-    too_many = container_count_error(spec)
+    too_many = container_count_error(spec) or pod_terms_error(spec)
     if too_many is not None:
         return _deny(400, too_many)
     try:

@@ -99,6 +99,57 @@ class PodCounts:
     exclusive: set[tuple[str, str]] = field(default_factory=set)
 
 
+class TermIndex:
+    """Anti-affinity terms by what a pod must carry to be selected, so that finding the
+    terms that select a pod looks at the terms its labels can satisfy, not at every term
+    of the cluster (kube-scheduler's PreFilter state is keyed so too). A term is filed
+    under its first ``In`` requirement's ``(key, value)`` pairs, else its first ``Exists``
+    requirement's key; a term with neither (``NotIn`` or ``DoesNotExist`` only, or an empty
+    selector, which selects every pod) is checked for every pod; one without a selector
+    selects nothing and is not filed. ``slots`` are :class:`AntiAffinityCounts` in the
+    order the caller's lists keep. Up to :data:`SCAN` terms are scanned instead: filing them
+    costs more than it saves."""
+
+    #: Terms scanned one by one rather than filed.
+    SCAN = 16
+
+    def __init__(self, slots: Sequence[AntiAffinityCounts]) -> None:
+        self.slots = slots
+        self.order = {id(slot): k for k, slot in enumerate(slots)}
+        self.by_value: dict[tuple[str, str], list[AntiAffinityCounts]] = {}
+        self.by_key: dict[str, list[AntiAffinityCounts]] = {}
+        self.always: list[AntiAffinityCounts] = []
+        for slot in slots:
+            selector = slot.term.selector
+            if selector is None:
+                continue
+            anchor = next((r for r in selector.requirements if r.operator == "In"), None)
+            if anchor is not None:
+                for value in anchor.values:
+                    self.by_value.setdefault((anchor.key, value), []).append(slot)
+                continue
+            exists = next((r for r in selector.requirements if r.operator == "Exists"), None)
+            if exists is not None:
+                self.by_key.setdefault(exists.key, []).append(slot)
+            else:
+                self.always.append(slot)
+
+    def selecting(self, pod: PodInfo, namespace_labels: Mapping[str, Mapping[str, str]]) -> list[AntiAffinityCounts]:
+        """The terms that select ``pod`` (:meth:`PodAffinityTerm.selects`), in the order of
+        the slots the index was made of."""
+        if len(self.slots) <= self.SCAN:
+            return [slot for slot in self.slots if slot.term.selects(pod.namespace, pod.labels, namespace_labels)]
+        found: dict[int, AntiAffinityCounts] = {id(s): s for s in self.always}
+        for key, value in pod.labels.items():
+            for slot in self.by_value.get((key, value), ()):
+                found[id(slot)] = slot
+            for slot in self.by_key.get(key, ()):
+                found[id(slot)] = slot
+        chosen = [slot for slot in found.values() if slot.term.selects(pod.namespace, pod.labels, namespace_labels)]
+        chosen.sort(key=lambda slot: self.order[id(slot)])
+        return chosen
+
+
 def tally(items: list[T], values: Sequence[T], sign: int) -> None:
     """Add ``values`` to ``items`` (``sign`` 1) or remove one of each (-1)."""
     for value in values:

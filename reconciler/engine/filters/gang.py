@@ -39,6 +39,7 @@ from reconciler.engine.filters.counters import (
     DomainCounts,
     PodCounts,
     SpreadGroup,
+    TermIndex,
     tally,
 )
 from reconciler.engine.filters.podtopologyspread import default_constraints
@@ -106,13 +107,14 @@ class GangFilters:
         self.ports: dict[int, list[HostPort]] = {}
         self.attached: dict[int, list[tuple[str, str]]] = {}
         self.exclusive: Counter[tuple[str, str]] = Counter()
+        self._matching = TermIndex(self.match_terms)
         self.entries = [self._entry(m) for m in order]
         for entry in self.entries:
             for found in entry.within:
                 found.gang = True
         self._static = False
-        self.selected_by = [[t for t in self.holder_terms if t.term.selects(m.namespace, m.labels, spaces)]
-                            for m in order]
+        holders = TermIndex(self.holder_terms)
+        self.selected_by = [holders.selecting(m, spaces) for m in order]
         self.self_affine = [terms is not None and terms.selects(m, spaces)
                             for m, terms in zip(order, self.affinity, strict=True)]
         self.self_match = [tuple(c.selector is not None and c.selector.matches(m.labels) for c in g.constraints)
@@ -140,7 +142,7 @@ class GangFilters:
 
     def _entry(self, pod: PodInfo) -> PodCounts:
         spaces, terms = self.snapshot.namespaces, pod.terms
-        entry = PodCounts(pod.namespace, [t for t in self.match_terms if t.term.selects(pod.namespace, pod.labels, spaces)],
+        entry = PodCounts(pod.namespace, self._matching.selecting(pod, spaces),
                        [found for found in self.sets if found.selects(pod, spaces)])
         if not pod.deleting:
             entry.spread_hits = [(g, k) for g in self.groups if g.namespace == pod.namespace

@@ -30,6 +30,7 @@ from reconciler.engine.model.podterms import PodTerms, parse_pod_terms
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.resources import PODS, pod_requests
 from reconciler.engine.model.selectors import NodeFilter, parse_node_filter
+from troupe.bounds import pod_terms_error
 from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
@@ -191,6 +192,9 @@ class PodInfo:
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
         problems: list[str] = []
+        too_many = pod_terms_error(spec)
+        if too_many:
+            problems.append(too_many)
         unranked = rank_problem(labels, annotations)
         if unranked:
             problems.append(unranked)

@@ -30,6 +30,7 @@ from typing import Any
 
 from reconciler.engine.model.fields import ObjectError, mapping, path, sequence, string
 from reconciler.engine.model.selectors import Requirement
+from troupe.bounds import MAX_POD_TERMS
 
 #: ``whenUnsatisfiable`` of a spread constraint that filters.
 DO_NOT_SCHEDULE = "DoNotSchedule"
@@ -188,9 +189,11 @@ def parse_selector(raw: Any) -> LabelSelector | None:
 
 
 def _affinity_terms(raw: Any, namespace: str, labels: Mapping[str, str]) -> tuple[PodAffinityTerm, ...]:
-    """The required terms of a ``podAffinity``/``podAntiAffinity`` mapping."""
+    """The required terms of a ``podAffinity``/``podAntiAffinity`` mapping: the first
+    :data:`~troupe.bounds.MAX_POD_TERMS` (a pod past the bound is held, or, not a
+    member, read that far)."""
     out = []
-    for i, term in enumerate(sequence(_item(raw), "requiredDuringSchedulingIgnoredDuringExecution")):
+    for i, term in enumerate(sequence(_item(raw), "requiredDuringSchedulingIgnoredDuringExecution")[:MAX_POD_TERMS]):
         try:
             term = _item(term)
             selector = parse_selector(term.get("labelSelector"))
@@ -211,7 +214,7 @@ def _affinity_terms(raw: Any, namespace: str, labels: Mapping[str, str]) -> tupl
 def _spread(spec: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[tuple[SpreadConstraint, ...], bool]:
     raw = sequence(spec, "topologySpreadConstraints")
     out = []
-    for i, constraint in enumerate(raw):
+    for i, constraint in enumerate(raw[:MAX_POD_TERMS]):
         try:
             constraint = _item(constraint)
             if string(constraint, "whenUnsatisfiable") != DO_NOT_SCHEDULE:
