@@ -24,6 +24,7 @@ from tests.support.hostile_webhook import (
     send_never_read,
 )
 from tests.support.webhook_builders import Server, make_pod, make_review
+from troupe.bounds import MAX_POD_TERMS
 from webhook.admission import MAX_CONTAINERS
 from webhook.app import MAX_BODY_BYTES
 
@@ -88,3 +89,18 @@ def test_a_pod_with_too_many_containers_is_denied_naming_the_fields_and_the_coun
     message = response["status"]["message"]
     assert f"= {MAX_CONTAINERS + 1} (spec.containers: {MAX_CONTAINERS - 20}, spec.initContainers: 21)" in message
     assert f"at most {MAX_CONTAINERS} containers" in message
+
+
+def test_a_pod_with_too_many_pod_affinity_terms_is_denied_naming_the_field_and_the_count(server: Server) -> None:
+    """Over HTTPS with a real AdmissionReview: 13,000 required pod affinity terms (what fits
+    in the body limit) would cost every gang's decision (docs/decisions/049)."""
+    pod = make_pod().annotate("troupe.io/gang-name", "g").annotate("troupe.io/gang-size", "2").container().obj()
+    pod["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"k": f"v{i}"}}}
+        for i in range(13_000)]}}
+    status, answer = _post(server, json.dumps(make_review(pod)).encode())
+    response = answer["response"]
+    assert status == 200 and response["allowed"] is False and response["status"]["code"] == 400
+    message = response["status"]["message"]
+    assert "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution: 13000 entries" in message
+    assert f"at most {MAX_POD_TERMS} required pod affinity terms" in message
