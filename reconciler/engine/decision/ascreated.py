@@ -72,6 +72,27 @@ def planned_at(now: float, releases: Sequence[str]) -> str:
     return rfc3339(now if latest is None or now >= latest + 0.001 else latest + 0.001)
 
 
+#: How far in the future a reservation's ``plannedAt`` may be (clocks of two replicas differ).
+CLOCK_SKEW_SECONDS = 60
+
+
+def record_problem(gang: Gang, record: Record, snapshot: Snapshot, now: float) -> str:
+    """Why the reservation ``record`` cannot be the gang's own, whatever its signature says
+    (docs/decisions/049-hostile-tenants-third-round.md), ``""`` when it can: planned in the
+    future (a record that would never run out of time), or its nodes spread over more than
+    one domain of the level the gang requires."""
+    at = epoch(record.planned_at)
+    if at is None or at > now + CLOCK_SKEW_SECONDS:
+        return f"the reservation is planned at {record.planned_at!r}, not a time that has come"
+    level = gang.topology.required_level
+    depth = snapshot.levels.depth_of(level) if level is not None else None
+    if depth is not None:
+        domains = {snapshot.tree.domain_of[depth][i] for n in record.nodes if (i := snapshot.index.get(n)) is not None}
+        if len(domains) > 1:
+            return f"the reserved nodes span {len(domains)} domains of {level}, which the gang requires one of"
+    return ""
+
+
 def reservation_clock(gang: Gang, released: Sequence[PodInfo], snapshot: Snapshot, now: float) -> Clock | None:
     """When ``gang``'s reservation runs out of time and why (module docstring); None when
     it is complete (every rank's member released onto its node and bound)."""
@@ -92,8 +113,9 @@ def reservation_clock(gang: Gang, released: Sequence[PodInfo], snapshot: Snapsho
     bound = sum(1 for p in filled.values() if p.node_name)
     if bound == len(record.nodes):
         return None
-    start = max([t for t in (epoch(record.planned_at), *(epoch(p.creation_timestamp) for p in gang.members))
-                 if t is not None], default=now)
+    planned = epoch(record.planned_at)
+    start = max([t for t in (min(planned, now) if planned is not None else None,
+                             *(epoch(p.creation_timestamp) for p in gang.members)) if t is not None], default=now)
     seconds, jit = gang.timeout_seconds, jitter(gang, record.planned_at)
     return Clock(start + seconds + jit,
                  f"reservation of {len(record.nodes)} node(s) not complete within {seconds}s (+{jit:.0f}s jitter) "
@@ -140,10 +162,11 @@ def release_as_created(s: Seen) -> Decision:
     record, workload = gang.reservation, gang.workload
     assert record is not None and workload is not None  # the rule applies only with both
     rid = record.planned_at
-    if gang.reservation_stale:
+    stale = gang.reservation_stale or record_problem(gang, record, snapshot, s.now)
+    if stale:
         return s.made(lifecycle.RESERVATION_DROPPED,
-                      (DropReservation(workload, rid, gang.reservation_stale), Wait(s.gated_keys)),
-                      Status.of(f"reservation dropped: {gang.reservation_stale}"))
+                      (DropReservation(workload, rid, stale), Wait(s.gated_keys)),
+                      Status.of(f"reservation dropped: {stale}"))
     mine = [p for p in s.released if p.planned_at == rid]
     filled = fill(record, gang.slots, mine)
     pairs, without = assign(record, gang.slots, filled, s.gated)

@@ -15,14 +15,24 @@ no index (a Job that is not Indexed) take the free slots in order. A released me
 the reservation (its ``planned-at`` is the record's) fills its own rank's slot, else a
 free slot on the node it is pinned to.
 
+A record holds other tenants' capacity, so only one the reconciler wrote may: the
+reconciler signs each record it writes with a key only it holds (an HMAC-SHA256 over the
+workload's kind, namespace, name and UID and the record, :func:`sign`), and reads only the
+records whose signature verifies (:func:`authentic`); the chart also refuses
+``reconciler.troupe.io/*`` on workloads from anyone else
+(docs/decisions/049-hostile-tenants-third-round.md). A record copied onto another workload
+does not verify there (its UID differs).
+
 Pure: plain data in, plain data out.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
@@ -41,11 +51,17 @@ class Record:
     gang: str
     planned_at: str
     nodes: tuple[str, ...]
+    #: The reconciler's signature the annotation carries (``sig``, hex), ``""`` without one;
+    #: not part of what the record says (:func:`authentic` checks it).
+    signature: str = field(default="", compare=False)
 
-    def encode(self) -> str:
-        """The annotation value: compact JSON, ``{"gang":..,"nodes":[..],"plannedAt":..}``."""
-        return json.dumps({"gang": self.gang, "plannedAt": self.planned_at, "nodes": list(self.nodes)},
-                          sort_keys=True, separators=(",", ":"))
+    def encode(self, signature: str = "") -> str:
+        """The annotation value: compact JSON, ``{"gang":..,"nodes":[..],"plannedAt":..}``,
+        with ``"sig"`` when ``signature`` is given (:func:`sign`)."""
+        data: dict[str, object] = {"gang": self.gang, "plannedAt": self.planned_at, "nodes": list(self.nodes)}
+        if signature:
+            data["sig"] = signature
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def decode(cls, raw: str) -> Record | None:
@@ -62,7 +78,22 @@ class Record:
             return None
         if len(nodes) > MAX_NODES or not all(isinstance(n, str) and n for n in nodes):
             return None
-        return cls(gang, at, tuple(nodes))
+        signature = data.get("sig")
+        return cls(gang, at, tuple(nodes), signature if isinstance(signature, str) else "")
+
+
+def sign(record: Record, workload: WorkloadKey, uid: str, key: bytes) -> str:
+    """The signature of ``record`` on the workload ``workload`` of UID ``uid`` (hex
+    HMAC-SHA256 under ``key``, over the workload's identity and the record's own
+    encoding): what the reconciler writes with it (module docstring)."""
+    message = "\n".join((*workload, uid, record.encode())).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def authentic(record: Record, workload: WorkloadKey, uid: str, key: bytes) -> bool:
+    """Whether ``record``'s signature is the reconciler's for this workload (:func:`sign`),
+    compared in constant time."""
+    return bool(record.signature) and hmac.compare_digest(record.signature, sign(record, workload, uid, key))
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from typing import Any
 import troupe.contract as contract
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.model.reservations import Record, Reservation
+from reconciler.engine.model.reservations import Record, Reservation, authentic
 from reconciler.engine.model.templates import MAX_SLOTS, members, slots
 from reconciler.engine.model.timestamps import epoch
 
@@ -157,10 +157,14 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
+def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Workload | None:
     """The :class:`Workload` of an object of a supported ``kind`` (a plain dict in the API
     shape), or None for an unsupported kind or an object without a name. Never raises:
-    a missing or malformed count takes the API's default (1)."""
+    a missing or malformed count takes the API's default (1). ``key``: the reconciler's
+    reservation key: a record whose signature does not verify under it is no record
+    (:func:`~reconciler.engine.model.reservations.authentic`; ``record_error`` says so, and
+    the reconciler removes it); None (the simulator and ``kubectl troupe``, which do not
+    hold the key) reads every record as the reconciler's."""
     if kind not in _BY_KIND:
         return None
     meta = _map(obj.get("metadata"))
@@ -182,6 +186,9 @@ def workload(kind: str, obj: Mapping[str, Any]) -> Workload | None:
         record = Record.decode(raw)
         if record is None:
             record_error = f"{contract.RESERVATION}: {contract.quoted(raw)} is not a reservation record"
+        elif key is not None and not authentic(record, (kind, namespace, name), str(meta.get("uid") or ""), key):
+            record, record_error = None, (f"{contract.RESERVATION}: not written by this reconciler "
+                                          "(its signature does not verify): ignored")
     generation = meta.get("generation")
     release = annotations.get(contract.RELEASE_MODE)
     too_large = (f"{how}: {size} members, more than the {MAX_SLOTS} one gang may have (held)"
@@ -224,11 +231,13 @@ def _active(kind: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status:
     return True
 
 
-def workloads_of(kind: str, objects: Iterable[Mapping[str, Any]]) -> dict[WorkloadKey, Workload]:
-    """:func:`workload` of each object, by key (objects that give none are left out)."""
+def workloads_of(kind: str, objects: Iterable[Mapping[str, Any]],
+                 key: bytes | None = None) -> dict[WorkloadKey, Workload]:
+    """:func:`workload` of each object (``key`` as there), by key (objects that give none
+    are left out)."""
     out = {}
     for obj in objects:
-        w = workload(kind, obj)
+        w = workload(kind, obj, key)
         if w is not None:
             out[w.key] = w
     return out
