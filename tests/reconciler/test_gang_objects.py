@@ -216,3 +216,14 @@ def test_a_replica_that_lost_its_lease_writes_nothing_and_keeps_what_it_wanted()
     assert writer.gang_objects == {} and len(objects) == 1
     del writer.fail["g"]
     assert objects.flush(everything=True) == 1
+
+
+def test_no_gang_can_be_named_after_another_gangs_object():
+    """A hashed object name is public (``kubectl get gangs``): a gang named as it gets a name
+    of its own, not the other gang's object (docs/decisions/049)."""
+    h, _ = harness(gang_pods(1))
+    gang = h.controller.gang("team-a/train")
+    victim = object_name(dataclasses.replace(gang, name="Train_X", key="team-a/Train_X"))
+    assert len(victim.rsplit("-", 1)[1]) == 16
+    squatter = object_name(dataclasses.replace(gang, name=victim, key=f"team-a/{victim}"))
+    assert squatter != victim and squatter.startswith(victim + "-")

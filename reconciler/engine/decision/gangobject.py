@@ -46,17 +46,24 @@ MAX_LISTED = 4096
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
+#: How a name made with a hash ends: what no name used as it is may end with.
+_HASHED = re.compile(r"-[0-9a-f]{16}$")
+
+
 def object_name(gang: Gang) -> str:
     """The object's ``metadata.name``: the gang's name when it is a DNS subdomain of at most
     253 characters (``kubectl wait gang/train`` names the gang as its members do), else
-    the name lower-cased with every other character replaced by ``-``, cut to 240
-    characters, and a 10-hex-digit hash of the gang key appended (``gke:job-name=w`` ->
-    ``gke-job-name-w-3f2a...``), so two gangs never share an object."""
+    the name lower-cased with every other character replaced by ``-``, cut to 236
+    characters, and 16 hex digits of the sha256 of the gang key appended
+    (``gke:job-name=w`` -> ``gke-job-name-w-3f2a...``). A gang name that itself ends like
+    such a name (``-`` and 16 hex digits) is hashed too, so no tenant can name a gang
+    after another gang's object: two gangs share an object only if two gang keys share
+    64 bits of their sha256 (docs/decisions/049-hostile-tenants-third-round.md)."""
     name = gang.name
-    if len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) and ".." not in name:
+    if len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) and ".." not in name and not _HASHED.search(name):
         return name
-    cleaned = re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-.")[:240].strip("-.")
-    digest = hashlib.sha256(gang.key.encode()).hexdigest()[:10]
+    cleaned = re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-.")[:236].strip("-.")
+    digest = hashlib.sha256(gang.key.encode()).hexdigest()[:16]
     return f"{cleaned}-{digest}" if cleaned else f"gang-{digest}"
 
 
