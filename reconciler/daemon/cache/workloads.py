@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.engine.gangs.gang import auto_namespaces, job_parallelism, planned_gangs
+from reconciler.engine.gangs.gang import auto_namespaces, planned_gangs
 from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
@@ -100,7 +100,7 @@ class WorkloadIndex:
         :class:`~reconciler.engine.model.workloads.Workload` are kept)."""
         items = list(items)
         with self._lock:
-            self._parallelism = {namespace_and_name(j): job_parallelism(j) for j in items}
+            self._parallelism = {namespace_and_name(j): wl.job_parallelism(j) for j in items}
             self.version += 1
         self.replace_workloads(wl.JOB.kind, items)
 
@@ -112,7 +112,7 @@ class WorkloadIndex:
             if kind == "DELETED":
                 self._parallelism.pop(key, None)
             else:
-                self._parallelism[key] = job_parallelism(job)
+                self._parallelism[key] = wl.job_parallelism(job)
             if self._parallelism.get(key) != before:
                 self.version += 1
         self.workload_event(wl.JOB.kind, kind, job)
