@@ -42,6 +42,7 @@ Located = tuple[str, str, Mapping[str, Any]]
 #: Every kind :func:`read_parts` reads.
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
          *PARSERS, *dra.KINDS)
+_KINDS = frozenset(KINDS)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,12 @@ def count_slots(workloads: Mapping[WorkloadKey, wl.Workload], devices: dra.Catal
     return {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, devices)) for k, w in workloads.items()}
 
 
+def duplicate(first: str) -> ObjectError:
+    """The error of a second object of a kind and name that was read at ``first`` (a list
+    holds each Node, Pod and SharedDeviceGroup once)."""
+    return ObjectError("", f"duplicate of {first}")
+
+
 class _Reader:
     """The state of one :func:`read_parts`: what has been read so far, by kind."""
 
@@ -135,30 +142,19 @@ class _Reader:
         self.classes: dict[str, tuple[str, ...]] = {}
         self.claims: dict[tuple[str, str], dra.Claim] = {}
         self.templates: dict[tuple[str, str], tuple[dra.Request, ...]] = {}
+        #: Per kind, where each name was read first.
         self.seen: dict[str, dict[str, str]] = {"Pod": {}, "Node": {}, "SharedDeviceGroup": {}}
 
-    def once(self, kind: str, name: str, where: str) -> None:
-        """Note that the object of ``kind`` and ``name`` was read at ``where``; raises
-        :class:`ObjectError` when one of that kind and name was read before (a list holds
-        each object once)."""
-        first = self.seen[kind].setdefault(name, where)
-        if first is not where:
-            raise ObjectError("", f"duplicate of {first}")
-
     def read(self, where: str, kind: str, obj: Mapping[str, Any]) -> None:
-        """Read one object into its kind's list; raises :class:`ObjectError` (one dispatch
-        on the kind, kept in one place)."""
-        if kind == "Pod":
-            pod = PodInfo.from_object(obj)
-            self.once(kind, pod.key, where)
-            self.pods.append(pod)
-        elif kind == "Node":
-            node = NodeInfo.from_object(obj)
-            self.once(kind, node.name, where)
-            self.nodes.append(node)
-        elif kind == "SharedDeviceGroup":
+        """Read one object of a kind but Pod and Node into its kind's list (pods and nodes,
+        most of any list, are read by :func:`read_parts` itself, a call fewer each); raises
+        :class:`ObjectError`."""
+        if kind not in _KINDS:
+            raise ObjectError("", f"unknown kind {kind!r} (expected {', '.join(KINDS)})")
+        if kind == "SharedDeviceGroup":
             group = DeviceGroup.from_object(obj)
-            self.once(kind, group.name, where)
+            if (first := self.seen[kind].setdefault(group.name, where)) is not where:
+                raise duplicate(first)
             self.groups.append(group)
         elif kind == "PodDisruptionBudget":
             self.budgets.append(Budget.from_object(obj))
@@ -201,11 +197,22 @@ def read_parts(objects: Iterable[Located], config: Config | None = None, levels:
     (what a caller that must go on wants)."""
     config = config if config is not None else Config()
     reader = _Reader()
+    pods, pod_at, read_pod = reader.pods, reader.seen["Pod"], PodInfo.from_object
+    nodes, node_at, read_node = reader.nodes, reader.seen["Node"], NodeInfo.from_object
     for where, kind, obj in objects:
         try:
-            if kind not in KINDS:
-                raise ObjectError("", f"unknown kind {kind!r} (expected {', '.join(KINDS)})")
-            reader.read(where, kind, obj)
+            if kind == "Pod":
+                pod = read_pod(obj)
+                if (first := pod_at.setdefault(pod.key, where)) is not where:
+                    raise duplicate(first)
+                pods.append(pod)
+            elif kind == "Node":
+                node = read_node(obj)
+                if (first := node_at.setdefault(node.name, where)) is not where:
+                    raise duplicate(first)
+                nodes.append(node)
+            else:
+                reader.read(where, kind, obj)
         except ObjectError as e:
             bad = BadObject(where, describe(obj, kind), e)
             if skipped is None:
