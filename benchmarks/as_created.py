@@ -28,13 +28,15 @@ from benchmarks.reconcile import best_of
 from reconciler.engine.decision import actions
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.nodetable import NodeTable
+from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.templates import slots
-from tests.support.as_created import gangs_of, job_object, member_pod, reservations, workloads_of
+from tests.support.as_created import gangs_of, job_object, member_pod, workloads_of
 from tests.support.engine_builders import make_node
 from troupe.config import Config
 
@@ -67,9 +69,10 @@ def main() -> int:
 
     held = workloads_of(job_object("train", args.gang, record=reserve.record))
     half = members[: args.gang // 2]
-    t_snapshot_plain = best_of(5, lambda: Snapshot(table, half, levels))
-    t_snapshot_held = best_of(5, lambda: Snapshot(table, half, levels, reservations=reservations(held)))
-    snapshot = Snapshot(table, half, levels, reservations=reservations(held))
+    t_snapshot_plain = best_of(5, lambda: build_snapshot(SnapshotParts(table, half, config=config, levels=levels)))
+    t_snapshot_held = best_of(5, lambda: build_snapshot(SnapshotParts(table, half, workloads=held, config=config,
+                                                                      levels=levels)))
+    snapshot = build_snapshot(SnapshotParts(table, half, workloads=held, config=config, levels=levels))
     reserved_gang = gangs_of(snapshot, held, config)["ml/job:train"]
     decision = decide(reserved_gang, snapshot, NOW + 1)
     assert len(decision.release) == args.gang // 2, decision.reason

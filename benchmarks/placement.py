@@ -56,6 +56,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.decisions import Decisions, placement
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import PlacementResult, place_gang
@@ -229,7 +230,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def run_size(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
     nodes, running, member_objs = build_objects(n_nodes, n_pods, seed)
-    build_ms, snapshot = timed(lambda: Snapshot.from_objects(nodes, running + member_objs))
+    build_ms, snapshot = timed(lambda: snapshot_of_objects(nodes, running + member_objs))
     members = [snapshot.pods[f"ml/train-worker-{i}"] for i in range(n_pods)]
     cold_ms, result = timed(lambda: place_gang(snapshot, members))
     warm_ms = min(timed(lambda: place_gang(snapshot, members))[0] for _ in range(5))
@@ -268,7 +269,7 @@ def run_anti_affinity(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
     nodes, running, member_objs = build_objects(n_nodes, n_pods, seed)
     out: dict[str, Any] = {"nodes": n_nodes, "pods": n_pods}
     for name, objs in (("plain", member_objs), ("anti", [with_anti_affinity(m) for m in member_objs])):
-        snapshot = Snapshot.from_objects(nodes, running + objs)
+        snapshot = snapshot_of_objects(nodes, running + objs)
         members = [snapshot.pods[f"ml/train-worker-{i}"] for i in range(n_pods)]
         out[f"{name}_cold_ms"], out[f"{name}_warm_ms"], result = cold_and_warm(snapshot, members)
         check_plan(snapshot, members, result)
@@ -302,7 +303,7 @@ def run_layers(n_nodes: int, n_pods: int, seed: int) -> dict[str, Any]:
     process: cold and warm (best of 7, the two alternated) times of each, and their ratio
     (warm)."""
     nodes, running, member_objs = build_objects(n_nodes, n_pods, seed)
-    snapshot = Snapshot.from_objects(nodes, running + member_objs)
+    snapshot = snapshot_of_objects(nodes, running + member_objs)
     members = [snapshot.pods[f"ml/train-worker-{i}"] for i in range(n_pods)]
     out: dict[str, Any] = {"nodes": n_nodes, "pods": n_pods}
     cases = (("plain", TopologyRequest()), ("sliced", TopologyRequest(slices=LAYERS)))

@@ -51,7 +51,7 @@ from troupe.contract import TopologyRequest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.decisions import Decisions
-from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import VictimGang, candidate_gangs, plan_preemption
@@ -134,7 +134,7 @@ def build(rng: random.Random, n_nodes: int, n_gangs: int, members: int, gpus: in
                  "containers": [{"name": "c", "resources": {"requests": {GPU: str(gpus)}}}]},
         "status": {"phase": "Pending"},
     } for i in range(members)]
-    snapshot = Snapshot.from_objects(nodes, pods + member_objs)
+    snapshot = snapshot_of_objects(nodes, pods + member_objs)
     by_gang: dict[str, list[PodInfo]] = {}
     for p in snapshot.pods.values():
         if "gang" in p.labels:

@@ -8,7 +8,7 @@ snapshot, deciding, then releasing every member (one update per member, here to
 
 Timed in this process, on the same cluster:
 
-- **baseline decision**: ``Snapshot.from_objects`` on every object (a snapshot parsed
+- **baseline decision**: ``snapshot_of_objects`` on every object (a snapshot parsed
   from scratch) plus ``decide``;
 - **warm decision**: ``decide`` on the cache's snapshot, rebuilt from the infos the cache
   parsed at event time after the first gang's release changed it;
@@ -32,7 +32,7 @@ from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer.fake import FakeWriter
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.lifecycle import Phase
-from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.topology import TopologyLevels
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
@@ -71,7 +71,7 @@ def main() -> int:
     now = time.time()
 
     def baseline_decision() -> None:
-        snapshot = Snapshot.from_objects(nodes, list(writer.pods.values()), TopologyLevels.default())
+        snapshot = snapshot_of_objects(nodes, list(writer.pods.values()), TopologyLevels.default())
         gang = controller.gang("team-a/second")
         assert gang is not None
         decision = decide(gang, snapshot, now)

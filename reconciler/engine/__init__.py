@@ -17,12 +17,14 @@ room           what it offers
                none, topology-aware and rank-ordered; slices, devices, shortfalls
 ``filters``    kube-scheduler's filters for what Troupe models, with their reasons
 ``ledger``     :class:`~reconciler.engine.ledger.snapshot.Snapshot`: the topology tree
-               and who uses what on each node
+               and who uses what on each node, made by one builder,
+               :func:`~reconciler.engine.ledger.builder.build_snapshot`
 ``model``      cluster objects parsed once: pods, nodes, volumes, DRA, workloads,
                the reconciler's records
 =============  =====================================================================
 
 The reconciler and the simulator call the same :func:`~reconciler.engine.decision.step.step`
-on the same kind of snapshot, so a what-if is never a second opinion. The placement
+on snapshots made by the same builder of the same objects, so a what-if is never a second
+opinion (docs/decisions/047-one-snapshot-builder.md). The placement
 objective and its trade-offs: docs/decisions/001-placement-objective.md.
 """

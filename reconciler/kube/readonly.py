@@ -159,7 +159,7 @@ def _without_unlisted(lists: list[tuple[str, str, Callable[..., Any], dict[str, 
                       results: list[Objects], notes: list[str]) -> list[Objects]:
     """``results`` with one line in ``notes`` per kind that could not be listed and, when a
     volume kind could not be, no claims, volumes or CSINodes at all (the engine then skips
-    the volume filters: :mod:`reconciler.objects.volumes`)."""
+    the volume filters: :func:`reconciler.engine.ledger.parts.read_parts`)."""
     volumes = ("PersistentVolumeClaim", "PersistentVolume", "CSINode")
     unlisted = {entry[0] for entry, items in zip(lists, results, strict=True) if isinstance(items, _Unlisted)}
     for entry, items in zip(lists, results, strict=True):

@@ -5,13 +5,11 @@ README, ``simulate --help`` and ``kubectl troupe --help`` give the same command
 
 from __future__ import annotations
 
+from reconciler.engine.ledger.parts import KINDS
 from reconciler.engine.model import workloads as wl
-from reconciler.objects.volumes import PARSERS
 
-#: The Dynamic Resource Allocation kinds (``resource.k8s.io/v1``, docs/decisions/044-dra.md).
-DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
-KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
-         *PARSERS, *DRA_KINDS)
+__all__ = ["KINDS", "NOT_IN_SNAPSHOT", "SKIPPED_KINDS", "SNAPSHOT_COMMAND", "SNAPSHOT_NOTE", "SNAPSHOT_RESOURCES"]
+
 #: Kinds a snapshot may hold that the simulator does not read (``kubectl troupe plan`` reads them).
 SKIPPED_KINDS = ("PriorityClass",)
 #: Every kind Troupe reads, by the resource name ``kubectl get`` takes: the one snapshot

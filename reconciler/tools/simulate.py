@@ -9,7 +9,8 @@ SNAPSHOT (a file, or ``-`` for stdin) is what the one snapshot command prints (a
 
     kubectl get nodes,pods,jobs,jobsets,leaderworkersets,pytorchjobs,shareddevicegroups,\
       poddisruptionbudgets,persistentvolumeclaims,persistentvolumes,csinodes,namespaces,\
-      priorityclasses -A -o json > snapshot.json
+      priorityclasses,resourceslices,deviceclasses,resourceclaims,resourceclaimtemplates \
+      -A -o json > snapshot.json
 
 (:data:`~reconciler.objects.kinds.SNAPSHOT_COMMAND`; leave out custom kinds whose CRD is not
 installed). Each kind counts as in the cluster: Jobs' parallelism, workloads sizing
@@ -17,8 +18,10 @@ installed). Each kind counts as in the cluster: Jobs' parallelism, workloads siz
 snapshot leaves its gangs waiting), SharedDeviceGroups (one a pod joins that the snapshot
 lacks is "not in the snapshot"), PodDisruptionBudgets for ``atomic`` preemption, claims,
 volumes and CSINodes for the volume filters (skipped without any), Namespaces for namespace
-selectors; PriorityClasses are ``kubectl troupe plan``'s. The configuration's
-``topologySpreadDefaultConstraints`` apply as in the reconciler.
+selectors, the DRA kinds for devices claimed; PriorityClasses are ``kubectl troupe plan``'s.
+The configuration's ``topologySpreadDefaultConstraints`` apply as in the reconciler: the
+snapshot is made by the reconciler's own builder
+(:func:`reconciler.engine.ledger.builder.build_snapshot`, docs/decisions/047-one-snapshot-builder.md).
 
 Every gang with a gated member is decided by the very function the reconciler calls,
 :func:`reconciler.engine.decision.decide.decide`, in order of creation (the gang's earliest
@@ -61,37 +64,25 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.decision.step import step
-from reconciler.engine.gangs.gang import Gang, all_gangs, job_parallelism
+from reconciler.engine.gangs.gang import Gang, all_gangs
 from reconciler.engine.gangs.queueing import Policy, QueueState, QueueView, queue_order
+from reconciler.engine.ledger.builder import build_snapshot
+from reconciler.engine.ledger.parts import BadObject, Located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
-from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
-from reconciler.engine.model.budgets import Budget
-from reconciler.engine.model.devices import DeviceGroup, Holding
-from reconciler.engine.model.fields import ObjectError, mapping, string
-from reconciler.engine.model.keys import WorkloadKey
-from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.devices import Holding
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.model.volumes import VolumeCatalog
 from reconciler.engine.placement.allocation import group_view
 from reconciler.engine.placement.layers import Balance
-from reconciler.objects.kinds import (
-    DRA_KINDS,
-    KINDS,
-    NOT_IN_SNAPSHOT,
-    SKIPPED_KINDS,
-    SNAPSHOT_COMMAND,
-    SNAPSHOT_NOTE,
-)
+from reconciler.objects.kinds import NOT_IN_SNAPSHOT, SKIPPED_KINDS, SNAPSHOT_COMMAND, SNAPSHOT_NOTE
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
-from reconciler.objects.volumes import PARSERS, VOLUME_KINDS, spread_defaults
 from reconciler.tools.interpret import APPLY, Applied, reservation_json
 from troupe.cli import OneLineParser, UsageError, guarded, rfc3339
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
@@ -161,117 +152,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # --- reading the snapshot ----------------------------------------------------------------
-def _describe(obj: Mapping[str, Any], kind: str) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    if not isinstance(name, str):
-        return kind
-    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-    return f"{kind} {ns}/{name}" if kind == "Pod" and isinstance(ns, str) else f"{kind} {name}"
-
-
 @dataclass
 class Built:
-    """A snapshot read from objects: the engine's snapshot, each pod's ``(where,
-    object)`` by key, Jobs' parallelism by ``(namespace, name)``, notes for stderr, and
-    the workload objects (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs)."""
+    """A snapshot read from objects: the engine's snapshot, Jobs' parallelism by
+    ``(namespace, name)``, notes for stderr, and the workload objects (Jobs, JobSets,
+    LeaderWorkerSets, PyTorchJobs)."""
 
     snapshot: Snapshot
-    origin: dict[str, tuple[str, Mapping[str, Any]]]
-    parallelism: dict[tuple[str, str], int]
+    parallelism: Mapping[tuple[str, str], int]
     notes: list[str]
     workloads: wl.Workloads = field(default_factory=wl.Workloads)
 
 
-Named = TypeVar("Named", NodeInfo, DeviceGroup)
-
-
-def _once(found: Named, kind: str, where: str, seen: dict[str, str]) -> Named:
-    """``found``, noting ``where`` it was read; raises :class:`InputError` when an object
-    of the same kind and name was read before (a snapshot lists each once)."""
-    if found.name in seen:
-        raise InputError(f"{where} ({kind} {found.name}): duplicate of {seen[found.name]}")
-    seen[found.name] = where
-    return found
-
-
-def build(objects: Sequence[tuple[str, str, Mapping[str, Any]]], levels: TopologyLevels,
-          config: Config | None = None, absent_group: str | None = None) -> Built:
-    """Parse every object (passing over :data:`SKIPPED_KINDS`); raises :class:`InputError`
-    naming the document and field. ``absent_group``: why a SharedDeviceGroup a pod joins is
-    missing from a snapshot (:data:`NOT_IN_SNAPSHOT`; None on a live cluster).
-
-    The snapshot is built as the reconciler's cache builds its own: PersistentVolumeClaims,
-    PersistentVolumes and CSINodes make its volume catalog (None, the volume filters
-    skipped, when the objects hold none of them), Namespaces its namespace labels, and
-    ``config``'s ``topologySpreadDefaultConstraints`` its spread defaults
-    (:mod:`reconciler.objects.volumes`), the workloads' reservations what they hold.
-    Long because it is one dispatch on the object's kind, kept in one place."""
-    nodes: list[NodeInfo] = []
-    pods: list[PodInfo] = []
-    groups: list[DeviceGroup] = []
-    budgets: list[Budget] = []
-    parsed: dict[str, list[Any]] = {kind: [] for kind in VOLUME_KINDS}
-    namespaces: dict[str, Mapping[str, str]] = {}
-    origin: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    parallelism: dict[tuple[str, str], int] = {}
-    workloads: dict[WorkloadKey, wl.Workload] = {}
-    node_where: dict[str, str] = {}
-    group_where: dict[str, str] = {}
-    draws: list[tuple[str, Mapping[str, Any]]] = []
-    for where, kind, obj in objects:
-        if kind in SKIPPED_KINDS:
-            continue
-        if kind not in KINDS:
-            raise InputError(f"{where} ({_describe(obj, kind)}): unknown kind {kind!r} (expected {', '.join(KINDS)})")
-        try:
-            if kind == "Node":
-                nodes.append(_once(NodeInfo.from_object(obj), kind, where, node_where))
-            elif kind == "SharedDeviceGroup":
-                groups.append(_once(DeviceGroup.from_object(obj), kind, where, group_where))
-            elif kind == "PodDisruptionBudget":
-                budgets.append(Budget.from_object(obj))
-            elif kind in DRA_KINDS:
-                draws.append((kind, obj))
-                dra.catalog([(kind, obj)])  # read now, so that an error names this document
-            elif kind == "Namespace":
-                namespaces[string(mapping(obj, "metadata", required=True), "name", "metadata")] = PARSERS[kind](obj)
-            elif kind in PARSERS:
-                parsed[kind].append(PARSERS[kind](obj))
-            elif kind != "Pod":
-                meta = mapping(obj, "metadata", required=True)
-                mapping(obj, "spec")  # a spec that is not a mapping is refused, naming the field
-                key = (string(meta, "namespace", "metadata", default="default"), string(meta, "name", "metadata", required=True))
-                if kind == "Job":
-                    parallelism[key] = job_parallelism(obj)
-                found = wl.workload(kind, obj)
-                if found is not None:
-                    workloads[found.key] = found
-            else:
-                pod = PodInfo.from_object(obj)
-                if pod.key in origin:
-                    raise InputError(f"{where} (Pod {pod.key}): duplicate of {origin[pod.key][0]}")
-                origin[pod.key] = (where, obj)
-                pods.append(pod)
-        except ObjectError as e:
-            raise InputError(f"{where} ({_describe(obj, kind)}): {e}") from None
-    catalog = VolumeCatalog(*(parsed[kind] for kind in VOLUME_KINDS)) if any(parsed.values()) else None
-    devices = dra.catalog(draws)
-    nodes, pods = dra.apply(nodes, pods, devices, config.all_levels if config is not None else ())
-    workloads = {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, devices)) for k, w in workloads.items()}
-    known = wl.Workloads(workloads)
-    snapshot = Snapshot(nodes, pods, levels, groups, _absent_groups(pods, groups, absent_group), budgets=budgets,
-                        namespaces=namespaces, volumes=catalog,
-                        spread_defaults=spread_defaults(config) if config is not None else (),
-                        reservations=known.reservations())
+def build(objects: Iterable[Located], levels: TopologyLevels, config: Config | None = None,
+          absent_group: str | None = None) -> Built:
+    """Parse every object (passing over :data:`SKIPPED_KINDS`) with the parser the tests
+    and benchmarks use (:func:`~reconciler.engine.ledger.parts.read_parts`) and build the
+    snapshot with the builder the reconciler's cache calls
+    (:func:`~reconciler.engine.ledger.builder.build_snapshot`), so it is the snapshot the
+    reconciler would decide on: DRA counted, ``config``'s spread defaults, the volume catalog
+    (None, the volume filters skipped, when the objects hold no claim, volume or CSINode),
+    namespaces' labels, the workloads' reservations. ``absent_group``: why a
+    SharedDeviceGroup a pod joins is missing from a snapshot (:data:`NOT_IN_SNAPSHOT`; None
+    on a live cluster). Raises :class:`InputError` naming the document and field."""
+    try:
+        read = read_parts(((w, k, o) for w, k, o in objects if k not in SKIPPED_KINDS), config, levels,
+                          absent_group=absent_group)
+    except BadObject as e:
+        raise InputError(str(e)) from None
+    snapshot = build_snapshot(read.parts)
     notes = [f"note: {c}" for c in snapshot.devices.conflicts]
-    return Built(snapshot, origin, parallelism, notes, known)
-
-
-def _absent_groups(pods: Sequence[PodInfo], groups: Sequence[DeviceGroup], why: str | None) -> dict[str, str]:
-    """``why`` for every SharedDeviceGroup a pod joins that ``groups`` lacks (none for None)."""
-    named = {g.name for g in groups}
-    return {p.device_group: why for p in pods if p.device_group and p.device_group not in named} if why else {}
+    return Built(snapshot, read.parallelism, notes, read.parts.workloads)
 
 
 # --- deciding ----------------------------------------------------------------------------

@@ -46,6 +46,7 @@ LONGEST_FIRST = (
     "test_admission_e2e.py",     # 45
     "test_hostile_pods.py",      # 45: a cluster of its own, the reconciler restarted twice
     "test_chart_e2e.py",         # 35
+    "test_simulator_matches_reconciler.py",  # 35: a cluster of its own, a gang in every state
     "test_device_groups.py",     # 25: a cluster of its own
 )
 

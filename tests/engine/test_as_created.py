@@ -25,7 +25,7 @@ from tests.support.as_created import (
     gangs_of,
     job_object,
     member_pod,
-    reservations,
+    snapshot_of,
     workloads_of,
 )
 from tests.support.engine_builders import make_node
@@ -47,8 +47,7 @@ def world(job: dict[str, Any], pods: list[dict[str, Any]] = (), count: int = 8,
           extra: list[PodInfo] = ()) -> tuple[Snapshot, Any]:
     """The snapshot (holding the Job's reservation, if any) and the Job's gang."""
     known = workloads_of(job)
-    snapshot = Snapshot(nodes(count), [*(PodInfo.from_object(p) for p in pods), *extra], TopologyLevels.default(),
-                        reservations=reservations(known))
+    snapshot = snapshot_of(nodes(count), [*(PodInfo.from_object(p) for p in pods), *extra], known)
     return snapshot, gangs_of(snapshot, known, CONFIG)[KEY]
 
 
@@ -160,7 +159,7 @@ def test_a_reserved_node_that_is_gone_rolls_the_reservation_back_at_once():
     job, record = reserved(4)
     known = workloads_of(job)
     kept = [n for n in nodes() if n.name != record.nodes[3]]
-    snapshot = Snapshot(kept, [], TopologyLevels.default(), reservations=reservations(known))
+    snapshot = snapshot_of(kept, [], known)
     gang = gangs_of(snapshot, known, CONFIG)[KEY]
 
     decision = decide(gang, snapshot, NOW + 1)

@@ -14,11 +14,9 @@ from reconciler.engine.decision.actions import Release
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import dra
-from reconciler.engine.model.nodes import NodeInfo
-from reconciler.engine.model.pods import PodInfo
 from tests.support import dra_builders as b
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
@@ -39,10 +37,7 @@ def member(i: int, size: int, template: str = "eight", name: str = "train") -> d
 
 def decided(node_objs: list[dict[str, Any]], pods: list[dict[str, Any]], dra_objs: list[dict[str, Any]],
             key: str = "team-a/train") -> tuple[Any, Any, Snapshot]:
-    catalog = dra.catalog((o["kind"], o) for o in dra_objs)
-    infos, members = dra.apply([NodeInfo.from_object(n) for n in node_objs], [PodInfo.from_object(p) for p in pods],
-                               catalog)
-    snapshot = Snapshot(infos, members, TopologyLevels.from_config(CONFIG))
+    snapshot = snapshot_of_objects(node_objs, pods, objects=dra_objs, config=CONFIG)
     gang = build_gang(key, [p for p in snapshot.pods.values() if p.key.startswith(key + "-")], CONFIG, {})
     return gang, decide(gang, snapshot, NOW), snapshot
 
@@ -190,13 +185,13 @@ def test_a_device_attribute_all_of_a_nodes_devices_share_is_a_topology_level():
         for device in s["spec"]["devices"]:
             device["attributes"]["nvlinkDomain"] = {"string": "rack-a" if i <= 2 else "rack-b"}
         slices.append(s)
-    catalog = dra.catalog((o["kind"], o) for o in [b.device_class(), b.claim_template("eight", 8), *slices])
-    pods = [PodInfo.from_object(b.with_claim(make_pod(f"train-{i}").gang("train", 2).index(i).annotate(
-        "troupe.io/topology-required-level", level).gated().build(), template="eight")) for i in range(2)]
-    infos, members = dra.apply([NodeInfo.from_object(n) for n in node_objs], pods, catalog, config.all_levels)
-    assert [n.labels[level] for n in infos] == ["rack-a", "rack-a", "rack-b", "rack-b"]
-    snapshot = Snapshot(infos, members, TopologyLevels.from_config(config))
+    pods = [b.with_claim(make_pod(f"train-{i}").gang("train", 2).index(i).annotate(
+        "troupe.io/topology-required-level", level).gated().build(), template="eight") for i in range(2)]
+    snapshot = snapshot_of_objects(node_objs, pods, objects=[b.device_class(), b.claim_template("eight", 8), *slices],
+                                   config=config)
+    assert [n.labels[level] for n in snapshot.nodes] == ["rack-a", "rack-a", "rack-b", "rack-b"]
     gang = build_gang("team-a/train", list(snapshot.pods.values()), config, {})
     release = decide(gang, snapshot, NOW).find(Release)
     assert release is not None
-    assert len({infos[int(m.node[1:]) - 1].labels[level] for m in release.members}) == 1, "inside one NVLink domain"
+    assert len({snapshot.nodes[snapshot.index[m.node]].labels[level] for m in release.members}) == 1, \
+        "inside one NVLink domain"

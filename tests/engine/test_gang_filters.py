@@ -12,9 +12,9 @@ import pytest
 from reconciler.engine.filters import nodename
 from reconciler.engine.filters.gang import GangFilters
 from reconciler.engine.filters.unmodeled import unmodeled
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.model.podterms import SpreadConstraint
 from reconciler.engine.placement.place import PlacementResult, place_gang
 from tests.support.engine_builders import (
     claim_object,
@@ -25,6 +25,7 @@ from tests.support.engine_builders import (
     snapshot_with,
     volume_object,
 )
+from troupe.config import Config, SpreadDefault
 
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
@@ -190,7 +191,7 @@ CASES: list[tuple[str, list[Any], list[Any], list[PodInfo], dict[str, Any], Any]
      lambda s, r: r.placed and zones_of(s, r) == ["a", "a"]),
     ("the cluster's default constraints apply to a JobSet's pods",
      zoned("a", "b"), [], members(2, gpu=2, build=lambda b: b.label("jobset.sigs.k8s.io/jobset-name", "js")),
-     {"spread_defaults": [SpreadConstraint(ZONE, 1, None)]},
+     {"config": Config(topology_spread_default_constraints=(SpreadDefault(ZONE, 1),))},
      lambda s, r: r.placed and sorted(zones_of(s, r)) == ["a", "b"]),
     # NodePorts.
     ("a host port in use on half the nodes: the other half",
@@ -304,6 +305,6 @@ def test_what_is_not_modeled_is_named() -> None:
 def test_volumes_that_were_not_read_are_not_filtered() -> None:
     """A snapshot without the volume objects (the simulator's) skips the volume filters,
     rather than refusing every pod with a claim as if the claim did not exist."""
-    snapshot = Snapshot.from_objects([make_node("n0").allocatable(gpu=8).build()], [])
+    snapshot = snapshot_of_objects([make_node("n0").allocatable(gpu=8).build()], [])
     assert snapshot.volumes is None
     assert place_gang(snapshot, members(1, build=lambda b: b.claim("data"))).placed

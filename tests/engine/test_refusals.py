@@ -13,7 +13,7 @@ from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.gangs.refusals import MAX_AVOIDED_NODES, REFUSAL_GRACE_SECONDS, Refusal
-from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from tests.support.controller_harness import four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_pod
 from troupe import contract
@@ -45,7 +45,7 @@ def released(i: int, node: str, bound: bool = False, scheduled: tuple[str, str, 
 
 
 def decided(pods: list[dict], now: float = NOW + 10, **gang_fields):
-    snapshot = Snapshot.from_objects(four_nodes(), pods)
+    snapshot = snapshot_of_objects(four_nodes(), pods)
     gang = build_gang("team-a/train", list(snapshot.pods.values()), CONFIG, {})
     return gang, decide(replace(gang, **gang_fields), snapshot, now)
 

@@ -3,7 +3,7 @@
 
 import pytest
 
-from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.records import Plan
@@ -181,38 +181,38 @@ def test_filter_results_are_cached_per_filter():
 
 BAD_OBJECTS = [
     ("a node without allocatable", [{"metadata": {"name": "n1"}, "status": {}}], [],
-     "nodes[0].status.allocatable: missing field"),
+     "nodes[0] (Node n1): status.allocatable: missing field"),
     ("a node without a name", [{"metadata": {}, "status": {"allocatable": {}}}], [],
-     "nodes[0].metadata.name: missing field"),
+     "nodes[0] (Node): metadata.name: missing field"),
     ("a pod without containers", [], [{"metadata": {"name": "p"}, "spec": {}}],
-     "pods[0].spec.containers: missing field"),
+     "pods[0] (Pod p): spec.containers: missing field"),
     ("a pod with a bad quantity", [], [make_pod("p").requests(cpu="fast").build()],
-     "pods[0].spec.containers[0].resources.requests.cpu: invalid quantity 'fast'"),
+     "pods[0] (Pod default/p): spec.containers[0].resources.requests.cpu: invalid quantity 'fast'"),
     ("a pod with a gate without a name", [], [make_pod("p").build() | {"spec": {"containers": [], "schedulingGates": [{}]}}],
-     "pods[0].spec.schedulingGates[0].name: missing field"),
+     "pods[0] (Pod default/p): spec.schedulingGates[0].name: missing field"),
     ("a pod whose gates are not a list", [], [make_pod("p").build() | {"spec": {"containers": [], "schedulingGates": 5}}],
-     "pods[0].spec.schedulingGates: expected a list, got int"),
+     "pods[0] (Pod default/p): spec.schedulingGates: expected a list, got int"),
 ]
 
 
 @pytest.mark.parametrize(("case", "nodes", "pods", "want"), BAD_OBJECTS, ids=[c[0] for c in BAD_OBJECTS])
 def test_a_malformed_object_is_refused_naming_its_place_and_field(case, nodes, pods, want):
     with pytest.raises(ObjectError) as err:
-        Snapshot.from_objects(nodes, pods, TopologyLevels.default())
+        snapshot_of_objects(nodes, pods, TopologyLevels.default())
     assert str(err.value) == want
 
 
 def test_duplicate_nodes_are_refused():
-    with pytest.raises(ValueError, match="duplicate node 'n1'"):
+    with pytest.raises(ObjectError, match=r"nodes\[1\] \(Node n1\): duplicate of nodes\[0\]"):
         snapshot_of([make_node("n1"), make_node("n1")])
 
 
 def test_a_long_running_caller_can_skip_malformed_objects_and_hear_about_them():
     skipped: list[str] = []
     nodes = [{"metadata": {"name": "registering"}, "status": {}}, make_node("n1").build()]
-    snapshot = Snapshot.from_objects(nodes, [make_pod("p").on("n1").build()], skipped=skipped)
+    snapshot = snapshot_of_objects(nodes, [make_pod("p").on("n1").build()], skipped=skipped)
     assert [n.name for n in snapshot.nodes] == ["n1"]
-    assert skipped == ["nodes[0].status.allocatable: missing field"]
+    assert skipped == ["nodes[0] (Node registering): status.allocatable: missing field"]
 
 
 def test_a_release_assumed_in_place_of_a_nomination_is_undone_back_to_the_nomination():
@@ -235,7 +235,7 @@ def test_a_release_assumed_in_place_of_a_nomination_is_undone_back_to_the_nomina
 
     nomination = Nomination("2027-01-15T08:00:00.000+00:00", {"uid-pre-0": "n1"})
     pre = pod_("pre-0").gang("pre", 1).gpus(4).gated().annotate(c.NOMINATION, nomination.encode()).build()
-    snap = Snapshot.from_objects([node(f"n{i}").topology("b", "s", f"h{i}").gpus(4).build() for i in (1, 2)], [pre])
+    snap = snapshot_of_objects([node(f"n{i}").topology("b", "s", f"h{i}").gpus(4).build() for i in (1, 2)], [pre])
     assert snap.using("team-a/pre-0") == "n1", "the nomination holds n1"
     elsewhere = Result([At("team-a/pre-0", "n2", {"nvidia.com/gpu": 4})])
     with snap.assumed(elsewhere):

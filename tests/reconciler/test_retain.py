@@ -10,14 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.engine.gangs.gang import job_parallelism
 from reconciler.engine.model.budgets import Budget
 from reconciler.engine.model.devices import DeviceGroup
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.templates import slots
-from reconciler.engine.model.workloads import workload
+from reconciler.engine.model.workloads import job_parallelism, workload
 from reconciler.objects.retain import BUDGET, DEVICE_GROUP, JOB, NODE, POD, Retained, retain
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from reconciler.engine.gangs.gang import Gang, build_gang, group_by_gang, planned_gangs
+from reconciler.engine.ledger.builder import build_snapshot
+from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model import workloads as wl
-from reconciler.engine.model.reservations import Record, Reservation
+from reconciler.engine.model.nodes import NodeInfo
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.reservations import Record
 from troupe import contract
 from troupe.config import Config
 
@@ -73,10 +78,10 @@ def workloads_of(*jobs: dict[str, Any]) -> wl.Workloads:
     return wl.Workloads(wl.workloads_of("Job", jobs))
 
 
-def reservations(workloads: wl.Workloads) -> list[Reservation]:
-    """The reservations the workloads carry, as the cache gives them to a snapshot."""
-    return [Reservation(w.namespace, w.key, w.record, w.slots) for w in workloads.objects.values()
-            if w.record is not None and w.active and w.slots]
+def snapshot_of(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], workloads: wl.Workloads) -> Snapshot:
+    """The snapshot of parsed ``nodes`` and ``pods`` holding the reservations ``workloads``
+    carry, made by the reconciler's builder (:func:`~reconciler.engine.ledger.builder.build_snapshot`)."""
+    return build_snapshot(SnapshotParts(nodes, pods, workloads=workloads))
 
 
 def gangs_of(snapshot: Snapshot, workloads: wl.Workloads, config: Config) -> dict[str, Gang]:

@@ -7,13 +7,18 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from reconciler.engine.ledger.builder import build_snapshot, snapshot_of_objects
+from reconciler.engine.ledger.parts import located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.volumes import VolumeCatalog
+from troupe.config import Config
 from troupe.contract import GATE
 
 GPU = "nvidia.com/gpu"
@@ -338,12 +343,17 @@ def snapshot_of(
     levels: TopologyLevels | None = None,
     groups: Iterable[GroupBuilder | Mapping[str, Any]] = (),
     budgets: Iterable[Mapping[str, Any]] = (),
+    objects: Iterable[Mapping[str, Any]] = (),
+    config: Config | None = None,
 ) -> Snapshot:
+    """The snapshot the reconciler would build of these objects (builders or plain
+    objects; ``objects``: any other kind, read by its ``kind`` field), through the one
+    parser and builder (:func:`~reconciler.engine.ledger.builder.snapshot_of_objects`)."""
     def obj(x: NodeBuilder | PodBuilder | GroupBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
         return x.build() if isinstance(x, NodeBuilder | PodBuilder | GroupBuilder) else x
 
-    return Snapshot.from_objects([obj(n) for n in nodes], [obj(p) for p in pods], levels,
-                                 groups=[obj(g) for g in groups], budgets=list(budgets))
+    return snapshot_of_objects([obj(n) for n in nodes], [obj(p) for p in pods], levels,
+                               groups=[obj(g) for g in groups], budgets=list(budgets), objects=objects, config=config)
 
 
 def budget(name: str, allowed: int | None, match_labels: Mapping[str, str] | None = None,
@@ -393,20 +403,20 @@ def snapshot_with(
     claims: Iterable[Mapping[str, Any]] = (),
     volumes: Iterable[Mapping[str, Any]] = (),
     csinodes: Iterable[Mapping[str, Any]] = (),
-    spread_defaults: Sequence[Any] = (),
+    config: Config | None = None,
 ) -> Snapshot:
     """A snapshot (GKE levels) that also knows namespaces' labels, PersistentVolumeClaims,
-    PersistentVolumes, CSINodes and default spread constraints."""
-    from reconciler.engine.model.volumes import ClaimInfo, CSINodeInfo, VolumeCatalog, VolumeInfo
-
+    PersistentVolumes and CSINodes (a volume catalog, empty when none is given: the
+    reconciler's, which reads them all) and ``config``'s default spread constraints,
+    through the one builder (:func:`~reconciler.engine.ledger.builder.build_snapshot`)."""
     def obj(x: NodeBuilder | PodBuilder | Mapping[str, Any]) -> Mapping[str, Any]:
         return x.build() if isinstance(x, NodeBuilder | PodBuilder) else x
 
-    catalog = VolumeCatalog([ClaimInfo.from_object(c) for c in claims], [VolumeInfo.from_object(v) for v in volumes],
-                            [CSINodeInfo.from_object(c) for c in csinodes])
-    return Snapshot([NodeInfo.from_object(obj(n)) for n in nodes], [PodInfo.from_object(obj(p)) for p in pods],
-                    TopologyLevels.default(), namespaces=namespaces, volumes=catalog,
-                    spread_defaults=spread_defaults)
+    listed = [*located("nodes", "Node", map(obj, nodes)), *located("pods", "Pod", map(obj, pods)),
+              *located("claims", "PersistentVolumeClaim", claims), *located("volumes", "PersistentVolume", volumes),
+              *located("csinodes", "CSINode", csinodes)]
+    parts = read_parts(listed, config).parts
+    return build_snapshot(dataclasses.replace(parts, volumes=parts.volumes or VolumeCatalog(), namespaces=namespaces or {}))
 
 
 def claim_object(name: str, volume: str = "", modes: Sequence[str] = ("ReadWriteOnce",),

@@ -17,17 +17,17 @@ from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.engine.gangs.gang import Gang, build_gang, gang_key
+from reconciler.engine.ledger.builder import build_snapshot, counts_devices
 from reconciler.engine.ledger.nodetable import NodeTable
+from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
-from reconciler.engine.model import dra
 from reconciler.engine.model.devices import DeviceGroup
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo, unreadable_pod
 from reconciler.engine.model.workloads import Workload
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
-from reconciler.objects.volumes import spread_defaults
 from troupe import contract
 from troupe.config import Config
 
@@ -472,30 +472,30 @@ class ClusterCache:
 
     # --- snapshots -------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """A snapshot of every parsed node and pod, for plans. Built again only when the
-        cache changed since the last one; callers must not change it (decisions do not)."""
+        """A snapshot of every parsed node and pod, for plans, made by the one builder
+        (:func:`~reconciler.engine.ledger.builder.build_snapshot`) of what the indexes hold.
+        Built again only when the cache changed since the last one, on the node table of
+        the last one while the nodes are the same and DRA changes none of them; callers
+        must not change it (decisions do not)."""
         budget_version, budgets = self.budgets.values()
         jobs_version, _, workloads = self.workloads.view()
         dra_version, devices = self.dra.view()
+        volumes_version, catalog, namespaces = self.volumes.view()
         with self._lock:
-            version = (self.version, budget_version, self.volumes.version, jobs_version, dra_version)
+            version = (self.version, budget_version, volumes_version, jobs_version, dra_version)
             node_version = self._node_version
             if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
             pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
-            counted = bool(devices) and (any(p.claims for p in pods) or bool(dra.level_attributes(devices, self.config.all_levels)))
-            table = self._table[1] if self._table is not None and self._table[0] == node_version and not counted else None
-            nodes = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
+            table = self._table[1] if self._table is not None and self._table[0] == node_version else None
+            nodes = table if table is not None else [e.info for e in self._nodes.values() if e.info is not None]
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
-        if counted:  # nodes offer, and pods ask, DRA devices (docs/decisions/044-dra.md)
-            nodes, pods = dra.apply(nodes, pods, devices, self.config.all_levels)
-        if table is None:
-            table = NodeTable(nodes, self.levels)
-        _, catalog, namespaces = self.volumes.view()
-        snapshot = Snapshot(table, pods, self.levels, groups, errors, budgets, namespaces=namespaces, volumes=catalog,
-                            spread_defaults=spread_defaults(self.config), reservations=workloads.reservations())
+        parts = SnapshotParts(nodes, pods, groups, errors, budgets, catalog, namespaces, devices, workloads,
+                              self.config, self.levels)
+        snapshot = build_snapshot(parts)
         with self._lock:
             self._snapshot = (version, snapshot)
-            self._table = (node_version, table) if not counted else self._table  # offering devices: this one's
+            if not counts_devices(parts):  # offering DRA devices, the table is this snapshot's own
+                self._table = (node_version, snapshot.table)
         return snapshot

@@ -16,9 +16,8 @@ from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.engine.model.fields import string
-from reconciler.engine.model.volumes import VolumeCatalog
+from reconciler.engine.model.volumes import PARSERS, VolumeCatalog
 from reconciler.objects.retain import CLAIM, CSI_NODE, NAMESPACE, VOLUME, Keep, retain
-from reconciler.objects.volumes import PARSERS
 
 Obj = Mapping[str, Any]
 

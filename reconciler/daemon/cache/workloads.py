@@ -9,13 +9,13 @@ keeps them; the cache builds a gang from its pods and :meth:`WorkloadIndex.view`
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.engine.gangs.gang import auto_namespaces, job_parallelism, planned_gangs
+from reconciler.engine.gangs.gang import auto_namespaces, planned_gangs
+from reconciler.engine.ledger.parts import count_slots
 from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
@@ -72,10 +72,8 @@ class WorkloadIndex:
         catalog = self.devices()[1] if self.devices is not None else None
         with self._lock:
             if self._view is None or self._view[0] != self.version:
-                workloads = dict(self._workloads)
-                if catalog:  # their slots ask for DRA devices as their pods will
-                    workloads = {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, catalog))
-                                 for k, w in workloads.items()}
+                # Their slots ask for DRA devices as their pods will, counted as read_parts counts them.
+                workloads = count_slots(self._workloads, catalog) if catalog is not None else dict(self._workloads)
                 self._view = (version, dict(self._parallelism), wl.Workloads(workloads, dict(self._unavailable)))
             return self._view
 
@@ -100,7 +98,7 @@ class WorkloadIndex:
         :class:`~reconciler.engine.model.workloads.Workload` are kept)."""
         items = list(items)
         with self._lock:
-            self._parallelism = {namespace_and_name(j): job_parallelism(j) for j in items}
+            self._parallelism = {namespace_and_name(j): wl.job_parallelism(j) for j in items}
             self.version += 1
         self.replace_workloads(wl.JOB.kind, items)
 
@@ -112,7 +110,7 @@ class WorkloadIndex:
             if kind == "DELETED":
                 self._parallelism.pop(key, None)
             else:
-                self._parallelism[key] = job_parallelism(job)
+                self._parallelism[key] = wl.job_parallelism(job)
             if self._parallelism.get(key) != before:
                 self.version += 1
         self.workload_event(wl.JOB.kind, kind, job)

@@ -191,14 +191,6 @@ def member_keys(pod: PodInfo, config: Config) -> MemberKeys:
     return _parse_keys(tuple(sorted(pod.gang_annotations.items())), pod.namespace, config)
 
 
-def job_parallelism(job: Mapping[str, object]) -> int:
-    """The ``spec.parallelism`` of a batch/v1 Job object, the size of an auto-gang it owns:
-    1 when absent or not a positive int32 (the Job API's default and type)."""
-    spec = job.get("spec")
-    value = spec.get("parallelism") if isinstance(spec, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31 - 1 else 1
-
-
 def gang_key(pod: PodInfo, config: Config) -> str | None:
     """The key of the gang ``pod`` belongs to (module docstring), or None when Troupe
     does not manage the pod."""

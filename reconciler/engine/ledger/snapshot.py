@@ -1,7 +1,9 @@
 """The cluster snapshot the placement engine plans on: nodes, pods, free capacity.
 
-Built from the nodes and pods of :mod:`reconciler.engine.model.pods` (:meth:`Snapshot.from_objects` parses
-plain Kubernetes objects), whose plan and nomination records (:mod:`reconciler.engine.model.records`) it indexes.
+Built from the nodes and pods of :mod:`reconciler.engine.model.pods` by the one snapshot builder,
+:func:`reconciler.engine.ledger.builder.build_snapshot` (which also parses plain Kubernetes objects,
+:func:`~reconciler.engine.ledger.builder.snapshot_of_objects`); it indexes their plan and nomination
+records (:mod:`reconciler.engine.model.records`).
 It is the capacity ledger, in two parts:
 
 - immutable, built once: the nodes in topology order, their paths, the
@@ -43,7 +45,6 @@ from reconciler.engine.ledger.recordindex import nomination_record, plan_record,
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.budgets import Budget
 from reconciler.engine.model.devices import DeviceGroup, DeviceInventory, Holding
-from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
@@ -191,47 +192,6 @@ class Snapshot:
     def _hold(self, holding: Holding) -> None:
         self._take(self._holding_key(holding.group), self.index[holding.node],
                    {resource: len(ids) for resource, ids in holding.devices.items()})
-
-    @classmethod
-    def from_objects(
-        cls,
-        nodes: Sequence[Mapping[str, Any]],
-        pods: Sequence[Mapping[str, Any]],
-        levels: TopologyLevels | None = None,
-        *,
-        groups: Sequence[Mapping[str, Any]] = (),
-        budgets: Sequence[Mapping[str, Any]] = (),
-        skipped: list[str] | None = None,
-    ) -> Snapshot:
-        """A snapshot of Node, Pod, SharedDeviceGroup and PodDisruptionBudget objects
-        (levels default to GKE's).
-
-        Raises :class:`ObjectError` whose field starts with the object's place
-        (``nodes[2].status.allocatable: missing field``). Given a ``skipped`` list, a
-        malformed object is left out instead and its error appended there: what a
-        long-running caller wants, so that one odd node (say, one still registering,
-        without ``status.allocatable``) does not stop every plan.
-        """
-
-        def parse(kind: str, objs: Sequence[Mapping[str, Any]], one: Callable[[Mapping[str, Any]], T]) -> list[T]:
-            out = []
-            for index, obj in enumerate(objs):
-                try:
-                    out.append(one(obj))
-                except ObjectError as bad:
-                    error = ObjectError(f"{kind}[{index}].{bad.field}", bad.why)
-                    if skipped is None:
-                        raise error from None
-                    skipped.append(str(error))
-            return out
-
-        return cls(
-            parse("nodes", nodes, NodeInfo.from_object),
-            parse("pods", pods, PodInfo.from_object),
-            levels or TopologyLevels.default(),
-            parse("groups", groups, DeviceGroup.from_object),
-            budgets=parse("budgets", budgets, Budget.from_object),
-        )
 
     # --- who uses what -------------------------------------------------------------------
     def node_of(self, pod: PodInfo) -> int | None:

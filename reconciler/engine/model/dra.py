@@ -56,6 +56,8 @@ from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.quantity import QuantityError, parse_quantity
 
+#: The DRA kinds read (``resource.k8s.io/v1``), as ``kind`` names them.
+KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
 #: The prefix of the resources DRA requests are counted as.
 DEVICES = "devices/"
 #: The prefix of the resource that holds a pod to the node its allocated claim is on.

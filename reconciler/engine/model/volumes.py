@@ -12,7 +12,7 @@ whether a volume can be provisioned or matched for a node is the provisioner's a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,3 +135,22 @@ class VolumeCatalog:
         return {(namespace, name) for name in claims
                 if (found := self.claims.get((namespace, name))) is not None
                 and READ_WRITE_ONCE_POD in found.access_modes}
+
+
+def namespace_labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    """A Namespace's ``metadata.labels`` (label -> value; empty when absent): what pod
+    affinity's ``namespaceSelector`` matches. Raises :class:`ObjectError` naming the field
+    when it is malformed."""
+    return string_map(mapping(obj, "metadata", required=True), "labels", "metadata")
+
+
+#: The kinds whose objects make the :class:`VolumeCatalog`, in its constructor's order.
+VOLUME_KINDS = ("PersistentVolumeClaim", "PersistentVolume", "CSINode")
+#: Per kind (as ``kind`` names it in an object): the parser of one object, shared by the
+#: reconciler's cache and the parser of object lists (:mod:`reconciler.engine.ledger.parts`).
+PARSERS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
+    "PersistentVolumeClaim": ClaimInfo.from_object,
+    "PersistentVolume": VolumeInfo.from_object,
+    "CSINode": CSINodeInfo.from_object,
+    "Namespace": namespace_labels,
+}

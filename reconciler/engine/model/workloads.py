@@ -157,6 +157,14 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def job_parallelism(job: Mapping[str, Any]) -> int:
+    """The ``spec.parallelism`` of a batch/v1 Job object, the size of an auto-gang it owns:
+    1 when absent or not a positive int32 (the Job API's default and type)."""
+    spec = job.get("spec")
+    value = spec.get("parallelism") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31 - 1 else 1
+
+
 def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Workload | None:
     """The :class:`Workload` of an object of a supported ``kind`` (a plain dict in the API
     shape), or None for an unsupported kind or an object without a name. Never raises:

@@ -1,0 +1,86 @@
+"""The one snapshot builder: :func:`build_snapshot` makes the engine's
+:class:`~reconciler.engine.ledger.snapshot.Snapshot` of :class:`~reconciler.engine.ledger.parts.SnapshotParts`.
+
+The reconciler's cache, the simulator, ``kubectl troupe``, the tests and the benchmarks all
+call it, so what the simulator decides is what the reconciler decides on the same objects
+(docs/decisions/047-one-snapshot-builder.md). Everything a snapshot is made of besides the
+parsed objects themselves is done here, once:
+
+- DRA counted as units (:func:`reconciler.engine.model.dra.apply`, decision 044): nodes offer
+  their devices, pods ask for their claims, device attributes become topology labels, when
+  the catalog holds any DRA object (a cluster that serves none counts no claim);
+- the configuration's default spread constraints (:func:`spread_defaults`);
+- the reservations of gangs released as created, from their workloads (decision 034);
+- SharedDeviceGroups and PodDisruptionBudgets in name order, the volume catalog and the
+  namespaces' labels.
+
+:func:`snapshot_of_objects` is the same for lists of plain objects (parsed by
+:func:`~reconciler.engine.ledger.parts.read_parts`), what tests and benchmarks build on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from reconciler.engine.ledger.nodetable import NodeTable
+from reconciler.engine.ledger.parts import SnapshotParts, located, read_parts
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model import dra
+from reconciler.engine.model.podterms import DO_NOT_SCHEDULE, SpreadConstraint
+from troupe.config import Config
+
+
+def spread_defaults(config: Config) -> tuple[SpreadConstraint, ...]:
+    """The configured ``topologySpreadDefaultConstraints`` that filter (``DoNotSchedule``),
+    as the engine's constraints without a selector (the engine gives each pod its own,
+    :func:`reconciler.engine.filters.podtopologyspread.default_constraints`). Source: kube-scheduler's
+    PodTopologySpread plugin, ``defaultConstraints``."""
+    return tuple(SpreadConstraint(c.topology_key, c.max_skew, None, c.min_domains, c.node_affinity_policy == "Honor",
+                                  c.node_taints_policy == "Honor")
+                 for c in config.topology_spread_default_constraints if c.when_unsatisfiable == DO_NOT_SCHEDULE)
+
+
+def counts_devices(parts: SnapshotParts) -> bool:
+    """Whether DRA changes the nodes or pods of ``parts``: the catalog holds some DRA object
+    and some pod has a claim or some configured level is a device attribute. When it does
+    not, a snapshot's node table depends on the nodes alone (a cache may keep it)."""
+    devices = parts.devices
+    return bool(devices) and (any(p.claims for p in parts.pods)
+                              or bool(dra.level_attributes(devices, parts.config.all_levels)))
+
+
+def build_snapshot(parts: SnapshotParts) -> Snapshot:
+    """The snapshot of ``parts`` (module docstring). A prebuilt :class:`NodeTable` in
+    ``parts.nodes`` is used as it is unless DRA changes the nodes (:func:`counts_devices`),
+    which then get a table of their own. Raises ``ValueError`` on two nodes or two pods of
+    one name."""
+    nodes, pods, config = parts.nodes, parts.pods, parts.config
+    if counts_devices(parts):  # nodes offer, and pods ask, DRA devices (docs/decisions/044-dra.md)
+        plain = nodes.nodes if isinstance(nodes, NodeTable) else nodes
+        nodes, pods = dra.apply(plain, pods, parts.devices, config.all_levels)
+    return Snapshot(nodes, pods, parts.topology, sorted(parts.groups, key=lambda g: g.name), parts.group_errors,
+                    sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,
+                    volumes=parts.volumes, spread_defaults=spread_defaults(config),
+                    reservations=parts.workloads.reservations())
+
+
+def snapshot_of_objects(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]] = (),
+                        levels: TopologyLevels | None = None, *, groups: Iterable[Mapping[str, Any]] = (),
+                        budgets: Iterable[Mapping[str, Any]] = (), objects: Iterable[Mapping[str, Any]] = (),
+                        config: Config | None = None, skipped: list[str] | None = None) -> Snapshot:
+    """The snapshot of plain objects (:func:`read_parts` then :func:`build_snapshot`):
+    Node, Pod, SharedDeviceGroup and PodDisruptionBudget objects in lists of their own
+    (named ``nodes[2]`` ... in messages), and ``objects`` of any kind
+    :func:`~reconciler.engine.ledger.parts.read_parts` reads, each read as its ``kind`` field
+    says (PersistentVolumeClaims, Namespaces, Jobs, the DRA kinds...). ``config`` and
+    ``levels`` default to the built-in configuration and its (GKE's) levels.
+
+    Raises :class:`~reconciler.engine.ledger.parts.BadObject` naming the object and the field
+    (``nodes[2] (Node n3): status.allocatable: missing field``); given a ``skipped`` list, a
+    malformed object is left out instead and its message appended there."""
+    listed = [*located("nodes", "Node", nodes), *located("pods", "Pod", pods),
+              *located("groups", "SharedDeviceGroup", groups), *located("budgets", "PodDisruptionBudget", budgets),
+              *[(f"objects[{i}]", str(obj.get("kind", "")), obj) for i, obj in enumerate(objects)]]
+    return build_snapshot(read_parts(listed, config, levels, skipped=skipped).parts)
