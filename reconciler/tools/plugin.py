@@ -41,9 +41,9 @@ from typing import Any
 import yaml
 
 import troupe
-from reconciler.engine.gangs.gang import gang_key
 from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.membership import gang_key
 from reconciler.objects import kinds
 from reconciler.objects.snapshot_io import (
     InputError,

@@ -28,13 +28,14 @@ from typing import Any
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.avoidance import Avoidance
-from reconciler.engine.gangs.gang import Gang, all_gangs, build_gang, gang_key, group_by_gang
+from reconciler.engine.gangs.gang import Gang, all_gangs, build_gang
 from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.gangs.refusals import is_refused
 from reconciler.engine.ledger.occupancy import DomainUsage, occupancy
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.membership import gang_key, group_by_gang
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.podterms import LabelSelector
 from reconciler.engine.model.selectors import Requirement

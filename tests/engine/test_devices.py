@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from reconciler.engine.decision.actions import Release
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.decision.seen import Decision
-from reconciler.engine.gangs.gang import build_gang, group_by_gang
+from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.devices import (
@@ -30,6 +30,7 @@ from reconciler.engine.model.devices import (
     pick_ids,
 )
 from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.allocation import group_candidates, group_view
 from tests.support.engine_builders import GPU, make_group, make_node, make_pod, snapshot_of

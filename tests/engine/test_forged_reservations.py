@@ -12,14 +12,13 @@ from reconciler.engine.decision import actions
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs import lifecycle
-from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, authentic, sign
-from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, reservations
-from tests.support.engine_builders import make_node
+from reconciler.engine.placement.place import place_gang as place
+from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, snapshot_of
+from tests.support.engine_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 
@@ -73,7 +72,7 @@ def decided(record: Record, **kw: object) -> Decision:
     job = carrying(record, "", **kw)
     known = wl.Workloads(wl.workloads_of("Job", [job]))
     pods = [PodInfo.from_object(member_pod(job, i)) for i in range(4)]
-    snapshot = Snapshot(nodes(), pods, TopologyLevels.default(), reservations=reservations(known))
+    snapshot = snapshot_of(nodes(), pods, known)
     gang = gangs_of(snapshot, known, CONFIG)[f"{NAMESPACE}/job:train"]
     return decide(gang, snapshot, NOW)
 
@@ -91,3 +90,22 @@ def test_a_record_across_subblocks_for_a_gang_that_requires_one_is_dropped() -> 
     decision = decided(spread, annotations={contract.TOPOLOGY_REQUIRED_LEVEL: SUBBLOCK})
     assert decision.rule is lifecycle.RESERVATION_DROPPED, decision.reason
     assert f"span 2 domains of {SUBBLOCK}" in decision.reason
+
+
+def test_a_record_on_a_workload_troupe_does_not_plan_holds_nothing_for_anyone() -> None:
+    # A tenant's plain Job (no Troupe key in its template) carrying a record of all 8 nodes,
+    # even one that verifies: only the workloads Troupe plans have reservations.
+    plain = job_object("plain", 4)
+    del plain["spec"]["template"]["metadata"]["annotations"]["troupe.io/gang-size"]  # type: ignore[index]
+    everything = Record("job:plain", RECORD.planned_at, tuple(f"n{i}" for i in range(8)))
+    plain["metadata"]["annotations"][contract.RESERVATION] = everything.encode()  # type: ignore[index]
+    known = wl.Workloads(wl.workloads_of("Job", [plain]))
+    assert known.objects[("Job", NAMESPACE, "plain")].record == everything
+    other = [PodInfo.from_object(make_pod_of_other_team(i)) for i in range(2)]
+    snapshot = snapshot_of(nodes(), other, known)
+    assert snapshot.reservations == {}
+    assert place(snapshot, other).placed, "every node is free for another team's gang"
+
+
+def make_pod_of_other_team(i: int) -> dict[str, object]:
+    return make_pod(f"w-{i}", "team-b").gang("g", 2).requests(gpu=8).gated().build()

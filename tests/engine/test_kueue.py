@@ -11,9 +11,10 @@ import pytest
 
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs import lifecycle
-from reconciler.engine.gangs.gang import build_gang, planned_gangs
+from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.membership import planned_gangs
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, workloads_of

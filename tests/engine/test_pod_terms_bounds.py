@@ -11,7 +11,7 @@ from typing import Any
 
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import build_gang
-from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
 from tests.support.engine_builders import make_node, make_pod
@@ -57,7 +57,7 @@ def test_a_gang_with_a_member_past_the_bound_is_held_and_costs_no_placement() ->
     assert all(len(m.terms.affinity) == MAX_POD_TERMS for m in members if m.terms is not None)
     gang = build_gang("ml/g", members, Config(), {})
     started = time.process_time()
-    decision = decide(gang, Snapshot.from_objects([n.build() for n in nodes(16)], []), NOW)
+    decision = decide(gang, snapshot_of_objects([n.build() for n in nodes(16)], []), NOW)
     assert time.process_time() - started < 0.5
     assert decision.phase.value == "Held"
     assert "13000" in decision.reason and "at most 64 required pod affinity terms" in decision.reason
@@ -70,7 +70,7 @@ def test_a_running_pod_with_thousands_of_anti_affinity_terms_costs_an_unrelated_
     busy = [make_pod(f"busy-{i}", "other").label("app", f"a{i % 50}").requests(cpu="1").build() for i in range(2000)]
     for i, pod in enumerate(busy):
         pod["spec"]["nodeName"], pod["status"]["phase"] = f"n{i % 1024}", "Running"
-    snapshot = Snapshot.from_objects([n.build() for n in nodes(1024)], [hostile, *busy])
+    snapshot = snapshot_of_objects([n.build() for n in nodes(1024)], [hostile, *busy])
     assert len(snapshot.pods["attacker/hostile"].terms.anti_affinity) == MAX_POD_TERMS
     gang = [PodInfo.from_object(make_pod(f"w-{i}", "ml").gang("g", 8).index(i).label("victim-app", "value-3")
                                 .requests(gpu=8).gated().build()) for i in range(8)]

@@ -15,11 +15,12 @@ from __future__ import annotations
 import pytest
 
 from reconciler.engine.decision.decide import decide
-from reconciler.engine.gangs.gang import build_gang, group_by_gang
+from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.model.budgets import Budget, budget_refusal
 from reconciler.engine.model.fields import ObjectError
+from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
 from tests.support.engine_builders import budget, make_node, make_pod, snapshot_of
 from troupe.config import Config

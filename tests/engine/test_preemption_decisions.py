@@ -15,10 +15,11 @@ import pytest
 from reconciler.engine.decision.actions import ClearNominations, Preempt
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.decision.step import queue_effect
-from reconciler.engine.gangs.gang import build_gang, group_by_gang
+from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.records import Nomination
 from tests.support.engine_builders import make_node, make_pod, snapshot_of
 from troupe.config import Config

@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconciler.engine.decision.decide import decide
-from reconciler.engine.gangs.gang import build_gang, gang_key, group_by_gang
+from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.membership import gang_key, group_by_gang
 from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from troupe import contract
 from troupe.config import Config

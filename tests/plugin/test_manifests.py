@@ -12,8 +12,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.gangs.gang import build_gang, group_by_gang
+from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
 from reconciler.tools.manifests import Context, ManifestError, admit, expand
 from troupe.config import Config

@@ -7,11 +7,12 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from reconciler.engine.gangs.gang import Gang, build_gang, group_by_gang, planned_gangs
+from reconciler.engine.gangs.gang import Gang, build_gang
 from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.membership import group_by_gang, planned_gangs
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record

@@ -16,7 +16,7 @@ from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
-from reconciler.engine.gangs.gang import Gang, build_gang, gang_key
+from reconciler.engine.gangs.gang import Gang, build_gang
 from reconciler.engine.ledger.builder import build_snapshot, counts_devices
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.parts import SnapshotParts
@@ -24,6 +24,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.devices import DeviceGroup
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo, unreadable_pod
 from reconciler.engine.model.workloads import Workload

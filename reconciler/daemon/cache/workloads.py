@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
-from reconciler.engine.gangs.gang import auto_namespaces, planned_gangs
 from reconciler.engine.ledger.parts import count_slots
 from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
+from reconciler.engine.model.membership import auto_namespaces, planned_gangs
 from troupe import contract
 from troupe.config import Config
 

@@ -10,7 +10,9 @@ parsed objects themselves is done here, once:
   their devices, pods ask for their claims, device attributes become topology labels, when
   the catalog holds any DRA object (a cluster that serves none counts no claim);
 - the configuration's default spread constraints (:func:`spread_defaults`);
-- the reservations of gangs released as created, from their workloads (decision 034);
+- the reservations of gangs released as created, from their workloads (decision 034): only
+  those of workloads Troupe plans (:func:`~reconciler.engine.model.membership.planned_gangs`;
+  a record on any other workload holds nothing, decision 049);
 - SharedDeviceGroups and PodDisruptionBudgets in name order, the volume catalog and the
   namespaces' labels.
 
@@ -28,6 +30,8 @@ from reconciler.engine.ledger.parts import SnapshotParts, located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import dra
+from reconciler.engine.model.keys import WorkloadKey
+from reconciler.engine.model.membership import auto_namespaces, planned_gangs
 from reconciler.engine.model.podterms import DO_NOT_SCHEDULE, SpreadConstraint
 from troupe.config import Config
 
@@ -63,7 +67,14 @@ def build_snapshot(parts: SnapshotParts) -> Snapshot:
     return Snapshot(nodes, pods, parts.topology, sorted(parts.groups, key=lambda g: g.name), parts.group_errors,
                     sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,
                     volumes=parts.volumes, spread_defaults=spread_defaults(config),
-                    reservations=parts.workloads.reservations())
+                    reservations=parts.workloads.reservations(planned_workloads(parts)))
+
+
+def planned_workloads(parts: SnapshotParts) -> frozenset[WorkloadKey]:
+    """The workloads of ``parts`` whose gangs are released as created (their reservations
+    are the ones a snapshot holds)."""
+    planned = planned_gangs(parts.workloads, parts.config, auto_namespaces(parts.namespaces))
+    return frozenset(w.key for w in planned.values())
 
 
 def snapshot_of_objects(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]] = (),

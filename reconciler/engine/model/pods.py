@@ -180,24 +180,11 @@ class PodInfo:
         labels = string_map(meta, "labels", "metadata")
         node_filter = parse_node_filter(spec)
         namespace = string(meta, "namespace", "metadata", default="default")
-        gates = []
-        raw_gates = spec.get("schedulingGates") or []
-        if not isinstance(raw_gates, list):
-            raise ObjectError("spec.schedulingGates", f"expected a list, got {type(raw_gates).__name__}")
-        for i, gate in enumerate(raw_gates):
-            if not isinstance(gate, Mapping) or not isinstance(gate.get("name"), str):
-                raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
-            gates.append(gate["name"])
+        gates = _gates(spec)
         priority = 0 if spec.get("priority") is None else spec["priority"]
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
-        problems: list[str] = []
-        too_many = pod_terms_error(spec)
-        if too_many:
-            problems.append(too_many)
-        unranked = rank_problem(labels, annotations)
-        if unranked:
-            problems.append(unranked)
+        problems = [problem for problem in (pod_terms_error(spec), rank_problem(labels, annotations)) if problem]
         plan, nomination = _record(annotations, PLAN, Plan, problems), _record(annotations, NOMINATION, Nomination, problems)
         return filled(cls, {
             "namespace": namespace,
@@ -232,6 +219,19 @@ class PodInfo:
             "malformed": "; ".join(problems),
             "claims": _resource_claims(spec, status),
         })
+
+
+def _gates(spec: Mapping[str, Any]) -> list[str]:
+    """The names of ``spec.schedulingGates``; raises :class:`ObjectError` naming a bad one."""
+    gates = []
+    raw_gates = spec.get("schedulingGates") or []
+    if not isinstance(raw_gates, list):
+        raise ObjectError("spec.schedulingGates", f"expected a list, got {type(raw_gates).__name__}")
+    for i, gate in enumerate(raw_gates):
+        if not isinstance(gate, Mapping) or not isinstance(gate.get("name"), str):
+            raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
+        gates.append(gate["name"])
+    return gates
 
 
 def _resource_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:

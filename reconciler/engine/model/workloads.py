@@ -37,7 +37,7 @@ Pure: plain dicts in (workload objects as the API serves them), plain values out
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,11 +130,14 @@ class Workloads:
     objects: Mapping[WorkloadKey, Workload] = field(default_factory=dict)
     unavailable: Mapping[str, str] = field(default_factory=dict)
 
-    def reservations(self) -> list[Reservation]:
+    def reservations(self, planned: Collection[WorkloadKey] | None = None) -> list[Reservation]:
         """The reservations of the workloads that still run pods (what a snapshot holds):
-        one of a finished or suspended workload holds nothing."""
+        one of a finished or suspended workload holds nothing, nor, given ``planned`` (the
+        workloads whose gangs are released as created,
+        :func:`~reconciler.engine.model.membership.planned_gangs`), one of a workload
+        Troupe does not plan (docs/decisions/049-hostile-tenants-third-round.md)."""
         return [Reservation(w.namespace, w.key, w.record, w.slots) for w in self.objects.values()
-                if w.record is not None and w.active and w.slots]
+                if w.record is not None and w.active and w.slots and (planned is None or w.key in planned)]
 
     def missing(self, key: WorkloadKey) -> str:
         """Why ``key`` is not known, for a gang's reason."""

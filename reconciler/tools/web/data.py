@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from reconciler.engine.gangs.gang import group_by_gang
 from reconciler.engine.ledger.occupancy import DomainUsage
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.timestamps import rfc3339
 from reconciler.tools.render import topology_json
 from troupe.config import Config

@@ -1,0 +1,119 @@
+"""Which gang a pod belongs to, and which workloads are released as created: the keys of
+gang membership, read from the objects and the configuration alone (DESIGN.md "Gangs";
+``docs/contract.md``, "Which pods form a gang"), so that the snapshot builder
+(:mod:`reconciler.engine.ledger.builder`) and the gangs room
+(:mod:`reconciler.engine.gangs.gang`) read it alike.
+
+Pure: plain data in (:class:`~reconciler.engine.model.pods.PodInfo`,
+:class:`~reconciler.engine.model.workloads.Workloads`), keys out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from functools import lru_cache
+
+import troupe.contract as contract
+import troupe.kueue as kueue
+from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.pods import PodInfo
+from troupe.config import Config
+
+#: The annotation keys of a prefix, made once (every pod of every snapshot asks).
+_gang_keys = lru_cache(maxsize=16)(contract.GangKeys.for_prefix)
+
+
+def gang_key(pod: PodInfo, config: Config) -> str | None:
+    """The key of the gang ``pod`` belongs to (:mod:`reconciler.engine.gangs.gang`'s docstring), or None when Troupe
+    does not manage the pod."""
+    keys = _gang_keys(config.gang_annotation_prefix)
+    a = pod.gang_annotations
+    if a and (keys.name in a or keys.size in a or keys.timeout in a):
+        if a.get(keys.size) == contract.AUTO_SIZE and keys.name not in a:
+            found = wl.group(pod)
+            return f"{pod.namespace}/{found[0]}" if found else f"{pod.namespace}/pod:{pod.name}"
+        name = a.get(keys.name, "")
+        try:
+            contract.parse_gang_annotations({keys.name: name, keys.size: "1"}, pod.namespace, config)
+        except contract.ContractError:
+            return f"{pod.namespace}/pod:{pod.name}"
+        return f"{pod.namespace}/{name}"
+    if any(g.startswith(contract.GKE_GATE_PREFIX) for g in pod.gates):
+        group = contract.auto_gang_group(pod.labels, pod.owner.uid if pod.owner else None)
+        return f"{pod.namespace}/gke:{group}" if group else f"{pod.namespace}/pod:{pod.name}"
+    if contract.GATE in pod.gates:
+        return f"{pod.namespace}/pod:{pod.name}"
+    return None
+
+
+def group_by_gang(pods: Iterable[PodInfo], config: Config) -> dict[str, list[PodInfo]]:
+    """Every pod Troupe manages, by gang key (:func:`gang_key`)."""
+    out: dict[str, list[PodInfo]] = {}
+    for pod in pods:
+        key = gang_key(pod, config)
+        if key is not None:
+            out.setdefault(key, []).append(pod)
+    return out
+
+
+def planned_gangs(workloads: wl.Workloads, config: Config,
+                  auto_namespaces: frozenset[str] = frozenset()) -> dict[str, wl.Workload]:
+    """Gang key -> the workload it is released as created from
+    (docs/decisions/034-release-as-created.md): every workload whose slots all belong to
+    one Troupe gang that takes all of its members, that releases as created (its
+    template's ``troupe.io/release``, else the workload's, else ``releaseMode``), whose
+    members join no SharedDeviceGroup, and that still runs pods; also any workload that
+    carries a reservation (so a stale one is dropped). A workload another supported
+    workload controls (a JobSet's child Job) makes no gang, nor do two workloads whose
+    slots name one gang. In ``auto_namespaces`` (labelled
+    ``troupe.io/gang-mode: auto``), and for a template that asks with Kueue's topology
+    annotations and is not Kueue's (:func:`kueue_topology_template`), a template without
+    gang keys counts as ``<prefix>-size: auto``, as the webhook stamps its pods."""
+    keys = _gang_keys(config.gang_annotation_prefix)
+    out: dict[str, wl.Workload] = {}
+    claimed: dict[str, int] = {}
+    for w in workloads.objects.values():
+        slots = w.slots
+        if not slots or w.owned:
+            continue
+        first = slots[0]
+        if not any(k in first.gang_annotations for k in keys.all()) and (
+                w.namespace in auto_namespaces or kueue_topology_template(first)):
+            auto = {**first.gang_annotations, keys.size: contract.AUTO_SIZE}
+            slots = tuple(replace(s, gang_annotations=auto) for s in slots)
+            w = replace(w, slots=slots)
+            first = slots[0]
+        key = gang_key(first, config)
+        if key is None or key.partition("/")[2].startswith("pod:") or gang_key(slots[-1], config) != key:
+            continue
+        claimed[key] = claimed.get(key, 0) + 1
+        if w.record is not None:
+            out[key] = w
+            continue
+        try:
+            mode = contract.parse_release_mode(first.gang_annotations, w.release or config.release_mode)
+        except contract.ContractError:
+            mode = contract.WHEN_COMPLETE  # the webhook refuses the pods: nothing to plan
+        if mode != contract.AS_CREATED or not w.active or any(s.device_group for s in slots):
+            continue
+        size = first.gang_annotations.get(keys.size)
+        if size != contract.AUTO_SIZE and size != str(len(slots)):
+            continue  # a named gang of other members too: released when complete
+        out[key] = w
+    return {key: w for key, w in out.items() if claimed[key] == 1}  # a gang of several workloads: when complete
+
+
+def kueue_topology_template(slot: PodInfo) -> bool:
+    """True when a workload's pod template (its first slot) asks for a placement with
+    Kueue's topology annotations, names none of Troupe's topology keys and carries no mark
+    of a workload Kueue admitted: the webhook makes its pods gang members
+    (docs/decisions/039-kueue-annotations.md)."""
+    a = slot.gang_annotations
+    return (kueue.asks(a) and not any(k in a for k in contract.TOPOLOGY_KEYS)
+            and not kueue.managed_by_kueue(a, slot.labels, slot.gates))
+
+
+def auto_namespaces(namespaces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    """The namespaces (name -> labels) labelled ``troupe.io/gang-mode: auto``."""
+    return frozenset(n for n, labels in namespaces.items() if labels.get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO)
