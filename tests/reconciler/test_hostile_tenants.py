@@ -1,0 +1,104 @@
+"""One tenant's objects never change another tenant's decision, nor cost it more than a bound
+(issue "Hardening, third round"; docs/decisions/049-hostile-tenants-third-round.md).
+
+A hypothesis property: whatever the attacker makes in its own namespace (workloads of
+int32 counts and forged reservation records naming every node, planned now or in year
+9999; ResourceClaimTemplates of up to 32 requests whose CEL selectors cost seconds, read
+each device's uuid or do not compile, with pods claiming them; a running pod with
+thousands of anti-affinity terms), fed to the reconciler's cache by the informers' path
+and decided by ``step()`` in queue order beside an ordinary tenant's gang, the ordinary
+gang's decision (its phase, reason and nodes) is the one it gets without the attacker, the
+whole of it stays within a few seconds of CPU, and the cache's and the decisions' memory
+within a bound.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconciler.daemon.cache import ClusterCache
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.decision.step import step
+from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
+from reconciler.engine.model import cel
+from tests.support.hostile_tenants import (
+    device_class_object,
+    hostile_claims,
+    hostile_terms_pod,
+    hostile_workload,
+    uuid_slice,
+)
+from tests.support.reconciler_builders import make_node, make_pod
+from troupe.config import Config
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+VICTIM = "team-b"
+GOOD = [f"good-{i}" for i in range(8)]
+SPARE = "spare-0"
+#: The whole of one example, feeding the cache and deciding every gang, in CPU seconds:
+#: what the issue found took 280 s, 800 s and crash-looped; an ordinary example takes < 1 s.
+CPU_BOUND = 10.0
+#: What the cache and the decisions may allocate at their peak (the findings ran to 600 MiB).
+MEMORY_BOUND = 200 * 1024 * 1024
+
+
+def victim_gang() -> list[dict[str, Any]]:
+    return [make_pod(f"train-{i}", VICTIM).gang("train", 4).index(i).gpus(4).gated().build() for i in range(4)]
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    return [make_node(n).gpus(4).build() for n in GOOD] + [make_node(SPARE).gpus(0).build()]
+
+
+def decide(config: Config, workloads: list[tuple[str, dict[str, Any]]], templates: list[dict[str, Any]],
+           pods: list[dict[str, Any]]) -> tuple[Decision, float, int]:
+    """The victim's decision after the cache is fed everything, the CPU seconds it all took
+    and the peak of memory allocated meanwhile."""
+    cel.forget()  # a cold memo: the attacker's evaluations are all paid for here
+    tracemalloc.start()
+    started = time.process_time()
+    cache = ClusterCache(config)
+    cache.replace_nodes(cache.retain_node(n) for n in cluster_nodes())
+    cache.dra.replace("deviceclasses", [device_class_object()])
+    cache.dra.replace("resourceslices", [uuid_slice(SPARE, 64)])
+    cache.dra.replace("resourceclaims", [])
+    cache.dra.replace("resourceclaimtemplates", templates)
+    cache.replace_jobs([cache.retain_job(obj) for kind, obj in workloads if kind == "Job"])
+    for kind in ("JobSet", "LeaderWorkerSet", "PyTorchJob"):
+        cache.replace_workloads(kind, [obj for k, obj in workloads if k == kind])
+    cache.replace_pods(cache.retain_pod(p) for p in [*victim_gang(), *pods])
+    snapshot, queue, policy = cache.snapshot(), QueueState(config.queueing_strategy), Policy.from_config(config)
+    gangs = sorted((g for key in cache.gang_keys() if (g := cache.gang(key)) is not None),
+                   key=lambda g: queue_order(g.key, g.priority, g.created))
+    decisions = {g.key: step(g, snapshot, NOW, policy, queue).decision for g in gangs}
+    spent = time.process_time() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return decisions[f"{VICTIM}/train"], spent, peak
+
+
+def seen(decision: Decision) -> tuple[object, ...]:
+    return decision.phase, decision.reason, tuple(sorted((m.pod, m.node) for m in decision.release))
+
+
+BASELINE = seen(decide(Config(), [], [], [])[0])
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+@given(data=st.data())
+def test_no_tenant_changes_another_tenants_decision_or_costs_it_more_than_a_bound(data: st.DataObject) -> None:
+    workloads = data.draw(st.lists(hostile_workload(GOOD), max_size=2, unique_by=lambda w: w[0]))
+    templates, claimers = data.draw(hostile_claims(SPARE)) if data.draw(st.booleans()) else ([], [])
+    terms = [data.draw(hostile_terms_pod(SPARE, VICTIM))] if data.draw(st.booleans()) else []
+
+    decision, spent, peak = decide(Config(), workloads, templates, [*claimers, *terms])
+
+    assert seen(decision) == BASELINE, decision.reason
+    assert spent < CPU_BOUND, f"{spent:.1f} s of CPU"
+    assert peak < MEMORY_BOUND, f"{peak / 2**20:.0f} MiB"

@@ -1,0 +1,122 @@
+"""Hypothesis strategies for what a hostile tenant with ``create`` on Jobs, JobSets,
+PyTorchJobs, LeaderWorkerSets, pods, ResourceClaims and ResourceClaimTemplates in its own
+namespace (``attacker``) may make (docs/decisions/049-hostile-tenants-third-round.md):
+counts up to int32's, forged reservation records naming every node, far-future stamps,
+DRA selectors the API server accepts that cost seconds, selectors that read each device's
+uuid, and pods with thousands of pod-affinity terms.
+
+The objects keep within what the API server admits (names, shapes, string maps); what the
+chart's admission policies would refuse (a tenant's ``reconciler.troupe.io/*``) is made
+anyway, as on a cluster that runs without them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from reconciler.engine.model.reservations import Record
+from tests.support.dra_builders import CLASS, DRIVER, claim_template, with_claim
+from tests.support.reconciler_builders import make_pod
+from troupe import contract
+
+ATTACKER = "attacker"
+INT32 = 2**31 - 1
+#: What a workload's counts are drawn from: int32's largest, just past a gang's bound, 0.
+COUNTS = (INT32, 10_001, 1_000_000, 0, 1)
+#: A comprehension over 101 x 101 (what the API server's cost estimate admits).
+_LIST = "[" + ",".join(map(str, range(101))) + "]"
+NESTED = f'{_LIST}.all(x, {_LIST}.all(y, x + y >= 0 && device.driver == "{DRIVER}"))'
+#: Selectors a tenant's request may carry: costly, reading each device's uuid, cheap, broken.
+SELECTORS = (NESTED, f'device.attributes["{DRIVER}"].uuid != "none"',
+             f'device.attributes["{DRIVER}"].model == "H100"', "device.nothing.that.exists", "((")
+
+
+def _template(gpus: int, auto: bool) -> dict[str, Any]:
+    annotations = {"troupe.io/gang-size": "auto"} if auto else {}
+    return {"metadata": {"annotations": annotations}, "spec": {"containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": str(gpus)},
+                                                  "limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
+def forged_record(nodes: list[str], planned_at: str) -> str:
+    """A reservation record no reconciler wrote, naming ``nodes``."""
+    return Record("job:w", planned_at, tuple(nodes)).encode("0" * 64)
+
+
+@st.composite
+def hostile_workload(draw: st.DrawFn, nodes: list[str]) -> tuple[str, dict[str, Any]]:
+    """``(kind, object)``: a Job, JobSet, PyTorchJob or LeaderWorkerSet of the attacker,
+    its counts from :data:`COUNTS`, asking for whole GPU nodes, perhaps carrying a forged
+    record of ``nodes`` (planned now or in year 9999)."""
+    kind = draw(st.sampled_from(["Job", "JobSet", "PyTorchJob", "LeaderWorkerSet"]))
+    count, inner = draw(st.sampled_from(COUNTS)), draw(st.sampled_from(COUNTS))
+    template = _template(8, draw(st.booleans()))
+    spec: dict[str, Any]
+    if kind == "Job":
+        spec = {"parallelism": count, "completions": count, "completionMode": "Indexed", "template": template}
+    elif kind == "JobSet":
+        spec = {"replicatedJobs": [{"name": "w", "replicas": count, "template": {"spec": {
+            "parallelism": inner, "completions": inner, "template": template}}}]}
+    elif kind == "PyTorchJob":
+        spec = {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template},
+                                        "Worker": {"replicas": count, "template": template}}}
+    else:
+        spec = {"replicas": count, "leaderWorkerTemplate": {"size": inner, "workerTemplate": template}}
+    annotations = {}
+    if draw(st.booleans()):
+        annotations[contract.RESERVATION] = forged_record(
+            nodes, draw(st.sampled_from(["2027-01-15T08:00:00.000+00:00", "9999-01-01T00:00:00.000+00:00"])))
+    return kind, {"apiVersion": "x/v1", "kind": kind,
+                  "metadata": {"name": "w", "namespace": ATTACKER, "uid": f"uid-{kind}", "resourceVersion": "1",
+                               "generation": 1, "creationTimestamp": "2027-01-15T08:00:00Z",
+                               "annotations": annotations},
+                  "spec": spec}
+
+
+@st.composite
+def hostile_claims(draw: st.DrawFn, node: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(templates, pods)``: ResourceClaimTemplates of the attacker with up to 32 requests
+    of hostile selectors, and a pending pod on ``node`` claiming each."""
+    templates, pods = [], []
+    for i in range(draw(st.integers(1, 3))):
+        selectors = tuple(draw(st.lists(st.sampled_from(SELECTORS), min_size=1, max_size=2)))
+        template = claim_template(f"t{i}", 1, ATTACKER, selectors=selectors)
+        requests = template["spec"]["spec"]["devices"]["requests"]
+        template["spec"]["spec"]["devices"]["requests"] = [
+            {**requests[0], "name": f"r{k}"} for k in range(draw(st.sampled_from([1, 32])))]
+        templates.append(template)
+        pod = with_claim(make_pod(f"claimer-{i}", ATTACKER).build(), template=f"t{i}")
+        pod["spec"]["nodeName"], pod["status"] = node, {"phase": "Pending"}
+        pods.append(pod)
+    return templates, pods
+
+
+@st.composite
+def hostile_terms_pod(draw: st.DrawFn, node: str, victim_namespace: str) -> dict[str, Any]:
+    """A running pod of the attacker on ``node`` with thousands of distinct required
+    anti-affinity terms over ``victim_namespace`` that select none of its pods (they would
+    keep the victim out where they hold, as kube-scheduler would)."""
+    count = draw(st.sampled_from([65, 2_000, 16_000]))
+    pod = make_pod("terms", ATTACKER).running_on(node).build()
+    pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "namespaces": [victim_namespace],
+         "labelSelector": {"matchLabels": {"hostile": f"value-{i}"}}} for i in range(count)]}}
+    return pod
+
+
+def device_class_object() -> dict[str, Any]:
+    """The DeviceClass the claims ask for."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}
+
+
+def uuid_slice(node: str, count: int) -> dict[str, Any]:
+    """A ResourceSlice whose devices each carry a uuid of their own, as real drivers publish."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                   "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}", "attributes": {"model": {"string": "H100"},
+                                                                      "uuid": {"string": f"{node}-{i}"}}}
+                                 for i in range(count)]}}
