@@ -60,7 +60,7 @@ from reconciler.daemon.handlers import (
     Memory,
 )
 from reconciler.daemon.taints import NominatedTaints
-from reconciler.daemon.writer import PodWriter, WriteError
+from reconciler.daemon.writer import WriteError, Writes
 from reconciler.engine.decision import actions, gangobject
 from reconciler.engine.decision.conditions import MAX_MESSAGE
 from reconciler.engine.decision.conditions import conditions as gang_conditions
@@ -119,13 +119,14 @@ class GangController(ActionHandlers):
     timestamps it writes and reads survive a restart). ``release_concurrency`` defaults
     to the configuration's ``releaseConcurrency``; ``condition_delay`` (seconds) is how
     long a member's new condition waits to be written (:mod:`reconciler.daemon.conditions`).
-    Tests pass a fake clock and a :class:`~reconciler.daemon.writer.FakeWriter`.
+    ``writer`` holds the writer ports, each part given the ones it writes through. Tests pass a
+    fake clock and a :class:`~reconciler.daemon.writer.fake.FakeCluster`.
     """
 
     def __init__(
         self,
         cache: ClusterCache,
-        writer: PodWriter,
+        writer: Writes,
         config: Config,
         wall_clock: Callable[[], float] = time.time,
         release_concurrency: int | None = None,
@@ -137,16 +138,16 @@ class GangController(ActionHandlers):
         self.wall_clock = wall_clock
         #: The members' ``troupe.io/Gang`` conditions, written coalesced and late (the
         #: caller runs :meth:`ConditionSink.run` on a thread, or flushes it).
-        self.conditions = ConditionSink(writer, self._current_condition, delay=condition_delay,
+        self.conditions = ConditionSink(writer.pods, self._current_condition, delay=condition_delay,
                                         wall=lambda: rfc3339(self.wall_clock()))
         #: One Gang object per gang, written coalesced (the caller runs :meth:`GangObjects.run`
         #: on a thread, or flushes it; docs/decisions/043-gang-objects.md).
-        self.gang_objects = GangObjects(writer, config.gang_objects, budget=config.kube_api_qps / 5,
+        self.gang_objects = GangObjects(writer.gang_objects, config.gang_objects, budget=config.kube_api_qps / 5,
                                         wall=wall_clock)
         #: The SharedDeviceGroups' finalizers and status (their own work-queue keys).
-        self.groups = GroupController(cache, writer, wall_clock)
+        self.groups = GroupController(cache, writer.groups, wall_clock)
         #: Troupe's taint on nominated nodes (docs/decisions/033-nominated-nodes-are-tainted.md).
-        self.taints = NominatedTaints(cache, writer, config.nomination_max_seconds, wall_clock)
+        self.taints = NominatedTaints(cache, writer.nodes, config.nomination_max_seconds, wall_clock)
         self.policy = Policy.from_config(config)
         #: The gangs that hold or block those behind them in the queue (docs/decisions/019).
         self.queue = QueueState(config.queueing_strategy)
@@ -212,7 +213,7 @@ class GangController(ActionHandlers):
             del self._memory[key]
         if memory.timeouts or memory.avoid:
             try:
-                self.writer.save_backoff(key, 0, 0.0)
+                self.writer.state.save_backoff(key, 0, 0.0)
             except WriteError as e:
                 log.warning("gang %s: recorded backoff of a gone gang not removed: %s", key, e)
 
@@ -287,7 +288,7 @@ class GangController(ActionHandlers):
         release still to finish; in both cases only once no node it avoids is avoided any
         more."""
         try:
-            found = self.writer.load_backoffs()
+            found = self.writer.state.load_backoffs()
         except WriteError as e:
             log.warning("recorded backoffs not read (gangs that timed out may be retried early): %s", e)
             return 0
@@ -303,7 +304,7 @@ class GangController(ActionHandlers):
                     memory.avoid = avoid or None
         for key in sorted(stale):
             try:
-                self.writer.save_backoff(key, 0, 0.0)
+                self.writer.state.save_backoff(key, 0, 0.0)
             except WriteError as e:
                 log.warning("stale recorded backoffs not pruned: %s", e)
                 break
@@ -371,4 +372,4 @@ class GangController(ActionHandlers):
             if sent.get((pod.key, reason)) == message:
                 return
             sent[(pod.key, reason)] = message
-        self.writer.emit_event(pod.key, pod.uid or None, kind, reason, message)
+        self.writer.pods.emit_event(pod.key, pod.uid or None, kind, reason, message)

@@ -23,7 +23,7 @@ from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.groups import GroupController
 from reconciler.daemon.metrics import NODE_AVOIDANCES, NODE_FAILURES_RECORDED
 from reconciler.daemon.taints import NominatedTaints
-from reconciler.daemon.writer import PodWriter
+from reconciler.daemon.writer import Writes
 from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Refused, WriteError
 from reconciler.engine.decision.actions import (
     ClearNominations,
@@ -117,7 +117,7 @@ class ActionHandlers:
     controller, release threads and configuration (set by its constructor)."""
 
     cache: ClusterCache
-    writer: PodWriter
+    writer: Writes
     config: Config
     policy: Policy
     conditions: ConditionSink
@@ -143,7 +143,7 @@ class ActionHandlers:
             if pod is None or pod.nomination is None:
                 continue
             try:
-                self.cache.assume(self.writer.clear_nomination(key))
+                self.cache.assume(self.writer.pods.clear_nomination(key))
             except WriteError as e:
                 log.warning("gang %s: nomination on %s not removed: %s", gang.key, key, e)
         return Done()
@@ -151,7 +151,7 @@ class ActionHandlers:
     def _clear_plans(self, gang: Gang, decision: Decision, action: ClearPlans, memory: Memory, now: float) -> Done:
         for key in action.pods:
             try:
-                self.writer.clear_plan(key)
+                self.writer.pods.clear_plan(key)
             except WriteError as e:  # LostLeadership included: the next leader clears it
                 log.warning("gang %s: plan record of %s not removed: %s", gang.key, key, e)
         return Done()
@@ -163,7 +163,7 @@ class ActionHandlers:
         # the gang runs whole: afresh, and every node it avoided may be tried again
         memory.timeouts, memory.not_before, memory.rolled_back, memory.avoid = 0, 0.0, (), None
         try:
-            self.writer.save_backoff(gang.key, 0, 0.0)
+            self.writer.state.save_backoff(gang.key, 0, 0.0)
         except WriteError as e:
             log.warning("gang %s: recorded backoff not cleared: %s", gang.key, e)
         return Done()
@@ -173,13 +173,13 @@ class ActionHandlers:
         from then on its ranks' nodes are held. Tell the workload with the rule's Event,
         and look again at once: members already created are released by the next decision."""
         try:
-            self.cache.assume_workload(action.workload[0], self.writer.set_reservation(action.workload, action.record))
+            self.cache.assume_workload(action.workload[0], self.writer.workloads.set_reservation(action.workload, action.record))
         except WriteError as e:  # LostLeadership included: nothing is reserved
             log.warning("gang %s: reservation not written: %s", gang.key, e)
             return Done(note=f"reservation not written: {e}", retry=True)
         notice = decision.rule.notice
         if notice is not None:
-            self.writer.emit_workload_event(action.workload, notice.kind, notice.reason,
+            self.writer.workloads.emit_event(action.workload, notice.kind, notice.reason,
                                             f"gang {gang.key}: {decision.reason}")
         log.info("gang %s: reserved %d node(s) on %s %s/%s", gang.key, len(action.record.nodes), *action.workload)
         return Done(requeue_after=0.0)
@@ -192,14 +192,14 @@ class ActionHandlers:
         if record is None or record.planned_at != action.planned_at:
             return Done()
         try:
-            self.cache.assume_workload(action.workload[0], self.writer.drop_reservation(action.workload, record))
+            self.cache.assume_workload(action.workload[0], self.writer.workloads.drop_reservation(action.workload, record))
         except (Conflict, Gone):
             return Done()
         except WriteError as e:
             log.warning("gang %s: reservation not removed: %s", gang.key, e)
             return Done(note=f"reservation not removed: {e}", retry=True)
         if not action.complete:
-            self.writer.emit_workload_event(action.workload, "Warning" if decision.rule.notice is None
+            self.writer.workloads.emit_event(action.workload, "Warning" if decision.rule.notice is None
                                             else decision.rule.notice.kind, "GangReservationDropped",
                                             f"gang {gang.key}: reservation of {action.planned_at} dropped: {action.why}")
         return Done()
@@ -239,7 +239,7 @@ class ActionHandlers:
         avoidance = Avoidance.from_config(self.config)
         for name, failures in sorted(by_node.items()):
             try:
-                before, after = self.writer.record_failures(name, functools.partial(merged, failures=failures))
+                before, after = self.writer.nodes.record_failures(name, functools.partial(merged, failures=failures))
             except Gone:
                 continue
             except WriteError as e:
@@ -248,7 +248,7 @@ class ActionHandlers:
             NODE_FAILURES_RECORDED.inc(len(failures))
             was, now_until = (avoidance.until(NodeInfo(name, failures=node_failures(raw))) for raw in (before, after))
             if now_until is not None and now_until > now and (was is None or was <= now):
-                self.writer.emit_node_event(
+                self.writer.nodes.emit_event(
                     name, "Warning", "NodeAvoided",
                     f"{len(failures)} gang member(s) failed here ({', '.join(f.pod for f in failures)}); "
                     f"{avoidance.threshold} within {avoidance.window}s: new gang placements avoid this node until "
@@ -259,7 +259,7 @@ class ActionHandlers:
     def _roll_back(self, gang: Gang, decision: Decision, action: RollBack, memory: Memory, now: float) -> Done:
         """Delete the owned members of the timed-out (or refused) release (their owner
         recreates them), tell the ownerless ones, and back off. The backoff is recorded
-        (:meth:`PodWriter.save_backoff`) before any member is deleted, so a new leader keeps
+        (:meth:`~reconciler.daemon.writer.state.StateStore.save_backoff`) before any member is deleted, so a new leader keeps
         it even if this one dies mid-rollback. One Event (the rule's: ``GangTimedOut``,
         ``GangRefused``) tells the gang. A refusal does not back off: its nodes are
         recorded as avoided instead (:data:`~reconciler.engine.gangs.refusals.AVOID_SECONDS`),
@@ -278,7 +278,7 @@ class ActionHandlers:
         releases = tuple(sorted({*action.releases, *(r for r in memory.rolled_back if r in present)}))
         if (action.delete and not again) or avoid != (memory.avoid or {}):
             try:
-                self.writer.save_backoff(gang.key, timeouts, not_before, releases, avoid)
+                self.writer.state.save_backoff(gang.key, timeouts, not_before, releases, avoid)
             except WriteError as e:
                 log.warning("gang %s: rollback not recorded (a new leader would not know it): %s", gang.key, e)
         notice = decision.rule.notice
@@ -288,7 +288,7 @@ class ActionHandlers:
 
         def delete(key: PodKey) -> int:
             try:
-                self.writer.mark_disrupted_and_delete(key, by_key[key].uid, DISRUPTION_REASON,
+                self.writer.pods.mark_disrupted_and_delete(key, by_key[key].uid, DISRUPTION_REASON,
                                                       f"Troupe: gang {gang.key} rolled back: {why}", at)
             except Gone:
                 return 0
@@ -326,7 +326,7 @@ class ActionHandlers:
             return Done(retry=True)
         if nominee.nomination != action.nomination:
             try:
-                self.cache.assume(self.writer.set_nomination(nominee.key, action.nomination,
+                self.cache.assume(self.writer.pods.set_nomination(nominee.key, action.nomination,
                                                              nominee.resource_version))
             except (Conflict, WriteError) as e:  # nothing evicted without the nomination written
                 return Done(note=f"nomination not written: {e}", retry=True)
@@ -344,7 +344,7 @@ class ActionHandlers:
         current = self.cache.pod(nominee.key)
         rv = str(contract.pod_meta(current).get("resourceVersion") or "") if current else nominee.resource_version
         try:
-            self.cache.assume(self.writer.set_nomination(nominee.key, updated, rv))
+            self.cache.assume(self.writer.pods.set_nomination(nominee.key, updated, rv))
         except WriteError as e:
             log.warning("gang %s: refused gangs not recorded: %s", gang.key, e)
         return Done(note=f"eviction refused for {', '.join(refused)}", retry=True, evicted=len(action.evict))
@@ -380,9 +380,9 @@ class ActionHandlers:
             return ""
 
         def evict(key: PodKey) -> str:
-            refused = attempt(key, self.writer.evict)
+            refused = attempt(key, self.writer.pods.evict)
             if not refused and key in snapshot.pods:
-                self.writer.emit_event(key, snapshot.pods[key].uid or None, "Warning", "Preempted",
+                self.writer.pods.emit_event(key, snapshot.pods[key].uid or None, "Warning", "Preempted",
                                        f"evicted from node {snapshot.using(key) or '-'} by Troupe "
                                        f"({self.policy.preemption}) to make room for gang {gang.key} "
                                        f"(priority {gang.priority}): {why}")
@@ -391,7 +391,7 @@ class ActionHandlers:
         victims = [k for k in action.evict if k in snapshot.pods]
         refused: set[str] = set()
         if self.policy.preemption == "atomic":
-            refused = {g for g in self._pool.map(lambda k: attempt(k, self.writer.may_evict), victims) if g}
+            refused = {g for g in self._pool.map(lambda k: attempt(k, self.writer.pods.may_evict), victims) if g}
             victims = [k for k in victims if gang_key(k) not in refused]
         refused |= {g for g in self._pool.map(evict, victims) if g}
         if action.evict:
@@ -414,7 +414,7 @@ class ActionHandlers:
         for i, item in enumerate(items):
             if i % self._concurrency == 0:
                 try:
-                    self.writer.fence.confirm()
+                    self.writer.pods.fence.confirm()
                 except LostLeadership as e:
                     why = str(e)
                     break
@@ -434,7 +434,7 @@ class ActionHandlers:
         went (and ``note``); other components' gates still on it are added to ``gated``."""
         gates = [g for g in pod.gates if contract.is_troupe_gate(g)]
         try:
-            done = self.writer.release_member(m, gates, rfc3339(self.wall_clock()), plan)
+            done = self.writer.pods.release_member(m, gates, rfc3339(self.wall_clock()), plan)
         except Gone:
             return ""  # deleted meanwhile: the gang is decided again without it
         except LostLeadership as e:
@@ -457,7 +457,7 @@ class ActionHandlers:
         if action.plan is not None and members:
             first = members.pop(0)
             try:
-                self.writer.fence.confirm()
+                self.writer.pods.fence.confirm()
             except LostLeadership as e:
                 return f"release not started: {e}"
             error = self._release_one(gang, first, by_key[first.pod], action.plan, gated, action.note)

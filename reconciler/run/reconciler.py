@@ -21,7 +21,7 @@ from reconciler.daemon.cache import ClusterCache, group_of_key
 from reconciler.daemon.cache.dra import KINDS as DRA_KINDS
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.queue import ShutDown, WorkQueue
-from reconciler.daemon.writer import UNFENCED, Fence
+from reconciler.daemon.writer import UNFENCED, Fence, Writes
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.pods import TERMINAL_PHASES
@@ -83,9 +83,9 @@ class Reconciler:
         self.clock = clock
         self.cache = ClusterCache(config, on_unreadable=metrics.unreadable_object)
         self.queue = WorkQueue(order=self._order)
-        self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
-                                      kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence,
-                                      state=state)
+        self.writer: Writes = kube.KubeWrites(writer_api if writer_api is not None else api,
+                                              kube.RateLimiter(config.kube_api_qps, config.kube_api_burst),
+                                              fence=fence, state=state)
         self.controller = GangController(self.cache, self.writer, config)
         self.pods = kube.StreamingInformer(kube.pods(api), self._pods_listed, self._pod_event,
                                            transform=self.cache.retain_pod)

@@ -20,7 +20,7 @@ def gang_conditions(h: Harness, names):
 
 
 def written(h: Harness) -> list[tuple[str, str]]:
-    return [(ref.name, c["reason"]) for ref, c in h.writer.conditions if c["type"] == contract.GANG_CONDITION]
+    return [(ref.name, c["reason"]) for ref, c in h.cluster.pods.conditions if c["type"] == contract.GANG_CONDITION]
 
 
 def test_every_gated_member_of_a_waiting_gang_shows_why_with_numbers():
@@ -68,11 +68,11 @@ def test_a_new_leader_sends_no_event_the_pods_condition_already_tells():
     assert h.reconcile().phase is Phase.UNSCHEDULABLE
     h.controller.conditions.flush(everything=True)
     h.sync()
-    sent = len(h.writer.events)
+    sent = len(h.cluster.events)
     assert sent == 1, "one Event for the gang, on its lead member"
     h.controller = h.new_controller()  # a failover: nothing in memory
     assert h.reconcile().phase is Phase.UNSCHEDULABLE
-    assert len(h.writer.events) == sent, "no duplicate Events"
+    assert len(h.cluster.events) == sent, "no duplicate Events"
 
 
 def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
@@ -82,7 +82,7 @@ def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
     h.bind("train-0")
     h.wall += 30
     assert h.reconcile().phase is Phase.ROLLED_BACK
-    assert state_key("team-a/train") in h.writer.state, "recorded before the members were deleted"
+    assert state_key("team-a/train") in h.cluster.state.data, "recorded before the members were deleted"
     h.sync()
     for pod in gang_pods(2, owned=True):
         pod["metadata"]["name"] += "-retry"
@@ -99,13 +99,13 @@ def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
     for name in ("train-0-retry", "train-1-retry"):
         h.bind(name)
     assert h.reconcile().phase is Phase.RELEASED
-    assert h.writer.state == {}, "the gang runs whole: its backoff is forgotten"
+    assert h.cluster.state.data == {}, "the gang runs whole: its backoff is forgotten"
 
 
 def test_a_condition_is_not_written_for_a_pod_that_is_gone():
     h = Harness(four_nodes(), gang_pods(3, size=4))
     h.reconcile()
-    h.writer.pods.pop(PodKey("team-a", "train-2"))
+    h.cluster.pods.objects.pop(PodKey("team-a", "train-2"))
     h.sync()
     h.controller.conditions.flush(everything=True)
     assert sorted(written(h)) == [("train-0", "WaitingForMembers"), ("train-1", "WaitingForMembers")]
@@ -117,17 +117,17 @@ def test_a_rollback_cut_short_by_a_refused_delete_is_finished_by_a_new_leader():
     h.sync()
     h.bind("train-0")  # train-1 is never bound: the release times out
     h.wall += 30
-    h.writer.fail["train-0"] = WriteError("500 refused")
+    h.cluster.pods.fail["train-0"] = WriteError("500 refused")
     assert h.reconcile().phase is Phase.ROLLED_BACK
-    assert [r.name for r in h.writer.deleted] == ["train-1"], "train-0's delete was refused: it still runs"
-    h.writer.fail.clear()
+    assert [r.name for r in h.cluster.pods.deleted] == ["train-1"], "train-0's delete was refused: it still runs"
+    h.cluster.pods.fail.clear()
     h.sync()
     h.controller = h.new_controller()  # the old leader dies with the rollback half done
     h.controller.load_state()
     out = h.reconcile()
     assert out.phase is Phase.ROLLED_BACK, out.reason
     assert out.reason.startswith("the release of ") and "rolled back; 1 member(s) of it still to delete" in out.reason
-    assert sorted(r.name for r in h.writer.deleted) == ["train-0", "train-1"], "the gang never runs partly"
+    assert sorted(r.name for r in h.cluster.pods.deleted) == ["train-0", "train-1"], "the gang never runs partly"
 
 
 def test_a_member_whose_keys_were_changed_past_the_webhook_holds_its_gang_and_never_raises():
@@ -139,7 +139,7 @@ def test_a_member_whose_keys_were_changed_past_the_webhook_holds_its_gang_and_ne
         out = h.reconcile()
         assert out.phase is Phase.HELD
     assert "troupe.io/topology-required-level: must name a configured level" in out.reason
-    assert h.writer.patches == []
+    assert h.cluster.pods.patches == []
 
 
 def test_the_event_a_waiting_member_shows_follows_its_conditions_numbers():
@@ -154,30 +154,30 @@ def test_the_event_a_waiting_member_shows_follows_its_conditions_numbers():
         h.add(pod)
         h.reconcile()
     h.controller.conditions.flush(everything=True)
-    waiting = [e.message for e in h.writer.events if e.pod.name == "train-0" and e.reason == "GangWaiting"]
+    waiting = [e.message for e in h.cluster.events if e.regarding.name == "train-0" and e.reason == "GangWaiting"]
     assert waiting == ["1 of 4 members present", "3 of 4 members present"], "2 of 4 was coalesced away"
-    assert not [e for e in h.writer.events if e.pod.name != "train-0"], "one Event for the gang, on its lead"
+    assert not [e for e in h.cluster.events if e.regarding.name != "train-0"], "one Event for the gang, on its lead"
 
 
 def test_recorded_backoffs_of_gangs_that_are_gone_are_pruned_once_they_ran_out():
     h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
-    h.writer.save_backoff("team-a/train", 1, h.wall - 1, ("2027-01-15T07:59:00.000+00:00",))  # ran out; gang here
-    h.writer.save_backoff("team-a/gone", 2, h.wall - 1, ("2027-01-15T07:00:00.000+00:00",))  # ran out; no pod
-    h.writer.save_backoff("team-a/later", 1, h.wall + 60)  # no pod yet: its owner may be recreating them
+    h.cluster.state.save_backoff("team-a/train", 1, h.wall - 1, ("2027-01-15T07:59:00.000+00:00",))  # ran out; gang here
+    h.cluster.state.save_backoff("team-a/gone", 2, h.wall - 1, ("2027-01-15T07:00:00.000+00:00",))  # ran out; no pod
+    h.cluster.state.save_backoff("team-a/later", 1, h.wall + 60)  # no pod yet: its owner may be recreating them
     h.controller = h.new_controller()
     assert h.controller.load_state() == 2
-    assert sorted(h.writer.load_backoffs()) == ["team-a/later", "team-a/train"], "the gone gang's entry is pruned"
+    assert sorted(h.cluster.state.load_backoffs()) == ["team-a/later", "team-a/train"], "the gone gang's entry is pruned"
 
 
 def test_a_gang_forgotten_after_its_backoff_takes_its_recorded_entry_with_it():
     h = Harness(four_nodes(), [], NO_JITTER)
-    h.writer.save_backoff("team-a/train", 1, h.wall + 5)
+    h.cluster.state.save_backoff("team-a/train", 1, h.wall + 5)
     h.controller.load_state()
     h.controller.forget("team-a/train")
-    assert "team-a/train" in h.writer.load_backoffs(), "kept while the backoff runs"
+    assert "team-a/train" in h.cluster.state.load_backoffs(), "kept while the backoff runs"
     h.wall += 6
     h.controller.forget("team-a/train")
-    assert h.writer.load_backoffs() == {}
+    assert h.cluster.state.load_backoffs() == {}
 
 
 def test_the_state_config_map_keeps_at_most_its_bound_dropping_the_longest_expired_first(monkeypatch):
@@ -185,6 +185,6 @@ def test_the_state_config_map_keeps_at_most_its_bound_dropping_the_longest_expir
     monkeypatch.setattr(state, "MAX_STATE_ENTRIES", 3)
     h = Harness(four_nodes(), [], NO_JITTER)
     for i, deadline in enumerate((50.0, 10.0, 30.0, 40.0)):
-        h.writer.save_backoff(f"ns/g{i}", 1, deadline)
-    assert sorted(h.writer.load_backoffs()) == ["ns/g0", "ns/g2", "ns/g3"], "g1 ran out first: it went"
-    assert len(h.writer.state) == 3
+        h.cluster.state.save_backoff(f"ns/g{i}", 1, deadline)
+    assert sorted(h.cluster.state.load_backoffs()) == ["ns/g0", "ns/g2", "ns/g3"], "g1 ran out first: it went"
+    assert len(h.cluster.state.data) == 3

@@ -31,7 +31,7 @@ def run(h, name):
 
 
 def fail(h, name):
-    pod = h.writer.pods[PodKey("team-a", name)]
+    pod = h.cluster.pods.objects[PodKey("team-a", name)]
     pod["status"]["phase"] = "Failed"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
@@ -40,7 +40,7 @@ def fail(h, name):
 
 
 def record(h, node):
-    return json.loads(h.writer.nodes[node]["metadata"].get("annotations", {}).get(contract.NODE_FAILURES, "[]"))
+    return json.loads(h.cluster.nodes.objects[node]["metadata"].get("annotations", {}).get(contract.NODE_FAILURES, "[]"))
 
 
 def counter(name):
@@ -53,7 +53,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
     first, _ = run(h, "a")
     fail(h, "a")
     assert [e["pod"] for e in record(h, first)] == ["team-a/a"]
-    assert not [e for e in h.writer.events if e.reason == "NodeAvoided"], "one failure is not a pattern"
+    assert not [e for e in h.cluster.events if e.reason == "NodeAvoided"], "one failure is not a pattern"
     fail(h, "a")  # reconciled again: recorded once
     assert len(record(h, first)) == 1
 
@@ -61,8 +61,8 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
     assert again == first, "not avoided yet: the same node is the best place"
     fail(h, "b")
     assert [e["pod"] for e in record(h, first)] == ["team-a/a", "team-a/b"]
-    events = [e for e in h.writer.events if e.reason == "NodeAvoided"]
-    assert len(events) == 1 and events[0].pod == PodKey("", first) and events[0].kind == "Warning"
+    events = [e for e in h.cluster.events if e.reason == "NodeAvoided"]
+    assert len(events) == 1 and events[0].regarding == PodKey("", first) and events[0].object_kind == "Node" and events[0].kind == "Warning"
     assert "new gang placements avoid this node" in events[0].message
     assert counter("troupe_node_avoidances_total") == avoidances + 1
 
@@ -79,7 +79,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
             blocker["status"]["phase"] = "Running"
             h.add(blocker)
     for name in ("c", "c2"):
-        h.writer.pods.pop(PodKey("team-a", name), None)
+        h.cluster.pods.objects.pop(PodKey("team-a", name), None)
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
     h.add(solo("d"))
     outcome = h.reconcile("team-a/d")
@@ -88,7 +88,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
 
     h.wall += 3600  # past the cooldown
     h.sync()
-    h.writer.pods.pop(PodKey("team-a", "d"))
+    h.cluster.pods.objects.pop(PodKey("team-a", "d"))
     h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": "d"}})
     h.add(solo("e"))
     outcome = h.reconcile("team-a/e")

@@ -20,7 +20,7 @@ from reconciler import kube
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import LostLeadership
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeCluster, FakePodWrites
 from reconciler.engine.model.keys import PodKey
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
@@ -49,19 +49,18 @@ class Fence:
             raise LostLeadership("test: the Lease is held by b")
 
 
-def harness(members: int, concurrency: int, fence: Fence) -> tuple[GangController, FakeWriter]:
+def harness(members: int, concurrency: int, fence: Fence) -> tuple[GangController, FakeCluster]:
     config = Config(release_concurrency=concurrency)
-    writer = FakeWriter()
-    writer.fence = fence
+    cluster = FakeCluster(fence)
     cache = ClusterCache(config)
     cache.replace_nodes([make_node(f"n{i}").topology("b1", "s1", f"h{i}").gpus(8).build() for i in range(members)])
-    cache.replace_pods([writer.add(make_pod(f"w-{i}").gang("g", members).index(i).gpus(8).gated().build())
+    cache.replace_pods([cluster.pods.add(make_pod(f"w-{i}").gang("g", members).index(i).gpus(8).gated().build())
                         for i in range(members)])
-    return GangController(cache, writer, config, wall_clock=lambda: 1_800_000_000.0), writer
+    return GangController(cache, cluster, config, wall_clock=lambda: 1_800_000_000.0), cluster
 
 
-def released(writer: FakeWriter) -> list[str]:
-    return sorted(ref.name for ref, pod in writer.pods.items() if not pod["spec"].get("schedulingGates"))
+def released(cluster: FakeCluster) -> list[str]:
+    return sorted(ref.name for ref, pod in cluster.pods.objects.items() if not pod["spec"].get("schedulingGates"))
 
 
 @pytest.mark.parametrize(("members", "concurrency", "want_confirms"), [
@@ -71,45 +70,45 @@ def released(writer: FakeWriter) -> list[str]:
 ])
 def test_the_fence_is_confirmed_before_the_first_write_and_before_each_wave(members, concurrency, want_confirms):
     fence = Fence()
-    controller, writer = harness(10, concurrency, fence)
+    controller, cluster = harness(10, concurrency, fence)
     outcome = controller.reconcile("team-a/g")
     assert not outcome.retry
-    assert len(released(writer)) == 10
+    assert len(released(cluster)) == 10
     assert fence.confirms == want_confirms
     assert fence.checks >= 10 + want_confirms, "and every write checked it"
 
 
 def test_a_release_stops_at_the_wave_whose_confirmation_fails():
     fence = Fence(confirms=2)  # the plan's member and the first wave; the Lease is gone before the second
-    controller, writer = harness(10, 3, fence)
+    controller, cluster = harness(10, 3, fence)
     outcome = controller.reconcile("team-a/g")
     assert outcome.retry
-    assert len(released(writer)) == 4, "the first member and one wave of 3"
+    assert len(released(cluster)) == 4, "the first member and one wave of 3"
     assert "not written: test: the Lease is held by b" in outcome.reason
-    assert not [e for e in writer.events if e.reason == "GangReleased" and e.pod.name not in released(writer)]
+    assert not [e for e in cluster.events if e.reason == "GangReleased" and e.regarding.name not in released(cluster)]
 
 
 def test_no_release_starts_when_the_fence_is_closed_and_no_event_goes_out():
     fence = Fence(confirms=0)
-    controller, writer = harness(4, 3, fence)
+    controller, cluster = harness(4, 3, fence)
     outcome = controller.reconcile("team-a/g")
     assert outcome.retry and "release not started" in outcome.reason
-    assert writer.patches == [] and writer.events == []
+    assert cluster.pods.patches == [] and cluster.events == []
 
 
-def test_every_intent_of_the_writer_port_checks_the_fence():
-    writer = FakeWriter()
-    pod = writer.add(make_pod("w-0").gpus(1).gated().build())
-    writer.fence = Fence(confirms=0)
-    writer.fence.open = False
+def test_every_intent_of_the_pods_writer_port_checks_the_fence():
+    fence = Fence(confirms=0)
+    pods = FakePodWrites(fence=fence)
+    pod = pods.add(make_pod("w-0").gpus(1).gated().build())
+    fence.open = False
     ref, uid = PodKey.of(pod), "uid-w-0"
-    for write in (lambda: writer.clear_plan(ref), lambda: writer.evict(ref, uid),
-                  lambda: writer.set_pod_condition(ref, {"type": "X", "status": "True"}),
-                  lambda: writer.mark_disrupted_and_delete(ref, uid, "r", "m", "t")):
+    for write in (lambda: pods.clear_plan(ref), lambda: pods.evict(ref, uid),
+                  lambda: pods.set_pod_condition(ref, {"type": "X", "status": "True"}),
+                  lambda: pods.mark_disrupted_and_delete(ref, uid, "r", "m", "t")):
         with pytest.raises(LostLeadership):
             write()
-    writer.emit_event(ref, uid, "Normal", "R", "m")
-    assert writer.patches == [] and writer.conditions == [] and writer.deleted == [] and writer.events == []
+    pods.emit_event(ref, uid, "Normal", "R", "m")
+    assert pods.patches == [] and pods.conditions == [] and pods.deleted == [] and pods.events == []
 
 
 # --- the real client: the fence at the socket, keepalive -------------------------------------

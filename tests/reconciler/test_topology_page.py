@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.run import Health, Reconciler
 from reconciler.run import topology as reconciler_map
 from tests.support.probes import get, serving
@@ -34,7 +34,7 @@ def served() -> Iterator[tuple[Reconciler, Health, int]]:
     objects = snapshot()["items"]
     reconciler.cache.replace_nodes([reconciler.cache.retain_node(o) for o in objects if o["kind"] == "Node"])
     reconciler.cache.replace_pods([reconciler.cache.retain_pod(o) for o in objects if o["kind"] == "Pod"])
-    reconciler.controller = GangController(reconciler.cache, FakeWriter(), reconciler.config, wall_clock=lambda: NOW)
+    reconciler.controller = GangController(reconciler.cache, FakeCluster(), reconciler.config, wall_clock=lambda: NOW)
     with serving(reconciler) as (health, port):
         yield reconciler, health, port
 

@@ -15,7 +15,7 @@ from reconciler.run import Health, Reconciler, serve_http
 @contextlib.contextmanager
 def serving(reconciler: Reconciler) -> Iterator[tuple[Health, int]]:
     """Serve ``reconciler`` as the leader; yields its :class:`Health` and the port. Stops the
-    server and the reconciler's writer on exit."""
+    server and the reconciler's writer ports on exit."""
     health = Health()
     health.role, health.reconciler = "leader", reconciler
     server = serve_http("127.0.0.1", 0, health)

@@ -1,0 +1,76 @@
+"""An in-memory :class:`~reconciler.daemon.writer.workloads.WorkloadWrites`
+(:class:`FakeWorkloadWrites`), with the API server's rules for the patches Troupe sends."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.daemon.writer.base import UNFENCED, Conflict, Fence, Gone, WriteError
+from reconciler.daemon.writer.fake.base import RecordedEvent, Versions, record_event
+from reconciler.daemon.writer.workloads import WorkloadWrites
+from reconciler.engine.model.keys import PodKey, WorkloadKey
+from troupe import contract
+
+
+@dataclass
+class FakeWorkloadWrites(WorkloadWrites):
+    """In-memory :class:`WorkloadWrites` over workload objects by ``(kind, namespace, name)``
+    (``objects``, filled by :meth:`add`). A JSON merge patch merges
+    ``metadata.annotations`` (``None`` deletes); a JSON patch is the reservation's removal:
+    its ``test`` of the annotation's value fails with :class:`Conflict` when the object
+    carries another, as kube-apiserver answers a failed ``test``. An object that does not
+    exist raises :class:`Gone`; ``fail`` maps a workload's name to an error its next writes
+    raise. Every patch applied is recorded in ``patches``, the Events in ``events``.
+    Thread-safe."""
+
+    fence: Fence = UNFENCED
+    versions: Versions = field(default_factory=Versions)
+    events: list[RecordedEvent] = field(default_factory=list)
+    objects: dict[WorkloadKey, dict[str, Any]] = field(default_factory=dict)
+    patches: list[tuple[WorkloadKey, Any]] = field(default_factory=list)
+    fail: dict[str, WriteError] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def add(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a copy of a workload object of ``kind`` (a fresh resourceVersion) and return it."""
+        with self._lock:
+            stored = copy.deepcopy(dict(obj))
+            meta = stored.setdefault("metadata", {})
+            meta["resourceVersion"] = self.versions.next()
+            self.objects[(kind, meta.get("namespace", "default"), meta["name"])] = stored
+            return copy.deepcopy(stored)
+
+    def _patch_workload(self, workload: WorkloadKey,
+                        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        with self._lock:
+            if workload[2] in self.fail:
+                raise self.fail[workload[2]]
+            obj = self.objects.get(workload)
+            if obj is None:
+                raise Gone(f"{workload[0]} {workload[1]}/{workload[2]} not found")
+            obj = copy.deepcopy(obj)
+            annotations = obj["metadata"].setdefault("annotations", {})
+            if isinstance(patch, Mapping):
+                for key, value in patch["metadata"]["annotations"].items():
+                    if value is None:
+                        annotations.pop(key, None)
+                    else:
+                        annotations[key] = value
+            else:  # a test of one annotation, then its removal
+                key = contract.RESERVATION
+                if annotations.get(key) != patch[0]["value"]:
+                    raise Conflict(f"patch {workload}: test of {key} failed")
+                annotations.pop(key, None)
+            obj["metadata"]["resourceVersion"] = self.versions.next()
+            self.objects[workload] = obj
+            self.patches.append((workload, copy.deepcopy(patch)))
+            return copy.deepcopy(obj)
+
+    def emit_event(self, workload: WorkloadKey, kind: str, reason: str, message: str) -> None:
+        """Record the Event in ``events`` unless the fence refuses; never raises."""
+        record_event(self.events, self.fence,
+                     RecordedEvent(PodKey(workload[1], workload[2]), kind, reason, message, workload[0]))
