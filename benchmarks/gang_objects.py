@@ -31,11 +31,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
 from reconciler.daemon.gangobjects import GangObjects
 from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision import gangobject
 from reconciler.engine.decision.decide import decide
+from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -59,9 +59,10 @@ def in_process(gangs: int, members: int) -> dict[str, Any]:
              for i in range(2048)]
     cache.replace_nodes([cluster.nodes.add(n) for n in nodes])
     wall = [1_800_000_000.0]
-    controller = GangController(cache, cluster, config, wall_clock=lambda: wall[0])
+    controllers = compose(cache, cluster, config, wall_clock=lambda: wall[0])
+    controller = controllers.gangs
     clock = Clock()
-    objects = controller.gang_objects
+    objects = controllers.gang_objects
     objects.clock, objects.budget, objects._credit = clock, float("inf"), float("inf")
     keys = [f"team-{g % 20}/g{g:04d}" for g in range(gangs)]
     decisions = reconcile_s = 0.0

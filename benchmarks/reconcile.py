@@ -28,12 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -66,7 +66,7 @@ def main() -> int:
     cluster, cache = FakeCluster(), ClusterCache(Config())
     cache.replace_nodes(nodes)
     cache.replace_pods([cluster.pods.add(pod) for pod in running + gangs["first"] + gangs["second"]])
-    controller = GangController(cache, cluster, Config())
+    controller = compose(cache, cluster, Config()).gangs
 
     now = time.time()
 

@@ -95,7 +95,7 @@ def reconciler_cost(objects: list[dict[str, Any]], repeat: int) -> tuple[float, 
         warm, _ = best(repeat, lambda: server.encode(reconciler_map.page(rec)))
         return min(colds), warm
     finally:
-        rec.writer.close()
+        rec.writes.close()
 
 
 def page_times(page: dict[str, Any], repeat: int, search: str) -> dict[str, float]:

@@ -82,7 +82,7 @@ def test_a_restarted_reconciler_releases_the_rest_onto_the_recorded_nodes():
     held = record(h)
     assert held is not None
 
-    h.controller = h.new_controller()  # a restart: nothing remembered, the record read from the Job
+    h.controllers = h.new_controllers()  # a restart: nothing remembered, the record read from the Job
     created(h, job, 1, 2, 3)
     h.sync()
     out = h.reconcile(KEY)

@@ -84,12 +84,12 @@ def test_members_that_disagree_are_held_with_a_warning_naming_the_key():
     assert outcome.phase is Phase.HELD
     assert "troupe.io/gang-size: 3, 4" in outcome.reason
     assert h.cluster.pods.patches == []
-    h.controller.conditions.flush(everything=True)  # each Event goes with its member's condition
+    h.controllers.conditions.flush(everything=True)  # each Event goes with its member's condition
     assert {e.reason for e in h.cluster.events} == {"GangSpecMismatch"}
     assert len(h.cluster.events) == 3
     h.sync()
     h.reconcile()
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     assert len(h.cluster.events) == 3, "the same warning is not repeated"
 
 
@@ -110,7 +110,7 @@ def test_a_gang_that_cannot_fit_is_unschedulable_and_asks_the_queue_to_back_off(
     assert "insufficient nvidia.com/gpu" in outcome.reason
     assert outcome.decision.code == "UnschedulableAndUnresolvable"
     assert h.cluster.pods.patches == []
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     assert [(e.regarding.name, e.reason, e.kind) for e in h.cluster.events] == [("train-0", "GangUnschedulable", "Warning")], \
         "one Event for the gang, on its lead member, with its condition"
 
@@ -189,7 +189,7 @@ def test_a_member_of_a_group_that_does_not_exist_is_held_and_told_why():
     assert outcome.reason == ("member train-1: SharedDeviceGroup team-a-gpus does not exist "
                               "(create it, or fix deviceshare.io/group)")
     assert h.cluster.pods.patches == []
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     assert {e.reason for e in h.cluster.events} == {"SharedDeviceGroupUnavailable"}
 
 
@@ -210,14 +210,14 @@ def test_a_group_pod_is_released_with_its_devices_and_the_group_is_bound():
     assert condition["message"] == f"nvidia.com/gpu 0,1 on node {node}"
     # Nothing changed: the status is not written again.
     rv = group["metadata"]["resourceVersion"]
-    assert h.controller.groups.reconcile("team-a-gpus") is False
+    assert h.controllers.groups.reconcile("team-a-gpus") is False
     assert h.cluster.groups.objects["team-a-gpus"]["metadata"]["resourceVersion"] == rv
 
 
 def test_a_group_that_fits_nowhere_is_pending_with_the_shortage():
     h = Harness(shared_nodes(), [group_pod("infer")], groups=[device_group(gpus=6)])
     assert h.reconcile("team-a/pod:infer").phase is Phase.UNSCHEDULABLE
-    h.controller.groups.reconcile("team-a-gpus")
+    h.controllers.groups.reconcile("team-a-gpus")
     status = h.cluster.groups.objects["team-a-gpus"]["status"]
     assert status["phase"] == "Pending"
     [condition] = status["conditions"]
@@ -234,13 +234,13 @@ def test_a_deleted_group_keeps_its_finalizer_until_none_of_its_pods_runs():
     group = h.cluster.groups.objects["team-a-gpus"]
     group["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     h.cache.group_event("MODIFIED", group)
-    assert h.controller.groups.reconcile("team-a-gpus") is False
+    assert h.controllers.groups.reconcile("team-a-gpus") is False
     assert "team-a-gpus" in h.cluster.groups.objects  # its pod still runs with the devices
     pod = h.pod("infer")
     pod["status"]["phase"] = "Succeeded"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
-    h.controller.groups.reconcile("team-a-gpus")
+    h.controllers.groups.reconcile("team-a-gpus")
     assert "team-a-gpus" not in h.cluster.groups.objects  # finalizer removed: the API server deletes it
 
 
@@ -249,14 +249,14 @@ def test_a_group_of_memory_is_pending_with_the_reason_on_the_group_and_its_pod_h
     group["spec"]["resources"] = {"memory": 1}
     h = Harness(shared_nodes(), [group_pod("infer")], groups=[group])
     assert h.reconcile("team-a/pod:infer").phase is Phase.HELD
-    assert h.controller.groups.reconcile("team-a-gpus") is False
+    assert h.controllers.groups.reconcile("team-a-gpus") is False
     status = h.cluster.groups.objects["team-a-gpus"]["status"]
     [condition] = status["conditions"]
     assert (status["phase"], condition["type"], condition["status"], condition["reason"]) == (
         "Pending", "Allocated", "False", "InvalidSpec")
     assert condition["message"].startswith("spec.resources.memory: must be a counted device")
     writes = len(h.cluster.pods.patches)
-    h.controller.groups.reconcile("team-a-gpus")
+    h.controllers.groups.reconcile("team-a-gpus")
     assert len(h.cluster.pods.patches) == writes, "said once"
 
 
@@ -323,7 +323,7 @@ def test_a_refused_write_mid_release_leaves_the_rest_reserved_and_the_next_recon
     assert b.phase is Phase.UNSCHEDULABLE, "A's reserved node is not given to B"
     assert h.gated("b-0", "b-1") == ["b-0", "b-1"]
     # A new reconciler (restart or failover) sees the same reservation.
-    h.controller = h.new_controller()
+    h.controllers = h.new_controllers()
     assert h.controller.reconcile("team-a/b").phase is Phase.UNSCHEDULABLE
     h.cluster.pods.fail.clear()
     h.wall += 20
@@ -530,7 +530,7 @@ def test_the_jitter_is_within_its_bound_and_the_same_after_a_restart():
     h.reconcile()
     h.sync()
     first = h.reconcile().requeue_after
-    h.controller = h.new_controller()
+    h.controllers = h.new_controllers()
     again = h.reconcile().requeue_after
     assert 30 <= first <= 60
     assert again == first
@@ -557,5 +557,5 @@ def test_a_restarted_controller_finds_each_gang_in_the_phase_the_cluster_shows(s
     h.reconcile()
     h.sync()
     h.cluster.pods.fail.clear()
-    h.controller = h.new_controller()
+    h.controllers = h.new_controllers()
     assert h.reconcile().phase is want

@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import WriteError
 from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.ledger.snapshot import Snapshot
@@ -31,6 +30,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
+from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
@@ -64,8 +64,9 @@ class Faults(RuleBasedStateMachine):
         self.cache = ClusterCache(CONFIG)
         self.cache.replace_nodes(NODES)
         self.cache.replace_pods(list(self.cluster.pods.objects.values()))
-        self.controller = GangController(self.cache, self.cluster, CONFIG, wall_clock=lambda: self.wall)
-        self.controller.load_state()  # what a reconciler reads back when it starts (rollbacks)
+        self.controllers = compose(self.cache, self.cluster, CONFIG, wall_clock=lambda: self.wall)
+        self.controller = self.controllers.gangs
+        self.controllers.rollbacks.restore()  # what a reconciler reads back when it starts (rollbacks)
 
     def _sync(self) -> None:
         self.cache.replace_pods(list(self.cluster.pods.objects.values()))
@@ -161,7 +162,7 @@ class Faults(RuleBasedStateMachine):
             released = [p for p in pods if not p["spec"].get("schedulingGates")]
             assert len(released) in (0, len(pods)), f"gang {gang} is partly released"
             assert all(p["spec"].get("nodeName") for p in released), f"gang {gang}: a released member is unbound"
-        self.controller.close()
+        self.controllers.close()
 
 
 Faults.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

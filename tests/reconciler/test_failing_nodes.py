@@ -68,7 +68,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
 
     elsewhere, outcome = run(h, "c")
     assert elsewhere != first and "avoided" not in outcome.reason
-    restarted = h.new_controller()
+    restarted = h.new_controllers().gangs
     h.add(solo("c2"))
     assert restarted.reconcile("team-a/c2").decision.release[0].node != first, "the record is on the node"
 

@@ -67,7 +67,7 @@ def not_ready_since(stamp):
 
 def decided(h):
     """The controller's outcome, after checking a restarted reconciler decides the same."""
-    fresh = h.new_controller().gang("team-a/train")
+    fresh = h.new_controllers().gangs.gang("team-a/train")
     restarted = decide(fresh, h.cache.snapshot(), h.wall)
     outcome = h.reconcile()
     assert (restarted.phase, restarted.rule.name) == (outcome.phase, outcome.decision.rule.name)

@@ -22,6 +22,7 @@ from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import LostLeadership
 from reconciler.daemon.writer.fake import FakeCluster, FakePodWrites
 from reconciler.engine.model.keys import PodKey
+from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -56,7 +57,7 @@ def harness(members: int, concurrency: int, fence: Fence) -> tuple[GangControlle
     cache.replace_nodes([make_node(f"n{i}").topology("b1", "s1", f"h{i}").gpus(8).build() for i in range(members)])
     cache.replace_pods([cluster.pods.add(make_pod(f"w-{i}").gang("g", members).index(i).gpus(8).gated().build())
                         for i in range(members)])
-    return GangController(cache, cluster, config, wall_clock=lambda: 1_800_000_000.0), cluster
+    return compose(cache, cluster, config, wall_clock=lambda: 1_800_000_000.0).gangs, cluster
 
 
 def released(cluster: FakeCluster) -> list[str]:

@@ -27,7 +27,7 @@ class Clock:
 def harness(pods, config=CONFIG):
     h = Harness(four_nodes(), pods, config)
     clock = Clock()
-    h.controller.gang_objects.clock = clock
+    h.controllers.gang_objects.clock = clock
     return h, clock
 
 
@@ -38,7 +38,7 @@ def conditions(obj):
 def test_a_waiting_gang_gets_an_object_named_as_the_gang_that_counts_its_members():
     h, _ = harness(gang_pods(3, size=4))
     h.reconcile()
-    assert h.controller.gang_objects.flush() == 1
+    assert h.controllers.gang_objects.flush() == 1
     obj = h.cluster.gang_objects.objects[("team-a", "train")]
     assert obj["spec"] == {"gangName": "train"}
     assert obj["metadata"]["annotations"][KEY_ANNOTATION] == "team-a/train"
@@ -55,7 +55,7 @@ def test_a_waiting_gang_gets_an_object_named_as_the_gang_that_counts_its_members
 def test_a_released_gang_becomes_bound_with_its_domain_and_keeps_its_first_transition_times():
     h, clock = harness(own(gang_pods(4), "train"))
     h.reconcile()
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     first = h.cluster.gang_objects.objects[("team-a", "train")]["status"]
     # Decided before its writes: the members are being released.
     assert (first["phase"], first["reason"]) == ("Placed", "Releasing")
@@ -66,9 +66,9 @@ def test_a_released_gang_becomes_bound_with_its_domain_and_keeps_its_first_trans
         h.bind(f"train-{i}")
     h.wall += 5
     h.reconcile()
-    assert h.controller.gang_objects.flush() == 0, "one write a second per gang"
+    assert h.controllers.gang_objects.flush() == 0, "one write a second per gang"
     clock.now += 1
-    assert h.controller.gang_objects.flush() == 1
+    assert h.controllers.gang_objects.flush() == 1
     obj = h.cluster.gang_objects.objects[("team-a", "train")]
     s = obj["status"]
     assert (s["phase"], s["reason"], s["bound"], s["running"]) == ("Released", "Running", 4, 4)
@@ -88,12 +88,12 @@ def test_a_gang_whose_count_changes_with_every_member_costs_one_write_a_second()
     h, clock = harness(gang_pods(1, size=8))
     for i in range(1, 8):
         h.reconcile()
-        h.controller.gang_objects.flush()
+        h.controllers.gang_objects.flush()
         h.add(make_pod(f"train-{i}").gang("train", 8).index(i).gpus(1).gated().build())
         clock.now += 0.2
     h.reconcile()
     clock.now += 1
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     statuses = [w for w in h.cluster.gang_objects.writes if w[0] == "status"]
     assert len(statuses) == 3, statuses  # at 100.0, 101.0 and the last one
     assert h.cluster.gang_objects.objects[("team-a", "train")]["status"]["phase"] == "Placed"
@@ -104,7 +104,7 @@ def test_a_held_gang_is_stalled():
     pods[1]["metadata"]["annotations"]["troupe.io/gang-size"] = "3"
     h, _ = harness(pods)
     h.reconcile()
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     obj = h.cluster.gang_objects.objects[("team-a", "train")]
     assert obj["status"]["phase"] == "Held"
     assert conditions(obj)["Stalled"] == ("True", "Held")
@@ -113,12 +113,12 @@ def test_a_held_gang_is_stalled():
 def test_a_gang_with_no_pod_left_has_its_object_deleted_and_a_new_leader_sweeps_what_is_left():
     h, _ = harness(gang_pods(2, size=3))
     h.reconcile()
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     for i in range(2):
         h.cluster.pods.objects.pop(next(r for r in h.cluster.pods.objects if r.name == f"train-{i}"))
     h.sync()
     assert h.reconcile() is None
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     assert h.cluster.gang_objects.objects == {}
     # An object left by an earlier leader for a gang that no longer exists.
     h.cluster.gang_objects.objects[("team-a", "old")] = {"metadata": {"name": "old", "namespace": "team-a", "uid": "u1",
@@ -132,19 +132,19 @@ def test_a_gang_with_no_pod_left_has_its_object_deleted_and_a_new_leader_sweeps_
 def test_a_new_leader_rewrites_no_object_that_is_current():
     h, _ = harness(gang_pods(3, size=4))
     h.reconcile()
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     writes = len(h.cluster.gang_objects.writes)
-    h.controller = h.new_controller()
-    assert h.controller.gang_objects.load() == 1
+    h.controllers = h.new_controllers()
+    assert h.controllers.gang_objects.load() == 1
     h.reconcile()
-    assert h.controller.gang_objects.flush(everything=True) == 0
+    assert h.controllers.gang_objects.flush(everything=True) == 0
     assert len(h.cluster.gang_objects.writes) == writes
 
 
 def test_disabled_makes_nothing_and_deletes_what_an_earlier_configuration_left():
     h, _ = harness(gang_pods(3, size=4))
     h.reconcile()
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     objects = GangObjects(h.cluster.gang_objects, enabled=False)
     objects.load()
     assert objects.sweep(["team-a/train"]) == 1
@@ -174,14 +174,14 @@ def test_writes_stay_within_the_budget_oldest_first_and_a_failed_one_is_tried_ag
 def test_an_object_deleted_behind_the_reconcilers_back_is_made_again():
     h, clock = harness(gang_pods(3, size=4))
     h.reconcile()
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     del h.cluster.gang_objects.objects[("team-a", "train")]
     h.add(make_pod("train-3").gang("train", 4).index(3).gpus(2).gated().build())
     h.reconcile()
     clock.now += 1
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     clock.now += 1
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     assert ("team-a", "train") in h.cluster.gang_objects.objects
 
 

@@ -100,7 +100,7 @@ def test_a_gang_steps_through_its_lifecycle_and_a_restart_decides_the_same_at_ea
         gang = h.controller.gang("team-a/train")
         if gang is not None and want_phase is not Phase.BACKING_OFF:
             # A restarted reconciler remembers nothing (a backoff is the one thing it loses).
-            fresh = h.new_controller().gang("team-a/train")
+            fresh = h.new_controllers().gangs.gang("team-a/train")
             restarted = decide(fresh, h.cache.snapshot(), h.wall)
             assert (restarted.phase, restarted.rule.name) == (want_phase, want_rule), f"{step}: after a restart"
         outcome = h.reconcile()

@@ -90,7 +90,7 @@ def test_a_dead_worker_thread_fails_liveness(served, monkeypatch):
     def die(key: str) -> None:
         raise SystemExit("a bug that escapes the worker's error handling")
 
-    reconciler.controller.reconcile = die
+    reconciler.controllers.gangs.reconcile = die
     reconciler._worker.start()
     reconciler.queue.add("team-a/train")
     wait_for("the worker to die", lambda: not reconciler._worker.is_alive(), timeout=10)

@@ -67,7 +67,7 @@ def run(h, steps):
     """Each step: act, check a restarted reconciler agrees, reconcile, check phase, rule, reason."""
     for step, action, want_phase, want_rule, want_reason in steps:
         action(h)
-        fresh = h.new_controller().gang("team-a/train")
+        fresh = h.new_controllers().gangs.gang("team-a/train")
         if fresh is not None and want_phase is not Phase.BACKING_OFF:
             restarted = decide(fresh, h.cache.snapshot(), h.wall)
             assert (restarted.phase, restarted.rule.name) == (want_phase, want_rule), f"{step}: after a restart"

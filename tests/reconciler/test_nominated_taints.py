@@ -133,7 +133,7 @@ def test_a_new_leader_removes_the_taints_no_nomination_holds_and_keeps_the_other
         {"at": rfc3339(h.wall - 5), "nodes": {pod["metadata"]["uid"]: "n1"}, "victims": [], "refused": []})
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.sync()
-    leader = h.new_controller()
+    leader = h.new_controllers()
     assert leader.taints.sweep() == 1
     assert tainted(h) == ["n1"]
     h.wall += 600

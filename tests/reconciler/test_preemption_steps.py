@@ -92,7 +92,7 @@ def test_a_restarted_reconciler_waits_for_the_victims_its_predecessor_evicted():
     h.reconcile()
     h.sync()
     h.cluster.pods.protected.clear()
-    h.controller = h.new_controller()
+    h.controllers = h.new_controllers()
     out = h.reconcile()
     assert out.phase is Phase.PREEMPTING
     assert out.decision.find(Preempt).nomination is not None

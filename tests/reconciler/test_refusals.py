@@ -77,8 +77,8 @@ def test_a_new_leader_reads_the_avoided_node_back_and_the_exclusion_ends_when_th
     node = released_refused(h)
     h.reconcile()
     recreate(h, "-b")
-    h.controller = h.new_controller()  # a failover: nothing in memory
-    assert h.controller.load_state() == 1
+    h.controllers = h.new_controllers()  # a failover: nothing in memory
+    assert h.controllers.rollbacks.restore() == 1
     placed = h.reconcile()
     assert placed.phase is Phase.PLACED and node not in {m.node for m in placed.decision.release}
     h.sync()

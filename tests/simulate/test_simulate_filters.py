@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.objects.snapshot_io import read_file, read_retained
+from reconciler.run.controllers import compose
 from reconciler.tools import plugin, simulate, views
 from tests.support.engine_builders import (
     HOSTNAME,
@@ -69,7 +69,7 @@ def controller_nodes(nodes_, pods, extra, config, key="ml/train", budgets=()):
              "Namespace": "namespaces"}
     for kind, plural in kinds.items():
         cache.volumes.replace(plural, [o for o in extra if o["kind"] == kind])
-    GangController(cache, cluster, config, wall_clock=lambda: 1_800_000_000.0).reconcile(key)
+    compose(cache, cluster, config, wall_clock=lambda: 1_800_000_000.0).gangs.reconcile(key)
     pinned = {ref.name: pod["spec"].get("nodeSelector", {}).get(contract.HOSTNAME_LABEL)
               for ref, pod in cluster.pods.objects.items()}
     return pinned, cluster.pods

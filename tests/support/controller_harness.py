@@ -1,4 +1,4 @@
-"""The gang controller on an in-memory cache and writer ports, for the reconciler's controller
+"""The reconciler's controllers on an in-memory cache and writer ports, for the controller
 tests: :class:`Harness` (a cache and a FakeCluster over the same objects, the watch simulated
 by :meth:`Harness.sync`) and the small cluster most of those tests use."""
 
@@ -9,6 +9,7 @@ from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import UNFENCED
 from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.model.keys import PodKey
+from reconciler.run.controllers import Controllers, compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
@@ -18,7 +19,7 @@ NO_JITTER = Config(gang_schedule_timeout_jitter_seconds=0)
 
 
 class Harness:
-    """A cache and a FakeCluster holding the same objects, and a controller over them; the
+    """A cache and a FakeCluster holding the same objects, and the controllers over them; the
     watch is simulated by :meth:`sync` (the fakes' objects fed back into the cache). Every
     write passes ``fence``."""
 
@@ -31,11 +32,16 @@ class Harness:
         self.cache.replace_pods([self.cluster.pods.add(p) for p in pods])
         self.cache.replace_jobs([self.cluster.workloads.add("Job", j) for j in jobs])
         self.wall = 1_800_000_000.0
-        self.controller = self.new_controller()
+        self.controllers = self.new_controllers()
 
-    def new_controller(self):
-        """A controller as a restarted reconciler has it: nothing remembered."""
-        return GangController(self.cache, self.cluster, self.config, wall_clock=lambda: self.wall)
+    def new_controllers(self) -> Controllers:
+        """The controllers as a restarted reconciler has them: nothing remembered."""
+        return compose(self.cache, self.cluster, self.config, wall_clock=lambda: self.wall)
+
+    @property
+    def controller(self) -> GangController:
+        """The gang controller."""
+        return self.controllers.gangs
 
     def reconcile(self, key="team-a/train"):
         return self.controller.reconcile(key)

@@ -24,7 +24,7 @@ def serving(reconciler: Reconciler) -> Iterator[tuple[Health, int]]:
     finally:
         server.shutdown()
         server.server_close()
-        reconciler.writer.close()
+        reconciler.writes.close()
 
 
 def get(port: int, path: str) -> tuple[int, str]:

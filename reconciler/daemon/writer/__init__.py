@@ -21,7 +21,7 @@ Each port has two implementations: one against a real API server in
 ``schedulingGates``, additions only to a gated pod's node selection, PodDisruptionBudgets
 refusing evictions, a JSON patch's ``test``, names taken, a ConfigMap's keys and size). A
 controller is given only the ports it writes through; :class:`Writes` holds the six side by
-side.
+side for the composition root (:mod:`reconciler.run.controllers`).
 
 Every method may be called from several threads at once (a release writes its members in
 parallel). Errors (:mod:`~reconciler.daemon.writer.base`): :class:`Conflict` (the object
@@ -81,7 +81,8 @@ __all__ = [
 
 
 class Writes(Protocol):
-    """The six ports side by side, all passing one ``fence``, each controller getting only the
+    """The six ports side by side, all passing one ``fence``: what the composition root
+    (:func:`reconciler.run.controllers.compose`) hands out, each controller getting only the
     ports it writes through. :class:`reconciler.kube.writer.KubeWrites` and
     :class:`reconciler.daemon.writer.fake.FakeCluster` are two."""
 
