@@ -1,13 +1,15 @@
-"""The gang controller on an in-memory cache and writer: what it decides and what it writes,
-including writes that fail mid-release and reconcilers that restart."""
+"""The gang controller on an in-memory cache and writer ports: what it decides and what it
+writes, including writes that fail mid-release and reconcilers that restart."""
 
 from __future__ import annotations
 
 import json
+import typing
 
 import pytest
 
 from reconciler.daemon.writer import WriteError
+from reconciler.engine.decision import actions
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods, own
@@ -16,6 +18,22 @@ from troupe import contract
 from troupe.config import Config
 
 NAMES = [f"train-{i}" for i in range(4)]
+
+
+def test_every_action_of_the_engine_has_its_handler():
+    assert set(Harness(four_nodes(), []).controller.handlers) == set(typing.get_args(actions.Action))
+
+
+def test_each_controller_is_given_the_port_of_the_kind_it_writes():
+    h = Harness(four_nodes(), [])
+    handler = {t: h.controller.handlers[t].__self__ for t in (actions.Release, actions.RollBack, actions.Preempt,
+                                                               actions.Reserve, actions.RecordNodeFailures)}
+    assert handler[actions.Release].pods is handler[actions.Preempt].pods is h.cluster.pods
+    assert (handler[actions.RollBack].pods, handler[actions.RollBack].state) == (h.cluster.pods, h.cluster.state)
+    assert handler[actions.Reserve].workloads is h.cluster.workloads
+    assert handler[actions.RecordNodeFailures].nodes is h.controllers.taints.nodes is h.cluster.nodes
+    assert h.controllers.groups.groups is h.cluster.groups and h.controllers.gang_objects.writer is h.cluster.gang_objects
+    assert h.controllers.conditions.pods is h.cluster.pods
 
 
 # --- releasing ---------------------------------------------------------------------------------

@@ -20,10 +20,15 @@ from reconciler import kube
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import LostLeadership
-from reconciler.daemon.writer.fake import FakeCluster, FakePodWrites
+from reconciler.daemon.writer.fake import FakeCluster
+from reconciler.engine.decision.actions import MemberRelease
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.records import Nomination
+from reconciler.engine.model.reservations import Record
 from reconciler.run.controllers import compose
+from tests.support.as_created import job_object
 from tests.support.reconciler_builders import make_node, make_pod
+from troupe import contract
 from troupe.config import Config
 
 
@@ -97,19 +102,43 @@ def test_no_release_starts_when_the_fence_is_closed_and_no_event_goes_out():
     assert cluster.pods.patches == [] and cluster.events == []
 
 
-def test_every_intent_of_the_pods_writer_port_checks_the_fence():
+def test_every_intent_of_every_writer_port_checks_the_fence():
     fence = Fence(confirms=0)
-    pods = FakePodWrites(fence=fence)
-    pod = pods.add(make_pod("w-0").gpus(1).gated().build())
+    cluster = FakeCluster(fence)
+    pod = cluster.pods.add(make_pod("w-0").gpus(1).gated().build())
+    cluster.nodes.add(make_node("n1").build())
+    cluster.workloads.add("Job", job_object("train", 2))
+    cluster.groups.add({"metadata": {"name": "g", "finalizers": []}})
+    made = cluster.gang_objects.create_gang_object("ml", {"metadata": {"name": "train"}, "spec": {}})
     fence.open = False
-    ref, uid = PodKey.of(pod), "uid-w-0"
-    for write in (lambda: pods.clear_plan(ref), lambda: pods.evict(ref, uid),
+    ref, uid, rv = PodKey.of(pod), "uid-w-0", pod["metadata"]["resourceVersion"]
+    member = MemberRelease(ref, uid, rv, "n1", "n1", 0, "2027-01-15T08:00:00.000+00:00")
+    job, record = ("Job", "ml", "train"), Record("train", "2027-01-15T08:00:00.000+00:00", ("n1", "n2"))
+    nomination = Nomination("2027-01-15T08:00:00Z", {uid: "n1"})
+    pods, nodes, workloads, objects, groups = (cluster.pods, cluster.nodes, cluster.workloads, cluster.gang_objects,
+                                               cluster.groups)
+    for write in (lambda: pods.release_member(member, [contract.GATE], "2027-01-15T08:00:01Z"),
+                  lambda: pods.set_nomination(ref, nomination, rv), lambda: pods.clear_nomination(ref),
+                  lambda: pods.clear_plan(ref), lambda: pods.evict(ref, uid), lambda: pods.may_evict(ref, uid),
                   lambda: pods.set_pod_condition(ref, {"type": "X", "status": "True"}),
-                  lambda: pods.mark_disrupted_and_delete(ref, uid, "r", "m", "t")):
+                  lambda: pods.mark_disrupted_and_delete(ref, uid, "r", "m", "t"),
+                  lambda: nodes.taint_node("n1"), lambda: nodes.untaint_node("n1"),
+                  lambda: nodes.record_failures("n1", lambda before: "x"),
+                  lambda: workloads.set_reservation(job, record), lambda: workloads.drop_reservation(job, record),
+                  lambda: objects.create_gang_object("ml", {"metadata": {"name": "other"}, "spec": {}}),
+                  lambda: objects.set_gang_object_status("ml", "train", {"phase": "Waiting"}),
+                  lambda: objects.delete_gang_object("ml", "train", made["metadata"]["uid"]),
+                  lambda: groups.set_group_status("g", {"phase": "Pending"}),
+                  lambda: groups.set_group_finalizers("g", [contract.DEVICE_GROUP_FINALIZER], "0"),
+                  lambda: cluster.state.save_backoff("team-a/train", 1, 1_800_000_000.0)):
         with pytest.raises(LostLeadership):
             write()
     pods.emit_event(ref, uid, "Normal", "R", "m")
-    assert pods.patches == [] and pods.conditions == [] and pods.deleted == [] and pods.events == []
+    nodes.emit_event("n1", "Normal", "R", "m")
+    workloads.emit_event(job, "Normal", "R", "m")
+    assert pods.patches == pods.conditions == pods.deleted == pods.evicted == pods.dry_runs == []
+    assert nodes.patches == [] and workloads.patches == [] and objects.writes == [("create", "ml", "train")]
+    assert "status" not in groups.objects["g"] and cluster.state.data == {} and cluster.events == []
 
 
 # --- the real client: the fence at the socket, keepalive -------------------------------------
