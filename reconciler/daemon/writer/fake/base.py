@@ -4,8 +4,11 @@ the Events they record (:class:`RecordedEvent`, one list for all kinds, in order
 
 from __future__ import annotations
 
+import copy
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from reconciler.daemon.writer.base import Fence, LostLeadership
 from reconciler.engine.model.keys import PodKey
@@ -34,6 +37,13 @@ class Versions:
     def next(self) -> str:
         """A new resourceVersion, higher than every one before it."""
         return str(next(self._next))
+
+    def stamped(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """A deep copy of ``obj`` with a new resourceVersion: an object as a fake stores it
+        when a test adds it."""
+        stored = copy.deepcopy(dict(obj))
+        stored.setdefault("metadata", {})["resourceVersion"] = self.next()
+        return stored
 
 
 def record_event(events: list[RecordedEvent], fence: Fence, event: RecordedEvent) -> None:

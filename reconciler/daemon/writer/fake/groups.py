@@ -34,9 +34,7 @@ class FakeGroupWrites(GroupWrites):
     def add(self, group: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a SharedDeviceGroup (given a fresh resourceVersion) and return it."""
         with self._lock:
-            stored = copy.deepcopy(dict(group))
-            stored.setdefault("metadata", {})["resourceVersion"] = self.versions.next()
-            self.objects[stored["metadata"]["name"]] = stored
+            stored = self.objects[group["metadata"]["name"]] = self.versions.stamped(group)
             return copy.deepcopy(stored)
 
     def _patch_group(self, name: str, patch: Any) -> dict[str, Any]:

@@ -36,9 +36,7 @@ class FakeNodeWrites(NodeWrites):
     def add(self, node: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a Node (given a fresh resourceVersion) and return it."""
         with self._lock:
-            stored = copy.deepcopy(dict(node))
-            stored.setdefault("metadata", {})["resourceVersion"] = self.versions.next()
-            self.objects[stored["metadata"]["name"]] = stored
+            stored = self.objects[node["metadata"]["name"]] = self.versions.stamped(node)
             return copy.deepcopy(stored)
 
     def _get_node(self, name: str) -> dict[str, Any]:

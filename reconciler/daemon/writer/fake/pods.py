@@ -53,9 +53,7 @@ class FakePodWrites(PodWrites):
     def add(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of ``pod`` (given a fresh resourceVersion) and return it."""
         with self._lock:
-            stored = copy.deepcopy(dict(pod))
-            stored.setdefault("metadata", {})["resourceVersion"] = self.versions.next()
-            self.objects[PodKey.of(stored)] = stored
+            stored = self.objects[PodKey.of(pod)] = self.versions.stamped(pod)
             return copy.deepcopy(stored)
 
     def read(self, ref: PodKey) -> dict[str, Any]:

@@ -38,10 +38,8 @@ class FakeWorkloadWrites(WorkloadWrites):
     def add(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a workload object of ``kind`` (a fresh resourceVersion) and return it."""
         with self._lock:
-            stored = copy.deepcopy(dict(obj))
-            meta = stored.setdefault("metadata", {})
-            meta["resourceVersion"] = self.versions.next()
-            self.objects[(kind, meta.get("namespace", "default"), meta["name"])] = stored
+            meta = obj["metadata"]
+            stored = self.objects[(kind, meta.get("namespace", "default"), meta["name"])] = self.versions.stamped(obj)
             return copy.deepcopy(stored)
 
     def _patch_workload(self, workload: WorkloadKey,
