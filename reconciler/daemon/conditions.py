@@ -9,9 +9,9 @@ changes with every new member (``3 of 512 members present``, ``4 of 512``...) co
 write per member, not one per member per arrival. A member released before its first
 condition was written gets none (``Released`` is written only over a waiting condition).
 Writes never delay a release: they run on the sink's own thread, through the pods' writer
-port (its rate limit and its fence). An Event may ride on a condition: it is sent when (and only
-when) that condition is written, with its message, so what ``kubectl describe pod`` lists
-under Events follows the condition's numbers.
+port (its rate limit and its fence). An Event may ride on a condition: it is sent when (and
+only when) that condition is written, with its message, so what ``kubectl describe pod``
+lists under Events follows the condition's numbers.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ closes it, drains the writes in flight and releases the Lease
 (docs/decisions/016-bounded-failure-detection.md).
 
 Its parts: :mod:`~reconciler.run.reconciler` (the informers, the queue, the worker
-and the metrics of each reconcile), :mod:`~reconciler.run.probes` (the HTTP server)
-and :mod:`~reconciler.run.process` (the process: clients, election, signals).
+and the metrics of each reconcile), :mod:`~reconciler.run.controllers` (the controllers,
+each wired to the writer ports it writes through), :mod:`~reconciler.run.probes` (the HTTP
+server) and :mod:`~reconciler.run.process` (the process: clients, election, signals).
 """
 
 from __future__ import annotations
