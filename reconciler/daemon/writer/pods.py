@@ -70,8 +70,8 @@ def _pinned_to(pod: Mapping[str, Any]) -> str:
 class PodWrites(Fenced, abc.ABC):
     """The pod intents (module docstring) over the primitives a subclass provides:
     ``_get``, ``_patch`` (strategic merge), ``_patch_status``, ``_delete`` (with a UID
-    precondition) and ``_evict``, plus :meth:`emit_event`. ``fence`` is checked before
-    every primitive write."""
+    precondition), ``_evict`` and ``_evict_dry_run``, plus :meth:`emit_event`. ``fence`` is
+    checked before every primitive write."""
 
     # --- primitives ---------------------------------------------------------------------
     @abc.abstractmethod
