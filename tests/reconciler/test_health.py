@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from reconciler.run import WORKER_STUCK_SECONDS, Health, Reconciler
+from reconciler.run.probes import Health
+from reconciler.run.reconciler import WORKER_STUCK_SECONDS, Reconciler
 from tests.support.e2e import wait_for
 from tests.support.probes import get, serving
 from troupe.config import Config

@@ -11,8 +11,9 @@ import pytest
 from kubernetes import client
 
 from reconciler.daemon.writer.fake import FakeCluster
-from reconciler.run import Health, Reconciler
 from reconciler.run import topology as reconciler_map
+from reconciler.run.probes import Health
+from reconciler.run.reconciler import Reconciler
 from tests.support.probes import get, serving
 from tests.support.snapshots import snapshot
 from troupe.config import Config

@@ -1,5 +1,5 @@
 """The reconciler's HTTP server (``/metrics``, ``/healthz``, ``/readyz``, ``/topology/``) on a
-free 127.0.0.1 port for a test, over a :class:`~reconciler.run.Reconciler` that
+free 127.0.0.1 port for a test, over a :class:`~reconciler.run.reconciler.Reconciler` that
 starts nothing, and a plain GET of it."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
-from reconciler.run import Health, Reconciler, serve_http
+from reconciler.run.probes import Health, serve_http
+from reconciler.run.reconciler import Reconciler
 
 
 @contextlib.contextmanager
