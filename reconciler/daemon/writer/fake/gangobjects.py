@@ -5,18 +5,17 @@ here."""
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import UNFENCED, Conflict, Fence, Gone, WriteError
-from reconciler.daemon.writer.fake.base import Versions
+from reconciler.daemon.writer.base import Conflict, Gone
+from reconciler.daemon.writer.fake.base import FakeStore
 from reconciler.daemon.writer.gangobjects import GangObjectWrites
 
 
 @dataclass
-class FakeGangObjectWrites(GangObjectWrites):
+class FakeGangObjectWrites(FakeStore[tuple[str, str]], GangObjectWrites):
     """In-memory :class:`GangObjectWrites` over Gang objects by ``(namespace, name)``
     (``objects``). A create of a name taken raises :class:`Conflict` (AlreadyExists, a 409);
     a status write or a delete of an object that does not exist, or a delete whose UID
@@ -25,12 +24,7 @@ class FakeGangObjectWrites(GangObjectWrites):
     write raises. Every write is recorded in ``writes``, in order: ``("create" | "status" |
     "delete", namespace, name)``. Thread-safe."""
 
-    fence: Fence = UNFENCED
-    versions: Versions = field(default_factory=Versions)
-    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     writes: list[tuple[str, str, str]] = field(default_factory=list)
-    fail: dict[str, WriteError] = field(default_factory=dict)
-    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def _list_gang_objects(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -52,11 +46,7 @@ class FakeGangObjectWrites(GangObjectWrites):
 
     def _patch_gang_object_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
-            if name in self.fail:
-                raise self.fail[name]
-            stored = self.objects.get((namespace, name))
-            if stored is None:
-                raise Gone(f"patch gang {namespace}/{name}/status: not found")
+            stored = self._writable((namespace, name), name, f"patch gang {namespace}/{name}/status: not found")
             stored["status"] = copy.deepcopy(dict(status))
             stored["metadata"]["resourceVersion"] = self.versions.next()
             self.writes.append(("status", namespace, name))

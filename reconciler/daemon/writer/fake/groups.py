@@ -4,18 +4,17 @@ with the API server's rules for the patches Troupe sends a SharedDeviceGroup."""
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from reconciler.daemon.writer.base import UNFENCED, Conflict, Fence, Gone, WriteError
-from reconciler.daemon.writer.fake.base import Versions
+from reconciler.daemon.writer.base import Conflict, WriteError
+from reconciler.daemon.writer.fake.base import FakeStore
 from reconciler.daemon.writer.groups import GroupWrites
 
 
 @dataclass
-class FakeGroupWrites(GroupWrites):
+class FakeGroupWrites(FakeStore[str], GroupWrites):
     """In-memory :class:`GroupWrites` over SharedDeviceGroups by name (``objects``, filled by
     :meth:`add`; one copy of a group, status included). A JSON patch may only ``add
     /status`` (anything else is refused with :class:`WriteError`, as an unsupported
@@ -25,26 +24,13 @@ class FakeGroupWrites(GroupWrites):
     it. A group that does not exist raises :class:`Gone`; ``fail`` maps a group's name to an
     error its next writes raise. Thread-safe."""
 
-    fence: Fence = UNFENCED
-    versions: Versions = field(default_factory=Versions)
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
-    fail: dict[str, WriteError] = field(default_factory=dict)
-    _lock: threading.RLock = field(default_factory=threading.RLock)
-
     def add(self, group: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a SharedDeviceGroup (given a fresh resourceVersion) and return it."""
-        with self._lock:
-            stored = self.objects[group["metadata"]["name"]] = self.versions.stamped(group)
-            return copy.deepcopy(stored)
+        return self._store(group["metadata"]["name"], group)
 
     def _patch_group(self, name: str, patch: Any) -> dict[str, Any]:
         with self._lock:
-            if name in self.fail:
-                raise self.fail[name]
-            group = self.objects.get(name)
-            if group is None:
-                raise Gone(f"shareddevicegroup {name}: not found")
-            group = copy.deepcopy(group)
+            group = copy.deepcopy(self._writable(name, name, f"shareddevicegroup {name}: not found"))
             if isinstance(patch, list):
                 for op in patch:
                     if op["op"] != "add" or op["path"] != "/status":

@@ -4,19 +4,18 @@ with the API server's rules for nodes that matter here."""
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import UNFENCED, Conflict, Fence, Gone, WriteError
-from reconciler.daemon.writer.fake.base import RecordedEvent, Versions, record_event
+from reconciler.daemon.writer.base import Conflict
+from reconciler.daemon.writer.fake.base import FakeStore, RecordedEvent, record_event
 from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.engine.model.keys import PodKey
 
 
 @dataclass
-class FakeNodeWrites(NodeWrites):
+class FakeNodeWrites(FakeStore[str], NodeWrites):
     """In-memory :class:`NodeWrites` over a dict of nodes by name (``objects``, filled by
     :meth:`add`). A node takes a JSON merge patch of ``spec.taints`` (the whole list: it has
     no merge key) and of ``metadata.annotations``, under a ``metadata.resourceVersion``
@@ -25,33 +24,19 @@ class FakeNodeWrites(NodeWrites):
     applied is recorded in ``patches``, the Events in ``events`` (about ``PodKey("", name)``).
     Thread-safe."""
 
-    fence: Fence = UNFENCED
-    versions: Versions = field(default_factory=Versions)
     events: list[RecordedEvent] = field(default_factory=list)
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    fail: dict[str, WriteError] = field(default_factory=dict)
-    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def add(self, node: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a Node (given a fresh resourceVersion) and return it."""
-        with self._lock:
-            stored = self.objects[node["metadata"]["name"]] = self.versions.stamped(node)
-            return copy.deepcopy(stored)
+        return self._store(node["metadata"]["name"], node)
 
     def _get_node(self, name: str) -> dict[str, Any]:
-        with self._lock:
-            if name not in self.objects:
-                raise Gone(f"node {name} not found")
-            return copy.deepcopy(self.objects[name])
+        return self._read(name, f"node {name} not found")
 
     def _patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
-            if name in self.fail:
-                raise self.fail[name]
-            node = self.objects.get(name)
-            if node is None:
-                raise Gone(f"node {name} not found")
+            node = self._writable(name, name, f"node {name} not found")
             want_rv = (patch.get("metadata") or {}).get("resourceVersion")
             if want_rv is not None and want_rv != node["metadata"].get("resourceVersion"):
                 raise Conflict(f"patch node {name}: resourceVersion {want_rv} is stale")

@@ -4,13 +4,12 @@ with the API server's rules for pods that matter here."""
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import UNFENCED, Conflict, Fence, Gone, Refused, WriteError
-from reconciler.daemon.writer.fake.base import RecordedEvent, Versions, record_event
+from reconciler.daemon.writer.base import Conflict, Gone, Refused, WriteError
+from reconciler.daemon.writer.fake.base import FakeStore, RecordedEvent, record_event
 from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.model.keys import PodKey
 
@@ -19,7 +18,7 @@ BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budg
 
 
 @dataclass
-class FakePodWrites(PodWrites):
+class FakePodWrites(FakeStore[PodKey], PodWrites):
     """In-memory :class:`PodWrites` over a dict of pods (``objects``), for tests without an
     API server.
 
@@ -36,10 +35,7 @@ class FakePodWrites(PodWrites):
     ``deleted``, ``evicted``, ``dry_runs``), the Events in ``events``. Thread-safe.
     """
 
-    fence: Fence = UNFENCED
-    versions: Versions = field(default_factory=Versions)
     events: list[RecordedEvent] = field(default_factory=list)
-    objects: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     patches: list[tuple[PodKey, dict[str, Any]]] = field(default_factory=list)
     deleted: list[PodKey] = field(default_factory=list)
     evicted: list[PodKey] = field(default_factory=list)
@@ -47,14 +43,10 @@ class FakePodWrites(PodWrites):
     dry_runs: list[PodKey] = field(default_factory=list)
     conditions: list[tuple[PodKey, dict[str, Any]]] = field(default_factory=list)
     protected: set[str] = field(default_factory=set)
-    fail: dict[str, WriteError] = field(default_factory=dict)
-    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def add(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of ``pod`` (given a fresh resourceVersion) and return it."""
-        with self._lock:
-            stored = self.objects[PodKey.of(pod)] = self.versions.stamped(pod)
-            return copy.deepcopy(stored)
+        return self._store(PodKey.of(pod), pod)
 
     def read(self, ref: PodKey) -> dict[str, Any]:
         """A copy of the stored pod. Raises :class:`Gone`."""
@@ -69,23 +61,12 @@ class FakePodWrites(PodWrites):
             pod["metadata"]["resourceVersion"] = self.versions.next()
             return copy.deepcopy(pod)
 
-    def _check_fail(self, ref: PodKey) -> None:
-        error = self.fail.get(ref.name)
-        if error is not None:
-            raise error
-
     def _get(self, ref: PodKey) -> dict[str, Any]:
-        with self._lock:
-            if ref not in self.objects:
-                raise Gone(f"pod {ref}: not found")
-            return copy.deepcopy(self.objects[ref])
+        return self._read(ref, f"pod {ref}: not found")
 
     def _patch(self, ref: PodKey, patch: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
-            self._check_fail(ref)
-            if ref not in self.objects:
-                raise Gone(f"pod {ref}: not found")
-            pod = copy.deepcopy(self.objects[ref])
+            pod = copy.deepcopy(self._writable(ref, ref.name, f"pod {ref}: not found"))
             meta, spec = pod.setdefault("metadata", {}), pod.setdefault("spec", {})
             pmeta, pspec = patch.get("metadata") or {}, patch.get("spec") or {}
             want_rv = pmeta.get("resourceVersion")
@@ -115,10 +96,7 @@ class FakePodWrites(PodWrites):
 
     def _patch_status(self, ref: PodKey, patch: Mapping[str, Any]) -> None:
         with self._lock:
-            self._check_fail(ref)
-            if ref not in self.objects:
-                raise Gone(f"pod {ref}: not found")
-            status = self.objects[ref].setdefault("status", {})
+            status = self._writable(ref, ref.name, f"pod {ref}: not found").setdefault("status", {})
             for condition in patch["status"]["conditions"]:
                 old: dict[str, Any] = next((c for c in status.get("conditions", []) if c.get("type") == condition["type"]), {})
                 others = [c for c in status.get("conditions", []) if c.get("type") != condition["type"]]
@@ -128,7 +106,8 @@ class FakePodWrites(PodWrites):
 
     def _delete(self, ref: PodKey, uid: str) -> None:
         with self._lock:
-            self._check_fail(ref)
+            if ref.name in self.fail:
+                raise self.fail[ref.name]
             pod = self.objects.get(ref)
             if pod is None or pod["metadata"].get("uid") != uid:
                 raise Gone(f"pod {ref} with uid {uid}: not found")

@@ -4,20 +4,19 @@
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import UNFENCED, Conflict, Fence, Gone, WriteError
-from reconciler.daemon.writer.fake.base import RecordedEvent, Versions, record_event
+from reconciler.daemon.writer.base import Conflict
+from reconciler.daemon.writer.fake.base import FakeStore, RecordedEvent, record_event
 from reconciler.daemon.writer.workloads import WorkloadWrites
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from troupe import contract
 
 
 @dataclass
-class FakeWorkloadWrites(WorkloadWrites):
+class FakeWorkloadWrites(FakeStore[WorkloadKey], WorkloadWrites):
     """In-memory :class:`WorkloadWrites` over workload objects by ``(kind, namespace, name)``
     (``objects``, filled by :meth:`add`). A JSON merge patch merges
     ``metadata.annotations`` (``None`` deletes); a JSON patch is the reservation's removal:
@@ -27,30 +26,18 @@ class FakeWorkloadWrites(WorkloadWrites):
     raise. Every patch applied is recorded in ``patches``, the Events in ``events``.
     Thread-safe."""
 
-    fence: Fence = UNFENCED
-    versions: Versions = field(default_factory=Versions)
     events: list[RecordedEvent] = field(default_factory=list)
-    objects: dict[WorkloadKey, dict[str, Any]] = field(default_factory=dict)
     patches: list[tuple[WorkloadKey, Any]] = field(default_factory=list)
-    fail: dict[str, WriteError] = field(default_factory=dict)
-    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def add(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Store a copy of a workload object of ``kind`` (a fresh resourceVersion) and return it."""
-        with self._lock:
-            meta = obj["metadata"]
-            stored = self.objects[(kind, meta.get("namespace", "default"), meta["name"])] = self.versions.stamped(obj)
-            return copy.deepcopy(stored)
+        meta = obj["metadata"]
+        return self._store((kind, meta.get("namespace", "default"), meta["name"]), obj)
 
     def _patch_workload(self, workload: WorkloadKey,
                         patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         with self._lock:
-            if workload[2] in self.fail:
-                raise self.fail[workload[2]]
-            obj = self.objects.get(workload)
-            if obj is None:
-                raise Gone(f"{workload[0]} {workload[1]}/{workload[2]} not found")
-            obj = copy.deepcopy(obj)
+            obj = copy.deepcopy(self._writable(workload, workload[2], f"{workload[0]} {workload[1]}/{workload[2]} not found"))
             annotations = obj["metadata"].setdefault("annotations", {})
             if isinstance(patch, Mapping):
                 for key, value in patch["metadata"]["annotations"].items():
