@@ -125,14 +125,8 @@ class GangController:
                  notices: Notices, releases: Releases, rollbacks: Rollbacks, preemptions: Preemptions,
                  reservations: Reservations, failures: NodeFailures, taints: NominatedTaints,
                  gang_objects: GangObjects, wall_clock: Callable[[], float] = time.time) -> None:
-        self.cache = cache
-        self.memories = memories
-        self.policy = policy
-        self.queue = queue
-        self.notices = notices
-        self.rollbacks = rollbacks
-        self.taints = taints
-        self.gang_objects = gang_objects
+        self.cache, self.memories, self.policy, self.queue = cache, memories, policy, queue
+        self.notices, self.rollbacks, self.taints, self.gang_objects = notices, rollbacks, taints, gang_objects
         self.wall_clock = wall_clock
         #: Moves the lifecycle refused since start (a metric: it should stay 0).
         self.illegal_moves = 0

@@ -10,21 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from reconciler.daemon import handlers
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import DELAY_SECONDS as CONDITION_DELAY_SECONDS
 from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.gangobjects import GangObjects
 from reconciler.daemon.groups import GroupController
-from reconciler.daemon.handlers import (
-    NodeFailures,
-    Notices,
-    Preemptions,
-    Releases,
-    Reservations,
-    Rollbacks,
-    Waves,
-)
 from reconciler.daemon.memory import Memories
 from reconciler.daemon.taints import NominatedTaints
 from reconciler.daemon.writer import Writes
@@ -49,8 +41,8 @@ class Controllers:
     conditions: ConditionSink
     gang_objects: GangObjects
     taints: NominatedTaints
-    rollbacks: Rollbacks
-    waves: Waves
+    rollbacks: handlers.Rollbacks
+    waves: handlers.Waves
 
     def close(self) -> None:
         """Stop the release threads (after the writes in flight)."""
@@ -79,7 +71,7 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     (:mod:`reconciler.daemon.conditions`). Tests pass a fake clock and a
     :class:`~reconciler.daemon.writer.fake.FakeCluster`."""
     memories = Memories()
-    waves = Waves(release_concurrency or config.release_concurrency, writes.fence)
+    waves = handlers.Waves(release_concurrency or config.release_concurrency, writes.fence)
     conditions = ConditionSink(writes.pods, _condition_of(cache), delay=condition_delay,
                                wall=lambda: rfc3339(wall_clock()))
     # A fifth of the API budget at most: releases never wait behind a flood of status writes (decision 043).
@@ -88,15 +80,15 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     groups = GroupController(cache, writes.groups, wall_clock)
     taints = NominatedTaints(cache, writes.nodes, config.nomination_max_seconds, wall_clock)
     policy = Policy.from_config(config)
-    notices = Notices(conditions, writes.pods, memories)
-    rollbacks = Rollbacks(cache, writes.pods, writes.state, memories, notices, waves, wall_clock)
+    notices = handlers.Notices(conditions, writes.pods, memories)
+    rollbacks = handlers.Rollbacks(cache, writes.pods, writes.state, memories, notices, waves, wall_clock)
     gangs = GangController(
         cache=cache, memories=memories, policy=policy, queue=QueueState(config.queueing_strategy), notices=notices,
-        releases=Releases(cache, writes.pods, waves, conditions, groups, notices, wall_clock),
+        releases=handlers.Releases(cache, writes.pods, waves, conditions, groups, notices, wall_clock),
         rollbacks=rollbacks,
-        preemptions=Preemptions(cache, writes.pods, taints, notices, waves, policy),
-        reservations=Reservations(cache, writes.workloads),
-        failures=NodeFailures(writes.nodes, Avoidance.from_config(config)),
+        preemptions=handlers.Preemptions(cache, writes.pods, taints, notices, waves, policy),
+        reservations=handlers.Reservations(cache, writes.workloads),
+        failures=handlers.NodeFailures(writes.nodes, Avoidance.from_config(config)),
         taints=taints, gang_objects=gang_objects, wall_clock=wall_clock,
     )
     return Controllers(gangs, groups, conditions, gang_objects, taints, rollbacks, waves)

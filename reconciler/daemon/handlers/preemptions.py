@@ -37,11 +37,7 @@ class Preemptions:
 
     def __init__(self, cache: ClusterCache, pods: PodWrites, taints: NominatedTaints, notices: Notices,
                  waves: Waves, policy: Policy) -> None:
-        self.cache = cache
-        self.pods = pods
-        self.taints = taints
-        self.notices = notices
-        self.waves = waves
+        self.cache, self.pods, self.taints, self.notices, self.waves = cache, pods, taints, notices, waves
         self.policy = policy
 
     def preempt(self, gang: Gang, decision: Decision, action: Preempt, memory: Memory, now: float) -> Done:

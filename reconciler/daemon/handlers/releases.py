@@ -41,13 +41,8 @@ class Releases:
 
     def __init__(self, cache: ClusterCache, pods: PodWrites, waves: Waves, conditions: ConditionSink,
                  groups: GroupController, notices: Notices, wall_clock: Callable[[], float]) -> None:
-        self.cache = cache
-        self.pods = pods
-        self.waves = waves
-        self.conditions = conditions
-        self.groups = groups
-        self.notices = notices
-        self.wall_clock = wall_clock
+        self.cache, self.pods, self.waves, self.conditions = cache, pods, waves, conditions
+        self.groups, self.notices, self.wall_clock = groups, notices, wall_clock
 
     def release(self, gang: Gang, decision: Decision, action: Release, memory: Memory, now: float) -> Done:
         """Release the action's members, then bring their SharedDeviceGroups' status in line,

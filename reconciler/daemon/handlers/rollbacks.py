@@ -43,13 +43,8 @@ class Rollbacks:
 
     def __init__(self, cache: ClusterCache, pods: PodWrites, state: StateStore, memories: Memories,
                  notices: Notices, waves: Waves, wall_clock: Callable[[], float]) -> None:
-        self.cache = cache
-        self.pods = pods
-        self.state = state
-        self.memories = memories
-        self.notices = notices
-        self.waves = waves
-        self.wall_clock = wall_clock
+        self.cache, self.pods, self.state, self.memories = cache, pods, state, memories
+        self.notices, self.waves, self.wall_clock = notices, waves, wall_clock
 
     def roll_back(self, gang: Gang, decision: Decision, action: RollBack, memory: Memory, now: float) -> Done:
         """Delete the owned members of the timed-out (or refused) release (their owner

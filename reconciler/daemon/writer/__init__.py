@@ -81,38 +81,20 @@ __all__ = [
 
 
 class Writes(Protocol):
-    """The six ports side by side, all passing one ``fence``: what the composition root
+    """The six ports side by side, all passing one ``fence`` (the leader's Lease;
+    :data:`UNFENCED` without one): what the composition root
     (:func:`reconciler.run.controllers.compose`) hands out, each controller getting only the
     ports it writes through. :class:`reconciler.kube.writer.KubeWrites` and
-    :class:`reconciler.daemon.writer.fake.FakeCluster` are two."""
+    :class:`reconciler.daemon.writer.fake.FakeCluster` are two; each types its ports as
+    these."""
 
-    @property
-    def pods(self) -> PodWrites:
-        """The pods' port."""
-
-    @property
-    def nodes(self) -> NodeWrites:
-        """The nodes' port."""
-
-    @property
-    def workloads(self) -> WorkloadWrites:
-        """The workload objects' port."""
-
-    @property
-    def gang_objects(self) -> GangObjectWrites:
-        """The Gang objects' port."""
-
-    @property
-    def groups(self) -> GroupWrites:
-        """The SharedDeviceGroups' port."""
-
-    @property
-    def state(self) -> StateStore:
-        """The state ConfigMap's port."""
-
-    @property
-    def fence(self) -> Fence:
-        """The fence every port passes (the leader's Lease; :data:`UNFENCED` without one)."""
+    pods: PodWrites
+    nodes: NodeWrites
+    workloads: WorkloadWrites
+    gang_objects: GangObjectWrites
+    groups: GroupWrites
+    state: StateStore
+    fence: Fence
 
     def close(self) -> None:
         """Send what is still queued (the Events), for a few seconds at most, then stop."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from reconciler.daemon import writer as ports
 from reconciler.daemon.writer.base import UNFENCED, Fence
 from reconciler.kube.client import RateLimiter
 from reconciler.kube.writer.calls import APF_MAX_WAIT, APF_RETRIES, Calls
@@ -48,12 +49,12 @@ class KubeWrites:
         self.fence = fence
         calls = Calls(limiter, fence)
         self.events = EventSink(client.CoreV1Api(api), limiter, component, fence=fence)
-        self.pods = KubePodWrites(api, calls, self.events)
-        self.nodes = KubeNodeWrites(api, calls, self.events)
-        self.workloads = KubeWorkloadWrites(api, calls, self.events)
-        self.gang_objects = KubeGangObjectWrites(api, calls)
-        self.groups = KubeGroupWrites(api, calls)
-        self.state = KubeStateStore(api, calls, state)
+        self.pods: ports.PodWrites = KubePodWrites(api, calls, self.events)
+        self.nodes: ports.NodeWrites = KubeNodeWrites(api, calls, self.events)
+        self.workloads: ports.WorkloadWrites = KubeWorkloadWrites(api, calls, self.events)
+        self.gang_objects: ports.GangObjectWrites = KubeGangObjectWrites(api, calls)
+        self.groups: ports.GroupWrites = KubeGroupWrites(api, calls)
+        self.state: ports.StateStore = KubeStateStore(api, calls, state)
 
     def close(self) -> None:
         """Send the Events still queued (for a few seconds at most), then stop."""

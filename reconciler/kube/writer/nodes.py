@@ -21,10 +21,7 @@ class KubeNodeWrites(NodeWrites):
     a node. Events go out on ``events``'s thread."""
 
     def __init__(self, api: client.ApiClient, calls: Calls, events: EventSink) -> None:
-        self.core = client.CoreV1Api(api)
-        self.calls = calls
-        self.fence = calls.fence
-        self.events = events
+        self.core, self.calls, self.fence, self.events = client.CoreV1Api(api), calls, calls.fence, events
 
     def _get_node(self, name: str) -> dict[str, Any]:
         resp = self.calls.call(f"read node {name}", self.core.read_node, name, _preload_content=False)

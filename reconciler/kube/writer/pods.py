@@ -24,10 +24,7 @@ class KubePodWrites(PodWrites):
     ``events``'s thread, so a release never waits for them."""
 
     def __init__(self, api: client.ApiClient, calls: Calls, events: EventSink) -> None:
-        self.core = client.CoreV1Api(api)
-        self.calls = calls
-        self.fence = calls.fence
-        self.events = events
+        self.core, self.calls, self.fence, self.events = client.CoreV1Api(api), calls, calls.fence, events
 
     def _get(self, ref: PodKey) -> dict[str, Any]:
         resp = self.calls.call(f"read pod {ref}", self.core.read_namespaced_pod, ref.name, ref.namespace,

@@ -23,11 +23,8 @@ class KubeWorkloadWrites(WorkloadWrites):
     version and plural. Events go out on ``events``'s thread."""
 
     def __init__(self, api: client.ApiClient, calls: Calls, events: EventSink) -> None:
-        self.batch = client.BatchV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.calls = calls
-        self.fence = calls.fence
-        self.events = events
+        self.batch, self.custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
+        self.calls, self.fence, self.events = calls, calls.fence, events
 
     def _patch_workload(self, workload: WorkloadKey,
                         patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:

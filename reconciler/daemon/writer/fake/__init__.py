@@ -10,6 +10,7 @@ six over one resourceVersion counter, one list of Events and one fence."""
 
 from __future__ import annotations
 
+from reconciler.daemon import writer as ports
 from reconciler.daemon.writer.base import UNFENCED, Fence
 from reconciler.daemon.writer.fake.base import RecordedEvent, Versions
 from reconciler.daemon.writer.fake.gangobjects import FakeGangObjectWrites
@@ -33,20 +34,21 @@ __all__ = [
 
 
 class FakeCluster:
-    """The six fakes side by side (a :class:`~reconciler.daemon.writer.Writes`): every object
-    they make gets its resourceVersion from one counter, as from one etcd; every Event any
-    of them records goes to ``events``, in order; each passes ``fence``."""
+    """The six fakes side by side (a :class:`~reconciler.daemon.writer.Writes`, typed as its
+    ports; each is the fake of its module): every object they make gets its resourceVersion
+    from one counter, as from one etcd; every Event any of them records goes to ``events``,
+    in order; each passes ``fence``."""
 
     def __init__(self, fence: Fence = UNFENCED) -> None:
         self.fence = fence
         self.events: list[RecordedEvent] = []
         versions = Versions()
-        self.pods = FakePodWrites(fence=fence, versions=versions, events=self.events)
-        self.nodes = FakeNodeWrites(fence=fence, versions=versions, events=self.events)
-        self.workloads = FakeWorkloadWrites(fence=fence, versions=versions, events=self.events)
-        self.gang_objects = FakeGangObjectWrites(fence=fence, versions=versions)
-        self.groups = FakeGroupWrites(fence=fence, versions=versions)
-        self.state = FakeStateStore(fence=fence)
+        self.pods: ports.PodWrites = FakePodWrites(fence=fence, versions=versions, events=self.events)
+        self.nodes: ports.NodeWrites = FakeNodeWrites(fence=fence, versions=versions, events=self.events)
+        self.workloads: ports.WorkloadWrites = FakeWorkloadWrites(fence=fence, versions=versions, events=self.events)
+        self.gang_objects: ports.GangObjectWrites = FakeGangObjectWrites(fence=fence, versions=versions)
+        self.groups: ports.GroupWrites = FakeGroupWrites(fence=fence, versions=versions)
+        self.state: ports.StateStore = FakeStateStore(fence=fence)
 
     def close(self) -> None:
         """Nothing is queued: nothing to send."""
