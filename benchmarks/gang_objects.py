@@ -31,11 +31,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
 from reconciler.daemon.gangobjects import GangObjects
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision import gangobject
 from reconciler.engine.decision.decide import decide
+from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -53,15 +53,16 @@ class Clock:
 def in_process(gangs: int, members: int) -> dict[str, Any]:
     """The arrival rounds on in-memory fakes; returns the counts and timings."""
     config = Config()
-    writer = FakeWriter()
+    cluster = FakeCluster()
     cache = ClusterCache(config)
     nodes = [make_node(f"n{i:05d}").topology(f"b{i // 512}", f"s{i // 64}", f"h{i}").gpus(8).build()
              for i in range(2048)]
-    cache.replace_nodes([writer.add_node(n) for n in nodes])
+    cache.replace_nodes([cluster.nodes.add(n) for n in nodes])
     wall = [1_800_000_000.0]
-    controller = GangController(cache, writer, config, wall_clock=lambda: wall[0])
+    controllers = compose(cache, cluster, config, wall_clock=lambda: wall[0])
+    controller = controllers.gangs
     clock = Clock()
-    objects = controller.gang_objects
+    objects = controllers.gang_objects
     objects.clock, objects.budget, objects._credit = clock, float("inf"), float("inf")
     keys = [f"team-{g % 20}/g{g:04d}" for g in range(gangs)]
     decisions = reconcile_s = 0.0
@@ -72,16 +73,16 @@ def in_process(gangs: int, members: int) -> dict[str, Any]:
         for key in keys:
             namespace, name = key.split("/")
             pod = make_pod(f"{name}-{rank}", namespace).gang(name, members).index(rank).gpus(1).gated().build()
-            cache.pod_event("ADDED", writer.add(pod))
+            cache.pod_event("ADDED", cluster.pods.add(pod))
             t = time.perf_counter()
             controller.reconcile(key)
             reconcile_s += time.perf_counter() - t
             decisions += 1
         t = time.perf_counter()
-        before = list(writer.gang_object_writes)
+        before = list(cluster.gang_objects.writes)
         objects.flush()
         added += time.perf_counter() - t
-        for kind, ns, name in writer.gang_object_writes[len(before):]:
+        for kind, ns, name in cluster.gang_objects.writes[len(before):]:
             if kind == "status":
                 per_second[(f"{ns}/{name}", int(clock.now))] += 1
         clock.now += 0.25
@@ -100,8 +101,8 @@ def in_process(gangs: int, members: int) -> dict[str, Any]:
         objects.want(g.key, gangobject.object_name(g), g.name, gangobject.owner_references(g),
                      gangobject.gang_status(g, d, snapshot))
     per_status = (time.perf_counter() - t) / max(len(decided), 1)
-    writes = Counter(kind for kind, _, _ in writer.gang_object_writes)
-    size = len(json.dumps(next(iter(writer.gang_objects.values()))))
+    writes = Counter(kind for kind, _, _ in cluster.gang_objects.writes)
+    size = len(json.dumps(next(iter(cluster.gang_objects.objects.values()))))
     return {"decisions": int(decisions), "writes": writes, "max_per_gang_second": max(per_second.values()),
             "reconcile_ms": reconcile_s / decisions * 1000, "status_ms": per_status * 1000,
             "flush_ms": added / decisions * 1000, "object_bytes": size}
@@ -118,9 +119,9 @@ def against_api_server(gangs: int) -> dict[str, Any]:
         from kubernetes import client
 
         client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench"}})
-        writer = kube.KubeWriter(api, kube.RateLimiter(10_000, 10_000))
+        writes = kube.KubeWrites(api, kube.RateLimiter(10_000, 10_000))
         clock = Clock()
-        objects = GangObjects(writer, budget=float("inf"), clock=clock)
+        objects = GangObjects(writes.gang_objects, budget=float("inf"), clock=clock)
         status = {"phase": "Waiting", "reason": "WaitingForMembers", "message": "3 of 8 members present",
                   "members": "3/8", "present": 3, "gated": 3, "released": 0, "bound": 0, "running": 0, "size": 8,
                   "releaseMode": "WhenComplete", "priority": 0, "conditions": [
@@ -136,7 +137,7 @@ def against_api_server(gangs: int) -> dict[str, Any]:
         t = time.perf_counter()
         rewritten = objects.flush(everything=True)
         update_s = time.perf_counter() - t
-        writer.close()
+        writes.close()
     return {"made": made, "create_s": create_s, "create_rps": 2 * made / create_s,
             "rewritten": rewritten, "update_s": update_s, "update_rps": rewritten / update_s}
 

@@ -4,7 +4,7 @@
 
 What a reconcile costs besides the engine: turning the cluster into the engine's
 snapshot, deciding, then releasing every member (one update per member, here to
-:class:`reconciler.daemon.writer.fake.FakeWriter`, so the API server's latency is not in the numbers).
+:class:`reconciler.daemon.writer.fake.pods.FakePodWrites`, so the API server's latency is not in the numbers).
 
 Timed in this process, on the same cluster:
 
@@ -28,12 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -63,15 +63,15 @@ def main() -> int:
                for i in range(args.pods)]
     gangs = {g: [make_pod(f"{g}-{i}").gang(g, args.gang).index(i).gpus(4).gated().build() for i in range(args.gang)]
              for g in ("first", "second")}
-    writer, cache = FakeWriter(), ClusterCache(Config())
+    cluster, cache = FakeCluster(), ClusterCache(Config())
     cache.replace_nodes(nodes)
-    cache.replace_pods([writer.add(pod) for pod in running + gangs["first"] + gangs["second"]])
-    controller = GangController(cache, writer, Config())
+    cache.replace_pods([cluster.pods.add(pod) for pod in running + gangs["first"] + gangs["second"]])
+    controller = compose(cache, cluster, Config()).gangs
 
     now = time.time()
 
     def baseline_decision() -> None:
-        snapshot = snapshot_of_objects(nodes, list(writer.pods.values()), TopologyLevels.default())
+        snapshot = snapshot_of_objects(nodes, list(cluster.pods.objects.values()), TopologyLevels.default())
         gang = controller.gang("team-a/second")
         assert gang is not None
         decision = decide(gang, snapshot, now)
@@ -90,7 +90,7 @@ def main() -> int:
     outcome = controller.reconcile("team-a/second")
     whole = time.perf_counter() - t
     assert outcome is not None and outcome.phase is Phase.PLACED, outcome and outcome.reason
-    released = sum(1 for p in writer.pods.values() if not p["spec"].get("schedulingGates"))
+    released = sum(1 for p in cluster.pods.objects.values() if not p["spec"].get("schedulingGates"))
     assert released == args.pods + 2 * args.gang, released
     del snapshot
 

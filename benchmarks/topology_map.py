@@ -78,8 +78,8 @@ def reconciler_cost(objects: list[dict[str, Any]], repeat: int) -> tuple[float, 
     """``(cold, warm)`` ms of the reconciler's page data on a cache of ``objects``."""
     from kubernetes import client
 
-    from reconciler.run import Reconciler
     from reconciler.run import topology as reconciler_map
+    from reconciler.run.reconciler import Reconciler
     from troupe.config import Config
 
     rec = Reconciler(client.ApiClient(), Config())  # nothing started: no request is made
@@ -95,7 +95,7 @@ def reconciler_cost(objects: list[dict[str, Any]], repeat: int) -> tuple[float, 
         warm, _ = best(repeat, lambda: server.encode(reconciler_map.page(rec)))
         return min(colds), warm
     finally:
-        rec.writer.close()
+        rec.writes.close()
 
 
 def page_times(page: dict[str, Any], repeat: int, search: str) -> dict[str, float]:

@@ -210,7 +210,7 @@ def _main(args: argparse.Namespace) -> int:
         print(f"reconciler: {e}", file=sys.stderr)
         return 2
     from reconciler.daemon.election import LeaderElection
-    from reconciler.run import run
+    from reconciler.run.process import run
 
     try:
         election = None

@@ -1,3 +1,4 @@
-"""The reconciler daemon: informers feed the cache, a work queue of gangs, the gang and
-SharedDeviceGroup controllers, the writer port, leader election, certificates, metrics,
-and ``run``, which wires them together."""
+"""The reconciler daemon: informers feed the cache, a work queue of gangs, the gang
+controller and its handlers (one class per concern), the SharedDeviceGroup controller, the
+writer ports (one per kind of object, with their in-memory fakes), leader election,
+certificates, metrics. :mod:`reconciler.run` wires them together."""

@@ -8,10 +8,10 @@ and is released within the delay costs no condition writes at all, and one whose
 changes with every new member (``3 of 512 members present``, ``4 of 512``...) costs one
 write per member, not one per member per arrival. A member released before its first
 condition was written gets none (``Released`` is written only over a waiting condition).
-Writes never delay a release: they run on the sink's own thread, through the writer (its
-rate limit and its fence). An Event may ride on a condition: it is sent when (and only
-when) that condition is written, with its message, so what ``kubectl describe pod`` lists
-under Events follows the condition's numbers.
+Writes never delay a release: they run on the sink's own thread, through the pods' writer
+port (its rate limit and its fence). An Event may ride on a condition: it is sent when (and
+only when) that condition is written, with its message, so what ``kubectl describe pod``
+lists under Events follows the condition's numbers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reconciler.daemon.writer import Gone, PodWriter, WriteError
+from reconciler.daemon.writer.base import Gone, WriteError
+from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.decision.conditions import RELEASED, GangCondition
 from reconciler.engine.model.keys import PodKey
 from troupe import contract
@@ -44,7 +45,7 @@ class _Want:
 
 
 class ConditionSink:
-    """Pending condition writes by pod; see the module docstring.
+    """Pending condition writes by pod, made through ``pods``; see the module docstring.
 
     ``current(ref)`` gives the condition the pod carries now, ``(status, reason,
     message)`` or None (the cache's view), and None for a pod that is gone. ``clock`` is
@@ -52,10 +53,10 @@ class ConditionSink:
     Thread-safe; :meth:`flush` does the writes (called by :meth:`run`'s thread, or by
     tests)."""
 
-    def __init__(self, writer: PodWriter, current: Callable[[PodKey], tuple[str, str, str] | bool | None],
+    def __init__(self, pods: PodWrites, current: Callable[[PodKey], tuple[str, str, str] | bool | None],
                  delay: float = DELAY_SECONDS, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], str] | None = None) -> None:
-        self.writer, self.current, self.delay, self.clock = writer, current, delay, clock
+        self.pods, self.current, self.delay, self.clock = pods, current, delay, clock
         self.wall = wall or (lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
         self._lock = threading.Lock()
         self._pending: dict[PodKey, _Want] = {}
@@ -103,7 +104,7 @@ class ConditionSink:
             if not isinstance(have, tuple) or have[0] != wanted.status:
                 condition["lastTransitionTime"] = self.wall()
             try:
-                self.writer.set_pod_condition(ref, condition)
+                self.pods.set_pod_condition(ref, condition)
             except Gone:
                 continue
             except WriteError as e:
@@ -114,7 +115,7 @@ class ConditionSink:
             same_reason = isinstance(have, tuple) and have[1] == wanted.reason
             if want.event is not None and not (want.on_change_only and same_reason):
                 kind, reason = want.event
-                self.writer.emit_event(ref, want.uid or None, kind, reason, wanted.message)
+                self.pods.emit_event(ref, want.uid or None, kind, reason, wanted.message)
         self.written += written
         return written
 

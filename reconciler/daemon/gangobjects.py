@@ -11,7 +11,7 @@ the writes:
   costs a write a second, not one per member;
 - a status equal to the one the object has (times aside) is not written;
 - at most ``budget`` writes a second in all (a fifth of ``kubeAPIQPS``): releases, which
-  share the writer's rate limit, never wait behind a flood of status writes; the gangs
+  share the writer ports' rate limit, never wait behind a flood of status writes; the gangs
   that waited longest go first;
 - the object is created on its first write (name from
   :func:`~reconciler.engine.decision.gangobject.object_name`, owned by the members' workload
@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.daemon.writer import Conflict, Gone, LostLeadership, PodWriter, WriteError
+from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, WriteError
+from reconciler.daemon.writer.gangobjects import GangObjectWrites
 from reconciler.engine.decision.gangobject import same_status, with_times
 from troupe import contract
 
@@ -65,12 +66,12 @@ class _Object:
 class GangObjects:
     """The Gang objects' writes; see the module docstring.
 
-    ``writer``: the reconciler's writer (its fence and rate limit). ``enabled``: the
+    ``writer``: the Gang objects' writer port (its fence and rate limit). ``enabled``: the
     configuration's ``gangObjects``. ``budget``: writes per second at most (creates,
     status writes and deletes together). ``clock``: monotonic seconds; ``wall``: seconds
     since the epoch (the times written). Thread-safe."""
 
-    def __init__(self, writer: PodWriter, enabled: bool = True, budget: float = 20.0,
+    def __init__(self, writer: GangObjectWrites, enabled: bool = True, budget: float = 20.0,
                  interval: float = INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         self.writer, self.enabled, self.budget, self.interval = writer, enabled, max(budget, 1.0), interval

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer import Gone, PodWriter, WriteError
+from reconciler.daemon.writer.base import Gone, WriteError
+from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.engine.model.devices import DeviceGroup
 from reconciler.engine.model.timestamps import rfc3339
 from reconciler.engine.placement.allocation import GroupView, group_view
@@ -30,11 +31,11 @@ GROUP_CONDITION = "Allocated"
 
 class GroupController:
     """Reconciles one SharedDeviceGroup at a time from the cache, writing through
-    ``writer``; ``wall_clock`` gives seconds since the epoch (condition times)."""
+    ``groups``; ``wall_clock`` gives seconds since the epoch (condition times)."""
 
-    def __init__(self, cache: ClusterCache, writer: PodWriter, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cache: ClusterCache, groups: GroupWrites, wall_clock: Callable[[], float] = time.time) -> None:
         self.cache = cache
-        self.writer = writer
+        self.groups = groups
         self.wall_clock = wall_clock
 
     def reconcile(self, name: str) -> bool:
@@ -52,20 +53,20 @@ class GroupController:
             if not isinstance(info, DeviceGroup):  # its pods are held with the reason; the group says it too
                 status = invalid_status(info, obj.get("status") or {}, rfc3339(self.wall_clock()))
                 if status is not None:
-                    self.cache.assume_group(self.writer.set_group_status(name, status))
+                    self.cache.assume_group(self.groups.set_group_status(name, status))
                     log.warning("SharedDeviceGroup %s cannot be used: %s", name, info)
                 return False
             if info.deleting:
                 self._finish_deletion(name, info)
                 return False
             if contract.DEVICE_GROUP_FINALIZER not in info.finalizers:
-                obj = self.writer.set_group_finalizers(
+                obj = self.groups.set_group_finalizers(
                     name, [*info.finalizers, contract.DEVICE_GROUP_FINALIZER], info.resource_version)
                 self.cache.assume_group(obj)
             view = group_view(self.cache.snapshot(), info, self.cache.group_pods(name))
             status = group_status(view, obj.get("status") or {}, rfc3339(self.wall_clock()))
             if status is not None:
-                self.cache.assume_group(self.writer.set_group_status(name, status))
+                self.cache.assume_group(self.groups.set_group_status(name, status))
                 log.info("SharedDeviceGroup %s: %s (%s: %s)", name, view.phase, view.reason, view.message)
         except Gone:
             return False
@@ -80,7 +81,7 @@ class GroupController:
         if contract.DEVICE_GROUP_FINALIZER not in info.finalizers or running:
             return
         rest = [f for f in info.finalizers if f != contract.DEVICE_GROUP_FINALIZER]
-        written = self.writer.set_group_finalizers(name, rest, info.resource_version)
+        written = self.groups.set_group_finalizers(name, rest, info.resource_version)
         # Without finalizers a group being deleted is gone: so it is for the cache.
         self.cache.group_event("MODIFIED" if rest else "DELETED", written)
         log.info("SharedDeviceGroup %s deleted: no pod of it runs; its devices are free", name)

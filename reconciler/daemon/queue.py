@@ -140,11 +140,6 @@ class WorkQueue:
         with self._cond:
             self._failures.pop(key, None)
 
-    def num_requeues(self, key: str) -> int:
-        """Consecutive failures counted for ``key`` since it was last forgotten."""
-        with self._cond:
-            return self._failures.get(key, 0)
-
     def _promote_locked(self) -> float | None:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:

@@ -7,7 +7,7 @@ removed once no nomination or unbound release needs it
 ``Preempt`` handler (:meth:`NominatedTaints.add`) and after every reconcile, and once by a
 new leader when its cache has synced (:meth:`NominatedTaints.sweep`). Each node it writes
 is fed back to the cache at once, so the next decision and the next sweep see it. Writes go
-through the writer, hence its fence: a follower writes nothing.
+through the nodes' writer port, hence its fence: a follower writes nothing.
 """
 
 from __future__ import annotations
@@ -16,21 +16,22 @@ import logging
 from collections.abc import Callable, Iterable
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer import Gone, LostLeadership, PodWriter, WriteError
+from reconciler.daemon.writer.base import Gone, LostLeadership, WriteError
+from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.engine.gangs import nominated
 
 log = logging.getLogger("reconciler.daemon.controller")
 
 
 class NominatedTaints:
-    """The taint's writes over ``cache`` and ``writer``; ``max_seconds`` is the
+    """The taint's writes over ``cache`` and ``nodes``; ``max_seconds`` is the
     configuration's ``nominationMaxSeconds`` and ``wall_clock`` returns seconds since the
     epoch."""
 
-    def __init__(self, cache: ClusterCache, writer: PodWriter, max_seconds: float,
+    def __init__(self, cache: ClusterCache, nodes: NodeWrites, max_seconds: float,
                  wall_clock: Callable[[], float]) -> None:
         self.cache = cache
-        self.writer = writer
+        self.nodes = nodes
         self.max_seconds = max_seconds
         self.wall_clock = wall_clock
         #: The nodes known to carry the taint (None until the first sweep looks at all).
@@ -49,7 +50,7 @@ class NominatedTaints:
                     self._known.add(name)
                 continue
             try:
-                written = self.writer.taint_node(name)
+                written = self.nodes.taint_node(name)
             except LostLeadership as e:
                 return str(e)
             except Gone:
@@ -82,7 +83,7 @@ class NominatedTaints:
         removed = 0
         for name in sorted(stale):
             try:
-                written = self.writer.untaint_node(name)
+                written = self.nodes.untaint_node(name)
             except Gone:
                 self._known.discard(name)
                 continue

@@ -2,16 +2,16 @@
 
 This is the only package of Troupe that imports the ``kubernetes`` client (enforced by
 import-linter). Everything above it sees pods and nodes as plain dicts in the API's JSON
-shape (camelCase keys), and writes through the :class:`reconciler.daemon.writer.Writer`
-protocol, which :class:`KubeWriter` implements against a real API server and
-:class:`reconciler.daemon.writer.FakeWriter` in memory. One module per adapter:
+shape (camelCase keys), and writes through the writer ports of
+:mod:`reconciler.daemon.writer`, which :mod:`.writer` implements against a real API server
+(and :mod:`reconciler.daemon.writer.fake` in memory). One module per adapter:
 
 - :mod:`.client`: the API client (TCP keepalive, the leader's fence at the socket), the
   rate limiter, the one pager of list requests;
 - :mod:`.informer`: list+watch of one collection (:class:`Informer`,
   :class:`StreamingInformer`) and the collections the reconciler watches;
-- :mod:`.writer`: the writer's primitives (:class:`KubeWriter`) and its Events
-  (:class:`EventSink`, built by the one :func:`event_body`);
+- :mod:`.writer`: the writer ports' primitives, one module per port (:class:`KubeWrites`
+  makes the six), and their Events (:class:`EventSink`, built by the one :func:`event_body`);
 - :mod:`.leases`: the elector's Lease calls (:class:`KubeLeases`);
 - :mod:`.certificates`: the webhook certificates' store (:class:`KubeCertificateStore`);
 - :mod:`.readonly`: the read-only client of ``kubectl troupe`` (:func:`read_cluster`).
@@ -67,7 +67,7 @@ from reconciler.kube.readonly import (
     read_config_map,
     unreachable,
 )
-from reconciler.kube.writer import APF_MAX_WAIT, APF_RETRIES, EventSink, KubeWriter, event_body
+from reconciler.kube.writer import APF_MAX_WAIT, APF_RETRIES, EventSink, KubeWrites, event_body
 
 __all__ = [
     "ABSENT_RETRY_SECONDS",
@@ -96,7 +96,7 @@ __all__ = [
     "Informer",
     "KubeCertificateStore",
     "KubeLeases",
-    "KubeWriter",
+    "KubeWrites",
     "RateLimiter",
     "Resource",
     "ResyncHandler",

@@ -23,14 +23,10 @@ closes it, drains the writes in flight and releases the Lease
 (docs/decisions/016-bounded-failure-detection.md).
 
 Its parts: :mod:`~reconciler.run.reconciler` (the informers, the queue, the worker
-and the metrics of each reconcile), :mod:`~reconciler.run.probes` (the HTTP server)
-and :mod:`~reconciler.run.process` (the process: clients, election, signals).
+and the metrics of each reconcile), :mod:`~reconciler.run.controllers` (the controllers,
+each wired to the writer ports it writes through), :mod:`~reconciler.run.probes` (the HTTP
+server) and :mod:`~reconciler.run.process` (the process: clients, election, signals). Each is
+imported from its module: the controllers' wiring, which the controller tests and the
+benchmarks use over the in-memory fakes, does not load the Kubernetes client with the
+process.
 """
-
-from __future__ import annotations
-
-from reconciler.run.probes import Health, serve_http
-from reconciler.run.process import run
-from reconciler.run.reconciler import POOL_EXTRA, WORKER_STUCK_SECONDS, Reconciler
-
-__all__ = ["POOL_EXTRA", "WORKER_STUCK_SECONDS", "Health", "Reconciler", "run", "serve_http"]

@@ -75,7 +75,7 @@ def serve_http(host: str, port: int, health: Health) -> WSGIServer:
             ok, info = health.ready()
             body, status, ctype = json.dumps(info).encode(), "200 OK" if ok else "503 Service Unavailable", "application/json"
         elif path == "/debug/gangs":
-            gangs = health.reconciler.controller.status() if health.reconciler is not None else {}
+            gangs = health.reconciler.controllers.gangs.status() if health.reconciler is not None else {}
             body = json.dumps([{"gang": k, "phase": p.value, "reason": r} for k, (p, r) in sorted(gangs.items())]).encode()
             status, ctype = "200 OK", "application/json"
         else:

@@ -1,7 +1,8 @@
 """The running reconciler (:class:`Reconciler`): its informers feed the cache and the work
-queue, its one worker thread reconciles gangs and SharedDeviceGroups through the gang
-controller, and each reconcile's outcome becomes metrics and logs. The package docstring of
-:mod:`reconciler.run` says what is queued when, and why one worker.
+queue, its one worker thread reconciles gangs and SharedDeviceGroups through the controllers
+(:mod:`reconciler.run.controllers` wires them over the API server's writer ports), and each
+reconcile's outcome becomes metrics and logs. The package docstring of :mod:`reconciler.run`
+says what is queued when, and why one worker.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from reconciler import kube
 from reconciler.daemon import metrics
 from reconciler.daemon.cache import ClusterCache, group_of_key
 from reconciler.daemon.cache.dra import KINDS as DRA_KINDS
-from reconciler.daemon.controller import GangController
 from reconciler.daemon.queue import ShutDown, WorkQueue
-from reconciler.daemon.writer import UNFENCED, Fence
+from reconciler.daemon.writer import UNFENCED, Fence, Writes
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.pods import TERMINAL_PHASES
 from reconciler.objects.retain import BUDGET, retain
+from reconciler.run.controllers import compose
 from troupe import contract
 from troupe.config import Config
 
@@ -71,22 +72,26 @@ def _failing_seconds(informer: kube.Informer) -> Callable[[], float]:
 
 
 class Reconciler:
-    """The running reconciler: owns the informers, the queue, the worker thread and the
-    writer. ``synced`` is set once every informer has listed. Writes go through
-    ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease); ``state`` is
-    the ``(namespace, name)`` of the ConfigMap keeping what a new leader must know (rollback
-    backoffs; None: memory only)."""
+    """The running reconciler: owns the informers, the queue, the worker thread, the writer
+    ports and the controllers. ``synced`` is set once every informer has listed. Writes go
+    through ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease); ``state``
+    is the ``(namespace, name)`` of the ConfigMap keeping what a new leader must know
+    (rollback backoffs; None: memory only). ``writes`` replaces the API server's writer ports
+    (tests pass a :class:`~reconciler.daemon.writer.fake.FakeCluster`); ``wall_clock``
+    returns seconds since the epoch, the ``now`` of every decision."""
 
     def __init__(self, api: Any, config: Config, writer_api: Any = None, fence: Fence = UNFENCED,
-                 clock: Callable[[], float] = time.monotonic, state: tuple[str, str] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, state: tuple[str, str] | None = None,
+                 writes: Writes | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
+        self.wall_clock = wall_clock
         self.cache = ClusterCache(config, on_unreadable=metrics.unreadable_object)
         self.queue = WorkQueue(order=self._order)
-        self.writer = kube.KubeWriter(writer_api if writer_api is not None else api,
-                                      kube.RateLimiter(config.kube_api_qps, config.kube_api_burst), fence=fence,
-                                      state=state)
-        self.controller = GangController(self.cache, self.writer, config)
+        self.writes: Writes = writes if writes is not None else kube.KubeWrites(
+            writer_api if writer_api is not None else api, kube.RateLimiter(config.kube_api_qps, config.kube_api_burst),
+            fence=fence, state=state)
+        self.controllers = compose(self.cache, self.writes, config, wall_clock)
         self.pods = kube.StreamingInformer(kube.pods(api), self._pods_listed, self._pod_event,
                                            transform=self.cache.retain_pod)
         self.nodes = kube.StreamingInformer(kube.nodes(api), self._nodes_listed, self._node_event,
@@ -112,9 +117,9 @@ class Reconciler:
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
-        self._conditions = threading.Thread(target=self.controller.conditions.run, args=(self._stop,),
+        self._conditions = threading.Thread(target=self.controllers.conditions.run, args=(self._stop,),
                                             name="conditions", daemon=True)
-        self._gang_objects = threading.Thread(target=self.controller.gang_objects.run, args=(self._stop,),
+        self._gang_objects = threading.Thread(target=self.controllers.gang_objects.run, args=(self._stop,),
                                               name="gang-objects", daemon=True)
         self._busy: tuple[str, float] | None = None
         #: Gang timings and counts derived from each outcome (reconciler/daemon/metrics.py).
@@ -129,7 +134,7 @@ class Reconciler:
         """Work-queue order of a key: the gang's priority and its namespace (groups first)."""
         if group_of_key(key) is not None:
             return (self.GROUP_PRIORITY, "")
-        return (self.controller.priority(key), key.partition("/")[0])
+        return (self.controllers.gangs.priority(key), key.partition("/")[0])
 
     def _enqueue(self, keys: Iterable[str]) -> None:
         for key in keys:
@@ -145,9 +150,9 @@ class Reconciler:
             spec = pod.get("spec") or {}
             node = spec.get("nodeName") or contract.pod_annotations(pod).get(contract.ASSIGNED_NODE)
             if node:
-                self._enqueue(self.controller.helped_by(self.cache.node_info(str(node))))
+                self._enqueue(self.controllers.gangs.helped_by(self.cache.node_info(str(node))))
             elif any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod)):
-                self._enqueue(self.controller.helped_by(None))  # a gated member's reservation, if any
+                self._enqueue(self.controllers.gangs.helped_by(None))  # a gated member's reservation, if any
 
     def _nodes_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
         self.cache.replace_nodes(items)
@@ -165,7 +170,7 @@ class Reconciler:
             self._enqueue(self.cache.pending_gangs())
             self._enqueue(self.cache.group_keys())
         else:
-            self._enqueue(self.controller.helped_by(self.cache.node_info(name)))
+            self._enqueue(self.controllers.gangs.helped_by(self.cache.node_info(name)))
 
     def _jobs_listed(self, items: list[Mapping[str, Any]]) -> None:
         self.cache.replace_jobs(items)
@@ -189,7 +194,7 @@ class Reconciler:
         # freed, every gang waiting for room.
         self._enqueue(self.cache.group_gangs(name))
         if kind == "DELETED":
-            self._enqueue(self.controller.helped_by(None))
+            self._enqueue(self.controllers.gangs.helped_by(None))
 
     def _budgets_listed(self, items: list[Mapping[str, Any]]) -> None:
         self.cache.budgets.replace(items)
@@ -240,7 +245,7 @@ class Reconciler:
             self._enqueue(self.cache.pending_gangs())  # a workload gang's size may have changed
             # A gang the workload no longer plans (a JobSet's previous run) whose pods are gone:
             # decided once more, it is forgotten (and its Gang object deleted).
-            self._enqueue(set(self.controller.phases()) - set(self.cache.gang_keys()))
+            self._enqueue(set(self.controllers.gangs.phases()) - set(self.cache.gang_keys()))
 
         def absent(why: str) -> None:
             self.cache.workload_unavailable(k.kind, why)
@@ -262,12 +267,12 @@ class Reconciler:
             group = group_of_key(key)
             try:
                 if group is not None:
-                    if self.controller.groups.reconcile(group):
+                    if self.controllers.groups.reconcile(group):
                         self.queue.add_rate_limited(key)
                     else:
                         self.queue.forget(key)
                     continue
-                outcome = self.controller.reconcile(key)
+                outcome = self.controllers.gangs.reconcile(key)
             except Exception:
                 RECONCILE_ERRORS.inc()
                 delay = self.queue.add_rate_limited(key)
@@ -291,7 +296,7 @@ class Reconciler:
                     if outcome.requeue_after is not None:
                         self.queue.add_after(key, outcome.requeue_after)
                     if outcome.others:  # it started or stopped holding or blocking the gangs behind it
-                        self._enqueue(k for k in self.controller.helped_by(None) if k != key)
+                        self._enqueue(k for k in self.controllers.gangs.helped_by(None) if k != key)
             finally:
                 self._busy = None
                 RECONCILE_SECONDS.observe(time.perf_counter() - start)
@@ -300,7 +305,7 @@ class Reconciler:
 
     def _update_gauges(self) -> None:
         counts: dict[str, int] = {}
-        for phase in self.controller.phases().values():
+        for phase in self.controllers.gangs.phases().values():
             counts[phase.value] = counts.get(phase.value, 0) + 1
         for phase in Phase:
             GANGS.labels(phase.value).set(counts.get(phase.value, 0))
@@ -325,10 +330,10 @@ class Reconciler:
                          self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
-        backoffs = self.controller.load_state()
-        self.controller.taints.sweep()  # what an earlier leader left on nodes (docs/decisions/033)
-        decided = self.controller.warm_queue()
-        objects = self.controller.gang_objects
+        backoffs = self.controllers.rollbacks.restore()
+        self.controllers.taints.sweep()  # what an earlier leader left on nodes (docs/decisions/033)
+        decided = self.controllers.gangs.warm_queue()
+        objects = self.controllers.gang_objects
         listed = objects.load()
         stale = objects.sweep(self.cache.gang_keys())
         log.info("caches synced; %d recorded backoff(s) read; %d waiting gang(s) decided in queue order; "
@@ -369,7 +374,7 @@ class Reconciler:
         return "; ".join(problems)
 
     def stop(self) -> None:
-        """Stop the worker, the watches and the writer."""
+        """Stop the worker, the watches, the release threads and the writer ports."""
         self._stop.set()
         self.queue.shutdown()
         self.pods.stop()
@@ -381,5 +386,5 @@ class Reconciler:
         self.nodes.stop()
         if self._worker.is_alive():
             self._worker.join(timeout=5)
-        self.controller.close()
-        self.writer.close()
+        self.controllers.close()
+        self.writes.close()

@@ -62,7 +62,7 @@ def _rows(reconciler: Reconciler, members: tuple[dict[str, list[int]], dict[str,
     """One row per gang: the controller's last phase and reason, its members as
     ``kubectl troupe status -o json`` counts them, how long its oldest gated member has
     waited, and (for a gang that waits) its size."""
-    decided = reconciler.controller.status()
+    decided = reconciler.controllers.gangs.status()
     counts, oldest = members
     rows = []
     for key in sorted(counts.keys() | decided.keys()):
@@ -87,7 +87,7 @@ def page(reconciler: Reconciler, resource: str = RESOURCE, refresh_seconds: floa
     cache changes; the decisions are read anew each time."""
     base = reconciler.cache.snapshot()
     config = reconciler.config
-    now = reconciler.controller.wall_clock()
+    now = reconciler.wall_clock()
     avoided = Avoidance.from_config(config).avoided(base, now)
 
     def tree() -> tuple[DomainUsage, dict[str, dict[str, list[str]]], tuple[dict[str, list[int]], dict[str, float]]]:

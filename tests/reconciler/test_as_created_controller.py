@@ -23,7 +23,7 @@ def eight_nodes():
 
 
 def record(h: Harness) -> dict | None:
-    raw = h.writer.workloads[JOB]["metadata"].get("annotations", {}).get(contract.RESERVATION)
+    raw = h.cluster.workloads.objects[JOB]["metadata"].get("annotations", {}).get(contract.RESERVATION)
     return json.loads(raw) if raw else None
 
 
@@ -40,7 +40,7 @@ def test_the_reservation_is_written_on_the_job_before_any_member_and_members_are
     assert out is not None and out.phase is Phase.PLACED and out.requeue_after == 0.0
     held = record(h)
     assert held is not None and held["gang"] == "job:train" and len(held["nodes"]) == 4
-    assert [e.reason for e in h.writer.events] == ["GangReserved"], "told on the Job"
+    assert [e.reason for e in h.cluster.events] == ["GangReserved"], "told on the Job"
 
     created(h, job, 0, 1)
     out = h.reconcile(KEY)
@@ -61,14 +61,14 @@ def test_the_reservation_is_written_on_the_job_before_any_member_and_members_are
 def test_a_refused_reservation_write_reserves_nothing_and_is_retried():
     job = job_object("train", 4)
     h = Harness(eight_nodes(), [], NO_JITTER, jobs=[job])
-    h.writer.fail["train"] = WriteError("patch Job ml/train: 500 etcdserver: request timed out")
+    h.cluster.workloads.fail["train"] = WriteError("patch Job ml/train: 500 etcdserver: request timed out")
 
     out = h.reconcile(KEY)
     assert out is not None and out.retry and "reservation not written" in out.reason
     assert record(h) is None
     assert all(free == 8 for free in (h.cache.snapshot().free(f"n{i}").get("nvidia.com/gpu") for i in range(8)))
 
-    del h.writer.fail["train"]
+    del h.cluster.workloads.fail["train"]
     h.reconcile(KEY)
     assert record(h) is not None
 
@@ -82,7 +82,7 @@ def test_a_restarted_reconciler_releases_the_rest_onto_the_recorded_nodes():
     held = record(h)
     assert held is not None
 
-    h.controller = h.new_controller()  # a restart: nothing remembered, the record read from the Job
+    h.controllers = h.new_controllers()  # a restart: nothing remembered, the record read from the Job
     created(h, job, 1, 2, 3)
     h.sync()
     out = h.reconcile(KEY)
@@ -98,5 +98,5 @@ def test_another_gang_is_not_placed_on_a_reserved_node():
     h.reconcile(KEY)
     h.reconcile(f"{NAMESPACE}/job:other")
     first = record(h)
-    raw = h.writer.workloads[("Job", NAMESPACE, "other")]["metadata"]["annotations"][contract.RESERVATION]
+    raw = h.cluster.workloads.objects[("Job", NAMESPACE, "other")]["metadata"]["annotations"][contract.RESERVATION]
     assert first is not None and not set(first["nodes"]) & set(json.loads(raw)["nodes"])

@@ -20,13 +20,13 @@ def gang_conditions(h: Harness, names):
 
 
 def written(h: Harness) -> list[tuple[str, str]]:
-    return [(ref.name, c["reason"]) for ref, c in h.writer.conditions if c["type"] == contract.GANG_CONDITION]
+    return [(ref.name, c["reason"]) for ref, c in h.cluster.pods.conditions if c["type"] == contract.GANG_CONDITION]
 
 
 def test_every_gated_member_of_a_waiting_gang_shows_why_with_numbers():
     h = Harness(four_nodes(), gang_pods(3, size=4))
     assert h.reconcile().phase is Phase.WAITING
-    assert h.controller.conditions.flush(everything=True) == 3
+    assert h.controllers.conditions.flush(everything=True) == 3
     h.sync()
     assert gang_conditions(h, ["train-0", "train-1", "train-2"]) == {
         f"train-{i}": ("False", "WaitingForMembers", "3 of 4 members present") for i in range(3)}
@@ -39,7 +39,7 @@ def test_conditions_are_coalesced_so_a_forming_gang_costs_one_write_per_member()
         h.reconcile()
         h.add(pod)
     h.reconcile()
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     assert sorted(written(h)) == sorted((f"train-{i}", "WaitingForMembers") for i in range(7))
     h.sync()
     assert gang_conditions(h, ["train-0"])["train-0"][2] == "7 of 8 members present"
@@ -48,15 +48,15 @@ def test_conditions_are_coalesced_so_a_forming_gang_costs_one_write_per_member()
 def test_a_released_member_says_where_it_went_and_a_gang_released_at_once_writes_no_condition():
     h = Harness(four_nodes(), gang_pods(2))
     h.reconcile()
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     assert written(h) == [], "never shown waiting: nothing to correct"
     h2 = Harness(four_nodes(), gang_pods(1, size=2))
     h2.reconcile()
-    h2.controller.conditions.flush(everything=True)
+    h2.controllers.conditions.flush(everything=True)
     h2.sync()
     h2.add(gang_pods(2)[1])
     assert h2.reconcile().phase is Phase.PLACED
-    h2.controller.conditions.flush(everything=True)
+    h2.controllers.conditions.flush(everything=True)
     h2.sync()
     status, reason, message = gang_conditions(h2, ["train-0"])["train-0"]
     assert (status, reason) == ("True", "Released")
@@ -66,13 +66,13 @@ def test_a_released_member_says_where_it_went_and_a_gang_released_at_once_writes
 def test_a_new_leader_sends_no_event_the_pods_condition_already_tells():
     h = Harness(four_nodes(), gang_pods(4, gpus=8))  # 8 GPUs on 4-GPU nodes: never fits
     assert h.reconcile().phase is Phase.UNSCHEDULABLE
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     h.sync()
-    sent = len(h.writer.events)
+    sent = len(h.cluster.events)
     assert sent == 1, "one Event for the gang, on its lead member"
-    h.controller = h.new_controller()  # a failover: nothing in memory
+    h.controllers = h.new_controllers()  # a failover: nothing in memory
     assert h.reconcile().phase is Phase.UNSCHEDULABLE
-    assert len(h.writer.events) == sent, "no duplicate Events"
+    assert len(h.cluster.events) == sent, "no duplicate Events"
 
 
 def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
@@ -82,15 +82,15 @@ def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
     h.bind("train-0")
     h.wall += 30
     assert h.reconcile().phase is Phase.ROLLED_BACK
-    assert state_key("team-a/train") in h.writer.state, "recorded before the members were deleted"
+    assert state_key("team-a/train") in h.cluster.state.data, "recorded before the members were deleted"
     h.sync()
     for pod in gang_pods(2, owned=True):
         pod["metadata"]["name"] += "-retry"
         pod["metadata"]["uid"] += "-retry"
         h.add(pod)
     h.wall += 4
-    h.controller = h.new_controller()
-    assert h.controller.load_state() == 1
+    h.controllers = h.new_controllers()
+    assert h.controllers.rollbacks.restore() == 1
     waiting = h.reconcile()
     assert (waiting.phase, waiting.reason) == (Phase.BACKING_OFF, "backing off after 1 timeout(s): 6s left")
     h.wall += 6
@@ -99,15 +99,15 @@ def test_the_backoff_of_a_rolled_back_gang_survives_a_new_leader():
     for name in ("train-0-retry", "train-1-retry"):
         h.bind(name)
     assert h.reconcile().phase is Phase.RELEASED
-    assert h.writer.state == {}, "the gang runs whole: its backoff is forgotten"
+    assert h.cluster.state.data == {}, "the gang runs whole: its backoff is forgotten"
 
 
 def test_a_condition_is_not_written_for_a_pod_that_is_gone():
     h = Harness(four_nodes(), gang_pods(3, size=4))
     h.reconcile()
-    h.writer.pods.pop(PodKey("team-a", "train-2"))
+    h.cluster.pods.objects.pop(PodKey("team-a", "train-2"))
     h.sync()
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     assert sorted(written(h)) == [("train-0", "WaitingForMembers"), ("train-1", "WaitingForMembers")]
 
 
@@ -117,17 +117,17 @@ def test_a_rollback_cut_short_by_a_refused_delete_is_finished_by_a_new_leader():
     h.sync()
     h.bind("train-0")  # train-1 is never bound: the release times out
     h.wall += 30
-    h.writer.fail["train-0"] = WriteError("500 refused")
+    h.cluster.pods.fail["train-0"] = WriteError("500 refused")
     assert h.reconcile().phase is Phase.ROLLED_BACK
-    assert [r.name for r in h.writer.deleted] == ["train-1"], "train-0's delete was refused: it still runs"
-    h.writer.fail.clear()
+    assert [r.name for r in h.cluster.pods.deleted] == ["train-1"], "train-0's delete was refused: it still runs"
+    h.cluster.pods.fail.clear()
     h.sync()
-    h.controller = h.new_controller()  # the old leader dies with the rollback half done
-    h.controller.load_state()
+    h.controllers = h.new_controllers()  # the old leader dies with the rollback half done
+    h.controllers.rollbacks.restore()
     out = h.reconcile()
     assert out.phase is Phase.ROLLED_BACK, out.reason
     assert out.reason.startswith("the release of ") and "rolled back; 1 member(s) of it still to delete" in out.reason
-    assert sorted(r.name for r in h.writer.deleted) == ["train-0", "train-1"], "the gang never runs partly"
+    assert sorted(r.name for r in h.cluster.pods.deleted) == ["train-0", "train-1"], "the gang never runs partly"
 
 
 def test_a_member_whose_keys_were_changed_past_the_webhook_holds_its_gang_and_never_raises():
@@ -139,7 +139,7 @@ def test_a_member_whose_keys_were_changed_past_the_webhook_holds_its_gang_and_ne
         out = h.reconcile()
         assert out.phase is Phase.HELD
     assert "troupe.io/topology-required-level: must name a configured level" in out.reason
-    assert h.writer.patches == []
+    assert h.cluster.pods.patches == []
 
 
 def test_the_event_a_waiting_member_shows_follows_its_conditions_numbers():
@@ -148,36 +148,36 @@ def test_the_event_a_waiting_member_shows_follows_its_conditions_numbers():
     pods = gang_pods(4)
     h = Harness(four_nodes(), pods[:1])
     h.reconcile()
-    h.controller.conditions.flush(everything=True)
+    h.controllers.conditions.flush(everything=True)
     h.sync()
     for pod in pods[1:3]:
         h.add(pod)
         h.reconcile()
-    h.controller.conditions.flush(everything=True)
-    waiting = [e.message for e in h.writer.events if e.pod.name == "train-0" and e.reason == "GangWaiting"]
+    h.controllers.conditions.flush(everything=True)
+    waiting = [e.message for e in h.cluster.events if e.regarding.name == "train-0" and e.reason == "GangWaiting"]
     assert waiting == ["1 of 4 members present", "3 of 4 members present"], "2 of 4 was coalesced away"
-    assert not [e for e in h.writer.events if e.pod.name != "train-0"], "one Event for the gang, on its lead"
+    assert not [e for e in h.cluster.events if e.regarding.name != "train-0"], "one Event for the gang, on its lead"
 
 
 def test_recorded_backoffs_of_gangs_that_are_gone_are_pruned_once_they_ran_out():
     h = Harness(four_nodes(), gang_pods(2, owned=True), NO_JITTER)
-    h.writer.save_backoff("team-a/train", 1, h.wall - 1, ("2027-01-15T07:59:00.000+00:00",))  # ran out; gang here
-    h.writer.save_backoff("team-a/gone", 2, h.wall - 1, ("2027-01-15T07:00:00.000+00:00",))  # ran out; no pod
-    h.writer.save_backoff("team-a/later", 1, h.wall + 60)  # no pod yet: its owner may be recreating them
-    h.controller = h.new_controller()
-    assert h.controller.load_state() == 2
-    assert sorted(h.writer.load_backoffs()) == ["team-a/later", "team-a/train"], "the gone gang's entry is pruned"
+    h.cluster.state.save_backoff("team-a/train", 1, h.wall - 1, ("2027-01-15T07:59:00.000+00:00",))  # ran out; gang here
+    h.cluster.state.save_backoff("team-a/gone", 2, h.wall - 1, ("2027-01-15T07:00:00.000+00:00",))  # ran out; no pod
+    h.cluster.state.save_backoff("team-a/later", 1, h.wall + 60)  # no pod yet: its owner may be recreating them
+    h.controllers = h.new_controllers()
+    assert h.controllers.rollbacks.restore() == 2
+    assert sorted(h.cluster.state.load_backoffs()) == ["team-a/later", "team-a/train"], "the gone gang's entry is pruned"
 
 
 def test_a_gang_forgotten_after_its_backoff_takes_its_recorded_entry_with_it():
     h = Harness(four_nodes(), [], NO_JITTER)
-    h.writer.save_backoff("team-a/train", 1, h.wall + 5)
-    h.controller.load_state()
+    h.cluster.state.save_backoff("team-a/train", 1, h.wall + 5)
+    h.controllers.rollbacks.restore()
     h.controller.forget("team-a/train")
-    assert "team-a/train" in h.writer.load_backoffs(), "kept while the backoff runs"
+    assert "team-a/train" in h.cluster.state.load_backoffs(), "kept while the backoff runs"
     h.wall += 6
     h.controller.forget("team-a/train")
-    assert h.writer.load_backoffs() == {}
+    assert h.cluster.state.load_backoffs() == {}
 
 
 def test_the_state_config_map_keeps_at_most_its_bound_dropping_the_longest_expired_first(monkeypatch):
@@ -185,6 +185,6 @@ def test_the_state_config_map_keeps_at_most_its_bound_dropping_the_longest_expir
     monkeypatch.setattr(state, "MAX_STATE_ENTRIES", 3)
     h = Harness(four_nodes(), [], NO_JITTER)
     for i, deadline in enumerate((50.0, 10.0, 30.0, 40.0)):
-        h.writer.save_backoff(f"ns/g{i}", 1, deadline)
-    assert sorted(h.writer.load_backoffs()) == ["ns/g0", "ns/g2", "ns/g3"], "g1 ran out first: it went"
-    assert len(h.writer.state) == 3
+        h.cluster.state.save_backoff(f"ns/g{i}", 1, deadline)
+    assert sorted(h.cluster.state.load_backoffs()) == ["ns/g0", "ns/g2", "ns/g3"], "g1 ran out first: it went"
+    assert len(h.cluster.state.data) == 3

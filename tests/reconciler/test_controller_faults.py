@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import WriteError
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
+from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
@@ -44,7 +44,7 @@ class Faults(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.uids = itertools.count()
-        self.writer = FakeWriter()
+        self.cluster = FakeCluster()
         self.wall = 1_800_000_000.0
         self.pins: dict[str, str] = {}
         for gang, size in GANGS.items():
@@ -58,25 +58,26 @@ class Faults(RuleBasedStateMachine):
         pod["metadata"]["uid"] = f"uid-{next(self.uids)}"
         pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": gang,
                                                "uid": f"job-{gang}", "controller": True}]
-        self.writer.add(pod)
+        self.cluster.pods.add(pod)
 
     def _restart(self) -> None:
         self.cache = ClusterCache(CONFIG)
         self.cache.replace_nodes(NODES)
-        self.cache.replace_pods(list(self.writer.pods.values()))
-        self.controller = GangController(self.cache, self.writer, CONFIG, wall_clock=lambda: self.wall)
-        self.controller.load_state()  # what a reconciler reads back when it starts (rollbacks)
+        self.cache.replace_pods(list(self.cluster.pods.objects.values()))
+        self.controllers = compose(self.cache, self.cluster, CONFIG, wall_clock=lambda: self.wall)
+        self.controller = self.controllers.gangs
+        self.controllers.rollbacks.restore()  # what a reconciler reads back when it starts (rollbacks)
 
     def _sync(self) -> None:
-        self.cache.replace_pods(list(self.writer.pods.values()))
+        self.cache.replace_pods(list(self.cluster.pods.objects.values()))
 
     def _schedule(self) -> None:
         """kube-scheduler: bind each released, pinned pod whose node has room for it."""
         used = {n["metadata"]["name"]: 0 for n in NODES}
-        for pod in self.writer.pods.values():
+        for pod in self.cluster.pods.objects.values():
             if pod["spec"].get("nodeName"):
                 used[pod["spec"]["nodeName"]] += 2
-        for pod in sorted(self.writer.pods.values(), key=lambda p: p["metadata"]["name"]):
+        for pod in sorted(self.cluster.pods.objects.values(), key=lambda p: p["metadata"]["name"]):
             node = (pod["spec"].get("nodeSelector") or {}).get(contract.HOSTNAME_LABEL)
             if node and not pod["spec"].get("schedulingGates") and not pod["spec"].get("nodeName") and used[node] + 2 <= 4:
                 pod["spec"]["nodeName"], pod["status"]["phase"] = node, "Running"
@@ -94,11 +95,11 @@ class Faults(RuleBasedStateMachine):
     @rule(pods=st.sets(st.sampled_from([f"{g}-{i}" for g, n in GANGS.items() for i in range(n)]), max_size=3),
           status=st.sampled_from([500, 403]))
     def refuse_writes(self, pods: set[str], status: int) -> None:
-        self.writer.fail = {p: WriteError(f"{status} refused") for p in pods}
+        self.cluster.pods.fail = {p: WriteError(f"{status} refused") for p in pods}
 
     @rule()
     def accept_writes(self) -> None:
-        self.writer.fail = {}
+        self.cluster.pods.fail = {}
 
     @rule()
     def restart(self) -> None:
@@ -121,14 +122,14 @@ class Faults(RuleBasedStateMachine):
     def jobs_recreate(self) -> None:
         for gang, size in GANGS.items():
             for i in range(size):
-                if PodKey("team-a", f"{gang}-{i}") not in self.writer.pods:
+                if PodKey("team-a", f"{gang}-{i}") not in self.cluster.pods.objects:
                     self._create(gang, i)
         self._sync()
 
     # --- invariants -------------------------------------------------------------------------
     @invariant()
     def no_pod_is_pinned_twice(self) -> None:
-        for pod in self.writer.pods.values():
+        for pod in self.cluster.pods.objects.values():
             node = (pod["spec"].get("nodeSelector") or {}).get(contract.HOSTNAME_LABEL)
             if node:
                 uid = pod["metadata"]["uid"]
@@ -137,7 +138,7 @@ class Faults(RuleBasedStateMachine):
     @invariant()
     def no_node_is_over_committed(self) -> None:
         snapshot = Snapshot([NodeInfo.from_object(n) for n in NODES],
-                            [PodInfo.from_object(p) for p in self.writer.pods.values()], TopologyLevels.default())
+                            [PodInfo.from_object(p) for p in self.cluster.pods.objects.values()], TopologyLevels.default())
         for node in NODES:
             assert snapshot.free(node["metadata"]["name"])["nvidia.com/gpu"] >= 0
 
@@ -147,7 +148,7 @@ class Faults(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Faults stop, time runs on: every gang ends released whole or not at all."""
-        self.writer.fail = {}
+        self.cluster.pods.fail = {}
         self._restart()
         for _ in range(12):
             self._reconcile_all()
@@ -157,11 +158,11 @@ class Faults(RuleBasedStateMachine):
             self.jobs_recreate()
             self.wall += 31
         for gang in GANGS:
-            pods = [p for p in self.writer.pods.values() if p["metadata"]["name"].startswith(f"{gang}-")]
+            pods = [p for p in self.cluster.pods.objects.values() if p["metadata"]["name"].startswith(f"{gang}-")]
             released = [p for p in pods if not p["spec"].get("schedulingGates")]
             assert len(released) in (0, len(pods)), f"gang {gang} is partly released"
             assert all(p["spec"].get("nodeName") for p in released), f"gang {gang}: a released member is unbound"
-        self.controller.close()
+        self.controllers.close()
 
 
 Faults.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

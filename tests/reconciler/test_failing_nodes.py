@@ -32,7 +32,7 @@ def run(h, name, namespace="team-a"):
 
 
 def fail(h, name, namespace="team-a"):
-    pod = h.writer.pods[PodKey(namespace, name)]
+    pod = h.cluster.pods.objects[PodKey(namespace, name)]
     pod["status"]["phase"] = "Failed"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
@@ -41,7 +41,7 @@ def fail(h, name, namespace="team-a"):
 
 
 def record(h, node):
-    return json.loads(h.writer.nodes[node]["metadata"].get("annotations", {}).get(contract.NODE_FAILURES, "[]"))
+    return json.loads(h.cluster.nodes.objects[node]["metadata"].get("annotations", {}).get(contract.NODE_FAILURES, "[]"))
 
 
 def counter(name):
@@ -54,27 +54,27 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
     first, _ = run(h, "a")
     fail(h, "a")
     assert [e["pod"] for e in record(h, first)] == ["team-a/a"]
-    assert not [e for e in h.writer.events if e.reason == "NodeAvoided"], "one failure is not a pattern"
+    assert not [e for e in h.cluster.events if e.reason == "NodeAvoided"], "one failure is not a pattern"
     fail(h, "a")  # reconciled again: recorded once
     assert len(record(h, first)) == 1
 
     same, _ = run(h, "a2")
     assert same == first
     fail(h, "a2")
-    assert not [e for e in h.writer.events if e.reason == "NodeAvoided"], "two failures, but of one namespace"
+    assert not [e for e in h.cluster.events if e.reason == "NodeAvoided"], "two failures, but of one namespace"
 
     again, _ = run(h, "b", "team-b")
     assert again == first, "not avoided yet: the same node is the best place"
     fail(h, "b", "team-b")
     assert [e["pod"] for e in record(h, first)] == ["team-a/a", "team-a/a2", "team-b/b"]
-    events = [e for e in h.writer.events if e.reason == "NodeAvoided"]
-    assert len(events) == 1 and events[0].pod == PodKey("", first) and events[0].kind == "Warning"
+    events = [e for e in h.cluster.events if e.reason == "NodeAvoided"]
+    assert len(events) == 1 and events[0].regarding == PodKey("", first) and events[0].object_kind == "Node" and events[0].kind == "Warning"
     assert "new gang placements avoid this node" in events[0].message
     assert counter("troupe_node_avoidances_total") == avoidances + 1
 
     elsewhere, outcome = run(h, "c")
     assert elsewhere != first and "avoided" not in outcome.reason
-    restarted = h.new_controller()
+    restarted = h.new_controllers().gangs
     h.add(solo("c2"))
     assert restarted.reconcile("team-a/c2").decision.release[0].node != first, "the record is on the node"
 
@@ -85,7 +85,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
             blocker["status"]["phase"] = "Running"
             h.add(blocker)
     for name in ("c", "c2"):
-        h.writer.pods.pop(PodKey("team-a", name), None)
+        h.cluster.pods.objects.pop(PodKey("team-a", name), None)
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
     h.add(solo("d"))
     outcome = h.reconcile("team-a/d")
@@ -94,7 +94,7 @@ def test_a_node_that_failed_two_members_is_avoided_by_the_next_gangs_until_the_c
 
     h.wall += 3600  # past the cooldown
     h.sync()
-    h.writer.pods.pop(PodKey("team-a", "d"))
+    h.cluster.pods.objects.pop(PodKey("team-a", "d"))
     h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": "d"}})
     h.add(solo("e"))
     outcome = h.reconcile("team-a/e")

@@ -46,14 +46,14 @@ def running_gang(policy="RestartGang", config=NO_JITTER, required=None):
 
 
 def fail_pod(h, name):
-    pod = h.writer.pods[PodKey("team-a", name)]
+    pod = h.cluster.pods.objects[PodKey("team-a", name)]
     pod["status"]["phase"] = "Failed"
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.cache.pod_event("MODIFIED", pod)
 
 
 def node_change(h, name, change):
-    node = h.writer.nodes[name]
+    node = h.cluster.nodes.objects[name]
     change(node)
     node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
     h.cache.node_event("MODIFIED", node)
@@ -67,7 +67,7 @@ def not_ready_since(stamp):
 
 def decided(h):
     """The controller's outcome, after checking a restarted reconciler decides the same."""
-    fresh = h.new_controller().gang("team-a/train")
+    fresh = h.new_controllers().gangs.gang("team-a/train")
     restarted = decide(fresh, h.cache.snapshot(), h.wall)
     outcome = h.reconcile()
     assert (restarted.phase, restarted.rule.name) == (outcome.phase, outcome.decision.rule.name)
@@ -75,7 +75,7 @@ def decided(h):
 
 
 def alive(h):
-    return sorted(ref.name for ref in h.writer.pods if ref.name.startswith("train-"))
+    return sorted(ref.name for ref in h.cluster.pods.objects if ref.name.startswith("train-"))
 
 
 def test_a_failed_member_restarts_a_restart_gang_gang_whole_once_and_it_is_placed_again_whole():
@@ -110,7 +110,7 @@ def test_a_lost_node_under_a_running_member_restarts_the_gang(change, want):
     node = h.node_of("train-0")
     assert node == "n1"
     if change == "deleted":
-        gone = h.writer.nodes.pop(node)
+        gone = h.cluster.nodes.objects.pop(node)
         h.cache.node_event("DELETED", gone)
     else:
         node_change(h, node, lambda n: n["spec"].setdefault("taints", []).append(
@@ -123,7 +123,7 @@ def test_a_lost_node_under_a_running_member_restarts_the_gang(change, want):
 def test_a_tolerated_no_execute_taint_is_no_failure():
     h = running_gang()
     for i in range(4):
-        pod = h.writer.pods[PodKey("team-a", f"train-{i}")]
+        pod = h.cluster.pods.objects[PodKey("team-a", f"train-{i}")]
         pod["spec"]["tolerations"].append({"key": "maintenance", "operator": "Exists", "effect": "NoExecute"})
         pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
         h.cache.pod_event("MODIFIED", pod)
@@ -171,18 +171,18 @@ def test_replace_member_puts_the_replacements_of_a_lost_node_back_into_the_gangs
     h = running_gang(policy=None, required=subblock)
     home = h.node_of("train-0")
     other = "n2" if home == "n1" else "n1"
-    gone = h.writer.nodes.pop(home)
+    gone = h.cluster.nodes.objects.pop(home)
     h.cache.node_event("DELETED", gone)
     assert decided(h).phase is Phase.RELEASED, "ReplaceMember: the node's loss restarts nothing"
     for name in ("train-0", "train-1"):  # the pod garbage collector deletes them; the Job recreates them
-        h.writer.pods.pop(PodKey("team-a", name))
+        h.cluster.pods.objects.pop(PodKey("team-a", name))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
         h.add(member(int(name[-1]), None, subblock) | {"metadata": {
             **member(int(name[-1]), None, subblock)["metadata"], "name": name + "b"}})
     outcome = decided(h)
     assert (outcome.phase, outcome.decision.rule.name) == (Phase.UNSCHEDULABLE, "Unplaced"), outcome.reason
     assert "fits 0 of 2 members" in outcome.reason, "subblock s2 has room, but it is outside the gang's domain"
-    h.cache.node_event("ADDED", h.writer.add_node(gone | {"metadata": {**gone["metadata"], "name": home}}))
+    h.cache.node_event("ADDED", h.cluster.nodes.add(gone | {"metadata": {**gone["metadata"], "name": home}}))
     outcome = decided(h)
     assert (outcome.phase, outcome.decision.rule.name) == (Phase.PLACED, "Placed")
     assert {m.node for m in outcome.decision.release} == {home}, f"back in the gang's subblock (with {other})"

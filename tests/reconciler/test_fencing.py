@@ -20,9 +20,15 @@ from reconciler import kube
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import LostLeadership
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeCluster
+from reconciler.engine.decision.actions import MemberRelease
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.records import Nomination
+from reconciler.engine.model.reservations import Record
+from reconciler.run.controllers import compose
+from tests.support.as_created import job_object
 from tests.support.reconciler_builders import make_node, make_pod
+from troupe import contract
 from troupe.config import Config
 
 
@@ -49,19 +55,18 @@ class Fence:
             raise LostLeadership("test: the Lease is held by b")
 
 
-def harness(members: int, concurrency: int, fence: Fence) -> tuple[GangController, FakeWriter]:
+def harness(members: int, concurrency: int, fence: Fence) -> tuple[GangController, FakeCluster]:
     config = Config(release_concurrency=concurrency)
-    writer = FakeWriter()
-    writer.fence = fence
+    cluster = FakeCluster(fence)
     cache = ClusterCache(config)
     cache.replace_nodes([make_node(f"n{i}").topology("b1", "s1", f"h{i}").gpus(8).build() for i in range(members)])
-    cache.replace_pods([writer.add(make_pod(f"w-{i}").gang("g", members).index(i).gpus(8).gated().build())
+    cache.replace_pods([cluster.pods.add(make_pod(f"w-{i}").gang("g", members).index(i).gpus(8).gated().build())
                         for i in range(members)])
-    return GangController(cache, writer, config, wall_clock=lambda: 1_800_000_000.0), writer
+    return compose(cache, cluster, config, wall_clock=lambda: 1_800_000_000.0).gangs, cluster
 
 
-def released(writer: FakeWriter) -> list[str]:
-    return sorted(ref.name for ref, pod in writer.pods.items() if not pod["spec"].get("schedulingGates"))
+def released(cluster: FakeCluster) -> list[str]:
+    return sorted(ref.name for ref, pod in cluster.pods.objects.items() if not pod["spec"].get("schedulingGates"))
 
 
 @pytest.mark.parametrize(("members", "concurrency", "want_confirms"), [
@@ -71,45 +76,69 @@ def released(writer: FakeWriter) -> list[str]:
 ])
 def test_the_fence_is_confirmed_before_the_first_write_and_before_each_wave(members, concurrency, want_confirms):
     fence = Fence()
-    controller, writer = harness(10, concurrency, fence)
+    controller, cluster = harness(10, concurrency, fence)
     outcome = controller.reconcile("team-a/g")
     assert not outcome.retry
-    assert len(released(writer)) == 10
+    assert len(released(cluster)) == 10
     assert fence.confirms == want_confirms
     assert fence.checks >= 10 + want_confirms, "and every write checked it"
 
 
 def test_a_release_stops_at_the_wave_whose_confirmation_fails():
     fence = Fence(confirms=2)  # the plan's member and the first wave; the Lease is gone before the second
-    controller, writer = harness(10, 3, fence)
+    controller, cluster = harness(10, 3, fence)
     outcome = controller.reconcile("team-a/g")
     assert outcome.retry
-    assert len(released(writer)) == 4, "the first member and one wave of 3"
+    assert len(released(cluster)) == 4, "the first member and one wave of 3"
     assert "not written: test: the Lease is held by b" in outcome.reason
-    assert not [e for e in writer.events if e.reason == "GangReleased" and e.pod.name not in released(writer)]
+    assert not [e for e in cluster.events if e.reason == "GangReleased" and e.regarding.name not in released(cluster)]
 
 
 def test_no_release_starts_when_the_fence_is_closed_and_no_event_goes_out():
     fence = Fence(confirms=0)
-    controller, writer = harness(4, 3, fence)
+    controller, cluster = harness(4, 3, fence)
     outcome = controller.reconcile("team-a/g")
     assert outcome.retry and "release not started" in outcome.reason
-    assert writer.patches == [] and writer.events == []
+    assert cluster.pods.patches == [] and cluster.events == []
 
 
-def test_every_intent_of_the_writer_port_checks_the_fence():
-    writer = FakeWriter()
-    pod = writer.add(make_pod("w-0").gpus(1).gated().build())
-    writer.fence = Fence(confirms=0)
-    writer.fence.open = False
-    ref, uid = PodKey.of(pod), "uid-w-0"
-    for write in (lambda: writer.clear_plan(ref), lambda: writer.evict(ref, uid),
-                  lambda: writer.set_pod_condition(ref, {"type": "X", "status": "True"}),
-                  lambda: writer.mark_disrupted_and_delete(ref, uid, "r", "m", "t")):
+def test_every_intent_of_every_writer_port_checks_the_fence():
+    fence = Fence(confirms=0)
+    cluster = FakeCluster(fence)
+    pod = cluster.pods.add(make_pod("w-0").gpus(1).gated().build())
+    cluster.nodes.add(make_node("n1").build())
+    cluster.workloads.add("Job", job_object("train", 2))
+    cluster.groups.add({"metadata": {"name": "g", "finalizers": []}})
+    made = cluster.gang_objects.create_gang_object("ml", {"metadata": {"name": "train"}, "spec": {}})
+    fence.open = False
+    ref, uid, rv = PodKey.of(pod), "uid-w-0", pod["metadata"]["resourceVersion"]
+    member = MemberRelease(ref, uid, rv, "n1", "n1", 0, "2027-01-15T08:00:00.000+00:00")
+    job, record = ("Job", "ml", "train"), Record("train", "2027-01-15T08:00:00.000+00:00", ("n1", "n2"))
+    nomination = Nomination("2027-01-15T08:00:00Z", {uid: "n1"})
+    pods, nodes, workloads, objects, groups = (cluster.pods, cluster.nodes, cluster.workloads, cluster.gang_objects,
+                                               cluster.groups)
+    for write in (lambda: pods.release_member(member, [contract.GATE], "2027-01-15T08:00:01Z"),
+                  lambda: pods.set_nomination(ref, nomination, rv), lambda: pods.clear_nomination(ref),
+                  lambda: pods.clear_plan(ref), lambda: pods.evict(ref, uid), lambda: pods.may_evict(ref, uid),
+                  lambda: pods.set_pod_condition(ref, {"type": "X", "status": "True"}),
+                  lambda: pods.mark_disrupted_and_delete(ref, uid, "r", "m", "t"),
+                  lambda: nodes.taint_node("n1"), lambda: nodes.untaint_node("n1"),
+                  lambda: nodes.record_failures("n1", lambda before: "x"),
+                  lambda: workloads.set_reservation(job, record), lambda: workloads.drop_reservation(job, record),
+                  lambda: objects.create_gang_object("ml", {"metadata": {"name": "other"}, "spec": {}}),
+                  lambda: objects.set_gang_object_status("ml", "train", {"phase": "Waiting"}),
+                  lambda: objects.delete_gang_object("ml", "train", made["metadata"]["uid"]),
+                  lambda: groups.set_group_status("g", {"phase": "Pending"}),
+                  lambda: groups.set_group_finalizers("g", [contract.DEVICE_GROUP_FINALIZER], "0"),
+                  lambda: cluster.state.save_backoff("team-a/train", 1, 1_800_000_000.0)):
         with pytest.raises(LostLeadership):
             write()
-    writer.emit_event(ref, uid, "Normal", "R", "m")
-    assert writer.patches == [] and writer.conditions == [] and writer.deleted == [] and writer.events == []
+    pods.emit_event(ref, uid, "Normal", "R", "m")
+    nodes.emit_event("n1", "Normal", "R", "m")
+    workloads.emit_event(job, "Normal", "R", "m")
+    assert pods.patches == pods.conditions == pods.deleted == pods.evicted == pods.dry_runs == []
+    assert nodes.patches == [] and workloads.patches == [] and objects.writes == [("create", "ml", "train")]
+    assert "status" not in groups.objects["g"] and cluster.state.data == {} and cluster.events == []
 
 
 # --- the real client: the fence at the socket, keepalive -------------------------------------

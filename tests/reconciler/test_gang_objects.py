@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.daemon.gangobjects import KEY_ANNOTATION, GangObjects
 from reconciler.daemon.writer import LostLeadership, WriteError
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeGangObjectWrites
 from reconciler.engine.decision.gangobject import object_name, same_status, with_times
 from tests.support.controller_harness import CONFIG, Harness, four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_pod
@@ -27,7 +27,7 @@ class Clock:
 def harness(pods, config=CONFIG):
     h = Harness(four_nodes(), pods, config)
     clock = Clock()
-    h.controller.gang_objects.clock = clock
+    h.controllers.gang_objects.clock = clock
     return h, clock
 
 
@@ -38,8 +38,8 @@ def conditions(obj):
 def test_a_waiting_gang_gets_an_object_named_as_the_gang_that_counts_its_members():
     h, _ = harness(gang_pods(3, size=4))
     h.reconcile()
-    assert h.controller.gang_objects.flush() == 1
-    obj = h.writer.gang_objects[("team-a", "train")]
+    assert h.controllers.gang_objects.flush() == 1
+    obj = h.cluster.gang_objects.objects[("team-a", "train")]
     assert obj["spec"] == {"gangName": "train"}
     assert obj["metadata"]["annotations"][KEY_ANNOTATION] == "team-a/train"
     s = obj["status"]
@@ -49,14 +49,14 @@ def test_a_waiting_gang_gets_an_object_named_as_the_gang_that_counts_its_members
                                "Bound": ("False", "WaitingForMembers"),
                                "Reconciling": ("True", "WaitingForMembers"), "Stalled": ("False", "AsExpected")}
     assert all(c["lastTransitionTime"].endswith("Z") for c in s["conditions"])
-    assert h.writer.gang_object_writes == [("create", "team-a", "train"), ("status", "team-a", "train")]
+    assert h.cluster.gang_objects.writes == [("create", "team-a", "train"), ("status", "team-a", "train")]
 
 
 def test_a_released_gang_becomes_bound_with_its_domain_and_keeps_its_first_transition_times():
     h, clock = harness(own(gang_pods(4), "train"))
     h.reconcile()
-    h.controller.gang_objects.flush()
-    first = h.writer.gang_objects[("team-a", "train")]["status"]
+    h.controllers.gang_objects.flush()
+    first = h.cluster.gang_objects.objects[("team-a", "train")]["status"]
     # Decided before its writes: the members are being released.
     assert (first["phase"], first["reason"]) == ("Placed", "Releasing")
     assert conditions({"status": first})["Waiting"] == ("False", "Released")
@@ -66,10 +66,10 @@ def test_a_released_gang_becomes_bound_with_its_domain_and_keeps_its_first_trans
         h.bind(f"train-{i}")
     h.wall += 5
     h.reconcile()
-    assert h.controller.gang_objects.flush() == 0, "one write a second per gang"
+    assert h.controllers.gang_objects.flush() == 0, "one write a second per gang"
     clock.now += 1
-    assert h.controller.gang_objects.flush() == 1
-    obj = h.writer.gang_objects[("team-a", "train")]
+    assert h.controllers.gang_objects.flush() == 1
+    obj = h.cluster.gang_objects.objects[("team-a", "train")]
     s = obj["status"]
     assert (s["phase"], s["reason"], s["bound"], s["running"]) == ("Released", "Running", 4, 4)
     assert s["domain"] == "cloud.google.com/gce-topology-subblock=s1"
@@ -88,15 +88,15 @@ def test_a_gang_whose_count_changes_with_every_member_costs_one_write_a_second()
     h, clock = harness(gang_pods(1, size=8))
     for i in range(1, 8):
         h.reconcile()
-        h.controller.gang_objects.flush()
+        h.controllers.gang_objects.flush()
         h.add(make_pod(f"train-{i}").gang("train", 8).index(i).gpus(1).gated().build())
         clock.now += 0.2
     h.reconcile()
     clock.now += 1
-    h.controller.gang_objects.flush()
-    statuses = [w for w in h.writer.gang_object_writes if w[0] == "status"]
+    h.controllers.gang_objects.flush()
+    statuses = [w for w in h.cluster.gang_objects.writes if w[0] == "status"]
     assert len(statuses) == 3, statuses  # at 100.0, 101.0 and the last one
-    assert h.writer.gang_objects[("team-a", "train")]["status"]["phase"] == "Placed"
+    assert h.cluster.gang_objects.objects[("team-a", "train")]["status"]["phase"] == "Placed"
 
 
 def test_a_held_gang_is_stalled():
@@ -104,8 +104,8 @@ def test_a_held_gang_is_stalled():
     pods[1]["metadata"]["annotations"]["troupe.io/gang-size"] = "3"
     h, _ = harness(pods)
     h.reconcile()
-    h.controller.gang_objects.flush()
-    obj = h.writer.gang_objects[("team-a", "train")]
+    h.controllers.gang_objects.flush()
+    obj = h.cluster.gang_objects.objects[("team-a", "train")]
     assert obj["status"]["phase"] == "Held"
     assert conditions(obj)["Stalled"] == ("True", "Held")
 
@@ -113,48 +113,48 @@ def test_a_held_gang_is_stalled():
 def test_a_gang_with_no_pod_left_has_its_object_deleted_and_a_new_leader_sweeps_what_is_left():
     h, _ = harness(gang_pods(2, size=3))
     h.reconcile()
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     for i in range(2):
-        h.writer.pods.pop(next(r for r in h.writer.pods if r.name == f"train-{i}"))
+        h.cluster.pods.objects.pop(next(r for r in h.cluster.pods.objects if r.name == f"train-{i}"))
     h.sync()
     assert h.reconcile() is None
-    h.controller.gang_objects.flush()
-    assert h.writer.gang_objects == {}
+    h.controllers.gang_objects.flush()
+    assert h.cluster.gang_objects.objects == {}
     # An object left by an earlier leader for a gang that no longer exists.
-    h.writer.gang_objects[("team-a", "old")] = {"metadata": {"name": "old", "namespace": "team-a", "uid": "u1",
+    h.cluster.gang_objects.objects[("team-a", "old")] = {"metadata": {"name": "old", "namespace": "team-a", "uid": "u1",
                                                               "annotations": {KEY_ANNOTATION: "team-a/old"}}}
-    fresh = GangObjects(h.writer)
+    fresh = GangObjects(h.cluster.gang_objects)
     assert fresh.load() == 1 and fresh.sweep(h.cache.gang_keys()) == 1
     fresh.flush()
-    assert h.writer.gang_objects == {}
+    assert h.cluster.gang_objects.objects == {}
 
 
 def test_a_new_leader_rewrites_no_object_that_is_current():
     h, _ = harness(gang_pods(3, size=4))
     h.reconcile()
-    h.controller.gang_objects.flush()
-    writes = len(h.writer.gang_object_writes)
-    h.controller = h.new_controller()
-    assert h.controller.gang_objects.load() == 1
+    h.controllers.gang_objects.flush()
+    writes = len(h.cluster.gang_objects.writes)
+    h.controllers = h.new_controllers()
+    assert h.controllers.gang_objects.load() == 1
     h.reconcile()
-    assert h.controller.gang_objects.flush(everything=True) == 0
-    assert len(h.writer.gang_object_writes) == writes
+    assert h.controllers.gang_objects.flush(everything=True) == 0
+    assert len(h.cluster.gang_objects.writes) == writes
 
 
 def test_disabled_makes_nothing_and_deletes_what_an_earlier_configuration_left():
     h, _ = harness(gang_pods(3, size=4))
     h.reconcile()
-    h.controller.gang_objects.flush()
-    objects = GangObjects(h.writer, enabled=False)
+    h.controllers.gang_objects.flush()
+    objects = GangObjects(h.cluster.gang_objects, enabled=False)
     objects.load()
     assert objects.sweep(["team-a/train"]) == 1
     objects.flush()
     objects.want("team-a/train", "train", "train", [], {"phase": "Waiting"})
-    assert objects.flush() == 0 and h.writer.gang_objects == {}
+    assert objects.flush() == 0 and h.cluster.gang_objects.objects == {}
 
 
 def test_writes_stay_within_the_budget_oldest_first_and_a_failed_one_is_tried_again():
-    writer = FakeWriter()
+    writer = FakeGangObjectWrites()
     clock = Clock()
     objects = GangObjects(writer, budget=5, clock=clock, wall=lambda: 1_800_000_000.0)
     for i in range(12):
@@ -168,21 +168,21 @@ def test_writes_stay_within_the_budget_oldest_first_and_a_failed_one_is_tried_ag
     assert objects.flush() == 5
     clock.now += 1.0
     assert objects.flush() == 3
-    assert len(writer.gang_objects) == 12
+    assert len(writer.objects) == 12
 
 
 def test_an_object_deleted_behind_the_reconcilers_back_is_made_again():
     h, clock = harness(gang_pods(3, size=4))
     h.reconcile()
-    h.controller.gang_objects.flush()
-    del h.writer.gang_objects[("team-a", "train")]
+    h.controllers.gang_objects.flush()
+    del h.cluster.gang_objects.objects[("team-a", "train")]
     h.add(make_pod("train-3").gang("train", 4).index(3).gpus(2).gated().build())
     h.reconcile()
     clock.now += 1
-    h.controller.gang_objects.flush()
+    h.controllers.gang_objects.flush()
     clock.now += 1
-    h.controller.gang_objects.flush()
-    assert ("team-a", "train") in h.writer.gang_objects
+    h.controllers.gang_objects.flush()
+    assert ("team-a", "train") in h.cluster.gang_objects.objects
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -207,13 +207,13 @@ def test_times_are_kept_when_nothing_changes_and_same_status_ignores_them():
 
 
 def test_a_replica_that_lost_its_lease_writes_nothing_and_keeps_what_it_wanted():
-    writer = FakeWriter()
+    writer = FakeGangObjectWrites()
     objects = GangObjects(writer, clock=Clock(), wall=lambda: 1_800_000_000.0)
     objects.want("ns/g", "g", "g", [], {"phase": "Waiting", "conditions": []})
     writer.fail["g"] = LostLeadership("the Lease is another replica's")
     with pytest.raises(LostLeadership):
         objects.flush(everything=True)
-    assert writer.gang_objects == {} and len(objects) == 1
+    assert writer.objects == {} and len(objects) == 1
     del writer.fail["g"]
     assert objects.flush(everything=True) == 1
 

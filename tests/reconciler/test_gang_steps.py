@@ -30,14 +30,14 @@ def add(i, **kw):
 
 def bind_all(h):
     h.sync()
-    for ref, pod in sorted(h.writer.pods.items()):
+    for ref, pod in sorted(h.cluster.pods.objects.items()):
         if not pod["spec"].get("schedulingGates") and not pod["spec"].get("nodeName"):
             h.bind(ref.name)
 
 
 def delete(name):
     def step(h):
-        h.writer.pods.pop(PodKey("team-a", name))
+        h.cluster.pods.objects.pop(PodKey("team-a", name))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": name}})
     return step
 
@@ -53,7 +53,7 @@ def recreate(h):
     """The Job recreates the members a rollback deleted (gated again by the webhook)."""
     h.sync()
     for i in range(4):
-        if PodKey("team-a", f"train-{i}") not in h.writer.pods:
+        if PodKey("team-a", f"train-{i}") not in h.cluster.pods.objects:
             h.add(member(i))
 
 
@@ -100,7 +100,7 @@ def test_a_gang_steps_through_its_lifecycle_and_a_restart_decides_the_same_at_ea
         gang = h.controller.gang("team-a/train")
         if gang is not None and want_phase is not Phase.BACKING_OFF:
             # A restarted reconciler remembers nothing (a backoff is the one thing it loses).
-            fresh = h.new_controller().gang("team-a/train")
+            fresh = h.new_controllers().gangs.gang("team-a/train")
             restarted = decide(fresh, h.cache.snapshot(), h.wall)
             assert (restarted.phase, restarted.rule.name) == (want_phase, want_rule), f"{step}: after a restart"
         outcome = h.reconcile()

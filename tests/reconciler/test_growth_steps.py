@@ -34,12 +34,12 @@ def member(i):
 
 
 def resize(h, parallelism):
-    h.cache.job_event("MODIFIED", h.writer.add_workload("Job", job(parallelism)))
+    h.cache.job_event("MODIFIED", h.cluster.workloads.add("Job", job(parallelism)))
 
 
 def run_all(h):
     h.sync()
-    for ref, pod in sorted(h.writer.pods.items()):
+    for ref, pod in sorted(h.cluster.pods.objects.items()):
         if not pod["spec"].get("schedulingGates") and not pod["spec"].get("nodeName"):
             h.bind(ref.name)
 
@@ -73,7 +73,7 @@ def test_a_job_that_grows_gets_its_new_members_next_to_the_running_ones_and_a_sh
 
     resize(h, 3)  # shrinks: the Job controller deletes the highest indexes
     for i in (3, 4, 5):
-        h.writer.pods.pop(PodKey("team-a", f"train-{i}"))
+        h.cluster.pods.objects.pop(PodKey("team-a", f"train-{i}"))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": f"train-{i}"}})
     outcome = h.reconcile(KEY)
     assert outcome.phase is Phase.RELEASED

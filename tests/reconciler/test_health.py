@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from reconciler.run import WORKER_STUCK_SECONDS, Health, Reconciler
+from reconciler.run.probes import Health
+from reconciler.run.reconciler import WORKER_STUCK_SECONDS, Reconciler
 from tests.support.e2e import wait_for
 from tests.support.probes import get, serving
 from troupe.config import Config
@@ -90,7 +91,7 @@ def test_a_dead_worker_thread_fails_liveness(served, monkeypatch):
     def die(key: str) -> None:
         raise SystemExit("a bug that escapes the worker's error handling")
 
-    reconciler.controller.reconcile = die
+    reconciler.controllers.gangs.reconcile = die
     reconciler._worker.start()
     reconciler.queue.add("team-a/train")
     wait_for("the worker to die", lambda: not reconciler._worker.is_alive(), timeout=10)

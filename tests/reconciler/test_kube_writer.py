@@ -1,6 +1,6 @@
-"""The writer's primitives against the API (KubeWriter): what a 429 does to a write and to
-an eviction, what other errors become, which call a SharedDeviceGroup patch takes; and the
-one Event builder, as the Event sink posts it."""
+"""The writer ports' primitives against the API (reconciler.kube.writer): what a 429 does to a
+write and to an eviction, what other errors become, which call a SharedDeviceGroup patch
+takes; and the one Event builder, as the Event sink posts it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from kubernetes.client.exceptions import ApiException
 
 from reconciler.daemon.writer import Conflict, Gone, LostLeadership, Refused, WriteError
 from reconciler.engine.model.keys import PodKey
-from reconciler.kube import writer as kube_writer
 from reconciler.kube.client import JSON_PATCH, MERGE_PATCH, RateLimiter
-from reconciler.kube.writer import EventSink, KubeWriter, event_body
+from reconciler.kube.writer import APF_RETRIES, EventSink, KubeWrites, event_body
+from reconciler.kube.writer import calls as kube_calls
 
 
 class Response:
@@ -47,78 +47,94 @@ class Answers:
 
 
 @pytest.fixture
-def writer(monkeypatch):
-    sleeps = []
-    monkeypatch.setattr(kube_writer.time, "sleep", sleeps.append)
-    w = KubeWriter(client.ApiClient(client.Configuration()), RateLimiter(1000, 1000))
-    w.sleeps = sleeps
+def sleeps(monkeypatch):
+    """The waits the writer ports asked for (none is waited)."""
+    waited = []
+    monkeypatch.setattr(kube_calls.time, "sleep", waited.append)
+    return waited
+
+
+@pytest.fixture
+def writes(sleeps):
+    w = KubeWrites(client.ApiClient(client.Configuration()), RateLimiter(1000, 1000))
     yield w
     w.close()
 
 
-def test_a_write_turned_away_by_priority_and_fairness_is_retried_after_the_wait_it_asks_for(writer):
+def test_a_write_turned_away_by_priority_and_fairness_is_retried_after_the_wait_it_asks_for(writes, sleeps):
     read = Answers(api_error(429, retry_after="2"), api_error(429, retry_after="60"), Response({"metadata": {}}))
-    writer.core.read_namespaced_pod = read
-    assert writer._get(PodKey("ns", "p")) == {"metadata": {}}
+    writes.pods.core.read_namespaced_pod = read
+    assert writes.pods._get(PodKey("ns", "p")) == {"metadata": {}}
     assert len(read.calls) == 3
-    assert 2 <= writer.sleeps[0] <= 2.5 and 5 <= writer.sleeps[1] <= 6.25, "capped at 5 s, with up to 25% jitter"
+    assert 2 <= sleeps[0] <= 2.5 and 5 <= sleeps[1] <= 6.25, "capped at 5 s, with up to 25% jitter"
 
 
-def test_the_retries_of_a_429_are_bounded(writer):
-    writer.core.read_namespaced_pod = Answers(*[api_error(429)] * (kube_writer.APF_RETRIES + 1))
+def test_the_retries_of_a_429_are_bounded(writes, sleeps):
+    writes.pods.core.read_namespaced_pod = Answers(*[api_error(429)] * (APF_RETRIES + 1))
     with pytest.raises(WriteError, match="read pod ns/p: 429 said 429"):
-        writer._get(PodKey("ns", "p"))
-    assert len(writer.sleeps) == kube_writer.APF_RETRIES
+        writes.pods._get(PodKey("ns", "p"))
+    assert len(sleeps) == APF_RETRIES
 
 
-def test_an_eviction_refused_by_a_disruption_budget_is_not_retried(writer):
+def test_an_eviction_refused_by_a_disruption_budget_is_not_retried(writes, sleeps):
     evict = Answers(api_error(429))
-    writer.core.create_namespaced_pod_eviction = evict
+    writes.pods.core.create_namespaced_pod_eviction = evict
     with pytest.raises(Refused, match="evict pod ns/p: said 429"):
-        writer._evict(PodKey("ns", "p"), "uid-1")
-    assert len(evict.calls) == 1 and writer.sleeps == []
+        writes.pods._evict(PodKey("ns", "p"), "uid-1")
+    assert len(evict.calls) == 1 and sleeps == []
 
 
-def test_an_eviction_of_a_replaced_pod_is_gone_and_of_a_missing_one_too(writer):
-    writer.core.create_namespaced_pod_eviction = Answers(api_error(409), api_error(404))
+def test_an_eviction_of_a_replaced_pod_is_gone_and_of_a_missing_one_too(writes):
+    writes.pods.core.create_namespaced_pod_eviction = Answers(api_error(409), api_error(404))
     with pytest.raises(Gone, match="replaced by a pod with another uid"):
-        writer._evict(PodKey("ns", "p"), "uid-1")
+        writes.pods._evict(PodKey("ns", "p"), "uid-1")
     with pytest.raises(Gone, match="not found"):
-        writer._evict(PodKey("ns", "p"), "uid-1")
+        writes.pods._evict(PodKey("ns", "p"), "uid-1")
 
 
-def test_api_errors_become_the_writer_s_errors(writer):
-    writer.core.patch_namespaced_pod = Answers(api_error(409), api_error(404), api_error(422))
+def test_api_errors_become_the_writer_s_errors(writes):
+    writes.pods.core.patch_namespaced_pod = Answers(api_error(409), api_error(404), api_error(422))
     with pytest.raises(Conflict, match="patch pod ns/p: conflict: said 409"):
-        writer._patch(PodKey("ns", "p"), {})
+        writes.pods._patch(PodKey("ns", "p"), {})
     with pytest.raises(Gone):
-        writer._patch(PodKey("ns", "p"), {})
+        writes.pods._patch(PodKey("ns", "p"), {})
     with pytest.raises(WriteError, match="patch pod ns/p: 422 said 422"):
-        writer._patch(PodKey("ns", "p"), {})
+        writes.pods._patch(PodKey("ns", "p"), {})
 
 
-def test_a_group_and_its_status_are_patched_through_their_own_calls_with_the_patch_s_content_type(writer):
+def test_a_group_and_its_status_are_patched_through_their_own_calls_with_the_patch_s_content_type(writes):
     group = Response({"metadata": {"name": "g"}})
-    writer.custom.patch_cluster_custom_object = main = Answers(group)
-    writer.custom.patch_cluster_custom_object_status = status = Answers(group)
-    assert writer._patch_group("g", {"metadata": {"finalizers": []}}) == {"metadata": {"name": "g"}}
-    assert writer._patch_group_status("g", [{"op": "add", "path": "/status", "value": {}}]) == {"metadata": {"name": "g"}}
+    writes.groups.custom.patch_cluster_custom_object = main = Answers(group)
+    writes.groups.custom.patch_cluster_custom_object_status = status = Answers(group)
+    assert writes.groups._patch_group("g", {"metadata": {"finalizers": []}}) == {"metadata": {"name": "g"}}
+    assert writes.groups._patch_group_status("g", [{"op": "add", "path": "/status", "value": {}}]) == {"metadata": {"name": "g"}}
     (main_args, main_kwargs), = main.calls
     (status_args, status_kwargs), = status.calls
     assert main_args[-2:] == ("g", {"metadata": {"finalizers": []}}) and main_kwargs["_content_type"] == MERGE_PATCH
     assert status_args[-2] == "g" and status_kwargs["_content_type"] == JSON_PATCH
 
 
-def test_a_closed_fence_stops_a_write_before_it_is_sent(writer):
+def test_a_closed_fence_stops_a_write_of_every_port_before_it_is_sent():
     class Closed:
         def check(self):
             raise LostLeadership("the Lease is held by b")
 
-    writer.fence = Closed()
-    writer.core.patch_namespaced_pod = patch = Answers()
-    with pytest.raises(LostLeadership):
-        writer._patch(PodKey("ns", "p"), {})
-    assert patch.calls == []
+    writes = KubeWrites(client.ApiClient(client.Configuration()), RateLimiter(1000, 1000), fence=Closed(),
+                        state=("troupe", "state"))
+    sent = Answers()
+    writes.pods.core.patch_namespaced_pod = writes.nodes.core.patch_node = sent
+    writes.workloads.batch.patch_namespaced_job = writes.gang_objects.custom.create_namespaced_custom_object = sent
+    writes.groups.custom.patch_cluster_custom_object = writes.state.core.patch_namespaced_config_map = sent
+    try:
+        for write in (lambda: writes.pods._patch(PodKey("ns", "p"), {}), lambda: writes.nodes._patch_node("n1", {}),
+                      lambda: writes.workloads._patch_workload(("Job", "ns", "j"), {}),
+                      lambda: writes.gang_objects._create_gang_object("ns", {"metadata": {"name": "g"}}),
+                      lambda: writes.groups._patch_group("g", {}), lambda: writes.state._write_state({"k": "v"})):
+            with pytest.raises(LostLeadership):
+                write()
+    finally:
+        writes.close()
+    assert sent.calls == []
 
 
 def test_the_event_builder_names_the_object_and_cuts_the_message_to_1024_characters():
@@ -161,16 +177,16 @@ def test_the_event_sink_posts_an_event_about_the_pod_and_drops_one_the_fence_ref
     assert sink.fenced == 1
 
 
-def test_a_dry_run_eviction_asks_the_eviction_api_with_dry_run_all_and_a_refusal_is_said(writer):
+def test_a_dry_run_eviction_asks_the_eviction_api_with_dry_run_all_and_a_refusal_is_said(writes):
     evict = Answers(None, api_error(429))
-    writer.core.create_namespaced_pod_eviction = evict
-    writer.may_evict(PodKey("ns", "p"), "uid-1")
+    writes.pods.core.create_namespaced_pod_eviction = evict
+    writes.pods.may_evict(PodKey("ns", "p"), "uid-1")
     assert evict.calls[0][1]["dry_run"] == "All"
     with pytest.raises(Refused, match="dry-run evict pod ns/p: said 429"):
-        writer.may_evict(PodKey("ns", "p"), "uid-1")
+        writes.pods.may_evict(PodKey("ns", "p"), "uid-1")
 
 
-def test_the_nominated_taint_is_added_and_removed_by_a_merge_patch_of_the_whole_list_under_a_version(writer):
+def test_the_nominated_taint_is_added_and_removed_by_a_merge_patch_of_the_whole_list_under_a_version(writes):
     """``spec.taints`` has no merge key: the writer sends the node's whole list, changed only
     in Troupe's taint, with the version it read; a conflict is read again and retried."""
     other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
@@ -178,15 +194,15 @@ def test_the_nominated_taint_is_added_and_removed_by_a_merge_patch_of_the_whole_
     read = Answers(Response({"metadata": {"resourceVersion": "7"}, "spec": {"taints": [other]}}),
                    Response({"metadata": {"resourceVersion": "8"}, "spec": {"taints": [other]}}))
     patch = Answers(api_error(409), Response({"metadata": {"name": "n1"}}))
-    writer.core.read_node, writer.core.patch_node = read, patch
-    assert writer.taint_node("n1") == {"metadata": {"name": "n1"}}
+    writes.nodes.core.read_node, writes.nodes.core.patch_node = read, patch
+    assert writes.nodes.taint_node("n1") == {"metadata": {"name": "n1"}}
     [(first_args, _), (args, kwargs)] = patch.calls
     assert first_args[1]["metadata"]["resourceVersion"] == "7"
     assert args[1] == {"metadata": {"resourceVersion": "8"}, "spec": {"taints": [other, ours]}}
     assert kwargs["_content_type"] == MERGE_PATCH
-    writer.core.read_node = Answers(Response({"metadata": {"resourceVersion": "9"}, "spec": {"taints": [other, ours]}}),
+    writes.nodes.core.read_node = Answers(Response({"metadata": {"resourceVersion": "9"}, "spec": {"taints": [other, ours]}}),
                                     Response({"metadata": {"resourceVersion": "9"}, "spec": {"taints": [other]}}))
-    writer.core.patch_node = removal = Answers(Response({"metadata": {"name": "n1"}}))
-    assert writer.untaint_node("n1") == {"metadata": {"name": "n1"}}
+    writes.nodes.core.patch_node = removal = Answers(Response({"metadata": {"name": "n1"}}))
+    assert writes.nodes.untaint_node("n1") == {"metadata": {"name": "n1"}}
     assert removal.calls[0][0][1]["spec"] == {"taints": [other]}
-    assert writer.untaint_node("n1") is None, "nothing to remove: nothing written"
+    assert writes.nodes.untaint_node("n1") is None, "nothing to remove: nothing written"

@@ -43,7 +43,7 @@ def add(*ids, **kw):
 
 def bind_all(h):
     h.sync()
-    for ref, pod in sorted(h.writer.pods.items()):
+    for ref, pod in sorted(h.cluster.pods.objects.items()):
         if pod["metadata"]["name"].startswith("train-") and not pod["spec"].get("schedulingGates") \
                 and not pod["spec"].get("nodeName"):
             h.bind(ref.name)
@@ -51,7 +51,7 @@ def bind_all(h):
 
 def free(node):
     def step(h):
-        h.writer.pods.pop(PodKey("team-a", f"other-{node}"))
+        h.cluster.pods.objects.pop(PodKey("team-a", f"other-{node}"))
         h.cache.pod_event("DELETED", {"metadata": {"namespace": "team-a", "name": f"other-{node}"}})
     return step
 
@@ -67,7 +67,7 @@ def run(h, steps):
     """Each step: act, check a restarted reconciler agrees, reconcile, check phase, rule, reason."""
     for step, action, want_phase, want_rule, want_reason in steps:
         action(h)
-        fresh = h.new_controller().gang("team-a/train")
+        fresh = h.new_controllers().gangs.gang("team-a/train")
         if fresh is not None and want_phase is not Phase.BACKING_OFF:
             restarted = decide(fresh, h.cache.snapshot(), h.wall)
             assert (restarted.phase, restarted.rule.name) == (want_phase, want_rule), f"{step}: after a restart"
@@ -123,7 +123,7 @@ def test_a_first_release_not_bound_in_time_is_rolled_back_as_a_unit_and_placed_a
          "4 released member(s) not bound within 30s"),
     ])
     h.sync()
-    assert {ref.name for ref in h.writer.pods if ref.name.startswith("train-")} == set(), \
+    assert {ref.name for ref in h.cluster.pods.objects if ref.name.startswith("train-")} == set(), \
         "every member of the first release is deleted (the Job recreates them)"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler.daemon.writer.base import LostLeadership
+from reconciler.daemon.writer.base import UNFENCED, LostLeadership
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.timestamps import rfc3339
@@ -35,40 +35,40 @@ def high(size=2, priority=100):
 
 def tainted(h):
     """The nodes whose stored object carries Troupe's taint."""
-    return sorted(name for name, node in h.writer.nodes.items() if OURS in (node.get("spec") or {}).get("taints", []))
+    return sorted(name for name, node in h.cluster.nodes.objects.items() if OURS in (node.get("spec") or {}).get("taints", []))
 
 
 def preempting(h):
     out = h.reconcile()
-    assert (out.phase, sorted(r.name for r in h.writer.evicted)) == (Phase.PREEMPTING, ["a", "b"]), out.reason
+    assert (out.phase, sorted(r.name for r in h.cluster.pods.evicted)) == (Phase.PREEMPTING, ["a", "b"]), out.reason
     return out
 
 
-def cluster(config=PREEMPTING):
+def cluster(config=PREEMPTING, fence=UNFENCED):
     nodes = four_nodes()
     nodes[0]["spec"]["taints"] = [PREFER]
     return Harness(nodes, [low("a", "n1"), low("b", "n2"), low("c", "n3", 50), low("d", "n4", 50), *high()],
-                   config=config)
+                   config=config, fence=fence)
 
 
 def test_each_nominated_node_is_tainted_before_any_victim_is_evicted():
     h = cluster()
     seen_at_eviction = []
-    evict = h.writer._evict
+    evict = h.cluster.pods._evict
 
     def recording(ref, uid):
         seen_at_eviction.append((ref.name, tainted(h)))
         evict(ref, uid)
 
-    h.writer._evict = recording
+    h.cluster.pods._evict = recording
     preempting(h)
     assert sorted(seen_at_eviction) == [("a", ["n1", "n2"]), ("b", ["n1", "n2"])]
     assert [t.key for t in h.cache.node_info("n1").taints] == [PREFER["key"], contract.NOMINATED_TAINT_KEY], (
         "added after the node's own, and fed back to the cache at once")
     # AwaitingVictims carries the Preempt again: the nodes already carry the taint, nothing is rewritten.
-    patches = len(h.writer.node_patches)
+    patches = len(h.cluster.nodes.patches)
     h.reconcile()
-    assert len(h.writer.node_patches) == patches
+    assert len(h.cluster.nodes.patches) == patches
 
 
 def test_the_taint_stays_until_the_released_members_are_bound_then_goes():
@@ -85,7 +85,7 @@ def test_the_taint_stays_until_the_released_members_are_bound_then_goes():
     h.bind("train-1")
     h.reconcile()
     assert tainted(h) == []
-    assert h.writer.nodes["n1"]["spec"]["taints"] == [PREFER], "other taints stay"
+    assert h.cluster.nodes.objects["n1"]["spec"]["taints"] == [PREFER], "other taints stay"
 
 
 def test_a_nomination_that_runs_out_takes_its_taint_with_it():
@@ -94,7 +94,7 @@ def test_a_nomination_that_runs_out_takes_its_taint_with_it():
     h = cluster()
     preempting(h)
     for name in ("a", "b"):  # the eviction started, the pods stay: terminating
-        pod = h.writer.add(low(name, "n1" if name == "a" else "n2"))
+        pod = h.cluster.pods.add(low(name, "n1" if name == "a" else "n2"))
         pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
         h.cache.pod_event("MODIFIED", pod)
     h.sync()
@@ -111,12 +111,12 @@ def test_a_refused_eviction_moves_the_nomination_and_its_taint():
     refused nomination held is untainted once no nomination names it."""
     h = Harness(four_nodes(), [low("a", "n1"), low("b", "n2", 10), low("c", "n3", 50), low("d", "n4", 50),
                                *high(size=1)], config=PREEMPTING)
-    h.writer.protected.add("a")
+    h.cluster.pods.protected.add("a")
     h.reconcile()
     assert tainted(h) == ["n1"]
     h.sync()
     out = h.reconcile()
-    assert out.phase is Phase.PREEMPTING and [r.name for r in h.writer.evicted] == ["b"]
+    assert out.phase is Phase.PREEMPTING and [r.name for r in h.cluster.pods.evicted] == ["b"]
     nomination = json.loads(h.pod("train-0")["metadata"]["annotations"][contract.NOMINATION])
     assert list(nomination["nodes"].values()) == ["n2"]
     assert tainted(h) == ["n2"]
@@ -127,13 +127,13 @@ def test_a_new_leader_removes_the_taints_no_nomination_holds_and_keeps_the_other
     no nomination names it), while another preemption's nomination still stands (n1)."""
     h = Harness(four_nodes(), [low("c", "n3", 50), *high(size=1)], config=PREEMPTING)
     for name in ("n1", "n3"):
-        h.writer.taint_node(name)
-    pod = h.writer.pods[PodKey("team-a", "train-0")]
+        h.cluster.nodes.taint_node(name)
+    pod = h.cluster.pods.objects[PodKey("team-a", "train-0")]
     pod["metadata"]["annotations"][contract.NOMINATION] = json.dumps(
         {"at": rfc3339(h.wall - 5), "nodes": {pod["metadata"]["uid"]: "n1"}, "victims": [], "refused": []})
     pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
     h.sync()
-    leader = h.new_controller()
+    leader = h.new_controllers()
     assert leader.taints.sweep() == 1
     assert tainted(h) == ["n1"]
     h.wall += 600
@@ -158,20 +158,20 @@ class Fence:
 def test_a_replica_that_loses_the_lease_after_the_nomination_neither_taints_nor_evicts():
     """The Lease is lost right after the nomination is written: no taint, no eviction, and
     the outcome says why (the next leader starts from the nomination on the pod)."""
-    h = cluster()
-    fence = h.writer.fence = Fence()
-    set_nomination = h.writer.set_nomination
+    fence = Fence()
+    h = cluster(fence=fence)
+    set_nomination = h.cluster.pods.set_nomination
 
     def then_lose_the_lease(*args, **kwargs):
         written = set_nomination(*args, **kwargs)
         fence.closed = True
         return written
 
-    h.writer.set_nomination = then_lose_the_lease
+    h.cluster.pods.set_nomination = then_lose_the_lease
     out = h.reconcile()
     assert out.retry and "nominated nodes not tainted: lease lost" in out.reason, out.reason
     assert contract.NOMINATION in h.pod("train-0")["metadata"]["annotations"]
-    assert tainted(h) == [] and h.writer.evicted == []
+    assert tainted(h) == [] and h.cluster.pods.evicted == []
 
 
 def test_a_gang_admitted_without_the_toleration_does_not_taint_its_own_nodes():

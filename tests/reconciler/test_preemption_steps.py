@@ -33,16 +33,16 @@ def test_the_nomination_is_written_before_the_victims_are_evicted_and_the_gang_f
                 config=PREEMPTING)
     out = h.reconcile()
     assert (out.phase, out.decision.rule.name) == (Phase.PREEMPTING, "Preempting")
-    assert sorted(r.name for r in h.writer.evicted) == ["a", "b"], "the lowest priority, the fewest gangs"
-    first_patch = h.writer.patches[0]
+    assert sorted(r.name for r in h.cluster.pods.evicted) == ["a", "b"], "the lowest priority, the fewest gangs"
+    first_patch = h.cluster.pods.patches[0]
     assert contract.NOMINATION in first_patch[1]["metadata"]["annotations"], "the nomination comes first"
     nomination = json.loads(h.pod("train-0")["metadata"]["annotations"][contract.NOMINATION])
     assert sorted(nomination["nodes"].values()) == ["n1", "n2"]
-    assert {e.reason for e in h.writer.events if e.pod.name in ("a", "b")} == {"Preempted"}
-    assert [(e.pod.name, e.reason) for e in h.writer.events if e.reason == "GangPreempting"] == [
+    assert {e.reason for e in h.cluster.events if e.regarding.name in ("a", "b")} == {"Preempted"}
+    assert [(e.regarding.name, e.reason) for e in h.cluster.events if e.reason == "GangPreempting"] == [
         ("train-0", "GangPreempting")], "one Event for the gang, sent as it preempts, on its lead"
     assert all("to make room for gang team-a/train (priority 100)" in e.message
-               for e in h.writer.events if e.reason == "Preempted")
+               for e in h.cluster.events if e.reason == "Preempted")
     # The evicted pods are gone: the gang is released on the room they left.
     h.sync()
     out = h.reconcile()
@@ -54,16 +54,16 @@ def test_the_nomination_is_written_before_the_victims_are_evicted_and_the_gang_f
 def test_a_budget_that_refuses_an_eviction_makes_the_controller_choose_another_gang():
     h = Harness(four_nodes(), [low("a", "n1"), low("b", "n2", 10), low("c", "n3", 50), low("d", "n4", 50),
                                *high(size=1)], config=PREEMPTING)
-    h.writer.protected.add("a")
+    h.cluster.pods.protected.add("a")
     out = h.reconcile()
     assert out.retry and "eviction refused for team-a/pod:a" in out.reason
-    assert h.writer.evicted == []
+    assert h.cluster.pods.evicted == []
     nomination = json.loads(h.pod("train-0")["metadata"]["annotations"][contract.NOMINATION])
     assert nomination["refused"] == ["team-a/pod:a"]
     h.sync()
     out = h.reconcile()
     assert (out.phase, out.decision.victims) == (Phase.PREEMPTING, ("team-a/b",))
-    assert [r.name for r in h.writer.evicted] == ["b"]
+    assert [r.name for r in h.cluster.pods.evicted] == ["b"]
 
 
 def test_in_atomic_a_victim_gang_with_one_protected_pod_is_left_whole_and_another_gang_is_chosen():
@@ -74,25 +74,25 @@ def test_in_atomic_a_victim_gang_with_one_protected_pod_is_left_whole_and_anothe
     one = make_pod("one-0").gang("one", 1).gpus(4).priority(10).running_on("n3").build()
     h = Harness(four_nodes(), [*two, one, low("d", "n4", 50), *high(size=1)],
                 config=Config(gang_preemption_mode="atomic", gang_schedule_timeout_jitter_seconds=0))
-    h.writer.protected.add("two-1")
+    h.cluster.pods.protected.add("two-1")
     out = h.reconcile()
     assert out.retry and "eviction refused for team-a/two" in out.reason, out.reason
-    assert h.writer.evicted == [], "no pod of the refused gang is evicted, not even the one its budget allows"
-    assert sorted(r.name for r in h.writer.dry_runs) == ["two-0", "two-1"]
+    assert h.cluster.pods.evicted == [], "no pod of the refused gang is evicted, not even the one its budget allows"
+    assert sorted(r.name for r in h.cluster.pods.dry_runs) == ["two-0", "two-1"]
     h.sync()
     out = h.reconcile()
     assert (out.phase, out.decision.victims) == (Phase.PREEMPTING, ("team-a/one-0",))
-    assert [r.name for r in h.writer.evicted] == ["one-0"]
+    assert [r.name for r in h.cluster.pods.evicted] == ["one-0"]
 
 
 def test_a_restarted_reconciler_waits_for_the_victims_its_predecessor_evicted():
     h = Harness(four_nodes(), [low("a", "n1"), low("b", "n2"), low("c", "n3", 50), low("d", "n4", 50), *high()],
                 config=PREEMPTING)
-    h.writer.protected.update({"a", "b"})  # evictions pending behind budgets: the victims stay
+    h.cluster.pods.protected.update({"a", "b"})  # evictions pending behind budgets: the victims stay
     h.reconcile()
     h.sync()
-    h.writer.protected.clear()
-    h.controller = h.new_controller()
+    h.cluster.pods.protected.clear()
+    h.controllers = h.new_controllers()
     out = h.reconcile()
     assert out.phase is Phase.PREEMPTING
     assert out.decision.find(Preempt).nomination is not None
@@ -102,5 +102,5 @@ def test_without_preemption_the_gang_just_waits():
     h = Harness(four_nodes(), [low("a", "n1"), low("b", "n2"), low("c", "n3"), low("d", "n4"), *high()], config=CONFIG)
     out = h.reconcile()
     assert out.phase is Phase.UNSCHEDULABLE
-    assert h.writer.evicted == [] and h.writer.patches == []
-    assert PodKey("team-a", "a") in h.writer.pods
+    assert h.cluster.pods.evicted == [] and h.cluster.pods.patches == []
+    assert PodKey("team-a", "a") in h.cluster.pods.objects

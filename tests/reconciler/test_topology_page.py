@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer.fake import FakeWriter
-from reconciler.run import Health, Reconciler
+from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.run import topology as reconciler_map
+from reconciler.run.probes import Health
+from reconciler.run.reconciler import Reconciler
 from tests.support.probes import get, serving
 from tests.support.snapshots import snapshot
 from troupe.config import Config
@@ -30,11 +30,11 @@ def nodes_of(tree: dict) -> dict[str, dict]:
 
 @pytest.fixture
 def served() -> Iterator[tuple[Reconciler, Health, int]]:
-    reconciler = Reconciler(client.ApiClient(), Config())  # no request is made: nothing is started
+    reconciler = Reconciler(client.ApiClient(), Config(), writes=FakeCluster(),
+                            wall_clock=lambda: NOW)  # no request is made: nothing is started
     objects = snapshot()["items"]
     reconciler.cache.replace_nodes([reconciler.cache.retain_node(o) for o in objects if o["kind"] == "Node"])
     reconciler.cache.replace_pods([reconciler.cache.retain_pod(o) for o in objects if o["kind"] == "Pod"])
-    reconciler.controller = GangController(reconciler.cache, FakeWriter(), reconciler.config, wall_clock=lambda: NOW)
     with serving(reconciler) as (health, port):
         yield reconciler, health, port
 
@@ -42,7 +42,7 @@ def served() -> Iterator[tuple[Reconciler, Health, int]]:
 def test_the_map_shows_the_cache_and_the_last_decisions(served):
     reconciler, _health, port = served
     for key in ("ml/wide", "ml/partial", "ml/running"):
-        reconciler.controller.reconcile(key)
+        reconciler.controllers.gangs.reconcile(key)
     status, body = get(port, "/topology/data.json")
     assert status == 200
     page = json.loads(body)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.objects.snapshot_io import read_file, read_retained
+from reconciler.run.controllers import compose
 from reconciler.tools import plugin, simulate, views
 from tests.support.engine_builders import (
     HOSTNAME,
@@ -59,20 +59,20 @@ def cluster():
 
 
 def controller_nodes(nodes_, pods, extra, config, key="ml/train", budgets=()):
-    """Pod name -> the node the controller pins it to, and the writer, after one reconcile
-    of ``key`` on a cache holding every object."""
-    writer, cache = FakeWriter(), ClusterCache(config)
+    """Pod name -> the node the controller pins it to, and the pods' writer port, after one
+    reconcile of ``key`` on a cache holding every object."""
+    cluster, cache = FakeCluster(), ClusterCache(config)
     cache.replace_nodes(nodes_)
-    cache.replace_pods([writer.add(p) for p in pods])
+    cache.replace_pods([cluster.pods.add(p) for p in pods])
     cache.budgets.replace(budgets)
     kinds = {"PersistentVolumeClaim": "persistentvolumeclaims", "PersistentVolume": "persistentvolumes",
              "Namespace": "namespaces"}
     for kind, plural in kinds.items():
         cache.volumes.replace(plural, [o for o in extra if o["kind"] == kind])
-    GangController(cache, writer, config, wall_clock=lambda: 1_800_000_000.0).reconcile(key)
+    compose(cache, cluster, config, wall_clock=lambda: 1_800_000_000.0).gangs.reconcile(key)
     pinned = {ref.name: pod["spec"].get("nodeSelector", {}).get(contract.HOSTNAME_LABEL)
-              for ref, pod in writer.pods.items()}
-    return pinned, writer
+              for ref, pod in cluster.pods.objects.items()}
+    return pinned, cluster.pods
 
 
 def simulated(capsys, path, *argv):

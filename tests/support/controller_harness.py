@@ -1,13 +1,15 @@
-"""The gang controller on an in-memory cache and writer, for the reconciler's controller tests:
-:class:`Harness` (a cache and a FakeWriter over the same pods, the watch simulated by
-:meth:`Harness.sync`) and the small cluster most of those tests use."""
+"""The reconciler's controllers on an in-memory cache and writer ports, for the controller
+tests: :class:`Harness` (a cache and a FakeCluster over the same objects, the watch simulated
+by :meth:`Harness.sync`) and the small cluster most of those tests use."""
 
 from __future__ import annotations
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer.fake import FakeWriter
+from reconciler.daemon.writer import UNFENCED
+from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.model.keys import PodKey
+from reconciler.run.controllers import Controllers, compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
@@ -17,42 +19,48 @@ NO_JITTER = Config(gang_schedule_timeout_jitter_seconds=0)
 
 
 class Harness:
-    """A cache and a FakeWriter holding the same pods, and a controller over them; the
-    watch is simulated by :meth:`sync` (the writer's pods fed back into the cache)."""
+    """A cache and a FakeCluster holding the same objects, and the controllers over them; the
+    watch is simulated by :meth:`sync` (the fakes' objects fed back into the cache). Every
+    write passes ``fence``."""
 
-    def __init__(self, nodes, pods, config=CONFIG, groups=(), jobs=()):
+    def __init__(self, nodes, pods, config=CONFIG, groups=(), jobs=(), fence=UNFENCED):
         self.config = config
-        self.writer = FakeWriter()
+        self.cluster = FakeCluster(fence)
         self.cache = ClusterCache(config)
-        self.cache.replace_nodes([self.writer.add_node(n) for n in nodes])
-        self.cache.replace_groups([self.writer.add_group(g) for g in groups])
-        self.cache.replace_pods([self.writer.add(p) for p in pods])
-        self.cache.replace_jobs([self.writer.add_workload("Job", j) for j in jobs])
+        self.cache.replace_nodes([self.cluster.nodes.add(n) for n in nodes])
+        self.cache.replace_groups([self.cluster.groups.add(g) for g in groups])
+        self.cache.replace_pods([self.cluster.pods.add(p) for p in pods])
+        self.cache.replace_jobs([self.cluster.workloads.add("Job", j) for j in jobs])
         self.wall = 1_800_000_000.0
-        self.controller = self.new_controller()
+        self.controllers = self.new_controllers()
 
-    def new_controller(self):
-        """A controller as a restarted reconciler has it: nothing remembered."""
-        return GangController(self.cache, self.writer, self.config, wall_clock=lambda: self.wall)
+    def new_controllers(self) -> Controllers:
+        """The controllers as a restarted reconciler has them: nothing remembered."""
+        return compose(self.cache, self.cluster, self.config, wall_clock=lambda: self.wall)
+
+    @property
+    def controller(self) -> GangController:
+        """The gang controller."""
+        return self.controllers.gangs
 
     def reconcile(self, key="team-a/train"):
         return self.controller.reconcile(key)
 
     def pod(self, name, namespace="team-a"):
-        return self.writer.pods[PodKey(namespace, name)]
+        return self.cluster.pods.objects[PodKey(namespace, name)]
 
     def add(self, pod):
-        self.cache.pod_event("ADDED", self.writer.add(pod))
+        self.cache.pod_event("ADDED", self.cluster.pods.add(pod))
 
     def sync(self):
-        """Deliver the writer's state to the cache, as the watch would."""
-        for name in {name for name, _ in self.writer.node_patches}:  # nodes the reconciler wrote
-            self.cache.node_event("MODIFIED", self.writer.nodes[name])
-        for (kind, _, _), obj in self.writer.workloads.items():
+        """Deliver the fakes' objects to the cache, as the watch would."""
+        for name in {name for name, _ in self.cluster.nodes.patches}:  # nodes the reconciler wrote
+            self.cache.node_event("MODIFIED", self.cluster.nodes.objects[name])
+        for (kind, _, _), obj in self.cluster.workloads.objects.items():
             if kind == "Job":
                 self.cache.job_event("MODIFIED", obj)
-        refs = set(self.writer.pods)
-        for pod in self.writer.pods.values():
+        refs = set(self.cluster.pods.objects)
+        for pod in self.cluster.pods.objects.values():
             self.cache.pod_event("MODIFIED", pod)
         for ref in self.cache.pod_refs():
             if ref not in refs:
@@ -61,11 +69,11 @@ class Harness:
     def bind(self, name, namespace="team-a"):
         """What kube-scheduler does to a released pod: set spec.nodeName to its pin."""
         ref = PodKey(namespace, name)
-        pod = self.writer.pods[ref]
+        pod = self.cluster.pods.objects[ref]
         pod["spec"]["nodeName"] = pod["spec"]["nodeSelector"][contract.HOSTNAME_LABEL]
         pod["status"]["phase"] = "Running"
         pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
-        self.cache.pod_event("MODIFIED", self.writer.read_pod(ref))
+        self.cache.pod_event("MODIFIED", self.cluster.pods.read(ref))
 
     def gated(self, *names):
         return [n for n in names if self.pod(n)["spec"].get("schedulingGates")]

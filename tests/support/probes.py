@@ -1,5 +1,5 @@
 """The reconciler's HTTP server (``/metrics``, ``/healthz``, ``/readyz``, ``/topology/``) on a
-free 127.0.0.1 port for a test, over a :class:`~reconciler.run.Reconciler` that
+free 127.0.0.1 port for a test, over a :class:`~reconciler.run.reconciler.Reconciler` that
 starts nothing, and a plain GET of it."""
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
-from reconciler.run import Health, Reconciler, serve_http
+from reconciler.run.probes import Health, serve_http
+from reconciler.run.reconciler import Reconciler
 
 
 @contextlib.contextmanager
 def serving(reconciler: Reconciler) -> Iterator[tuple[Health, int]]:
     """Serve ``reconciler`` as the leader; yields its :class:`Health` and the port. Stops the
-    server and the reconciler's writer on exit."""
+    server and the reconciler's writer ports on exit."""
     health = Health()
     health.role, health.reconciler = "leader", reconciler
     server = serve_http("127.0.0.1", 0, health)
@@ -24,7 +25,7 @@ def serving(reconciler: Reconciler) -> Iterator[tuple[Health, int]]:
     finally:
         server.shutdown()
         server.server_close()
-        reconciler.writer.close()
+        reconciler.writes.close()
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -1,33 +1,43 @@
-"""The writer port: every write the reconciler makes to the cluster, at the level of intent.
+"""The writer ports: every write the reconciler makes to the cluster, at the level of intent,
+one port per kind of object, each in its own module over its own primitives:
 
-:class:`PodWriter` joins three parts, each in its own module over its own primitives:
-the pod intents (:mod:`~reconciler.daemon.writer.pods`: release a member, mark a member
-disrupted and delete it, evict, remove a plan record, set a pod condition, emit an Event,
-each building its own patch and handling conflicts), the SharedDeviceGroup writes
-(:mod:`~reconciler.daemon.writer.groups`), Troupe's taint on nominated nodes
-(:mod:`~reconciler.daemon.writer.nodes`), the Gang objects
-(:mod:`~reconciler.daemon.writer.gangobjects`), a gang's reservation on its workload
-(:mod:`~reconciler.daemon.writer.workloads`) and the state ConfigMap of rollback backoffs
-(:mod:`~reconciler.daemon.writer.state`). Two classes implement the primitives:
-:class:`reconciler.kube.KubeWriter` against a real API server, and
-:class:`reconciler.daemon.writer.fake.FakeWriter` in memory for controller tests, with the
-API server's rules that matter here (resourceVersion and UID preconditions, strategic
-merge of annotations, ``nodeSelector`` and ``schedulingGates``, additions only to a gated
-pod's node selection, PodDisruptionBudgets refusing evictions).
+- :class:`~reconciler.daemon.writer.pods.PodWrites`: release a member, write or clear a
+  nomination, clear a plan record, mark a member disrupted and delete it, evict, set a pod
+  condition, emit an Event about a pod;
+- :class:`~reconciler.daemon.writer.nodes.NodeWrites`: Troupe's taint on nominated nodes,
+  the record of the members that failed on a node, Events about a node;
+- :class:`~reconciler.daemon.writer.workloads.WorkloadWrites`: a gang's reservation on its
+  Job, JobSet or PyTorchJob, Events about a workload;
+- :class:`~reconciler.daemon.writer.gangobjects.GangObjectWrites`: the Gang objects;
+- :class:`~reconciler.daemon.writer.groups.GroupWrites`: a SharedDeviceGroup's status and
+  finalizer;
+- :class:`~reconciler.daemon.writer.state.StateStore`: the state ConfigMap of rollback
+  backoffs.
+
+Each port has two implementations: one against a real API server in
+:mod:`reconciler.kube.writer`, one in memory for controller tests beside it in
+:mod:`reconciler.daemon.writer.fake`, with the API server's rules that matter here
+(resourceVersion and UID preconditions, strategic merge of annotations, ``nodeSelector`` and
+``schedulingGates``, additions only to a gated pod's node selection, PodDisruptionBudgets
+refusing evictions, a JSON patch's ``test``, names taken, a ConfigMap's keys and size). A
+controller is given only the ports it writes through; :class:`Writes` holds the six side by
+side for the composition root (:mod:`reconciler.run.controllers`).
 
 Every method may be called from several threads at once (a release writes its members in
 parallel). Errors (:mod:`~reconciler.daemon.writer.base`): :class:`Conflict` (the object
 changed in a way that forbids the write), :class:`Gone` (it no longer exists, or was
-replaced by a pod of another UID), :class:`Refused` (an eviction a PodDisruptionBudget
+replaced by one of another UID), :class:`Refused` (an eviction a PodDisruptionBudget
 forbids), :class:`LostLeadership` (this replica may no longer write: its :class:`Fence` is
 closed), :class:`WriteError` (anything else); ``emit_event`` never raises.
 
-Every write of an intent passes the writer's :attr:`PodWriter.fence` first (the leader's
-Lease, docs/decisions/016-bounded-failure-detection.md); :class:`reconciler.kube.KubeWriter`
-checks it again just before the request's bytes leave.
+Every write of an intent passes the port's ``fence`` first (the leader's Lease,
+docs/decisions/016-bounded-failure-detection.md); the implementations of
+:mod:`reconciler.kube.writer` check it again just before the request's bytes leave.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from reconciler.daemon.writer.base import (
     UNFENCED,
@@ -43,10 +53,9 @@ from reconciler.daemon.writer.base import (
 from reconciler.daemon.writer.gangobjects import GangObjectWrites
 from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.daemon.writer.nodes import NodeWrites
-from reconciler.daemon.writer.pods import CONFLICT_RETRIES, PodIntents, release_patch
+from reconciler.daemon.writer.pods import CONFLICT_RETRIES, PodWrites, release_patch
 from reconciler.daemon.writer.state import StateStore, state_key
 from reconciler.daemon.writer.workloads import WorkloadWrites
-from reconciler.engine.model.keys import PodKey
 
 __all__ = [
     "CONFLICT_RETRIES",
@@ -59,25 +68,33 @@ __all__ = [
     "GroupWrites",
     "LostLeadership",
     "NodeWrites",
-    "PodIntents",
-    "PodKey",
-    "PodWriter",
+    "PodWrites",
     "Refused",
     "StateStore",
     "Unfenced",
     "WorkloadWrites",
     "WriteError",
+    "Writes",
     "release_patch",
     "state_key",
 ]
 
 
-class PodWriter(PodIntents, GroupWrites, NodeWrites, StateStore, WorkloadWrites, GangObjectWrites):
-    """The whole port (module docstring): the pod intents over ``_get``, ``_patch``
-    (strategic merge), ``_patch_status``, ``_delete`` (with a UID precondition),
-    ``_evict`` and :meth:`emit_event`; the SharedDeviceGroup writes over ``_patch_group``;
-    the rollback backoffs over ``_read_state`` and ``_write_state``; Troupe's taint on
-    nominated nodes over ``_get_node`` and ``_patch_node`` (a JSON merge patch); the
-    reservations over ``_patch_workload``; the Gang objects over ``_list_gang_objects``,
-    ``_create_gang_object``, ``_patch_gang_object_status`` and ``_delete_gang_object``. ``fence`` is checked
-    before every primitive write (:class:`Unfenced` unless set)."""
+class Writes(Protocol):
+    """The six ports side by side, all passing one ``fence`` (the leader's Lease;
+    :data:`UNFENCED` without one): what the composition root
+    (:func:`reconciler.run.controllers.compose`) hands out, each controller getting only the
+    ports it writes through. :class:`reconciler.kube.writer.KubeWrites` and
+    :class:`reconciler.daemon.writer.fake.FakeCluster` are two; each types its ports as
+    these."""
+
+    pods: PodWrites
+    nodes: NodeWrites
+    workloads: WorkloadWrites
+    gang_objects: GangObjectWrites
+    groups: GroupWrites
+    state: StateStore
+    fence: Fence
+
+    def close(self) -> None:
+        """Send what is still queued (the Events), for a few seconds at most, then stop."""

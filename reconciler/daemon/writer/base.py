@@ -1,5 +1,5 @@
-"""What every part of the writer port shares: its errors, the :class:`Fence` a write
-passes first, the :class:`Fenced` base holding it, and :class:`PodKey`.
+"""What every writer port shares: its errors, the :class:`Fence` a write passes first and
+the :class:`Fenced` base holding it.
 
 Errors: :class:`Conflict` (the object changed in a way that forbids the write),
 :class:`Gone` (it no longer exists, or was replaced by a pod of another UID),
@@ -60,9 +60,8 @@ class Unfenced:
 UNFENCED: Fence = Unfenced()
 
 
-
 class Fenced:
-    """A part of the writer port: ``fence`` is checked before every primitive write
+    """The base of every writer port: ``fence`` is checked before every primitive write
     (:class:`Unfenced` unless set; docs/decisions/016-bounded-failure-detection.md)."""
 
     fence: Fence = UNFENCED

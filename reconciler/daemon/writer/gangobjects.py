@@ -1,9 +1,11 @@
-"""The writes to Gang objects (``gangs.troupe.io``, namespaced): made with their gang, their
-status, deleted with it (docs/decisions/043-gang-objects.md).
+"""The writer port of Gang objects (``gangs.troupe.io``, namespaced): made with their gang,
+their status, deleted with it (docs/decisions/043-gang-objects.md).
 
-:class:`GangObjectWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that
-makes them, over four primitives a subclass provides (``_list_gang_objects``,
-``_create_gang_object``, ``_patch_gang_object_status``, ``_delete_gang_object``).
+:class:`GangObjectWrites` makes them over four primitives an implementation provides
+(``_list_gang_objects``, ``_create_gang_object``, ``_patch_gang_object_status``,
+``_delete_gang_object``): :class:`reconciler.kube.writer.gangobjects.KubeGangObjectWrites`
+against the API server, :class:`reconciler.daemon.writer.fake.gangobjects.FakeGangObjectWrites`
+in memory.
 """
 
 from __future__ import annotations

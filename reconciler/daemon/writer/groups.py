@@ -1,8 +1,10 @@
-"""The writes to SharedDeviceGroups (cluster-scoped custom objects): their status and
+"""The writer port of SharedDeviceGroups (cluster-scoped custom objects): their status and
 Troupe's finalizer.
 
-:class:`GroupWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that makes
-them, over two primitives a subclass provides (``_patch_group`` and ``_patch_group_status``).
+:class:`GroupWrites` makes them over two primitives an implementation provides
+(``_patch_group`` and ``_patch_group_status``):
+:class:`reconciler.kube.writer.groups.KubeGroupWrites` against the API server,
+:class:`reconciler.daemon.writer.fake.groups.FakeGroupWrites` in memory.
 """
 
 from __future__ import annotations

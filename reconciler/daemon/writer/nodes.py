@@ -1,9 +1,12 @@
-"""The writes to nodes: Troupe's nominated-node taint, added and removed
-(docs/decisions/033-nominated-nodes-are-tainted.md), and the record of the gang members that
-failed on a node (``reconciler.troupe.io/failures``, docs/decisions/041-failing-nodes.md).
+"""The writer port of nodes: Troupe's nominated-node taint, added and removed
+(docs/decisions/033-nominated-nodes-are-tainted.md), the record of the gang members that
+failed on a node (``reconciler.troupe.io/failures``, docs/decisions/041-failing-nodes.md),
+and the Events about a node.
 
-:class:`NodeWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that makes
-them, over two primitives a subclass provides (``_get_node`` and ``_patch_node``).
+:class:`NodeWrites` makes them over two primitives an implementation provides (``_get_node``
+and ``_patch_node``) and :meth:`~NodeWrites.emit_event`:
+:class:`reconciler.kube.writer.nodes.KubeNodeWrites` against the API server,
+:class:`reconciler.daemon.writer.fake.nodes.FakeNodeWrites` in memory.
 ``spec.taints`` has no merge key, so a patch replaces the whole list: each write reads the
 node, changes only Troupe's taint, and sends the list back with the node's
 ``resourceVersion`` as its precondition, retried on a conflict after a fresh read.
@@ -33,7 +36,7 @@ def _is_ours(taint: object) -> bool:
 
 
 class NodeWrites(Fenced, abc.ABC):
-    """Troupe's taint on a node (module docstring)."""
+    """Troupe's taint on a node, its failures record and its Events (module docstring)."""
 
     @abc.abstractmethod
     def _get_node(self, name: str) -> dict[str, Any]:
@@ -48,7 +51,7 @@ class NodeWrites(Fenced, abc.ABC):
         :class:`~reconciler.daemon.writer.base.WriteError`."""
 
     @abc.abstractmethod
-    def emit_node_event(self, name: str, kind: str, reason: str, message: str) -> None:
+    def emit_event(self, name: str, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on node ``name`` (``kind`` ``Normal`` or ``Warning``); best
         effort, never raises."""
 

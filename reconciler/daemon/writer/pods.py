@@ -1,9 +1,10 @@
-"""The pod intents of the writer port: release a member, write or clear a nomination,
-clear a plan record, mark a member disrupted and delete it, evict, set a pod condition,
-emit an Event; each builds its own patch and handles conflicts.
+"""The writer port of pods: release a member, write or clear a nomination, clear a plan
+record, mark a member disrupted and delete it, evict (or ask whether it may), set a pod
+condition, emit an Event about a pod; each intent builds its own patch and handles conflicts.
 
-:class:`PodIntents` is the part of :class:`reconciler.daemon.writer.PodWriter` that makes
-them, over the pod primitives a subclass provides. Errors: those of
+:class:`PodWrites` makes them over the pod primitives an implementation provides:
+:class:`reconciler.kube.writer.pods.KubePodWrites` against the API server,
+:class:`reconciler.daemon.writer.fake.pods.FakePodWrites` in memory. Errors: those of
 :mod:`reconciler.daemon.writer.base`; ``emit_event`` never raises.
 """
 
@@ -66,11 +67,11 @@ def _pinned_to(pod: Mapping[str, Any]) -> str:
     return str(selector.get(contract.HOSTNAME_LABEL) or "")
 
 
-class PodIntents(Fenced, abc.ABC):
+class PodWrites(Fenced, abc.ABC):
     """The pod intents (module docstring) over the primitives a subclass provides:
     ``_get``, ``_patch`` (strategic merge), ``_patch_status``, ``_delete`` (with a UID
-    precondition) and ``_evict``, plus :meth:`emit_event`. ``fence`` is checked before
-    every primitive write."""
+    precondition), ``_evict`` and ``_evict_dry_run``, plus :meth:`emit_event`. ``fence`` is
+    checked before every primitive write."""
 
     # --- primitives ---------------------------------------------------------------------
     @abc.abstractmethod

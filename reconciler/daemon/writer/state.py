@@ -3,8 +3,10 @@ replica) continues where the last one stopped: each gang's rollback backoff, the
 releases it rolled back (docs/decisions/016-bounded-failure-detection.md) and the nodes it
 avoids after kube-scheduler refused a member there (docs/decisions/032-scheduler-refusals.md).
 
-:class:`StateStore` is the part of :class:`reconciler.daemon.writer.PodWriter` that reads
-and writes it, over two primitives a subclass provides (``_read_state``, ``_write_state``).
+:class:`StateStore` is the writer port that reads and writes it, over two primitives an
+implementation provides (``_read_state``, ``_write_state``):
+:class:`reconciler.kube.writer.state.KubeStateStore` against the API server,
+:class:`reconciler.daemon.writer.fake.state.FakeStateStore` in memory.
 """
 
 from __future__ import annotations

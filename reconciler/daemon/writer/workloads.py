@@ -1,8 +1,11 @@
-"""The writes to workload objects: a gang's reservation, written and removed
-(docs/decisions/034-release-as-created.md).
+"""The writer port of workload objects (Jobs, JobSets, PyTorchJobs...): a gang's
+reservation, written and removed (docs/decisions/034-release-as-created.md), and the Events
+about a workload.
 
-:class:`WorkloadWrites` is the part of :class:`reconciler.daemon.writer.PodWriter` that
-makes them, over one primitive a subclass provides (``_patch_workload``). The record is
+:class:`WorkloadWrites` makes them over one primitive an implementation provides
+(``_patch_workload``) and :meth:`~WorkloadWrites.emit_event`:
+:class:`reconciler.kube.writer.workloads.KubeWorkloadWrites` against the API server,
+:class:`reconciler.daemon.writer.fake.workloads.FakeWorkloadWrites` in memory. The record is
 written with a JSON merge patch of the one annotation (a Job's status changes all the
 time; a precondition on its resourceVersion would refuse most writes for nothing, and only
 the leader writes the annotation). It is removed with a JSON patch that first tests the
@@ -28,7 +31,7 @@ def _pointer(key: str) -> str:
 
 
 class WorkloadWrites(Fenced, abc.ABC):
-    """A gang's reservation on its workload (module docstring)."""
+    """A gang's reservation on its workload, and the workload's Events (module docstring)."""
 
     @abc.abstractmethod
     def _patch_workload(self, workload: WorkloadKey, patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -38,7 +41,7 @@ class WorkloadWrites(Fenced, abc.ABC):
         :class:`~reconciler.daemon.writer.base.WriteError`."""
 
     @abc.abstractmethod
-    def emit_workload_event(self, workload: WorkloadKey, kind: str, reason: str, message: str) -> None:
+    def emit_event(self, workload: WorkloadKey, kind: str, reason: str, message: str) -> None:
         """Record an Event (``kind`` ``Normal`` or ``Warning``) on the workload; best effort,
         never raises."""
 

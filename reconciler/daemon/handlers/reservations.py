@@ -1,0 +1,61 @@
+"""Carrying out ``Reserve`` and ``DropReservation`` (:class:`Reservations`): a gang's
+reservation written on its workload and removed from it
+(docs/decisions/034-release-as-created.md)."""
+
+from __future__ import annotations
+
+import logging
+
+from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.handlers.done import Done
+from reconciler.daemon.memory import Memory
+from reconciler.daemon.writer.base import Conflict, Gone, WriteError
+from reconciler.daemon.writer.workloads import WorkloadWrites
+from reconciler.engine.decision.actions import DropReservation, Reserve
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs.gang import Gang
+
+log = logging.getLogger("reconciler.daemon.controller")
+
+
+class Reservations:
+    """The handlers of ``Reserve`` and ``DropReservation``: the record and its Events written
+    through ``workloads``, each workload written fed back to ``cache``."""
+
+    def __init__(self, cache: ClusterCache, workloads: WorkloadWrites) -> None:
+        self.cache = cache
+        self.workloads = workloads
+
+    def reserve(self, gang: Gang, decision: Decision, action: Reserve, memory: Memory, now: float) -> Done:
+        """Write the reservation on the workload (docs/decisions/034-release-as-created.md):
+        from then on its ranks' nodes are held. Tell the workload with the rule's Event,
+        and look again at once: members already created are released by the next decision."""
+        try:
+            self.cache.assume_workload(action.workload[0], self.workloads.set_reservation(action.workload, action.record))
+        except WriteError as e:  # LostLeadership included: nothing is reserved
+            log.warning("gang %s: reservation not written: %s", gang.key, e)
+            return Done(note=f"reservation not written: {e}", retry=True)
+        notice = decision.rule.notice
+        if notice is not None:
+            self.workloads.emit_event(action.workload, notice.kind, notice.reason, f"gang {gang.key}: {decision.reason}")
+        log.info("gang %s: reserved %d node(s) on %s %s/%s", gang.key, len(action.record.nodes), *action.workload)
+        return Done(requeue_after=0.0)
+
+    def drop(self, gang: Gang, decision: Decision, action: DropReservation, memory: Memory, now: float) -> Done:
+        """Remove the reservation from the workload, if it is still the one decided on;
+        one already replaced or gone is left alone."""
+        record = gang.reservation
+        if record is None or record.planned_at != action.planned_at:
+            return Done()
+        try:
+            self.cache.assume_workload(action.workload[0], self.workloads.drop_reservation(action.workload, record))
+        except (Conflict, Gone):
+            return Done()
+        except WriteError as e:
+            log.warning("gang %s: reservation not removed: %s", gang.key, e)
+            return Done(note=f"reservation not removed: {e}", retry=True)
+        if not action.complete:
+            self.workloads.emit_event(action.workload, "Warning" if decision.rule.notice is None
+                                      else decision.rule.notice.kind, "GangReservationDropped",
+                                      f"gang {gang.key}: reservation of {action.planned_at} dropped: {action.why}")
+        return Done()

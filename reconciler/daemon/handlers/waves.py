@@ -1,0 +1,65 @@
+"""The release threads (:class:`Waves`): the writes of a release or a rollback run
+``releaseConcurrency`` at a time, each wave of that many started only once the leader's fence
+is confirmed (docs/decisions/016-bounded-failure-detection.md); the evictions of a
+preemption run on the same threads."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+from reconciler.daemon.writer.base import Fence, LostLeadership
+
+log = logging.getLogger("reconciler.daemon.controller")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Waves:
+    """``concurrency`` release threads, and ``fence``, confirmed before each wave of writes."""
+
+    def __init__(self, concurrency: int, fence: Fence) -> None:
+        self.concurrency = concurrency
+        self.fence = fence
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="release")
+
+    def write(self, items: Sequence[T], write: Callable[[T], R], refused: Callable[[T, str], R]) -> list[R]:
+        """``write`` each item on the release threads, :attr:`concurrency` in flight,
+        confirming the fence before each wave of that many: wave ``k`` (items ``k*C`` to
+        ``k*C+C-1``) is started only once the Lease has been read back with this replica as
+        its holder. A wave starts as slots free up, not after the whole previous wave. Items
+        not started because the fence refused get ``refused(item, why)``. Results in the
+        order of ``items``."""
+        slots = threading.Semaphore(self.concurrency)
+        futures: list[Future[R]] = []
+        results: list[R] = []
+        why = ""
+        for i, item in enumerate(items):
+            if i % self.concurrency == 0:
+                try:
+                    self.fence.confirm()
+                except LostLeadership as e:
+                    why = str(e)
+                    break
+            slots.acquire()
+            future = self._pool.submit(write, item)
+            future.add_done_callback(lambda _f: slots.release())
+            futures.append(future)
+        results = [f.result() for f in futures]
+        if why:
+            log.warning("%d write(s) not started: %s", len(items) - len(futures), why)
+            results += [refused(item, why) for item in items[len(futures):]]
+        return results
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """``fn`` of each item on the release threads, all at once (no fence: the caller
+        checks it); the results in the order of ``items``."""
+        return self._pool.map(fn, items)
+
+    def close(self) -> None:
+        """Stop the threads (after the writes in flight)."""
+        self._pool.shutdown(wait=True)
