@@ -94,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="ConfigMap that keeps what a new leader must know (the backoff of gangs that timed out), "
                      "in the Lease's namespace unless NS/ is given; made when absent (the chart makes it); '-' "
                      "keeps it in memory only (default %(default)s)")
+    run.add_argument("--reservation-key-file", metavar="PATH",
+                     help="file holding the key (at least 32 bytes) every replica signs the reservations it writes "
+                     "on workloads with, and reads them under: a record it does not verify holds no node (the "
+                     "chart mounts it from a Secret). Without it each process uses a random key of its own, and a "
+                     "restart or failover reads no reservation written before it")
     _add_certificate_flags(run)
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -120,6 +125,25 @@ def _namespaced(value: str, default_namespace: str) -> tuple[str, str]:
     if not name:
         raise ValueError(f"--state-configmap: expected [NAMESPACE/]NAME, got {value!r}")
     return (namespace or default_namespace, name)
+
+
+#: The shortest reservation key accepted, in bytes: HMAC-SHA256's own output length (RFC 2104).
+MIN_RESERVATION_KEY = 32
+
+
+def reservation_key(path: str) -> bytes:
+    """The key in the file ``path`` (``--reservation-key-file``), trailing whitespace
+    removed. Raises ``ValueError`` naming the flag when it cannot be read or is shorter than
+    ``MIN_RESERVATION_KEY`` bytes."""
+    try:
+        with open(path, "rb") as f:
+            key = f.read().rstrip()
+    except OSError as e:
+        raise UsageError(f"--reservation-key-file {path}: cannot read it: {e.strerror}") from None
+    if len(key) < MIN_RESERVATION_KEY:
+        raise UsageError(f"--reservation-key-file {path}: the key is {len(key)} bytes, fewer than the "
+                         f"{MIN_RESERVATION_KEY} a reservation's signature needs")
+    return key
 
 
 def _pod_namespace() -> str | None:
@@ -221,7 +245,8 @@ def _main(args: argparse.Namespace) -> int:
         state = _namespaced(args.state_configmap, state_namespace) if args.state_configmap != "-" else None
         certificates = webhook_certificate_settings(args)
         check_run_flags(args)  # after the flags above: each error names the first flag that is wrong
-        return run(args.kubeconfig, config, args.metrics_bind, election, certificates, state)
+        key = reservation_key(args.reservation_key_file) if args.reservation_key_file else None
+        return run(args.kubeconfig, config, args.metrics_bind, election, certificates, state, key)
     except ValueError as e:  # a bad flag or kubeconfig: the user's to fix
         print(f"reconciler: {e}", file=sys.stderr)
         return 2

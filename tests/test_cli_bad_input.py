@@ -45,6 +45,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
     put("bad_nodes", "bad-nodes.yaml", "kind: FakeNodes\ngroups: [\n")
+    put("short_key", "short.key", "short\n")
     pki = root / "pki"
     pki.mkdir()
     write_pair(create_ca("test-ca", 1), pki / "ca.crt", pki / "ca.key")
@@ -105,6 +106,10 @@ CASES = [
     ("reconciler run", ["-m", "reconciler", "run", "--kubeconfig", "{kubeconfig}", "--webhook-cert-san", "not a name"],
      "--webhook-cert-san 'not a name': not a DNS name"),
     ("reconciler run", ["-m", "reconciler", "run", "--config", "{bad_yaml}"], "not valid YAML at line 3, column 1"),
+    ("reconciler run", ["-m", "reconciler", "run", "--kubeconfig", "{kubeconfig}", "--reservation-key-file",
+                        "{short_key}"], "--reservation-key-file {short_key}: the key is 5 bytes, fewer than the 32"),
+    ("reconciler run", ["-m", "reconciler", "run", "--kubeconfig", "{kubeconfig}", "--reservation-key-file",
+                        "/nonexistent/key"], "--reservation-key-file /nonexistent/key: cannot read it: No such file"),
     ("webhook serve", ["-m", "webhook", "serve", "--tls-cert", "{ca_crt}", "--tls-key", "{ca_key}", "--bind",
                        "127.0.0.1:70000"], "--bind '127.0.0.1:70000'"),
     ("webhook serve", ["-m", "webhook", "serve", "--tls-cert", "{ca_crt}", "--tls-key", "{ca_key}", "--bind",

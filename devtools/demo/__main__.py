@@ -184,7 +184,8 @@ def local(args: argparse.Namespace, scenarios: Sequence[Scenario], narrator: Nar
                 if args.keep:
                     cluster.detach(also=[*controllers.detach(), *stack.detach()])
                     kept = _track(cluster.run_dir)
-                    topology_map = f"http://127.0.0.1:{stack.metrics_port}{TOPOLOGY_PREFIX}/"
+                    # The page answers a bearer token; in the fragment it never reaches a server log.
+                    topology_map = f"http://127.0.0.1:{stack.metrics_port}{TOPOLOGY_PREFIX}/#token={cluster.token('admin')}"
         timings.append(("total", time.monotonic() - began))
     print("\n" + summary(results, f"a local cluster of {stage.layout.node_count} nodes", timings), flush=True)
     if args.keep:

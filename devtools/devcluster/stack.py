@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import ssl
 import sys
 import time
@@ -88,7 +89,8 @@ class Stack:
 
     ``config`` is a path to Troupe's configuration YAML (default: built-in defaults, written
     to the run directory so both processes read the same file). The reconciler runs with
-    leader election, as the chart runs it; ``lease_seconds`` is its Lease duration. Logs go to
+    leader election and one reservation key for every replica (``troupe/reservation-key``), as
+    the chart runs it; ``lease_seconds`` is its Lease duration. Logs go to
     ``<cluster.run_dir>/logs/troupe-webhook.log`` and ``troupe-reconciler.log``.
     ``persistent``: the processes may outlive this Python process (no parent-death signal);
     :meth:`detach` then leaves them running.
@@ -107,6 +109,11 @@ class Stack:
             Path(config).write_text("# Troupe configuration: built-in defaults\n")
         self.config_path = Path(config)
         self.config: Config = load_config(str(self.config_path))
+        # The key every replica signs reservations with, as the chart's Secret gives it.
+        self.reservation_key = self.dir / "reservation-key"
+        if not self.reservation_key.exists():
+            self.reservation_key.write_text(secrets.token_hex(32))
+            self.reservation_key.chmod(0o600)
         self.webhook_port = 0
         self.metrics_port = 0
         self._started: list[Started] = []
@@ -245,6 +252,7 @@ class Stack:
             "--metrics-bind", f"127.0.0.1:{port}",
             "--leader-elect", "--leader-elect-namespace", NAMESPACE,
             "--leader-elect-lease-seconds", str(self.lease_seconds),
+            "--reservation-key-file", str(self.reservation_key),
         ])
         self._wait(name, started, lambda: readyz(port) is not None)
         return started

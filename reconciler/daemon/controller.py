@@ -5,7 +5,7 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
 1. Build the gang from the cache (:func:`~reconciler.engine.gangs.gang.build_gang`) with the
    rollback backoff remembered for it (:mod:`reconciler.daemon.memory`), and take the
    cache's snapshot.
-2. :func:`~reconciler.engine.decision.decide.step`: decide, the same call the simulator makes,
+2. :func:`~reconciler.engine.decision.step.step`: decide, the same call the simulator makes,
    and note what the gang means for the queue behind it.
 3. Check the move against the lifecycle (:func:`~reconciler.engine.gangs.lifecycle.check_move`):
    a move it refuses is logged with the gang, both phases and the observation, and
@@ -165,7 +165,7 @@ class GangController:
         """Drop what is remembered of a gang that has no pod left, unless a rollback's
         backoff still runs or it still avoids a node kube-scheduler refused (its owner may
         be recreating the members); a recorded backoff goes from the state ConfigMap with
-        it (best effort: :meth:`Rollbacks.restore` prunes what is left)."""
+        it (best effort: :meth:`~.handlers.rollbacks.Rollbacks.restore` prunes what is left)."""
         self.queue.forget(key)
         memory = self.memories.forget(key, self.wall_clock())
         if memory is not None and (memory.timeouts or memory.avoid):

@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 KEY_ANNOTATION = contract.GANG_KEY_ANNOTATION
 #: Seconds between two writes of one gang's object.
 INTERVAL_SECONDS = 1.0
+#: Seconds before a gang whose object's name another gang's object holds tries again: a
+#: name is taken only by a collision or a left-over object, which takes longer than a
+#: second to clear (docs/decisions/049-hostile-tenants-third-round.md).
+TAKEN_BACKOFF_SECONDS = 60.0
+
+
+class NameTaken(Conflict):
+    """Another gang's object holds the name this gang's object should have."""
 
 
 @dataclass
@@ -217,12 +225,14 @@ class GangObjects:
             obj = self.writer.set_gang_object_status(want.namespace, want.name, status)
         except WriteError as e:  # Gone, Conflict, LostLeadership too: the status is wanted again
             self.failed += 1
-            log.debug("gang object %s/%s not written: %s", want.namespace, want.name, e)
+            taken = isinstance(e, NameTaken)
+            (log.warning if taken else log.debug)("gang object %s/%s not written: %s", want.namespace, want.name, e)
             with self._lock:
                 if isinstance(e, Gone):
                     self._objects.pop(key, None)  # made again on the retry
+                wait = TAKEN_BACKOFF_SECONDS if taken else self.interval
                 self._wanted.setdefault(key, _Want(want.namespace, want.name, want.gang_name, want.owners,
-                                                   want.status, self.clock() + self.interval))
+                                                   want.status, self.clock() + wait))
             if isinstance(e, LostLeadership):
                 raise
             return 0
@@ -231,21 +241,27 @@ class GangObjects:
         return 1
 
     def _create(self, key: str, want: _Want) -> _Object:
-        """Create the object (or adopt one of the name that is already this gang's). Raises
-        :class:`Conflict` when the name belongs to another gang's object."""
+        """Create the object, or adopt the one of that name already there when it is this
+        gang's (one GET of that object: a conflict never costs a list of every namespace's
+        objects). Raises :class:`NameTaken` when the name belongs to another gang's object,
+        :class:`Conflict` when the object went between the create and the read (tried
+        again), and as the writer port."""
         body = {"metadata": {"name": want.name, "labels": {"app.kubernetes.io/managed-by": "troupe"},
                              "annotations": {KEY_ANNOTATION: key}, "ownerReferences": want.owners},
                 "spec": {"gangName": want.gang_name}}
         try:
             obj = self.writer.create_gang_object(want.namespace, body)
-        except Conflict:
-            found = [o for o in self.writer.list_gang_objects()
-                     if (o.get("metadata") or {}).get("namespace") == want.namespace
-                     and (o.get("metadata") or {}).get("name") == want.name]
-            meta = (found[0].get("metadata") or {}) if found else {}
-            if (meta.get("annotations") or {}).get(KEY_ANNOTATION) != key:
-                raise
-            return _Object(want.name, str(meta.get("uid", "")), found[0].get("status"))
+        except Conflict as e:
+            try:
+                found = self.writer.get_gang_object(want.namespace, want.name)
+            except Gone:
+                raise e from None
+            meta = found.get("metadata") or {}
+            holder = (meta.get("annotations") or {}).get(KEY_ANNOTATION)
+            if holder != key:
+                raise NameTaken(f"gang object {want.namespace}/{want.name} is gang {holder!r}'s; "
+                                f"tried again in {TAKEN_BACKOFF_SECONDS:.0f}s") from None
+            return _Object(want.name, str(meta.get("uid", "")), found.get("status"))
         return _Object(want.name, str((obj.get("metadata") or {}).get("uid", "")), None)
 
     def run(self, stop: threading.Event, interval: float = 0.25) -> None:

@@ -14,11 +14,14 @@ shape (camelCase keys), and writes through the writer ports of
   makes the six), and their Events (:class:`EventSink`, built by the one :func:`event_body`);
 - :mod:`.leases`: the elector's Lease calls (:class:`KubeLeases`);
 - :mod:`.certificates`: the webhook certificates' store (:class:`KubeCertificateStore`);
+- :mod:`.access`: who reads the reconciler's pages of gangs, asked of the API server
+  (:class:`KubeReviews`);
 - :mod:`.readonly`: the read-only client of ``kubectl troupe`` (:func:`read_cluster`).
 
 The names other modules use are re-exported here: ``from reconciler import kube; kube.X``.
 """
 
+from reconciler.kube.access import KubeReviews
 from reconciler.kube.certificates import KubeCertificateStore, webhook_certificates
 from reconciler.kube.client import (
     JSON_PATCH,
@@ -96,6 +99,7 @@ __all__ = [
     "Informer",
     "KubeCertificateStore",
     "KubeLeases",
+    "KubeReviews",
     "KubeWrites",
     "RateLimiter",
     "Resource",

@@ -33,8 +33,9 @@ class Controllers:
     acts for one gang at a time; ``groups`` reconciles SharedDeviceGroups; ``conditions`` and
     ``gang_objects`` write coalesced, each on a thread of its own (their ``run``), or when
     flushed; ``taints`` and ``rollbacks`` have a step a new leader takes once its cache has
-    synced (:meth:`NominatedTaints.sweep`, :meth:`Rollbacks.restore`); ``waves`` are the
-    release threads."""
+    synced (:meth:`NominatedTaints.sweep`, :meth:`~reconciler.daemon.handlers.rollbacks.Rollbacks.restore`); ``waves`` are the
+    release threads; ``reservations`` also removes the stray records of workloads Troupe
+    does not plan (:meth:`~reconciler.daemon.handlers.reservations.Reservations.remove_stray`)."""
 
     gangs: GangController
     groups: GroupController
@@ -43,6 +44,7 @@ class Controllers:
     taints: NominatedTaints
     rollbacks: handlers.Rollbacks
     waves: handlers.Waves
+    reservations: handlers.Reservations
 
     def close(self) -> None:
         """Stop the release threads (after the writes in flight)."""
@@ -82,13 +84,14 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     policy = Policy.from_config(config)
     notices = handlers.Notices(conditions, writes.pods, memories)
     rollbacks = handlers.Rollbacks(cache, writes.pods, writes.state, memories, notices, waves, wall_clock)
+    reservations = handlers.Reservations(cache, writes.workloads)
     gangs = GangController(
         cache=cache, memories=memories, policy=policy, queue=QueueState(config.queueing_strategy), notices=notices,
         releases=handlers.Releases(cache, writes.pods, waves, conditions, groups, notices, wall_clock),
         rollbacks=rollbacks,
         preemptions=handlers.Preemptions(cache, writes.pods, taints, notices, waves, policy),
-        reservations=handlers.Reservations(cache, writes.workloads),
+        reservations=reservations,
         failures=handlers.NodeFailures(writes.nodes, Avoidance.from_config(config)),
         taints=taints, gang_objects=gang_objects, wall_clock=wall_clock,
     )
-    return Controllers(gangs, groups, conditions, gang_objects, taints, rollbacks, waves)
+    return Controllers(gangs, groups, conditions, gang_objects, taints, rollbacks, waves, reservations)

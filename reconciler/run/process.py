@@ -14,6 +14,7 @@ from typing import Any
 
 from reconciler import kube
 from reconciler.daemon import certificates
+from reconciler.daemon.access import Access
 from reconciler.daemon.election import Elector, LeaderElection
 from reconciler.daemon.writer import UNFENCED, Fence
 from reconciler.run.probes import Health, serve_http
@@ -48,11 +49,12 @@ def _check_user(api: Any, config: Config) -> None:
         log.info("running as %s", user)
 
 
-def _serve_probes(metrics_bind: str, health: Health) -> None:
+def _serve_probes(metrics_bind: str, health: Health, api: Any) -> None:
     """Serve the probes and metrics on ``metrics_bind`` (``HOST:PORT``; raises ``ValueError``
-    otherwise) from a daemon thread."""
+    otherwise) from a daemon thread; the gangs' pages ask ``api`` who their callers are
+    (:class:`~reconciler.daemon.access.Access`)."""
     host, port = _host_port(metrics_bind)
-    serve_http(host, port, health)
+    serve_http(host, port, health, Access(kube.KubeReviews(api)))
     log.info("metrics and probes on http://%s:%d (/metrics, /healthz, /readyz, /debug/gangs)", host, port)
 
 
@@ -63,6 +65,7 @@ def run(
     election: LeaderElection | None = None,
     webhook_certificates: certificates.Settings | None = None,
     state: tuple[str, str] | None = None,
+    reservation_key: bytes | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code.
 
@@ -76,6 +79,9 @@ def run(
     ``webhook_certificates``, the acting replica also keeps the webhook's certificates
     (:mod:`reconciler.daemon.certificates`). ``state``: the ConfigMap of the reconciler's own
     state (rollback backoffs), so that a failover or restart continues where it stopped.
+    ``reservation_key``: the key every replica signs and reads reservations with (the chart's
+    Secret); None: a random key of this process's own, so a restart or failover reads no
+    reservation written before it (docs/decisions/049-hostile-tenants-third-round.md).
 
     Long because the start and the stop of the process share its locals (the elector, the
     reconciler, the exit code) with the election's callbacks; each step is one call.
@@ -89,7 +95,7 @@ def run(
     _check_user(api, config)
     health = Health()
     if metrics_bind:
-        _serve_probes(metrics_bind, health)
+        _serve_probes(metrics_bind, health, api)
     certs = kube.webhook_certificates(api, webhook_certificates) if webhook_certificates else None
     done = threading.Event()
     exit_code = 0
@@ -124,7 +130,11 @@ def run(
     writer_api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + 2, user_agent=agent,
                                  fence=fence.check if elector is not None else None,
                                  fence_remaining=elector.remaining if elector is not None else None)
-    reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence, state=state)
+    if reservation_key is None:
+        log.warning("no --reservation-key-file: reservations are signed with a key of this process only, and "
+                    "those written before a restart or failover hold nothing")
+    reconciler = Reconciler(api, config, writer_api=writer_api, fence=fence, state=state,
+                            reservation_key=reservation_key)
 
     def _signal(signum: int, _frame: object) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)

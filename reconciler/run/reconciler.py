@@ -18,7 +18,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from reconciler import kube
 from reconciler.daemon import metrics
-from reconciler.daemon.cache import ClusterCache, group_of_key
+from reconciler.daemon.cache import ClusterCache, group_of_key, record_key, workload_of_key
 from reconciler.daemon.cache.dra import KINDS as DRA_KINDS
 from reconciler.daemon.queue import ShutDown, WorkQueue
 from reconciler.daemon.writer import UNFENCED, Fence, Writes
@@ -78,15 +78,17 @@ class Reconciler:
     is the ``(namespace, name)`` of the ConfigMap keeping what a new leader must know
     (rollback backoffs; None: memory only). ``writes`` replaces the API server's writer ports
     (tests pass a :class:`~reconciler.daemon.writer.fake.FakeCluster`); ``wall_clock``
-    returns seconds since the epoch, the ``now`` of every decision."""
+    returns seconds since the epoch, the ``now`` of every decision. ``reservation_key``
+    (bytes): what reservations are signed with (:class:`~reconciler.daemon.cache.ClusterCache`)."""
 
     def __init__(self, api: Any, config: Config, writer_api: Any = None, fence: Fence = UNFENCED,
                  clock: Callable[[], float] = time.monotonic, state: tuple[str, str] | None = None,
-                 writes: Writes | None = None, wall_clock: Callable[[], float] = time.time) -> None:
+                 writes: Writes | None = None, wall_clock: Callable[[], float] = time.time,
+                 reservation_key: bytes | None = None) -> None:
         self.config = config
         self.clock = clock
         self.wall_clock = wall_clock
-        self.cache = ClusterCache(config, on_unreadable=metrics.unreadable_object)
+        self.cache = ClusterCache(config, on_unreadable=metrics.unreadable_object, reservation_key=reservation_key)
         self.queue = WorkQueue(order=self._order)
         self.writes: Writes = writes if writes is not None else kube.KubeWrites(
             writer_api if writer_api is not None else api, kube.RateLimiter(config.kube_api_qps, config.kube_api_burst),
@@ -132,7 +134,7 @@ class Reconciler:
 
     def _order(self, key: str) -> tuple[int, str]:
         """Work-queue order of a key: the gang's priority and its namespace (groups first)."""
-        if group_of_key(key) is not None:
+        if group_of_key(key) is not None or workload_of_key(key) is not None:
             return (self.GROUP_PRIORITY, "")
         return (self.controllers.gangs.priority(key), key.partition("/")[0])
 
@@ -181,6 +183,19 @@ class Reconciler:
         namespace = str((job.get("metadata") or {}).get("namespace") or "default")
         # A GKE auto-gang's size is its Job's parallelism: the Job's namespace only.
         self._enqueue(k for k in self.cache.pending_gangs() if k.startswith(namespace + "/"))
+        self._enqueue_stray_record(wl.JOB.kind, job)
+
+    def _enqueue_stray_records(self) -> None:
+        """Queue the removal of every stray reservation record
+        (:meth:`~reconciler.daemon.cache.ClusterCache.stray_records`)."""
+        self._enqueue(record_key(w) for w in self.cache.stray_records())
+
+    def _enqueue_stray_record(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Queue the removal of the record of the workload of this event, if it is stray."""
+        meta = obj.get("metadata") or {}
+        key = (kind, str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        if self.cache.stray_record(key) is not None:
+            self.queue.add(record_key(key))
 
     def _groups_listed(self, items: list[Mapping[str, Any]]) -> None:
         self._enqueue(self.cache.replace_groups(items))
@@ -243,6 +258,7 @@ class Reconciler:
         def event(kind: str, obj: Mapping[str, Any]) -> None:
             self.cache.workload_event(k.kind, kind, obj)
             self._enqueue(self.cache.pending_gangs())  # a workload gang's size may have changed
+            self._enqueue_stray_record(k.kind, obj)
             # A gang the workload no longer plans (a JobSet's previous run) whose pods are gone:
             # decided once more, it is forgotten (and its Gang object deleted).
             self._enqueue(set(self.controllers.gangs.phases()) - set(self.cache.gang_keys()))
@@ -264,8 +280,14 @@ class Reconciler:
                 continue
             self._busy = (key, self.clock())
             start = time.perf_counter()
-            group = group_of_key(key)
+            group, stray = group_of_key(key), workload_of_key(key)
             try:
+                if stray is not None:
+                    if self.controllers.reservations.remove_stray(stray):
+                        self.queue.add_rate_limited(key)
+                    else:
+                        self.queue.forget(key)
+                    continue
                 if group is not None:
                     if self.controllers.groups.reconcile(group):
                         self.queue.add_rate_limited(key)
@@ -332,6 +354,7 @@ class Reconciler:
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controllers.rollbacks.restore()
         self.controllers.taints.sweep()  # what an earlier leader left on nodes (docs/decisions/033)
+        self._enqueue_stray_records()  # records on workloads Troupe does not plan (docs/decisions/049)
         decided = self.controllers.gangs.warm_queue()
         objects = self.controllers.gang_objects
         listed = objects.load()

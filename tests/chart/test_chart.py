@@ -82,6 +82,7 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("RoleBinding", "troupe-reconciler-webhook-certificates"),
         ("Secret", "troupe-webhook-ca"),
         ("Secret", "troupe-webhook-tls"),
+        ("Secret", "troupe-reservation-key"),
         ("NetworkPolicy", "troupe-webhook"),
         ("NetworkPolicy", "troupe-reconciler"),
         ("ValidatingAdmissionPolicy", "troupe-reconciler-pod-writes"),
@@ -108,6 +109,30 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
                       "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for o in objects:
         assert o["metadata"].get("namespace") == (None if o["kind"] in cluster_scoped else NAMESPACE), o["kind"]
+
+
+def test_the_reconciler_reads_its_reservation_key_from_the_charts_secret_or_the_users() -> None:
+    """The key reservations are signed with (docs/decisions/049-hostile-tenants-third-round.md):
+    a Secret of 64 random characters the chart makes, mounted read-only where
+    ``--reservation-key-file`` reads it; given ``reconciler.reservationKeySecret``, the user's
+    Secret instead and none of the chart's."""
+    objects = render()
+    key = base64.b64decode(one(objects, "Secret", "troupe-reservation-key")["data"]["key"])
+    assert len(key) == 64 and key.isalnum()
+    assert key != base64.b64decode(one(render(), "Secret", "troupe-reservation-key")["data"]["key"]), "random"
+    deployment = one(objects, "Deployment", "troupe-reconciler")
+    c = container(deployment)
+    assert "--reservation-key-file=/etc/troupe/reservation-key/key" in c["args"]
+    assert {"name": "reservation-key", "mountPath": "/etc/troupe/reservation-key", "readOnly": True} in c["volumeMounts"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["reservation-key"]["secret"]["secretName"] == "troupe-reservation-key"
+
+    own = render("--set", "reconciler.reservationKeySecret=platform-keys")
+    assert not [o for o in own if o["kind"] == "Secret" and o["metadata"]["name"] == "troupe-reservation-key"]
+    volumes = {v["name"]: v for v in one(own, "Deployment", "troupe-reconciler")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["reservation-key"]["secret"]["secretName"] == "platform-keys"
+    with pytest.raises(HelmFailed, match="reservationKeySecret"):
+        render("--set", "reconciler.reservationKeySecret=Not_A_Name")
 
 
 def test_the_cluster_role_grants_exactly_the_rules_file() -> None:

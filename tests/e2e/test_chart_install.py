@@ -171,7 +171,11 @@ def installed(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
                                       f"{RELEASE}-reconciler", token)
         release = Installed(cluster, namespace, objects, config_file, kubeconfig, workdir)
         metrics = free_port()
-        _module, *args = release.reconciler_args()
+        # The reservation key the kubelet would mount from the chart's Secret.
+        key_dir = workdir / "reservation-key"
+        key_dir.mkdir()
+        (key_dir / "key").write_bytes(secret_data(core, namespace, f"{RELEASE}-reservation-key")["key"])
+        _module, *args = [a.replace("/etc/troupe/reservation-key", str(key_dir)) for a in release.reconciler_args()]
         reconciler = release.spawn("reconciler", [
             sys.executable, "-m", "reconciler", *args, f"--kubeconfig={kubeconfig}", f"--config={config_file}",
             f"--metrics-bind=127.0.0.1:{metrics}", "--webhook-cert-san=127.0.0.1", "--log-format=text"])
@@ -272,6 +276,21 @@ def test_helm_install_makes_the_crd_the_components_and_the_reconciler_fills_the_
     assert any(e.reason == "CertificatesUpdated" for e in events)
 
 
+def test_an_upgrade_keeps_the_reservation_key(installed: Installed) -> None:
+    """The chart looks its reservation key up and renders it again on an upgrade: a new key
+    would leave every reservation written under the old one holding nothing
+    (docs/decisions/049-hostile-tenants-third-round.md)."""
+    core = client.CoreV1Api(admin_api(installed.cluster))
+    held = secret_data(core, installed.namespace, f"{RELEASE}-reservation-key")["key"]
+    assert len(held) == 64
+    manifest = helm("upgrade", RELEASE, str(CHART), "--namespace", installed.namespace, "--kubeconfig",
+                    str(installed.cluster.kubeconfig("admin")), *SHORT, "--dry-run=server",
+                    binary=installed.cluster.binaries.helm)
+    rendered = [o for o in yaml.safe_load_all(manifest.partition("MANIFEST:")[2].partition("NOTES:")[0]) if o]
+    secret = next(o for o in rendered if o["kind"] == "Secret" and o["metadata"]["name"] == f"{RELEASE}-reservation-key")
+    assert base64.b64decode(secret["data"]["key"]) == held
+
+
 # --- RBAC: kubectl auth can-i ---------------------------------------------------------------
 
 
@@ -297,6 +316,7 @@ def can_i_table(installed: Installed) -> list[tuple[str, str, bool]]:
         (reconciler, "patch shareddevicegroups.deviceshare.io --subresource=status", True),
         # (kubectl can ask only about resources the server knows: not jobsets and the like here)
         (reconciler, f"get secrets/some-other-secret -n {ns}", False),
+        (reconciler, f"get secrets/{RELEASE}-reservation-key -n {ns}", False),  # mounted, never read
         (reconciler, f"create secrets -n {ns}", False),
         (reconciler, f"delete secrets/{RELEASE}-webhook-ca -n {ns}", False),
         (reconciler, "get secrets -n kube-system", False),

@@ -81,3 +81,31 @@ def test_kubectl_lists_every_gang_waits_for_bound_and_the_object_goes_with_its_j
         admin_core.delete_namespaced_pod(f"eval-{i}", namespace, grace_period_seconds=0)
     e2e.wait_for("the pod gang's object gone with its last pod",
                  lambda: gang_object(admin_api, namespace, "eval") is None, timeout=60)
+
+
+def test_an_object_already_the_gangs_is_adopted_and_one_of_another_gang_is_left_alone(
+        troupe, admin_api, admin_core, namespace):
+    """A create refused because the name is taken reads that one object: the gang's own
+    (left by an earlier leader) is adopted and its status written; another gang's is not
+    touched, and that gang still runs (docs/decisions/049-hostile-tenants-third-round.md)."""
+    custom = client.CustomObjectsApi(admin_api)
+
+    def made(name: str, key: str) -> dict[str, Any]:
+        return dict(custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Gang",
+            "metadata": {"name": name, "annotations": {contract.GANG_KEY_ANNOTATION: key}},
+            "spec": {"gangName": name}}))
+
+    own = made("mine", f"{namespace}/mine")
+    other = made("taken", f"{namespace}/somebody-else")
+    for name in ("mine", "taken"):
+        for i in range(2):
+            admin_core.create_namespaced_pod(namespace, e2e.pod_body(f"{name}-{i}", e2e.gang_annotations(name, 2), gpus=1))
+
+    adopted = e2e.wait_for("the gang's own object adopted and its status written",
+                           lambda: (o := gang_object(admin_api, namespace, "mine")) and o.get("status") and o, timeout=60)
+    assert adopted["metadata"]["uid"] == own["metadata"]["uid"], "adopted, not made again"
+    e2e.wait_for("the other gang running", lambda: all(
+        admin_core.read_namespaced_pod(f"taken-{i}", namespace).status.phase == "Running" for i in range(2)), timeout=90)
+    left = gang_object(admin_api, namespace, "taken")
+    assert left is not None and left["metadata"]["uid"] == other["metadata"]["uid"] and "status" not in left

@@ -12,13 +12,19 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.support.e2e import gang_annotations, indexed_job, job_pods, pod_body, wait_for
+from tests.support.e2e import (
+    debug_gangs,
+    gang_annotations,
+    indexed_job,
+    job_pods,
+    pod_body,
+    wait_for,
+)
 from troupe import contract
 from troupe.config import Config
 
@@ -83,8 +89,7 @@ def test_a_refused_write_mid_release_holds_the_reserved_node_and_the_release_fin
         admin_core.create_namespaced_pod(namespace, pod_body(f"other-{i}", gang_annotations("other", 13), gpus=8))
 
     def gang_phase(key: str) -> str | None:
-        with urllib.request.urlopen(f"http://127.0.0.1:{troupe.metrics_port}/debug/gangs", timeout=5) as r:
-            return next((g["phase"] for g in json.load(r) if g["gang"] == key), None)
+        return next((g["phase"] for g in debug_gangs(troupe) if g["gang"] == key), None)
 
     wait_for("gang other Unschedulable", lambda: gang_phase(f"{namespace}/other") == "Unschedulable" or None, timeout=30)
     assert gang_phase(f"{namespace}/hold") == "Releasing"
@@ -115,8 +120,7 @@ def test_the_simulator_decides_as_the_reconciler_on_the_clusters_snapshot(troupe
                                           for i in range(2)) or None, timeout=60)
 
     def reconciler_view() -> dict[str, tuple[str, str]]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{troupe.metrics_port}/debug/gangs", timeout=5) as r:
-            return {g["gang"]: (g["phase"], g["reason"]) for g in json.load(r) if g["gang"].startswith(namespace + "/")}
+        return {g["gang"]: (g["phase"], g["reason"]) for g in debug_gangs(troupe) if g["gang"].startswith(namespace + "/")}
 
     snapshot = tmp_path / "snapshot.yaml"
     last: tuple[Any, Any] = (None, None)

@@ -57,7 +57,8 @@ def start_gangs(cluster, admin_core, namespace: str) -> list[str]:
 def test_the_reconcilers_map_shows_the_cluster_and_updates_itself(cluster, troupe, admin_core, namespace):
     ran_nodes = start_gangs(cluster, admin_core, namespace)
     with Browser() as browser:
-        browser.open(f"http://127.0.0.1:{troupe.metrics_port}/topology")  # redirected to /topology/
+        # Redirected to /topology/; the bearer token rides in the fragment, never sent to a server.
+        browser.open(f"http://127.0.0.1:{troupe.metrics_port}/topology#token={cluster.token('admin')}")
         browser.wait_for(DRAWN)
         browser.wait_for(f"document.getElementById('waiting').innerText.includes({json.dumps(namespace + '/wide')})",
                          timeout=30)  # read again every 5 s until the reconciler has decided it

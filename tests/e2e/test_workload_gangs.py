@@ -14,15 +14,14 @@ with pods shaped as the training operator creates them. The nodes of examples/no
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.support import e2e
 from tests.support.e2e import delete_namespace, indexed_job, new_namespace, pod_body, wait_for
 from troupe import contract
 
@@ -75,9 +74,8 @@ def released_together(pods: list[Any], when_complete: bool = False) -> None:
         assert p.spec.node_selector == {contract.HOSTNAME_LABEL: p.spec.node_name}
 
 
-def debug_gangs(port: int) -> dict[str, dict[str, str]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/gangs", timeout=5) as r:
-        return {g["gang"]: g for g in json.load(r)}
+def gangs_of(troupe: Any) -> dict[str, dict[str, str]]:
+    return {g["gang"]: g for g in e2e.debug_gangs(troupe)}
 
 
 def test_an_indexed_job_of_6_in_an_opted_in_namespace_runs_as_one_gang(workload_controllers, troupe, admin_api,
@@ -92,7 +90,7 @@ def test_an_indexed_job_of_6_in_an_opted_in_namespace_runs_as_one_gang(workload_
     ranks = sorted((int(p.metadata.annotations[contract.ASSIGNED_RANK]),
                     int(p.metadata.labels[contract.JOB_COMPLETION_INDEX])) for p in pods)
     assert ranks == [(i, i) for i in range(6)], "rank = completion index"
-    gang = debug_gangs(troupe.metrics_port)[f"{opted_in}/job:train"]
+    gang = gangs_of(troupe)[f"{opted_in}/job:train"]
     assert gang["phase"] == "Released", gang
 
 
@@ -124,7 +122,7 @@ def test_a_jobset_with_a_driver_and_two_worker_jobs_of_4_runs_as_one_gang_of_9(w
         members = sorted((n for n in by_name if n.startswith(job + "-")), key=lambda n: rank[n])
         assert len(members) == 4
         assert len({labels[by_name[n].spec.node_name][SUBBLOCK] for n in members}) == 1, f"{job} in one subblock"
-    assert debug_gangs(troupe.metrics_port)[f"{opted_in}/jobset:train:0"]["phase"] == "Released"
+    assert gangs_of(troupe)[f"{opted_in}/jobset:train:0"]["phase"] == "Released"
     wide = cluster.kubectl("get", "pods", "-n", opted_in, "-o", "wide").stdout
     ranked = cluster.kubectl("get", "pods", "-n", opted_in, "-o", "custom-columns=NAME:.metadata.name,"
                              "RANK:.metadata.annotations.reconciler\\.troupe\\.io/rank,NODE:.spec.nodeName").stdout
@@ -149,7 +147,7 @@ def test_a_leader_worker_set_of_2_groups_of_4_gives_two_gangs_of_4(workload_cont
         released_together(members, when_complete=True)  # LeaderWorkerSet groups: when complete
         leader = next(p for p in members if p.metadata.labels[contract.LWS_WORKER_INDEX_LABEL] == "0")
         assert leader.metadata.annotations[contract.ASSIGNED_RANK] == "0", "the leader is rank 0"
-        assert debug_gangs(troupe.metrics_port)[f"{opted_in}/lws:serve:{index}"]["phase"] == "Released"
+        assert gangs_of(troupe)[f"{opted_in}/lws:serve:{index}"]["phase"] == "Released"
     assert planned_at(groups["0"][0]) != planned_at(groups["1"][0]), "two gangs, two releases"
 
 
@@ -172,13 +170,13 @@ def test_a_jobset_restart_releases_the_new_pods_as_a_new_gang(workload_controlle
                           f"{contract.JOBSET_NAME_LABEL}=elastic,{contract.JOBSET_RESTART_LABEL}=1", timeout=180)
     released_together(second)
     assert planned_at(second[0]) > planned_at(first[0])
-    gangs = debug_gangs(troupe.metrics_port)
+    gangs = gangs_of(troupe)
     assert gangs[f"{opted_in}/jobset:elastic:1"]["phase"] == "Released"
 
     def old_gang_settled() -> bool:
         # The first run's gang is decided again once its last pods are gone (they may still be
         # terminating when the second run's are Running): then it no longer says Releasing.
-        old = debug_gangs(troupe.metrics_port).get(f"{opted_in}/jobset:elastic:0")
+        old = gangs_of(troupe).get(f"{opted_in}/jobset:elastic:0")
         return old is None or old["phase"] != "Releasing"
 
     wait_for("the first run's gang no longer Releasing", old_gang_settled, timeout=30)
@@ -212,5 +210,5 @@ def test_a_pytorchjob_master_and_workers_run_as_one_gang_sized_by_its_replica_sp
 
     released_together(pods)
     assert {p.metadata.name: p.metadata.annotations[contract.ASSIGNED_RANK] for p in pods}["pt-master-0"] == "0"
-    gang = debug_gangs(troupe.metrics_port)[f"{opted_in}/pytorchjob:pt"]
+    gang = gangs_of(troupe)[f"{opted_in}/pytorchjob:pt"]
     assert gang["phase"] == "Released"

@@ -31,7 +31,7 @@ RECORD = Record("job:train", "2027-01-15T08:00:00.000+00:00", ("n0", "n1", "n2",
 
 def carrying(record: Record, signature: str, name: str = "train", **kw: object) -> dict[str, object]:
     job = job_object(name, 4, **kw)
-    job["metadata"]["annotations"][contract.RESERVATION] = record.encode(signature)  # type: ignore[index]
+    job["metadata"]["annotations"][contract.RESERVATION] = dataclasses.replace(record, signature=signature).encode()  # type: ignore[index]
     return job
 
 

@@ -9,7 +9,8 @@ import json
 
 from reconciler.daemon.writer import WriteError
 from reconciler.engine.gangs.lifecycle import Phase
-from tests.support.as_created import NAMESPACE, job_object, member_pod
+from reconciler.engine.model.reservations import Record, authentic
+from tests.support.as_created import NAMESPACE, RESERVATION_KEY, job_object, member_pod
 from tests.support.controller_harness import NO_JITTER, Harness
 from tests.support.reconciler_builders import make_node
 from troupe import contract
@@ -100,3 +101,49 @@ def test_another_gang_is_not_placed_on_a_reserved_node():
     first = record(h)
     raw = h.cluster.workloads.objects[("Job", NAMESPACE, "other")]["metadata"]["annotations"][contract.RESERVATION]
     assert first is not None and not set(first["nodes"]) & set(json.loads(raw)["nodes"])
+
+
+def test_the_reservation_written_is_signed_for_the_job_and_one_signed_under_another_key_holds_nothing():
+    """The record the controller writes carries its signature for that Job's UID; a record
+    signed under another key (a tenant's forgery, or a reconciler that ran without the
+    chart's key) reserves no node, and the gang reserves anew over it
+    (docs/decisions/049-hostile-tenants-third-round.md)."""
+    forged = Record("job:train", "2027-01-15T07:00:00.000+00:00", tuple(f"n{i}" for i in range(4)))
+    job = job_object("train", 4)
+    job["metadata"]["annotations"][contract.RESERVATION] = forged.signed(JOB, "uid-train-train", b"not the key").encode()
+    h = Harness(eight_nodes(), [], NO_JITTER, jobs=[job])
+    assert h.cache.snapshot().free("n0").get("nvidia.com/gpu") == 8, "the forged record holds nothing"
+
+    h.reconcile(KEY)
+    held = record(h)
+    assert held is not None and held["plannedAt"] != forged.planned_at
+    written = Record(held["gang"], held["plannedAt"], tuple(held["nodes"]), held["sig"])
+    assert authentic(written, JOB, "uid-train-train", RESERVATION_KEY)
+    assert sum(h.cache.snapshot().free(f"n{i}").get("nvidia.com/gpu") == 0 for i in range(8)) == 4, "now held"
+
+
+def test_a_record_on_a_workload_troupe_does_not_plan_is_removed_and_the_workload_told():
+    """A tenant's plain Job (no gang) carrying a record, signed or not, holds nothing and
+    the record is removed with a ``ReservationRemoved`` Warning; a Job Troupe plans keeps
+    its own (docs/decisions/049-hostile-tenants-third-round.md)."""
+    signed = Record("job:plain", "2027-01-15T08:00:00.000+00:00", ("n0", "n1"))
+    plain = job_object("plain", 2, record=signed)
+    plain["spec"]["template"]["metadata"]["annotations"] = {}  # not a gang: Troupe does not plan it
+    forged = job_object("forged", 2)
+    forged["spec"]["template"]["metadata"]["annotations"] = {}
+    forged["metadata"]["annotations"][contract.RESERVATION] = "{not a record"
+    train = job_object("train", 4)
+    h = Harness(eight_nodes(), [], NO_JITTER, jobs=[plain, forged, train])
+    h.reconcile(KEY)  # train reserves its own
+    assert set(h.cache.stray_records()) == {("Job", NAMESPACE, "plain"), ("Job", NAMESPACE, "forged")}
+
+    for name in ("plain", "forged"):
+        assert h.controllers.reservations.remove_stray(("Job", NAMESPACE, name)) is False
+        annotations = h.cluster.workloads.objects[("Job", NAMESPACE, name)]["metadata"]["annotations"]
+        assert contract.RESERVATION not in annotations
+    assert h.cache.stray_records() == {}
+    told = [e for e in h.cluster.workloads.events if e.reason == "ReservationRemoved"]
+    assert [e.regarding.name for e in told] == ["plain", "forged"]
+    assert "is not a reservation record" in told[1].message
+    assert record(h) is not None, "the planned Job's own record stays"
+    assert h.controllers.reservations.remove_stray(JOB) is False and record(h) is not None

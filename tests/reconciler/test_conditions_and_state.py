@@ -4,6 +4,8 @@ repeated after a failover, and the rollback backoff kept across a restart."""
 
 from __future__ import annotations
 
+import pytest
+
 from reconciler.daemon.writer import WriteError, state_key
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
@@ -188,3 +190,41 @@ def test_the_state_config_map_keeps_at_most_its_bound_dropping_the_longest_expir
         h.cluster.state.save_backoff(f"ns/g{i}", 1, deadline)
     assert sorted(h.cluster.state.load_backoffs()) == ["ns/g0", "ns/g2", "ns/g3"], "g1 ran out first: it went"
     assert len(h.cluster.state.data) == 3
+
+
+def test_one_tenant_rolling_back_many_gangs_evicts_its_own_entries_before_anothers(monkeypatch):
+    """Past the bound, entries go from the namespace that holds the most: a tenant that
+    rolls back gang after gang does not push another tenant's backoff out, even one that
+    runs out sooner (docs/decisions/049-hostile-tenants-third-round.md)."""
+    from reconciler.daemon.writer import state
+    monkeypatch.setattr(state, "MAX_STATE_ENTRIES", 4)
+    h = Harness(four_nodes(), [], NO_JITTER)
+    h.cluster.state.save_backoff("victim/train", 1, 10.0)
+    for i in range(20):
+        h.cluster.state.save_backoff(f"flood/g{i}", 1, 100.0 + i)
+    kept = sorted(h.cluster.state.load_backoffs())
+    assert kept == ["flood/g17", "flood/g18", "flood/g19", "victim/train"]
+
+
+def test_a_save_reads_the_config_map_once_not_each_time(monkeypatch):
+    """The store keeps what it wrote: a save is one patch, not a read of up to 800 KB and a
+    patch; a new leader reads it, and a failed write makes the next save read it again."""
+    h = Harness(four_nodes(), [], NO_JITTER)
+    store = h.cluster.state
+    before = store.reads
+    for i in range(50):
+        store.save_backoff(f"ns/g{i}", 1, 100.0 + i)
+    assert store.reads - before <= 1
+    assert len(store.load_backoffs()) == 50 and store.reads - before == 2, "a new leader reads it"
+
+    def refused(changes):
+        raise WriteError("patch configmap: 500 etcdserver: request timed out")
+
+    monkeypatch.setattr(store, "_write_state", refused)
+    with pytest.raises(WriteError):
+        store.save_backoff("ns/g0", 2, 200.0)
+    monkeypatch.undo()
+    store.data["gang-0000000000"] = '{"gang":"ns/other","timeouts":1,"notBefore":1.0,"releases":[]}'
+    store.save_backoff("ns/g1", 2, 200.0)
+    assert store.reads - before == 3, "read again after a refused write"
+    assert "ns/other" in store.load_backoffs()

@@ -76,12 +76,25 @@ def test_workloads_refuse_to_drop_a_reservation_that_is_not_the_one_decided_on()
     job = ("Job", "ml", "train")
     older = Record("train", "2027-01-15T08:00:00.000+00:00", ("n1", "n2"))
     newer = Record("train", "2027-01-15T08:05:00.000+00:00", ("n3", "n4"))
-    workloads.set_reservation(job, newer)
+    uid = workloads.objects[job]["metadata"]["uid"]
+    workloads.set_reservation(job, newer, uid)
     with pytest.raises(Conflict):  # the JSON patch's test fails: a newer reservation stays
         workloads.drop_reservation(job, older)
     assert workloads.objects[job]["metadata"]["annotations"][contract.RESERVATION] == newer.encode()
     with pytest.raises(Gone):
-        workloads.set_reservation(("Job", "ml", "gone"), newer)
+        workloads.set_reservation(("Job", "ml", "gone"), newer, uid)
+
+
+def test_workloads_refuse_a_reservation_signed_for_another_uid():
+    """A Job deleted and made again under the same name is another object: the record
+    written for the first one (its UID in the patch) is refused, as kube-apiserver refuses
+    a patch whose ``metadata.uid`` differs."""
+    workloads = FakeWorkloadWrites()
+    workloads.add("Job", job_object("train", 2))
+    job = ("Job", "ml", "train")
+    with pytest.raises(Conflict, match="UID in precondition"):
+        workloads.set_reservation(job, Record("train", "2027-01-15T08:00:00.000+00:00", ("n1", "n2")), "uid-of-the-first")
+    assert contract.RESERVATION not in workloads.objects[job]["metadata"]["annotations"]
 
 
 def test_gang_objects_refuse_a_name_taken_and_writes_to_an_object_that_is_gone():

@@ -124,7 +124,7 @@ def test_every_intent_of_every_writer_port_checks_the_fence():
                   lambda: pods.mark_disrupted_and_delete(ref, uid, "r", "m", "t"),
                   lambda: nodes.taint_node("n1"), lambda: nodes.untaint_node("n1"),
                   lambda: nodes.record_failures("n1", lambda before: "x"),
-                  lambda: workloads.set_reservation(job, record), lambda: workloads.drop_reservation(job, record),
+                  lambda: workloads.set_reservation(job, record, "uid-train"), lambda: workloads.drop_reservation(job, record),
                   lambda: objects.create_gang_object("ml", {"metadata": {"name": "other"}, "spec": {}}),
                   lambda: objects.set_gang_object_status("ml", "train", {"phase": "Waiting"}),
                   lambda: objects.delete_gang_object("ml", "train", made["metadata"]["uid"]),

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from reconciler.daemon.gangobjects import KEY_ANNOTATION, GangObjects
+from reconciler.daemon.gangobjects import KEY_ANNOTATION, TAKEN_BACKOFF_SECONDS, GangObjects
 from reconciler.daemon.writer import LostLeadership, WriteError
 from reconciler.daemon.writer.fake import FakeGangObjectWrites
 from reconciler.engine.decision.gangobject import object_name, same_status, with_times
@@ -227,3 +227,26 @@ def test_no_gang_can_be_named_after_another_gangs_object():
     assert len(victim.rsplit("-", 1)[1]) == 16
     squatter = object_name(dataclasses.replace(gang, name=victim, key=f"team-a/{victim}"))
     assert squatter != victim and squatter.startswith(victim + "-")
+
+
+def test_a_name_another_gangs_object_holds_costs_one_get_and_a_minutes_wait_and_one_of_its_own_is_adopted():
+    """A create refused because the name is taken reads that one object, never every
+    namespace's (a list per conflict cost the whole cluster's objects each second), and a
+    gang whose name another gang's object holds waits a minute before it tries again; an
+    object already this gang's (a write the reconciler lost track of) is adopted."""
+    writer = FakeGangObjectWrites()
+    clock = Clock()
+    objects = GangObjects(writer, clock=clock, wall=lambda: 1_800_000_000.0)
+    writer.objects[("ns", "g")] = {"metadata": {"name": "g", "namespace": "ns", "uid": "uid-other",
+                                                "annotations": {KEY_ANNOTATION: "ns/other"}}}
+    objects.want("ns/g", "g", "g", [], {"phase": "Waiting", "conditions": []})
+    assert objects.flush() == 0 and objects.failed == 1
+    assert writer.reads == [("get", "ns", "g")]
+    clock.now += TAKEN_BACKOFF_SECONDS - 1
+    assert objects.flush() == 0 and objects.failed == 1, "not tried again within the minute"
+    clock.now += 1
+    writer.objects[("ns", "g")]["metadata"]["annotations"][KEY_ANNOTATION] = "ns/g"
+    assert objects.flush() == 1
+    assert writer.reads == [("get", "ns", "g")] * 2 and ("list", "", "") not in writer.reads
+    assert writer.objects[("ns", "g")]["metadata"]["uid"] == "uid-other", "adopted, not made again"
+    assert writer.objects[("ns", "g")]["status"]["phase"] == "Waiting"

@@ -14,7 +14,7 @@ from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.run import topology as reconciler_map
 from reconciler.run.probes import Health
 from reconciler.run.reconciler import Reconciler
-from tests.support.probes import get, serving
+from tests.support.probes import ADMIN, Reviews, get, serving
 from tests.support.snapshots import snapshot
 from troupe.config import Config
 
@@ -80,3 +80,58 @@ def test_a_standby_says_the_leader_serves_the_map(served):
     health.role = "standby"
     status, body = get(port, "/topology/data.json")
     assert status == 503 and "standby" in json.loads(body)["error"]
+
+
+def test_the_gangs_pages_answer_only_an_authenticated_caller_and_show_it_only_its_namespaces():
+    """``/topology/data.json`` and ``/debug/gangs`` name every namespace's gangs: without a
+    bearer token, or with one that authenticates no one, 401; a caller who may list pods
+    only in ``team`` sees ``team``'s gangs, ``ml``'s holders counted among other pods and
+    their marks gone; the page's static files hold no data and answer anyone
+    (docs/decisions/049-hostile-tenants-third-round.md)."""
+    reviews = Reviews(tokens={ADMIN: "admin", "team-token": "alice", "nobody-token": "bob"},
+                      pods={"admin": {""}, "alice": {"team"}, "bob": set()})
+    reconciler = Reconciler(client.ApiClient(), Config(), writes=FakeCluster(), wall_clock=lambda: NOW)
+    objects = snapshot()["items"]
+    reconciler.cache.replace_nodes([reconciler.cache.retain_node(o) for o in objects if o["kind"] == "Node"])
+    reconciler.cache.replace_pods([reconciler.cache.retain_pod(o) for o in objects if o["kind"] == "Pod"])
+    with serving(reconciler, reviews) as (_health, port):
+        for key in ("ml/wide", "ml/running", "team/small"):
+            reconciler.controllers.gangs.reconcile(key)
+        for path in ("/topology/data.json", "/debug/gangs"):
+            assert get(port, path, token=None)[0] == 401
+            assert get(port, path, token="stolen")[0] == 401
+        assert get(port, "/topology/", token=None)[0] == 200 and get(port, "/topology/map.js", token=None)[0] == 200
+        assert get(port, "/healthz", token=None) == (200, "ok")
+
+        everything = json.loads(get(port, "/topology/data.json")[1])
+        assert {r["gang"].partition("/")[0] for r in everything["gangs"]} == {"ml", "team"}
+        status, body = get(port, "/topology/data.json", token="team-token")
+        assert status == 200
+        seen = json.loads(body)
+        team = {r["gang"] for r in everything["gangs"] if r["gang"].startswith("team/")}
+        assert {r["gang"] for r in seen["gangs"]} == team and "team/small" in team and seen["visibleNamespaces"] == ["team"]
+        assert seen["summary"]["gangs"] == len(team) and seen["summary"]["nodes"] == everything["summary"]["nodes"]
+        node = nodes_of(seen["tree"])["gpu-b0-s0-h2"]
+        assert node["holders"] == [] and node["otherPods"] == nodes_of(everything["tree"])["gpu-b0-s0-h2"]["otherPods"] + 1
+        assert node["free"] == nodes_of(everything["tree"])["gpu-b0-s0-h2"]["free"]
+        assert "ml/" not in body and seen["mapDigest"] != everything["mapDigest"]
+        assert [g["gang"] for g in json.loads(get(port, "/debug/gangs", token="team-token")[1])] == ["team/small"]
+        assert json.loads(get(port, "/debug/gangs", token="nobody-token")[1]) == []
+
+        asked = len(reviews.asked)
+        get(port, "/topology/data.json", token="team-token")
+        assert len(reviews.asked) == asked, "the answers are kept: a page that reads every 5 s asks nothing"
+
+
+def test_a_connection_that_sends_nothing_is_closed(served, monkeypatch):
+    """A client that opens connections and sends nothing holds no thread for long."""
+    import socket
+
+    from reconciler.run import probes
+
+    _reconciler, _health, port = served
+    assert probes._Quiet.timeout == probes.IDLE_SECONDS == 30.0
+    monkeypatch.setattr(probes._Quiet, "timeout", 0.3)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.settimeout(5)
+        assert s.recv(1) == b"", "closed by the server after its idle timeout"

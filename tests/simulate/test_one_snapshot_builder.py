@@ -21,7 +21,7 @@ from reconciler.engine.model.reservations import Record
 from reconciler.objects.snapshot_io import InputError, read_file, read_objects, read_retained
 from reconciler.tools import simulate, views
 from tests.support import dra_builders as dra
-from tests.support.as_created import job_object, member_pod
+from tests.support.as_created import RESERVATION_KEY, job_object, member_pod
 from tests.support.engine_builders import (
     budget,
     claim_object,
@@ -52,7 +52,8 @@ def jobset(name: str, record: Record) -> dict[str, Any]:
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "generation": 1,
                          "creationTimestamp": "2027-01-15T08:00:00Z",
-                         "annotations": {contract.RESERVATION: record.encode()}},
+                         "annotations": {contract.RESERVATION: record.signed(
+                             ("JobSet", "ml", name), f"uid-{name}", RESERVATION_KEY).encode()}},
             "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {
                 "spec": {"parallelism": 2, "completions": 2, "completionMode": "Indexed", "template": template}}}]}}
 
@@ -115,7 +116,7 @@ def cluster() -> dict[str, list[dict[str, Any]]]:
 
 def cached(objects: dict[str, list[dict[str, Any]]], config: Config) -> Snapshot:
     """The reconciler's snapshot: a cache fed each kind by its list call."""
-    cache = ClusterCache(config)
+    cache = ClusterCache(config, reservation_key=RESERVATION_KEY)
     cache.replace_nodes(objects["nodes"])
     cache.replace_pods(objects["pods"])
     cache.replace_jobs(objects["jobs"])

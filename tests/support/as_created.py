@@ -21,16 +21,21 @@ from troupe.config import Config
 
 NAMESPACE = "ml"
 UID = "uid-train"
+#: The reservation key the tests' caches hold (:class:`~reconciler.daemon.cache.ClusterCache`):
+#: the records :func:`job_object` carries are signed with it, as the reconciler signs its own.
+RESERVATION_KEY = b"the test reconciler's reservation key"
 
 
 def job_object(name: str, size: int, gpus: int = 8, annotations: dict[str, str] | None = None,
                indexed: bool = True, record: Record | None = None, suspend: bool = False,
                job_annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A batch/v1 Job of ``size`` whole-node pods whose template opts into a gang of
-    ``<prefix>-size: auto`` (plus ``annotations``), carrying ``record`` when given."""
+    ``<prefix>-size: auto`` (plus ``annotations``), carrying ``record`` when given (signed
+    with :data:`RESERVATION_KEY`)."""
     meta_annotations = dict(job_annotations or {})
     if record is not None:
-        meta_annotations[contract.RESERVATION] = record.encode()
+        signed = record.signed(("Job", NAMESPACE, name), f"{UID}-{name}", RESERVATION_KEY)
+        meta_annotations[contract.RESERVATION] = signed.encode()
     spec: dict[str, Any] = {
         "parallelism": size, "completions": size, "suspend": suspend,
         "template": {"metadata": {"labels": {"app": name},

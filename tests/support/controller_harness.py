@@ -10,6 +10,7 @@ from reconciler.daemon.writer import UNFENCED
 from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.model.keys import PodKey
 from reconciler.run.controllers import Controllers, compose
+from tests.support.as_created import RESERVATION_KEY
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
@@ -26,7 +27,7 @@ class Harness:
     def __init__(self, nodes, pods, config=CONFIG, groups=(), jobs=(), fence=UNFENCED):
         self.config = config
         self.cluster = FakeCluster(fence)
-        self.cache = ClusterCache(config)
+        self.cache = ClusterCache(config, reservation_key=RESERVATION_KEY)
         self.cache.replace_nodes([self.cluster.nodes.add(n) for n in nodes])
         self.cache.replace_groups([self.cluster.groups.add(g) for g in groups])
         self.cache.replace_pods([self.cluster.pods.add(p) for p in pods])

@@ -221,3 +221,14 @@ def service_account_token(core: client.CoreV1Api, namespace: str, name: str) -> 
         name, namespace, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                           "spec": {"expirationSeconds": 3600}})
     return str(request.status.token)
+
+
+def debug_gangs(stack: Any, identity: str = "admin") -> list[dict[str, Any]]:
+    """The leader's ``/debug/gangs`` (``[{"gang", "phase", "reason"}]``) as ``identity``'s
+    bearer token reads it (the page answers an authenticated caller only)."""
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{stack.metrics_port}/debug/gangs",
+                                     headers={"Authorization": f"Bearer {stack.cluster.token(identity)}"})
+    with urllib.request.urlopen(request, timeout=5) as r:
+        return list(json.load(r))

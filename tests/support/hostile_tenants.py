@@ -42,7 +42,7 @@ def _template(gpus: int, auto: bool) -> dict[str, Any]:
 
 def forged_record(nodes: list[str], planned_at: str) -> str:
     """A reservation record no reconciler wrote, naming ``nodes``."""
-    return Record("job:w", planned_at, tuple(nodes)).encode("0" * 64)
+    return Record("job:w", planned_at, tuple(nodes), signature="0" * 64).encode()
 
 
 @st.composite

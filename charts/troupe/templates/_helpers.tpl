@@ -120,6 +120,8 @@ manual
 {{- /* The Lease the reconciler's replicas elect a leader with, and the ConfigMap of rollback backoffs. */ -}}
 {{- define "troupe.leaseName" -}}{{ include "troupe.name" . }}-reconciler{{- end -}}
 {{- define "troupe.stateConfigMap" -}}{{ include "troupe.name" . }}-reconciler-state{{- end -}}
+{{- /* The Secret of the key reservations are signed with: the user's, or the chart's own. */ -}}
+{{- define "troupe.reservationKeySecret" -}}{{ .Values.reconciler.reservationKeySecret | default (printf "%s-reservation-key" (include "troupe.name" .)) }}{{- end -}}
 
 {{- define "troupe.reconcilerUsername" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "troupe.reconcilerServiceAccount" . }}{{- end -}}
 

@@ -30,7 +30,17 @@ nor indexed again (docs/decisions/017-cache-memory.md).
 from __future__ import annotations
 
 from reconciler.daemon.cache.budgets import BudgetIndex
-from reconciler.daemon.cache.cluster import ClusterCache, Entry, GroupKey, group_key, group_of_key
+from reconciler.daemon.cache.cluster import (
+    ClusterCache,
+    Entry,
+    GroupKey,
+    RecordKey,
+    group_key,
+    group_of_key,
+    record_key,
+    workload_of_key,
+)
 from reconciler.daemon.cache.workloads import WorkloadIndex
 
-__all__ = ["BudgetIndex", "ClusterCache", "Entry", "GroupKey", "WorkloadIndex", "group_key", "group_of_key"]
+__all__ = ["BudgetIndex", "ClusterCache", "Entry", "GroupKey", "RecordKey", "WorkloadIndex", "group_key", "group_of_key",
+           "record_key", "workload_of_key"]

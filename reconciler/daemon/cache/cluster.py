@@ -11,7 +11,14 @@ from typing import Any
 
 from reconciler.daemon.cache.budgets import BudgetIndex
 from reconciler.daemon.cache.dra import DraIndex
-from reconciler.daemon.cache.keys import GroupKey, group_key, group_of_key
+from reconciler.daemon.cache.keys import (
+    GroupKey,
+    RecordKey,
+    group_key,
+    group_of_key,
+    record_key,
+    workload_of_key,
+)
 from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
@@ -23,7 +30,7 @@ from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.devices import DeviceGroup
-from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo, unreadable_pod
@@ -53,7 +60,8 @@ def _rv(obj: Obj) -> int | None:
     return int(raw) if isinstance(raw, str) and _RESOURCE_VERSION.fullmatch(raw) else None
 
 
-__all__ = ["ClusterCache", "Entry", "GroupKey", "group_key", "group_of_key"]
+__all__ = ["ClusterCache", "Entry", "GroupKey", "RecordKey", "group_key", "group_of_key", "record_key",
+           "workload_of_key"]
 
 
 def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
@@ -89,10 +97,12 @@ class ClusterCache:
     :mod:`reconciler.objects.retain`; False stores them whole (a benchmark's baseline).
     An object that cannot be read is kept with no parsed form and left out of plans
     (:attr:`unreadable`; ``on_unreadable(kind)`` is called when one is found, for a metric).
+    ``reservation_key``: the key reservations are signed with and read under
+    (:class:`~.workloads.WorkloadIndex`; None: a random one of this process's own).
     """
 
     def __init__(self, config: Config, retained: bool = True,
-                 on_unreadable: Callable[[str], None] | None = None) -> None:
+                 on_unreadable: Callable[[str], None] | None = None, reservation_key: bytes | None = None) -> None:
         self.config = config
         #: The objects that could not be read, and why (:mod:`.unreadable`).
         self.unreadable = Unreadable(on_unreadable)
@@ -104,7 +114,7 @@ class ClusterCache:
         self._gang_of: dict[PodKey, str] = {}
         self._members: dict[str, set[PodKey]] = {}
         #: Jobs' parallelism and the workloads that size auto gangs.
-        self.workloads = WorkloadIndex(self.unreadable)
+        self.workloads = WorkloadIndex(self.unreadable, reservation_key)
         #: The PodDisruptionBudgets every snapshot carries (atomic preemption counts them).
         self.budgets = BudgetIndex(self.unreadable)
         #: Claims, volumes, CSINodes and namespaces' labels (:mod:`.volumes`).
@@ -294,6 +304,23 @@ class ClusterCache:
         """Gang key -> the workload it is released as created from (:meth:`WorkloadIndex.planned`)."""
         version, _, namespaces = self.volumes.view()
         return self.workloads.planned(self.config, version, namespaces)
+
+    def stray_records(self) -> dict[WorkloadKey, Workload]:
+        """The workloads that carry a reservation annotation (a record, or a value that is
+        none) but whose gang Troupe does not plan (not :meth:`planned`): the annotation holds
+        nothing and the reconciler removes it (docs/decisions/049-hostile-tenants-third-round.md)."""
+        carrying = {k: w for k, w in self.workloads.view()[2].objects.items() if w.carries_record}
+        if not carrying:
+            return {}
+        planned = {w.key for w in self.planned().values()}
+        return {k: w for k, w in carrying.items() if k not in planned}
+
+    def stray_record(self, key: WorkloadKey) -> Workload | None:
+        """The workload ``key`` if its record is stray (:meth:`stray_records`), else None."""
+        found = self.workloads.view()[2].objects.get(key)
+        if found is None or not found.carries_record:
+            return None
+        return None if any(w.key == key for w in self.planned().values()) else found
 
     def gang(self, key: str) -> Gang | None:
         """Gang ``key`` built from its cached pods (:func:`~reconciler.engine.gangs.gang.build_gang`),

@@ -1,6 +1,9 @@
-"""The work-queue keys of SharedDeviceGroups, typed apart from gang keys."""
+"""The work-queue keys of SharedDeviceGroups and of workloads' stray reservation records,
+typed apart from gang keys."""
 
 from __future__ import annotations
+
+from reconciler.engine.model.keys import WorkloadKey
 
 
 class GroupKey(str):
@@ -23,3 +26,27 @@ def group_key(name: str) -> GroupKey:
 def group_of_key(key: str) -> str | None:
     """The group name of a :func:`group_key`, or None for a gang key."""
     return str(key) if isinstance(key, GroupKey) else None
+
+
+class RecordKey(str):
+    """The work-queue key of a workload whose reservation record holds nothing and is to be
+    removed (``Kind/namespace/name``: kinds, namespaces and names hold no ``/``), typed
+    apart from gang and group keys (docs/decisions/049-hostile-tenants-third-round.md)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"RecordKey({str(self)!r})"
+
+
+def record_key(workload: WorkloadKey) -> RecordKey:
+    """The work-queue key of the stray record of ``workload`` (``(kind, namespace, name)``)."""
+    return RecordKey("/".join(workload))
+
+
+def workload_of_key(key: str) -> WorkloadKey | None:
+    """The workload of a :func:`record_key`, or None for another key."""
+    if not isinstance(key, RecordKey):
+        return None
+    kind, namespace, name = key.split("/", 2)
+    return (kind, namespace, name)

@@ -9,6 +9,7 @@ keeps them; the cache builds a gang from its pods and :meth:`WorkloadIndex.view`
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -19,6 +20,7 @@ from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.membership import auto_namespaces, planned_gangs
+from reconciler.engine.model.reservations import Record
 from troupe import contract
 from troupe.config import Config
 
@@ -39,10 +41,16 @@ class WorkloadIndex:
     :data:`~reconciler.engine.model.workloads.WorkloadKey`, and why a kind cannot be read.
     :attr:`version` counts changes (a gang built from an older version is stale).
     Thread-safe; it takes no other lock while it holds its own. An object that cannot be
-    read is left out and noted in ``unreadable`` (:mod:`.unreadable`)."""
+    read is left out and noted in ``unreadable`` (:mod:`.unreadable`).
 
-    def __init__(self, unreadable: Unreadable | None = None) -> None:
+    ``reservation_key`` (bytes) is the key the reconciler signs reservations with
+    (:meth:`signed`) and reads them under: a record whose signature does not verify is no
+    record (:func:`~reconciler.engine.model.reservations.authentic`); without one, a random
+    key of this process's own (docs/decisions/049-hostile-tenants-third-round.md)."""
+
+    def __init__(self, unreadable: Unreadable | None = None, reservation_key: bytes | None = None) -> None:
         self.unreadable = unreadable if unreadable is not None else Unreadable()
+        self._key = reservation_key if reservation_key is not None else secrets.token_bytes(32)
         self._lock = threading.RLock()
         self._parallelism: dict[tuple[str, str], int] = {}
         self._workloads: dict[WorkloadKey, wl.Workload] = {}
@@ -154,7 +162,17 @@ class WorkloadIndex:
         """:func:`~reconciler.engine.model.workloads.workload` of ``obj``, or None (also when
         reading it raised: then it is noted in :attr:`unreadable`)."""
         namespace, name = namespace_and_name(obj)
-        return self.unreadable.read(kind, f"{namespace}/{name}", lambda o: wl.workload(kind, o), obj)[0]
+        return self.unreadable.read(kind, f"{namespace}/{name}", lambda o: wl.workload(kind, o, self._key), obj)[0]
+
+    def signed(self, key: WorkloadKey, record: Record) -> tuple[Record, str] | None:
+        """``record`` signed for the workload ``key`` as the cache holds it, and that
+        workload's UID (the write's precondition), or None when the cache holds no such
+        workload (:meth:`Record.signed <reconciler.engine.model.reservations.Record.signed>`)."""
+        with self._lock:
+            found = self._workloads.get(key)
+        if found is None:
+            return None
+        return record.signed(key, found.uid, self._key), found.uid
 
     def workload_unavailable(self, kind: str, why: str) -> None:
         """Record that no object of ``kind`` can be read (``why``: its CRD is not

@@ -12,7 +12,7 @@ from reconciler.daemon.certificates.rules import CertificateError, ConfigState, 
 
 @dataclass
 class FakeCertificateStore:
-    """An in-memory :class:`CertificateStore` with the API server's rules that matter here:
+    """An in-memory :class:`~.manager.CertificateStore` with the API server's rules that matter here:
     resourceVersions bump on every write and a stale one is a conflict. ``writes`` records
     ``(kind, name)`` in order; ``fail_next`` makes the next write of that name raise."""
 

@@ -32,7 +32,7 @@ SYNC_ERRORS = Counter("troupe_webhook_certificate_sync_errors_total",
 
 
 class CertificateStore(Protocol):
-    """The port to the objects :func:`plan` reads and writes. Every write carries the
+    """The port to the objects :func:`~.rules.plan` reads and writes. Every write carries the
     resourceVersion it was read at and raises :class:`CertificateError` when it fails
     (including a conflict: another writer came first)."""
 
@@ -46,7 +46,7 @@ class CertificateStore(Protocol):
         """The webhook configuration, or None when it does not exist."""
 
     def write_ca_bundle(self, bundle: bytes, at: dt.datetime, previous: ConfigState) -> None:
-        """Set every webhook's ``caBundle`` to ``bundle`` and :data:`BUNDLE_UPDATED_AT` to ``at``."""
+        """Set every webhook's ``caBundle`` to ``bundle`` and :data:`~.rules.BUNDLE_UPDATED_AT` to ``at``."""
 
     def emit(self, kind: str, reason: str, message: str) -> None:
         """Record an Event on the serving Secret (``kind`` Normal or Warning); never raises."""
@@ -76,7 +76,7 @@ class CertificateManager:
         self._thread: threading.Thread | None = None
 
     def sync(self) -> rules.Plan:
-        """One pass: read the three objects, :func:`plan`, write in the safe order.
+        """One pass: read the three objects, :func:`~.rules.plan`, write in the safe order.
 
         Raises :class:`CertificateError` when a read or a write fails; nothing later in the
         order is written then, and the next pass starts from what is really there.

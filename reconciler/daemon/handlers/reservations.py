@@ -1,6 +1,8 @@
 """Carrying out ``Reserve`` and ``DropReservation`` (:class:`Reservations`): a gang's
 reservation written on its workload and removed from it
-(docs/decisions/034-release-as-created.md)."""
+(docs/decisions/034-release-as-created.md); and the removal of a record from a workload
+Troupe does not plan (:meth:`Reservations.remove_stray`,
+docs/decisions/049-hostile-tenants-third-round.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from reconciler.daemon.writer.workloads import WorkloadWrites
 from reconciler.engine.decision.actions import DropReservation, Reserve
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.model.keys import WorkloadKey
+from troupe import contract
 
 log = logging.getLogger("reconciler.daemon.controller")
 
@@ -27,12 +31,16 @@ class Reservations:
         self.workloads = workloads
 
     def reserve(self, gang: Gang, decision: Decision, action: Reserve, memory: Memory, now: float) -> Done:
-        """Write the reservation on the workload (docs/decisions/034-release-as-created.md):
-        from then on its ranks' nodes are held. Tell the workload with the rule's Event,
+        """Write the reservation on the workload (docs/decisions/034-release-as-created.md),
+        signed with the cache's key for that workload's UID
+        (docs/decisions/049-hostile-tenants-third-round.md): from then on its ranks' nodes are held. Tell the workload with the rule's Event,
         and look again at once: members already created are released by the next decision."""
+        signed = self.cache.workloads.signed(action.workload, action.record)
+        if signed is None:  # deleted since the decision: the next one says so
+            return Done(note="reservation not written: the workload is gone", retry=True)
         try:
-            self.cache.assume_workload(action.workload[0], self.workloads.set_reservation(action.workload, action.record))
-        except WriteError as e:  # LostLeadership included: nothing is reserved
+            self.cache.assume_workload(action.workload[0], self.workloads.set_reservation(action.workload, *signed))
+        except WriteError as e:  # LostLeadership included; Conflict: replaced by another UID. Nothing is reserved
             log.warning("gang %s: reservation not written: %s", gang.key, e)
             return Done(note=f"reservation not written: {e}", retry=True)
         notice = decision.rule.notice
@@ -59,3 +67,26 @@ class Reservations:
                                       else decision.rule.notice.kind, "GangReservationDropped",
                                       f"gang {gang.key}: reservation of {action.planned_at} dropped: {action.why}")
         return Done()
+
+    def remove_stray(self, workload: WorkloadKey) -> bool:
+        """Remove the reservation annotation of ``workload`` if the cache still has it as a
+        stray record (:meth:`~reconciler.daemon.cache.ClusterCache.stray_records`: a
+        workload Troupe does not plan carries one, which holds nothing), and tell the
+        workload with a ``ReservationRemoved`` Warning. Returns whether to try again (a
+        refused write; a workload gone or replaced needs nothing)."""
+        stray = self.cache.stray_record(workload)
+        if stray is None:
+            return False
+        try:
+            self.cache.assume_workload(workload[0], self.workloads.remove_stray_record(workload, stray.uid))
+        except (Conflict, Gone):
+            return False
+        except WriteError as e:
+            log.warning("%s %s/%s: stray reservation record not removed: %s", *workload, e)
+            return True
+        why = stray.record_error or "Troupe does not release this workload as created"
+        self.workloads.emit_event(workload, "Warning", "ReservationRemoved",
+                                  f"{contract.RESERVATION} removed: only Troupe writes it, on the workloads it "
+                                  f"releases as created, and this one holds nothing ({why})")
+        log.info("%s %s/%s: stray reservation record removed", *workload)
+        return False

@@ -1,9 +1,9 @@
 """The writer port of Gang objects (``gangs.troupe.io``, namespaced): made with their gang,
 their status, deleted with it (docs/decisions/043-gang-objects.md).
 
-:class:`GangObjectWrites` makes them over four primitives an implementation provides
-(``_list_gang_objects``, ``_create_gang_object``, ``_patch_gang_object_status``,
-``_delete_gang_object``): :class:`reconciler.kube.writer.gangobjects.KubeGangObjectWrites`
+:class:`GangObjectWrites` makes them over five primitives an implementation provides
+(``_list_gang_objects``, ``_get_gang_object``, ``_create_gang_object``,
+``_patch_gang_object_status``, ``_delete_gang_object``): :class:`reconciler.kube.writer.gangobjects.KubeGangObjectWrites`
 against the API server, :class:`reconciler.daemon.writer.fake.gangobjects.FakeGangObjectWrites`
 in memory.
 """
@@ -24,6 +24,12 @@ class GangObjectWrites(Fenced, abc.ABC):
     def _list_gang_objects(self) -> list[dict[str, Any]]:
         """Every Gang object of every namespace. Raises
         :class:`~reconciler.daemon.writer.base.WriteError` (one that cannot be listed)."""
+
+    @abc.abstractmethod
+    def _get_gang_object(self, namespace: str, name: str) -> dict[str, Any]:
+        """The Gang object ``namespace/name``. Raises
+        :class:`~reconciler.daemon.writer.base.Gone` (there is none),
+        :class:`~reconciler.daemon.writer.base.WriteError`."""
 
     @abc.abstractmethod
     def _create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,6 +55,10 @@ class GangObjectWrites(Fenced, abc.ABC):
         """Every Gang object (a read: no fence). Raises
         :class:`~reconciler.daemon.writer.base.WriteError`."""
         return self._list_gang_objects()
+
+    def get_gang_object(self, namespace: str, name: str) -> dict[str, Any]:
+        """One Gang object (a read: no fence). Raises as :meth:`_get_gang_object`."""
+        return self._get_gang_object(namespace, name)
 
     def create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create a Gang object (``metadata`` with name, labels, annotations and owner

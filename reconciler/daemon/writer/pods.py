@@ -81,23 +81,23 @@ class PodWrites(Fenced, abc.ABC):
     @abc.abstractmethod
     def _patch(self, ref: PodKey, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Apply a strategic-merge patch; returns the pod. Raises :class:`Conflict` on a
-        stale ``metadata.resourceVersion``, :class:`Gone`, :class:`WriteError`."""
+        stale ``metadata.resourceVersion``, :class:`Gone`, :class:`~.base.WriteError`."""
 
     @abc.abstractmethod
     def _patch_status(self, ref: PodKey, patch: Mapping[str, Any]) -> None:
         """Apply a strategic-merge patch to ``pods/status``. Raises :class:`Gone`,
-        :class:`WriteError`."""
+        :class:`~.base.WriteError`."""
 
     @abc.abstractmethod
     def _delete(self, ref: PodKey, uid: str) -> None:
         """Delete the pod if its UID is ``uid``. Raises :class:`Gone` (also when the UID
-        differs), :class:`WriteError`."""
+        differs), :class:`~.base.WriteError`."""
 
     @abc.abstractmethod
     def _evict(self, ref: PodKey, uid: str) -> None:
         """Evict the pod through ``pods/eviction`` (policy/v1) if its UID is ``uid``.
-        Raises :class:`Refused` (a PodDisruptionBudget forbids it), :class:`Gone`,
-        :class:`WriteError`."""
+        Raises :class:`~.base.Refused` (a PodDisruptionBudget forbids it), :class:`Gone`,
+        :class:`~.base.WriteError`."""
 
     @abc.abstractmethod
     def _evict_dry_run(self, ref: PodKey, uid: str) -> None:
@@ -149,21 +149,21 @@ class PodWrites(Fenced, abc.ABC):
     def set_nomination(self, ref: PodKey, nomination: Nomination, resource_version: str) -> dict[str, Any]:
         """Write a preemptor gang's nomination on its first gated member (if it is still at
         ``resource_version``); returns the pod. From then on the nodes it names hold
-        capacity for the gang. Raises :class:`Conflict`, :class:`Gone`, :class:`WriteError`."""
+        capacity for the gang. Raises :class:`Conflict`, :class:`Gone`, :class:`~.base.WriteError`."""
         self.fence.check()
         return self._patch(ref, {"metadata": {"resourceVersion": resource_version,
                                               "annotations": {contract.NOMINATION: nomination.encode()}}})
 
     def clear_nomination(self, ref: PodKey) -> dict[str, Any]:
         """Remove a nomination that ran out; returns the pod. Raises :class:`Gone`,
-        :class:`WriteError`."""
+        :class:`~.base.WriteError`."""
         self.fence.check()
         return self._patch(ref, {"metadata": {"annotations": {contract.NOMINATION: None}}})
 
     def clear_plan(self, ref: PodKey) -> None:
         """Remove the plan record (``reconciler.troupe.io/plan``) from the pod: its release
         was rolled back and it reserves nothing any more. Raises :class:`Gone`,
-        :class:`WriteError`."""
+        :class:`~.base.WriteError`."""
         self.fence.check()
         self._patch(ref, {"metadata": {"annotations": {contract.PLAN: None}}})
 
@@ -174,7 +174,7 @@ class PodWrites(Fenced, abc.ABC):
         KEP-3329: the condition lets a Job's ``podFailurePolicy`` ignore the deletion
         instead of counting it against ``backoffLimit`` (kube-scheduler marks its
         preemption victims the same way). Raises :class:`Gone` when the pod is gone or
-        replaced, :class:`WriteError`.
+        replaced, :class:`~.base.WriteError`.
         """
         self.set_pod_condition(ref, {"type": "DisruptionTarget", "status": "True", "reason": reason,
                                      "message": message, "lastTransitionTime": at})
@@ -183,20 +183,20 @@ class PodWrites(Fenced, abc.ABC):
 
     def evict(self, ref: PodKey, uid: str) -> None:
         """Evict the pod through the Eviction API (policy/v1), so PodDisruptionBudgets
-        hold and the pod's grace period is respected. Raises :class:`Refused` when a
-        budget forbids it now, :class:`Gone`, :class:`WriteError`."""
+        hold and the pod's grace period is respected. Raises :class:`~.base.Refused` when a
+        budget forbids it now, :class:`Gone`, :class:`~.base.WriteError`."""
         self.fence.check()
         self._evict(ref, uid)
 
     def may_evict(self, ref: PodKey, uid: str) -> None:
         """Whether the Eviction API would evict the pod now (a dry run: nothing changes), so
         a victim gang of ``atomic`` preemption is evicted whole or not at all. Raises
-        :class:`Refused` when a PodDisruptionBudget forbids it, :class:`Gone`, :class:`WriteError`."""
+        :class:`~.base.Refused` when a PodDisruptionBudget forbids it, :class:`Gone`, :class:`~.base.WriteError`."""
         self.fence.check()
         self._evict_dry_run(ref, uid)
 
     def set_pod_condition(self, ref: PodKey, condition: Mapping[str, Any]) -> None:
         """Set one ``status.conditions`` entry (merged by ``type``) through
-        ``pods/status``. Raises :class:`Gone`, :class:`WriteError`."""
+        ``pods/status``. Raises :class:`Gone`, :class:`~.base.WriteError`."""
         self.fence.check()
         self._patch_status(ref, {"status": {"conditions": [dict(condition)]}})

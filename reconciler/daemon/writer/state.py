@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from reconciler.daemon.writer.base import Fenced
 
 #: The most gangs the state ConfigMap records (about 150 bytes each: well under the API
-#: server's 1 MiB object limit). Past it, the entries whose backoff ran out longest ago go.
+#: server's 1 MiB object limit). Past it, entries go from the namespace that has the most,
+#: those whose backoff ran out longest ago first.
 MAX_STATE_ENTRIES = 4000
 #: The most bytes of entries it records (an entry with avoided nodes takes up to about
-#: 2 KB): past it too, the entries that ran out longest ago go.
+#: 2 KB): past it too, entries go as above.
 MAX_STATE_BYTES = 800_000
 
 #: Nodes a gang avoids: node name -> (until, seconds since the epoch; kube-scheduler's reason).
@@ -38,7 +39,34 @@ def state_key(gang: str) -> str:
 class StateStore(Fenced, abc.ABC):
     """Rollback backoffs in the state ConfigMap, one data key a gang (:func:`state_key`),
     each a JSON object ``{"gang", "timeouts", "notBefore", "releases", "avoid"}``
-    (``avoid``: node -> ``[until, reason]``, absent when empty)."""
+    (``avoid``: node -> ``[until, reason]``, absent when empty).
+
+    The ConfigMap is read once (by :meth:`load_backoffs`, or the first save) and then kept
+    as this store writes it: only the leader writes it, so a save costs one patch, not a
+    read of up to :data:`MAX_STATE_BYTES` first; a write that fails forgets the copy (the
+    next save reads it again)."""
+
+    _copy: dict[str, str] | None = None
+
+    def _state(self) -> dict[str, str]:
+        """The ConfigMap's data as this store knows it (read once)."""
+        if self._copy is None:
+            self._copy = dict(self._read_state())
+        return self._copy
+
+    def _write(self, changes: Mapping[str, str | None]) -> None:
+        """``_write_state(changes)``, and the same changes to the copy kept."""
+        try:
+            self._write_state(changes)
+        except Exception:
+            self._copy = None
+            raise
+        if self._copy is not None:
+            for key, value in changes.items():
+                if value is None:
+                    self._copy.pop(key, None)
+                else:
+                    self._copy[key] = value
 
     @abc.abstractmethod
     def _read_state(self) -> dict[str, str]:
@@ -55,8 +83,9 @@ class StateStore(Fenced, abc.ABC):
         ``(consecutive timeouts, not before (seconds since the epoch), releases rolled back,
         nodes avoided)``. Unreadable entries are skipped. Raises
         :class:`~reconciler.daemon.writer.base.WriteError` when the state cannot be read."""
+        self._copy = None  # a new leader reads what the last one left
         out = {}
-        for raw in self._read_state().values():
+        for raw in self._state().values():
             try:
                 entry = json.loads(raw)
                 releases = tuple(str(r) for r in entry.get("releases", []))
@@ -76,38 +105,60 @@ class StateStore(Fenced, abc.ABC):
         self.fence.check()
         key = state_key(gang)
         if timeouts <= 0 and not avoid:
-            self._write_state({key: None})
+            if key in self._state():
+                self._write({key: None})
             return
         entry: dict[str, object] = {"gang": gang, "timeouts": timeouts, "notBefore": round(not_before, 3),
                                     "releases": list(releases)}
         if avoid:
             entry["avoid"] = {node: [round(until, 3), why] for node, (until, why) in sorted(avoid.items())}
         value = json.dumps(entry, separators=(",", ":"))
-        self._write_state({key: value, **dict.fromkeys(self._overflow(key, len(value)), None)})
+        self._write({key: value, **dict.fromkeys(self._overflow(key, gang, len(value)), None)})
 
-    def _overflow(self, adding: str, size: int = 0) -> list[str]:
-        """The keys to drop so that adding ``adding`` (``size`` bytes) keeps at most
-        :data:`MAX_STATE_ENTRIES` entries and :data:`MAX_STATE_BYTES` bytes: the entries
-        that run out earliest (their ``notBefore`` or the last of their avoided nodes'
-        ``until``; unreadable ones first)."""
-        current = self._read_state()
+    def _overflow(self, adding: str, gang: str = "", size: int = 0) -> list[str]:
+        """The keys to drop so that adding ``adding`` (``size`` bytes, gang ``gang``) keeps
+        at most :data:`MAX_STATE_ENTRIES` entries and :data:`MAX_STATE_BYTES` bytes: each
+        from the namespace that holds the most entries then (the one adding counted), so a
+        tenant that rolls back many gangs evicts its own before another's; within it, the
+        entry that runs out earliest (its ``notBefore`` or the last of its avoided nodes'
+        ``until``; unreadable ones first, as a namespace of their own)
+        (docs/decisions/049-hostile-tenants-third-round.md)."""
+        current = self._state()
         others = [(k, v) for k, v in current.items() if k != adding]
         excess = len(others) + 1 - MAX_STATE_ENTRIES
         bytes_over = sum(len(k) + len(v) for k, v in others) + size - MAX_STATE_BYTES
         if excess <= 0 and bytes_over <= 0:
             return []
-
-        def deadline(item: tuple[str, str]) -> float:
-            try:
-                entry = json.loads(item[1])
-                return max([float(entry["notBefore"]), *(float(v[0]) for v in entry.get("avoid", {}).values())])
-            except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-                return float("-inf")
-
+        by_namespace: dict[str, list[tuple[float, str, int]]] = {}
+        for k, v in others:
+            namespace, deadline = _parsed(v)
+            by_namespace.setdefault(namespace, []).append((deadline, k, len(k) + len(v)))
+        for entries in by_namespace.values():
+            entries.sort(reverse=True)  # the earliest deadline last: popped first
+        counts = {ns: len(entries) for ns, entries in by_namespace.items()}
+        adding_namespace = gang.partition("/")[0]
+        counts[adding_namespace] = counts.get(adding_namespace, 0) + 1
         dropped = []
-        for k, v in sorted(others, key=deadline):
-            if excess <= 0 and bytes_over <= 0:
-                break
+        while (excess > 0 or bytes_over > 0) and any(by_namespace.values()):
+            namespace = max((ns for ns, entries in by_namespace.items() if entries),
+                            key=lambda ns: (ns == _UNREADABLE, counts[ns], ns))
+            _, k, length = by_namespace[namespace].pop()
+            counts[namespace] -= 1
             dropped.append(k)
-            excess, bytes_over = excess - 1, bytes_over - len(k) - len(v)
+            excess, bytes_over = excess - 1, bytes_over - length
         return dropped
+
+
+#: The namespace :func:`_parsed` gives an entry it cannot read (evicted before any other).
+_UNREADABLE = "\0unreadable"
+
+
+def _parsed(raw: str) -> tuple[str, float]:
+    """``(namespace of its gang, deadline)`` of an entry: when it runs out (its
+    ``notBefore`` or the last of its avoided nodes' ``until``)."""
+    try:
+        entry = json.loads(raw)
+        deadline = max([float(entry["notBefore"]), *(float(v[0]) for v in entry.get("avoid", {}).values())])
+        return str(entry["gang"]).partition("/")[0], deadline
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return _UNREADABLE, float("-inf")

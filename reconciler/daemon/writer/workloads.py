@@ -45,12 +45,24 @@ class WorkloadWrites(Fenced, abc.ABC):
         """Record an Event (``kind`` ``Normal`` or ``Warning``) on the workload; best effort,
         never raises."""
 
-    def set_reservation(self, workload: WorkloadKey, record: Record) -> dict[str, Any]:
-        """Write ``record`` as the workload's ``reconciler.troupe.io/reservation``; returns
-        the object. Raises :class:`~reconciler.daemon.writer.base.LostLeadership` and as
-        ``_patch_workload``."""
+    def set_reservation(self, workload: WorkloadKey, record: Record, uid: str) -> dict[str, Any]:
+        """Write ``record`` (signed: :meth:`Record.signed
+        <reconciler.engine.model.reservations.Record.signed>`) as the workload's
+        ``reconciler.troupe.io/reservation`` if the workload's UID is still ``uid`` (the
+        patch carries ``metadata.uid``, which kube-apiserver refuses with 409 Conflict on an
+        object of another UID: a record is never written on a workload it was not signed
+        for); returns the object. Raises :class:`~reconciler.daemon.writer.base.LostLeadership`
+        and as ``_patch_workload``."""
         self.fence.check()
-        return self._patch_workload(workload, {"metadata": {"annotations": {contract.RESERVATION: record.encode()}}})
+        return self._patch_workload(workload, {"metadata": {"uid": uid, "annotations": {contract.RESERVATION: record.encode()}}})
+
+    def remove_stray_record(self, workload: WorkloadKey, uid: str) -> dict[str, Any]:
+        """Remove the workload's ``reconciler.troupe.io/reservation``, whatever it says, if
+        the workload's UID is still ``uid``: a workload Troupe does not plan, on which it
+        never writes one (docs/decisions/049-hostile-tenants-third-round.md); returns the
+        object. Raises as :meth:`set_reservation`."""
+        self.fence.check()
+        return self._patch_workload(workload, {"metadata": {"uid": uid, "annotations": {contract.RESERVATION: None}}})
 
     def drop_reservation(self, workload: WorkloadKey, record: Record) -> dict[str, Any]:
         """Remove the workload's reservation if it is still ``record``; returns the object.

@@ -32,7 +32,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
@@ -55,13 +55,18 @@ class Record:
     #: not part of what the record says (:func:`authentic` checks it).
     signature: str = field(default="", compare=False)
 
-    def encode(self, signature: str = "") -> str:
+    def encode(self) -> str:
         """The annotation value: compact JSON, ``{"gang":..,"nodes":[..],"plannedAt":..}``,
-        with ``"sig"`` when ``signature`` is given (:func:`sign`)."""
+        with ``"sig"`` when the record is signed (:meth:`signed`)."""
         data: dict[str, object] = {"gang": self.gang, "plannedAt": self.planned_at, "nodes": list(self.nodes)}
-        if signature:
-            data["sig"] = signature
+        if self.signature:
+            data["sig"] = self.signature
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def signed(self, workload: WorkloadKey, uid: str, key: bytes) -> Record:
+        """This record with the reconciler's signature for the workload ``workload`` of UID
+        ``uid`` under ``key`` (:func:`sign`): what the reconciler writes."""
+        return replace(self, signature=sign(self, workload, uid, key))
 
     @classmethod
     def decode(cls, raw: str) -> Record | None:
@@ -86,7 +91,7 @@ def sign(record: Record, workload: WorkloadKey, uid: str, key: bytes) -> str:
     """The signature of ``record`` on the workload ``workload`` of UID ``uid`` (hex
     HMAC-SHA256 under ``key``, over the workload's identity and the record's own
     encoding): what the reconciler writes with it (module docstring)."""
-    message = "\n".join((*workload, uid, record.encode())).encode()
+    message = "\n".join((*workload, uid, replace(record, signature="").encode())).encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 

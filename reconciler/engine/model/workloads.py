@@ -111,6 +111,9 @@ class Workload:
     #: A supported workload is its controller (a JobSet's child Job): its pods are that
     #: workload's members, so it makes no gang of its own.
     owned: bool = False
+    #: Its ``metadata.uid``: a reservation is signed for this very object
+    #: (:func:`~reconciler.engine.model.reservations.sign`).
+    uid: str = ""
     #: Why its gang is held for its size (more members than
     #: :data:`~reconciler.engine.model.templates.MAX_SLOTS`), ``""`` when it is not.
     too_large: str = ""
@@ -119,6 +122,12 @@ class Workload:
     def key(self) -> WorkloadKey:
         """``(kind, namespace, name)``."""
         return (self.kind, self.namespace, self.name)
+
+    @property
+    def carries_record(self) -> bool:
+        """Whether it carries a ``reconciler.troupe.io/reservation`` annotation, read as a
+        record or not (unreadable, or not signed by this reconciler)."""
+        return self.record is not None or bool(self.record_error)
 
 
 @dataclass(frozen=True)
@@ -174,8 +183,8 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     a missing or malformed count takes the API's default (1). ``key``: the reconciler's
     reservation key: a record whose signature does not verify under it is no record
     (:func:`~reconciler.engine.model.reservations.authentic`; ``record_error`` says so, and
-    the reconciler removes it); None (the simulator and ``kubectl troupe``, which do not
-    hold the key) reads every record as the reconciler's."""
+    the gang, when Troupe plans it, reserves anew over it); None (the simulator and
+    ``kubectl troupe``, which do not hold the key) reads every record as the reconciler's."""
     if kind not in _BY_KIND:
         return None
     meta = _map(obj.get("metadata"))
@@ -191,13 +200,13 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
         how = f"LeaderWorkerSet {name} group size"
     else:
         size, how = members(kind, obj)
-    record, record_error = None, ""
+    record, record_error, uid = None, "", str(meta.get("uid") or "")
     raw = annotations.get(contract.RESERVATION)
     if isinstance(raw, str):
         record = Record.decode(raw)
         if record is None:
             record_error = f"{contract.RESERVATION}: {contract.quoted(raw)} is not a reservation record"
-        elif key is not None and not authentic(record, (kind, namespace, name), str(meta.get("uid") or ""), key):
+        elif key is not None and not authentic(record, (kind, namespace, name), uid, key):
             record, record_error = None, (f"{contract.RESERVATION}: not written by this reconciler "
                                           "(its signature does not verify): ignored")
     generation = meta.get("generation")
@@ -209,7 +218,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
                     generation=generation if isinstance(generation, int) else 0,
                     active=_active(kind, meta, spec, _map(obj.get("status"))),
                     release=release if isinstance(release, str) else "", record=record, record_error=record_error,
-                    owned=_owned(meta))
+                    owned=_owned(meta), uid=uid)
 
 
 def _owned(meta: Mapping[str, Any]) -> bool:

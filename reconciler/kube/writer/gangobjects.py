@@ -18,7 +18,7 @@ from troupe import contract
 class KubeGangObjectWrites(GangObjectWrites):
     """The :class:`~reconciler.daemon.writer.gangobjects.GangObjectWrites` primitives against
     a real API server, through ``calls`` (``fence`` is its fence): the paged list of every
-    namespace's Gang objects, a create, a JSON patch of the ``status`` subresource, a delete
+    namespace's Gang objects, a get of one, a create, a JSON patch of the ``status`` subresource, a delete
     under a UID precondition."""
 
     def __init__(self, api: client.ApiClient, calls: Calls) -> None:
@@ -38,6 +38,12 @@ class KubeGangObjectWrites(GangObjectWrites):
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
+
+    def _get_gang_object(self, namespace: str, name: str) -> dict[str, Any]:
+        group, version, plural = contract.GANG_API
+        resp = self.calls.call(f"get gang {namespace}/{name}", self.custom.get_namespaced_custom_object, group,
+                               version, namespace, plural, name, _preload_content=False)
+        return dict(json.loads(resp.data))
 
     def _create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         group, version, plural = contract.GANG_API

@@ -9,12 +9,13 @@ marks in, plain JSON values out (docs/decisions/042-topology-map.md):
 - :func:`node_marks`: which nodes a snapshot holds for a gang that has not started there
   yet (``reserved``: a release in progress or a reservation of a gang released as created;
   ``nominated``: a preemptor's nomination);
-- :func:`gang_of`: pod key -> gang key, the holders the tree names.
+- :func:`gang_of`: pod key -> gang key, the holders the tree names;
+- :func:`visible`: the page as a caller who sees only some namespaces reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from reconciler.engine.ledger.occupancy import DomainUsage
@@ -102,3 +103,52 @@ def page(tree: DomainUsage, gangs: Iterable[Mapping[str, Any]], marks: Mapping[s
                     "waiting": sum(1 for r in rows if r["waiting"])},
         "gangs": rows, "tree": data,
     }
+
+
+def _namespace(gang: str) -> str:
+    return gang.partition("/")[0]
+
+
+def visible(data: Mapping[str, Any], sees: Callable[[str], bool]) -> dict[str, Any]:
+    """The page data ``data`` (:func:`page`) as a caller who sees only the namespaces
+    ``sees`` says yes to reads it (docs/decisions/049-hostile-tenants-third-round.md): the
+    rows of other namespaces' gangs left out, their holders on a node counted among its
+    ``otherPods`` (its units stay counted in ``free``), their marks left out, the summary
+    counted again, and ``visibleNamespaces`` (sorted) naming the namespaces shown. ``sees``
+    is asked once per namespace."""
+    memo: dict[str, bool] = {}
+
+    def shown(gang: str) -> bool:
+        namespace = _namespace(gang)
+        if namespace not in memo:
+            memo[namespace] = sees(namespace)
+        return memo[namespace]
+
+    def tree(d: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(d)
+        if "children" in d:
+            out["children"] = [tree(c) for c in d["children"]]
+        if "nodes" in d:
+            out["nodes"] = [node(n) for n in d["nodes"]]
+        return out
+
+    def node(n: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(n)
+        holders = [h for h in n.get("holders", ()) if shown(h["gang"])]
+        out["holders"] = holders
+        out["otherPods"] = n.get("otherPods", 0) + sum(h["pods"] for h in n.get("holders", ()) if not shown(h["gang"]))
+        for mark in MARKS:
+            if mark in n:
+                kept = [g for g in n[mark] if shown(g)]
+                if kept:
+                    out[mark] = kept
+                else:
+                    del out[mark]
+        return out
+
+    rows = [r for r in data.get("gangs", ()) if shown(str(r.get("gang")))]
+    out = {**data, "tree": tree(data.get("tree", {})), "gangs": rows}
+    out["summary"] = {**data.get("summary", {}), "gangs": len(rows), "waiting": sum(1 for r in rows if r.get("waiting"))}
+    out["visibleNamespaces"] = sorted(ns for ns, yes in memo.items() if yes)
+    out.pop("mapDigest", None)
+    return out

@@ -21,6 +21,9 @@ from typing import Any
 
 import orjson
 
+from reconciler.daemon.access import Denied
+from reconciler.tools.web.data import visible
+
 #: Where the page lives on a server.
 PREFIX = "/topology"
 #: File name -> content type of the page's static files.
@@ -86,10 +89,25 @@ class CachedData:
             return True, body
 
 
-def respond(path: str, method: str, data: CachedData) -> Response | None:
+#: What a server that checks its callers asks of a request for the data: None when the caller
+#: sees everything, else which namespaces it sees; raises
+#: :class:`~reconciler.daemon.access.Denied` when it may see nothing.
+Scope = Callable[[Mapping[str, Any]], Callable[[str], bool] | None]
+
+
+def denied(e: Denied) -> Response:
+    """The response to a request :class:`~reconciler.daemon.access.Denied` names: its
+    status, ``{"error": why}``."""
+    return e.status, "application/json", json.dumps({"error": str(e)}).encode()
+
+
+def respond(path: str, method: str, data: CachedData, environ: Mapping[str, Any] | None = None,
+            scope: Scope | None = None) -> Response | None:
     """``(status, content type, body)`` for a request of ``path`` under :data:`PREFIX`,
     None for any other path (the caller's). ``/topology`` redirects: its status is a 301
-    whose body is the location (:data:`REDIRECT`)."""
+    whose body is the location (:data:`REDIRECT`). With ``scope``, the data answers only a
+    caller ``scope(environ)`` lets in, with what it may see (:func:`~.data.visible`); the
+    page's static files hold no data and answer anyone."""
     if path != PREFIX and not path.startswith(PREFIX + "/"):
         return None
     if method not in ("GET", "HEAD"):
@@ -98,21 +116,28 @@ def respond(path: str, method: str, data: CachedData) -> Response | None:
         return "301 Moved Permanently", "text/plain", REDIRECT
     name = path[len(PREFIX) + 1:] or "index.html"
     if name == "data.json":
+        try:
+            sees = scope(environ or {}) if scope is not None else None
+        except Denied as e:
+            return denied(e)
         ok, body = data.get()
+        if ok and sees is not None:
+            body = encode(visible(orjson.loads(body), sees))
         return ("200 OK" if ok else "503 Service Unavailable"), "application/json", body
     if name in STATIC:
         return "200 OK", STATIC[name], static_file(name)
     return "404 Not Found", "text/plain", b"not found\n"
 
 
-def wsgi(data: CachedData, fallback: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]] | None = None
-         ) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
-    """A WSGI app serving the page under :data:`PREFIX` (:func:`respond`) and passing any
-    other path to ``fallback`` (default: ``/`` redirects to the page, the rest is 404)."""
+def wsgi(data: CachedData, fallback: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]] | None = None,
+         scope: Scope | None = None) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
+    """A WSGI app serving the page under :data:`PREFIX` (:func:`respond`, ``scope`` as
+    there) and passing any other path to ``fallback`` (default: ``/`` redirects to the
+    page, the rest is 404). A 401 carries ``WWW-Authenticate: Bearer``."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
-        found = respond(path, method, data)
+        found = respond(path, method, data, environ, scope)
         if found is None and fallback is not None:
             return fallback(environ, start_response)
         if found is None:
@@ -123,6 +148,8 @@ def wsgi(data: CachedData, fallback: Callable[[dict[str, Any], Callable[..., Any
                    ("X-Content-Type-Options", "nosniff")]
         if status.startswith("301"):
             headers.append(("Location", body.decode()))
+        if status.startswith("401"):
+            headers.append(("WWW-Authenticate", 'Bearer realm="troupe"'))
         start_response(status, headers)
         return [b"" if method == "HEAD" else body]
 

@@ -17,18 +17,29 @@ from reconciler.daemon.writer.gangobjects import GangObjectWrites
 @dataclass
 class FakeGangObjectWrites(FakeStore[tuple[str, str]], GangObjectWrites):
     """In-memory :class:`GangObjectWrites` over Gang objects by ``(namespace, name)``
-    (``objects``). A create of a name taken raises :class:`Conflict` (AlreadyExists, a 409);
+    (``objects``). A create of a name taken raises :class:`~..base.Conflict` (AlreadyExists, a 409);
     a status write or a delete of an object that does not exist, or a delete whose UID
-    precondition fails, raises :class:`Gone`; a created object gets a UID and a
+    precondition fails, raises :class:`~..base.Gone`; a created object gets a UID and a
     resourceVersion. ``fail`` maps an object's name to an error its next create or status
     write raises. Every write is recorded in ``writes``, in order: ``("create" | "status" |
-    "delete", namespace, name)``. Thread-safe."""
+    "delete", namespace, name)``, every read in ``reads``. Thread-safe."""
 
     writes: list[tuple[str, str, str]] = field(default_factory=list)
+    #: Every read, in order: ``("list", "", "")`` or ``("get", namespace, name)``.
+    reads: list[tuple[str, str, str]] = field(default_factory=list)
 
     def _list_gang_objects(self) -> list[dict[str, Any]]:
         with self._lock:
+            self.reads.append(("list", "", ""))
             return [copy.deepcopy(o) for _, o in sorted(self.objects.items())]
+
+    def _get_gang_object(self, namespace: str, name: str) -> dict[str, Any]:
+        with self._lock:
+            self.reads.append(("get", namespace, name))
+            stored = self.objects.get((namespace, name))
+            if stored is None:
+                raise Gone(f"get gang {namespace}/{name}: not found")
+            return copy.deepcopy(stored)
 
     def _create_gang_object(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:

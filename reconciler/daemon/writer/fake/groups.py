@@ -17,11 +17,11 @@ from reconciler.daemon.writer.groups import GroupWrites
 class FakeGroupWrites(FakeStore[str], GroupWrites):
     """In-memory :class:`GroupWrites` over SharedDeviceGroups by name (``objects``, filled by
     :meth:`add`; one copy of a group, status included). A JSON patch may only ``add
-    /status`` (anything else is refused with :class:`WriteError`, as an unsupported
+    /status`` (anything else is refused with :class:`~..base.WriteError`, as an unsupported
     operation would be); a JSON merge patch of ``metadata.finalizers`` applies under a
-    ``metadata.resourceVersion`` precondition (a stale one raises :class:`Conflict`), and a
+    ``metadata.resourceVersion`` precondition (a stale one raises :class:`~..base.Conflict`), and a
     group being deleted that is left without finalizers is gone, as the API server removes
-    it. A group that does not exist raises :class:`Gone`; ``fail`` maps a group's name to an
+    it. A group that does not exist raises :class:`~..base.Gone`; ``fail`` maps a group's name to an
     error its next writes raise. Thread-safe."""
 
     def add(self, group: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,8 +19,8 @@ class FakeNodeWrites(FakeStore[str], NodeWrites):
     """In-memory :class:`NodeWrites` over a dict of nodes by name (``objects``, filled by
     :meth:`add`). A node takes a JSON merge patch of ``spec.taints`` (the whole list: it has
     no merge key) and of ``metadata.annotations``, under a ``metadata.resourceVersion``
-    precondition (a stale one raises :class:`Conflict`); a node that does not exist raises
-    :class:`Gone`. ``fail`` maps a node name to an error its next writes raise. Every patch
+    precondition (a stale one raises :class:`~..base.Conflict`); a node that does not exist raises
+    :class:`~..base.Gone`. ``fail`` maps a node name to an error its next writes raise. Every patch
     applied is recorded in ``patches``, the Events in ``events`` (about ``PodKey("", name)``).
     Thread-safe."""
 

@@ -28,9 +28,9 @@ class FakePodWrites(FakeStore[PodKey], PodWrites):
     the pod before the update, so a pin and the removal of the gate go in one update),
     ``spec.schedulingGates`` (``$patch: delete`` by name); ``pods/status`` merges
     ``status.conditions`` by ``type``. A ``metadata.resourceVersion`` in the patch that
-    differs from the stored one raises :class:`Conflict`; a delete or an eviction whose UID
-    precondition fails raises :class:`Gone`; an eviction of a pod named in ``protected``
-    raises :class:`Refused`. ``fail`` maps a pod name to an error its next writes raise (a
+    differs from the stored one raises :class:`~..base.Conflict`; a delete or an eviction whose UID
+    precondition fails raises :class:`~..base.Gone`; an eviction of a pod named in ``protected``
+    raises :class:`~..base.Refused`. ``fail`` maps a pod name to an error its next writes raise (a
     refused write, for fault tests). Every write is recorded (``patches``, ``conditions``,
     ``deleted``, ``evicted``, ``dry_runs``), the Events in ``events``. Thread-safe.
     """
@@ -49,7 +49,7 @@ class FakePodWrites(FakeStore[PodKey], PodWrites):
         return self._store(PodKey.of(pod), pod)
 
     def read(self, ref: PodKey) -> dict[str, Any]:
-        """A copy of the stored pod. Raises :class:`Gone`."""
+        """A copy of the stored pod. Raises :class:`~..base.Gone`."""
         return self._get(ref)
 
     def touch(self, ref: PodKey, **labels: str) -> dict[str, Any]:

@@ -22,15 +22,18 @@ CONFIG_MAP_MAX_BYTES = 1024 * 1024
 class FakeStateStore(StateStore):
     """In-memory :class:`StateStore` over the state ConfigMap's ``data``. A write whose key is
     not a ConfigMap key, or that would leave more than :data:`CONFIG_MAP_MAX_BYTES` bytes of
-    values, is refused with :class:`WriteError` (the API server's 422) and changes nothing.
+    values, is refused with :class:`~..base.WriteError` (the API server's 422) and changes nothing.
     Thread-safe."""
 
     fence: Fence = UNFENCED
     data: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: How many times the ConfigMap was read.
+    reads: int = 0
 
     def _read_state(self) -> dict[str, str]:
         with self._lock:
+            self.reads += 1
             return dict(self.data)
 
     def _write_state(self, changes: Mapping[str, str | None]) -> None:

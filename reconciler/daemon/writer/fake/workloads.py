@@ -19,10 +19,11 @@ from troupe import contract
 class FakeWorkloadWrites(FakeStore[WorkloadKey], WorkloadWrites):
     """In-memory :class:`WorkloadWrites` over workload objects by ``(kind, namespace, name)``
     (``objects``, filled by :meth:`add`). A JSON merge patch merges
-    ``metadata.annotations`` (``None`` deletes); a JSON patch is the reservation's removal:
-    its ``test`` of the annotation's value fails with :class:`Conflict` when the object
+    ``metadata.annotations`` (``None`` deletes) and, like kube-apiserver, refuses with
+    :class:`~..base.Conflict` one whose ``metadata.uid`` is not the object's; a JSON patch is the reservation's removal:
+    its ``test`` of the annotation's value fails with :class:`~..base.Conflict` when the object
     carries another, as kube-apiserver answers a failed ``test``. An object that does not
-    exist raises :class:`Gone`; ``fail`` maps a workload's name to an error its next writes
+    exist raises :class:`~..base.Gone`; ``fail`` maps a workload's name to an error its next writes
     raise. Every patch applied is recorded in ``patches``, the Events in ``events``.
     Thread-safe."""
 
@@ -40,6 +41,10 @@ class FakeWorkloadWrites(FakeStore[WorkloadKey], WorkloadWrites):
             obj = copy.deepcopy(self._writable(workload, workload[2], f"{workload[0]} {workload[1]}/{workload[2]} not found"))
             annotations = obj["metadata"].setdefault("annotations", {})
             if isinstance(patch, Mapping):
+                uid = patch["metadata"].get("uid")
+                if uid is not None and uid != obj["metadata"].get("uid"):
+                    raise Conflict(f"patch {workload}: Precondition failed: UID in precondition: {uid}, "
+                                   f"UID in object meta: {obj['metadata'].get('uid')}")
                 for key, value in patch["metadata"]["annotations"].items():
                     if value is None:
                         annotations.pop(key, None)

@@ -176,8 +176,10 @@
     const t0 = performance.now();
     let next = data ? data.refreshSeconds : 5;
     try {
-      const r = await fetch("data.json", { cache: "no-store" });
+      const headers = bearer ? { Authorization: "Bearer " + bearer } : {};
+      const r = await fetch("data.json", { cache: "no-store", headers: headers });
       const d = JSON.parse(await r.text());
+      if (r.status === 401) throw new Error(d.error + ": open this page as .../topology/#token=<a bearer token>");
       if (!r.ok) throw new Error(d.error || "HTTP " + r.status);
       next = d.refreshSeconds;
       apply(d, performance.now() - t0);
@@ -199,6 +201,14 @@
     const li = e.target.closest("li[data-gang]");
     if (li) { search.value = li.dataset.gang; find(); }
   });
+  // The reconciler's page answers a bearer token (docs/decisions/049): given in the address's
+  // fragment (never sent to a server, nor logged), kept for this tab and taken out of the address.
+  const given = /^#token=([^&]*)&?(.*)$/.exec(location.hash);
+  if (given) {
+    sessionStorage.setItem("troupe-map-bearer", given[1]);
+    history.replaceState(null, "", given[2] ? "#" + given[2] : location.pathname + location.search);
+  }
+  const bearer = sessionStorage.getItem("troupe-map-bearer");
   const wanted = /^#gang=(.*)$/.exec(location.hash);
   if (wanted) {
     // An address typed or pasted by hand may hold a lone '%': search for it as it is.
