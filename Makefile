@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo snapshot test lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo snapshot test lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -102,6 +102,10 @@ bench-preemption: $(BIN)/.installed
 # (about 3 minutes); the chart's reconciler memory comes from it.
 bench-memory: $(BIN)/.installed
 	$(BIN)/python benchmarks/cache_memory.py
+# The worst decision time and memory each kind of hostile tenant object costs another
+# tenant's gang on 1,024 nodes, against an ordinary gang (docs/decisions/049; about 1 minute).
+bench-hostile: $(BIN)/.installed
+	$(BIN)/python benchmarks/hostile.py
 
 # All-or-nothing under SIGKILL at the scale of the measured result: 20 kills mid-release of
 # 40 gangs of 32-64 members (about 7 minutes; the suite runs 8 kills).

@@ -14,20 +14,14 @@ within a bound.
 
 from __future__ import annotations
 
-import time
-import tracemalloc
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.daemon.cache import ClusterCache
 from reconciler.engine.decision.seen import Decision
-from reconciler.engine.decision.step import step
-from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
-from reconciler.engine.model import cel
 from tests.support.hostile_tenants import (
-    device_class_object,
+    decide_beside,
     hostile_claims,
     hostile_terms_pod,
     hostile_workload,
@@ -59,27 +53,9 @@ def decide(config: Config, workloads: list[tuple[str, dict[str, Any]]], template
            pods: list[dict[str, Any]]) -> tuple[Decision, float, int]:
     """The victim's decision after the cache is fed everything, the CPU seconds it all took
     and the peak of memory allocated meanwhile."""
-    cel.forget()  # a cold memo: the attacker's evaluations are all paid for here
-    tracemalloc.start()
-    started = time.process_time()
-    cache = ClusterCache(config)
-    cache.replace_nodes(cache.retain_node(n) for n in cluster_nodes())
-    cache.dra.replace("deviceclasses", [device_class_object()])
-    cache.dra.replace("resourceslices", [uuid_slice(SPARE, 64)])
-    cache.dra.replace("resourceclaims", [])
-    cache.dra.replace("resourceclaimtemplates", templates)
-    cache.replace_jobs([cache.retain_job(obj) for kind, obj in workloads if kind == "Job"])
-    for kind in ("JobSet", "LeaderWorkerSet", "PyTorchJob"):
-        cache.replace_workloads(kind, [obj for k, obj in workloads if k == kind])
-    cache.replace_pods(cache.retain_pod(p) for p in [*victim_gang(), *pods])
-    snapshot, queue, policy = cache.snapshot(), QueueState(config.queueing_strategy), Policy.from_config(config)
-    gangs = sorted((g for key in cache.gang_keys() if (g := cache.gang(key)) is not None),
-                   key=lambda g: queue_order(g.key, g.priority, g.created))
-    decisions = {g.key: step(g, snapshot, NOW, policy, queue).decision for g in gangs}
-    spent = time.process_time() - started
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return decisions[f"{VICTIM}/train"], spent, peak
+    out = decide_beside(config, cluster_nodes(), [uuid_slice(SPARE, 64)], workloads, templates,
+                        [*victim_gang(), *pods], f"{VICTIM}/train", NOW)
+    return out.decision, out.seconds, out.peak
 
 
 def seen(decision: Decision) -> tuple[object, ...]:

@@ -12,14 +12,24 @@ anyway, as on a cluster that runs without them.
 
 from __future__ import annotations
 
+import time
+import tracemalloc
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 
+from reconciler.daemon.cache import ClusterCache
+from reconciler.engine.decision.seen import Decision
+from reconciler.engine.decision.step import step
+from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
+from reconciler.engine.model import cel
 from reconciler.engine.model.reservations import Record
 from tests.support.dra_builders import CLASS, DRIVER, claim_template, with_claim
 from tests.support.reconciler_builders import make_pod
 from troupe import contract
+from troupe.config import Config
 
 ATTACKER = "attacker"
 INT32 = 2**31 - 1
@@ -120,3 +130,52 @@ def uuid_slice(node: str, count: int) -> dict[str, Any]:
                      "devices": [{"name": f"gpu-{i}", "attributes": {"model": {"string": "H100"},
                                                                       "uuid": {"string": f"{node}-{i}"}}}
                                  for i in range(count)]}}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What feeding a cache and deciding every gang in queue order cost: the ``decision``
+    of the gang watched, the CPU ``seconds`` of it all, the CPU ``decide_seconds`` of that
+    gang's own ``step()``, and the ``peak`` bytes allocated meanwhile (tracemalloc)."""
+
+    decision: Decision
+    seconds: float
+    decide_seconds: float
+    peak: int
+
+
+def decide_beside(config: Config, nodes: Sequence[dict[str, Any]], slices: Sequence[dict[str, Any]],
+                  workloads: Sequence[tuple[str, dict[str, Any]]], templates: Sequence[dict[str, Any]],
+                  pods: Sequence[dict[str, Any]], watched: str, now: float) -> Outcome:
+    """Feed a fresh reconciler cache the objects by the informers' path (``nodes``, the DRA
+    ``slices`` of a DeviceClass of :data:`~tests.support.dra_builders.CLASS`, ``workloads``
+    as ``(kind, object)``, claim ``templates``, ``pods``), then decide every gang with
+    ``step()`` in queue order at ``now`` (seconds since the epoch), as the worker does;
+    the :class:`Outcome` of gang ``watched``. The CEL memo starts cold: every evaluation
+    the objects cause is paid for here."""
+    cel.forget()
+    tracemalloc.start()
+    started = time.process_time()
+    cache = ClusterCache(config)
+    cache.replace_nodes(cache.retain_node(n) for n in nodes)
+    cache.dra.replace("deviceclasses", [device_class_object()])
+    cache.dra.replace("resourceslices", list(slices))
+    cache.dra.replace("resourceclaims", [])
+    cache.dra.replace("resourceclaimtemplates", list(templates))
+    cache.replace_jobs([cache.retain_job(obj) for kind, obj in workloads if kind == "Job"])
+    for kind in ("JobSet", "LeaderWorkerSet", "PyTorchJob"):
+        cache.replace_workloads(kind, [obj for k, obj in workloads if k == kind])
+    cache.replace_pods(cache.retain_pod(p) for p in pods)
+    snapshot, queue, policy = cache.snapshot(), QueueState(config.queueing_strategy), Policy.from_config(config)
+    gangs = sorted((g for key in cache.gang_keys() if (g := cache.gang(key)) is not None),
+                   key=lambda g: queue_order(g.key, g.priority, g.created))
+    decisions, own = {}, 0.0
+    for g in gangs:
+        began = time.process_time()
+        decisions[g.key] = step(g, snapshot, now, policy, queue).decision
+        if g.key == watched:
+            own = time.process_time() - began
+    spent = time.process_time() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return Outcome(decisions[watched], spent, own, peak)
