@@ -14,30 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from troupe import kueue as kueue
-from troupe import layers
+from troupe import kueue, layers
 from troupe.config import Config
-from troupe.errors import MAX_QUOTED as MAX_QUOTED
-from troupe.errors import ContractError as ContractError
-from troupe.errors import quoted as quoted
-from troupe.layers import BALANCED as BALANCED
-from troupe.layers import TOPOLOGY_EXCLUSIVE_LEVEL as TOPOLOGY_EXCLUSIVE_LEVEL
-from troupe.layers import TOPOLOGY_PLACEMENT as TOPOLOGY_PLACEMENT
-from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL as TOPOLOGY_SLICE_REQUIRED_LEVEL
-from troupe.layers import TOPOLOGY_SLICE_SIZE as TOPOLOGY_SLICE_SIZE
-from troupe.layers import SliceLayer as SliceLayer
-from troupe.layers import parse_layers as parse_layers
-from troupe.policies import AS_CREATED as AS_CREATED
-from troupe.policies import FAILURE_POLICIES as FAILURE_POLICIES
-from troupe.policies import FAILURE_POLICY as FAILURE_POLICY
-from troupe.policies import GANG_POLICY_KEYS as GANG_POLICY_KEYS
-from troupe.policies import RELEASE_MODE as RELEASE_MODE
-from troupe.policies import RELEASE_MODES as RELEASE_MODES
-from troupe.policies import REPLACE_MEMBER as REPLACE_MEMBER
-from troupe.policies import RESTART_GANG as RESTART_GANG
-from troupe.policies import WHEN_COMPLETE as WHEN_COMPLETE
-from troupe.policies import parse_failure_policy as parse_failure_policy
-from troupe.policies import parse_release_mode as parse_release_mode
+from troupe.errors import ContractError
+from troupe.layers import (
+    TOPOLOGY_EXCLUSIVE_LEVEL,
+    TOPOLOGY_PLACEMENT,
+    TOPOLOGY_SLICE_REQUIRED_LEVEL,
+    TOPOLOGY_SLICE_SIZE,
+    SliceLayer,
+    parse_layers,
+)
 
 # --- Gates -------------------------------------------------------------------------------
 #: Troupe's scheduling gate: added by the webhook, removed by the reconciler on release.

@@ -1,7 +1,8 @@
 """The error a pod's invalid Troupe annotation raises, and how a value is quoted in it.
 
-Kept apart from :mod:`troupe.contract` (which re-exports both) so that the modules the
-contract is built of (:mod:`troupe.layers`) raise the same error without importing it.
+Kept apart from :mod:`troupe.contract` so that the modules the contract is built of
+(:mod:`troupe.layers`, :mod:`troupe.policies`) raise the same error without importing it;
+every module imports both from here.
 """
 
 from __future__ import annotations

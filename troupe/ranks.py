@@ -18,8 +18,8 @@ from troupe.contract import (
     KUBEFLOW_REPLICA_TYPE,
     LWS_WORKER_INDEX_LABEL,
     pod_meta,
-    quoted,
 )
+from troupe.errors import quoted
 
 _LEAD_REPLICA_TYPES = frozenset({"master", "chief", "launcher", "driver"})
 _DECIMAL = re.compile(r"[0-9]{1,9}")

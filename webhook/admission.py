@@ -83,32 +83,33 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
+from troupe import kueue
 from troupe.bounds import pod_terms_error
 from troupe.config import Config
 from troupe.contract import (
-    AS_CREATED,
     DEVICE_GROUP,
-    FAILURE_POLICY,
-    GANG_POLICY_KEYS,
     GATE,
     MIRROR_POD_ANNOTATION,
-    RELEASE_MODE,
     TOPOLOGY_KEYS,
-    TOPOLOGY_SLICE_SIZE,
-    ContractError,
     GangKeys,
     GangSpec,
     device_env_var,
     is_reserved_annotation,
-    kueue,
-    parse_failure_policy,
     parse_gang,
-    parse_release_mode,
     parse_topology_request,
     pod_gates,
     pod_labels,
 )
-from troupe.layers import check_gang_size, check_min_size
+from troupe.errors import ContractError
+from troupe.layers import TOPOLOGY_SLICE_SIZE, check_gang_size, check_min_size
+from troupe.policies import (
+    AS_CREATED,
+    FAILURE_POLICY,
+    GANG_POLICY_KEYS,
+    RELEASE_MODE,
+    parse_failure_policy,
+    parse_release_mode,
+)
 from webhook.checks import API_VERSION, KIND, MAX_CONTAINERS, container_count_error, envelope_error
 from webhook.patches import (
     Malformed,

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from troupe import kueue
 from troupe.config import Config
 from troupe.contract import (
     AUTO_SIZE,
@@ -26,14 +27,13 @@ from troupe.contract import (
     GATE,
     NOMINATED_TAINT_EFFECT,
     NOMINATED_TAINT_KEY,
-    ContractError,
     GangKeys,
     created_by_workload,
     device_shared_toleration,
-    kueue,
     nominated_toleration,
     pod_labels,
 )
+from troupe.errors import ContractError
 
 #: One JSON Patch operation (RFC 6902), e.g. ``{"op": "add", "path": "/x", "value": 1}``.
 PatchOp = dict[str, Any]

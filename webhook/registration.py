@@ -16,13 +16,13 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
+from troupe import kueue
 from troupe.config import Config
 from troupe.contract import (
     DEVICE_ENV_PREFIX,
     DEVICE_GROUP,
     GANG_MODE_AUTO,
     GANG_MODE_LABEL,
-    GANG_POLICY_KEYS,
     GATE,
     GKE_GATE_PREFIX,
     LWS_NAME_LABEL,
@@ -31,8 +31,8 @@ from troupe.contract import (
     TOPOLOGY_KEYS,
     WORKLOAD_OWNERS,
     GangKeys,
-    kueue,
 )
+from troupe.policies import GANG_POLICY_KEYS
 
 #: The webhook's name inside the configuration (must be a fully qualified name).
 WEBHOOK_NAME = "pods.troupe.io"

@@ -11,6 +11,7 @@ from typing import Any
 
 from devtools.demo.stage import Stage, indexed_job, pod, running
 from troupe import contract
+from troupe.policies import FAILURE_POLICY, RESTART_GANG
 
 #: The taint that stands for the lost node (removed at the end of the scenario).
 LOST = {"key": "demo.troupe.io/lost", "value": "true", "effect": "NoExecute"}
@@ -30,11 +31,11 @@ def node_lost_under_a_running_gang(stage: Stage) -> str:
     ns = stage.namespace("demo-recovery")
     lay = stage.layout
     size, level = max(2, lay.hosts // 2), lay.subblock_label
-    extra = {contract.TOPOLOGY_REQUIRED_LEVEL: level, contract.FAILURE_POLICY: contract.RESTART_GANG}
+    extra = {contract.TOPOLOGY_REQUIRED_LEVEL: level, FAILURE_POLICY: RESTART_GANG}
     template = pod("w", gpus=lay.gpus, labels={"gang": "recover"},
                    annotations=stage.gang("recover", size, timeout=30, extra=extra))
     stage.say(f"Job recover: {size} whole-node members in one {level.rsplit('/', 1)[-1]}, "
-              f"{contract.FAILURE_POLICY}: {contract.RESTART_GANG} (a collective that hangs when a rank goes).")
+              f"{FAILURE_POLICY}: {RESTART_GANG} (a collective that hangs when a rank goes).")
     stage.batch.create_namespaced_job(ns, indexed_job("recover", size, template))
     first = stage.wait(f"the {size} members Running", lambda: running(stage.pods(ns, "gang=recover"), size))
     before = {p.metadata.uid for p in first}

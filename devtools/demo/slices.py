@@ -8,6 +8,7 @@ from typing import Any
 
 from devtools.demo.stage import Stage, indexed_job, pod, running
 from troupe import contract
+from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL, TOPOLOGY_SLICE_SIZE
 
 
 def _rank(p: Any) -> int:
@@ -29,9 +30,9 @@ def gang_in_slices(stage: Stage) -> str:
     size, half = 4 * h, max(1, g // 2)
     level = lay.subblock_label
     stage.say(f"A notebook takes one node of every subblock; each subblock now holds {2 * h - 2} members of "
-              f"{half} GPUs. The gang: {size} members in slices of {h} ({contract.TOPOLOGY_SLICE_SIZE}: "
-              f"\"{h}\", {contract.TOPOLOGY_SLICE_REQUIRED_LEVEL}: {level}).")
-    extra = {contract.TOPOLOGY_SLICE_SIZE: str(h), contract.TOPOLOGY_SLICE_REQUIRED_LEVEL: level}
+              f"{half} GPUs. The gang: {size} members in slices of {h} ({TOPOLOGY_SLICE_SIZE}: "
+              f"\"{h}\", {TOPOLOGY_SLICE_REQUIRED_LEVEL}: {level}).")
+    extra = {TOPOLOGY_SLICE_SIZE: str(h), TOPOLOGY_SLICE_REQUIRED_LEVEL: level}
     template = pod("w", gpus=half, labels={"gang": "sliced"}, annotations=stage.gang("sliced", size, extra=extra))
     stage.batch.create_namespaced_job(ns, indexed_job("sliced", size, template))
     pods = stage.wait(f"the {size} members Running", lambda: running(stage.pods(ns, "gang=sliced"), size),

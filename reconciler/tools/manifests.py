@@ -37,6 +37,8 @@ from typing import Any
 from reconciler.engine.model.selectors import Taint, parse_tolerations
 from troupe import contract
 from troupe.config import Config
+from troupe.errors import ContractError
+from troupe.policies import GANG_POLICY_KEYS
 
 #: The kinds a manifest may hold.
 KINDS = ("Pod", "Job", "JobSet")
@@ -299,14 +301,14 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
     opted = ctx.namespaces.get(namespace, {}).get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO
     if opted and keys.name not in ann and keys.size not in ann and contract.created_by_workload(out):
         ann[keys.size] = contract.AUTO_SIZE
-    troupe_keys = (*keys.all(), *contract.TOPOLOGY_KEYS, *contract.GANG_POLICY_KEYS, contract.DEVICE_GROUP)
+    troupe_keys = (*keys.all(), *contract.TOPOLOGY_KEYS, *GANG_POLICY_KEYS, contract.DEVICE_GROUP)
     if not any(k in ann for k in troupe_keys):
         return out, _gated(out)
     try:
         gang = contract.parse_gang(out, config)
         if any(k in ann for k in contract.TOPOLOGY_KEYS):
             contract.parse_topology_request(out, config)
-    except contract.ContractError as e:
+    except ContractError as e:
         raise ManifestError(f"pod {namespace}/{name}: denied by Troupe's webhook: {e}") from None
     gates = spec.get("schedulingGates") or []
     if not any(isinstance(g, Mapping) and g.get("name") == contract.GATE for g in gates):

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from troupe import contract, ranks
 from troupe.config import Config
+from troupe.errors import ContractError
 
 CONFIG = Config()
 
@@ -58,7 +59,7 @@ def test_the_timeout_is_capped_by_the_limit(raw, want):
     ],
 )
 def test_bad_gang_annotations_are_refused_naming_key_and_value(annotations, want_message):
-    with pytest.raises(contract.ContractError) as err:
+    with pytest.raises(ContractError) as err:
         contract.parse_gang(pod(annotations), CONFIG)
     assert want_message in str(err.value)
 
@@ -76,10 +77,10 @@ def test_a_topology_request_must_name_a_configured_level():
     assert contract.parse_topology_request(ok, CONFIG).required_level == "cloud.google.com/gce-topology-subblock"
     older = pod({contract.TOPOLOGY_PREFERRED_LEVEL: "topology.gke.io/rack"})
     assert contract.parse_topology_request(older, CONFIG).preferred_level == "topology.gke.io/rack"
-    with pytest.raises(contract.ContractError, match=r"must name a configured level .*gce-topology-block"):
+    with pytest.raises(ContractError, match=r"must name a configured level .*gce-topology-block"):
         contract.parse_topology_request(pod({contract.TOPOLOGY_REQUIRED_LEVEL: "zone"}), CONFIG)
     both = pod({contract.TOPOLOGY_REQUIRED_LEVEL: "topology.gke.io/rack", contract.TOPOLOGY_PREFERRED_LEVEL: "topology.gke.io/rack"})
-    with pytest.raises(contract.ContractError, match="cannot be set together"):
+    with pytest.raises(ContractError, match="cannot be set together"):
         contract.parse_topology_request(both, CONFIG)
 
 
@@ -151,14 +152,14 @@ def test_malformed_pods_never_crash_the_readers(junk):
     contract.auto_gang_key(obj)
     try:
         contract.parse_gang(obj, CONFIG)
-    except contract.ContractError as e:
+    except ContractError as e:
         assert e.key.startswith("troupe.io/gang")
 
 
 @pytest.mark.parametrize("size", ["5" * 5000, "4\n", "\u0664", "1" * 10])
 def test_a_size_that_is_huge_non_ascii_or_ends_in_a_newline_is_refused_by_name_never_with_a_crash(size):
     pod = {"metadata": {"namespace": "ml", "annotations": {"troupe.io/gang-name": "g", "troupe.io/gang-size": size}}}
-    with pytest.raises(contract.ContractError) as e:
+    with pytest.raises(ContractError) as e:
         contract.parse_gang(pod, Config())
     assert str(e.value).startswith("annotation troupe.io/gang-size: must be an integer >= 1")
     assert len(str(e.value)) < 200, "a long value is quoted cut, with its length"
@@ -166,7 +167,7 @@ def test_a_size_that_is_huge_non_ascii_or_ends_in_a_newline_is_refused_by_name_n
 
 def test_a_gang_name_with_a_trailing_newline_is_refused():
     pod = {"metadata": {"annotations": {"troupe.io/gang-name": "g\n", "troupe.io/gang-size": "2"}}}
-    with pytest.raises(contract.ContractError, match="must be a valid label value"):
+    with pytest.raises(ContractError, match="must be a valid label value"):
         contract.parse_gang(pod, Config())
 
 

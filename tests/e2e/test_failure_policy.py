@@ -15,6 +15,7 @@ from kubernetes import client
 
 from tests.support import e2e
 from troupe import contract
+from troupe.policies import FAILURE_POLICY, RESTART_GANG
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 POOL = {"e2e-pool": "restart"}
@@ -33,7 +34,7 @@ def pool(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list[str]]:
 
 def test_a_restart_gang_gang_whose_node_is_deleted_restarts_whole_once(troupe, admin_api, admin_core, namespace,
                                                                          pool):
-    annotations = {**e2e.gang_annotations("train", 4, timeout=60), contract.FAILURE_POLICY: contract.RESTART_GANG}
+    annotations = {**e2e.gang_annotations("train", 4, timeout=60), FAILURE_POLICY: RESTART_GANG}
     job = e2e.indexed_job("train", 4, annotations, gpus=8)
     job["spec"]["template"]["spec"]["nodeSelector"] = dict(POOL)
     job["spec"]["backoffLimit"] = 4

@@ -22,11 +22,12 @@ from tests.support.e2e import (
     wait_for,
 )
 from troupe import contract
+from troupe.policies import RELEASE_MODE, WHEN_COMPLETE
 
 
 def test_an_indexed_job_runs_as_one_gang_pinned_to_kwok_nodes(troupe, admin_api, admin_core, namespace):
     batch = client.BatchV1Api(admin_api)
-    when_complete = {**gang_annotations("train", 4), contract.RELEASE_MODE: contract.WHEN_COMPLETE}
+    when_complete = {**gang_annotations("train", 4), RELEASE_MODE: WHEN_COMPLETE}
     batch.create_namespaced_job(namespace, indexed_job("train", 4, when_complete, gpus=1))
 
     def all_running():

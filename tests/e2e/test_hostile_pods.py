@@ -25,6 +25,7 @@ from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
 from tests.support.e2e import gang_annotations, new_namespace, pod_body, wait_for
 from troupe import contract
+from troupe.errors import quoted
 
 REPO = Path(__file__).resolve().parents[2]
 HUGE_INDEX = "9" * 5000
@@ -103,7 +104,7 @@ def test_a_pod_with_a_5000_digit_rank_index_holds_only_its_own_gang_also_after_a
 
     condition = wait_for("gang bad held", lambda: held_condition(core, namespace, "bad-0"), timeout=30)
     assert f"annotation {contract.JOB_COMPLETION_INDEX}: must be an index of at most 9 digits" in condition.message
-    assert f"{contract.quoted(HUGE_INDEX)}" in condition.message, "the value, cut, with its length"
+    assert f"{quoted(HUGE_INDEX)}" in condition.message, "the value, cut, with its length"
     assert "(5000 characters)" in condition.message
     assert [g.name for g in core.read_namespaced_pod("bad-1", namespace).spec.scheduling_gates] == [contract.GATE]
 

@@ -27,6 +27,7 @@ from tests.support.e2e import (
 )
 from troupe import contract
 from troupe.config import Config
+from troupe.policies import RELEASE_MODE, WHEN_COMPLETE
 
 RECONCILER = Config().reconciler_username
 
@@ -189,7 +190,7 @@ def test_a_member_held_gated_on_a_node_that_is_cordoned_is_rolled_back_and_place
         return False
 
     wait_for("the policy to be enforced", lambda: enforced() or None, timeout=30)
-    job = indexed_job("cord", 2, {**gang_annotations("cord", 2, timeout=60), contract.RELEASE_MODE: contract.WHEN_COMPLETE},
+    job = indexed_job("cord", 2, {**gang_annotations("cord", 2, timeout=60), RELEASE_MODE: WHEN_COMPLETE},
                       gpus=8)
     job["spec"]["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
     client.BatchV1Api(admin_api).create_namespaced_job(namespace, job)

@@ -32,7 +32,7 @@ from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
 from tests.support.e2e import gang_annotations, indexed_job, new_namespace, wait_for
 from tests.support.release_ledger import Ledger, follow, members, runs_whole
-from troupe import contract
+from troupe.policies import RELEASE_MODE, WHEN_COMPLETE
 
 REPO = Path(__file__).resolve().parents[2]
 #: Two gangs and one kill per round. The suite runs 8 (16 releases, about 3 minutes);
@@ -67,7 +67,7 @@ def test_sigkill_mid_release_never_leaves_a_gang_partly_running(killable: Stack)
             names = [f"r{round_}-{k}" for k in range(2)]
             for name, n in zip(names, sizes, strict=True):
                 batch.create_namespaced_job(namespace, indexed_job(name, n, {**gang_annotations(name, n, timeout=60),
-                                                                  contract.RELEASE_MODE: contract.WHEN_COMPLETE}))
+                                                                  RELEASE_MODE: WHEN_COMPLETE}))
             total = sum(sizes)
             wait_for(f"round {round_}: {total} members created",
                      lambda: len(members(ledger, names)) >= total or None, timeout=60)  # noqa: B023

@@ -14,6 +14,12 @@ from kubernetes import client
 
 from tests.support import e2e
 from troupe import contract
+from troupe.layers import (
+    TOPOLOGY_EXCLUSIVE_LEVEL,
+    TOPOLOGY_PLACEMENT,
+    TOPOLOGY_SLICE_REQUIRED_LEVEL,
+    TOPOLOGY_SLICE_SIZE,
+)
 
 BLOCK = "cloud.google.com/gce-topology-block"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
@@ -33,8 +39,8 @@ def test_an_indexed_job_of_32_in_slices_of_8_per_subblock_lands_as_four_whole_su
         busy = e2e.pod_body(f"busy-{subblock}", gpus=8)
         busy["spec"]["nodeName"] = f"{subblock}-h0"
         admin_core.create_namespaced_pod(namespace, busy)
-    annotations = {**e2e.gang_annotations("train", 32, timeout=90), contract.TOPOLOGY_SLICE_SIZE: "8",
-                   contract.TOPOLOGY_SLICE_REQUIRED_LEVEL: SUBBLOCK}
+    annotations = {**e2e.gang_annotations("train", 32, timeout=90), TOPOLOGY_SLICE_SIZE: "8",
+                   TOPOLOGY_SLICE_REQUIRED_LEVEL: SUBBLOCK}
     client.BatchV1Api(admin_api).create_namespaced_job(namespace, e2e.indexed_job("train", 32, annotations, gpus=2))
     pods = e2e.running_job_pods(admin_core, namespace, "train", 32, timeout=120)
     nodes = [p.spec.node_name for p in pods]  # by completion index
@@ -69,7 +75,7 @@ def wide_block(admin_core: client.CoreV1Api, namespace: str) -> Iterator[list[st
 def test_a_balanced_gang_of_12_over_two_10_node_subblocks_lands_6_and_6(troupe, admin_core, namespace, wide_block):
     for i in range(12):
         body = e2e.pod_body(f"bal-{i}", {**e2e.gang_annotations("bal", 12, timeout=60),
-                                     contract.TOPOLOGY_PLACEMENT: "Balanced"}, gpus=8)
+                                     TOPOLOGY_PLACEMENT: "Balanced"}, gpus=8)
         body["spec"]["nodeSelector"] = {BLOCK: WIDE}
         admin_core.create_namespaced_pod(namespace, body)
     pods = e2e.running_members(admin_core, namespace, "bal", 12)
@@ -80,7 +86,7 @@ def test_a_balanced_gang_of_12_over_two_10_node_subblocks_lands_6_and_6(troupe, 
 
 def test_an_exclusive_gang_keeps_a_second_gang_out_of_its_subblock(troupe, admin_core, namespace):
     first = e2e.pod_body("solo-0", {**e2e.gang_annotations("solo", 1, timeout=60),
-                                contract.TOPOLOGY_EXCLUSIVE_LEVEL: SUBBLOCK}, gpus=4)
+                                TOPOLOGY_EXCLUSIVE_LEVEL: SUBBLOCK}, gpus=4)
     admin_core.create_namespaced_pod(namespace, first)
     [solo] = e2e.running_members(admin_core, namespace, "solo", 1)
     mine = subblock_of(admin_core, solo.spec.node_name)

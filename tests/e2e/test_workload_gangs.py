@@ -24,6 +24,7 @@ from kubernetes import client
 from tests.support import e2e
 from tests.support.e2e import delete_namespace, indexed_job, new_namespace, pod_body, wait_for
 from troupe import contract
+from troupe.policies import RELEASE_MODE, WHEN_COMPLETE
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -191,7 +192,7 @@ def test_a_pytorchjob_master_and_workers_run_as_one_gang_sized_by_its_replica_sp
     job = custom.create_namespaced_custom_object(*PYTORCH_API[:2], opted_in, PYTORCH_API[2], {
         # Released when complete (the workload's own key): every member waits for the last.
         "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": {"name": "pt", "annotations": {contract.RELEASE_MODE: contract.WHEN_COMPLETE}},
+        "metadata": {"name": "pt", "annotations": {RELEASE_MODE: WHEN_COMPLETE}},
         "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": dict(replica, replicas=3)}}})
     owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "pt", "uid": job["metadata"]["uid"],
              "controller": True, "blockOwnerDeletion": True}

@@ -31,6 +31,7 @@ from tests.support.as_created import (
 from tests.support.engine_builders import make_node
 from troupe import contract
 from troupe.config import Config
+from troupe.policies import RELEASE_MODE, WHEN_COMPLETE
 
 CONFIG = Config(gang_schedule_timeout_jitter_seconds=0)
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z, when the Job was created
@@ -180,8 +181,8 @@ def test_a_suspended_or_resized_job_drops_its_reservation():
 
 
 def test_when_complete_and_other_gangs_are_not_reserved():
-    for job in (job_object("train", 4, annotations={contract.RELEASE_MODE: contract.WHEN_COMPLETE}),
-                job_object("train", 4, job_annotations={contract.RELEASE_MODE: contract.WHEN_COMPLETE}),
+    for job in (job_object("train", 4, annotations={RELEASE_MODE: WHEN_COMPLETE}),
+                job_object("train", 4, job_annotations={RELEASE_MODE: WHEN_COMPLETE}),
                 job_object("train", 4, annotations={"troupe.io/gang-size": "6", "troupe.io/gang-name": "t"})):
         known = workloads_of(job)
         snapshot = Snapshot(nodes(), [], TopologyLevels.default())

@@ -19,8 +19,8 @@ from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, workloads_of
 from tests.support.engine_builders import make_node
-from troupe import contract
 from troupe.config import Config
+from troupe.layers import SliceLayer
 
 CONFIG = Config(gang_schedule_timeout_jitter_seconds=0)
 NOW = 1_800_000_000.0
@@ -99,7 +99,7 @@ def test_the_members_of_a_kueue_job_read_kueues_slices() -> None:
         p["metadata"]["annotations"]["troupe.io/gang-size"] = "auto"
     members = [PodInfo.from_object(p) for p in pods]
     gang = build_gang(KEY, members, CONFIG, {}, workloads_of(job))
-    assert gang.topology.slices == (contract.SliceLayer(2, SUBBLOCK),)
+    assert gang.topology.slices == (SliceLayer(2, SUBBLOCK),)
 
 
 @pytest.mark.parametrize(("gate", "want"), [

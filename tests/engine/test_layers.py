@@ -7,10 +7,11 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reconciler.engine.filters.status import Code
 from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.placement.layers import water_fill
-from reconciler.engine.placement.place import Code, place_gang
+from reconciler.engine.placement.place import place_gang
 from tests.support.engine_builders import (
     BLOCK,
     GPU,

@@ -5,8 +5,9 @@ import random
 
 import pytest
 
+from reconciler.engine.filters.status import Code
 from reconciler.engine.ledger.topology import TopologyLevels
-from reconciler.engine.placement.place import Code, DomainRef, place_gang
+from reconciler.engine.placement.place import DomainRef, place_gang
 from tests.support.engine_builders import (
     BLOCK,
     GPU,

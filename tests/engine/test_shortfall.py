@@ -42,7 +42,8 @@ from tests.support.engine_builders import (
     make_pod,
     snapshot_of,
 )
-from troupe.contract import SliceLayer, TopologyRequest
+from troupe.contract import TopologyRequest
+from troupe.layers import SliceLayer
 
 
 def gpu_node(name, block, subblock, gpu=8):

@@ -19,6 +19,7 @@ from reconciler.engine.model.membership import gang_key, group_by_gang
 from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from troupe import contract
 from troupe.config import Config
+from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL, TOPOLOGY_SLICE_SIZE, SliceLayer
 
 CONFIG = Config()
 NOW = 1_800_000_000.0
@@ -293,11 +294,11 @@ def test_slices_given_on_the_workload_are_the_gangs_and_its_plan_keeps_them() ->
     busy = [make_pod(f"busy-{s}-{h}", "other").requests(gpu=8).on(f"b1-s{s}-h{h}") for s in range(2) for h in range(4)]
     busy += [make_pod(f"busy-{s}", "other").requests(gpu=8).on(f"b0-s{s}-h0") for s in range(2)]
     snapshot = snapshot_of(NODES, [*pods, *busy])
-    on_job = {contract.TOPOLOGY_SLICE_SIZE: "4", contract.TOPOLOGY_SLICE_REQUIRED_LEVEL: SUBBLOCK}
+    on_job = {TOPOLOGY_SLICE_SIZE: "4", TOPOLOGY_SLICE_REQUIRED_LEVEL: SUBBLOCK}
     workloads = wl.Workloads(wl.workloads_of("Job", [job("train", 8, 8, annotations=on_job)]))
     members = [p for p in snapshot.pods.values() if p.name.startswith("train")]
     gang = build_gang("ml/job:train", members, CONFIG, {}, workloads)
-    assert gang.topology.slices == (contract.SliceLayer(4, SUBBLOCK),)
+    assert gang.topology.slices == (SliceLayer(4, SUBBLOCK),)
     decision = decide(gang, snapshot, NOW)
     assert decision.phase is Phase.PLACED, decision.reason
     nodes = {m.pod.split("/")[1]: m.node for m in decision.release}

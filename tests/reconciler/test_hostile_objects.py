@@ -28,6 +28,7 @@ from tests.support.hostile import (
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract, ranks
 from troupe.config import Config
+from troupe.errors import quoted
 
 NOW = 1_800_000_000.0
 CUSTOM_KINDS = ("JobSet", "LeaderWorkerSet", "PyTorchJob")
@@ -110,7 +111,7 @@ def test_a_malformed_rank_index_holds_its_gang_naming_the_key_and_the_value_and_
     bad = decisions["hostile/bad"]
     assert bad.phase is Phase.HELD
     assert f"annotation {contract.JOB_COMPLETION_INDEX}: must be an index of at most 9 digits" in bad.reason
-    assert contract.quoted(value) in bad.reason
+    assert quoted(value) in bad.reason
     assert len(bad.reason) < 1000
     assert decisions["good/train"].phase is Phase.PLACED
 

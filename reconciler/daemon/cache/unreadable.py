@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from reconciler.engine.model.fields import ObjectError
-from troupe.contract import MAX_QUOTED
+from troupe.errors import MAX_QUOTED
 
 log = logging.getLogger("reconciler.daemon.cache")
 

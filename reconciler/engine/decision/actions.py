@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reconciler.engine.filters.status import Code
 from reconciler.engine.gangs.avoidance import NodeFailure
 from reconciler.engine.gangs.refusals import Refusal
 from reconciler.engine.model.devices import Devices, Holding
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.reservations import Record
-from reconciler.engine.placement.place import Code
 from reconciler.engine.preemption import PreemptionPlan
 
 

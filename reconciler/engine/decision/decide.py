@@ -68,6 +68,7 @@ from reconciler.engine.decision.ascreated import (
     reserve,
 )
 from reconciler.engine.decision.seen import Decision, Seen, earliest
+from reconciler.engine.filters.status import Code
 from reconciler.engine.filters.unmodeled import note as unmodeled_note
 from reconciler.engine.gangs import lifecycle
 from reconciler.engine.gangs.avoidance import place_avoiding, to_record
@@ -85,7 +86,7 @@ from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.timestamps import epoch, rfc3339
 from reconciler.engine.placement.allocation import DevicePlacement, group_problem
-from reconciler.engine.placement.place import Code, PlacementResult
+from reconciler.engine.placement.place import PlacementResult
 from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.preemption.budgeted import plan_within_budgets
 

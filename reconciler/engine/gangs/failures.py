@@ -21,7 +21,7 @@ from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import epoch
-from troupe.contract import RESTART_GANG
+from troupe.policies import RESTART_GANG
 
 #: At most this many failures are named in a reason; the rest are counted.
 NAMED = 3

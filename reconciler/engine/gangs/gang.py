@@ -50,10 +50,18 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record
 from reconciler.engine.model.timestamps import epoch
 from troupe.config import Config
+from troupe.errors import MAX_QUOTED, ContractError, quoted
+from troupe.policies import (
+    AS_CREATED,
+    GANG_POLICY_KEYS,
+    REPLACE_MEMBER,
+    WHEN_COMPLETE,
+    parse_failure_policy,
+)
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
 #: whose size or timeout disagree are held; a topology request is the gang's, too).
-AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *contract.GANG_POLICY_KEYS, *kueue.TOPOLOGY_KEYS)
+AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *GANG_POLICY_KEYS, *kueue.TOPOLOGY_KEYS)
 
 
 #: The disruptions that say a member's node was lost (the taint manager's eviction of a
@@ -102,10 +110,10 @@ class Gang:
     A gang released as created (docs/decisions/034-release-as-created.md) also has its
     ``workload`` (``(kind, namespace, name)``), its ``slots`` (the members its pod
     templates make, in rank order, :mod:`reconciler.engine.model.templates`), ``release_mode``
-    (:data:`troupe.contract.AS_CREATED`) and the ``reservation`` record its workload
+    (:data:`troupe.policies.AS_CREATED`) and the ``reservation`` record its workload
     carries (None before one is made); ``reservation_stale`` says why that record no
     longer fits the workload (suspended, finished, resized, another gang's), ``""``.
-    Other gangs have ``release_mode`` :data:`troupe.contract.WHEN_COMPLETE` and no slots.
+    Other gangs have ``release_mode`` :data:`troupe.policies.WHEN_COMPLETE` and no slots.
 
     ``failure_policy``: the members' ``troupe.io/gang-failure-policy``; ``failed``: its
     members that ended ``Failed`` after Troupe released them, not by a disruption other
@@ -136,18 +144,18 @@ class Gang:
     avoid: Mapping[str, str] = field(default_factory=dict)
     workload: WorkloadKey | None = None
     slots: tuple[PodInfo, ...] = ()
-    release_mode: str = contract.WHEN_COMPLETE
+    release_mode: str = WHEN_COMPLETE
     reservation: Record | None = None
     reservation_stale: str = ""
     min_size: int | None = None
-    failure_policy: str = contract.REPLACE_MEMBER
+    failure_policy: str = REPLACE_MEMBER
     failed: tuple[PodInfo, ...] = ()
     failure_grace_seconds: int = 60
 
     @property
     def as_created(self) -> bool:
         """Released as created: planned from its slots, each member released as it comes."""
-        return self.release_mode == contract.AS_CREATED and bool(self.slots)
+        return self.release_mode == AS_CREATED and bool(self.slots)
 
 
 
@@ -160,7 +168,7 @@ class MemberKeys:
     slices, placement, exclusive level: :class:`troupe.contract.TopologyRequest`) and
     ``policy``, its failure policy, or ``request_error``, why one of those cannot be read
     (then both are the defaults, or the topology alone when only the policy is wrong).
-    Error texts are :class:`troupe.contract.ContractError` messages, naming the key and
+    Error texts are :class:`troupe.errors.ContractError` messages, naming the key and
     the value. The members of a gang carry the same annotations, so one parse serves
     them all (:func:`member_keys`); placement, layers and preemption read the gang's
     :attr:`Gang.topology`, never the annotations again."""
@@ -168,7 +176,7 @@ class MemberKeys:
     spec: contract.GangSpec | None = None
     spec_error: str = ""
     topology: contract.TopologyRequest = field(default_factory=contract.TopologyRequest)
-    policy: str = contract.REPLACE_MEMBER
+    policy: str = REPLACE_MEMBER
     request_error: str = ""
 
 
@@ -178,13 +186,13 @@ def _parse_keys(annotations: tuple[tuple[str, str], ...], namespace: str, config
     spec, spec_error = None, ""
     try:
         spec = contract.parse_gang_annotations(a, namespace, config)
-    except contract.ContractError as e:
+    except ContractError as e:
         spec_error = str(e)
-    topology, policy, request_error = contract.TopologyRequest(), contract.REPLACE_MEMBER, ""
+    topology, policy, request_error = contract.TopologyRequest(), REPLACE_MEMBER, ""
     try:
         topology = contract.parse_topology_annotations(a, config)
-        policy = contract.parse_failure_policy(a)
-    except contract.ContractError as e:
+        policy = parse_failure_policy(a)
+    except ContractError as e:
         request_error = str(e)
     return MemberKeys(spec, spec_error, topology, policy, request_error)
 
@@ -201,7 +209,7 @@ def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
     for pod in members:
         for k in keys:
             value = pod.gang_annotations.get(k, "<unset>")
-            values.setdefault(k, set()).add(value if len(value) <= contract.MAX_QUOTED else contract.quoted(value))
+            values.setdefault(k, set()).add(value if len(value) <= MAX_QUOTED else quoted(value))
     differing = [f"{k}: {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
     return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
 
@@ -331,7 +339,7 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     if workload.topology and not member_asks:
         try:
             topology = contract.parse_topology_annotations(workload.topology, config)
-        except contract.ContractError as e:
+        except ContractError as e:
             held = held or f"{workload.kind} {workload.name}: {e}"
     if minimum is not None and minimum > workload.size and not held:
         held = (f"annotation {keys.min_size}: {minimum} is more than the gang's {workload.size} members "
@@ -359,7 +367,7 @@ def _as_created(key: str, pods: list[PodInfo], config: Config, parallelism: Mapp
         elif len(record.nodes) not in (len(planned.slots), gang.min_size):
             stale = (f"{planned.kind} {planned.name} now runs {len(planned.slots)} member(s), "
                      f"the reservation holds {len(record.nodes)}")
-    return replace(gang, workload=planned.key, slots=planned.slots, release_mode=contract.AS_CREATED,
+    return replace(gang, workload=planned.key, slots=planned.slots, release_mode=AS_CREATED,
                    reservation=record, reservation_stale=stale)
 
 

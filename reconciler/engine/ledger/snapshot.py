@@ -53,7 +53,7 @@ from reconciler.engine.model.reservations import Reservation, fill
 from reconciler.engine.model.selectors import NodeFilter, Taint
 from reconciler.engine.model.volumes import VolumeCatalog
 from reconciler.engine.model.workloads import group
-from troupe.contract import TOPOLOGY_EXCLUSIVE_LEVEL
+from troupe.layers import TOPOLOGY_EXCLUSIVE_LEVEL
 
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.model.fields import ObjectError, mapping, string, string_map
-from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED, quoted
+from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED
+from troupe.errors import quoted
 
 #: ``spec.schedulingStrategy`` values; the first is the default.
 STRATEGIES = ("binpack", "spread")

@@ -19,6 +19,8 @@ import troupe.kueue as kueue
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.pods import PodInfo
 from troupe.config import Config
+from troupe.errors import ContractError
+from troupe.policies import AS_CREATED, WHEN_COMPLETE, parse_release_mode
 
 #: The annotation keys of a prefix, made once (every pod of every snapshot asks).
 _gang_keys = lru_cache(maxsize=16)(contract.GangKeys.for_prefix)
@@ -36,7 +38,7 @@ def gang_key(pod: PodInfo, config: Config) -> str | None:
         name = a.get(keys.name, "")
         try:
             contract.parse_gang_annotations({keys.name: name, keys.size: "1"}, pod.namespace, config)
-        except contract.ContractError:
+        except ContractError:
             return f"{pod.namespace}/pod:{pod.name}"
         return f"{pod.namespace}/{name}"
     if any(g.startswith(contract.GKE_GATE_PREFIX) for g in pod.gates):
@@ -92,10 +94,10 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
             out[key] = w
             continue
         try:
-            mode = contract.parse_release_mode(first.gang_annotations, w.release or config.release_mode)
-        except contract.ContractError:
-            mode = contract.WHEN_COMPLETE  # the webhook refuses the pods: nothing to plan
-        if mode != contract.AS_CREATED or not w.active or any(s.device_group for s in slots):
+            mode = parse_release_mode(first.gang_annotations, w.release or config.release_mode)
+        except ContractError:
+            mode = WHEN_COMPLETE  # the webhook refuses the pods: nothing to plan
+        if mode != AS_CREATED or not w.active or any(s.device_group for s in slots):
             continue
         size = first.gang_annotations.get(keys.size)
         if size != contract.AUTO_SIZE and size != str(len(slots)):

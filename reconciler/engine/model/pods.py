@@ -37,21 +37,19 @@ from troupe.contract import (
     GANG_CONDITION,
     GANG_MIN_SIZE_SUFFIX,
     GANG_NAME_SUFFIX,
-    GANG_POLICY_KEYS,
     GANG_SIZE_SUFFIX,
     GANG_TIMEOUT_SUFFIX,
-    MAX_QUOTED,
     NOMINATION,
     PLAN,
     PLANNED_AT,
-    RELEASE_MODE,
     RELEASED_AT,
     SELECTED_DEVICES,
     TOPOLOGY_KEYS,
     is_troupe_gate,
     pod_meta,
-    quoted,
 )
+from troupe.errors import MAX_QUOTED, quoted
+from troupe.policies import GANG_POLICY_KEYS, RELEASE_MODE
 from troupe.ranks import rank_key, rank_problem
 
 T = TypeVar("T")
@@ -331,7 +329,7 @@ def _record(annotations: Mapping[str, str], key: str, kind: type[R], problems: l
 
 
 def _why(error: BaseException) -> str:
-    """An error's message cut to :data:`~troupe.contract.MAX_QUOTED` characters (a JSON
+    """An error's message cut to :data:`~troupe.errors.MAX_QUOTED` characters (a JSON
     error quotes the document)."""
     text = str(error) or type(error).__name__
     return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + "..."

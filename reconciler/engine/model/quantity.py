@@ -23,7 +23,7 @@ from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
-from troupe.contract import quoted
+from troupe.errors import quoted
 
 _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"

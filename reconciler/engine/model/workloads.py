@@ -47,6 +47,8 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, Reservation, authentic
 from reconciler.engine.model.templates import MAX_SLOTS, members, slots
 from reconciler.engine.model.timestamps import epoch
+from troupe.errors import quoted
+from troupe.policies import RELEASE_MODE
 
 
 @dataclass(frozen=True)
@@ -205,12 +207,12 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     if isinstance(raw, str):
         record = Record.decode(raw)
         if record is None:
-            record_error = f"{contract.RESERVATION}: {contract.quoted(raw)} is not a reservation record"
+            record_error = f"{contract.RESERVATION}: {quoted(raw)} is not a reservation record"
         elif key is not None and not authentic(record, (kind, namespace, name), uid, key):
             record, record_error = None, (f"{contract.RESERVATION}: not written by this reconciler "
                                           "(its signature does not verify): ignored")
     generation = meta.get("generation")
-    release = annotations.get(contract.RELEASE_MODE)
+    release = annotations.get(RELEASE_MODE)
     too_large = (f"{how}: {size} members, more than the {MAX_SLOTS} one gang may have (held)"
                  if size > MAX_SLOTS else "")
     return Workload(kind, namespace, name, max(size, 1), how, topology,

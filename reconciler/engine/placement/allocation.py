@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from reconciler.engine.filters import noderesources, profile
 from reconciler.engine.filters.nodeaffinity import SELECTOR_MISMATCH
-from reconciler.engine.filters.status import Status
+from reconciler.engine.filters.status import Code, Status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.devices import (
     BOUND,
@@ -46,7 +46,7 @@ from reconciler.engine.model.devices import (
 )
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.placement.place import NO_REQUEST, Code, PlacementResult, place_gang
+from reconciler.engine.placement.place import NO_REQUEST, PlacementResult, place_gang
 from troupe.contract import DEVICE_MODE_LABEL, DEVICE_MODE_SHARED, TopologyRequest
 
 #: Candidate nodes tried per unbound group, best first.

@@ -38,11 +38,8 @@ from reconciler.engine.ledger.topology import TopologyTree
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement import selection
-from troupe.contract import (
-    BALANCED,
-    TOPOLOGY_EXCLUSIVE_LEVEL,
-    TopologyRequest,
-)
+from troupe.contract import TopologyRequest
+from troupe.layers import BALANCED, TOPOLOGY_EXCLUSIVE_LEVEL
 
 Caps = list[list[int]]
 Counts = list[tuple[int, int]]

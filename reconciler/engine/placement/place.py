@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from reconciler.engine.filters import gang as gangfilters
 from reconciler.engine.filters import noderesources, profile
 from reconciler.engine.filters.gang import GangFilters
-from reconciler.engine.filters.status import Code as Code
-from reconciler.engine.filters.status import Status
+from reconciler.engine.filters.status import Code, Status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import sequence_cost
 from reconciler.engine.model.keys import PodKey
@@ -41,11 +40,15 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.text import plural
 from reconciler.engine.placement import layers, selection
 from reconciler.engine.placement.fill import fill
-from reconciler.engine.placement.shapes import Shape as Shape
-from reconciler.engine.placement.shapes import eligible_nodes, shape_capacity
-from reconciler.engine.placement.shapes import envelope as envelope
-from reconciler.engine.placement.shapes import member_shapes as member_shapes
-from troupe.contract import HOSTNAME_LABEL, TOPOLOGY_SLICE_SIZE, TopologyRequest
+from reconciler.engine.placement.shapes import (
+    Shape,
+    eligible_nodes,
+    envelope,
+    member_shapes,
+    shape_capacity,
+)
+from troupe.contract import HOSTNAME_LABEL, TopologyRequest
+from troupe.layers import TOPOLOGY_SLICE_SIZE
 
 #: No level, slices, placement or exclusive level asked: the whole gang in the smallest domain.
 NO_REQUEST = TopologyRequest()

@@ -1,7 +1,7 @@
 """Members grouped into *shapes*: equal requests and node filter, so that one capacity
 per node counts them all (docs/decisions/001-placement-objective.md, "How it is computed");
-several shapes are placed first as their *envelope*. Used by :mod:`.place` (which
-re-exports these names) and by preemption's capacity model.
+several shapes are placed first as their *envelope*. Used by :mod:`.place`, :mod:`.shortfall`
+and preemption's capacity model.
 """
 
 from __future__ import annotations

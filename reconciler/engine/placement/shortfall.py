@@ -55,7 +55,8 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.selectors import NodeFilter
 from reconciler.engine.placement import layers
 from reconciler.engine.placement.fill import fill
-from reconciler.engine.placement.place import NO_REQUEST, member_shapes
+from reconciler.engine.placement.place import NO_REQUEST
+from reconciler.engine.placement.shapes import member_shapes
 from troupe.contract import TopologyRequest
 
 CORDONED = "cordoned"

@@ -2,8 +2,8 @@
 candidate pods evicted, without asking the placement engine.
 
 The members are grouped into the placement engine's shapes
-(:func:`~reconciler.engine.placement.place.member_shapes`); with several shapes their
-:func:`~reconciler.engine.placement.place.envelope` is one more *kind*. Per kind and node the
+(:func:`~reconciler.engine.placement.shapes.member_shapes`); with several shapes their
+:func:`~reconciler.engine.placement.shapes.envelope` is one more *kind*. Per kind and node the
 model counts the members that fit (what :meth:`Snapshot.capacity` computes) and sums them
 over each *scope* domain (the domains of the required level, or the cluster), as
 :meth:`~reconciler.engine.ledger.topology.TopologyTree.caps_by_depth` does. Evicting pods adds their requests to their
@@ -25,7 +25,7 @@ from reconciler.engine.ledger.snapshot import UNBOUNDED, Snapshot
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.resources import resource_order
-from reconciler.engine.placement.place import envelope, member_shapes
+from reconciler.engine.placement.shapes import envelope, member_shapes
 
 
 @dataclass(slots=True, eq=False)
