@@ -53,3 +53,18 @@ def test_a_long_module_is_a_warning_not_a_failure(tmp_path: Path, capsys: pytest
     assert main([]) == 0
     assert main(["--help"]) == 0
     assert "python -m devtools.codeshape" in capsys.readouterr().err
+
+
+def test_the_readme_names_the_engines_rooms_as_the_layers_contract_orders_them() -> None:
+    """A newcomer finds the engine's rooms in the README's layer table; the order there is
+    the one import-linter enforces (pyproject.toml), bottom-up, and every room is a package."""
+    import re
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    [engine] = [c for c in contracts if c.get("containers") == ["reconciler.engine"]]
+    rooms = list(reversed(engine["layers"]))
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| engine |"))
+    named = [name for name in re.findall(r"`(\w+)/`", row) if name in rooms or (ROOT / "reconciler/engine" / name).is_dir()]
+    assert named == rooms
+    assert all((ROOT / "reconciler" / "engine" / room / "__init__.py").exists() for room in rooms)
