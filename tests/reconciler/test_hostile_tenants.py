@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import celpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,6 +64,9 @@ def seen(decision: Decision) -> tuple[object, ...]:
 
 
 BASELINE = seen(decide(Config(), [], [], [])[0])
+# cel-python raises the recursion limit when its first environment is made: made here, not
+# inside an example (hypothesis warns that it cannot restore a limit changed meanwhile).
+celpy.Environment()
 
 
 @settings(max_examples=20, deadline=None,
