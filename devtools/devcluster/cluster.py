@@ -94,9 +94,20 @@ def free_port() -> int:
     Another process may take it before the component binds it; the component then exits
     with "address already in use", which :class:`Cluster` reports with its log tail.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago: every socket
+    stays bound until all are read, so the kernel cannot hand one port out twice (closed one
+    at a time, two in a row may be the same, and etcd and kube-apiserver then ask for one
+    port). Another process may still take one before its component binds it (as
+    :func:`free_port`)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _report_failure(failure: ComponentDied) -> None:
@@ -276,11 +287,7 @@ class Cluster:
         bins = self.binaries
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
-        self.ports = {
-            "etcd-client": free_port(),
-            "etcd-peer": free_port(),
-            "kube-apiserver": free_port(),
-        }
+        self.ports = dict(zip(("etcd-client", "etcd-peer", "kube-apiserver"), free_ports(3), strict=True))
         self.server = f"https://127.0.0.1:{self.ports['kube-apiserver']}"
         pki = self._pki = write_pki(self.run_dir / "pki", self._identities)
         for name, token in pki.tokens.items():

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 import certs
-from devtools.devcluster.cluster import Cluster, free_port
+from devtools.devcluster.cluster import Cluster, free_ports
 from devtools.devcluster.controllers import CONTROLLERS, JOBSET, LWS, Controller
 from devtools.devcluster.processes import Monitor, Recorded, Started, spawn, stop_all, tail
 
@@ -129,7 +129,7 @@ class WorkloadControllers:
         ca = certs.create_ca(f"{c.name}-webhook-ca", days=30)
         certs.write_pair(certs.create_serving_cert(ca, ["127.0.0.1", "localhost"], days=30),
                          cert_dir / "tls.crt", cert_dir / "tls.key")
-        webhook_port, health_port = free_port(), free_port()
+        webhook_port, health_port = free_ports(2)
         config = {
             "apiVersion": c.config_api, "kind": "Configuration",
             "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},

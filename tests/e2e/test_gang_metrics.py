@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.build import built_helm
-from devtools.devcluster.cluster import free_port
+from devtools.devcluster.cluster import free_ports
 from devtools.devcluster.ecosystem import ensure_ksm
 from devtools.devcluster.processes import spawn, stop_all, tail
 from tests.support.e2e import wait_for
@@ -75,7 +75,7 @@ def metrics_url(reader: str, rendered: list[dict[str, Any]], tmp_path: Path) -> 
     config = tmp_path / "gangs.yaml"
     config_map = one(rendered, "ConfigMap", "troupe-kube-state-metrics")
     config.write_text(config_map["data"]["gangs.yaml"])
-    port, telemetry = free_port(), free_port()
+    port, telemetry = free_ports(2)
     started = spawn("kube-state-metrics", [
         str(ensure_ksm()), f"--kubeconfig={reader}", "--host=127.0.0.1", f"--port={port}",
         "--telemetry-host=127.0.0.1", f"--telemetry-port={telemetry}", "--custom-resource-state-only",

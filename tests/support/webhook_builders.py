@@ -11,7 +11,6 @@ import copy
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import Any
 import jsonpatch
 
 from certs import KeyPair, create_ca, create_serving_cert
+from devtools.devcluster.cluster import free_ports
 from troupe.config import Config
 from webhook.admission import mutate, patch_of
 
@@ -188,10 +188,8 @@ def admit(pod: Any, config: Config | None = None, **review_kwargs: Any) -> Admit
 # --- Real servers ------------------------------------------------------------------------
 
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on 127.0.0.1 (:func:`devtools.devcluster.cluster.free_port`)."""
+    return free_ports(1)[0]
 
 
 @dataclass

@@ -17,6 +17,7 @@ import pytest
 from cryptography import x509
 
 from certs import create_serving_cert
+from devtools.devcluster.cluster import free_ports
 from tests.support.webhook_builders import (
     REPO,
     Server,
@@ -289,7 +290,7 @@ def _wait_for(what: str, probe: Any, timeout: float = 30) -> Any:
 def test_without_certificate_files_it_starts_not_ready_and_serves_tls_once_they_appear(tmp_path: Path) -> None:
     later = tmp_path / "later"
     cert, key = later / "tls.crt", later / "tls.key"
-    port, health = free_port(), free_port()
+    port, health = free_ports(2)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log_path = tmp_path / "webhook.log"
