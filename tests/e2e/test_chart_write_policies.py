@@ -64,7 +64,7 @@ def _refused(write: Callable[[], Any]) -> str:
     try:
         write()
     except ApiException as e:
-        assert e.status in (403, 422), e.body
+        assert e.status in (403, 422), e.body  # a 409 (the object changed) is the caller's to retry
         return str(json.loads(e.body)["message"])
     return ""
 
@@ -121,10 +121,26 @@ def test_the_reconciler_writes_only_its_taint_and_its_failures_on_a_node(
     refused_with: str | None,
 ) -> None:
     as_reconciler = client.CoreV1Api(identities.reconciler)
-    have = [t.to_dict() for t in client.CoreV1Api(identities.admin).read_node(node).spec.taints or []]
-    have = [{k: v for k, v in t.items() if v is not None} for t in have]
 
-    message = _refused(lambda: as_reconciler.patch_node(node, patch(have), _content_type=MERGE))
+    def attempt() -> str | None:
+        """The refusal of the patch made on the node as it is now, under its resourceVersion
+        as the reconciler writes it; None when the node changed meanwhile (the node
+        lifecycle controller taints a node of no kubelet when it gets round to it)."""
+        found = client.CoreV1Api(identities.admin).read_node(node)
+        have = [{k: v for k, v in t.to_dict().items() if v is not None} for t in found.spec.taints or []]
+        body = patch(have)
+        body.setdefault("metadata", {})["resourceVersion"] = found.metadata.resource_version
+        try:
+            return _refused(lambda: as_reconciler.patch_node(node, body, _content_type=MERGE))
+        except AssertionError:
+            return None  # 409: read it again
+
+    for _ in range(10):
+        message = attempt()
+        if message is not None:
+            break
+    else:
+        raise AssertionError(f"{what}: the node changed under every one of 10 patches")
 
     assert bool(message) == (refused_with is not None), f"{what}: {message or 'allowed'}"
     assert refused_with is None or refused_with in message, message
