@@ -85,11 +85,15 @@ def _tolerating_pod(core: client.CoreV1Api, gated: bool, toleration: dict[str, s
 
 @pytest.fixture
 def node(identities: Identities) -> Iterator[str]:
-    """A node object of no kubelet, cordoned, with a label, a taint and an annotation."""
+    """A node object of no kubelet, cordoned, with a label, an annotation, a taint and a
+    NoExecute taint with its ``timeAdded`` (as the node lifecycle controller adds one)."""
     core = client.CoreV1Api(identities.admin)
     name = f"policy-{uuid.uuid4().hex[:6]}"
     core.create_node({"metadata": {"name": name, "labels": {"pool": "gpu"}, "annotations": {"team": "infra"}},
-                      "spec": {"unschedulable": True, "taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}})
+                      "spec": {"unschedulable": True, "taints": [
+                          {"key": "dedicated", "value": "x", "effect": "NoSchedule"},
+                          {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                           "timeAdded": "2027-01-15T08:00:00Z"}]}})
     yield name
     core.delete_node(name)
 
@@ -127,7 +131,9 @@ def test_the_reconciler_writes_only_its_taint_and_its_failures_on_a_node(
         as the reconciler writes it; None when the node changed meanwhile (the node
         lifecycle controller taints a node of no kubelet when it gets round to it)."""
         found = client.CoreV1Api(identities.admin).read_node(node)
-        have = [{k: v for k, v in t.to_dict().items() if v is not None} for t in found.spec.taints or []]
+        # As the API serves them (camelCase, timeAdded as RFC 3339): to_dict() would name it time_added,
+        # which the API drops, and the NoExecute taint the node lifecycle controller added would change.
+        have = identities.admin.sanitize_for_serialization(found.spec.taints or [])
         body = patch(have)
         body.setdefault("metadata", {})["resourceVersion"] = found.metadata.resource_version
         try:
