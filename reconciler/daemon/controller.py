@@ -7,9 +7,10 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
    cache's snapshot.
 2. :func:`~reconciler.engine.decision.step.step`: decide, the same call the simulator makes,
    and note what the gang means for the queue behind it.
-3. Check the move against the lifecycle (:func:`~reconciler.engine.gangs.lifecycle.check_move`):
+3. Check the move against the lifecycle (:func:`~reconciler.engine.gangs.lifecycle.move`):
    a move it refuses is logged with the gang, both phases and the observation, and
-   nothing is written this time.
+   nothing is written this time; a move it allows is logged with the rule that made it and
+   the decision's reason (what was observed, :class:`~reconciler.engine.gangs.lifecycle.Transition`).
 4. Tell: the members' ``troupe.io/Gang`` conditions (coalesced, :mod:`.conditions`) and
    the rule's Event: one per change of the gang on its lead member, or one per member
    concerned for a Warning about that member's own input (docs/decisions/025-actions.md;
@@ -69,7 +70,7 @@ from reconciler.engine.decision.seen import Decision
 from reconciler.engine.decision.step import step
 from reconciler.engine.filters.profile import node_status
 from reconciler.engine.gangs.gang import Gang
-from reconciler.engine.gangs.lifecycle import IllegalTransition, Phase, check_move
+from reconciler.engine.gangs.lifecycle import IllegalTransition, Phase, move
 from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
 from reconciler.engine.model.nodes import NodeInfo
 
@@ -212,14 +213,14 @@ class GangController:
             memory.waits_for_room = decision.rule.waits_for_room
             memory.filters = tuple(dict.fromkeys(p.node_filter for p in gang.members if p.gated))
         try:
-            why = check_move(key, old, decision.phase, decision.observation)
+            moved = move(key, old, decision.rule, decision.observation, decision.reason)
         except IllegalTransition as e:
             self.illegal_moves += 1
             log.error("%s; nothing written this time", e)
             return Outcome(decision.phase, f"refused: {e}", retry=True, decision=decision, refused_move=True)
-        if old is not decision.phase:
-            log.info("gang %s: %s -> %s (%s): %s [decided in %.0f ms]", key, old.value if old else "(new)",
-                     decision.phase.value, why or decision.rule.name, decision.reason, took_ms)
+        if moved is not None:
+            log.info("gang %s: %s [decided in %.0f ms]", key, moved.describe(), took_ms,
+                     extra={"fields": moved.fields()})
         if turn.others and effect.hold is not None:
             log.info("gang %s: waited %ds at the head of the queue: %d node(s) of %s held for it", key,
                      int(now - effect.hold.since), len(effect.hold.nodes), effect.hold.domain)

@@ -116,7 +116,6 @@ def test_a_gang_steps_through_its_lifecycle_and_a_restart_decides_the_same_at_ea
 
 
 @pytest.mark.parametrize("phase", list(Phase))
-def test_every_move_has_a_reason_and_committed_phases_follow_only_a_plan(phase):
-    for target, why in MOVES[phase].items():
-        assert why and target is not phase
-    assert Phase.RELEASING not in MOVES[phase] or phase is Phase.PLACED
+def test_every_move_leaves_its_phase_and_committed_phases_follow_only_a_plan(phase):
+    assert phase not in MOVES[phase], "staying is always legal, never listed"
+    assert Phase.RELEASING not in MOVES[phase] or phase in (Phase.PLACED, Phase.RELEASING)

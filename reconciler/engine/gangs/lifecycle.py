@@ -66,8 +66,15 @@ a ``Placed`` decision of the controller commits. Hence ``Releasing`` follows onl
 ``Placed`` or ``Releasing``, and nothing committed (``Releasing``, ``Released``,
 ``RolledBack``) follows ``Waiting``, which observes no committed member. A reconciler
 that starts (or takes over) sees each gang for the first time, and any first phase is
-legal. :func:`check_move` raises :class:`IllegalTransition` naming the gang, both phases
-and the observation (h11's habit: rules as data, errors that explain themselves).
+legal. :func:`move` raises :class:`IllegalTransition` naming the gang, both phases and the
+observation (h11's habit: rules as data, errors that explain themselves).
+
+A move is told by what was observed (:class:`Transition`): the rule that applied and its
+reason, never a text chosen by the two phases. One pair of phases has several causes:
+``Placed -> Releasing`` is a reservation on the workload whose members come
+(``ReleaseAsCreated``) or a release cut short (``ReleaseInProgress``);
+``Released -> RolledBack`` a timeout, a refusal by kube-scheduler or a member that failed
+(docs/decisions/050-transitions-told-by-what-was-observed.md).
 """
 
 from __future__ import annotations
@@ -330,71 +337,19 @@ W, H, B, U, P, RG, RD, RB, PG = (
     Phase.RELEASED, Phase.ROLLED_BACK, Phase.PREEMPTING,
 )
 
-#: from-phase -> {to-phase: why that move happens}. Staying is always legal.
-MOVES: dict[Phase, dict[Phase, str]] = {
-    W: {H: "the last member came, and the members disagree",
-        B: "the owner recreated the members of a rolled-back gang",
-        U: "the last member came, and no placement fits",
-        P: "the last member came, and a placement fits",
-        PG: "the last member came, and evicting lower-priority gangs makes room"},
-    H: {W: "a disagreeing member left",
-        B: "the members agree again, and a rollback's backoff runs",
-        U: "the members agree again, and no placement fits",
-        P: "the members agree again, and a placement fits",
-        PG: "the members agree again, and evicting lower-priority gangs makes room",
-        RD: "the held replacement member left; the rest of the gang runs",
-        RB: "an earlier release of the gang timed out"},
-    B: {W: "a member left during the backoff",
-        H: "a member now disagrees",
-        U: "the backoff ran out, and no placement fits",
-        P: "the backoff ran out, and a placement fits",
-        PG: "the backoff ran out, and evicting lower-priority gangs makes room",
-        RD: "the waiting replacement member left; the rest of the gang runs",
-        RB: "an earlier release of the gang timed out"},
-    U: {W: "a member left",
-        H: "a member now disagrees",
-        B: "the owner recreated the members of a rolled-back gang",
-        P: "capacity was freed, and a placement fits",
-        PG: "evicting lower-priority gangs makes room",
-        RD: "the unschedulable replacement member left; the rest of the gang runs",
-        RB: "an earlier release of the gang timed out"},
-    P: {W: "the release was refused before any member was written, and a member left",
-        H: "the release was refused before any member was written, and a member now disagrees",
-        B: "the release was refused before any member was written; backoff",
-        U: "the release was refused before any member was written, and the capacity is gone",
-        PG: "the release was refused before any member was written, and victims must make room now",
-        RG: "some writes of the release failed: their members' nodes stay reserved",
-        RD: "every member of the release was written",
-        RB: "an earlier release of the gang timed out"},
-    RG: {W: "the members that held the reservation left",
-         H: "the reservation went with its members; the rest disagree",
-         B: "the reservation went with its members; backoff",
-         U: "the reservation went with its members; no placement fits",
-         P: "the reservation went with its members; a placement fits",
-         PG: "the reservation went with its members; evicting lower-priority gangs makes room",
-         RD: "the release was finished",
-         RB: "the release could not be finished within the timeout"},
-    RD: {W: "every released member finished or was deleted",
-         H: "a replacement member disagrees",
-         B: "a replacement member came during a backoff",
-         U: "a replacement member does not fit",
-         P: "a replacement member fits",
-         PG: "a replacement member needs lower-priority gangs evicted",
-         RB: "released members were not all bound within the timeout"},
-    RB: {W: "the rolled-back members were deleted; some are still to be recreated",
-         H: "the members were recreated, and disagree",
-         B: "the members were recreated; backoff",
-         U: "the members were recreated after the backoff, and no placement fits",
-         P: "the members were recreated after the backoff, and a placement fits",
-         PG: "the members were recreated after the backoff, and evicting lower-priority gangs makes room",
-         RD: "a replacement release was rolled back; the rest of the gang runs"},
-    PG: {W: "a member left while its victims were evicted",
-         H: "a member now disagrees",
-         B: "the owner recreated the members of a rolled-back gang",
-         U: "the nomination ran out, and no placement or preemption fits now",
-         P: "the victims are gone, and the gang fits in the room they left",
-         RD: "the replacement member that needed victims left; the rest of the gang runs",
-         RB: "an earlier release of the gang timed out"},
+#: from-phase -> the phases a decision may move the gang to (module docstring). Staying is
+#: always legal. Which rule made a move, and why, is the decision's (:class:`Transition`): a
+#: move between two phases has as many causes as there are rules leading to its phase.
+MOVES: dict[Phase, frozenset[Phase]] = {
+    W: frozenset({H, B, U, P, PG}),
+    H: frozenset({W, B, U, P, PG, RD, RB}),
+    B: frozenset({W, H, U, P, PG, RD, RB}),
+    U: frozenset({W, H, B, P, PG, RD, RB}),
+    P: frozenset({W, H, B, U, PG, RG, RD, RB}),
+    RG: frozenset({W, H, B, U, P, PG, RD, RB}),
+    RD: frozenset({W, H, B, U, P, PG, RB}),
+    RB: frozenset({W, H, B, U, P, PG, RD}),
+    PG: frozenset({W, H, B, U, P, RD, RB}),
 }
 
 
@@ -411,12 +366,42 @@ class IllegalTransition(RuntimeError):
         self.gang, self.old, self.new, self.observation = gang, old, new, observation
 
 
-def check_move(gang: str, old: Phase | None, new: Phase, observation: Observation) -> str:
-    """Why ``old -> new`` happens (``""`` for a first observation or staying); raises
-    :class:`IllegalTransition` when :data:`MOVES` does not allow it."""
-    if old is None or old is new:
-        return ""
-    why = MOVES[old].get(new)
-    if why is None:
-        raise IllegalTransition(gang, old, new, observation)
-    return why
+@dataclass(frozen=True)
+class Transition:
+    """A gang's move from phase ``old`` to phase ``new`` (``old`` None: the first decision
+    this reconciler makes of the gang, after a start or a takeover), told by what its
+    decision observed: ``cause`` is the name of the rule that applied (``ReleaseAsCreated``,
+    ``ReleaseInProgress``, ``MemberFailed``...) and ``reason`` that decision's reason, with its
+    numbers. Never a text chosen by the two phases: ``Placed -> Releasing`` follows a
+    reservation written as often as a write that failed, and ``Released -> RolledBack`` a
+    member that failed as often as a timeout."""
+
+    gang: str
+    old: Phase | None
+    new: Phase
+    cause: str
+    reason: str
+
+    def describe(self) -> str:
+        """``Placed -> Releasing (ReleaseAsCreated): AsCreated: 4 node(s) reserved; ...``: both
+        phases (``(new)`` for a first decision), the rule, then its reason when it has one."""
+        moved = f"{self.old.value if self.old is not None else '(new)'} -> {self.new.value} ({self.cause})"
+        return f"{moved}: {self.reason}" if self.reason else moved
+
+    def fields(self) -> dict[str, str]:
+        """The log line's structured fields: ``gang``, ``from`` (``""`` for a first
+        decision), ``to`` and ``rule``."""
+        return {"gang": self.gang, "from": self.old.value if self.old is not None else "", "to": self.new.value,
+                "rule": self.cause}
+
+
+def move(gang: str, old: Phase | None, rule: Rule, observation: Observation, reason: str) -> Transition | None:
+    """The :class:`Transition` a decision of ``rule`` (with its ``reason``, made from
+    ``observation``) makes of gang ``gang`` last decided ``old`` (None: never); None when
+    the gang stays in its phase. Raises :class:`IllegalTransition` when :data:`MOVES` does
+    not allow the move."""
+    if old is rule.phase:
+        return None
+    if old is not None and rule.phase not in MOVES[old]:
+        raise IllegalTransition(gang, old, rule.phase, observation)
+    return Transition(gang, old, rule.phase, rule.name, reason)
