@@ -174,12 +174,17 @@ class GangController:
 
     # --- the decision ----------------------------------------------------------------
     def gang(self, key: str) -> Gang | None:
-        """Gang ``key`` as the next decision sees it (with its remembered backoff)."""
+        """Gang ``key`` as the next decision sees it (with its remembered backoff, and what
+        failed of the release last written for it)."""
         gang = self.cache.gang(key)
         if gang is None:
             return None
         memory = self.memories.get(key)
-        if memory is None or not (memory.timeouts or memory.avoid):
+        if memory is None:
+            return gang
+        if memory.unwritten:
+            gang = replace(gang, unwritten=memory.unwritten)
+        if not (memory.timeouts or memory.avoid):
             return gang
         return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back,
                        avoid=memory.avoiding(self.wall_clock()))
@@ -212,6 +217,8 @@ class GangController:
             memory.phase, memory.reason, memory.priority = decision.phase, decision.reason, gang.priority
             memory.waits_for_room = decision.rule.waits_for_room
             memory.filters = tuple(dict.fromkeys(p.node_filter for p in gang.members if p.gated))
+            if decision.phase not in (Phase.PLACED, Phase.RELEASING):  # no release of it is under way
+                memory.unwritten = ""
         try:
             moved = move(key, old, decision.rule, decision.observation, decision.reason)
         except IllegalTransition as e:

@@ -33,6 +33,9 @@ class Memory:
     #: Nodes the gang avoids: node -> (until, seconds since the epoch; kube-scheduler's
     #: reason), recorded with the backoff (docs/decisions/032-scheduler-refusals.md).
     avoid: dict[str, tuple[float, str]] | None = None
+    #: What failed of the last release written for the gang (``1 of 4 write(s) failed
+    #: (...)``), ``""``: none: a release decision says why it finishes a release.
+    unwritten: str = ""
 
     def avoiding(self, now: float) -> dict[str, str]:
         """The nodes avoided at ``now``: node -> why."""

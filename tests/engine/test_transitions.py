@@ -4,6 +4,8 @@ of phases read as what they are."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from reconciler.engine.gangs import lifecycle
@@ -18,7 +20,11 @@ OBS = Observation("team-a/train", active=4, size=4, gated=1, reserved=1, release
     (lifecycle.RELEASE_IN_PROGRESS, lifecycle.RELEASE_IN_PROGRESS.reason(OBS),
      "Placed -> Releasing (ReleaseInProgress): finishing a release: 3 of 4 members released, 1 to go on their "
      "planned nodes"),
-], ids=["as-created", "cut-short"])
+    (lifecycle.RELEASE_IN_PROGRESS,
+     lifecycle.RELEASE_IN_PROGRESS.reason(replace(OBS, unwritten="1 of 4 write(s) failed (x)")),
+     "Placed -> Releasing (ReleaseInProgress): finishing a release after 1 of 4 write(s) failed (x): 3 of 4 members "
+     "released, 1 to go on their planned nodes"),
+], ids=["as-created", "cut-short", "write-failed"])
 def test_one_pair_of_phases_is_told_by_the_rule_that_made_the_move(rule, reason, want):
     moved = move("team-a/train", Phase.PLACED, rule, OBS, reason)
     assert moved is not None and moved.describe() == want

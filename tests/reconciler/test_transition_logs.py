@@ -49,6 +49,31 @@ def test_a_release_as_created_logs_the_reservation_it_follows_and_claims_no_fail
     assert not [e for e in h.cluster.events if "fail" in e.message], "no Event claims a failure either"
 
 
+def test_a_release_whose_write_failed_is_finished_saying_which_write_failed(caplog):
+    caplog.set_level(logging.INFO, logger=CONTROLLER_LOG)
+    h = Harness(four_nodes(), gang_pods(4, gpus=4, owned=True), NO_JITTER)
+    h.cluster.pods.fail["train-2"] = WriteError(FAILED_WRITE)
+    assert h.reconcile().phase is Phase.PLACED
+    h.sync()
+    h.cluster.pods.fail.clear()
+
+    out = h.reconcile()
+
+    told = f"finishing a release after 1 of 4 write(s) failed (team-a/train-2: {FAILED_WRITE})"
+    assert (out.phase, out.reason) == (
+        Phase.RELEASING, f"{told}: 3 of 4 members released, 1 to go on their planned nodes")
+    [line] = moves(caplog, Phase.RELEASING)
+    assert f"Placed -> Releasing (ReleaseInProgress): {told}" in line.getMessage()
+    assert line.fields["rule"] == "ReleaseInProgress"
+    [event] = [e for e in h.cluster.events if e.reason == "GangReleased"]
+    assert (event.regarding, event.message) == (
+        PodKey("team-a", "train-2"), f"released 1 member(s) (rank 2) onto node n3: {out.reason}")
+
+    h.sync()
+    assert h.reconcile().phase is Phase.RELEASED
+    assert h.controller.memories.of("team-a/train").unwritten == "", "forgotten once the release is whole"
+
+
 def test_a_release_cut_short_by_a_restart_is_finished_without_guessing_why(caplog):
     caplog.set_level(logging.INFO, logger=CONTROLLER_LOG)
     h = Harness(four_nodes(), gang_pods(4, gpus=4, owned=True), NO_JITTER)

@@ -46,9 +46,11 @@ class Releases:
 
     def release(self, gang: Gang, decision: Decision, action: Release, memory: Memory, now: float) -> Done:
         """Release the action's members, then bring their SharedDeviceGroups' status in line,
-        and tell the gang once (its lead: the first member released)."""
+        and tell the gang once (its lead: the first member released). What failed is
+        remembered (``memory.unwritten``) for the decision that finishes the release."""
         gated: list[str] = []
-        failed = self._release_members(gang, action, gated)
+        failed, unwritten = self._release_members(gang, action, gated)
+        memory.unwritten = unwritten
         groups = {h.group for h in action.bindings} | {g for m in action.members if (g := _group_of(gang, m.pod))}
         for group in sorted(groups):
             self.groups.reconcile(group)  # its status follows its pods: Bound, with the node and IDs
@@ -83,9 +85,11 @@ class Releases:
         self.conditions.want(m.pod, pod.uid, released_condition(m, max(gang.size or 0, len(gang.members)), note))
         return ""
 
-    def _release_members(self, gang: Gang, action: Release, gated: list[str]) -> str:
-        """Write ``action``'s members; returns ``""`` or a summary of what failed (the
-        failed members keep their reserved nodes and are retried)."""
+    def _release_members(self, gang: Gang, action: Release, gated: list[str]) -> tuple[str, str]:
+        """Write ``action``'s members; returns ``("", "")``, or a summary of what failed (the
+        failed members keep their reserved nodes and are retried) and, when some members
+        were committed, what the next decision finishes the release after (``1 of 4
+        write(s) failed (<the first error>)``; ``""`` when the release did not start)."""
         by_key = {p.key: p for p in gang.members}
         members = list(action.members)
         started = time.monotonic()
@@ -94,10 +98,10 @@ class Releases:
             try:
                 self.pods.fence.confirm()
             except LostLeadership as e:
-                return f"release not started: {e}"
+                return f"release not started: {e}", ""
             error = self._release_one(gang, first, by_key[first.pod], action.plan, gated, action.note)
             if error:  # the plan was not recorded: nothing is committed, decide again later
-                return f"release not started: {error}"
+                return f"release not started: {error}", ""
         results = self.waves.write(members, lambda m: self._release_one(gang, m, by_key[m.pod], None, gated,
                                                                         action.note),
                                    lambda m, why: f"{m.pod}: not written: {why}")
@@ -106,8 +110,9 @@ class Releases:
             took = time.monotonic() - started
             log.info("gang %s: released %d member(s) in %.2fs (%d writes in flight)", gang.key, len(action.members),
                      took, min(self.waves.concurrency, len(action.members)))
-            return ""
-        return f"{len(failed)} of {len(action.members)} write(s) failed, retried on their reserved nodes: {failed[0]}"
+            return "", ""
+        count = f"{len(failed)} of {len(action.members)} write(s) failed"
+        return f"{count}, retried on their reserved nodes: {failed[0]}", f"{count} ({failed[0]})"
 
 
 def _group_of(gang: Gang, pod_key: str) -> str:

@@ -142,7 +142,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         size_from=gang.size_from, workload_missing=gang.workload_missing,
         refused=len(refused), refused_why="; ".join(r.describe() for r in refused),
         reservation=len(reservation.nodes) if reservation is not None else 0, as_created=as_created,
-        min_size=gang.min_size, failed=len(failed), failed_why=describe_failures(failed),
+        min_size=gang.min_size, failed=len(failed), failed_why=describe_failures(failed), unwritten=gang.unwritten,
     )
     return Seen(gang, snapshot, now, policy, queue, released, gated, reserved, free, releases, expired, obs,
                  min(pending) if pending else None, tuple(refused))

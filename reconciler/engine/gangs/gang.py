@@ -105,7 +105,9 @@ class Gang:
     ``workload_missing``: for a gang sized by its workload, why that workload object is
     not known (the gang waits), else ``""``. ``avoid``: node name -> why the gang's plans
     avoid it (kube-scheduler refused a member there, :mod:`.refusals`): what the caller
-    knows, as the backoff.
+    knows, as the backoff. ``unwritten``: what failed of the last release the caller wrote
+    for the gang (``1 of 4 write(s) failed (...)``), ``""`` when nothing failed or the caller
+    does not know (the reconciler remembers it; the simulator fails no write).
 
     A gang released as created (docs/decisions/034-release-as-created.md) also has its
     ``workload`` (``(kind, namespace, name)``), its ``slots`` (the members its pod
@@ -142,6 +144,7 @@ class Gang:
     rolled_back: tuple[str, ...] = ()
     workload_missing: str = ""
     avoid: Mapping[str, str] = field(default_factory=dict)
+    unwritten: str = ""
     workload: WorkloadKey | None = None
     slots: tuple[PodInfo, ...] = ()
     release_mode: str = WHEN_COMPLETE

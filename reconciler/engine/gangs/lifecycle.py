@@ -72,7 +72,8 @@ observation (h11's habit: rules as data, errors that explain themselves).
 A move is told by what was observed (:class:`Transition`): the rule that applied and its
 reason, never a text chosen by the two phases. One pair of phases has several causes:
 ``Placed -> Releasing`` is a reservation on the workload whose members come
-(``ReleaseAsCreated``) or a release cut short (``ReleaseInProgress``);
+(``ReleaseAsCreated``) or a release whose writes failed (``ReleaseInProgress``, whose reason
+then says which write failed, when this reconciler saw it: ``Observation.unwritten``);
 ``Released -> RolledBack`` a timeout, a refusal by kube-scheduler or a member that failed
 (docs/decisions/050-transitions-told-by-what-was-observed.md).
 """
@@ -144,6 +145,9 @@ class Observation:
     #: and the words for them (docs/decisions/040-failure-policy.md).
     failed: int = 0
     failed_why: str = ""
+    #: What failed of the last release this reconciler wrote for the gang (``1 of 4 write(s)
+    #: failed (...)``), ``""``: none failed, or none seen (a release cut short by a restart).
+    unwritten: str = ""
 
     @property
     def needed(self) -> int | None:
@@ -261,8 +265,8 @@ MEMBER_FAILED = Rule("MemberFailed", Phase.ROLLED_BACK, lambda o: o.failed > 0,
                      Notice("Warning", "GangMemberFailed"))
 RELEASE_IN_PROGRESS = Rule(
     "ReleaseInProgress", Phase.RELEASING, lambda o: o.reserved > 0,
-    lambda o: f"finishing a release: {o.released} of {o.released + o.reserved} members released, "
-              f"{o.reserved} to go on their planned nodes",
+    lambda o: f"finishing a release{f' after {o.unwritten}' if o.unwritten else ''}: {o.released} of "
+              f"{o.released + o.reserved} members released, {o.reserved} to go on their planned nodes",
     Notice("Normal", "GangReleased"),
 )
 #: A reservation on the gang's workload: each member is released onto its rank's node as it
