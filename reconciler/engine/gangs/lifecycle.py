@@ -75,7 +75,7 @@ reason, never a text chosen by the two phases. One pair of phases has several ca
 (``ReleaseAsCreated``) or a release whose writes failed (``ReleaseInProgress``, whose reason
 then says which write failed, when this reconciler saw it: ``Observation.unwritten``);
 ``Released -> RolledBack`` a timeout, a refusal by kube-scheduler or a member that failed
-(docs/decisions/050-transitions-told-by-what-was-observed.md).
+(docs/decisions/054-transitions-told-by-what-was-observed.md).
 """
 
 from __future__ import annotations
