@@ -114,8 +114,25 @@ def _count(spec: Mapping[str, Any], key: str, where: str, default: int | None) -
 
 def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> Expanded:
     """The pods and workloads of a manifest's objects (``(where, kind, object)``, as
-    :func:`reconciler.objects.snapshot_io.read_objects` gives them). Raises :class:`ManifestError`
-    naming the object: an unsupported kind, a malformed field, a pod admission refuses."""
+    :func:`reconciler.objects.snapshot_io.read_objects` gives them): :func:`created`, each
+    pod then admitted (:func:`admit`). Raises :class:`ManifestError` naming the object: an
+    unsupported kind, a malformed field, a pod admission refuses."""
+    pods, workloads = created(objects, ctx)
+    admitted, managed = [], []
+    for pod in pods:
+        done, gated = admit(pod, ctx)
+        admitted.append(done)
+        if gated:
+            managed.append(f"{done['metadata']['namespace']}/{done['metadata']['name']}")
+    return Expanded(tuple(admitted), tuple(workloads), tuple(managed))
+
+
+def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> tuple[
+        list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """The pods of a manifest's objects as their controllers send them to the API server
+    (named and namespaced, not yet admitted), and its workloads (``(kind, object)``, the
+    JobSets' Jobs included). Raises :class:`ManifestError` naming the object: an
+    unsupported kind, a malformed field."""
     pods: list[dict[str, Any]] = []
     workloads: list[tuple[str, dict[str, Any]]] = []
     for where, kind, obj in objects:
@@ -147,13 +164,7 @@ def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) 
             for job in _jobset_jobs(whole, f"{where} (JobSet {name})"):
                 workloads.append(("Job", job))
                 pods += _job_pods(job, f"{where} (JobSet {name}, Job {job['metadata']['name']})")
-    admitted, managed = [], []
-    for pod in pods:
-        done, gated = admit(pod, ctx)
-        admitted.append(done)
-        if gated:
-            managed.append(f"{done['metadata']['namespace']}/{done['metadata']['name']}")
-    return Expanded(tuple(admitted), tuple(workloads), tuple(managed))
+    return pods, workloads
 
 
 def _jobset_jobs(jobset: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
