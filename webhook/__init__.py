@@ -1,6 +1,8 @@
 """Troupe's mutating admission webhook.
 
-- :mod:`webhook.admission`: the pure ``mutate(review, config) -> review`` (no I/O).
+- :mod:`webhook.admission`: the pure ``mutate(review, config) -> review`` (no I/O), with
+  :mod:`webhook.patches` and :mod:`webhook.checks`; ``kubectl troupe plan`` admits a
+  manifest's pods with it (``docs/decisions/051-plan-admits-with-the-webhook.md``).
 - :mod:`webhook.app`: the Flask adapter (``/mutate``, ``/healthz``, ``/readyz``, ``/metrics``).
 - :mod:`webhook.registration`: the MutatingWebhookConfiguration builder.
 - :mod:`webhook.cli`, :mod:`webhook.gunicorn_conf`, :mod:`webhook.tls`: serving under

@@ -6,13 +6,16 @@ Kueue's topology annotations; and the check that a group member does
 not request a shared resource itself. The rules are in :mod:`webhook.admission`.
 
 A part of the pod the patch must touch that has the wrong JSON type raises
-:class:`Malformed` (the admission denies the pod with its message).
+:class:`Malformed` (the admission denies the pod with its message). :func:`apply_ops`
+applies these operations to a pod as the API server does, for ``kubectl troupe plan``
+(docs/decisions/051-plan-admits-with-the-webhook.md).
 """
 
 from __future__ import annotations
 
+import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from troupe import kueue
@@ -247,3 +250,39 @@ def toleration_ops(spec: Mapping[str, Any], shared: bool) -> list[PatchOp]:
     if tolerations is None:
         return [{"op": "add", "path": "/spec/tolerations", "value": missing}]
     return [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing]
+
+
+def apply_ops(document: dict[str, Any], ops: Iterable[PatchOp]) -> None:
+    """Apply the operations this module builds to ``document`` (a decoded pod), in place,
+    as the API server applies the webhook's patch: RFC 6902 ``add`` (to an object member,
+    an array index, or ``-``, the end of an array) and ``replace`` (of an existing member),
+    at RFC 6901 pointers. Values are copied, so no two documents share one. Raises
+    ``ValueError`` naming the operation for any other operation, a path that does not lead
+    into the document, or a ``replace`` of a member that is not there: the webhook never
+    builds those. (Only ``kubectl troupe plan`` applies a patch in process; the tests check
+    this against the ``jsonpatch`` library.)"""
+    for op in ops:
+        kind, path = op.get("op"), op.get("path")
+        if kind not in ("add", "replace") or not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError(f"JSON Patch operation {op!r}: only add and replace at a pointer are applied")
+        *parents, last = (t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/"))
+        target: Any = document
+        for token in parents:
+            if isinstance(target, dict) and token in target:
+                target = target[token]
+            elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
+                target = target[int(token)]
+            else:
+                raise ValueError(f"JSON Patch operation {op!r}: {path} does not lead into the document")
+        value = copy.deepcopy(op.get("value"))
+        if isinstance(target, dict) and (kind == "add" or last in target):
+            target[last] = value
+        elif isinstance(target, list) and kind == "add" and last == "-":
+            target.append(value)
+        elif isinstance(target, list) and last.isdigit() and int(last) < len(target) + (kind == "add"):
+            if kind == "add":
+                target.insert(int(last), value)
+            else:
+                target[int(last)] = value
+        else:
+            raise ValueError(f"JSON Patch operation {op!r}: {path} does not lead into the document")

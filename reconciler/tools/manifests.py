@@ -20,7 +20,9 @@ Names made here end in a suffix derived from the owner and index (deterministic:
 manifest gives the same plan). Then what the API server does at creation that the
 decision reads: the namespace (the manifest's, else the one given), ``spec.priority``
 from ``priorityClassName`` or the global default PriorityClass, ``creationTimestamp`` (now),
-a ``uid``; and the webhook's contract (:func:`admit`, from :mod:`troupe.contract`).
+a ``uid``; and the webhook's admission, by the webhook's own function, its patch applied
+(:func:`admit`: the pods are exactly those the webhook would let through, as it would
+mutate them; docs/decisions/051-plan-admits-with-the-webhook.md).
 
 Pure: objects and a clock value in, objects out; nothing is created anywhere.
 """
@@ -34,11 +36,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.engine.model.selectors import Taint, parse_tolerations
 from troupe import contract
 from troupe.config import Config
-from troupe.errors import ContractError
-from troupe.policies import GANG_POLICY_KEYS
+from webhook.admission import admit as webhook_admit
+from webhook.patches import apply_ops
 
 #: The kinds a manifest may hold.
 KINDS = ("Pod", "Job", "JobSet")
@@ -114,8 +115,25 @@ def _count(spec: Mapping[str, Any], key: str, where: str, default: int | None) -
 
 def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> Expanded:
     """The pods and workloads of a manifest's objects (``(where, kind, object)``, as
-    :func:`reconciler.objects.snapshot_io.read_objects` gives them). Raises :class:`ManifestError`
-    naming the object: an unsupported kind, a malformed field, a pod admission refuses."""
+    :func:`reconciler.objects.snapshot_io.read_objects` gives them): :func:`created`, each
+    pod then admitted (:func:`admit`). Raises :class:`ManifestError` naming the object: an
+    unsupported kind, a malformed field, a pod admission refuses."""
+    pods, workloads = created(objects, ctx)
+    admitted, managed = [], []
+    for pod in pods:
+        done, gated = admit(pod, ctx)
+        admitted.append(done)
+        if gated:
+            managed.append(f"{done['metadata']['namespace']}/{done['metadata']['name']}")
+    return Expanded(tuple(admitted), tuple(workloads), tuple(managed))
+
+
+def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> tuple[
+        list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """The pods of a manifest's objects as their controllers send them to the API server
+    (named and namespaced, not yet admitted), and its workloads (``(kind, object)``, the
+    JobSets' Jobs included). Raises :class:`ManifestError` naming the object: an
+    unsupported kind, a malformed field."""
     pods: list[dict[str, Any]] = []
     workloads: list[tuple[str, dict[str, Any]]] = []
     for where, kind, obj in objects:
@@ -147,13 +165,7 @@ def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) 
             for job in _jobset_jobs(whole, f"{where} (JobSet {name})"):
                 workloads.append(("Job", job))
                 pods += _job_pods(job, f"{where} (JobSet {name}, Job {job['metadata']['name']})")
-    admitted, managed = [], []
-    for pod in pods:
-        done, gated = admit(pod, ctx)
-        admitted.append(done)
-        if gated:
-            managed.append(f"{done['metadata']['namespace']}/{done['metadata']['name']}")
-    return Expanded(tuple(admitted), tuple(workloads), tuple(managed))
+    return pods, workloads
 
 
 def _jobset_jobs(jobset: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
@@ -234,52 +246,44 @@ def _rfc3339(seconds: float) -> str:
     return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _tolerates(spec: Mapping[str, Any], taint: Taint) -> bool:
-    try:
-        return any(t.tolerates(taint) for t in parse_tolerations(spec))
-    except ValueError:
-        return False
-
-
-def _add_tolerations(spec: dict[str, Any], shared: bool) -> None:
-    """The webhook's tolerations, each unless one already tolerates its taint: the
-    nominated-node taint's, then for a device group member (``shared``) the shared-node
-    taint's."""
-    wanted = [(Taint(contract.NOMINATED_TAINT_KEY, "", contract.NOMINATED_TAINT_EFFECT),
-               contract.nominated_toleration())]
-    if shared:
-        wanted.append((Taint(contract.DEVICE_SHARED_TAINT_KEY, contract.DEVICE_SHARED_TAINT_VALUE,
-                             contract.DEVICE_SHARED_TAINT_EFFECT), contract.device_shared_toleration()))
-    for taint, toleration in wanted:
-        if not _tolerates(spec, taint):
-            spec["tolerations"] = [*(spec.get("tolerations") or []), toleration]
-
-
 def _gated(pod: Mapping[str, Any]) -> bool:
     return any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod))
+
+
+def _request(pod: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+    """The ``request`` of the AdmissionReview v1 the API server sends the webhook for the
+    creation of ``pod`` by ``ctx.user`` (a dry run: nothing is stored)."""
+    meta = pod["metadata"]
+    return {"uid": _uid(meta["namespace"], "AdmissionReview", meta["name"]),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": meta["name"], "namespace": meta["namespace"], "operation": "CREATE",
+            "userInfo": {"username": ctx.user}, "object": pod, "dryRun": True}
 
 
 def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
     """``pod`` as the API server would store it, and whether it carries a Troupe gate then
     (Troupe's own or a GKE auto gate: the reconciler manages it).
 
-    The API server's part: ``creationTimestamp`` (``ctx.now``), a ``uid``, ``spec.priority``
-    from ``priorityClassName`` (or the global default class), ``status.phase: Pending``.
-    The webhook's part (its rules are the contract's, ``docs/contract.md``): nothing in an
-    ``excludedNamespaces`` namespace; in a namespace labelled ``troupe.io/gang-mode: auto``,
-    a pod a supported workload creates that names no gang and no size gets
-    ``<prefix>-size: auto``; a pod with any Troupe key is checked (gang, topology and device
-    group keys), gets Troupe's gate, the toleration of the nominated-node taint, its
-    effective timeout written back, and, in a device group, the shared-node toleration. (The device env vars it also adds do not change
-    where a pod goes, and are left out.) Raises :class:`ManifestError` with the webhook's
-    or the API server's message for a pod they would refuse."""
+    The API server's part: ``spec.priority`` from ``priorityClassName`` (or the global
+    default class; its Priority admission plugin runs before the webhooks),
+    ``creationTimestamp`` (``ctx.now``), a ``uid``, ``status.phase: Pending``. The
+    webhook's part is the webhook's own admission function
+    (:func:`webhook.admission.admit`, which its HTTPS server calls; every key it reads:
+    Troupe's, the configured gang prefix's, Kueue's) over the AdmissionReview request the
+    API server would send, and its JSON Patch applied as the API server applies it
+    (:func:`webhook.patches.apply_ops`): the pod gets exactly what the webhook adds (gate,
+    tolerations, timeout, ``<prefix>-size: auto``, the gang keys of a Kueue plain-pod group,
+    device env vars). In a namespace labelled ``troupe.io/gang-mode: auto`` the request goes
+    through the opt-in entry (``gang_mode_auto``), which the API server calls for a
+    workload's pods that name no gang; it applies the main entry's rules too, so the pod
+    ends as after both entries (docs/decisions/051-plan-admits-with-the-webhook.md). Raises
+    :class:`ManifestError` with the webhook's message for a pod it would deny, or the API
+    server's for an unknown PriorityClass."""
     out = copy.deepcopy(dict(pod))
     meta = out["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     spec = out["spec"] = _map(out.get("spec"), f"pod {namespace}/{name}: spec")
-    meta["creationTimestamp"] = _rfc3339(ctx.now)
-    meta["uid"] = _uid(namespace, "Pod", name)
-    out.setdefault("status", {"phase": "Pending"})
     klass = spec.get("priorityClassName")
     if klass:
         if klass not in ctx.priority_classes and klass not in ("system-cluster-critical", "system-node-critical"):
@@ -289,31 +293,12 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
     elif "priority" not in spec:
         default = [v for v, is_default in ctx.priority_classes.values() if is_default]
         spec["priority"] = default[0] if default else 0
-    config = ctx.config
-    if namespace in config.excluded_namespaces:
-        return out, _gated(out)
-    ann = meta["annotations"] = dict(_map(meta.get("annotations"), f"pod {namespace}/{name}: annotations"))
-    reserved = sorted(k for k in ann if contract.is_reserved_annotation(k))
-    if reserved and ctx.user != config.reconciler_username:
-        raise ManifestError(f"pod {namespace}/{name}: annotation {reserved[0]}: only Troupe's reconciler "
-                            f"({config.reconciler_username}) may set it")
-    keys = contract.GangKeys.for_prefix(config.gang_annotation_prefix)
     opted = ctx.namespaces.get(namespace, {}).get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO
-    if opted and keys.name not in ann and keys.size not in ann and contract.created_by_workload(out):
-        ann[keys.size] = contract.AUTO_SIZE
-    troupe_keys = (*keys.all(), *contract.TOPOLOGY_KEYS, *GANG_POLICY_KEYS, contract.DEVICE_GROUP)
-    if not any(k in ann for k in troupe_keys):
-        return out, _gated(out)
-    try:
-        gang = contract.parse_gang(out, config)
-        if any(k in ann for k in contract.TOPOLOGY_KEYS):
-            contract.parse_topology_request(out, config)
-    except ContractError as e:
-        raise ManifestError(f"pod {namespace}/{name}: denied by Troupe's webhook: {e}") from None
-    gates = spec.get("schedulingGates") or []
-    if not any(isinstance(g, Mapping) and g.get("name") == contract.GATE for g in gates):
-        spec["schedulingGates"] = [*gates, {"name": contract.GATE}]
-    if gang is not None:
-        ann[keys.timeout] = str(gang.timeout_seconds)
-    _add_tolerations(spec, contract.DEVICE_GROUP in ann)
-    return out, True
+    answer = webhook_admit(_request(out, ctx), ctx.config, gang_mode_auto=opted)
+    if not answer.allowed:
+        raise ManifestError(f"pod {namespace}/{name}: denied by Troupe's webhook: {answer.message}")
+    apply_ops(out, answer.ops)
+    meta["creationTimestamp"] = _rfc3339(ctx.now)
+    meta["uid"] = _uid(namespace, "Pod", name)
+    out.setdefault("status", {"phase": "Pending"})
+    return out, _gated(out)

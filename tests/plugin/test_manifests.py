@@ -136,7 +136,7 @@ def test_priority_comes_from_the_priority_class_or_the_global_default():
     ("apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: a}]}\n",
      "manifest: document 1 (Pod): metadata.name or metadata.generateName is required"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {reconciler.troupe.io/node: n1}}\nspec: {containers: [{name: a}]}\n",
-     "pod default/p: annotation reconciler.troupe.io/node: only Troupe's reconciler"),
+     "pod default/p: denied by Troupe's webhook: annotation reconciler.troupe.io/node: only Troupe's reconciler"),
 ])
 def test_what_cannot_be_planned_is_refused_naming_the_object_and_field(manifest, message):
     with pytest.raises(ManifestError) as e:

@@ -9,12 +9,14 @@ import json
 from typing import Any
 
 import jsonpatch
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.support.webhook_builders import ALICE, RECONCILER, make_review
 from troupe.config import Config
 from webhook.admission import mutate, patch_of
+from webhook.patches import apply_ops
 
 CONFIGS = [
     Config(),
@@ -182,3 +184,56 @@ def test_mutate_never_raises_on_arbitrary_json(review: Any) -> None:
     out = mutate(review, Config())
     json.dumps(out)
     assert isinstance(out["response"]["allowed"], bool)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), config=st.sampled_from(CONFIGS), kueue=st.booleans(), owned=st.booleans(),
+       gang_mode_auto=st.booleans())
+def test_the_webhooks_own_patch_application_gives_what_jsonpatch_gives(
+    data: st.DataObject, config: Config, kueue: bool, owned: bool, gang_mode_auto: bool
+) -> None:
+    """``apply_ops`` (what ``kubectl troupe plan`` applies the patch with) agrees with the
+    ``jsonpatch`` library on every patch the webhook answers, Kueue's and the opt-in's included."""
+    pod = data.draw(pods_for(config), label="pod")
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
+        if kueue:
+            meta["annotations"]["kueue.x-k8s.io/podset-required-topology"] = "cloud.google.com/gce-topology-host"
+        if owned:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u",
+                                        "controller": True}]
+    ops = patch_of(mutate(make_review(pod), config, gang_mode_auto=gang_mode_auto))
+    event("patched" if ops else "not patched")
+    if not ops:
+        return
+    want = jsonpatch.apply_patch(pod, ops)
+    got = copy.deepcopy(pod)
+    apply_ops(got, ops)
+    assert got == want
+
+
+@pytest.mark.parametrize(("ops", "message"), [
+    ([{"op": "remove", "path": "/spec"}], "only add and replace at a pointer are applied"),
+    ([{"op": "add", "path": "spec"}], "only add and replace at a pointer are applied"),
+    ([{"op": "add", "path": "/spec/nothing/here", "value": 1}], "/spec/nothing/here does not lead into the document"),
+    ([{"op": "replace", "path": "/metadata/absent", "value": 1}], "/metadata/absent does not lead into the document"),
+    ([{"op": "add", "path": "/spec/schedulingGates/5", "value": {}}],
+     "/spec/schedulingGates/5 does not lead into the document"),
+])
+def test_a_patch_the_webhook_never_builds_is_refused_naming_the_operation(ops: list[Any], message: str) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"schedulingGates": [{"name": "a"}]}}
+    with pytest.raises(ValueError, match="JSON Patch operation") as e:
+        apply_ops(pod, ops)
+    assert message in str(e.value)
+
+
+def test_patch_application_adds_at_an_index_at_the_end_and_under_escaped_keys() -> None:
+    pod: dict[str, Any] = {"metadata": {"annotations": {}}, "spec": {"tolerations": [{"key": "b"}]}}
+    entry = {"key": "c"}
+    apply_ops(pod, [{"op": "add", "path": "/spec/tolerations/0", "value": {"key": "a"}},
+                    {"op": "add", "path": "/spec/tolerations/-", "value": entry},
+                    {"op": "add", "path": "/metadata/annotations/troupe.io~1gang-size", "value": "auto"},
+                    {"op": "replace", "path": "/metadata/annotations/troupe.io~1gang-size", "value": "4"}])
+    assert pod == {"metadata": {"annotations": {"troupe.io/gang-size": "4"}},
+                   "spec": {"tolerations": [{"key": "a"}, {"key": "b"}, {"key": "c"}]}}
+    assert pod["spec"]["tolerations"][2] is not entry, "values are copied"
