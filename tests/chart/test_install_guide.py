@@ -1,70 +1,143 @@
-"""The install guide's security facts, held to the chart they describe: every verb the
-reconciler's identity holds is in the guide's RBAC table and nothing else is, every
-admission policy the chart ships is named there, and every CRD the chart installs (and
-keeps on uninstall) is named wherever the install, the ``crds`` value and the removal are
-described."""
+"""The install guide's security facts, held to the chart they describe: every verb each of
+Troupe's identities holds (the reconciler's, the webhook's) is in the guide's RBAC table,
+with its scope and the objects it is limited to, and nothing else is, in each certificate
+mode; every admission policy the chart ships is named there; and every CRD the chart
+installs (and keeps on uninstall) is named wherever the install, the ``crds`` value and the
+removal are described."""
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 
 from devtools.devcluster.build import built_helm
-from tests.support.helm import CHART, NOT_BUILT, REPO, render
+from tests.support.helm import CHART, NAMESPACE, NOT_BUILT, RELEASE, REPO, one, render
 
 pytestmark = pytest.mark.skipif(built_helm() is None, reason=NOT_BUILT)
 
 GUIDE = REPO / "docs" / "guide" / "install.md"
 README = REPO / "README.md"
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
-RECONCILER = {"kind": "ServiceAccount", "name": "troupe-reconciler", "namespace": "troupe-system"}
+RECONCILER = f"{RELEASE}-reconciler"
+WEBHOOK = f"{RELEASE}-webhook"
+#: The guide's marker of a row the chart grants only with self-managed certificates.
+SELF_MANAGED = "self-managed certificates"
+#: The certificate modes (docs/decisions/010-webhook-certificates.md): their values, and
+#: whether the reconciler manages the certificate (the rows marked :data:`SELF_MANAGED`).
+MODES = {
+    "self-managed": ((), True),
+    "cert-manager": (("--set", "certManager.enabled=true"), False),
+    "manual": (("--set", "webhook.tls.selfManaged=false"), False),
+}
 
-Grants = dict[tuple[str, str], set[str]]
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    """One verb on one resource: ``group`` (``""`` for the core group), ``resource``
+    (``pods``, ``pods/status``), ``verb``, whether it holds in the release namespace only
+    (``namespaced``: a RoleBinding's) and the objects it is limited to (``names``, sorted
+    resourceNames; ``()`` for every object)."""
+
+    group: str
+    resource: str
+    verb: str
+    namespaced: bool
+    names: tuple[str, ...]
 
 
-def guide_table() -> Grants:
-    """``(apiGroup, resource) -> verbs`` of the guide's RBAC table: a resource is written
-    ``resource.group`` (``jobs.batch``, ``shareddevicegroups.deviceshare.io/status``), bare
-    for the core group, or bare with its group after it in parentheses."""
+def guide_rows(identity: str) -> list[tuple[str, str]]:
+    """The ``(resource cell, verbs cell)`` rows of the guide's RBAC table of ``identity``
+    (``**The reconciler**``'s table; ``**The webhook**`` has a sentence and no table, so none)."""
     text = GUIDE.read_text()
     section = text[text.index("## RBAC: what each identity may do"):]
-    grants: Grants = defaultdict(set)
-    for line in section.splitlines():
-        if not line.startswith("| `"):
+    section = section[:section.index("\n## ")]
+    marker = f"**The {identity}**"
+    assert marker in section, f"the RBAC section has no paragraph {marker}"
+    part = section[section.index(marker):]
+    following = [part.index(m) for m in ("**The reconciler**", "**The webhook**") if m != marker and m in part]
+    part = part[:min(following, default=len(part))]
+    rows = []
+    for line in part.splitlines():
+        if line.startswith("| `"):
+            what, verbs, _ = (cell.strip() for cell in line.strip("|").split("|", 2))
+            rows.append((what, verbs))
+    return rows
+
+
+def guide_grants(identity: str, self_managed: bool) -> set[Grant]:
+    """What the guide says ``identity`` holds. A resource is written ``resource.group``
+    (``jobs.batch``, ``shareddevicegroups.deviceshare.io/status``), bare for the core group,
+    or bare with its group after it in parentheses; "(release namespace" marks a Role's
+    rule, "(... self-managed certificates)" one granted only in that mode. The verbs cell is
+    clauses split by ``;``, each ``verb, verb`` or ``verb, verb on `name` [and `name`] only``."""
+    grants = set()
+    for what, verbs in guide_rows(identity):
+        if SELF_MANAGED in what and not self_managed:
             continue
-        what, verbs, _ = (cell.strip() for cell in line.strip("|").split("|", 2))
         group = re.search(r"\(`([a-z0-9.-]+)`\)", what)
-        said = {word for word in re.findall(r"[a-z]+", verbs) if word in VERBS}
-        for token in re.findall(r"`([a-z0-9./-]+)`", what.split("(`")[0]):
-            name, _, sub = token.partition("/")
-            resource, _, api_group = name.partition(".")
-            grants[(api_group or (group.group(1) if group else ""), resource + (f"/{sub}" if sub else ""))] |= said
-    return dict(grants)
+        namespaced = "(release namespace" in what
+        for clause in verbs.split(";"):
+            said, on, limited = clause.partition(" on ")
+            names = tuple(sorted(re.findall(r"`([^`]+)`", limited)))
+            assert not on or (names and limited.strip().endswith("only")), f"{what}: {clause.strip()!r}"
+            words = re.findall(r"[a-z]+", said)
+            assert words and set(words) <= set(VERBS), f"{what}: not verbs: {said.strip()!r}"
+            for token in re.findall(r"`([a-z0-9./-]+)`", what.split("(`")[0]):
+                name, _, sub = token.partition("/")
+                resource, _, api_group = name.partition(".")
+                for verb in words:
+                    grants.add(Grant(api_group or (group.group(1) if group else ""),
+                                     resource + (f"/{sub}" if sub else ""), verb, namespaced, names))
+    return grants
 
 
-def chart_grants(objects: list[dict[str, Any]]) -> Grants:
-    """What the rendered chart grants the reconciler: the rules of every ClusterRole and Role
-    a binding gives its ServiceAccount."""
+def chart_grants(objects: list[dict[str, Any]], service_account: str) -> set[Grant]:
+    """What the rendered chart grants ``service_account`` (in the release namespace): the
+    rules of every ClusterRole and Role a binding gives it, a RoleBinding's in its namespace."""
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": NAMESPACE}
     roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] in ("ClusterRole", "Role")}
-    grants: Grants = defaultdict(set)
+    grants = set()
     for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
-        if RECONCILER not in binding.get("subjects", []):
+        if subject not in binding.get("subjects", []):
             continue
         role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
         for rule in role["rules"]:
+            names = tuple(sorted(rule.get("resourceNames", ())))
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
-                    grants[(group, resource)] |= set(rule["verbs"])
-    return dict(grants)
+                    grants |= {Grant(group, resource, verb, binding["kind"] == "RoleBinding", names)
+                               for verb in rule["verbs"]}
+    return grants
 
 
-def test_the_guide_lists_every_verb_the_chart_grants_the_reconciler_and_no_other() -> None:
-    guide, chart = guide_table(), chart_grants(render())
-    assert guide == chart
+def table(grants: set[Grant]) -> list[str]:
+    """Grants one a line, for a readable difference."""
+    return [f"{g.resource}.{g.group or 'core'} {g.verb}" + (" (namespace)" if g.namespaced else "")
+            + (f" on {','.join(g.names)}" if g.names else "") for g in sorted(grants)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_guide_lists_every_verb_the_chart_grants_the_reconciler_and_no_other(mode: str) -> None:
+    values, self_managed = MODES[mode]
+    guide, chart = guide_grants("reconciler", self_managed), chart_grants(render(*values), RECONCILER)
+    assert {"missing from the guide": table(chart - guide), "not granted by the chart": table(guide - chart)} == {
+        "missing from the guide": [], "not granted by the chart": []}
+    assert len(chart) > 40
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_webhook_holds_no_permission_and_no_token_as_the_guide_says(mode: str) -> None:
+    values, _ = MODES[mode]
+    objects = render(*values)
+    assert chart_grants(objects, WEBHOOK) == set() == guide_grants("webhook", True)
+    assert "**The webhook** has no RBAC at all: its ServiceAccount has no token" in GUIDE.read_text()
+    assert one(objects, "ServiceAccount", WEBHOOK)["automountServiceAccountToken"] is False
+    pod = one(objects, "Deployment", WEBHOOK)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == WEBHOOK and pod.get("automountServiceAccountToken") is not True
 
 
 def test_the_guide_names_every_admission_policy_the_chart_ships() -> None:
@@ -75,12 +148,13 @@ def test_the_guide_names_every_admission_policy_the_chart_ships() -> None:
 
 
 def test_the_reconciler_reads_and_writes_only_its_own_lease_and_state_configmap() -> None:
-    chart = chart_grants(render())
-    role = next(o for o in render() if o["kind"] == "Role" and o["metadata"]["name"] == "troupe-reconciler-leader-election")
+    objects = render()
+    role = one(objects, "Role", f"{RELEASE}-reconciler-leader-election")
     named = {(rule["resources"][0], tuple(rule["verbs"])): rule.get("resourceNames") for rule in role["rules"]}
     assert named == {("leases", ("create",)): None, ("leases", ("get", "update")): ["troupe-reconciler"],
                      ("configmaps", ("create",)): None, ("configmaps", ("get", "patch")): ["troupe-reconciler-state"]}
-    assert chart[("", "configmaps")] == {"create", "get", "patch"}
+    assert {(g.verb, g.names) for g in chart_grants(objects, RECONCILER) if g.resource == "configmaps"} == {
+        ("create", ()), ("get", ("troupe-reconciler-state",)), ("patch", ("troupe-reconciler-state",))}
 
 
 # --- the CRDs -----------------------------------------------------------------------------------
