@@ -199,15 +199,26 @@ def test_the_install_table_names_every_crd_the_chart_installs() -> None:
     assert unnamed(row) == []
 
 
-def test_the_crds_value_names_every_crd_it_installs() -> None:
-    """The comment block right above ``crds:`` in values.yaml (what ``helm show values`` prints)."""
+def values_comment(key: str) -> str:
+    """The comment block right above the top-level ``key:`` of values.yaml (what ``helm show
+    values`` prints of it)."""
     lines = (CHART / "values.yaml").read_text().splitlines()
-    at = lines.index("crds:")
+    at = lines.index(f"{key}:")
     start = at
     while start > 0 and lines[start - 1].startswith("#"):
         start -= 1
-    assert start < at, "values.yaml: no comment above crds:"
-    assert unnamed("\n".join(lines[start:at])) == []
+    assert start < at, f"values.yaml: no comment above {key}:"
+    return "\n".join(lines[start:at])
+
+
+def test_the_crds_value_names_every_crd_it_installs() -> None:
+    assert unnamed(values_comment("crds")) == []
+
+
+def test_the_validating_admission_policy_value_names_every_policy_it_installs() -> None:
+    policies = {o["metadata"]["name"] for o in render() if o["kind"] == "ValidatingAdmissionPolicy"}
+    assert len(policies) >= 6
+    assert sorted(p for p in policies if p not in values_comment("validatingAdmissionPolicy")) == []
 
 
 def test_the_guides_uninstall_step_names_every_crd_it_keeps() -> None:
@@ -223,3 +234,43 @@ def test_the_readmes_remove_step_names_every_crd_it_keeps() -> None:
     install = section(README.read_text(), "## Install on a cluster")
     [line] = [line for line in install.splitlines() if line.strip().startswith("helm uninstall")]
     assert unnamed(line) == []
+
+
+# --- what an install makes -----------------------------------------------------------------------
+
+#: How the install table writes a kind it abbreviates.
+ABBREVIATED = {"CustomResourceDefinition": "CRD"}
+
+
+def install_table() -> list[tuple[set[str], set[str]]]:
+    """The first cell of each row of the guide's "With no values this installs" table: the
+    kinds it names (a word of the cell, singular or plural; ``CRD``) and the object names it
+    gives in code marks (none: any object of its kinds)."""
+    text = section(GUIDE.read_text(), "## Install")
+    rows = []
+    for line in text[text.index("With no values this installs"):].splitlines()[1:]:
+        if line.startswith("| ") and not line.startswith("| object |"):
+            cell = line.strip("|").split("|")[0]
+            names = set(re.findall(r"`([^`]+)`", cell))
+            rows.append((set(re.findall(r"[A-Za-z]+", re.sub(r"`[^`]*`", "", cell))), names))
+        elif rows:
+            break
+    return rows
+
+
+def named_by(kind: str, words: set[str]) -> bool:
+    """Whether a row's ``words`` name ``kind``: ``Secret`` or ``Secrets``, ``Policy`` or
+    ``Policies``; a ``...Binding`` by its role's or policy's kind and the word ``bindings``."""
+    if kind.endswith("Binding") and kind != "Binding":
+        return "bindings" in words and named_by(kind.removesuffix("Binding"), words)
+    word = ABBREVIATED.get(kind, kind)
+    return bool({word, word + "s", word.removesuffix("y") + "ies"} & words)
+
+
+def test_the_install_table_names_every_object_an_install_without_values_makes() -> None:
+    rows = install_table()
+    assert len(rows) >= 8
+    unlisted = [f"{o['kind']} {o['metadata']['name']}" for o in render()
+                if not any(named_by(o["kind"], words) and (not names or o["metadata"]["name"] in names)
+                           for words, names in rows)]
+    assert unlisted == []
