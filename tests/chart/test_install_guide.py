@@ -274,3 +274,15 @@ def test_the_install_table_names_every_object_an_install_without_values_makes() 
                 if not any(named_by(o["kind"], words) and (not names or o["metadata"]["name"] in names)
                            for words, names in rows)]
     assert unlisted == []
+
+
+def test_the_readme_names_every_cluster_wide_kind_an_install_makes() -> None:
+    """Step 1 of the README's install: who installs needs to create these, not only the
+    namespace's objects. Cluster-wide objects are the rendered ones without a namespace."""
+    install = " ".join(section(README.read_text(), "## Install on a cluster").split())
+    match = re.search(r"allowed to create cluster-wide objects \(the chart installs ([^)]*)\)", install)
+    assert match, "README's install names no cluster-wide objects"
+    words = set(re.findall(r"[A-Za-z]+", match.group(1)))
+    kinds = {o["kind"] for o in render() if "namespace" not in o["metadata"]}
+    assert {"CustomResourceDefinition", "ClusterRole", "ValidatingAdmissionPolicy"} <= kinds
+    assert sorted(kind for kind in kinds if not named_by(kind, words)) == []
