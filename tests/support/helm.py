@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -66,3 +67,24 @@ def one(objects: Sequence[dict[str, Any]], kind: str, name: str | None = None) -
     found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
     assert len(found) == 1, f"expected one {kind} {name or ''}, got {[o['metadata']['name'] for o in found]}"
     return found[0]
+
+
+def notes(*values: str, release: str = RELEASE, namespace: str = NAMESPACE) -> str:
+    """The chart's NOTES (what ``helm install`` prints after installing), rendered with
+    ``values`` and no cluster.
+
+    ``helm template`` never renders ``templates/NOTES.txt``, and ``helm install --dry-run``
+    needs a reachable cluster, so this renders a copy of the chart in which NOTES.txt is the
+    body of a named template that one ConfigMap includes; lookups find nothing, as with
+    ``helm template``. Raises :class:`HelmFailed` as :func:`template` does.
+    """
+    with tempfile.TemporaryDirectory(prefix="troupe-notes-") as tmp:
+        chart = Path(tmp) / CHART.name
+        shutil.copytree(CHART, chart)
+        body = (chart / "templates" / "NOTES.txt").read_text()
+        (chart / "templates" / "_notes.tpl").write_text('{{- define "notes.text" -}}\n' + body + "{{- end -}}\n")
+        (chart / "templates" / "notes.yaml").write_text(
+            'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata: {notes: {{ include "notes.text" . | toJson }}}\n')
+        out = helm("template", release, str(chart), "--namespace", namespace, "--show-only", "templates/notes.yaml",
+                   *values)
+    return str(yaml.safe_load(out)["data"]["notes"])
