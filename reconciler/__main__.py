@@ -23,7 +23,7 @@ import yaml
 
 from troupe.cli import OneLineParser, UsageError, check_bind, guarded, parse_bind, yaml_error
 from troupe.config import ConfigError, load_config
-from troupe.logs import JSONFormatter
+from troupe.logs import LOG_LEVELS, JSONFormatter, log_level
 
 
 def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
@@ -101,7 +101,9 @@ def _parser() -> argparse.ArgumentParser:
                      "restart or failover reads no reservation written before it")
     _add_certificate_flags(run)
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
-    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    run.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                     help="the least severe log lines written (default %(default)s)")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging (--log-level debug)")
     from reconciler.objects import kinds
     from reconciler.tools import simulate
 
@@ -205,6 +207,20 @@ def check_run_flags(args: argparse.Namespace) -> None:
         san_name(san, "--webhook-cert-san")
 
 
+def configure_logging(args: argparse.Namespace) -> None:
+    """``run``'s logs: one handler on stderr, JSON lines (``--log-format json``, the default)
+    or text, at ``--log-level`` and above (``--verbose``: debug). urllib3's own lines only
+    from warning up, at any level (its debug lines are one per request)."""
+    handler = logging.StreamHandler()
+    if args.log_format == "json":
+        handler.setFormatter(JSONFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = logging.DEBUG if args.verbose else log_level(args.log_level)
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code. A closed stdout and Ctrl-C end every command
     without a traceback (:func:`troupe.cli.guarded`)."""
@@ -221,13 +237,7 @@ def _main(args: argparse.Namespace) -> int:
         from reconciler.tools import plugin
 
         return plugin.run(args)
-    handler = logging.StreamHandler()
-    if args.log_format == "json":
-        handler.setFormatter(JSONFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    configure_logging(args)
     try:
         config = load_config(args.config)
     except ConfigError as e:
