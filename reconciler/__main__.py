@@ -46,6 +46,9 @@ def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
     certs.add_argument("--webhook-ca-secret", metavar="NAME", help="Secret of the CA (default <service>-ca)")
     certs.add_argument("--webhook-cert-san", action="append", default=[], metavar="NAME",
                        help="one more DNS name or IP of the serving certificate (repeat), e.g. for a URL")
+    certs.add_argument("--cluster-domain", default="cluster.local", metavar="DOMAIN",
+                       help="the cluster's DNS domain (kubelet's --cluster-domain): the serving certificate also "
+                       "names <service>.<namespace>.svc.DOMAIN (default %(default)s)")
     certs.add_argument("--webhook-cert-validity-seconds", type=int, default=90 * 86400, metavar="S",
                        help="validity of a serving certificate (default %(default)s: 90 days)")
     certs.add_argument("--webhook-cert-renew-before-seconds", type=int, default=30 * 86400, metavar="S",
@@ -174,6 +177,7 @@ def webhook_certificate_settings(args: argparse.Namespace) -> Any:
         extra_sans=tuple(args.webhook_cert_san), validity=args.webhook_cert_validity_seconds * seconds,
         renew_before=args.webhook_cert_renew_before_seconds * seconds,
         ca_validity=args.webhook_ca_validity_seconds * seconds, settle=args.webhook_cert_settle_seconds * seconds,
+        cluster_domain=args.cluster_domain,
     )
 
 
@@ -185,7 +189,8 @@ def check_run_flags(args: argparse.Namespace) -> None:
     """``run``'s flags checked before anything starts, each error one line naming the flag:
     ``--metrics-bind`` (a port in range and free), the kubeconfig (the file exists and is
     YAML; without one, in-cluster credentials must be there: ``KUBERNETES_SERVICE_HOST``
-    and the service account's token), ``--webhook-cert-san`` (a DNS name or an IP).
+    and the service account's token), ``--webhook-cert-san`` (a DNS name or an IP),
+    ``--cluster-domain`` (a DNS name).
     Raises ``ValueError`` (:class:`troupe.cli.UsageError`)."""
     if args.metrics_bind:
         host, port = parse_bind("--metrics-bind", args.metrics_bind)
@@ -205,6 +210,9 @@ def check_run_flags(args: argparse.Namespace) -> None:
 
     for san in args.webhook_cert_san:
         san_name(san, "--webhook-cert-san")
+    domain = san_name(args.cluster_domain, "--cluster-domain")
+    if not isinstance(domain.value, str) or args.cluster_domain.startswith("*."):
+        raise UsageError(f"--cluster-domain {args.cluster_domain!r}: not a DNS name (letters, digits, '-' and '.')")
 
 
 def configure_logging(args: argparse.Namespace) -> None:

@@ -114,6 +114,8 @@ CASES = [
                        "127.0.0.1:70000"], "--bind '127.0.0.1:70000'"),
     ("webhook serve", ["-m", "webhook", "serve", "--tls-cert", "{ca_crt}", "--tls-key", "{ca_key}", "--bind",
                        "127.0.0.1:{busy}"], "--bind 127.0.0.1:{busy}: cannot listen"),
+    ("reconciler run", ["-m", "reconciler", "run", "--kubeconfig", "{kubeconfig}", "--cluster-domain", "10.0.0.1"],
+     "--cluster-domain '10.0.0.1': not a DNS name"),
     ("reconciler run", ["-m", "reconciler", "run", "--log-level", "verbose"],
      "argument --log-level: invalid choice: 'verbose'"),
     ("webhook serve", ["-m", "webhook", "serve", "--tls-cert", "{ca_crt}", "--tls-key", "{ca_key}", "--log-level",
