@@ -23,7 +23,7 @@ import yaml
 
 from troupe.cli import OneLineParser, UsageError, check_bind, guarded, parse_bind, yaml_error
 from troupe.config import ConfigError, load_config
-from troupe.logs import JSONFormatter
+from troupe.logs import LOG_LEVELS, JSONFormatter, log_level
 
 
 def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
@@ -46,6 +46,9 @@ def _add_certificate_flags(run: argparse.ArgumentParser) -> None:
     certs.add_argument("--webhook-ca-secret", metavar="NAME", help="Secret of the CA (default <service>-ca)")
     certs.add_argument("--webhook-cert-san", action="append", default=[], metavar="NAME",
                        help="one more DNS name or IP of the serving certificate (repeat), e.g. for a URL")
+    certs.add_argument("--cluster-domain", default="cluster.local", metavar="DOMAIN",
+                       help="the cluster's DNS domain (kubelet's --cluster-domain): the serving certificate also "
+                       "names <service>.<namespace>.svc.DOMAIN (default %(default)s)")
     certs.add_argument("--webhook-cert-validity-seconds", type=int, default=90 * 86400, metavar="S",
                        help="validity of a serving certificate (default %(default)s: 90 days)")
     certs.add_argument("--webhook-cert-renew-before-seconds", type=int, default=30 * 86400, metavar="S",
@@ -101,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
                      "restart or failover reads no reservation written before it")
     _add_certificate_flags(run)
     run.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format (default json)")
-    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    run.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                     help="the least severe log lines written (default %(default)s)")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging (--log-level debug)")
     from reconciler.objects import kinds
     from reconciler.tools import simulate
 
@@ -172,6 +177,7 @@ def webhook_certificate_settings(args: argparse.Namespace) -> Any:
         extra_sans=tuple(args.webhook_cert_san), validity=args.webhook_cert_validity_seconds * seconds,
         renew_before=args.webhook_cert_renew_before_seconds * seconds,
         ca_validity=args.webhook_ca_validity_seconds * seconds, settle=args.webhook_cert_settle_seconds * seconds,
+        cluster_domain=args.cluster_domain,
     )
 
 
@@ -183,7 +189,8 @@ def check_run_flags(args: argparse.Namespace) -> None:
     """``run``'s flags checked before anything starts, each error one line naming the flag:
     ``--metrics-bind`` (a port in range and free), the kubeconfig (the file exists and is
     YAML; without one, in-cluster credentials must be there: ``KUBERNETES_SERVICE_HOST``
-    and the service account's token), ``--webhook-cert-san`` (a DNS name or an IP).
+    and the service account's token), ``--webhook-cert-san`` (a DNS name or an IP),
+    ``--cluster-domain`` (a DNS name).
     Raises ``ValueError`` (:class:`troupe.cli.UsageError`)."""
     if args.metrics_bind:
         host, port = parse_bind("--metrics-bind", args.metrics_bind)
@@ -203,6 +210,23 @@ def check_run_flags(args: argparse.Namespace) -> None:
 
     for san in args.webhook_cert_san:
         san_name(san, "--webhook-cert-san")
+    domain = san_name(args.cluster_domain, "--cluster-domain")
+    if not isinstance(domain.value, str) or args.cluster_domain.startswith("*."):
+        raise UsageError(f"--cluster-domain {args.cluster_domain!r}: not a DNS name (letters, digits, '-' and '.')")
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """``run``'s logs: one handler on stderr, JSON lines (``--log-format json``, the default)
+    or text, at ``--log-level`` and above (``--verbose``: debug). urllib3's own lines only
+    from warning up, at any level (its debug lines are one per request)."""
+    handler = logging.StreamHandler()
+    if args.log_format == "json":
+        handler.setFormatter(JSONFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = logging.DEBUG if args.verbose else log_level(args.log_level)
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.getLogger("urllib3").setLevel(max(level, logging.WARNING))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,13 +245,7 @@ def _main(args: argparse.Namespace) -> int:
         from reconciler.tools import plugin
 
         return plugin.run(args)
-    handler = logging.StreamHandler()
-    if args.log_format == "json":
-        handler.setFormatter(JSONFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    configure_logging(args)
     try:
         config = load_config(args.config)
     except ConfigError as e:

@@ -52,3 +52,16 @@ class JSONFormatter(JsonFormatter):
         fields = log_data.pop("fields", None)
         if isinstance(fields, dict):
             log_data.update(fields)
+
+
+#: The names ``--log-level`` takes (both deployables), least severe first: the standard
+#: library's levels of the same names (https://docs.python.org/3/library/logging.html#levels).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def log_level(name: str) -> int:
+    """The :mod:`logging` level of one of :data:`LOG_LEVELS` (``"warning"`` -> 30). Raises
+    ``ValueError`` naming ``--log-level`` and the value for any other name."""
+    if name not in LOG_LEVELS:
+        raise ValueError(f"--log-level {name!r}: must be one of {', '.join(LOG_LEVELS)}")
+    return int(getattr(logging, name.upper()))

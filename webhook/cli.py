@@ -4,6 +4,7 @@
                             [--health-bind HOST:PORT] [--config FILE] [--workers N]
                             [--threads N] [--max-connections N]
                             [--tls-handshake-timeout S] [--request-timeout S]
+                            [--log-level debug|info|warning|error]
     python -m webhook configuration (--url URL | --service NAMESPACE/NAME[:PORT])
                             [--ca-bundle FILE] [--config FILE] [--name NAME]
 
@@ -32,6 +33,7 @@ from troupe.cli import UsageError as SharedUsageError
 from troupe.cli import check_bind as shared_check_bind
 from troupe.cli import guarded, parse_bind
 from troupe.config import Config, ConfigError, load_config
+from troupe.logs import LOG_LEVELS, log_level
 from webhook.server import DEFAULT_LIMITS, Limits
 
 PROG = "python -m webhook"
@@ -119,6 +121,7 @@ class ServeOptions:
     max_connections: int | None = None
     limits: Limits = DEFAULT_LIMITS
     certificate_present: bool = True
+    log_level: str = "info"
 
 
 def _bind_string(host: str, port: int) -> str:
@@ -151,7 +154,7 @@ def _serve_options(args: argparse.Namespace) -> ServeOptions:
         health = _bind_string(health_host, health_port)
     limits = Limits(handshake_timeout=args.tls_handshake_timeout, request_timeout=args.request_timeout)
     return ServeOptions(cert, key, _bind_string(host, port), config, args.workers, args.threads, health,
-                        args.max_connections, limits, present)
+                        args.max_connections, limits, present, args.log_level)
 
 
 METRICS_DIR_PREFIX = "troupe-webhook-metrics-"
@@ -203,7 +206,7 @@ def serve(opts: ServeOptions) -> None:
 
         from webhook.logs import configure_troupe_logging
 
-        configure_troupe_logging()
+        configure_troupe_logging(log_level(opts.log_level))
         logging.getLogger("troupe.webhook.tls").warning(
             "waiting for certificate files; /readyz answers 503 until they exist",
             extra={"fields": {"cert_file": opts.cert_file, "key_file": opts.key_file}})
@@ -222,6 +225,7 @@ def serve(opts: ServeOptions) -> None:
             overrides: dict[str, Any] = {
                 "bind": [opts.bind, *([opts.health_bind] if opts.health_bind else [])],
                 "proc_name": "troupe-webhook",
+                "loglevel": opts.log_level,
             }
             if opts.workers is not None:
                 overrides["workers"] = opts.workers
@@ -236,7 +240,8 @@ def serve(opts: ServeOptions) -> None:
             from webhook.app import create_app
             from webhook.logs import FdAdmissionLog
 
-            return create_app(opts.config, opts.cert_file, opts.key_file, FdAdmissionLog(sys.stderr.fileno()))
+            return create_app(opts.config, opts.cert_file, opts.key_file,
+                              FdAdmissionLog(sys.stderr.fileno(), log_level(opts.log_level)))
 
     WebhookApplication().run()
 
@@ -308,6 +313,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--request-timeout", type=float, default=Limits.request_timeout, metavar="SECONDS",
                    help="close a connection that takes longer to send one whole request, headers and body "
                    f"(default {Limits.request_timeout:g})")
+    s.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                   help="the least severe log lines written, gunicorn's and the webhook's; the line per admission "
+                   "review is info, so warning and error leave it out (default %(default)s)")
     c = sub.add_parser(
         "configuration", help="print the MutatingWebhookConfiguration as YAML",
         description="Print the MutatingWebhookConfiguration (matchConditions for the configured "

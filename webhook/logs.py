@@ -60,14 +60,18 @@ class FdAdmissionLog:
 
     One ``os.write`` per line under a lock, so lines of one process never interleave
     (and lines up to the pipe buffer, 4 KiB, not even between processes). A failing write
-    is dropped: a review is never failed for its log line.
+    is dropped: a review is never failed for its log line. The lines are ``info``: with
+    ``level`` above ``logging.INFO`` (``--log-level warning`` or ``error``) none is written.
     """
 
-    def __init__(self, fd: int = 2) -> None:
+    def __init__(self, fd: int = 2, level: int = logging.INFO) -> None:
         self.fd = fd
+        self.enabled = level <= logging.INFO
         self._lock = threading.Lock()
 
     def write(self, fields: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         line = json_line({"ts": iso_timestamp(time.time()), "level": "info", "logger": ADMISSION_LOGGER,
                           "msg": "admission", **fields})
         with self._lock:
@@ -79,7 +83,8 @@ class FdAdmissionLog:
 
 
 def configure_troupe_logging(level: int = logging.INFO) -> None:
-    """Send the ``troupe`` loggers to stderr as JSON lines (idempotent).
+    """Send the ``troupe`` loggers to stderr as JSON lines, at ``level`` (a :mod:`logging`
+    level) and above (idempotent; a later call sets the level again).
 
     Also turns off what the JSON lines never show, as the logging HOWTO's "Optimization"
     section describes: caller lookup (``logging._srcfile``), thread, process and
@@ -90,23 +95,24 @@ def configure_troupe_logging(level: int = logging.INFO) -> None:
     logging.logProcesses = False
     logging.logMultiprocessing = False
     logger = logging.getLogger("troupe")
+    logger.setLevel(level)
     if any(getattr(h, "_troupe", False) for h in logger.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())
     handler._troupe = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
-    logger.setLevel(level)
     logger.propagate = False
 
 
 class GunicornJSONLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no types
     """gunicorn's logger class with JSON lines on its error log, and the ``troupe`` loggers
-    set up alongside (``logger_class`` in ``webhook/gunicorn_conf.py``). The access log stays
-    off: the webhook writes its own line per admission."""
+    set up alongside (``logger_class`` in ``webhook/gunicorn_conf.py``), both at gunicorn's
+    ``loglevel`` (``--log-level``). The access log stays off: the webhook writes its own
+    line per admission."""
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
         for handler in self.error_log.handlers:
             handler.setFormatter(JSONFormatter())
-        configure_troupe_logging()
+        configure_troupe_logging(self.LOG_LEVELS.get(str(cfg.loglevel).lower(), logging.INFO))

@@ -21,12 +21,13 @@ import reconciler.run.reconciler  # noqa: F401
 import webhook.metrics  # noqa: F401
 from devtools.devcluster.build import built_helm
 from devtools.devcluster.promtool import PROMTOOL_VERSION, built_promtool
-from tests.support.helm import NOT_BUILT, render
+from tests.support.helm import NOT_BUILT, one, render
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "guide" / "troubleshooting.md"
 ALERTS = ("TroupeGangWaitingTooLong", "TroupeGangRollbacksRepeating", "TroupeNoLeader", "TroupeWebhookErrors",
-          "TroupeWebhookSlow", "TroupeWebhookCertificateExpiring")
+          "TroupeWebhookSlow", "TroupeWebhookCertificateExpiring", "TroupeAPIServerCannotCallWebhook",
+          "TroupeWebhookRejectingPods")
 PROMTOOL_MISSING = (f"promtool {PROMTOOL_VERSION} is not built; build it with `python -m devtools.devcluster build` "
                     "(make cluster-build)")
 ON = ("--set", "prometheusRule.enabled=true")
@@ -94,3 +95,18 @@ def test_the_alerts_fire_when_they_should(rules, tmp_path):
                           timeout=60, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout + done.stderr
+
+
+def test_the_api_server_alerts_select_exactly_the_webhook_configurations_names_and_the_selector_given():
+    hooks = {h["name"] for h in one(render(), "MutatingWebhookConfiguration")["webhooks"]}
+    (rule,) = rule_objects(*ON, "--set", "prometheusRule.force=true", "--set",
+                           'prometheusRule.apiServerSelector=job="apiserver"')
+    (group,) = [g for g in rule["spec"]["groups"] if g["name"] == "troupe.apiserver"]
+
+    for r in group["rules"]:
+        selectors = re.findall(r'name=~"((?:[^"\\]|\\.)+)"', r["expr"])
+        assert selectors and r["expr"].count('job="apiserver"') == len(selectors), r["expr"]
+        for selector in selectors:
+            pattern = selector.replace("\\\\", "\\")  # a PromQL string's escapes
+            assert {h for h in hooks if re.fullmatch(pattern, h)} == hooks, (r["alert"], pattern)
+            assert not re.fullmatch(pattern, "podsXtroupe.io")

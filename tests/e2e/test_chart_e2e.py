@@ -53,6 +53,14 @@ OPTIONS = {
         "--set-json", 'webhook.tolerations=[{"key":"dedicated","operator":"Exists","effect":"NoSchedule"}]',
         "--set-json", 'reconciler.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone",'
                       '"whenUnsatisfiable":"ScheduleAnyway"}]'],
+    "managed-cluster-values": [
+        "--set", "webhook.hostNetwork=true", "--set", "clusterDomain=corp.internal", "--set", "logLevel=warning",
+        "--set", "certManager.enabled=true", "--set", "image.digest=sha256:" + "0123456789abcdef" * 4,
+        "--set-json", 'extraEnv=[{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]',
+        "--set-json", 'reconciler.extraEnv=[{"name":"TOKEN","valueFrom":{"secretKeyRef":{"name":"p","key":"t"}}}]',
+        "--set-json", 'webhook.extraArgs=["--max-connections=500"]',
+        "--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/troupe",
+        "--set", "webhook.service.annotations.example\\.com/owner=platform"],
 }
 
 
@@ -156,13 +164,19 @@ def test_the_webhooks_network_policy_admits_the_api_servers_endpoints_looked_up_
                 if doc and doc["kind"] == "NetworkPolicy" and doc["metadata"]["name"] == f"{RELEASE}-webhook"]
     assert policy["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "192.0.2.10/32"}}]
     assert "admits every source" not in out
+    # A static policy does not follow the addresses: the NOTES say so, naming them (decision 050).
+    said = " ".join(out[out.index("NOTES:"):].split())
+    assert ("WARNING: the webhook's NetworkPolicy admits the API server's addresses as Helm found them now in the "
+            "`kubernetes` EndpointSlice: 192.0.2.10/32. It does not follow them") in said
 
 
 @pytest.mark.parametrize(("values", "said", "unsaid"), [
     (["--set", "certManager.enabled=true", "--set-json", 'networkPolicy.apiServer=[{"ipBlock":{"cidr":"10.0.0.0/28"}}]'],
      "Certificates: cert-manager.", "admits every source"),
     (["--set", "webhook.tls.selfManaged=false"], "WARNING: webhook.tls.caBundle is empty", "Certificates: self-managed"),
-], ids=["cert-manager-narrow-policy", "manual-without-ca-bundle"])
+    (["--set", "webhook.hostNetwork=true"], "NOTE: webhook.hostNetwork is true: the webhook pods use the nodes' network",
+     "admits every source"),
+], ids=["cert-manager-narrow-policy", "manual-without-ca-bundle", "host-network"])
 def test_the_notes_follow_the_options(cluster: Cluster, namespace: str, values: list[str], said: str,
                                       unsaid: str) -> None:
     out = notes(cluster, namespace, *values)

@@ -122,6 +122,17 @@ def test_the_serving_certificate_names_the_service_in_every_form_the_api_server_
     assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
 
 
+def test_the_serving_certificate_names_the_service_under_the_clusters_own_dns_domain() -> None:
+    settings = replace(SHORT, cluster_domain="corp.internal")
+    store = installed(settings)
+
+    manager(store, Clock(), settings).sync()
+
+    names = serving(store).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName)[-1] == "troupe-webhook.troupe-system.svc.corp.internal"
+    assert not [n for n in names.get_values_for_type(x509.DNSName) if n.endswith("cluster.local")]
+
+
 def test_a_second_pass_with_nothing_due_writes_nothing_and_says_when_to_look_again() -> None:
     store, clock = installed(), Clock()
     manager(store, clock).sync()

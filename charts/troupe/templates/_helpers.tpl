@@ -5,7 +5,11 @@ characters, leaving room for suffixes such as -reconciler-leader-election).
 {{- define "troupe.name" -}}{{ .Values.fullnameOverride | default .Release.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
 {{/* The app.kubernetes.io/name label: nameOverride, else the chart's name. */}}
 {{- define "troupe.appName" -}}{{ .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
-{{- define "troupe.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+{{/* The image: repository@digest when image.digest is set (the tag is then not used), else repository:tag. */}}
+{{- define "troupe.image" -}}
+{{- if .Values.image.digest -}}{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+{{- end -}}
 {{- define "troupe.labels" -}}
 app.kubernetes.io/name: {{ include "troupe.appName" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -82,12 +86,40 @@ https://kubernetes.io/docs/tasks/administer-cluster/sysctl-cluster/).
 */}}
 {{- define "troupe.webhookPodSecurityContext" -}}
 {{- $context := deepCopy (.Values.podSecurityContext | default dict) -}}
-{{- if lt (int .Values.webhook.port) 1024 -}}
+{{- $port := include "troupe.webhookPort" . -}}
+{{- if lt (int $port) 1024 -}}
 {{- $sysctls := $context.sysctls | default list -}}
-{{- $sysctls = append $sysctls (dict "name" "net.ipv4.ip_unprivileged_port_start" "value" (toString .Values.webhook.port)) -}}
+{{- $sysctls = append $sysctls (dict "name" "net.ipv4.ip_unprivileged_port_start" "value" $port) -}}
 {{- $_ := set $context "sysctls" $sysctls -}}
 {{- end -}}
 {{- toYaml $context -}}
+{{- end -}}
+{{/*
+The webhook's HTTPS and health ports: webhook.port and healthPort, or on the node's network
+(webhook.hostNetwork) hostNetworkPort and hostNetworkHealthPort, which the schema keeps at
+1024 and above: a pod on the host network may not set the namespaced sysctl that lets a
+non-root user bind below it (https://kubernetes.io/docs/tasks/administer-cluster/sysctl-cluster/).
+*/}}
+{{- define "troupe.webhookPort" -}}{{ ternary .Values.webhook.hostNetworkPort .Values.webhook.port (eq .Values.webhook.hostNetwork true) | int }}{{- end -}}
+{{- define "troupe.webhookHealthPort" -}}{{ ternary .Values.webhook.hostNetworkHealthPort .Values.webhook.healthPort (eq .Values.webhook.hostNetwork true) | int }}{{- end -}}
+{{/*
+One component's container environment, (list $ "webhook" chartEnv): the chart's own EnvVars,
+then extraEnv, then the component's extraEnv (core/v1 EnvVar objects, as given). A name
+the chart sets may not be given again (the last of two entries would silently win).
+*/}}
+{{- define "troupe.env" -}}
+{{- $root := index . 0 -}}{{- $component := index . 1 -}}{{- $env := index . 2 -}}
+{{- $names := list -}}{{- range $env -}}{{- $names = append $names .name -}}{{- end -}}
+{{- range $field, $extra := dict "extraEnv" ($root.Values.extraEnv | default list) (printf "%s.extraEnv" $component) ((index $root.Values $component).extraEnv | default list) -}}
+{{- range $extra -}}
+{{- if has .name $names -}}
+{{- fail (printf "%s: %s is set by the chart (or given twice); it may not be given again" $field .name) -}}
+{{- end -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- end -}}
+{{- $all := concat $env ($root.Values.extraEnv | default list) ((index $root.Values $component).extraEnv | default list) -}}
+{{- if $all }}{{ toYaml $all }}{{ end -}}
 {{- end -}}
 {{- define "troupe.reconcilerServiceAccount" -}}{{ include "troupe.name" . }}-reconciler{{- end -}}
 {{- define "troupe.webhookService" -}}{{ include "troupe.name" . }}-webhook{{- end -}}
@@ -115,7 +147,7 @@ manual
 {{/* The DNS names the API server may check for the webhook's Service. */}}
 {{- define "troupe.webhookDNSNames" -}}
 {{- $svc := include "troupe.webhookService" . -}}
-{{- toYaml (list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) -}}
+{{- toYaml (list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.%s" $svc .Release.Namespace .Values.clusterDomain)) -}}
 {{- end -}}
 {{- /* The Lease the reconciler's replicas elect a leader with, and the ConfigMap of rollback backoffs. */ -}}
 {{- define "troupe.leaseName" -}}{{ include "troupe.name" . }}-reconciler{{- end -}}

@@ -39,8 +39,9 @@ class Settings:
 
     ``namespace``/``service``: the webhook's Service; the serving certificate's DNS names are
     ``service``, ``service.namespace``, ``service.namespace.svc`` and
-    ``service.namespace.svc.cluster.local`` (what the API server checks for a service
-    reference: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#service-reference),
+    ``service.namespace.svc.<cluster_domain>`` (``cluster.local`` unless the cluster's DNS
+    domain differs; what the API server checks for a service reference is the ``.svc`` name:
+    https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#service-reference),
     plus ``extra_sans`` (DNS names or IPs, e.g. for a webhook reached by URL). Both Secrets
     are in ``namespace``. Durations: ``validity`` of a serving certificate, renewed when less
     than ``renew_before`` is left; ``ca_validity`` of a CA; ``settle``, how long a new CA sits
@@ -60,6 +61,7 @@ class Settings:
     renew_before: dt.timedelta = dt.timedelta(days=30)
     ca_validity: dt.timedelta = dt.timedelta(days=365)
     settle: dt.timedelta = dt.timedelta(seconds=10)
+    cluster_domain: str = "cluster.local"
 
     def __post_init__(self) -> None:
         for flag, value in (("--webhook-service", self.service), ("--webhook-service namespace", self.namespace),
@@ -83,7 +85,7 @@ class Settings:
     def sans(self) -> tuple[str, ...]:
         """The serving certificate's subject alternative names, in order."""
         svc = f"{self.service}.{self.namespace}"
-        names = (self.service, svc, f"{svc}.svc", f"{svc}.svc.cluster.local", *self.extra_sans)
+        names = (self.service, svc, f"{svc}.svc", f"{svc}.svc.{self.cluster_domain}", *self.extra_sans)
         return tuple(dict.fromkeys(names))
 
 
