@@ -39,13 +39,26 @@ from reconciler.tools.web import data, server
 def cluster_page(cluster: views.Cluster, resource: str, refresh_seconds: float) -> dict[str, Any]:
     """The page data (:func:`reconciler.tools.web.data.page`) of ``cluster``: its topology
     tree (:func:`views.topology`), every gang's status as ``kubectl troupe status -o json``
-    gives it (plus ``gang``, its key) and the nodes held for gangs that have not started on
-    them."""
+    gives it (plus ``gang``, its key, and ``nodes``: :func:`planned_nodes`), the nodes held
+    for gangs that have not started on them and what pods outside any gang take of each node."""
     tree = views.topology(cluster, resource)
-    rows = [{"gang": s.gang.key, **s.to_json()} for s in views.status(cluster)]
-    marks = data.node_marks(cluster.snapshot, views.gang_of_pods(cluster))
-    return data.page(tree, rows, marks, resource=resource, levels=cluster.config.topology_levels,
+    rows = [{"gang": s.gang.key, **s.to_json(), **planned_nodes(s)} for s in views.status(cluster)]
+    gangs = views.gang_of_pods(cluster)
+    marks = data.node_marks(cluster.snapshot, gangs)
+    return data.page(tree, rows, marks, data.node_room(cluster.snapshot, gangs), resource=resource, levels=cluster.config.topology_levels,
                      source=cluster.source, at=cluster.now, refresh_seconds=refresh_seconds)
+
+
+def planned_nodes(status: views.GangStatus) -> dict[str, list[str]]:
+    """``{"nodes": [...]}``: the sorted nodes the decision of a gang places members on (its
+    plan, ``status --output json``'s placements of a Placed gang) or its reservation names,
+    so the page can show a gang that has not started yet; ``{}`` when there are none."""
+    outcome = status.outcome
+    if outcome is None:
+        return {}
+    nodes = {str(p["node"]) for p in outcome.placements if outcome.placed and p.get("node")}
+    nodes |= {str(n) for n in (outcome.reservation or {}).get("nodes") or () if n}
+    return {"nodes": sorted(nodes)} if nodes else {}
 
 
 class QuietHandler(WSGIRequestHandler):
