@@ -6,7 +6,8 @@ file or the live cluster, decided by the plugin as ``kubectl troupe status`` dec
 ``127.0.0.1:port`` (0: a free port), prints its address, opens a browser unless told not
 to, and reads again when the page asks for data and the last read is older than
 :data:`~reconciler.tools.web.server.CACHE_SECONDS` (a snapshot file: only when the file
-changed), until interrupted.
+changed; a live cluster: only when its watches saw a change,
+:mod:`reconciler.tools.web.watched`), until interrupted.
 
 The page shows every namespace's gangs, pods and nodes that the user's credentials read, so
 only that user's browser may read it (:func:`guarded`, docs/decisions/049-hostile-tenants-third-round.md):
@@ -26,7 +27,7 @@ import socketserver
 import sys
 import threading
 import webbrowser
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
@@ -79,24 +80,29 @@ class ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
 
 
 def reader(read: Callable[[], views.Cluster], resource: str, refresh_seconds: float,
-           snapshot: str | None) -> Callable[[], Mapping[str, Any]]:
+           snapshot: str | None, stamp: Callable[[], Hashable] | None = None) -> Callable[[], Mapping[str, Any]]:
     """What the page's data is made by: ``read()`` and :func:`cluster_page`, again on each
     call; for a ``snapshot`` file (not ``-``), the last answer as long as the file's
-    modification time and size are the same."""
+    modification time and size are the same; for stdin, the first answer; with ``stamp`` (a
+    live cluster kept by watches: :meth:`~reconciler.tools.web.watched.WatchedCluster.stamp`),
+    the last answer as long as ``stamp()`` is the same (taken before the read, so a change
+    during one is seen by the next call)."""
     last: list[Any] = [None, None]
 
     def produce() -> Mapping[str, Any]:
-        stamp = None
+        mark: Hashable = None
         if snapshot and snapshot != "-":
             st = os.stat(snapshot)
-            stamp = (st.st_mtime_ns, st.st_size)
-            if last[0] == stamp and last[1] is not None:
-                return last[1]  # type: ignore[no-any-return]
-        elif last[1] is not None and snapshot == "-":
+            mark = (st.st_mtime_ns, st.st_size)
+        elif snapshot == "-":
+            mark = "stdin"
+        elif stamp is not None:
+            mark = stamp()
+        if mark is not None and last[0] == mark and last[1] is not None:
             return last[1]  # type: ignore[no-any-return]
         page = cluster_page(read(), resource, refresh_seconds)
         gc.unfreeze()  # the plugin's read froze what it made; a later read makes it garbage
-        last[:] = [stamp, page]
+        last[:] = [mark, page]
         return page
 
     return produce
