@@ -154,8 +154,9 @@ def add_commands(sub: Any) -> None:
     web.add_argument("--web", action="store_true",
                      help="serve the topology as a map on 127.0.0.1 (each host a cell coloured by the gang on it, "
                      "reserved and nominated nodes marked, the waiting gangs and their reasons, a search for a gang), "
-                     "print its address and open a browser; the page reads again every --refresh seconds (the live "
-                     "cluster is read again then; a snapshot file when it changed), until Ctrl-C")
+                     "print its address and open a browser; the page reads again every --refresh seconds (a live "
+                     "cluster's pods and nodes are watched, the rest read again at most every minute; a snapshot "
+                     "file is read again when it changed), until Ctrl-C")
     web.add_argument("--port", type=int, default=0, metavar="PORT",
                      help="with --web: the port to listen on (default: a free one)")
     web.add_argument("--no-browser", action="store_true", help="with --web: only print the address")

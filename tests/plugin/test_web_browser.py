@@ -86,6 +86,18 @@ def test_a_gangs_cells_are_where_its_pods_run(demo):
     assert "34 nodes" in demo.evaluate("document.getElementById('summary').textContent")
 
 
+def test_the_demos_idle_nodes_are_free_despite_their_daemonset_pods_and_the_notebooks_nodes_used(demo):
+    items = json.loads(DEMO_SNAPSHOT.read_text())["items"]
+    agents = {o["spec"]["nodeName"] for o in items if o["kind"] == "Pod"
+              and o["metadata"].get("ownerReferences", [{}])[0].get("kind") == "DaemonSet"}
+    assert len(agents) == 34  # a node-agent pod on every node
+    notebooks = {o["spec"]["nodeName"] for o in items if o["kind"] == "Pod" and o["metadata"]["name"].startswith("notebook-")}
+    drawn = dict(demo.evaluate("""Array.from(document.querySelectorAll('#map .c'),
+        c => [c.dataset.node, c.classList.contains('e') ? 'free' : c.style.getPropertyValue('--g') ? 'gang' : 'other'])"""))
+    assert {n for n, look in drawn.items() if look == "other"} == notebooks and len(notebooks) == 3
+    assert drawn["gpu-b1-s1-h7"] == "free" and sum(look == "free" for look in drawn.values()) >= 8
+
+
 def test_the_waiting_gangs_and_their_reasons_are_listed_in_queue_order(demo):
     items = demo.evaluate("Array.from(document.querySelectorAll('#waiting li'), li => li.innerText)")
     assert len(items) == 5

@@ -219,7 +219,7 @@
     const held = n.holders.map((h) => esc(h.gang) + " (" + h.units + " " + esc(data.resource) + ", " + plural(h.pods, "pod") +
       ")").join("<br>");
     const state = !n.ready ? "not ready" : n.cordoned ? "cordoned" : n.avoided ? "avoided: " + n.avoided : "ready";
-    const share = Object.entries(n.otherShare || {}).map(([r, s]) => Math.round(s * 100) + "% of " + r).join(", ");
+    const share = Object.entries(n.otherShare || {}).map(([r, s]) => (s < 0.005 ? "<1" : Math.round(s * 100)) + "% of " + r).join(", ");
     const others = n.otherPods ? "<p>" + plural(n.otherPods, "other pod") + (n.nodePods ? " (" + n.nodePods +
       " DaemonSet or static)" : "") + (share ? ": " + esc(share) : "") + (n.otherUse ? "" : ", the node left free") + "</p>" : "";
     det.hidden = false;
