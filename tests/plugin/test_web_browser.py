@@ -255,6 +255,13 @@ def test_the_gang_list_is_grouped_by_namespace_and_closed_when_long(big):
     assert groups[2][2] == len(vision) > 90 and groups[2][3].startswith(f"vision · {len(vision)} gangs · ")
     assert groups[0][3] == "ml · 5 gangs · 664 nodes"  # planned: 512 + 64 + 64 + 16 + 8
     assert browser.evaluate("document.getElementById('holding').getBoundingClientRect().height") < 200
+    vision = "document.querySelector('#holding details[data-ns=\"vision\"]')"
+    browser.evaluate(vision + ".querySelector('summary').click()")
+    browser.evaluate("window.troupeMap.reload()")  # the lists drawn again: the group the reader opened stays open
+    assert browser.evaluate(vision + ".open") is True and int(browser.evaluate("document.body.dataset.draws")) == 1
+    browser.evaluate(vision + ".querySelector('summary').click()")
+    browser.evaluate("window.troupeMap.reload()")
+    assert browser.evaluate(vision + ".open") is False
 
 
 def test_the_namespace_filter_hides_other_namespaces(big):

@@ -24,6 +24,7 @@
   let data = null, digest = null, nodes = [], paths = [], cells = [], mains = [], byGang = new Map(), rows = new Map();
   let nodeIndex = new Map(), hits = [], peers = [], draws = 0, timer = 0, namespace = "";
   const opened = new Map(); // namespace -> open or closed, as the reader left its group
+  let nsNames = null;
 
   // A gang key's namespace; "" for a SharedDeviceGroup's (group:<name>, cluster-scoped).
   const nsOf = (key) => { const k = key.indexOf("/"); return k < 0 ? "" : key.slice(0, k); };
@@ -168,8 +169,12 @@
     const names = Array.from(new Set([...d.gangs.map((r) => nsOf(r.gang)), ...Array.from(byGang.keys(), nsOf)]))
       .filter((ns) => ns !== "").sort();
     if (namespace && !names.includes(namespace)) names.push(namespace);
-    nsEl.innerHTML = '<option value="">all namespaces</option>' + names.map((ns) => '<option value="' + esc(ns) + '"' +
-      (ns === namespace ? " selected" : "") + ">" + esc(ns) + "</option>").join("");
+    if (names.join("\n") !== nsNames) { // rebuilt only when the namespaces change: an open menu stays open
+      nsNames = names.join("\n");
+      nsEl.innerHTML = '<option value="">all namespaces</option>' + names.map((ns) => '<option value="' + esc(ns) + '"' +
+        ">" + esc(ns) + "</option>").join("");
+    }
+    nsEl.value = namespace;
     const s = d.summary;
     $("summary").textContent = d.source + " · decided " + d.at + " · " + s.nodes + " nodes · " + s.free + " of " +
       s.allocatable + " " + d.resource + " free · " + s.gangs + " gangs, " + s.waiting + " waiting";
@@ -291,7 +296,11 @@
     const li = e.target.closest("li[data-gang]");
     if (li) { search.value = li.dataset.gang; remember(); find(); }
   });
-  $("holding").addEventListener("toggle", (e) => { opened.set(e.target.dataset.ns, e.target.open); }, true);
+  // What the reader opens or closes is kept (a click on a summary; the lists' own redraws do not count).
+  $("holding").addEventListener("click", (e) => {
+    const summary = e.target.closest("summary");
+    if (summary) opened.set(summary.parentElement.dataset.ns, !summary.parentElement.open);
+  });
   // The reconciler's page answers a bearer token (docs/decisions/049): given in the address's
   // fragment (never sent to a server, nor logged), kept for this tab and taken out of the address.
   const given = /^#token=([^&]*)&?(.*)$/.exec(location.hash);
