@@ -23,6 +23,8 @@ The scene (priority classes ``standard`` 100, the cluster's default; ``batch-low
     ml/misc        sizes 2 and 3 disagree            Held
     infer/         SharedDeviceGroup llm-a (2 GPUs): 2 pods on shared-0, the same IDs;
                    llm-big (12 GPUs): Pending, no shared node has 12
+    monitoring/    DaemonSet node-agent: a pod on every node (100m CPU, 128 Mi), as a
+                   real cluster's nodes carry; the map draws an idle node with it as free
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from kubernetes import client
 
 from devtools.demo.scenarios import SDG_API
 from devtools.demo.stage import (
@@ -84,8 +88,17 @@ def scene(stage: Stage) -> None:
     required = {contract.TOPOLOGY_REQUIRED_LEVEL: sub}
     for name, value, default in (("standard", 100, True), ("batch-low", 10, False), ("urgent", 1000, False)):
         stage.scheduling.create_priority_class({"metadata": {"name": name}, "value": value, "globalDefault": default})
-    for ns in ("ml", "research", "infer"):
+    for ns in ("ml", "research", "infer", "monitoring"):
         stage.namespace(ns)
+    agent = pod("agent", cpu="100m", labels={"app": "node-agent"})
+    agent["spec"].update(restartPolicy="Always", tolerations=[{"operator": "Exists"}])
+    agent["spec"]["containers"][0]["resources"]["requests"]["memory"] = "128Mi"
+    client.AppsV1Api(stage.api).create_namespaced_daemon_set("monitoring", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-agent"},
+        "spec": {"selector": {"matchLabels": {"app": "node-agent"}},
+                 "template": {"metadata": {"labels": agent["metadata"]["labels"]}, "spec": agent["spec"]}}})
+    stage.wait("monitoring/node-agent Running on every node", lambda: len(
+        [p for p in stage.pods("monitoring") if p.status.phase == "Running"]) == lay.node_count or None, timeout=120)
     stage.namespace("team-b", labels={contract.GANG_MODE_LABEL: contract.GANG_MODE_AUTO})
 
     def job(ns: str, name: str, size: int, gpus: int, annotations: Mapping[str, str], **spec: Any) -> None:

@@ -69,6 +69,7 @@ from reconciler.kube.readonly import (
     read_cluster,
     read_config_map,
     unreachable,
+    watched_resources,
 )
 from reconciler.kube.writer import APF_MAX_WAIT, APF_RETRIES, EventSink, KubeWrites, event_body
 
@@ -120,6 +121,7 @@ __all__ = [
     "shared_device_groups",
     "unreachable",
     "volume_resources",
+    "watched_resources",
     "webhook_certificates",
     "whoami",
 ]

@@ -1,5 +1,6 @@
 """The read-only client of ``kubectl troupe``: the caller's kubeconfig, the cluster listed
-once (:func:`read_cluster`), and the reconciler's configuration read from its ConfigMap."""
+once (:func:`read_cluster`), the pods and nodes ``topology --web`` watches
+(:func:`watched_resources`), and the reconciler's configuration read from its ConfigMap."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from reconciler.engine.model import workloads as wl
 from reconciler.kube.client import REQUEST_TIMEOUT, Page, error_message, list_pages, load_kubeconfig
+from reconciler.kube.informer import Resource
 from reconciler.objects import snapshot_io
 from troupe import contract
 
@@ -176,7 +178,8 @@ DRA_RESOURCES = (("ResourceSlice", "resourceslices"), ("DeviceClass", "devicecla
 
 
 def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list[str] | None = None,
-                 timeout: float | None = None) -> list[tuple[str, str, Mapping[str, Any]]]:
+                 timeout: float | None = None, leave_out: frozenset[str] = frozenset()
+                 ) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
     SharedDeviceGroups, PodDisruptionBudgets, the DRA kinds (ResourceSlices, DeviceClasses,
     ResourceClaims, ResourceClaimTemplates) and the workload kinds of
@@ -187,7 +190,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
     PersistentVolumes, CSINodes: one this user may not list is left out with a line in
     ``notes``, and when one of the last three is, all three are, so the volume filters are
     skipped rather than refusing every pod with a claim), and ``extra`` kinds
-    (``PriorityClass``, ``Gang``). ``timeout``: seconds for each request (``--request-timeout``; None:
+    (``PriorityClass``, ``Gang``), but not the kinds named in ``leave_out`` (``Pod``, ``Node``:
+    what a caller watches instead, :func:`watched_resources`). ``timeout``: seconds for each request (``--request-timeout``; None:
     :data:`~reconciler.kube.client.REQUEST_TIMEOUT`). Lists run in parallel. Returns ``(where, kind, object)`` triples
     in the order :func:`reconciler.tools.simulate.build` takes. Raises ``OSError`` (a
     ``PermissionError`` for a core list this user may not make)."""
@@ -219,6 +223,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
         lists.append(("PriorityClass", "priorityclasses",
                       client.SchedulingV1Api(api).list_priority_class, {}, _list_if_allowed))
 
+    lists = [entry for entry in lists if entry[0] not in leave_out]
+
     def one(entry: tuple[str, str, Callable[..., Any], dict[str, Any], Lister]) -> Objects:
         _, what, fn, kwargs, lister = entry
         return lister(fn, what, **kwargs, **({"_request_timeout": timeout} if timeout else {}))
@@ -231,6 +237,16 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
     for (kind, what, *_), items in sorted(zip(lists, results, strict=True), key=lambda t: order.get(t[0][0], 1)):
         out += [(f"{what} item {i}", kind, obj) for i, obj in enumerate(items)]
     return out
+
+
+def watched_resources(api: client.ApiClient) -> dict[str, Resource]:
+    """Kind -> the collection an :class:`~reconciler.kube.informer.Informer` lists and
+    watches for ``kubectl troupe topology --web`` on a live cluster: ``Pod`` (the active
+    pods, :data:`ACTIVE_PODS`, as :func:`read_cluster` lists them: a pod that finishes
+    leaves the watch as ``DELETED``) and ``Node``."""
+    core = client.CoreV1Api(api)
+    return {"Pod": Resource("pods", functools.partial(core.list_pod_for_all_namespaces, field_selector=ACTIVE_PODS)),
+            "Node": Resource("nodes", core.list_node)}
 
 
 def read_config_map(api: client.ApiClient, namespace: str, name: str, key: str,

@@ -90,12 +90,13 @@ def page(reconciler: Reconciler, resource: str = RESOURCE, refresh_seconds: floa
     now = reconciler.wall_clock()
     avoided = Avoidance.from_config(config).avoided(base, now)
 
-    def tree() -> tuple[DomainUsage, dict[str, dict[str, list[str]]], tuple[dict[str, list[int]], dict[str, float]]]:
+    def tree() -> tuple[DomainUsage, dict[str, dict[str, list[str]]], dict[str, dict[str, Any]],
+                        tuple[dict[str, list[int]], dict[str, float]]]:
         snapshot = base.with_removed(())  # a copy: a plan may change the cache's in place and undo it
         gang_of = _gang_of(reconciler)
         return (occupancy(snapshot, gang_of, resource, avoided), data.node_marks(snapshot, gang_of),
-                _members(snapshot.pods, gang_of))
+                data.node_room(snapshot, gang_of), _members(snapshot.pods, gang_of))
 
-    domains, marks, members = base.memo(f"topology-map {resource} {sorted(avoided.items())}", tree)
-    return data.page(domains, _rows(reconciler, members, now), marks, resource=resource,
+    domains, marks, room, members = base.memo(f"topology-map {resource} {sorted(avoided.items())}", tree)
+    return data.page(domains, _rows(reconciler, members, now), marks, room, resource=resource,
                      levels=config.topology_levels, source="reconciler", at=now, refresh_seconds=refresh_seconds)

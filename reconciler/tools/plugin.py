@@ -154,8 +154,9 @@ def add_commands(sub: Any) -> None:
     web.add_argument("--web", action="store_true",
                      help="serve the topology as a map on 127.0.0.1 (each host a cell coloured by the gang on it, "
                      "reserved and nominated nodes marked, the waiting gangs and their reasons, a search for a gang), "
-                     "print its address and open a browser; the page reads again every --refresh seconds (the live "
-                     "cluster is read again then; a snapshot file when it changed), until Ctrl-C")
+                     "print its address and open a browser; the page reads again every --refresh seconds (a live "
+                     "cluster's pods and nodes are watched, the rest read again at most every minute; a snapshot "
+                     "file is read again when it changed), until Ctrl-C")
     web.add_argument("--port", type=int, default=0, metavar="PORT",
                      help="with --web: the port to listen on (default: a free one)")
     web.add_argument("--no-browser", action="store_true", help="with --web: only print the address")
@@ -231,10 +232,13 @@ def _config(args: argparse.Namespace, api: Any) -> Config:
 
 
 def load(args: argparse.Namespace, extra: tuple[str, ...] = (),
-         manifest: Sequence[tuple[str, str, Any]] = ()) -> tuple[views.Cluster, str, Expanded | None]:
+         manifest: Sequence[tuple[str, str, Any]] = (),
+         objects_of: Callable[[], list[tuple[str, str, Any]]] | None = None) -> tuple[views.Cluster, str, Expanded | None]:
     """The cluster the command answers on, the default namespace (the kubeconfig
     context's; ``""``, meaning all, for a snapshot) and, given a ``manifest``'s objects,
-    what it expands to, added to the cluster before anything is decided. Raises
+    what it expands to, added to the cluster before anything is decided. On a live cluster,
+    ``objects_of()`` gives its objects when given (``topology --web``'s watches), instead of
+    a list of every kind. Raises
     ``InputError``/``ConfigError``/``ManifestError`` for bad input, ``OSError`` when the
     cluster cannot be read."""
     now = _now(args.now)
@@ -253,7 +257,8 @@ def load(args: argparse.Namespace, extra: tuple[str, ...] = (),
 
             api, namespace = kube.plugin_client(args.kubeconfig, args.context)
             notes: list[str] = []
-            objects = kube.read_cluster(api, extra, notes, request_timeout(args.request_timeout))
+            objects = (objects_of() if objects_of is not None
+                       else kube.read_cluster(api, extra, notes, request_timeout(args.request_timeout)))
             for note in notes:
                 print(note, file=sys.stderr)
             where = f"the cluster ({args.context or 'current context'})"
@@ -390,8 +395,16 @@ def _web(args: argparse.Namespace) -> int:
         print(f"kubectl-troupe: --port {args.port} / --refresh {args.refresh:g}: a port in 0-65535 and seconds >= 0",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    produce = local.reader(lambda: load(args)[0], args.resource, args.refresh, args.snapshot)
+    watched = None
     try:
+        if not args.snapshot:  # a live cluster: its pods and nodes watched, not listed for every refresh
+            from reconciler import kube
+            from reconciler.tools.web import watched as live
+
+            watched = live.watch_cluster(kube.plugin_client(args.kubeconfig, args.context)[0],
+                                         request_timeout(args.request_timeout))
+        produce = local.reader(lambda: load(args, objects_of=watched.objects if watched else None)[0], args.resource,
+                               args.refresh, args.snapshot, watched.stamp if watched else None)
         return local.serve(produce, args.port, not args.no_browser)
     except (InputError, ConfigError, ValueError) as e:
         print(f"kubectl-troupe: {e}", file=sys.stderr)
@@ -399,6 +412,9 @@ def _web(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"kubectl-troupe: {e}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    finally:
+        if watched is not None:
+            watched.stop()
 
 
 def parser(prog: str = "kubectl troupe") -> argparse.ArgumentParser:

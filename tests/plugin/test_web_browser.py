@@ -86,6 +86,18 @@ def test_a_gangs_cells_are_where_its_pods_run(demo):
     assert "34 nodes" in demo.evaluate("document.getElementById('summary').textContent")
 
 
+def test_the_demos_idle_nodes_are_free_despite_their_daemonset_pods_and_the_notebooks_nodes_used(demo):
+    items = json.loads(DEMO_SNAPSHOT.read_text())["items"]
+    agents = {o["spec"]["nodeName"] for o in items if o["kind"] == "Pod"
+              and o["metadata"].get("ownerReferences", [{}])[0].get("kind") == "DaemonSet"}
+    assert len(agents) == 34  # a node-agent pod on every node
+    notebooks = {o["spec"]["nodeName"] for o in items if o["kind"] == "Pod" and o["metadata"]["name"].startswith("notebook-")}
+    drawn = dict(demo.evaluate("""Array.from(document.querySelectorAll('#map .c'),
+        c => [c.dataset.node, c.classList.contains('e') ? 'free' : c.style.getPropertyValue('--g') ? 'gang' : 'other'])"""))
+    assert {n for n, look in drawn.items() if look == "other"} == notebooks and len(notebooks) == 3
+    assert drawn["gpu-b1-s1-h7"] == "free" and sum(look == "free" for look in drawn.values()) >= 8
+
+
 def test_the_waiting_gangs_and_their_reasons_are_listed_in_queue_order(demo):
     items = demo.evaluate("Array.from(document.querySelectorAll('#waiting li'), li => li.innerText)")
     assert len(items) == 5
@@ -93,6 +105,19 @@ def test_the_waiting_gangs_and_their_reasons_are_listed_in_queue_order(demo):
     wide = next(text for text in items if text.startswith("ml/wide"))
     assert "Unschedulable" in wide and "fits 5 of 9 members in one cloud.google.com/gce-topology-subblock" in wide
     assert demo.evaluate("document.getElementById('waiting').checkVisibility()")
+
+
+def test_the_namespace_filter_leaves_the_waiting_gangs_of_one_namespace(demo):
+    demo.evaluate("window.troupeMap.namespace('infer')")
+    try:
+        items = demo.evaluate("Array.from(document.querySelectorAll('#waiting li'), li => li.dataset.gang)")
+        assert items == ["infer/pod:llm-big-0"]
+        assert demo.evaluate("document.getElementById('waiting-count').innerText") == "(1)"
+        assert demo.evaluate("Array.from(document.getElementById('ns').options, o => o.value)") == [
+            "", "infer", "ml", "research", "team-b"]
+    finally:
+        demo.evaluate("window.troupeMap.namespace('')")
+    assert len(demo.evaluate("Array.from(document.querySelectorAll('#waiting li'))")) == 5
 
 
 def test_a_search_lights_only_the_gangs_cells_and_names_its_nodes(demo):
@@ -131,22 +156,139 @@ def test_the_guide_screenshot(demo, tmp_path):
     assert SCREENSHOT.exists(), "docs/guide/topology-map.png missing: TROUPE_UPDATE_GOLDEN=1 writes it"
 
 
-def test_a_2048_node_snapshot_is_drawn_far_within_a_second(browser, tmp_path):
+def big_snapshot() -> dict:
+    """The benchmark's 2,048-node snapshot (``benchmarks/topology_map.py``): a DaemonSet pod
+    (kube-system/agent-*, 100m CPU, 128 Mi) on every node, 411 Job gangs of namespace
+    ``research`` on the first blocks (the first 100 Jobs' moved to namespace ``vision``) and
+    five gated gangs of namespace ``ml`` that the plugin's decision places on the last blocks."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         from simulate_snapshot import build_snapshot
         from topology_map import ganged
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    path = tmp_path / "snapshot.json"
-    path.write_text(json.dumps(ganged(build_snapshot(2048, 6000, 7))))
+    snapshot = ganged(build_snapshot(2048, 6000, 7))
+    for o in snapshot["items"]:
+        if o["kind"] == "Pod" and o["metadata"]["namespace"] == "research" and o["metadata"]["labels"]["job-name"] < "job-00100":
+            o["metadata"]["namespace"] = "vision"
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def big(browser: Browser, tmp_path_factory) -> Iterator[tuple[Browser, dict]]:
+    """The page of :func:`big_snapshot` drawn, and the data it was drawn from."""
+    path = tmp_path_factory.mktemp("big") / "snapshot.json"
+    path.write_text(json.dumps(big_snapshot()))
     proc, url = serve(path, "2026-03-01T10:00:00Z")
     try:
         browser.open(url)
         browser.wait_for(DRAWN, timeout=60)
-        assert browser.evaluate("document.querySelectorAll('#map .c').length") == 2048
-        draw_ms = float(browser.evaluate("document.body.dataset.drawMs"))
-        assert draw_ms < 1000, f"the map of 2,048 nodes took {draw_ms} ms to build and lay out"
-        assert "2048 nodes" in browser.evaluate("document.getElementById('summary').textContent")
+        yield browser, browser.evaluate("fetch('data.json').then(r => r.json())")
     finally:
         stop(proc)
+
+
+def all_nodes(tree: dict) -> list[dict]:
+    return [*tree.get("nodes", ()), *(n for c in tree.get("children", ()) for n in all_nodes(c))]
+
+
+def test_a_2048_node_snapshot_is_drawn_far_within_a_second(big):
+    browser, _ = big
+    assert browser.evaluate("document.querySelectorAll('#map .c').length") == 2048
+    draw_ms = float(browser.evaluate("document.body.dataset.drawMs"))
+    assert draw_ms < 1000, f"the map of 2,048 nodes took {draw_ms} ms to build and lay out"
+    assert "2048 nodes" in browser.evaluate("document.getElementById('summary').textContent")
+
+
+def test_an_idle_node_with_a_daemonset_pod_is_drawn_free(big):
+    browser, page = big
+    idle = [n["name"] for n in all_nodes(page["tree"])
+            if not n["holders"] and n["free"] == n["allocatable"] and n["ready"] and not n["cordoned"]]
+    assert len(idle) > 500 and all(n["nodePods"] == 1 for n in all_nodes(page["tree"]))  # every node has its agent
+    drawn = browser.evaluate(f"""(() => {{ const idle = new Set({json.dumps(idle)});
+        return Array.from(document.querySelectorAll('#map .c'), c => [c.dataset.node, c.classList.contains('e'),
+            getComputedStyle(c).backgroundImage, getComputedStyle(c).backgroundColor]).filter(x => idle.has(x[0])); }})()""")
+    assert len(drawn) == len(idle)
+    free = browser.evaluate("getComputedStyle(document.querySelector('#key .k-free')).backgroundColor")
+    looks = {tuple(x[1:]) for x in drawn}
+    assert looks == {(True, "none", free)}, looks  # the key's free colour, no grey
+
+
+def main_namespaces(page: dict) -> dict[str, str]:
+    """Node -> the namespace of the gang that uses the most units on it (the first such)."""
+    out = {}
+    for n in all_nodes(page["tree"]):
+        if n["holders"]:
+            out[n["name"]] = max(n["holders"], key=lambda h: h["units"])["gang"].split("/")[0]
+    return out
+
+
+def test_cells_take_their_namespaces_colour_and_hover_outlines_the_gang(big):
+    browser, page = big
+    drawn = browser.evaluate("Array.from(document.querySelectorAll('#map .c'), c => [c.dataset.node, c.style.getPropertyValue('--g')])")
+    colours: dict[str, set[str]] = {}
+    for node, ns in main_namespaces(page).items():
+        colours.setdefault(ns, set()).add(dict(drawn)[node])
+    colours = {ns: sorted(c) for ns, c in colours.items()}
+    assert sorted(colours) == ["research", "vision"]
+    assert all(len(v) == 1 for v in colours.values()) and colours["research"] != colours["vision"], colours
+    swatch = browser.evaluate("""getComputedStyle(document.querySelector('#holding details[data-ns="vision"] summary .sw'))
+        .backgroundColor""")
+    assert swatch == browser.evaluate(f"""(() => {{ const s = document.createElement('i');
+        s.style.background = {json.dumps(colours["vision"][0])}; document.body.append(s);
+        const c = getComputedStyle(s).backgroundColor; s.remove(); return c; }})()""")
+    cell = next(n for n in all_nodes(page["tree"]) if n["holders"] and n["name"].endswith("-00300"))
+    gang = max(cell["holders"], key=lambda h: h["units"])["gang"]
+    browser.evaluate(f"""document.querySelector('#map .c[data-node="{cell['name']}"]')
+        .dispatchEvent(new MouseEvent('mouseover', {{bubbles: true}}))""")
+    outlined = browser.evaluate("Array.from(document.querySelectorAll('#map .c.peer'), c => c.dataset.node)")
+    holders = [n["name"] for n in all_nodes(page["tree"]) if any(h["gang"] == gang for h in n["holders"])]
+    assert sorted(outlined) == sorted(holders) and len(holders) > 1
+
+
+def test_the_gang_list_is_grouped_by_namespace_and_closed_when_long(big):
+    browser, _ = big
+    groups = browser.evaluate("""Array.from(document.querySelectorAll('#holding details'),
+        d => [d.dataset.ns, d.open, d.querySelectorAll('li').length, d.querySelector('summary').innerText])""")
+    assert [g[0] for g in groups] == ["ml", "research", "vision"] and not any(g[1] for g in groups)
+    vision = {h["gang"] for n in all_nodes(big[1]["tree"]) for h in n["holders"] if h["gang"].startswith("vision/")}
+    assert groups[2][2] == len(vision) > 90 and groups[2][3].startswith(f"vision · {len(vision)} gangs · ")
+    assert groups[0][3] == "ml · 5 gangs · 664 nodes"  # planned: 512 + 64 + 64 + 16 + 8
+    assert browser.evaluate("document.getElementById('holding').getBoundingClientRect().height") < 200
+    vision = "document.querySelector('#holding details[data-ns=\"vision\"]')"
+    browser.evaluate(vision + ".querySelector('summary').click()")
+    browser.evaluate("window.troupeMap.reload()")  # the lists drawn again: the group the reader opened stays open
+    assert browser.evaluate(vision + ".open") is True and int(browser.evaluate("document.body.dataset.draws")) == 1
+    browser.evaluate(vision + ".querySelector('summary').click()")
+    browser.evaluate("window.troupeMap.reload()")
+    assert browser.evaluate(vision + ".open") is False
+
+
+def test_the_namespace_filter_hides_other_namespaces(big):
+    browser, _ = big
+    browser.evaluate("""(() => { const s = document.getElementById('ns'); s.value = 'vision';
+        s.dispatchEvent(new Event('change')); })()""")
+    opacity = dict(browser.evaluate("Array.from(document.querySelectorAll('#map .c'), c => [c.dataset.node, getComputedStyle(c).opacity])"))
+    seen = [(ns, opacity[node]) for node, ns in main_namespaces(big[1]).items()]
+    assert {o for ns, o in seen if ns == "vision"} == {"1"} and {o for ns, o in seen if ns == "research"} == {"0.15"}
+    assert browser.evaluate("Array.from(document.querySelectorAll('#holding details'), d => d.dataset.ns)") == ["vision"]
+    assert browser.evaluate("location.hash") == "#ns=vision"
+    browser.evaluate("window.troupeMap.namespace('')")
+    assert browser.evaluate("document.querySelectorAll('#map .c.o').length") == 0
+    assert browser.evaluate("Array.from(document.querySelectorAll('#holding details'), d => d.dataset.ns)") == [
+        "ml", "research", "vision"]
+
+
+def test_a_search_for_a_placed_gang_lights_its_planned_nodes_and_scrolls_to_them(big):
+    browser, page = big
+    planned = next(r for r in page["gangs"] if r["gang"] == "ml/probe-e")
+    assert planned["phase"] == "Placed" and len(planned["nodes"]) == 8
+    browser.evaluate("window.scrollTo(0, 0)")
+    browser.evaluate("window.troupeMap.find('ml/probe-e')")
+    lit = browser.evaluate("Array.from(document.querySelectorAll('#map .c.hit'), c => c.dataset.node)")
+    assert sorted(lit) == planned["nodes"] and browser.evaluate("document.body.dataset.hits") == "8"
+    assert "8 nodes planned: " in browser.evaluate("document.getElementById('detail').innerText")
+    assert browser.evaluate("window.scrollY") > 0  # the plan is on the last blocks, below the fold
+    top = browser.evaluate("document.querySelector('#map .c.hit').getBoundingClientRect().top")
+    assert 0 < top < browser.evaluate("window.innerHeight")
+    browser.evaluate("window.troupeMap.find('')")

@@ -25,7 +25,8 @@ from reconciler.engine.model.records import Nomination
 from reconciler.objects.snapshot_io import read_objects
 from reconciler.tools import simulate as sim
 from reconciler.tools import views
-from reconciler.tools.web import local, server
+from reconciler.tools.web import data, local, server
+from tests.support.engine_builders import make_pod
 from tests.support.snapshots import member, snapshot, write_list
 from troupe import contract
 from troupe.config import Config
@@ -250,3 +251,48 @@ def test_the_snapshot_file_is_read_again_only_when_it_changed(tmp_path):
     assert produce() is first and len(reads) == 1
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": cluster_objects()[:4]}))
     assert produce()["summary"]["nodes"] == 4 and len(reads) == 2
+
+
+def test_pods_outside_any_gang_make_a_node_look_used_only_for_a_meaningful_share():
+    """From requests against allocatable (32 CPUs, 32 Gi, 8 GPUs a node): a DaemonSet pod
+    and a static pod (its mirror owned by the Node) never do, even a large one; 5% of the
+    CPUs does not; 25% of the memory does; one GPU does."""
+    objects = cluster_objects()
+    on = {"gpu-b0-s0-h0": "ml/running"}
+    extra = [
+        make_pod("agent-a", "kube-system").requests(cpu="30", memory="30Gi").owned_by("DaemonSet", "agent", "apps/v1")
+        .on("gpu-b1-s0-h0"),
+        make_pod("kube-proxy-a", "kube-system").requests(cpu="100m").owned_by("Node", "gpu-b1-s0-h0", "v1")
+        .on("gpu-b1-s0-h0"),
+        make_pod("agent-b", "kube-system").requests(cpu="100m").owned_by("DaemonSet", "agent", "apps/v1")
+        .on("gpu-b1-s0-h1"),
+        make_pod("web", "lab").requests(cpu="1600m").owned_by("ReplicaSet", "web", "apps/v1").on("gpu-b1-s0-h1"),
+        make_pod("cache", "lab").requests(cpu="1", memory="8Gi").on("gpu-b1-s0-h2"),
+    ]
+    for name in on:
+        extra.append(make_pod("agent-r", "kube-system").requests(cpu="100m").owned_by("DaemonSet", "agent", "apps/v1")
+                     .on(name))
+    nodes = nodes_of(page_of(objects + [p.build() for p in extra])["tree"])
+    assert nodes["gpu-b1-s0-h0"]["nodePods"] == 2 and nodes["gpu-b1-s0-h0"]["otherShare"] == {}
+    assert nodes["gpu-b1-s0-h0"]["otherUse"] is False and nodes["gpu-b0-s0-h0"]["otherUse"] is False
+    assert nodes["gpu-b1-s0-h0"]["free"] == 8 and nodes["gpu-b1-s0-h0"]["otherPods"] == 2
+    assert nodes["gpu-b1-s0-h1"]["otherShare"] == {"cpu": 0.05} and nodes["gpu-b1-s0-h1"]["otherUse"] is False
+    assert nodes["gpu-b1-s0-h2"]["otherShare"] == {"cpu": 0.031, "memory": 0.25} and nodes["gpu-b1-s0-h2"]["otherUse"]
+    notebook = nodes["gpu-b0-s1-h1"]  # the golden snapshot's notebook: 4 GPUs, 1 CPU
+    assert notebook["otherUse"] and notebook["otherShare"]["nvidia.com/gpu"] == 0.5 and notebook["nodePods"] == 0
+    assert nodes["gpu-b1-s1-h3"]["otherUse"] is False and "otherShare" not in nodes["gpu-b1-s1-h3"]
+
+
+def test_a_decided_gangs_row_names_the_nodes_of_its_plan():
+    rows = {r["gang"]: r for r in page_of(cluster_objects())["gangs"]}
+    small = rows["team/small"]
+    assert small["phase"] == "Placed" and len(small["nodes"]) == 2 and all(n.startswith("gpu-") for n in small["nodes"])
+    assert "nodes" not in rows["ml/wide"] and "nodes" not in rows["ml/running"]
+
+
+def test_a_tenant_sees_a_node_used_by_a_hidden_gang_as_used():
+    page = page_of(cluster_objects())
+    seen = data.visible(page, lambda namespace: namespace == "team")
+    node = nodes_of(seen["tree"])["gpu-b0-s0-h0"]
+    assert node["holders"] == [] and node["otherPods"] == 1 and node["otherUse"] is True
+    assert nodes_of(page["tree"])["gpu-b0-s0-h0"]["otherUse"] is False

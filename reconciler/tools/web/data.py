@@ -9,6 +9,8 @@ marks in, plain JSON values out (docs/decisions/042-topology-map.md):
 - :func:`node_marks`: which nodes a snapshot holds for a gang that has not started there
   yet (``reserved``: a release in progress or a reservation of a gang released as created;
   ``nominated``: a preemptor's nomination);
+- :func:`node_room`: what pods outside any gang take of each node, from their requests
+  against its allocatable, DaemonSet and static pods aside (docs/decisions/053-map-at-scale.md);
 - :func:`gang_of`: pod key -> gang key, the holders the tree names;
 - :func:`visible`: the page as a caller who sees only some namespaces reads it.
 """
@@ -22,6 +24,7 @@ from reconciler.engine.ledger.occupancy import DomainUsage
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.membership import group_by_gang
+from reconciler.engine.model.resources import PODS
 from reconciler.engine.model.timestamps import rfc3339
 from reconciler.tools.render import topology_json
 from troupe.config import Config
@@ -32,6 +35,15 @@ VERSION = 1
 NOT_WAITING = frozenset({"Placed", "Releasing", "Released"})
 #: The kinds of :func:`node_marks`.
 MARKS = ("reserved", "nominated")
+#: Controlling owners whose pods belong to the node itself: a DaemonSet runs one on every
+#: node it selects, and a static pod's mirror is owned by its Node
+#: (https://kubernetes.io/docs/tasks/configure-pod-container/static-pod/). They never make
+#: a node look used.
+NODE_OWNERS = frozenset({"DaemonSet", "Node"})
+#: The share of a node's allocatable cpu, memory or any other resource but ``pods`` from
+#: which the requests of pods outside any gang make the node look used. Any unit of an
+#: extended resource (a name with a domain: ``nvidia.com/gpu``) does at once.
+OTHER_SHARE = 0.1
 
 
 def gang_of(snapshot: Snapshot, config: Config) -> dict[str, str]:
@@ -63,13 +75,58 @@ def node_marks(snapshot: Snapshot, gangs: Mapping[PodKey, str]) -> dict[str, dic
     return {node: {mark: sorted(keys) for mark, keys in marks.items()} for node, marks in found.items()}
 
 
-def _marked(tree: dict[str, Any], marks: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
-    """Add each node's marks to the nodes of ``tree`` (a :func:`topology_json` object), in place."""
+def node_room(snapshot: Snapshot, gangs: Mapping[PodKey, str]) -> dict[str, dict[str, Any]]:
+    """Node name -> what the pods on it outside any gang (``gangs``: pod key -> gang key,
+    :func:`gang_of`) take of it, for the nodes that have such pods (the pods a node's
+    resources go to: :meth:`~reconciler.engine.ledger.snapshot.Snapshot.using`):
+
+    - ``nodePods``: how many belong to the node itself (controlled by a :data:`NODE_OWNERS`
+      kind: DaemonSet pods, static pods); they are left out of what follows;
+    - ``otherShare``: resource -> the share of the node's allocatable (0 to 1, 3 decimals,
+      more when overcommitted) that the other pods request, for every resource the node
+      offers and they request, ``pods`` aside;
+    - ``otherUse``: whether they take a meaningful share: any unit of an extended resource
+      (a name with a ``/``) or at least :data:`OTHER_SHARE` of any other resource.
+
+    Requests are kube-scheduler's (:func:`~reconciler.engine.model.resources.pod_requests`).
+    Cost: one pass over the pods."""
+    own: dict[int, int] = {}
+    taken: dict[int, dict[str, int]] = {}
+    for key, pod in snapshot.pods.items():
+        i = snapshot.node_index_of(key)
+        if i is None or key in gangs:
+            continue
+        if pod.owner is not None and pod.owner.kind in NODE_OWNERS:
+            own[i] = own.get(i, 0) + 1
+            continue
+        sums = taken.setdefault(i, {})
+        for resource, units in pod.requests.items():
+            if resource != PODS and units > 0:
+                sums[resource] = sums.get(resource, 0) + units
+    out: dict[str, dict[str, Any]] = {}
+    for i in own.keys() | taken.keys():
+        node = snapshot.nodes[i]
+        share = {r: round(units / node.allocatable[r], 3) for r, units in sorted(taken.get(i, {}).items())
+                 if node.allocatable.get(r, 0) > 0}
+        use = any(("/" in r and units > 0) or units >= OTHER_SHARE * max(node.allocatable.get(r, 0), 1)
+                  for r, units in taken.get(i, {}).items())
+        out[node.name] = {"nodePods": own.get(i, 0), "otherShare": share, "otherUse": use}
+    return out
+
+
+def _marked(tree: dict[str, Any], marks: Mapping[str, Mapping[str, Sequence[str]]],
+            room: Mapping[str, Mapping[str, Any]]) -> None:
+    """Add each node's marks and room to the nodes of ``tree`` (a :func:`topology_json`
+    object), in place; a node without pods outside any gang gets ``otherUse`` false."""
     for child in tree.get("children", ()):
-        _marked(child, marks)
+        _marked(child, marks, room)
     for node in tree.get("nodes", ()):
         for mark, gangs in marks.get(node["name"], {}).items():
             node[mark] = list(gangs)
+        found = room.get(node["name"])
+        node["otherUse"] = bool(found and found["otherUse"])
+        if found:
+            node["nodePods"], node["otherShare"] = found["nodePods"], dict(found["otherShare"])
 
 
 def _count(tree: DomainUsage) -> int:
@@ -77,7 +134,7 @@ def _count(tree: DomainUsage) -> int:
 
 
 def page(tree: DomainUsage, gangs: Iterable[Mapping[str, Any]], marks: Mapping[str, Mapping[str, Sequence[str]]],
-         *, resource: str, levels: Sequence[str], source: str, at: float, refresh_seconds: float) -> dict[str, Any]:
+         room: Mapping[str, Mapping[str, Any]], *, resource: str, levels: Sequence[str], source: str, at: float, refresh_seconds: float) -> dict[str, Any]:
     """The page's JSON object (field by field in docs/contract.md, "Topology map"):
 
     - ``version`` (:data:`VERSION`), ``source`` (where it was read: ``reconciler``, a
@@ -86,16 +143,18 @@ def page(tree: DomainUsage, gangs: Iterable[Mapping[str, Any]], marks: Mapping[s
       ``resource`` whose units are counted, ``levels`` (node label keys, highest first);
     - ``tree``: ``kubectl troupe topology -o json``'s tree (:func:`topology_json`), each
       node with its ``reserved`` and ``nominated`` gang keys when it has any (``marks``,
-      :func:`node_marks`);
+      :func:`node_marks`), ``otherUse`` and, when it has pods outside any gang, ``nodePods``
+      and ``otherShare`` (``room``, :func:`node_room`);
     - ``gangs``: one row per gang, as given (each with at least ``gang``, its key, and
-      ``phase`` and ``reason``), each with ``waiting`` (its phase is not Placed, Releasing
+      ``phase`` and ``reason``, and ``nodes``, the nodes its plan or reservation names,
+      when it has such), each with ``waiting`` (its phase is not Placed, Releasing
       or Released); waiting gangs first (by ``queuePosition`` when rows carry it), then by key;
     - ``summary``: ``nodes``, ``allocatable`` and ``free`` units, ``gangs`` and ``waiting``.
     """
     rows = [{**row, "waiting": row.get("phase") not in NOT_WAITING} for row in gangs]
     rows.sort(key=lambda r: (not r["waiting"], r.get("queuePosition") or 1 << 30, str(r.get("gang"))))
     data = topology_json(tree)
-    _marked(data, marks)
+    _marked(data, marks, room)
     return {
         "version": VERSION, "source": source, "at": rfc3339(at), "refreshSeconds": refresh_seconds,
         "resource": resource, "levels": list(levels),
@@ -113,7 +172,8 @@ def visible(data: Mapping[str, Any], sees: Callable[[str], bool]) -> dict[str, A
     """The page data ``data`` (:func:`page`) as a caller who sees only the namespaces
     ``sees`` says yes to reads it (docs/decisions/049-hostile-tenants-third-round.md): the
     rows of other namespaces' gangs left out, their holders on a node counted among its
-    ``otherPods`` (its units stay counted in ``free``), their marks left out, the summary
+    ``otherPods`` (its units stay counted in ``free``; one that uses any unit makes the node's
+    ``otherUse`` true), their marks left out, the summary
     counted again, and ``visibleNamespaces`` (sorted) naming the namespaces shown. ``sees``
     is asked once per namespace."""
     memo: dict[str, bool] = {}
@@ -136,7 +196,9 @@ def visible(data: Mapping[str, Any], sees: Callable[[str], bool]) -> dict[str, A
         out = dict(n)
         holders = [h for h in n.get("holders", ()) if shown(h["gang"])]
         out["holders"] = holders
-        out["otherPods"] = n.get("otherPods", 0) + sum(h["pods"] for h in n.get("holders", ()) if not shown(h["gang"]))
+        hidden = [h for h in n.get("holders", ()) if not shown(h["gang"])]
+        out["otherPods"] = n.get("otherPods", 0) + sum(h["pods"] for h in hidden)
+        out["otherUse"] = bool(n.get("otherUse")) or any(h["units"] > 0 for h in hidden)
         for mark in MARKS:
             if mark in n:
                 kept = [g for g in n[mark] if shown(g)]

@@ -6,7 +6,8 @@ file or the live cluster, decided by the plugin as ``kubectl troupe status`` dec
 ``127.0.0.1:port`` (0: a free port), prints its address, opens a browser unless told not
 to, and reads again when the page asks for data and the last read is older than
 :data:`~reconciler.tools.web.server.CACHE_SECONDS` (a snapshot file: only when the file
-changed), until interrupted.
+changed; a live cluster: only when its watches saw a change,
+:mod:`reconciler.tools.web.watched`), until interrupted.
 
 The page shows every namespace's gangs, pods and nodes that the user's credentials read, so
 only that user's browser may read it (:func:`guarded`, docs/decisions/049-hostile-tenants-third-round.md):
@@ -26,7 +27,7 @@ import socketserver
 import sys
 import threading
 import webbrowser
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
@@ -39,13 +40,26 @@ from reconciler.tools.web import data, server
 def cluster_page(cluster: views.Cluster, resource: str, refresh_seconds: float) -> dict[str, Any]:
     """The page data (:func:`reconciler.tools.web.data.page`) of ``cluster``: its topology
     tree (:func:`views.topology`), every gang's status as ``kubectl troupe status -o json``
-    gives it (plus ``gang``, its key) and the nodes held for gangs that have not started on
-    them."""
+    gives it (plus ``gang``, its key, and ``nodes``: :func:`planned_nodes`), the nodes held
+    for gangs that have not started on them and what pods outside any gang take of each node."""
     tree = views.topology(cluster, resource)
-    rows = [{"gang": s.gang.key, **s.to_json()} for s in views.status(cluster)]
-    marks = data.node_marks(cluster.snapshot, views.gang_of_pods(cluster))
-    return data.page(tree, rows, marks, resource=resource, levels=cluster.config.topology_levels,
+    rows = [{"gang": s.gang.key, **s.to_json(), **planned_nodes(s)} for s in views.status(cluster)]
+    gangs = views.gang_of_pods(cluster)
+    marks = data.node_marks(cluster.snapshot, gangs)
+    return data.page(tree, rows, marks, data.node_room(cluster.snapshot, gangs), resource=resource, levels=cluster.config.topology_levels,
                      source=cluster.source, at=cluster.now, refresh_seconds=refresh_seconds)
+
+
+def planned_nodes(status: views.GangStatus) -> dict[str, list[str]]:
+    """``{"nodes": [...]}``: the sorted nodes the decision of a gang places members on (its
+    plan, ``status --output json``'s placements of a Placed gang) or its reservation names,
+    so the page can show a gang that has not started yet; ``{}`` when there are none."""
+    outcome = status.outcome
+    if outcome is None:
+        return {}
+    nodes = {str(p["node"]) for p in outcome.placements if outcome.placed and p.get("node")}
+    nodes |= {str(n) for n in (outcome.reservation or {}).get("nodes") or () if n}
+    return {"nodes": sorted(nodes)} if nodes else {}
 
 
 class QuietHandler(WSGIRequestHandler):
@@ -66,24 +80,29 @@ class ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
 
 
 def reader(read: Callable[[], views.Cluster], resource: str, refresh_seconds: float,
-           snapshot: str | None) -> Callable[[], Mapping[str, Any]]:
+           snapshot: str | None, stamp: Callable[[], Hashable] | None = None) -> Callable[[], Mapping[str, Any]]:
     """What the page's data is made by: ``read()`` and :func:`cluster_page`, again on each
     call; for a ``snapshot`` file (not ``-``), the last answer as long as the file's
-    modification time and size are the same."""
+    modification time and size are the same; for stdin, the first answer; with ``stamp`` (a
+    live cluster kept by watches: :meth:`~reconciler.tools.web.watched.WatchedCluster.stamp`),
+    the last answer as long as ``stamp()`` is the same (taken before the read, so a change
+    during one is seen by the next call)."""
     last: list[Any] = [None, None]
 
     def produce() -> Mapping[str, Any]:
-        stamp = None
+        mark: Hashable = None
         if snapshot and snapshot != "-":
             st = os.stat(snapshot)
-            stamp = (st.st_mtime_ns, st.st_size)
-            if last[0] == stamp and last[1] is not None:
-                return last[1]  # type: ignore[no-any-return]
-        elif last[1] is not None and snapshot == "-":
+            mark = (st.st_mtime_ns, st.st_size)
+        elif snapshot == "-":
+            mark = "stdin"
+        elif stamp is not None:
+            mark = stamp()
+        if mark is not None and last[0] == mark and last[1] is not None:
             return last[1]  # type: ignore[no-any-return]
         page = cluster_page(read(), resource, refresh_seconds)
         gc.unfreeze()  # the plugin's read froze what it made; a later read makes it garbage
-        last[:] = [stamp, page]
+        last[:] = [mark, page]
         return page
 
     return produce

@@ -1,28 +1,37 @@
 // Troupe's topology map: reads data.json (reconciler/tools/web/data.py), draws the tree as
 // nested boxes down to the level above the hosts and every host's nodes as cells, lists the
-// waiting gangs and the gangs on nodes, finds a gang, and reads the data again every
-// refreshSeconds. The map is drawn again only when its digest changed. Times, in ms, are
-// left on <body> for whoever measures the page: data-fetch-ms, data-draw-ms (map built and
-// laid out), data-frame-ms (to the next frame), data-ready-ms (first draw, from navigation).
+// waiting gangs and the gangs on nodes (grouped by namespace), filters by namespace, finds a
+// gang, and reads the data again every refreshSeconds. The map is drawn again only when its
+// digest changed. A cell has the colour of its main gang's namespace (Tableau 20 without its
+// greys: docs/decisions/053-map-at-scale.md); hovering it outlines the gang's other cells.
+// Times, in ms, are left on <body> for whoever measures the page: data-fetch-ms,
+// data-draw-ms (map built and laid out), data-frame-ms (to the next frame), data-ready-ms
+// (first draw, from navigation).
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
-  const body = document.body, mapEl = $("map"), search = $("search"), statusEl = $("status");
+  const body = document.body, mapEl = $("map"), search = $("search"), statusEl = $("status"), nsEl = $("ns");
   const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ESC[c]);
-  const colours = new Map();
-  let data = null, digest = null, nodes = [], paths = [], cells = [], byGang = new Map(), rows = new Map();
-  let hits = [], draws = 0, timer = 0;
+  // Tableau 20 without its two greys (grey is the colour of pods outside any gang), the
+  // strong hues first: the first nine namespaces get colours no one confuses.
+  const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#499894", "#b6992d", "#d37295", "#9d7660",
+    "#a0cbe8", "#ffbe7d", "#8cd17d", "#ff9d9a", "#d4a6c8", "#86bcb6", "#f1ce63", "#fabfd2", "#d7b5a6"];
+  // Past this many gangs on nodes, a namespace's group of the list starts closed; past this
+  // many waiting gangs, the list shows the first ones only.
+  const OPEN_GANGS = 40, WAITING_SHOWN = 50;
+  let colours = new Map();
+  let data = null, digest = null, nodes = [], paths = [], cells = [], mains = [], byGang = new Map(), rows = new Map();
+  let nodeIndex = new Map(), hits = [], peers = [], draws = 0, timer = 0, namespace = "";
+  const opened = new Map(); // namespace -> open or closed, as the reader left its group
+  let nsNames = null;
 
+  // A gang key's namespace; "" for a SharedDeviceGroup's (group:<name>, cluster-scoped).
+  const nsOf = (key) => { const k = key.indexOf("/"); return k < 0 ? "" : key.slice(0, k); };
   function colour(key) {
-    let c = colours.get(key);
-    if (c === undefined) {
-      let h = 2166136261;
-      for (let i = 0; i < key.length; i++) { h ^= key.charCodeAt(i); h = Math.imul(h, 16777619); }
-      h >>>= 0;
-      c = "hsl(" + (h % 360) + " " + (55 + (h >>> 9) % 25) + "% " + (38 + (h >>> 17) % 20) + "%)";
-      colours.set(key, c);
-    }
+    const ns = nsOf(key);
+    let c = colours.get(ns);
+    if (c === undefined) { c = PALETTE[colours.size % PALETTE.length]; colours.set(ns, c); }
     return c;
   }
   const short = (level) => level.split("/").pop().replace(/^gce-topology-/, "");
@@ -38,20 +47,25 @@
     if (list === undefined) byGang.set(key, (list = []));
     if (list[list.length - 1] !== i) list.push(i);
   }
+  const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
 
   function cell(n, path, out) {
     const i = nodes.length;
-    nodes.push(n); paths.push(path);
+    nodes.push(n); paths.push(path); nodeIndex.set(n.name, i);
     let cls = "c", style = "", main = null, units = -1;
     for (const h of n.holders) { if (h.units > units) { main = h.gang; units = h.units; } mark(i, h.gang); }
     for (const g of n.reserved || []) mark(i, g);
     for (const g of n.nominated || []) mark(i, g);
     if (main === null && n.reserved) main = n.reserved[0];
     if (main === null && n.nominated) main = n.nominated[0];
-    const used = main !== null || n.otherPods > 0;
-    const free = n.allocatable > 0 ? Math.max(n.free, 0) / n.allocatable : (used ? 0 : 1);
+    mains.push(main);
+    // Pods outside any gang make a node look used only for a meaningful share of it
+    // (otherUse, from their requests); DaemonSet and static pods never do.
+    const other = main === null && n.otherUse === true;
+    let free = n.allocatable > 0 ? Math.max(n.free, 0) / n.allocatable : (main !== null || other ? 0 : 1);
+    if (other) free = Math.min(free, 1 - Math.max(0, ...Object.values(n.otherShare || {})));
     if (!n.ready || n.cordoned) cls += " x";
-    else if (!used && free >= 1) cls += " e";
+    else if (main === null && !other && free >= 1) cls += " e";
     if (n.avoided) cls += " v";
     if (n.reserved) cls += " r";
     if (n.nominated) cls += " m";
@@ -76,15 +90,26 @@
     out.push("</div></div>");
   }
 
+  function holdersOf(t, into) {
+    for (const n of t.nodes || []) for (const h of n.holders) into.add(nsOf(h.gang));
+    for (const c of t.children || []) holdersOf(c, into);
+    return into;
+  }
+
   function drawMap(d) {
     const t0 = performance.now();
-    nodes = []; paths = []; byGang = new Map(); hits = [];
+    nodes = []; paths = []; mains = []; byGang = new Map(); nodeIndex = new Map(); hits = []; peers = [];
+    // Colours go to the namespaces in name order, so a namespace keeps its colour while the set stays.
+    const names = holdersOf(d.tree, new Set(d.gangs.map((r) => nsOf(r.gang))));
+    colours = new Map();
+    for (const ns of Array.from(names).sort()) colour(ns + "/");
     const out = [];
     if (d.tree.children) for (const c of d.tree.children) domain(c, [], out);
     else domain(d.tree, [], out);
     mapEl.classList.toggle("big", nodes.length <= 256);
     mapEl.innerHTML = out.join("");
     cells = Array.prototype.slice.call(mapEl.getElementsByClassName("c"));
+    filterMap();
     void mapEl.offsetHeight; // style and layout now, so that the time includes them
     const ms = performance.now() - t0;
     body.dataset.drawMs = ms.toFixed(1);
@@ -92,6 +117,15 @@
     draws += 1;
     body.dataset.draws = String(draws);
   }
+
+  // The namespace filter: the cells of other namespaces' gangs faded, the lists left to this one.
+  function filterMap() {
+    mapEl.classList.toggle("filtered", namespace !== "");
+    for (let i = 0; i < cells.length; i++) {
+      cells[i].classList.toggle("o", namespace !== "" && mains[i] !== null && nsOf(mains[i]) !== namespace);
+    }
+  }
+  const shown = (key) => namespace === "" || nsOf(key) === namespace;
 
   function gangItem(r) {
     const size = r.size === null || r.size === undefined ? "?" : r.size;
@@ -107,27 +141,63 @@
 
   function drawLists(d) {
     rows = new Map(d.gangs.map((r) => [r.gang, r]));
-    const waiting = d.gangs.filter((r) => r.waiting);
-    $("waiting").innerHTML = waiting.map(gangItem).join("") || "<li>none</li>";
+    const waiting = d.gangs.filter((r) => r.waiting && shown(r.gang));
+    $("waiting").innerHTML = (waiting.slice(0, WAITING_SHOWN).map(gangItem).join("") || "<li>none</li>") +
+      (waiting.length > WAITING_SHOWN ? '<li class="more">' + (waiting.length - WAITING_SHOWN) +
+        " more: choose a namespace or search</li>" : "");
     $("waiting-count").textContent = "(" + waiting.length + ")";
-    const holding = Array.from(byGang.keys()).sort();
-    $("holding").innerHTML = holding.map((k) => '<li data-gang="' + esc(k) + '"><span class="sw" style="background:' +
-      colour(k) + '"></span>' + esc(k) + " · " + byGang.get(k).length + " node" + (byGang.get(k).length === 1 ? "" : "s") +
-      (rows.has(k) ? '<span class="ph">' + esc(rows.get(k).phase) + "</span>" : "") + "</li>").join("");
+    // The gangs on nodes, and those whose plan or reservation names nodes (not started yet).
+    const holding = Array.from(new Set([...byGang.keys(), ...d.gangs.filter((r) => r.nodes).map((r) => r.gang)]))
+      .filter(shown).sort();
+    const groups = new Map();
+    for (const k of holding) { const ns = nsOf(k); if (!groups.has(ns)) groups.set(ns, []); groups.get(ns).push(k); }
+    const out = [];
+    for (const [ns, keys] of groups) {
+      const count = new Set(keys.flatMap(cellsOf)).size;
+      const open = opened.has(ns) ? opened.get(ns) : holding.length <= OPEN_GANGS || groups.size === 1;
+      out.push('<details data-ns="' + esc(ns) + '"' + (open ? " open" : "") + '><summary><span class="sw" style="background:' +
+        colour(ns + "/") + '"></span><b>' + (ns ? esc(ns) : "shared device groups") + "</b> · " + plural(keys.length, "gang") + " · " + plural(count, "node") +
+        "</summary><ul>");
+      for (const k of keys) {
+        out.push('<li data-gang="' + esc(k) + '"><span class="sw" style="background:' + colour(k) + '"></span>' + esc(k) + " · " + plural(cellsOf(k).length, "node") + (byGang.has(k) ? "" : " planned") +
+          (rows.has(k) ? '<span class="ph">' + esc(rows.get(k).phase) + "</span>" : "") + "</li>");
+      }
+      out.push("</ul></details>");
+    }
+    $("holding").innerHTML = out.join("");
     $("holding-count").textContent = "(" + holding.length + ")";
+    const names = Array.from(new Set([...d.gangs.map((r) => nsOf(r.gang)), ...Array.from(byGang.keys(), nsOf)]))
+      .filter((ns) => ns !== "").sort();
+    if (namespace && !names.includes(namespace)) names.push(namespace);
+    if (names.join("\n") !== nsNames) { // rebuilt only when the namespaces change: an open menu stays open
+      nsNames = names.join("\n");
+      nsEl.innerHTML = '<option value="">all namespaces</option>' + names.map((ns) => '<option value="' + esc(ns) + '"' +
+        ">" + esc(ns) + "</option>").join("");
+    }
+    nsEl.value = namespace;
     const s = d.summary;
     $("summary").textContent = d.source + " · decided " + d.at + " · " + s.nodes + " nodes · " + s.free + " of " +
       s.allocatable + " " + d.resource + " free · " + s.gangs + " gangs, " + s.waiting + " waiting";
   }
 
+  // The cells of a gang: the nodes it holds or is held for in the tree, and those its plan or
+  // reservation names (its row's nodes), each once.
+  function cellsOf(key) {
+    const found = new Set(byGang.get(key) || []);
+    const r = rows.get(key);
+    for (const name of (r && r.nodes) || []) { const i = nodeIndex.get(name); if (i !== undefined) found.add(i); }
+    return Array.from(found).sort((a, b) => a - b);
+  }
+
   function showGang(keys) {
     const det = $("detail");
     if (!keys.length) { det.hidden = false; det.innerHTML = "<p>No gang matches.</p>"; return; }
-    const k = keys[0], r = rows.get(k), on = byGang.get(k) || [];
+    const k = keys[0], r = rows.get(k), on = cellsOf(k);
+    const planned = !byGang.has(k) && on.length > 0;
     const names = on.slice(0, 24).map((i) => nodes[i].name).join(", ") + (on.length > 24 ? ", …" : "");
     det.hidden = false;
     det.innerHTML = "<p><b>" + esc(k) + "</b>" + (r ? ' <span class="ph">' + esc(r.phase) + "</span>" : "") + "</p>" +
-      (r ? "<p>" + esc(r.reason) + "</p>" : "") + "<p>" + on.length + " node" + (on.length === 1 ? "" : "s") +
+      (r ? "<p>" + esc(r.reason) + "</p>" : "") + "<p>" + plural(on.length, "node") + (planned ? " planned" : "") +
       (on.length ? ": " + esc(names) : "") + "</p>" +
       (keys.length > 1 ? "<p>" + (keys.length - 1) + " more match: " + esc(keys.slice(1, 6).join(", ")) + "</p>" : "");
   }
@@ -136,26 +206,31 @@
     for (const c of hits) c.classList.remove("hit");
     hits = [];
     const q = search.value.trim().toLowerCase();
-    if (!q) { mapEl.classList.remove("searching"); $("detail").hidden = true; return; }
+    if (!q) { mapEl.classList.remove("searching"); $("detail").hidden = true; body.dataset.hits = "0"; return; }
     const all = new Set([...rows.keys(), ...byGang.keys()]);
     let keys = Array.from(all).filter((k) => k.toLowerCase() === q);
     if (!keys.length) keys = Array.from(all).filter((k) => k.toLowerCase().includes(q)).sort();
-    for (const k of keys) for (const i of byGang.get(k) || []) { cells[i].classList.add("hit"); hits.push(cells[i]); }
+    const lit = new Set();
+    for (const k of keys) for (const i of cellsOf(k)) lit.add(i);
+    for (const i of Array.from(lit).sort((a, b) => a - b)) { cells[i].classList.add("hit"); hits.push(cells[i]); }
     mapEl.classList.add("searching");
     body.dataset.hits = String(hits.length);
     showGang(keys);
-    if (hits.length) hits[0].scrollIntoView({ block: "nearest" });
+    if (hits.length) hits[0].scrollIntoView({ block: "center", inline: "nearest" });
   }
 
   function showNode(i) {
     const n = nodes[i], det = $("detail");
-    const held = n.holders.map((h) => esc(h.gang) + " (" + h.units + " " + esc(data.resource) + ", " + h.pods + " pod" +
-      (h.pods === 1 ? "" : "s") + ")").join("<br>");
+    const held = n.holders.map((h) => esc(h.gang) + " (" + h.units + " " + esc(data.resource) + ", " + plural(h.pods, "pod") +
+      ")").join("<br>");
     const state = !n.ready ? "not ready" : n.cordoned ? "cordoned" : n.avoided ? "avoided: " + n.avoided : "ready";
+    const share = Object.entries(n.otherShare || {}).map(([r, s]) => (s < 0.005 ? "<1" : Math.round(s * 100)) + "% of " + r).join(", ");
+    const others = n.otherPods ? "<p>" + plural(n.otherPods, "other pod") + (n.nodePods ? " (" + n.nodePods +
+      " DaemonSet or static)" : "") + (share ? ": " + esc(share) : "") + (n.otherUse ? "" : ", the node left free") + "</p>" : "";
     det.hidden = false;
     det.innerHTML = "<p><b>" + esc(n.name) + "</b> · " + esc(paths[i].join(" › ")) + "</p><p>" + Math.max(n.free, 0) +
       " of " + n.allocatable + " " + esc(data.resource) + " free · " + esc(state) + "</p>" +
-      (held ? "<p>" + held + "</p>" : "") + (n.otherPods ? "<p>" + n.otherPods + " other pod(s)</p>" : "") +
+      (held ? "<p>" + held + "</p>" : "") + others +
       (n.reserved ? "<p>reserved for " + esc(n.reserved.join(", ")) + "</p>" : "") +
       (n.nominated ? "<p>nominated for " + esc(n.nominated.join(", ")) + "</p>" : "");
   }
@@ -191,15 +266,40 @@
     if (next > 0) timer = setTimeout(load, next * 1000);
   }
 
+  // The address keeps the namespace and the search: #ns=<namespace>&gang=<query>.
+  function remember() {
+    const parts = [];
+    if (namespace) parts.push("ns=" + encodeURIComponent(namespace));
+    if (search.value) parts.push("gang=" + encodeURIComponent(search.value));
+    history.replaceState(null, "", parts.length ? "#" + parts.join("&") : "#");
+  }
+  function setNamespace(ns) {
+    namespace = ns;
+    filterMap();
+    if (data) drawLists(data);
+    remember();
+  }
+
   let typing = 0;
-  search.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => { history.replaceState(null, "", search.value ? "#gang=" + encodeURIComponent(search.value) : "#"); find(); }, 120);
-  });
+  search.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(() => { remember(); find(); }, 120); });
+  nsEl.addEventListener("change", () => setNamespace(nsEl.value));
   mapEl.addEventListener("click", (e) => { const i = e.target.dataset && e.target.dataset.i; if (i !== undefined) showNode(+i); });
+  // Hovering a cell outlines every cell of its gang (the namespace's colour is shared).
+  mapEl.addEventListener("mouseover", (e) => {
+    for (const c of peers) c.classList.remove("peer");
+    peers = [];
+    const i = e.target.dataset && e.target.dataset.i;
+    if (i === undefined || mains[+i] === null) return;
+    for (const j of byGang.get(mains[+i]) || []) { cells[j].classList.add("peer"); peers.push(cells[j]); }
+  });
   $("side").addEventListener("click", (e) => {
     const li = e.target.closest("li[data-gang]");
-    if (li) { search.value = li.dataset.gang; find(); }
+    if (li) { search.value = li.dataset.gang; remember(); find(); }
+  });
+  // What the reader opens or closes is kept (a click on a summary; the lists' own redraws do not count).
+  $("holding").addEventListener("click", (e) => {
+    const summary = e.target.closest("summary");
+    if (summary) opened.set(summary.parentElement.dataset.ns, !summary.parentElement.open);
   });
   // The reconciler's page answers a bearer token (docs/decisions/049): given in the address's
   // fragment (never sent to a server, nor logged), kept for this tab and taken out of the address.
@@ -209,15 +309,20 @@
     history.replaceState(null, "", given[2] ? "#" + given[2] : location.pathname + location.search);
   }
   const bearer = sessionStorage.getItem("troupe-map-bearer");
-  const wanted = /^#gang=(.*)$/.exec(location.hash);
-  if (wanted) {
-    // An address typed or pasted by hand may hold a lone '%': search for it as it is.
-    try { search.value = decodeURIComponent(wanted[1]); } catch (e) { search.value = wanted[1]; }
+  // An address typed or pasted by hand may hold a lone '%': such a value is taken as it is.
+  const decode = (v) => { try { return decodeURIComponent(v); } catch (e) { return v; } };
+  for (const part of location.hash.replace(/^#/, "").split("&")) {
+    const eq = part.indexOf("=");
+    if (eq < 0) continue;
+    if (part.slice(0, eq) === "gang") search.value = decode(part.slice(eq + 1));
+    if (part.slice(0, eq) === "ns") namespace = decode(part.slice(eq + 1));
   }
-  // For scripts and tests: read again now; find a gang as the search box does (returns the ms it took).
+  // For scripts and tests: read again now; find a gang as the search box does (returns the ms
+  // it took); show one namespace ("" for all) as the filter does.
   window.troupeMap = {
     reload: () => { clearTimeout(timer); return load(); },
     find: (q) => { search.value = q; const t = performance.now(); find(); return performance.now() - t; },
+    namespace: (ns) => setNamespace(ns),
   };
   load();
 })();
