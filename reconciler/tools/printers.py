@@ -297,6 +297,8 @@ def custom_columns(obj: Any, columns: Sequence[tuple[str, Template]], headers: b
             found = template.values(item)
             cells.append(",".join(_text(v) for v in found) if found else NONE)
         rows.append(tuple(cells))
+    if len(columns) == 1:  # render.columns pads every column but the last: one column is only a last
+        return "".join(r[0] + "\n" for r in rows)
     return "".join(line.rstrip() + "\n" for line in table(rows))
 
 
