@@ -181,7 +181,8 @@ def _snapshot_config(args: argparse.Namespace, ref: str, namespace: str, name: s
     if args.config_map:
         raise ConfigError(f"--config-map: ConfigMap {ref} with a config.yaml is not in the snapshot "
                           f"(append it: {SNAPSHOT_CONFIG_COMMAND}, or give --config FILE)")
-    _note(_defaults_note(f"no ConfigMap {ref} in the snapshot"))
+    missing = "has no config.yaml" if found else "is not in the snapshot"
+    _note(_defaults_note(f"ConfigMap {ref} {missing}"))
     return Config()
 
 

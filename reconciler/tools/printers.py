@@ -35,6 +35,7 @@ from typing import Any
 
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
 from jsonpath_ng.ext.parser import parse as jsonpath_parse
+from jsonpath_ng.jsonpath import Fields
 
 from reconciler.engine.decision.gangobject import object_name
 from reconciler.tools import views
@@ -254,9 +255,8 @@ class Template:
 
 def _is_whole(path: Any) -> bool:
     """Whether ``path`` ends on a field (``.items``) rather than on selected elements
-    (``.items[*]``): ``{range .items}`` repeats for each element of the list, as kubectl's does."""
-    from jsonpath_ng.jsonpath import Fields
-
+    (``.items[*]``): ``{range .items}`` repeats for each element of the list, as
+    ``{range .items[*]}`` does."""
     right = getattr(path, "right", path)
     return isinstance(right, Fields)
 

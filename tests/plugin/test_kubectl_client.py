@@ -135,8 +135,12 @@ def test_a_snapshot_with_troupes_configmap_appended_decides_with_it(capsys, tmp_
 
 def test_a_snapshot_without_it_says_which_configuration_it_used(capsys, tmp_path):
     err = status(capsys, EXAMPLE, "-o", "name")[1]
-    assert err == ("note: no ConfigMap troupe-system/troupe-config in the snapshot: deciding with the built-in "
+    assert err == ("note: ConfigMap troupe-system/troupe-config is not in the snapshot: deciding with the built-in "
                    "configuration (levels block, subblock, host; see --config)\n")
+    empty = tmp_path / "empty.json"
+    empty.write_text(EXAMPLE.read_text() + json.dumps({**config_map(""), "data": {}}))
+    assert "ConfigMap troupe-system/troupe-config has no config.yaml: deciding with the built-in" in status(
+        capsys, empty, "-o", "name")[1]
     other = tmp_path / "snapshot.json"  # another release's name: the one ConfigMap of the chart's
     other.write_text(EXAMPLE.read_text() + json.dumps(config_map("{}\n", "gangs", "sched-config")))
     assert status(capsys, other, "-o", "name")[1] == (
