@@ -45,6 +45,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
     put("bad_nodes", "bad-nodes.yaml", "kind: FakeNodes\ngroups: [\n")
+    put("config", "config.yaml", "{}\n")  # the defaults, said: no note that the snapshot has no ConfigMap
     put("short_key", "short.key", "short\n")
     pki = root / "pki"
     pki.mkdir()
@@ -83,7 +84,8 @@ CASES = [
      "--now: expected an RFC 3339 time"),
     ("kubectl troupe status", [*PLUGIN, "status", "--kubeconfig", "{kubeconfig}"],
      f"cannot reach the API server {UNREACHABLE}"),
-    ("kubectl troupe status", [*PLUGIN, "status", "-o", "tabel"], "invalid choice: 'tabel'"),
+    ("kubectl troupe status", [*PLUGIN, "status", "-o", "tabel"],
+     "argument -o/--output: --output 'tabel': expected one of table, wide, json, yaml, name, jsonpath=TEMPLATE"),
     ("kubectl troupe status", [*PLUGIN, "status", "--kubeconfig", "{kubeconfig}", "--request-timeout", "soon"],
      "--request-timeout 'soon'"),
     ("kubectl troupe why", [*PLUGIN, "why", "p", "--snapshot", SNAPSHOT, "--config", "{bad_yaml}"],
@@ -165,8 +167,8 @@ def test_a_mistake_is_one_line_on_stderr_and_a_non_zero_exit(files, busy_port, c
 
 
 @pytest.mark.parametrize("argv", [
-    [*PLUGIN, "topology", "--snapshot", SNAPSHOT],
-    ["-m", "reconciler", "status", "-A", "--snapshot", SNAPSHOT],
+    [*PLUGIN, "topology", "--snapshot", SNAPSHOT, "--config", "{config}"],
+    ["-m", "reconciler", "status", "-A", "--snapshot", SNAPSHOT, "--config", "{config}"],
     ["-m", "reconciler", "simulate", SNAPSHOT],
     ["-m", "webhook", "configuration", "--url", "https://x/mutate"],
     ["-m", "certs", "expiry", "{ca_crt}"],

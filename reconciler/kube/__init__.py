@@ -65,6 +65,7 @@ from reconciler.kube.informer import (
 from reconciler.kube.leases import KubeLeases
 from reconciler.kube.readonly import (
     ACTIVE_PODS,
+    Overrides,
     plugin_client,
     read_cluster,
     read_config_map,
@@ -102,6 +103,7 @@ __all__ = [
     "KubeLeases",
     "KubeReviews",
     "KubeWrites",
+    "Overrides",
     "RateLimiter",
     "Resource",
     "ResyncHandler",

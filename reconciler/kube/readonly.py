@@ -9,6 +9,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -51,30 +52,102 @@ def _kubeconfig_missing(kubeconfig: str | None) -> bool:
     return not any(os.path.isfile(p) for p in paths)
 
 
-def plugin_client(kubeconfig: str | None, context: str | None) -> tuple[client.ApiClient, str]:
+@dataclass(frozen=True)
+class Overrides:
+    """kubectl's kubeconfig overrides (k8s.io/cli-runtime ``genericclioptions.ConfigFlags``):
+    ``server`` (``--server``: the API server's URL, instead of the context's cluster's),
+    ``token`` (``--token``: a bearer token, instead of the context's user's credentials),
+    ``as_user``/``as_groups`` (``--as``/``--as-group``: the ``Impersonate-User`` and
+    ``Impersonate-Group`` headers of Kubernetes' user impersonation, "Authenticating:
+    User impersonation" in the Kubernetes docs), ``certificate_authority`` (a CA file) and
+    ``insecure`` (``--insecure-skip-tls-verify``)."""
+
+    server: str | None = None
+    token: str | None = None
+    as_user: str | None = None
+    as_groups: tuple[str, ...] = ()
+    certificate_authority: str | None = None
+    insecure: bool = False
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the flags for what kubectl refuses too."""
+        if self.as_groups and not self.as_user:
+            raise ValueError("--as-group: needs --as USER (the API server impersonates groups only with a user)")
+        if self.insecure and self.certificate_authority:
+            raise ValueError("--insecure-skip-tls-verify with --certificate-authority: give one of them")
+        if self.certificate_authority and not os.path.isfile(self.certificate_authority):
+            raise ValueError(f"--certificate-authority {self.certificate_authority}: no such file")
+
+    def apply(self, cfg: client.Configuration) -> None:
+        """Set the server, the credentials and the TLS checks of ``cfg``."""
+        if self.server:
+            cfg.host = self.server.rstrip("/")
+        if self.token:
+            cfg.api_key = {"authorization": f"Bearer {self.token}"}
+            cfg.api_key_prefix = {}
+            cfg.refresh_api_key_hook = None  # an exec plugin or OIDC refresher would write its own token back
+        if self.certificate_authority:
+            cfg.ssl_ca_cert = self.certificate_authority
+            cfg.verify_ssl = True
+        if self.insecure:
+            cfg.verify_ssl = False
+            cfg.ssl_ca_cert = None
+
+    def impersonate(self, api: client.ApiClient) -> None:
+        """Send the impersonation headers with every request of ``api``. The client sends
+        one value per header, so several groups are added to each request as separate
+        ``Impersonate-Group`` headers (as kubectl sends them) below it, in urllib3's pool."""
+        if self.as_user:
+            api.default_headers["Impersonate-User"] = self.as_user
+        if len(self.as_groups) == 1:
+            api.default_headers["Impersonate-Group"] = self.as_groups[0]
+        elif self.as_groups:
+            pool = api.rest_client.pool_manager
+            send, groups = pool.request, self.as_groups
+
+            def request(method: str, url: str, **kwargs: Any) -> Any:
+                merged = urllib3.HTTPHeaderDict(kwargs.pop("headers", None) or {})
+                for group in groups:
+                    merged.add("Impersonate-Group", group)
+                return send(method, url, headers=merged, **kwargs)
+
+            pool.request = request  # type: ignore[method-assign,assignment]  # where every request goes
+
+
+def plugin_client(kubeconfig: str | None, context: str | None,
+                  overrides: Overrides | None = None) -> tuple[client.ApiClient, str]:
     """A read-only caller's API client and its default namespace, from ``kubeconfig``
     (default: ``$KUBECONFIG``, else ``~/.kube/config``, as kubectl) and ``context``
-    (default: the current one): the context's namespace, else ``default``. Raises
-    ``ValueError`` naming the file or context when neither works, and where it looked when
-    there is no kubeconfig at all."""
+    (default: the current one), with kubectl's ``overrides``: the context's namespace, else
+    ``default``. With ``overrides.server`` no kubeconfig is needed (kubectl's
+    ``--server URL --token T``). Raises ``ValueError`` naming the file, context or flag when
+    neither works, and where it looked when there is no kubeconfig at all."""
+    overrides = overrides or Overrides()
+    overrides.check()
+    chosen: Mapping[str, Any] | None = None
     if _kubeconfig_missing(kubeconfig):
-        raise ValueError(f"no kubeconfig: looked in {_where_kubeconfig(kubeconfig)}; give --kubeconfig FILE, "
-                         "or --snapshot FILE to read a snapshot instead")
-    try:
-        contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]  # unannotated
-            config_file=kubeconfig)
-        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
-        if chosen is None:
-            raise ValueError(f"--context: no context {context!r} in the kubeconfig "
-                             f"(known: {', '.join(sorted(str(c.get('name')) for c in contexts))})")
+        if not overrides.server or kubeconfig:
+            raise ValueError(f"no kubeconfig: looked in {_where_kubeconfig(kubeconfig)}; give --kubeconfig FILE, "
+                             "--server URL, or --snapshot FILE to read a snapshot instead")
         cfg = client.Configuration()
-        load_kubeconfig(kubeconfig, cfg, context)
-        cfg.retries = urllib3.Retry(total=2, read=0, redirect=0, status=0)  # a command line fails fast
-    except config.ConfigException as e:
-        raise ValueError(f"kubeconfig {kubeconfig or '(default)'}: {e}") from e
+    else:
+        try:
+            contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]  # unannotated
+                config_file=kubeconfig)
+            chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+            if chosen is None:
+                raise ValueError(f"--context: no context {context!r} in the kubeconfig "
+                                 f"(known: {', '.join(sorted(str(c.get('name')) for c in contexts))})")
+            cfg = client.Configuration()
+            load_kubeconfig(kubeconfig, cfg, context)
+        except config.ConfigException as e:
+            raise ValueError(f"kubeconfig {kubeconfig or '(default)'}: {e}") from e
+    overrides.apply(cfg)
+    cfg.retries = urllib3.Retry(total=2, read=0, redirect=0, status=0)  # a command line fails fast
     api = client.ApiClient(cfg)
     api.user_agent = "kubectl-troupe"
-    namespace = str((chosen.get("context") or {}).get("namespace") or "default")
+    overrides.impersonate(api)
+    namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
     return api, namespace
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 from reconciler.engine.ledger.parts import KINDS
 from reconciler.engine.model import workloads as wl
 
-__all__ = ["KINDS", "NOT_IN_SNAPSHOT", "SKIPPED_KINDS", "SNAPSHOT_COMMAND", "SNAPSHOT_NOTE", "SNAPSHOT_RESOURCES"]
+__all__ = ["CONFIG_KIND", "KINDS", "NOT_IN_SNAPSHOT", "SKIPPED_KINDS", "SNAPSHOT_COMMAND", "SNAPSHOT_NOTE", "SNAPSHOT_RESOURCES"]
 
 #: Kinds a snapshot may hold that the simulator does not read (``kubectl troupe plan`` reads them).
 SKIPPED_KINDS = ("PriorityClass",)
+#: The kind of Troupe's configuration, which a snapshot holds when it is appended to it
+#: (``kubectl get configmap troupe-config -n troupe-system -o json >> snapshot.json``):
+#: ``kubectl troupe --snapshot`` decides with it; the simulator passes over it (its ``--config``).
+CONFIG_KIND = "ConfigMap"
 #: Every kind Troupe reads, by the resource name ``kubectl get`` takes: the one snapshot
 #: command (:data:`SNAPSHOT_COMMAND`) that the simulator and ``kubectl troupe`` both read whole.
 SNAPSHOT_RESOURCES = {

@@ -198,10 +198,10 @@ def read_objects(data: Data | str, source: str) -> list[tuple[str, str, Mapping[
         return _unpacked(load_documents(data.encode("utf-8") if isinstance(data, str) else data, source), source)
 
 
-def _unpacked(docs: list[Any], source: str) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """:func:`read_objects` on the documents ``docs`` read from ``source``."""
+def _unpacked(docs: list[Any], source: str, first: int = 1) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """:func:`read_objects` on the documents ``docs`` read from ``source``, numbered from ``first``."""
     out: list[tuple[str, str, Mapping[str, Any]]] = []
-    for n, doc in enumerate(docs, start=1):
+    for n, doc in enumerate(docs, start=first):
         where = f"{source}: document {n}"
         if doc is None:
             continue
@@ -320,15 +320,38 @@ def decode_retained(data: Data) -> tuple[list[Mapping[str, Any]], Mapping[str, A
     return items, meta if isinstance(meta, Mapping) else {}
 
 
+#: How far from its end a JSON snapshot is searched for values appended after its List.
+APPENDED_BYTES = 1 << 20
+
+
+def _appended(data: Data) -> int | None:
+    """Where the values appended after a JSON snapshot's List begin (Troupe's ConfigMap,
+    ``kubectl get configmap ... -o json >> snapshot.json``): the first line of its last
+    :data:`APPENDED_BYTES` that starts with ``{``, as a value kubectl prints at the top level
+    does (its nested objects are indented); None when there is none."""
+    view = memoryview(data)
+    start = max(0, len(view) - APPENDED_BYTES)
+    at = bytes(view[start:]).find(b"\n{")
+    return None if at < 0 else start + at + 1
+
+
 def read_retained(data: Data, source: str) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """:func:`read_objects`, faster on what ``kubectl get ... -o json`` prints (one List):
-    its Pods, Nodes and Jobs come cut down to what Troupe reads (:func:`decode_retained`),
-    what the reconciler's cache holds of them, so a decision on them is the reconciler's.
-    Anything else (YAML, several documents, a field of an unexpected type) is read by
-    :func:`read_objects`. Raises :class:`InputError` as it does."""
+    """:func:`read_objects`, faster on what ``kubectl get ... -o json`` prints (one List,
+    possibly followed by a few appended values, :func:`_appended`): the List's Pods, Nodes
+    and Jobs come cut down to what Troupe reads (:func:`decode_retained`), what the
+    reconciler's cache holds of them, so a decision on them is the reconciler's; appended
+    values are read whole, as documents 2, 3... Anything else (YAML, a field of an unexpected
+    type) is read by :func:`read_objects`. Raises :class:`InputError` as it does."""
     with collector_paused():
         if snapshot_format(data, source) == "json":
-            found = decode_retained(data)
+            found, rest = decode_retained(data), []
+            if found is None and (cut := _appended(data)) is not None:
+                found = decode_retained(memoryview(data)[:cut])
+                try:
+                    rest = _unpacked(load_json(memoryview(data)[cut:], source), source, first=2) if found else []
+                except InputError:
+                    found = None  # read whole below: its parser says where the error is
             if found is not None:
-                return [(f"{source}: document 1 item {k}", str(obj["kind"]), obj) for k, obj in enumerate(found[0])]
+                listed = [(f"{source}: document 1 item {k}", str(obj["kind"]), obj) for k, obj in enumerate(found[0])]
+                return listed + rest
         return read_objects(data, source)

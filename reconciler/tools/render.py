@@ -2,10 +2,11 @@
 
 kubectl's output conventions (``kubectl get -o``): ``table`` (the default: columns two
 spaces apart, each line cut to the terminal's width when stdout is a terminal, :func:`fit`),
-``wide`` (the table with more columns and nothing cut), ``json`` and ``yaml`` (the same stable objects; ``yaml`` is the JSON object dumped as
-YAML) and ``name`` (``gang/NAME`` or ``node/NAME`` lines, as ``kubectl get -o name`` prints
-``KIND/NAME``). Nothing here reads the cluster: :mod:`reconciler.tools.views` values in,
-text out.
+``wide`` (the table with more columns and nothing cut), ``json`` and ``yaml`` (the same stable
+objects; ``yaml`` is the JSON object dumped as YAML) and ``name`` (``node/NAME`` lines, as
+``kubectl get -o name`` prints ``KIND/NAME``; gangs are printed by
+:mod:`reconciler.tools.printers`). Nothing here reads the cluster: :mod:`reconciler.tools.views`
+values in, text out.
 """
 
 from __future__ import annotations
@@ -96,11 +97,12 @@ def _members(s: views.GangStatus) -> str:
     return f"{s.present}/{'?' if s.size is None else s.size}"
 
 
-def render_status(gangs: Sequence[views.GangStatus], wide: bool = False) -> str:
-    """``status`` as a table: one line per gang; ``wide`` adds the priority, the rule that
-    decided and the domain of a placement before the reason."""
+def render_status(gangs: Sequence[views.GangStatus], wide: bool = False, headers: bool = True) -> str:
+    """``status`` as a table: one line per gang, after a header line unless ``headers`` is
+    false (``--no-headers``); ``wide`` adds the priority, the rule that decided and the
+    domain of a placement before the reason. Nothing for no gang (the caller says so on stderr)."""
     if not gangs:
-        return "no gangs\n"
+        return ""
     head = ("NAMESPACE", "GANG", "PHASE", "MEMBERS", "RELEASED", "BOUND", "RUNNING", "WAITING", "QUEUE")
     more = ("PRIORITY", "RULE", "DOMAIN") if wide else ()
     rows: list[tuple[str, ...]] = [(*head, *more, "REASON")]
@@ -108,7 +110,8 @@ def render_status(gangs: Sequence[views.GangStatus], wide: bool = False) -> str:
         extra = (str(s.priority), s.rule, s.domain or "-") if wide else ()
         rows.append((s.namespace, s.name, s.phase, _members(s), str(s.released), str(s.bound), str(s.running),
                      duration(s.waiting), str(s.queue) if s.queue else "-", *extra, s.reason))
-    return "\n".join(line.rstrip() for line in columns(rows)) + "\n"
+    lines = columns(rows)[0 if headers else 1:]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def _shortfall_json(w: views.Why) -> dict[str, Any] | None:

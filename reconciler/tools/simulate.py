@@ -81,7 +81,13 @@ from reconciler.engine.model.devices import Holding
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.allocation import group_view
 from reconciler.engine.placement.layers import Balance
-from reconciler.objects.kinds import NOT_IN_SNAPSHOT, SKIPPED_KINDS, SNAPSHOT_COMMAND, SNAPSHOT_NOTE
+from reconciler.objects.kinds import (
+    CONFIG_KIND,
+    NOT_IN_SNAPSHOT,
+    SKIPPED_KINDS,
+    SNAPSHOT_COMMAND,
+    SNAPSHOT_NOTE,
+)
 from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
 from reconciler.tools.interpret import APPLY, Applied, reservation_json
 from troupe.cli import OneLineParser, UsageError, guarded, rfc3339
@@ -166,7 +172,7 @@ class Built:
 
 def build(objects: Iterable[Located], levels: TopologyLevels, config: Config | None = None,
           absent_group: str | None = None) -> Built:
-    """Parse every object (passing over :data:`SKIPPED_KINDS`) with the parser the tests
+    """Parse every object (passing over :data:`SKIPPED_KINDS` and a ConfigMap) with the parser the tests
     and benchmarks use (:func:`~reconciler.engine.ledger.parts.read_parts`) and build the
     snapshot with the builder the reconciler's cache calls
     (:func:`~reconciler.engine.ledger.builder.build_snapshot`), so it is the snapshot the
@@ -176,7 +182,7 @@ def build(objects: Iterable[Located], levels: TopologyLevels, config: Config | N
     SharedDeviceGroup a pod joins is missing from a snapshot (:data:`NOT_IN_SNAPSHOT`; None
     on a live cluster). Raises :class:`InputError` naming the document and field."""
     try:
-        read = read_parts(((w, k, o) for w, k, o in objects if k not in SKIPPED_KINDS), config, levels,
+        read = read_parts(((w, k, o) for w, k, o in objects if k not in SKIPPED_KINDS and k != CONFIG_KIND), config, levels,
                           absent_group=absent_group)
     except BadObject as e:
         raise InputError(str(e)) from None

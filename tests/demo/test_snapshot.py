@@ -83,7 +83,7 @@ def test_turning_preemption_on_would_evict_the_low_priority_sweep_for_urgent(cap
 def test_kubectl_troupe_status_shows_the_running_gangs_too(capsys, now):
     out = json.loads(run(plugin.main, ["status", "-A", "--snapshot", str(SNAPSHOT), "--now", now, "-o", "json"],
                          capsys))
-    phases = {f"{g['namespace']}/{g['name']}": g["phase"] for g in out["gangs"]}
+    phases = {f"{g['metadata']['namespace']}/{g['spec']['gangName']}": g["status"]["phase"] for g in out["items"]}
     assert phases == {
         "ml/urgent": "Unschedulable", "infer/pod:llm-big-0": "Unschedulable", "ml/eval": "Waiting",
         "ml/misc": "Held", "ml/wide": "Unschedulable",

@@ -143,7 +143,7 @@ def test_a_snapshot_is_answered_by_the_offline_tools(name):
     status = subprocess.run([sys.executable, "-m", "reconciler", "status", "-A", "--snapshot", path, "--now",
                              SNAPSHOT_NOW, "-o", "json"], capture_output=True, text=True, timeout=120, check=False)
     assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout)["gangs"]
+    assert json.loads(status.stdout)["items"]
     simulated = subprocess.run([sys.executable, "-m", "reconciler", "simulate", path, "--now", SNAPSHOT_NOW,
                                 "--output", "json"], capture_output=True, text=True, timeout=120, check=False)
     assert simulated.returncode == 0, simulated.stderr

@@ -61,8 +61,13 @@ def test_kubectl_lists_every_gang_waits_for_bound_and_the_object_goes_with_its_j
                                   str(cluster.kubeconfig("admin"))], capture_output=True, text=True, timeout=60,
                                  check=False)
     assert status_json.returncode == 0, status_json.stderr
-    told = {g["name"]: g for g in json.loads(status_json.stdout)["gangs"]}
+    listed = json.loads(status_json.stdout)["items"]
+    told = {g["spec"]["gangName"]: g["status"] for g in listed}
     assert told["train"]["object"]["name"] == "train"
+    names = sorted(f"gang.troupe.io/{g['metadata']['name']}" for g in listed)
+    # -o name prints what kubectl get takes: the Gang objects themselves.
+    got = cluster.kubectl("get", *names, "-n", namespace, "-o", "name").stdout.split()
+    assert sorted(got) == names
     assert told["train"]["object"]["conditions"]["Bound"] == "True", "kubectl troupe status reads the Gang object"
     assert told["eval"]["object"]["phase"] == "Waiting"
 

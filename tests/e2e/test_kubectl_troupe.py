@@ -8,18 +8,23 @@ examples/nodes.yaml (2 blocks x 2 subblocks x 4 hosts, 8 GPUs each)::
     partial   3 of 4 members present: waits for the fourth
     wide      5 x 8 GPUs required in one subblock (4 nodes): never fits
 
-Then the reconciler's /metrics shows the release (counted and timed) and its API traffic, and
+``status -w`` answers again when a member is created (a watch, not a timer), and ``--as``
+reaches the API server. Then the reconciler's /metrics shows the release (counted and timed) and its API traffic, and
 every metric the chart's dashboard queries is served by the reconciler or the webhook.
 """
 
 from __future__ import annotations
 
 import json
+import queue
+import signal
 import ssl
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -61,7 +66,7 @@ def test_status_why_topology_and_plan_answer_on_the_live_cluster(cluster, troupe
 
     status = troupe_cli(cluster, "status", "-n", namespace, "-o", "json")
     assert status.returncode == 0, status.stderr
-    gangs = {g["name"]: g for g in json.loads(status.stdout)["gangs"]}
+    gangs = {g["spec"]["gangName"]: g["status"] for g in json.loads(status.stdout)["items"]}
     assert (gangs["ran"]["phase"], gangs["ran"]["members"]) == (
         "Released", {"present": 4, "gated": 0, "released": 4, "bound": 4, "running": 4})
     assert (gangs["partial"]["phase"], gangs["partial"]["reason"]) == ("Waiting", "3 of 4 members present")
@@ -108,3 +113,35 @@ def test_status_why_topology_and_plan_answer_on_the_live_cluster(cluster, troupe
     webhook = metrics_text(f"https://127.0.0.1:{troupe.webhook_port}/metrics", context)
     missing = sorted(queried() - families(reconciler) - families(webhook))
     assert not missing, f"the dashboard queries metrics the running reconciler and webhook do not serve: {missing}"
+
+
+def lines_of(stream: Any) -> queue.Queue[str]:
+    """The lines ``stream`` gives, as they come, read by a thread (a read with a timeout)."""
+    out: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [out.put(line) for line in iter(stream.readline, "")], daemon=True).start()
+    return out
+
+
+def test_watch_answers_again_when_a_member_comes_and_impersonation_reaches_the_api(cluster, troupe, admin_core,
+                                                                                   namespace):
+    admin_core.create_namespaced_pod(namespace, pod_body("duo-0", gang_annotations("duo", 2), gpus=1))
+    wait_for("duo-0 gated", lambda: bool(admin_core.read_namespaced_pod("duo-0", namespace).spec.scheduling_gates))
+    proc = subprocess.Popen([str(PLUGIN), "status", "-n", namespace, "-o",
+                             "custom-columns=GANG:.spec.gangName,PRESENT:.status.members.present", "--no-headers",
+                             "-w", "--watch-interval", "0.5", "--kubeconfig", str(cluster.kubeconfig("admin"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = lines_of(proc.stdout)
+        assert lines.get(timeout=60).split() == ["duo", "1"]
+        # No re-listing on a timer: the next answer comes from the watch of the pod created.
+        admin_core.create_namespaced_pod(namespace, pod_body("duo-1", gang_annotations("duo", 2), gpus=1))
+        assert lines.get(timeout=60).split() == ["duo", "2"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    assert code == 130
+
+    # --as reaches the API server: a service account that may list nothing is refused.
+    refused = troupe_cli(cluster, "status", "-n", namespace, "--as", f"system:serviceaccount:{namespace}:default")
+    assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr

@@ -253,7 +253,7 @@ def disagreements(keys: Iterable[str], objects: dict[str, dict[str, Any]], dump:
     the reconciler put, nominated or reserved them; the domains of the placed members in
     the simulator's snapshot against the object's; and that a gang the simulator does not
     decide (it decides every gang with a gated member or a reservation) is Released."""
-    told = {f"{g['namespace']}/{g['name']}": g for g in statuses["gangs"]}
+    told = {f"{g['metadata']['namespace']}/{g['spec']['gangName']}": g["status"] for g in statuses["items"]}
     read = views.read(read_retained(read_file(str(dump_path)), str(dump_path)), config, 0.0)
     gangs = {s.key: s.gang for s in views.status(read)}
     report = []

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from reconciler.objects import retain
-from reconciler.objects.snapshot_io import decode_retained, read_objects, read_retained
+from reconciler.objects.snapshot_io import InputError, decode_retained, read_objects, read_retained
 from reconciler.tools import views
 from tests.support.snapshots import snapshot as golden_snapshot
 from troupe.config import Config
@@ -68,3 +68,21 @@ def test_each_pod_node_and_job_keeps_at_least_what_the_cache_keeps_and_other_kin
 def test_what_it_cannot_cut_is_read_whole(what, data):
     assert read_retained(data, "s.json" if data.startswith(b"{") else "s.yaml") == read_objects(
         data, "s.json" if data.startswith(b"{") else "s.yaml")
+
+
+def test_a_snapshot_with_a_configmap_appended_is_still_read_the_fast_way():
+    objects = golden_snapshot()
+    for obj in objects["items"]:
+        obj.setdefault("spec", {})["notRead"] = "x"  # what the reconciler's cache drops
+    listed = orjson.dumps(objects, option=orjson.OPT_INDENT_2)
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "troupe-config",
+                                                                        "namespace": "troupe-system"},
+                  "data": {"config.yaml": "{}\n"}}
+    appended = listed + b"\n" + orjson.dumps(config_map, option=orjson.OPT_INDENT_2) + b"\n"
+    got = read_retained(appended, "s.json")
+    assert got[:-1] == read_retained(listed, "s.json")  # the List's objects cut down, as without it
+    assert not any("notRead" in obj.get("spec", {}) for _, kind, obj in got if kind in ("Pod", "Node", "Job"))
+    assert got[-1] == ("s.json: document 2", "ConfigMap", config_map)
+    broken = appended[:-3] + b"\n"  # the appended value cut short: its parser names the place
+    with pytest.raises(InputError, match=r"^s\.json: not valid JSON"):
+        read_retained(broken, "s.json")

@@ -97,8 +97,8 @@ def test_kubectl_troupe_reads_them_from_a_snapshot_as_the_simulator(tmp_path, ca
     path = tmp_path / "snapshot.json"  # JSON: read by the retained fast path, as kubectl prints it
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes_ + pods + extra}))
     assert plugin.main(["status", "--snapshot", str(path), "--output", "json", "--now", "2027-01-15T08:00:00Z"]) == 0
-    [gang] = json.loads(capsys.readouterr().out)["gangs"]
-    assert (gang["name"], gang["phase"]) == ("train", "Placed")
+    [gang] = json.loads(capsys.readouterr().out)["items"]
+    assert (gang["spec"]["gangName"], gang["status"]["phase"]) == ("train", "Placed")
     objects = read_retained(read_file(str(path)), str(path))
     read = views.read(objects, Config(), 1_800_000_000.0)
     [status] = views.status(read)
