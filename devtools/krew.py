@@ -9,10 +9,11 @@
   the sha256 of each platform's archive found in DIST; platforms without one are left out. The
   release workflow runs it over the four archives it built.
 
-The executable carries what the plugin imports and nothing else (docs/decisions/055-plugin-
-executable.md): PyInstaller follows the imports of reconciler.tools.plugin, and
-:data:`EXCLUDED` drops what those reach but the plugin never runs (the servers, the
-Kubernetes client's asyncio half, the development tools of a developer's environment).
+The executable carries what the plugin imports and nothing else
+(docs/decisions/055-plugin-executable.md): PyInstaller follows the imports of
+reconciler.tools.plugin, and :data:`EXCLUDED` drops what those reach but the plugin never
+runs (the servers, the Kubernetes client's asyncio half, the development tools of a
+developer's environment).
 Exits 1 with one line when a step fails.
 """
 

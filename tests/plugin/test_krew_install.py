@@ -1,8 +1,8 @@
 """``kubectl troupe`` installed as the README says: the archive ``make plugin`` builds
 (devtools/krew.py: PyInstaller's single executable, packed for krew, and the manifest with its
 sha256), installed by the real krew (built from its Go module into the cache, like the control
-plane's binaries) and run by the real kubectl from krew's PATH (docs/decisions/055-plugin-
-executable.md).
+plane's binaries) and run by the real kubectl from krew's PATH
+(docs/decisions/055-plugin-executable.md).
 
 The build takes about a minute and a half on two busy cores; the module is marked e2e because
 it needs the cached kubectl of ``make cluster-build`` (no control plane is started).
