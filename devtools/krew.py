@@ -154,8 +154,8 @@ def write_manifest(archives: Mapping[tuple[str, str], Path], out: Path, template
         wanted = ", ".join(f"{os_name}/{arch}" for os_name, arch in archives) or "none"
         raise KrewError(f"{template} has no platform for the archives given ({wanted})")
     manifest["spec"]["platforms"] = platforms
-    header = (f"# Made by `python -m devtools.krew manifest` from {template.name} with each archive's sha256.\n"
-              f"#   kubectl krew install --manifest={out.name}\n")
+    source = template.relative_to(REPO) if template.is_relative_to(REPO) else template
+    header = f"# Made by `python -m devtools.krew manifest` from {source} with each archive's sha256.\n"
     out.write_text(header + yaml.dump(manifest, Dumper=_BlockDumper, sort_keys=False, width=100))
     return out
 
