@@ -1,6 +1,7 @@
 # The two commands of the README, and the pieces they are made of.
 #   make demo   a local control plane of 42 GPU nodes (8 with DRA devices), Troupe, and eleven scenarios, each narrated and checked
 #   make test   lint + unit, property, HTTPS and end-to-end tests (builds what it needs first)
+#   make plugin this platform's krew archive of kubectl troupe, and its manifest, in dist/
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -12,7 +13,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo snapshot test lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo plugin snapshot test lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -24,11 +25,21 @@ ACTIONLINT := $(TROUPE_CACHE_DIR)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,dist]'
 	touch $@
 
 demo: $(BIN)/.installed
 	$(BIN)/python -m devtools.demo
+
+# kubectl troupe as krew installs it (devtools/krew.py, docs/decisions/055-plugin-executable.md):
+# PyInstaller (the dist extra, pinned) makes the plugin one executable for this platform from
+# the venv, with requirements.lock's versions installed first; dist/kubectl-troupe-<os>-<arch>.tar.gz
+# holds it and LICENSE, and dist/troupe.yaml is plugins/troupe.yaml with that archive's sha256:
+#   kubectl krew install --manifest=dist/troupe.yaml --archive=dist/kubectl-troupe-<os>-<arch>.tar.gz
+# About a minute and a half on two cores; the release workflow runs it on each platform.
+plugin: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements.lock
+	$(BIN)/python -m devtools.krew build
 
 # examples/snapshot.json, the look at Troupe that needs no cluster, made on the demo's cluster.
 snapshot: $(BIN)/.installed cluster-build

@@ -27,7 +27,7 @@ from devtools.devcluster.cluster import (
     recorded_processes,
     stop_run_dir,
 )
-from devtools.devcluster.ecosystem import ensure_gangcheck, ensure_ksm
+from devtools.devcluster.ecosystem import ensure_gangcheck, ensure_krew, ensure_ksm
 from devtools.devcluster.nodes import NodesFileError
 from devtools.devcluster.nodes import load as load_nodes
 from devtools.devcluster.processes import ComponentDied, Recorded, is_running
@@ -42,9 +42,9 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
 (stock, RBAC on) and kwok {KWOK_VERSION} simulating nodes, all on free 127.0.0.1 ports.
 
   build    build the binaries, helm and promtool for the chart tests, kube-state-metrics and
-           gangcheck for the Gang object's ecosystem tests, and the JobSet and LeaderWorkerSet
-           controllers for the workload tests, into the cache ({cache_dir()}; set
-           TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores for the
+           gangcheck for the Gang object's ecosystem tests, krew for the plugin's install
+           test, and the JobSet and LeaderWorkerSet controllers for the workload tests, into
+           the cache ({cache_dir()}; set TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on two cores for the
            control plane, about 1 more for the two controllers (they reuse its compiled
            packages). Warm: instant. 'up' builds if needed.
   up       start the control plane, create the fake nodes (default {DEFAULT_NODES.name}),
@@ -79,7 +79,8 @@ def _current_run_dir(explicit: str | None) -> Path:
 
 def cmd_build(args: argparse.Namespace) -> int:
     bins = ensure_built()
-    tools = {"promtool": ensure_promtool(), "kube-state-metrics": ensure_ksm(), "gangcheck": ensure_gangcheck()}
+    tools = {"promtool": ensure_promtool(), "kube-state-metrics": ensure_ksm(), "gangcheck": ensure_gangcheck(),
+             "krew": ensure_krew()}
     for name, path in {**vars(bins), **tools}.items():
         print(f"{name.replace('_', '-'):24} {path}")
     return 0

@@ -1,13 +1,15 @@
 """The tools the Gang object's ecosystem glue is tested with, built once into the cache:
 kube-state-metrics (its custom resource state metrics read charts/troupe/files/
 kube-state-metrics/gangs.yaml) and ``gangcheck`` (tests/ecosystem/gangcheck: kstatus'
-``status.Compute`` and Argo CD's way of running a Lua health script).
+``status.Compute`` and Argo CD's way of running a Lua health script); and krew, which
+tests/plugin/test_krew_install.py installs the plugin's archive with.
 
 Layout under :func:`~devtools.devcluster.toolchain.cache_dir`::
 
     kube-state-metrics-v2.20.0/bin/kube-state-metrics
     kube-state-metrics-v2.20.0/src/            wrapper module (go.mod, go.sum)
     gangcheck-<key>/bin/gangcheck              key: a hash of the module's files
+    krew-v0.4.3/bin/krew                       kubectl's plugin manager (sigs.k8s.io/krew)
 
 kube-state-metrics is built from a wrapper module (``go get`` then ``go build``), as
 promtool is: ``go install k8s.io/kube-state-metrics/v2@VERSION`` asks the module proxy for
@@ -18,7 +20,8 @@ and packages already cached), 10 s with the packages compiled, instant once buil
 is built from its own module in the repository, with its committed go.sum
 (``-mod=readonly``): about a minute with empty caches, 17 s with the control plane's. ``python -m
 devtools.devcluster build`` (``make cluster-build``, run first by ``make test``) builds both;
-the tests build them on first use otherwise.
+the tests build them on first use otherwise. krew is built as kube-state-metrics is: about
+25 s with empty caches (its modules are few), instant once built.
 
 Imports: :mod:`.toolchain` only.
 """
@@ -43,6 +46,9 @@ from devtools.devcluster.toolchain import (
 #: The kube-state-metrics release built (its Go module's version).
 KSM_VERSION = "v2.20.0"
 KSM_PACKAGE = "k8s.io/kube-state-metrics/v2"
+#: The krew release built (its Go module's version) and its command's package.
+KREW_VERSION = "v0.4.3"
+KREW_PACKAGE = "sigs.k8s.io/krew/cmd/krew"
 #: The module of gangcheck, in the repository.
 GANGCHECK_SRC = Path(__file__).resolve().parents[2] / "tests" / "ecosystem" / "gangcheck"
 
@@ -62,6 +68,12 @@ def ensure_ksm(root: Path | None = None, out: TextIO | None = None) -> Path:
     """Build kube-state-metrics into the cache unless it is there; its path. Raises
     :class:`~devtools.devcluster.toolchain.BuildError` with go's output when the build fails."""
     return ensure_wrapped_tool("kube-state-metrics", KSM_PACKAGE, KSM_VERSION, root, out)
+
+
+def ensure_krew(root: Path | None = None, out: TextIO | None = None) -> Path:
+    """Build krew into the cache unless it is there; its path. Raises
+    :class:`~devtools.devcluster.toolchain.BuildError` with go's output when the build fails."""
+    return ensure_wrapped_tool("krew", KREW_PACKAGE, KREW_VERSION, root, out)
 
 
 def gangcheck_key(src: Path = GANGCHECK_SRC) -> str:

@@ -46,6 +46,7 @@ _ESTIMATES = {
     "promtool": "~15-20 min (many modules)",
     "kube-state-metrics": "~4 min, ~2.5 min with the control plane's modules",
     "gangcheck": "<1 min",
+    "krew": "<30 s",
 }
 
 _HEARTBEAT_SECONDS = 60.0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devtools import krew
 from devtools.release import (
     DIST_PREFIX,
     artifact_problems,
@@ -105,8 +106,8 @@ def test_the_workflow_runs_on_a_version_tag_and_checks_before_it_publishes(workf
     assert any('devtools.release versions --tag "$GITHUB_REF_NAME"' in r for r in runs)
     jobs = workflow["jobs"]
     assert isinstance(jobs, dict)
-    assert jobs["image"]["needs"] == jobs["chart"]["needs"] == "check"
-    assert set(jobs["publish"]["needs"]) == {"check", "image", "chart"}
+    assert jobs["image"]["needs"] == jobs["chart"]["needs"] == jobs["plugin"]["needs"] == "check"
+    assert set(jobs["publish"]["needs"]) == {"check", "image", "chart", "plugin"}
 
 
 def test_the_image_is_built_with_its_sbom_for_the_platforms_whose_lock_release_check_downloads(
@@ -129,3 +130,26 @@ def test_the_chart_is_pushed_as_an_oci_artifact_and_the_plugin_attached(workflow
 
     assert re.search(r'helm push "dist/troupe-\$\{GITHUB_REF_NAME#v\}\.tgz" "oci://ghcr\.io/', chart_runs)
     assert "gh release create" in publish_runs and "dist/*.whl" in publish_runs
+
+
+def test_the_plugin_is_built_on_each_platform_of_its_manifest_and_published_with_their_sha256s(
+    workflow: dict[str, object]
+) -> None:
+    """krew's manifest (plugins/troupe.yaml) names four platforms; PyInstaller builds only for
+    the one it runs on, so each gets a runner of its own, and the release's troupe.yaml is
+    written from the four archives (devtools/krew.py)."""
+    jobs = workflow["jobs"]
+    assert isinstance(jobs, dict)
+    matrix = jobs["plugin"]["strategy"]["matrix"]["include"]
+    manifest = yaml.safe_load(krew.MANIFEST.read_text())
+    platforms = {(p["selector"]["matchLabels"]["os"], p["selector"]["matchLabels"]["arch"])
+                 for p in manifest["spec"]["platforms"]}
+    assert sorted((m["os"], m["arch"]) for m in matrix) == sorted(platforms)
+    assert len({m["runner"] for m in matrix}) == len(matrix)
+    plugin_runs = [str(s.get("run", "")) for s in steps(workflow, "plugin")]
+    assert "make plugin" in plugin_runs
+    [upload] = [s for s in steps(workflow, "plugin") if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert upload["with"]["path"] == "dist/" + krew.archive_name("${{ matrix.os }}", "${{ matrix.arch }}")
+    publish_runs = " ".join(str(s.get("run", "")) for s in steps(workflow, "publish"))
+    assert "python -m devtools.krew manifest --dist dist" in publish_runs
+    assert f"dist/kubectl-troupe-*.tar.gz dist/{krew.MANIFEST.name}" in publish_runs

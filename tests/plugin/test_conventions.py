@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devtools import krew
 from reconciler.objects import kinds
 from reconciler.tools import plugin
 from tests.support.snapshots import snapshot
@@ -179,7 +180,16 @@ def test_the_krew_manifest_is_valid_as_krew_checks_it():
 
 
 def test_the_readme_installs_the_plugin_with_krew():
-    assert "kubectl krew install --manifest=plugins/troupe.yaml" in (REPO / "README.md").read_text()
+    """From the release's manifest, or from the one ``make plugin`` writes next to this
+    platform's archive (devtools/krew.py); plugins/troupe.yaml, whose sha256s are zeros, is
+    only their template."""
+    readme = (REPO / "README.md").read_text()
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    release = f"https://github.com/troupe-dev/troupe/releases/download/v{version}/{krew.MANIFEST.name}"
+    assert f"kubectl krew install --manifest-url={release}" in readme
+    archive = krew.archive_name("linux", "amd64")
+    assert f"make plugin && kubectl krew install --manifest=dist/{krew.MANIFEST.name} --archive=dist/{archive}" in readme
+    assert "--manifest=plugins/troupe.yaml" not in readme
 
 
 def test_one_snapshot_command_everywhere_reads_every_kind(capsys):
