@@ -10,6 +10,7 @@ it needs the cached kubectl of ``make cluster-build`` (no control plane is start
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tarfile
@@ -77,7 +78,12 @@ def test_kubectl_runs_the_krew_installed_plugin_on_a_snapshot(krew_root, capsys)
     names = kubectl(krew_root, "troupe", "status", "--snapshot", str(SNAPSHOT), "-A", "-o", "name")
     assert plugin.main(["status", "--snapshot", str(SNAPSHOT), "-A", "-o", "name"]) == 0
     assert names.stdout == capsys.readouterr().out  # the executable answers as the source does
-    gangs = [line.removeprefix("gang/") for line in names.stdout.splitlines()]
+    assert names.stdout and all(line.startswith("gang.troupe.io/") for line in names.stdout.splitlines())
+    listed_json = kubectl(krew_root, "troupe", "status", "--snapshot", str(SNAPSHOT), "-A", "-o", "json")
+    assert listed_json.returncode == 0, listed_json.stderr
+    items = json.loads(listed_json.stdout)["items"]
+    assert [f"gang.troupe.io/{i['metadata']['name']}" for i in items] == names.stdout.splitlines()
+    gangs = [i["spec"]["gangName"] for i in items]
     assert {"urgent", "wide", "train", "sweep"} <= set(gangs)
     assert [line.split()[1] for line in table.stdout.splitlines()[1:]] == gangs
 
