@@ -1,6 +1,7 @@
 # The two commands of the README, and the pieces they are made of.
 #   make demo   a local control plane of 42 GPU nodes (8 with DRA devices), Troupe, and eleven scenarios, each narrated and checked
 #   make test   lint + unit, property, HTTPS and end-to-end tests (builds what it needs first)
+#   make test-compat  the end-to-end tests of every API Troupe uses, on the oldest Kubernetes the chart claims
 #   make plugin this platform's krew archive of kubectl troupe, and its manifest, in dist/
 PYTHON ?= python3
 VENV   := .venv
@@ -13,7 +14,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo plugin snapshot test lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -47,6 +48,22 @@ snapshot: $(BIN)/.installed cluster-build
 
 test: $(BIN)/.installed cluster-build browser lint
 	$(BIN)/python -m pytest $(PARALLEL)
+
+# The compatibility run (CI runs it after `make test`): the end-to-end tests that between them
+# use every API Troupe reads and writes (pods and their gates, bindings and evictions, nodes
+# and taints, Jobs, JobSets, LeaderWorkerSets and PyTorchJobs, Gang objects, leases, the
+# state ConfigMap, DRA, the chart's webhook and admission policies, token and access reviews),
+# on the oldest Kubernetes release the chart's kubeVersion admits. Its control plane is built
+# into the same cache the first time (about 8 minutes on two cores), the rest is shared.
+COMPAT_KUBERNETES_VERSION := v1.36.3
+COMPAT_TESTS := tests/e2e/test_devcluster.py tests/e2e/test_gang_release.py tests/e2e/test_workload_gangs.py \
+	tests/e2e/test_preemption.py tests/e2e/test_dra_gangs.py tests/e2e/test_gang_objects.py \
+	tests/e2e/test_leader_election.py tests/e2e/test_failing_nodes.py tests/e2e/test_chart_write_policies.py \
+	tests/e2e/test_topology_map.py tests/e2e/test_admission_e2e.py
+
+test-compat: $(BIN)/.installed cluster-build
+	TROUPE_KUBERNETES_VERSION=$(COMPAT_KUBERNETES_VERSION) $(BIN)/python -m devtools.devcluster build
+	TROUPE_KUBERNETES_VERSION=$(COMPAT_KUBERNETES_VERSION) $(BIN)/python -m pytest $(PARALLEL) $(COMPAT_TESTS)
 
 lint: $(BIN)/.installed $(ACTIONLINT)
 	$(BIN)/ruff check .

@@ -2,8 +2,9 @@
 
 Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``)::
 
-    k8s-v1.36.3/bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
-    k8s-v1.36.3/src/            wrapper module (go.mod, tools.go)
+    k8s-v1.37.2/bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+                                (k8s-v1.36.3/ too when $TROUPE_KUBERNETES_VERSION picks it: make test-compat)
+    k8s-v1.37.2/src/            wrapper module (go.mod, tools.go)
     etcd-v3.6.16/bin/etcd
     etcd-v3.6.16/src/           wrapper module
     kwok-v0.8.0/bin/kwok
@@ -11,7 +12,7 @@ Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``
     helm-v3.19.0/bin/helm       renders and lints charts/troupe (tests/chart, tests/e2e)
     jobset-v0.10.1/bin/jobset   the JobSet controller, with crds.yaml and webhooks.yaml from its
     lws-v0.7.0/bin/lws          module zip (and the same for LeaderWorkerSet; see controllers.py)
-    workload-controllers/src/   their one wrapper module, sharing the k8s-v1.36.3 module graph
+    workload-controllers/src/   their one wrapper module, sharing the k8s-v1.37.2 module graph
     training-operator-v1.9.0/crds.yaml   Kubeflow's PyTorchJob CRD (the operator is not built)
     logs/<component>.log        go's output of the builds of that component, each command
                                 with its duration (downloads and compiles apart)
@@ -53,6 +54,7 @@ from devtools.devcluster.toolchain import (
     Builder,
     BuildError,
     cache_dir,
+    control_plane_version,
     is_built,
     kubernetes_wrapper_go_mod,
     mark_built,
@@ -76,6 +78,7 @@ __all__ = [
     "built_binaries",
     "built_helm",
     "cache_dir",
+    "control_plane_version",
     "ensure_built",
     "helm_ldflags",
     "kubernetes_wrapper_go_mod",
@@ -104,7 +107,7 @@ def kwok_stages_version() -> str:
 
 
 def _layout(root: Path) -> Binaries:
-    k8s = root / f"k8s-{KUBERNETES_VERSION}" / "bin"
+    k8s = root / f"k8s-{control_plane_version()}" / "bin"
     kwok = root / f"kwok-{KWOK_VERSION}"
     return Binaries(
         kube_apiserver=k8s / "kube-apiserver",
@@ -138,11 +141,12 @@ def built_helm(root: Path | None = None) -> Path | None:
 
 
 def _versions(bins: Binaries) -> list[tuple[Path, str]]:
+    k8s = control_plane_version()
     return [
-        (bins.kube_apiserver, KUBERNETES_VERSION),
-        (bins.kube_controller_manager, KUBERNETES_VERSION),
-        (bins.kube_scheduler, KUBERNETES_VERSION),
-        (bins.kubectl, KUBERNETES_VERSION),
+        (bins.kube_apiserver, k8s),
+        (bins.kube_controller_manager, k8s),
+        (bins.kube_scheduler, k8s),
+        (bins.kubectl, k8s),
         (bins.etcd, ETCD_VERSION),
         (bins.kwok, KWOK_VERSION),
         (bins.kwok_stages, kwok_stages_version()),
@@ -202,6 +206,7 @@ import (
 
 
 def _build_kubernetes(builder: Builder, bins: Binaries) -> None:
+    version = control_plane_version()
     targets = {
         "kube-apiserver": bins.kube_apiserver,
         "kube-controller-manager": bins.kube_controller_manager,
@@ -209,7 +214,7 @@ def _build_kubernetes(builder: Builder, bins: Binaries) -> None:
         "kubectl": bins.kubectl,
     }
     missing = {
-        name: path for name, path in targets.items() if not is_built(path, KUBERNETES_VERSION)
+        name: path for name, path in targets.items() if not is_built(path, version)
     }
     if not missing:
         return
@@ -219,20 +224,20 @@ def _build_kubernetes(builder: Builder, bins: Binaries) -> None:
     bins.kube_apiserver.parent.mkdir(parents=True, exist_ok=True)
     if not (src / "go.sum").is_file():
         builder.say(
-            f"preparing the kubernetes {KUBERNETES_VERSION} wrapper module (downloads ~1.3 GB of modules when cold)…"
+            f"preparing the kubernetes {version} wrapper module (downloads ~1.3 GB of modules when cold)…"
         )
-        kdir = module_dir(builder, "kube-modules", f"k8s.io/kubernetes@{KUBERNETES_VERSION}", src)
-        (src / "go.mod").write_text(kubernetes_wrapper_go_mod((kdir / "go.mod").read_text()))
+        kdir = module_dir(builder, "kube-modules", f"k8s.io/kubernetes@{version}", src)
+        (src / "go.mod").write_text(kubernetes_wrapper_go_mod((kdir / "go.mod").read_text(), version))
         imports = "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in KUBE_COMPONENTS)
         (src / "tools.go").write_text(_TOOLS_GO.format(imports=imports))
         builder.go(
             "kube-modules", ["mod", "tidy", "-e"], src, what="kubernetes module graph (go mod tidy)"
         )
-    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
+    major, minor = version.removeprefix("v").split(".")[:2]
     xflags = []
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         xflags += [
-            f"-X {pkg}.gitVersion={KUBERNETES_VERSION}",
+            f"-X {pkg}.gitVersion={version}",
             f"-X {pkg}.gitMajor={major}",
             f"-X {pkg}.gitMinor={minor}",
             f"-X {pkg}.gitTreeState=clean",
@@ -240,7 +245,7 @@ def _build_kubernetes(builder: Builder, bins: Binaries) -> None:
     ldflags = " ".join(["-s", "-w", *xflags])
     for name, path in missing.items():
         tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
-        with builder.step(name, KUBERNETES_VERSION):
+        with builder.step(name, version):
             builder.go(
                 name,
                 [
@@ -253,9 +258,9 @@ def _build_kubernetes(builder: Builder, bins: Binaries) -> None:
                     f"k8s.io/kubernetes/cmd/{name}",
                 ],
                 src,
-                what=f"{name} {KUBERNETES_VERSION}",
+                what=f"{name} {version}",
             )
-        mark_built(tmp, path, KUBERNETES_VERSION)
+        mark_built(tmp, path, version)
 
 
 def _build_etcd(builder: Builder, bins: Binaries) -> None:

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-KUBERNETES_VERSION = "v1.36.3"
+#: The Kubernetes release the local control plane runs for the suite, the demo and the
+#: benchmarks, and the one the workload controllers are compiled against.
+KUBERNETES_VERSION = "v1.37.2"
+#: Older releases whose kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+#: the compatibility run starts instead (``make test-compat``): the oldest minor the chart
+#: claims (``kubeVersion`` in charts/troupe/Chart.yaml).
+COMPATIBILITY_VERSIONS = ("v1.36.3",)
+#: The environment variable that picks one of :data:`COMPATIBILITY_VERSIONS` instead.
+VERSION_ENV = "TROUPE_KUBERNETES_VERSION"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.19.0"
@@ -228,6 +236,19 @@ def staging_replacements(kubernetes_go_mod: str) -> list[str]:
         if len(parts) == 2 and parts[1].strip().startswith("./staging/"):
             modules.append(parts[0].split()[0])
     return modules
+
+
+def control_plane_version() -> str:
+    """The release (``vMAJOR.MINOR.PATCH``) of the control plane's four commands to build and
+    start: ``$TROUPE_KUBERNETES_VERSION`` when set, else :data:`KUBERNETES_VERSION`. Raises
+    :class:`BuildError` naming the variable and its value when it is neither that nor one of
+    :data:`COMPATIBILITY_VERSIONS`."""
+    chosen = os.environ.get(VERSION_ENV, "").strip() or KUBERNETES_VERSION
+    allowed = (KUBERNETES_VERSION, *COMPATIBILITY_VERSIONS)
+    if chosen not in allowed:
+        raise BuildError(f"{VERSION_ENV}={chosen!r}: not a Kubernetes release the local control plane is "
+                         f"tested on (one of {', '.join(allowed)})")
+    return chosen
 
 
 def staging_version(version: str = KUBERNETES_VERSION) -> str:

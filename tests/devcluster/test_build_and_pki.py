@@ -70,9 +70,29 @@ def test_a_binary_without_its_stamp_or_with_another_version_is_not_reused(tmp_pa
     assert build.built_binaries(tmp_path) is None
     toolchain.stamp_path(layout.kube_scheduler).unlink()
     assert build.built_binaries(tmp_path) is None
-    toolchain.stamp_path(layout.kube_scheduler).write_text(build.KUBERNETES_VERSION + "\n")
+    toolchain.stamp_path(layout.kube_scheduler).write_text(build.control_plane_version() + "\n")
     toolchain.stamp_path(layout.jobset).write_text("v0.10.1\n")  # built with its own go.mod's libraries
     assert build.built_binaries(tmp_path) is None
+
+
+def test_the_control_plane_is_the_pinned_release_unless_the_compatibility_run_picks_an_older_one(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv(toolchain.VERSION_ENV, raising=False)
+    assert toolchain.control_plane_version() == toolchain.KUBERNETES_VERSION == "v1.37.2"
+    assert build._layout(tmp_path).kube_apiserver == tmp_path / "k8s-v1.37.2" / "bin" / "kube-apiserver"
+
+    monkeypatch.setenv(toolchain.VERSION_ENV, "v1.36.3")
+    assert toolchain.control_plane_version() == "v1.36.3"
+    layout = build._layout(tmp_path)
+    assert layout.kubectl == tmp_path / "k8s-v1.36.3" / "bin" / "kubectl"
+    assert (layout.kube_scheduler, "v1.36.3") in build._versions(layout)
+    # the workload controllers stay compiled against the pinned release's libraries
+    assert layout.jobset == build._layout(tmp_path).jobset
+    assert all("k8s.io/v0.37.2" in version for path, version in build._versions(layout) if path == layout.jobset)
+
+    monkeypatch.setenv(toolchain.VERSION_ENV, "v1.30.0")
+    with pytest.raises(toolchain.BuildError, match=r"TROUPE_KUBERNETES_VERSION='v1.30.0'.*v1.37.2, v1.36.3"):
+        toolchain.control_plane_version()
 
 
 def test_token_file_lines_quote_the_group_list():

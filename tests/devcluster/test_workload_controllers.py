@@ -73,8 +73,8 @@ def test_the_controllers_module_is_the_kubernetes_graph_with_controller_runtime_
     lines = [line.strip() for line in controllers.controllers_go_mod(KUBERNETES_GO_MOD).splitlines()]
     assert lines[0] == "module troupe.local/workload-controllers"
     # The kube-* build's module graph, so the packages it compiled are reused from Go's cache.
-    assert "require k8s.io/kubernetes v1.36.3" in lines
-    assert "k8s.io/client-go => k8s.io/client-go v0.36.3" in lines
+    assert "require k8s.io/kubernetes v1.37.2" in lines
+    assert "k8s.io/client-go => k8s.io/client-go v0.37.2" in lines
     assert "godebug default=go1.26" in lines
     assert "sigs.k8s.io/controller-runtime v0.24.1" in lines
     assert "sigs.k8s.io/jobset v0.10.1" in lines and "sigs.k8s.io/lws v0.7.0" in lines
@@ -142,4 +142,4 @@ def test_the_controllers_and_their_manifests_are_stamped_artifacts_of_the_cache(
     assert layout.kubeflow_crds == tmp_path / "training-operator-v1.9.0" / "crds.yaml"
     stamped = dict(build._versions(layout))
     assert stamped[layout.jobset_crds] == "v0.10.1"
-    assert stamped[layout.lws] == "v0.7.0 k8s.io/v0.36.3 controller-runtime/v0.24.1"
+    assert stamped[layout.lws] == "v0.7.0 k8s.io/v0.37.2 controller-runtime/v0.24.1"

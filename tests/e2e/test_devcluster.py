@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from devtools.devcluster import Cluster, ComponentDied
 from devtools.devcluster.cluster import exists
+from devtools.devcluster.toolchain import control_plane_version
 from tests.support.e2e import wait_for
 
 T = TypeVar("T")
@@ -66,7 +67,7 @@ def pod(name: str, gates: list[str] | None = None) -> k8s.V1Pod:
     )
 
 
-def test_the_api_server_answers_readyz_and_is_kubernetes_v1_36_3(
+def test_the_api_server_answers_readyz_and_is_the_kubernetes_release_chosen(
     cluster: Cluster, admin: k8s.ApiClient
 ):
     request = urllib.request.Request(
@@ -78,7 +79,8 @@ def test_the_api_server_answers_readyz_and_is_kubernetes_v1_36_3(
         assert response.read() == b"ok"
 
     assert cluster.server.startswith("https://127.0.0.1:")
-    assert k8s.VersionApi(admin).get_code().git_version == "v1.36.3"
+    # v1.37.2, or the older release a compatibility run picks ($TROUPE_KUBERNETES_VERSION)
+    assert k8s.VersionApi(admin).get_code().git_version == control_plane_version()
 
 
 def test_kubectl_talks_to_the_cluster_as_admin(cluster: Cluster):

@@ -19,9 +19,10 @@ from reconciler.engine.model.volumes import VolumeCatalog
 #: The filter plugins of kube-scheduler's default profile (``getDefaultPlugins`` in
 #: ``pkg/scheduler/apis/config/v1/default_plugins.go``, ``MultiPoint``, without the plugins
 #: that do not filter: SchedulingGates, PrioritySort, DefaultPreemption, the scorers and the
-#: binder), DynamicResources inserted before DefaultPreemption as DRA is on by default.
+#: binder), DynamicResources inserted before DefaultPreemption as DRA is on by default; as of
+#: Kubernetes 1.37, which runs NodeName before NodeUnschedulable.
 KUBE_SCHEDULER_FILTERS = (
-    "NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
+    "NodeName", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
     "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread",
     "InterPodAffinity", "DynamicResources",
 )

@@ -255,7 +255,7 @@ def test_a_domains_reasons_are_listed_by_the_plugin_that_gave_them_in_profile_or
                 status_key(nodeunschedulable.NOT_READY_STATUS)):
         excluded.add(key)
     assert excluded.listed() == (
-        ("not ready", 1), ("cordoned", 1), ("didn't match the requested node name", 1), ("untolerated taint gpu", 1),
+        ("didn't match the requested node name", 1), ("not ready", 1), ("cordoned", 1), ("untolerated taint gpu", 1),
         ("not selected", 2), ("didn't have free ports for the requested pod ports", 1), ("held for team-a/big", 1),
         ("too small", 1), ("full", 1), ("unavailable due to one or more pvc(s) bound to non-existent pv(s)", 1),
         ("didn't match pod topology spread constraints", 1), ("didn't satisfy existing pods anti-affinity rules", 1),

@@ -1,5 +1,6 @@
 """The profile: kube-scheduler's filter plugins that Troupe models, in the order of its default
-profile (``pkg/scheduler/apis/config/v1/default_plugins.go``, ``getDefaultPlugins``, with
+profile (Kubernetes 1.37: ``pkg/scheduler/apis/config/v1/default_plugins.go``,
+``getDefaultPlugins``, which puts ``NodeName`` before ``NodeUnschedulable`` since 1.37, with
 ``DynamicResources`` inserted before ``DefaultPreemption`` as DRA is on by default since
 Kubernetes 1.34), and the one place a plugin module is registered (:data:`PROFILE`).
 
@@ -45,8 +46,8 @@ from reconciler.engine.model.selectors import NodeFilter
 
 #: Every plugin Troupe models, in kube-scheduler's default profile order: the one registration.
 PROFILE: tuple[Registered, ...] = (
-    nodeunschedulable.REGISTERED,
     nodename.REGISTERED,
+    nodeunschedulable.REGISTERED,
     tainttoleration.REGISTERED,
     nodeaffinity.REGISTERED,
     nodeports.REGISTERED,
