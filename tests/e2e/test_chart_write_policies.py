@@ -51,8 +51,25 @@ def identities(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
         path = write_kubeconfig(tmp_path_factory.mktemp("policies") / "reconciler.kubeconfig", cluster.server,
                                 cluster.ca_pem, f"{RELEASE}-reconciler", token)
         reconciler = config.new_client_from_config(config_file=str(path))
-        # The API server compiles a new policy asynchronously: wait until one refuses.
-        wait_for("the policies in effect", lambda: _refused(lambda: _tolerating_pod(core, gated=False)))
+        # The API server compiles each new policy asynchronously, on its own: wait until every
+        # one this module judges refuses a write of its own kind (dry runs: nothing is kept).
+        probe = f"probe-{uuid.uuid4().hex[:6]}"
+        core.create_node({"metadata": {"name": probe}})
+        batch = client.BatchV1Api(admin)
+        batch.create_namespaced_job(namespace, _job(probe))
+        as_reconciler = (client.CoreV1Api(reconciler), client.BatchV1Api(reconciler))
+        probes = {
+            "tolerations": lambda: _tolerating_pod(core, gated=False),
+            "node writes": lambda: as_reconciler[0].patch_node(
+                probe, {"metadata": {"labels": {"probe": "x"}}}, dry_run="All", _content_type=MERGE),
+            "workload writes": lambda: as_reconciler[1].patch_namespaced_job(
+                probe, namespace, {"metadata": {"labels": {"probe": "x"}}}, dry_run="All", _content_type=MERGE),
+            "workload records": lambda: batch.create_namespaced_job(
+                namespace, _job(f"{probe}-r", {RESERVATION: "{}"}), dry_run="All"),
+        }
+        for what, write in probes.items():
+            wait_for(f"the {what} policy in effect", lambda write=write: _refused(write))
+        core.delete_node(probe)
         yield Identities(admin, reconciler, namespace)
     finally:
         helm("uninstall", RELEASE, "--namespace", namespace, "--kubeconfig", kubeconfig, binary=cluster.binaries.helm)

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from devtools.devcluster.build import HELM_VERSION, built_helm
+from devtools.devcluster.build import HELM_VERSION, KUBERNETES_VERSION, built_helm
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "troupe"
@@ -34,8 +34,13 @@ def helm(*args: str, binary: Path | None = None) -> str:
     """Run ``helm ARGS`` and return stdout; raise :class:`HelmFailed` with its output on failure.
 
     helm's cache, configuration and data directories are a throwaway directory, so the
-    user's own helm setup neither leaks in nor gets written to.
+    user's own helm setup neither leaks in nor gets written to. ``template`` and ``lint``
+    render for the Kubernetes release the suite runs (``--kube-version``, unless given):
+    without a cluster helm assumes the release its own libraries are (v1.34 for helm
+    v3.19), which the chart's ``kubeVersion`` (``>=1.36.0-0``) refuses.
     """
+    if args and args[0] in ("template", "lint") and "--kube-version" not in args:
+        args = (*args, "--kube-version", KUBERNETES_VERSION)
     path = binary or built_helm()
     if path is None:
         raise RuntimeError(NOT_BUILT)
