@@ -28,7 +28,12 @@ def alice(cluster, admin_api, namespace):
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
         "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
     })
-    return client.CoreV1Api(cluster.api_client("alice"))
+    api = cluster.api_client("alice")
+    # The API server's authorizer learns of a new binding from its informer, a moment later.
+    review = {"spec": {"resourceAttributes": {"namespace": namespace, "verb": "create", "resource": "pods"}}}
+    wait_for("alice's role binding in effect", lambda: client.AuthorizationV1Api(api).create_self_subject_access_review(
+        review).status.allowed, timeout=30)
+    return client.CoreV1Api(api)
 
 
 @pytest.fixture
