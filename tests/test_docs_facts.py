@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from reconciler.engine.model.workloads import KINDS
+from tests.support.markdown import section
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -17,22 +18,6 @@ RESULTS = ROOT / "docs" / "guide" / "results.md"
 PLAIN_PODS = "plain pods"
 #: A figure with its unit (``45 ms``, ``8.8 s``, ``379 MiB``, ``3.6x``, ``74%``).
 FIGURE = re.compile(r"\d[\d,.]*(?:\s?(?:ms|s|MiB|GiB|%)|x)(?!\w)")
-
-
-def section(text: str, heading: str) -> str:
-    """The text under the Markdown ``heading`` (its whole line) up to the next ``## `` heading
-    outside a fenced code block."""
-    lines = text.splitlines()
-    assert heading in lines, f"no heading {heading!r}"
-    body: list[str] = []
-    fenced = False
-    for line in lines[lines.index(heading) + 1:]:
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-        elif line.startswith("## ") and not fenced:
-            break
-        body.append(line)
-    return "\n".join(body)
 
 
 def rows(text: str) -> list[list[str]]:
@@ -50,7 +35,7 @@ def same(text: str) -> str:
 
 
 def test_how_it_works_names_every_integrated_workload_kind_and_no_other() -> None:
-    diagram = section(README.read_text(), "## How it works")
+    diagram = section(README.read_text(), "## How it works", until="## ")
     match = re.search(r"kubectl apply \(([^)]*)\)", diagram)
     assert match, "the diagram of 'How it works' has no 'kubectl apply (...)'"
     named = {name.strip() for name in match.group(1).split(",")}
@@ -66,7 +51,7 @@ def test_each_benchmark_is_stated_once_on_the_results_page() -> None:
 
 
 def test_each_benchmark_is_stated_once_in_the_readmes_summary() -> None:
-    what = [same(cells[0]) for cells in rows(section(README.read_text(), "## Measured (two cores)"))]
+    what = [same(cells[0]) for cells in rows(section(README.read_text(), "## Measured (two cores)", until="## "))]
     assert len(what) > 5
     assert sorted({w for w in what if what.count(w) > 1}) == []
 
@@ -76,6 +61,6 @@ def test_the_readmes_summary_gives_the_results_pages_figures() -> None:
     measurements of the same benchmark: the page, which says how it was measured, is the
     one to keep current."""
     results = same(RESULTS.read_text())
-    summary = rows(section(README.read_text(), "## Measured (two cores)"))
+    summary = rows(section(README.read_text(), "## Measured (two cores)", until="## "))
     absent = {cells[0]: [f for f in FIGURE.findall(same(cells[1])) if f not in results] for cells in summary}
     assert {what: figures for what, figures in absent.items() if figures} == {}

@@ -16,6 +16,7 @@ import yaml
 
 from devtools.devcluster.build import built_helm
 from tests.support.helm import CHART, NAMESPACE, NOT_BUILT, RELEASE, REPO, one, render
+from tests.support.markdown import section
 
 pytestmark = pytest.mark.skipif(built_helm() is None, reason=NOT_BUILT)
 
@@ -163,22 +164,6 @@ def test_the_reconciler_reads_and_writes_only_its_own_lease_and_state_configmap(
 def crd_files() -> set[str]:
     """The ``metadata.name`` (``<plural>.<group>``) of every CRD in ``files/crds/``."""
     return {yaml.safe_load(path.read_text())["metadata"]["name"] for path in (CHART / "files" / "crds").glob("*.yaml")}
-
-
-def section(text: str, heading: str) -> str:
-    """The text under the Markdown ``heading`` (its whole line) up to the next heading of any
-    level; a ``#`` line inside a fenced code block is a shell comment, not a heading."""
-    lines = text.splitlines()
-    assert heading in lines, f"no heading {heading!r}"
-    body: list[str] = []
-    fenced = False
-    for line in lines[lines.index(heading) + 1:]:
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-        elif line.startswith("#") and not fenced:
-            break
-        body.append(line)
-    return "\n".join(body)
 
 
 def unnamed(text: str) -> list[str]:
