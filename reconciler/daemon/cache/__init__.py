@@ -30,15 +30,14 @@ nor indexed again (docs/decisions/017-cache-memory.md).
 from __future__ import annotations
 
 from reconciler.daemon.cache.budgets import BudgetIndex
-from reconciler.daemon.cache.cluster import (
-    ClusterCache,
-    Entry,
-    GroupKey,
-    RecordKey,
-    group_key,
-    group_of_key,
-    record_key,
-    workload_of_key,
+from reconciler.daemon.cache.cluster import ClusterCache, Entry
+from reconciler.daemon.cache.keys import (
+           GroupKey,
+           RecordKey,
+           group_key,
+           group_of_key,
+           record_key,
+           workload_of_key,
 )
 from reconciler.daemon.cache.workloads import WorkloadIndex
 

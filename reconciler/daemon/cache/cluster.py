@@ -11,14 +11,7 @@ from typing import Any
 
 from reconciler.daemon.cache.budgets import BudgetIndex
 from reconciler.daemon.cache.dra import DraIndex
-from reconciler.daemon.cache.keys import (
-    GroupKey,
-    RecordKey,
-    group_key,
-    group_of_key,
-    record_key,
-    workload_of_key,
-)
+from reconciler.daemon.cache.keys import group_key
 from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
@@ -60,8 +53,7 @@ def _rv(obj: Obj) -> int | None:
     return int(raw) if isinstance(raw, str) and _RESOURCE_VERSION.fullmatch(raw) else None
 
 
-__all__ = ["ClusterCache", "Entry", "GroupKey", "RecordKey", "group_key", "group_of_key", "record_key",
-           "workload_of_key"]
+__all__ = ["ClusterCache", "Entry"]
 
 
 def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
