@@ -175,6 +175,20 @@ def test_a_shared_claim_one_consumer_was_placed_with_holds_the_others_to_its_nod
     assert release is not None and [m.node for m in release.members] == ["n2"]
 
 
+def test_a_sharer_decided_before_the_one_its_claim_is_counted_on_goes_only_where_the_claim_fits():
+    """Two gangs of one share an unallocated claim; the devices are counted on first-0, and
+    second-0 is decided first: it must not be pinned where kube-scheduler cannot allocate
+    the claim (a node with no devices, or too few free)."""
+    pods = [b.with_claim(make_pod(f"{name}-0").gang(name, 1).gated().build(), claim_name="shared")
+            for name in ("first", "second")]
+    objs = [b.device_class(), b.claim("shared", 4), b.resource_slice("n3", 2), b.resource_slice("n4")]
+    gang, decision, snapshot = decided(nodes(), pods, objs, key="team-a/second")
+    assert gang.members[0].requests.get(KIND, 0) == 0, "the devices are counted once, on first-0"
+    assert [n.allocatable.get("resourceclaim/team-a/shared", 0) for n in snapshot.nodes] == [0, 0, 0, dra.MAX_CONSUMERS]
+    release = decision.find(Release)
+    assert release is not None and [m.node for m in release.members] == ["n4"]
+
+
 def test_a_device_attribute_all_of_a_nodes_devices_share_is_a_topology_level():
     level = "gpu.troupe.dev/nvlinkDomain"
     config = Config(topology_levels=(level, "cloud.google.com/gce-topology-host"), topology_fallback_levels=())

@@ -22,8 +22,12 @@ no shape ever stands for another tenant's), which
   its node: the node offers ``resourceclaim/<ns>/<name>`` and each pod requests one unit of
   it; the pod its devices are counted on keeps asking for them, so evicting it frees them
   (what preemption plans with), and a device allocated to a claim no pod of the snapshot
-  asks for counts for no one. (Pods sharing a claim that none of them has been placed with
-  are not held together: see decision 044.)
+  asks for counts for no one;
+- a claim shared by pods none of which is placed yet holds the ones it is not counted on
+  to the nodes with the free devices to allocate it now: each such node offers its
+  ``resourceclaim/<ns>/<name>`` too, so a sharer decided before the one it is counted on
+  is never pinned where kube-scheduler could not allocate the claim. (Such pods are not
+  held to one node among those: see decision 044.)
 
 So placement, preemption (evicting a victim frees its claim's devices only once the claim
 is deallocated, which the snapshot then shows), the simulator and ``kubectl troupe`` count
@@ -291,6 +295,8 @@ class _Demand:
     owners: dict[str, set[str]] = field(default_factory=dict)  # resource -> namespaces whose pods ask for it
     pins: dict[str, str] = field(default_factory=dict)  # claim resource -> node
     charged: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # claim -> kinds a pod asks for it
+    units: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)  # claim -> kind -> units it asks
+    unplaced: set[tuple[str, str]] = field(default_factory=set)  # claims no consumer is placed with, yet shared
 
 
 def _claim_of(pod: PodInfo, entry: tuple[str, str, str], c: Catalog) -> tuple[Claim | None, tuple[Request, ...], str]:
@@ -342,11 +348,14 @@ def _demand(pods: Sequence[PodInfo], c: Catalog) -> _Demand:
             key = (found.namespace, found.name) if found is not None else None
             if found is not None and key is not None:
                 node = found.node if found.allocated else placed_on.get(key, "")
+                pin = f"{CLAIM}{found.namespace}/{found.name}"
                 if node:  # allocated there, or a consumer placed there: every consumer goes there
-                    pin = f"{CLAIM}{found.namespace}/{found.name}"
                     d.pins[pin] = node
                     wanted[pin] = 1
                 if charged.get(key) != pod.key:
+                    if not node:  # it may go only where the claim can be allocated now
+                        d.unplaced.add(key)
+                        wanted[pin] = 1
                     continue  # a shared claim's devices are counted once, on one of its pods
             for r in requests:
                 problem = _request_problem(r, c)
@@ -359,6 +368,8 @@ def _demand(pods: Sequence[PodInfo], c: Catalog) -> _Demand:
                 wanted[kind] = wanted.get(kind, 0) + r.count
                 if key is not None:
                     d.charged.setdefault(key, set()).add(kind)
+                    claim_units = d.units.setdefault(key, {})
+                    claim_units[kind] = claim_units.get(kind, 0) + r.count
         d.requests[pod.key] = wanted
     return d
 
@@ -484,6 +495,11 @@ def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog,
     units, broken = node_units(c.devices, d.kinds, taken, d.owners)
     for pin, node in d.pins.items():
         units.setdefault(node, {})[pin] = MAX_CONSUMERS
+    for key in sorted(d.unplaced):  # the nodes with the free devices to allocate it now
+        wanted_units = d.units.get(key, {})
+        for offered in units.values() if wanted_units else ():
+            if all(offered.get(kind, 0) >= count for kind, count in wanted_units.items()):
+                offered[f"{CLAIM}{key[0]}/{key[1]}"] = MAX_CONSUMERS
     new_nodes = [dataclasses.replace(n, allocatable={**n.allocatable, **units[n.name]}) if n.name in units else n
                  for n in nodes]
     new_pods = []
