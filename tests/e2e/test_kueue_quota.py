@@ -202,6 +202,61 @@ def test_a_gang_larger_than_its_queued_job_is_refused_at_creation_before_it_hold
     batch.create_namespaced_job(ns, unqueued, dry_run="All")
 
 
+def _template(annotations: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"annotations": annotations},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+
+
+def _queued(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": "w", "labels": {QUEUE_LABEL: "team-a"}},
+            "spec": spec}
+
+
+GANG_9 = e2e.gang_annotations("g", 9)
+#: Each a queued workload of 8 pods whose template names a gang of 9 (or a minimum of 9), and
+#: what the refusal says of its count.
+OVERSIZED = [
+    ("a JobSet: driver 1 + workers 2 x min(4, 3)", "jobsets", _queued("jobset.x-k8s.io/v1alpha2", "JobSet", {
+        "replicatedJobs": [
+            {"name": "driver", "template": {"spec": {"template": _template(GANG_9)}}},
+            {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 3,
+                                                                     "template": _template(GANG_9)}}}]}),
+     "7 pods (the sum over spec.replicatedJobs of replicas x min(parallelism, completions))"),
+    ("a PyTorchJob: master 1 + workers 7", "pytorchjobs", _queued("kubeflow.org/v1", "PyTorchJob", {
+        "pytorchReplicaSpecs": {"Master": {"template": _template(GANG_9)},
+                                "Worker": {"replicas": 7, "template": _template(GANG_9)}}}),
+     "8 pods (the sum of spec.pytorchReplicaSpecs[*].replicas)"),
+    ("a LeaderWorkerSet: 2 groups of 4", "leaderworkersets", _queued("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {
+        "replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": _template(GANG_9)}}),
+     "8 pods (spec.replicas x spec.leaderWorkerTemplate.size)"),
+    ("a Job of 8 whose minimum is 9", "jobs", _queued("batch/v1", "Job", {
+        "parallelism": 8, "completions": 8,
+        "template": _template({**e2e.gang_annotations("g", 10), "troupe.io/gang-min-size": "9"})}),
+     "8 pods (min(spec.parallelism, spec.completions)); Kueue admits it alone"),
+]
+
+
+@pytest.mark.parametrize(("case", "plural", "obj", "want"), OVERSIZED, ids=[c[0] for c in OVERSIZED])
+def test_the_policy_counts_each_supported_workload_as_the_reconciler_does(
+        troupe, admin_api, queues, gang_fits_workload, case, plural, obj, want):
+    group, version = obj["apiVersion"].rpartition("/")[::2]
+
+    def refused() -> str | None:
+        try:
+            if plural == "jobs":
+                client.BatchV1Api(admin_api).create_namespaced_job(queues.namespace, obj, dry_run="All")
+            else:
+                client.CustomObjectsApi(admin_api).create_namespaced_custom_object(
+                    group, version, queues.namespace, plural, obj, dry_run="All")
+        except client.ApiException as e:
+            return str(e.body) if e.status == 422 else None
+        return None
+
+    body = e2e.wait_for(f"the policy refuses {case}", refused, timeout=30)
+    key = "troupe.io/gang-min-size" if plural == "jobs" else "troupe.io/gang-size"
+    assert f"annotation {key} of the pod template: 9 members, but {obj['kind']} w runs at most {want}" in body, body
+
+
 def test_without_the_policy_the_admitted_trap_is_held_with_the_jobs_reason(troupe, admin_api, admin_core, queues):
     ns, batch = queues.namespace, client.BatchV1Api(admin_api)
     trap = queued_job("trap", queues.local_queue, size=5)
