@@ -14,8 +14,6 @@ Layout under :func:`cache_dir` (default ``${TROUPE_CACHE_DIR:-~/.cache/troupe}``
     lws-v0.7.0/bin/lws          module zip (and the same for LeaderWorkerSet; see controllers.py)
     workload-controllers/src/   their one wrapper module, sharing the k8s-v1.37.2 module graph
     training-operator-v1.9.0/crds.yaml   Kubeflow's PyTorchJob CRD (the operator is not built)
-    kueue-v0.19.2/bin/kueue     Kueue's manager, with crds.yaml and webhooks.yaml from its module
-                                zip, built in its own module graph (see kueue.py)
     logs/<component>.log        go's output of the builds of that component, each command
                                 with its duration (downloads and compiles apart)
 
@@ -29,8 +27,8 @@ Every artifact is written under a temporary name and renamed when complete, then
 way leaves no binary that looks finished. Reuse is decided by binary + matching stamp
 (:mod:`.toolchain`). A file lock serialises concurrent builds of the same cache directory.
 
-Imports: :mod:`.toolchain` (the Go basics), :mod:`.controllers` (the workload
-controllers' build) and :mod:`.kueue` (Kueue's); :mod:`.cluster` imports this module, and nothing here imports back.
+Imports: :mod:`.toolchain` (the Go basics) and :mod:`.controllers` (the workload
+controllers' build); :mod:`.cluster` imports this module, and nothing here imports back.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from devtools.devcluster import controllers, kueue
+from devtools.devcluster import controllers
 from devtools.devcluster.toolchain import (
     ETCD_VERSION,
     HELM_VERSION,
@@ -121,7 +119,6 @@ def _layout(root: Path) -> Binaries:
         kwok_stages=kwok / "stages.yaml",
         helm=root / f"helm-{HELM_VERSION}" / "bin" / "helm",
         **controllers.layout(root),
-        **kueue.layout(root),
     )
 
 
@@ -155,7 +152,6 @@ def _versions(bins: Binaries) -> list[tuple[Path, str]]:
         (bins.kwok_stages, kwok_stages_version()),
         (bins.helm, HELM_VERSION),
         *controllers.versions(bins),
-        *kueue.versions(bins),
     ]
 
 
@@ -176,8 +172,7 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
     Warm (everything stamped at the pinned versions) this returns at once without running
     go. Cold, it takes about 9 minutes on two cores for the control plane and about 1 more
     for the JobSet and LeaderWorkerSet controllers, which reuse the control plane's compiled
-    packages (docs/decisions/023-controllers-share-the-kubernetes-build.md), and about 10 more
-    for Kueue (docs/decisions/058-kueue-for-quota.md), and prints
+    packages (docs/decisions/023-controllers-share-the-kubernetes-build.md), and prints
     progress lines to ``out`` (default stderr). Raises :class:`BuildError` naming the
     component that failed.
     """
@@ -194,7 +189,6 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
         _build_kwok(builder, bins)
         _build_helm(builder, bins)
         controllers.build(builder, bins)
-        kueue.build(builder, bins)
     done = built_binaries(root)
     if done is None:  # pragma: no cover - each step above stamps its artifact or raises
         raise BuildError(f"build finished but artifacts under {root} are not all stamped")

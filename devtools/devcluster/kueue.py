@@ -3,7 +3,10 @@
 Kueue (``sigs.k8s.io/kueue``) is built like the workload controllers (:mod:`.controllers`:
 cached by version, stamped, progress printed, under the build lock) with its CRDs and
 webhook configurations taken from the module zip; :mod:`.quota` runs it on a cluster
-(docs/decisions/058-kueue-for-quota.md).
+(docs/decisions/058-kueue-for-quota.md). Only the suite needs it, not the demo or a
+cluster for development: like promtool, ``python -m devtools.devcluster build`` (``make
+cluster-build``, which ``make test`` runs first) builds it, and :func:`ensure_kueue` builds
+it where it is still missing.
 
 Unlike the JobSet and LeaderWorkerSet controllers it is built in its own module graph, as
 released (its go.mod and go.sum: k8s.io/* v0.36.2, controller-runtime v0.24.1, JobSet
@@ -20,21 +23,24 @@ Cache layout (under :func:`devtools.devcluster.toolchain.cache_dir`)::
                                    the storage version, v1beta2)
     kueue-v0.19.2/webhooks.yaml    config/components/webhook/manifests.yaml
 
-This module imports only :mod:`.toolchain` and :mod:`.controllers` (the module copy);
-:mod:`.build` calls :func:`layout`, :func:`versions` and :func:`build`.
+This module imports only :mod:`.toolchain` and :mod:`.controllers` (the module copy).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from devtools.devcluster.controllers import copy_module
 from devtools.devcluster.toolchain import (
-    Binaries,
     Builder,
     BuildError,
+    cache_dir,
     is_built,
     mark_built,
     module_dir,
@@ -70,17 +76,50 @@ KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
 
-def layout(root: Path) -> dict[str, Path]:
-    """The cache paths of the manager and its manifests, as fields of
-    :class:`~devtools.devcluster.toolchain.Binaries`."""
-    base = root / f"kueue-{KUEUE_VERSION}"
-    return {"kueue": base / "bin" / "kueue", "kueue_crds": base / "crds.yaml", "kueue_webhooks": base / "webhooks.yaml"}
+@dataclass(frozen=True)
+class KueueBuild:
+    """The paths of the built manager (``binary``) and of its manifests (``crds``,
+    ``webhooks``)."""
+
+    binary: Path
+    crds: Path
+    webhooks: Path
 
 
-def versions(bins: Binaries) -> list[tuple[Path, str]]:
+def kueue_paths(root: Path | None = None) -> KueueBuild:
+    """Where the cached manager and its manifests are (built or not)."""
+    base = (root or cache_dir()) / f"kueue-{KUEUE_VERSION}"
+    return KueueBuild(base / "bin" / "kueue", base / "crds.yaml", base / "webhooks.yaml")
+
+
+def versions(paths: KueueBuild) -> list[tuple[Path, str]]:
     """Each artifact with the version its stamp must record."""
-    return [(bins.kueue, KUEUE_BINARY_VERSION), (bins.kueue_crds, KUEUE_VERSION),
-            (bins.kueue_webhooks, KUEUE_VERSION)]
+    return [(paths.binary, KUEUE_BINARY_VERSION), (paths.crds, KUEUE_VERSION), (paths.webhooks, KUEUE_VERSION)]
+
+
+def built_kueue(root: Path | None = None) -> KueueBuild | None:
+    """The cached manager and manifests if all are stamped at their versions, else None."""
+    paths = kueue_paths(root)
+    return paths if all(is_built(path, version) for path, version in versions(paths)) else None
+
+
+def ensure_kueue(root: Path | None = None, out: TextIO | None = None) -> KueueBuild:
+    """Build the manager and extract its manifests unless they are in the cache (under the
+    cache's build lock, so two test workers never build it at once); their paths. Warm:
+    no go command runs. Raises :class:`~devtools.devcluster.toolchain.BuildError` naming
+    what failed."""
+    root = (root or cache_dir()).expanduser().resolve()
+    warm = built_kueue(root)
+    if warm is not None:
+        return warm
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            build(Builder(root, out or sys.stderr), kueue_paths(root))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return kueue_paths(root)
 
 
 def patch_metrics_cert_dir(src: Path) -> None:
@@ -100,39 +139,39 @@ def _concat(paths: list[Path]) -> str:
     return "---\n".join(p.read_text().strip() + "\n" for p in paths)
 
 
-def build(builder: Builder, bins: Binaries) -> None:
-    """Build the manager and extract its manifests where missing (called by
-    :func:`~devtools.devcluster.build.ensure_built` under the build lock). Cold, about 10
-    minutes on two loaded cores (590 s measured; its k8s.io libraries are not the control
-    plane's); warm, nothing runs. Raises :class:`~devtools.devcluster.toolchain.BuildError` naming what failed or
-    what the module lacks."""
-    base = bins.kueue.parent.parent
+def build(builder: Builder, paths: KueueBuild) -> None:
+    """Build the manager and extract its manifests into ``paths`` where missing
+    (:func:`ensure_kueue` calls it under the build lock). Cold, about 10 minutes on two
+    loaded cores (590 s measured; its k8s.io libraries are not the control plane's); warm,
+    nothing runs. Raises :class:`~devtools.devcluster.toolchain.BuildError` naming what
+    failed or what the module lacks."""
+    base = paths.binary.parent.parent
     base.mkdir(parents=True, exist_ok=True)
     module = f"{KUEUE_MODULE}@{KUEUE_VERSION}"
-    if not is_built(bins.kueue, KUEUE_BINARY_VERSION):
+    if not is_built(paths.binary, KUEUE_BINARY_VERSION):
         with builder.step("kueue", KUEUE_VERSION):
             mod = module_dir(builder, "kueue", module, base)
             src = base / "src"
             copy_module(mod, src)  # the module cache is read-only
             patch_metrics_cert_dir(src)
-            bins.kueue.parent.mkdir(parents=True, exist_ok=True)
-            tmp = bins.kueue.with_name(f".kueue.tmp-{os.getpid()}")
+            paths.binary.parent.mkdir(parents=True, exist_ok=True)
+            tmp = paths.binary.with_name(f".kueue.tmp-{os.getpid()}")
             try:
                 builder.go("kueue", ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), KUEUE_PACKAGE],
                            src, what=f"kueue {KUEUE_VERSION}")
-                mark_built(tmp, bins.kueue, KUEUE_BINARY_VERSION)
+                mark_built(tmp, paths.binary, KUEUE_BINARY_VERSION)
             finally:
                 tmp.unlink(missing_ok=True)
             shutil.rmtree(src, ignore_errors=True)
-    if is_built(bins.kueue_crds, KUEUE_VERSION) and is_built(bins.kueue_webhooks, KUEUE_VERSION):
+    if is_built(paths.crds, KUEUE_VERSION) and is_built(paths.webhooks, KUEUE_VERSION):
         return
     mod = module_dir(builder, "kueue", module, base)
     absent = [f for f in (*KUEUE_CRD_FILES, KUEUE_WEBHOOK_MANIFESTS) if not (mod / f).is_file()]
     if absent:
         raise BuildError(f"{module} has no {', '.join(absent)} (looked in {mod})")
-    tmp = bins.kueue_crds.with_name(f".crds.tmp-{os.getpid()}")
+    tmp = paths.crds.with_name(f".crds.tmp-{os.getpid()}")
     tmp.write_text(_concat([mod / f for f in KUEUE_CRD_FILES]))
-    mark_built(tmp, bins.kueue_crds, KUEUE_VERSION)
-    tmp = bins.kueue_webhooks.with_name(f".webhooks.tmp-{os.getpid()}")
+    mark_built(tmp, paths.crds, KUEUE_VERSION)
+    tmp = paths.webhooks.with_name(f".webhooks.tmp-{os.getpid()}")
     tmp.write_text((mod / KUEUE_WEBHOOK_MANIFESTS).read_text())
-    mark_built(tmp, bins.kueue_webhooks, KUEUE_VERSION)
+    mark_built(tmp, paths.webhooks, KUEUE_VERSION)

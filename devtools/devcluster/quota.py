@@ -1,7 +1,6 @@
 """Kueue on the local cluster: quota by Kueue, placement by Troupe.
 
-The manager built by :mod:`.kueue` (through :func:`~devtools.devcluster.build.ensure_built`)
-runs as the cluster admin, bound to 127.0.0.1 on free ports, with a Configuration that
+The manager built by :mod:`.kueue` (:func:`~devtools.devcluster.kueue.ensure_kueue`) runs as the cluster admin, bound to 127.0.0.1 on free ports, with a Configuration that
 enables the ``batch/job`` integration alone and turns Kueue's own topology-aware
 scheduling off (two placers must not place one pod: docs/decisions/039-kueue-annotations.md),
 its on-demand visibility server off (it would take a fixed port), and ``waitForPodsReady``
@@ -33,7 +32,12 @@ import yaml
 
 import certs
 from devtools.devcluster.cluster import Cluster, free_ports
-from devtools.devcluster.kueue import KUEUE_CONFIG_API, KUEUE_CRD_FILES, METRICS_CERT_DIR_ENV
+from devtools.devcluster.kueue import (
+    KUEUE_CONFIG_API,
+    KUEUE_CRD_FILES,
+    METRICS_CERT_DIR_ENV,
+    ensure_kueue,
+)
 from devtools.devcluster.processes import Monitor, Started, spawn, stop_all, tail
 from devtools.devcluster.workloads import local_webhooks
 
@@ -112,7 +116,8 @@ def registered_webhooks(docs: Sequence[Mapping[str, Any]], base_url: str, ca_pem
 
 
 class Kueue:
-    """Kueue's manager on ``cluster``; a context manager. Installs Kueue's CRDs and the
+    """Kueue's manager on ``cluster``; a context manager. Builds it first where the cache
+    lacks it (:func:`~devtools.devcluster.kueue.ensure_kueue`). Installs Kueue's CRDs and the
     ``kueue-system`` namespace, starts the manager (:func:`configuration`), waits for its
     ``/readyz``, registers its webhooks (:func:`registered_webhooks`) and waits until they
     are in effect (a server-side dry run of a Job in a managed namespace comes back
@@ -123,6 +128,7 @@ class Kueue:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.build = ensure_kueue()
         self.dir = cluster.run_dir / "kueue"
         self._started: list[Started] = []
         self._monitor = Monitor([], lambda f: print(f"[kueue] {f}", file=sys.stderr, flush=True))
@@ -147,8 +153,7 @@ class Kueue:
         return self
 
     def _install(self) -> None:
-        bins = self.cluster.binaries
-        self.cluster.kubectl("apply", "--server-side", "-f", str(bins.kueue_crds))
+        self.cluster.kubectl("apply", "--server-side", "-f", str(self.build.crds))
         self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in _CRDS))
         self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}))
@@ -162,7 +167,7 @@ class Kueue:
         config = self.dir / "config.yaml"
         config.write_text(yaml.safe_dump(configuration(webhook_port, health_port, str(cert_dir))))
         env = dict(os.environ, KUBECONFIG=str(self.cluster.kubeconfig("admin")), **{METRICS_CERT_DIR_ENV: str(cert_dir)})
-        started = spawn("kueue", [str(self.cluster.binaries.kueue), f"--config={config}"],
+        started = spawn("kueue", [str(self.build.binary), f"--config={config}"],
                         self.cluster.logs_dir / "kueue.log", die_with_parent=True, env=env)
         self._started.append(started)
         self._monitor.add(started)
@@ -174,7 +179,7 @@ class Kueue:
                 raise RuntimeError(f"Kueue's manager {why}; last lines of {started.record.log}:\n"
                                    f"{tail(started.record.log)}")
             time.sleep(0.2)
-        docs = [d for d in yaml.safe_load_all(self.cluster.binaries.kueue_webhooks.read_text()) if d]
+        docs = [d for d in yaml.safe_load_all(self.build.webhooks.read_text()) if d]
         for doc in registered_webhooks(docs, f"https://127.0.0.1:{webhook_port}", self.cluster.ca_pem):
             kind = "mutatingwebhookconfiguration" if doc["kind"].startswith("Mutating") else "validatingwebhookconfiguration"
             self._configurations.append((kind, doc["metadata"]["name"]))

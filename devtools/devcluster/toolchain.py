@@ -85,9 +85,6 @@ class Binaries:
     lws_crds: Path
     lws_webhooks: Path
     kubeflow_crds: Path
-    kueue: Path
-    kueue_crds: Path
-    kueue_webhooks: Path
 
 
 def cache_dir() -> Path:

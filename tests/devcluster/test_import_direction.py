@@ -42,7 +42,7 @@ def test_the_build_the_cluster_and_the_workloads_import_in_one_direction():
     edges = {module: _imported(module) for module in MODULES}
     assert edges["toolchain"] == set()
     assert edges["controllers"] == {"toolchain"}
-    assert edges["build"] == {"toolchain", "controllers", "kueue"}
+    assert edges["build"] == {"toolchain", "controllers"}
     assert edges["kueue"] == {"toolchain", "controllers"}
     assert "build" in edges["cluster"] and not edges["cluster"] & {"workloads", "controllers", "toolchain"}
     assert {"cluster", "controllers"} <= edges["workloads"]

@@ -7,7 +7,8 @@ import base64
 import pytest
 import yaml
 
-from devtools.devcluster import build, kueue, quota
+from devtools.devcluster import kueue, quota
+from devtools.devcluster.toolchain import BuildError
 
 MANIFESTS = """\
 ---
@@ -89,12 +90,19 @@ def test_the_metrics_certificate_directory_is_patched_to_come_from_the_environme
     kueue.patch_metrics_cert_dir(tmp_path)
     assert 'if dir := os.Getenv("KUEUE_METRICS_CERT_DIR"); dir != "" { metricsCertPath = dir }' in main.read_text()
     main.write_text(MAIN_GO.replace("/etc/kueue/metrics/certs", "/etc/kueue/certs"))  # a release that moved it
-    with pytest.raises(build.BuildError, match=r"main\.go of sigs\.k8s\.io/kueue@v0\.19\.2 does not hold"):
+    with pytest.raises(BuildError, match=r"main\.go of sigs\.k8s\.io/kueue@v0\.19\.2 does not hold"):
         kueue.patch_metrics_cert_dir(tmp_path)
 
 
 def test_kueue_and_its_manifests_are_stamped_artifacts_of_the_cache(tmp_path):
-    layout = build._layout(tmp_path)
-    assert layout.kueue == tmp_path / "kueue-v0.19.2" / "bin" / "kueue"
-    assert layout.kueue_crds == tmp_path / "kueue-v0.19.2" / "crds.yaml"
-    assert dict(kueue.versions(layout))[layout.kueue] == "v0.19.2 +KUEUE_METRICS_CERT_DIR", "the patch rebuilds it"
+    paths = kueue.kueue_paths(tmp_path)
+    assert paths.binary == tmp_path / "kueue-v0.19.2" / "bin" / "kueue"
+    assert paths.crds == tmp_path / "kueue-v0.19.2" / "crds.yaml"
+    assert dict(kueue.versions(paths))[paths.binary] == "v0.19.2 +KUEUE_METRICS_CERT_DIR", "the patch rebuilds it"
+    assert kueue.built_kueue(tmp_path) is None
+    for path, version in kueue.versions(paths):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        path.with_name(path.name + ".stamp").write_text(version + "\n")
+    assert kueue.built_kueue(tmp_path) == paths, "warm: found without building"
+    assert kueue.ensure_kueue(tmp_path) == paths
