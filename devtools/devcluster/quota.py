@@ -58,6 +58,8 @@ FEATURE_GATES = {
 #: How long an admitted workload may wait for all its pods to be Ready before Kueue evicts
 #: it and frees its quota (``waitForPodsReady.timeout``).
 PODS_READY_TIMEOUT = "5m"
+#: The namespace of the dry-run Job that tells when Kueue's webhooks are in effect.
+PROBE_NAMESPACE = "kueue-probe"
 _CRDS = tuple(path.rsplit("_", 1)[1].removesuffix(".yaml") + ".kueue.x-k8s.io" for path in KUEUE_CRD_FILES)
 
 
@@ -122,7 +124,8 @@ class Kueue:
     ``/readyz``, registers its webhooks (:func:`registered_webhooks`) and waits until they
     are in effect (a server-side dry run of a Job in a managed namespace comes back
     suspended). :meth:`stop` removes the webhook configurations first (so no write waits
-    on a stopped server), then stops the manager by its recorded pid. Log:
+    on a stopped server) and the probe's namespace, then stops the manager by its recorded
+    pid. Log:
     ``<run_dir>/logs/kueue.log``. Kueue's objects and CRDs are left in place: delete the
     queues while the manager runs (their finalizers are Kueue's)."""
 
@@ -189,7 +192,7 @@ class Kueue:
     def _wait_in_effect(self) -> None:
         """Until the API server calls Kueue's Job webhook: a dry-run Job with a queue name,
         in a managed namespace, comes back suspended."""
-        probe = "kueue-probe"
+        probe = PROBE_NAMESPACE
         self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
             {"apiVersion": "v1", "kind": "Namespace",
              "metadata": {"name": probe, "labels": {MANAGED_NAMESPACE_LABEL: "true"}}}))
@@ -221,6 +224,8 @@ class Kueue:
             with contextlib.suppress(Exception):  # the cluster may be gone already
                 self.cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
         self._configurations.clear()
+        with contextlib.suppress(Exception):
+            self.cluster.kubectl("delete", "namespace", PROBE_NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
         stop_all([s.record for s in self._started], [s.popen for s in self._started])
         for s in self._started:
             with contextlib.suppress(OSError):
