@@ -143,8 +143,13 @@ def test_kueue_admits_one_of_two_jobs_troupe_places_it_whole_and_the_other_waits
     assert not condition(workload_of(custom, ns, "second"), "QuotaReserved")
     assert e2e.job_pods(admin_core, ns, "second") == []
     assert e2e.reservation(batch, ns, "second") is None, "no reservation on a suspended Job"
-    gangs = custom.list_namespaced_custom_object("troupe.io", "v1alpha1", ns, "gangs")["items"]
-    assert [g["spec"]["gangName"] for g in gangs] == ["first"], "no Gang object for the waiting Job"
+
+    def gang_objects() -> list[str] | None:  # the reconciler writes them on its own, after the release
+        names = [g["spec"]["gangName"] for g in
+                 custom.list_namespaced_custom_object("troupe.io", "v1alpha1", ns, "gangs")["items"]]
+        return names if "first" in names else None
+
+    assert e2e.wait_for("first's Gang object", gang_objects) == ["first"], "no Gang object for the waiting Job"
 
     batch.delete_namespaced_job("first", ns, propagation_policy="Background")
     e2e.wait_for("Kueue admits second", lambda: condition(workload_of(custom, ns, "second"), "Admitted"), timeout=60)
