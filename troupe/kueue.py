@@ -75,6 +75,10 @@ MANAGED_LABEL = "kueue.x-k8s.io/managed"
 #: Kueue's plain-pod groups: every pod of the group carries the name label and the count.
 POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+#: The label a user puts on a workload (or a plain pod) to queue it in a LocalQueue of
+#: Kueue: Kueue admits each such workload alone, against its ClusterQueue's quota
+#: (docs/decisions/058-kueue-for-quota.md). Not a mark of Kueue's (:func:`managed_by_kueue`).
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 #: Kueue's gates, which only Kueue removes.
 GATES = (TOPOLOGY_GATE, ADMISSION_GATE)
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import certs
 from devtools.devcluster import dra
 from devtools.devcluster import nodes as nodes_mod
 from devtools.devcluster.build import Binaries, ensure_built
@@ -190,6 +191,14 @@ class Cluster:
         if self._pki is None:
             raise ClusterError("the cluster is not started: no CA yet")
         return self._pki.ca_pem
+
+    def ca_key_pair(self) -> certs.KeyPair:
+        """The cluster CA's certificate and private key (PEM), to sign the serving
+        certificate of a webhook server the API server calls (:mod:`.quota`). Raises
+        :class:`ClusterError` before the cluster is started."""
+        if self._pki is None:
+            raise ClusterError("the cluster is not started: no CA yet")
+        return certs.KeyPair(self._pki.ca_cert.read_bytes(), self._pki.ca_key.read_bytes())
 
     @property
     def failure(self) -> ComponentDied | None:

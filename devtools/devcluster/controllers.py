@@ -230,8 +230,9 @@ def port_module(gofmt: str, module_dir: Path, c: Controller) -> None:
             )
 
 
-def _copy_module(source: Path, target: Path) -> None:
-    """Copy a module out of the (read-only) module cache, writable."""
+def copy_module(source: Path, target: Path) -> None:
+    """Copy a module out of the (read-only) module cache into ``target`` (replaced),
+    writable."""
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target, copy_function=shutil.copyfile)
     for directory, _, _ in os.walk(target):
@@ -250,7 +251,7 @@ def _build_binaries(builder: Builder, bins: Binaries, missing: Sequence[Controll
     gofmt = _gofmt(builder)
     for c in CONTROLLERS:
         mod = module_dir(builder, "workload-controllers", f"{c.module}@{c.version}", base)
-        _copy_module(mod, src / "modules" / c.name)
+        copy_module(mod, src / "modules" / c.name)
         if c.webhook_setup_files:
             builder.say(f"porting the webhook setup of {c.name} {c.version} to controller-runtime "
                         f"{CONTROLLER_RUNTIME_VERSION} ({', '.join(c.webhook_setup_files)})")

@@ -91,7 +91,7 @@ def test_the_chart_renders_the_webhook_the_reconciler_and_their_wiring() -> None
         ("ValidatingAdmissionPolicyBinding", "troupe-gang-writes"),
         *[(kind, f"troupe-{policy}") for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
           for policy in ("reconciler-node-writes", "reconciler-workload-writes", "workload-records",
-                         "nominated-toleration")],
+                         "nominated-toleration", "gang-fits-workload")],
         ("ConfigMap", "troupe-config"),
         ("Deployment", "troupe-reconciler"),
         ("Deployment", "troupe-webhook"),

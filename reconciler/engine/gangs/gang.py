@@ -269,8 +269,32 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     if not specs:
         return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
     disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
-    return replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
+    gang = replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
                    min_size=specs[0].min_size)
+    return replace(gang, held=gang.held or _beyond_queued_workload(gang, gang_keys, workloads or wl.Workloads()))
+
+
+def _beyond_queued_workload(gang: Gang, keys: contract.GangKeys, workloads: wl.Workloads) -> str:
+    """Why a named gang is held because a workload queued in Kueue that makes members of it
+    runs fewer pods than the gang needs before its first release (its minimum, else its
+    size), ``""`` when none does: Kueue admits each workload alone, so the gang could never
+    complete and the workload would hold its quota while Troupe waits
+    (docs/decisions/058-kueue-for-quota.md; the chart's policy ``<release>-gang-fits-workload``
+    refuses such a workload at creation, and this holds one made where the policy is not
+    installed, or resized after). The reason names the workload, its count and the key."""
+    need = gang.min_size or gang.size
+    if need is None:
+        return ""
+    key = keys.min_size if gang.min_size else keys.size
+    for workload_key in sorted({found[1] for p in gang.members if (found := wl.group(p)) is not None}):
+        w = workloads.objects.get(workload_key)
+        if w is None or not w.queue or not 0 < w.most_pods < need:
+            continue
+        return (f"annotation {key}: {need} members, but {w.kind} {w.namespace}/{w.name} runs at most {w.most_pods} "
+                f"pods ({w.most_pods_from}); Kueue admits it alone (label {kueue.QUEUE_NAME_LABEL}: {w.queue}), so "
+                f"the gang can never complete and the workload holds its quota (held until it is fixed: give the "
+                f"gang at most {w.most_pods} members, or {keys.size}: {contract.AUTO_SIZE})")
+    return ""
 
 
 def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:

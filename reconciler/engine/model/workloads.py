@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import troupe.contract as contract
+import troupe.kueue as kueue
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, Reservation, authentic
@@ -119,6 +120,14 @@ class Workload:
     #: Why its gang is held for its size (more members than
     #: :data:`~reconciler.engine.model.templates.MAX_SLOTS`), ``""`` when it is not.
     too_large: str = ""
+    #: The most pods it ever runs at once, over its whole life (``size`` counts those still
+    #: to run), and how they are counted: what a gang named in its template may need at
+    #: most (:func:`most_pods`).
+    most_pods: int = 0
+    most_pods_from: str = ""
+    #: Its ``kueue.x-k8s.io/queue-name`` label: the LocalQueue Kueue admits it from
+    #: (``""`` without one; docs/decisions/058-kueue-for-quota.md).
+    queue: str = ""
 
     @property
     def key(self) -> WorkloadKey:
@@ -213,6 +222,9 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
                                           "(its signature does not verify): ignored")
     generation = meta.get("generation")
     release = annotations.get(RELEASE_MODE)
+    most, most_from = most_pods(kind, obj)
+    labels = _map(meta.get("labels"))
+    queue = labels.get(kueue.QUEUE_NAME_LABEL)
     too_large = (f"{how}: {size} members, more than the {MAX_SLOTS} one gang may have (held)"
                  if size > MAX_SLOTS else "")
     return Workload(kind, namespace, name, max(size, 1), how, topology,
@@ -220,7 +232,30 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
                     generation=generation if isinstance(generation, int) else 0,
                     active=_active(kind, meta, spec, _map(obj.get("status"))),
                     release=release if isinstance(release, str) else "", record=record, record_error=record_error,
-                    owned=_owned(meta), uid=uid)
+                    owned=_owned(meta), uid=uid, most_pods=most, most_pods_from=most_from,
+                    queue=queue if isinstance(queue, str) else "")
+
+
+def most_pods(kind: str, obj: Mapping[str, Any]) -> tuple[int, str]:
+    """The most pods a workload object of a supported ``kind`` runs at once over its whole
+    life, and how they are counted, naming the fields (``(4, "Job w: min(spec.parallelism,
+    spec.completions)")``): a Job's ``min(parallelism, completions)``, a JobSet's sum over
+    its replicated Jobs of ``replicas x`` that, a PyTorchJob's sum of replicas, a
+    LeaderWorkerSet's ``replicas x size`` (all its groups). Counts as
+    :func:`~reconciler.engine.model.templates.members` reads them, the Job's completed pods
+    not taken off. The chart's policy ``<release>-gang-fits-workload`` counts the same
+    (docs/decisions/058-kueue-for-quota.md). ``(0, "")`` for another kind."""
+    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    name = str(meta.get("name") or "")
+    if kind == LEADER_WORKER_SET.kind:
+        replicas, size = _int(spec.get("replicas"), 1), _int(_map(spec.get("leaderWorkerTemplate")).get("size"), 1)
+        return replicas * size, f"LeaderWorkerSet {name}: spec.replicas {replicas} x spec.leaderWorkerTemplate.size {size}"
+    if kind not in _BY_KIND:
+        return 0, ""
+    count, how = members(kind, {"metadata": meta, "spec": spec})
+    if kind == JOB.kind:
+        how = f"Job {name}: min(spec.parallelism, spec.completions)"
+    return count, how
 
 
 def _owned(meta: Mapping[str, Any]) -> bool:
