@@ -62,7 +62,8 @@ def config_file(objects: list[dict[str, Any]], tmp_path: Path, release: str = RE
     [],
     ["--set", f"config.gangAnnotationPrefix={PFN_PREFIX}", "--set", "config.gangPreemptionMode=atomic"],
     ["--set", "webhook.replicas=1", "--set", "reconciler.replicas=0", "--set-json", "config.excludedNamespaces=[]"],
-], ids=["defaults", "pfn-prefix-atomic", "one-webhook-no-reconciler-nothing-excluded"])
+    ["--set", "config.adoptSchedulerNames={volcano,kai-scheduler}"],
+], ids=["defaults", "pfn-prefix-atomic", "one-webhook-no-reconciler-nothing-excluded", "adopted-scheduler-names"])
 def test_helm_lint_strict_passes(values: list[str]) -> None:
     out = helm("lint", "--strict", str(CHART), *values)
 
