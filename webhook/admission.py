@@ -74,7 +74,9 @@ UPDATE of a pod or of its ``pods/status`` (which can change annotations too): an
 but the reconciler is denied (403): a user who lifted one member's gate would release a
 gang piecemeal. A Troupe key (gang, topology, device group) added, changed or removed after
 creation is denied (400): the reconciler groups and places pods by them
-(``docs/decisions/013-update-rules.md``). Nothing is ever patched on UPDATE, so the
+(``docs/decisions/013-update-rules.md``); so is a pod group reference in metadata (Volcano's,
+KAI's, coscheduling's) while Troupe's gate holds the pod (decision 057). Nothing is ever
+patched on UPDATE, so the
 reconciler's own writes pass unchanged.
 
 Always untouched: pods in ``excludedNamespaces``, other resources, subresources and
@@ -138,7 +140,13 @@ from webhook.patches import (
     shared_resource_requests,
     toleration_ops,
 )
-from webhook.podgroups import adoption_ops, group_errors, group_warnings, kube_schedulers
+from webhook.podgroups import (
+    adoption_ops,
+    group_errors,
+    group_warnings,
+    kube_schedulers,
+    reference_changes,
+)
 
 __all__ = ["API_VERSION", "KIND", "MAX_CONTAINERS", "Admission", "admit", "container_count_error", "envelope_error",
            "mutate", "outcome_of", "patch_of"]
@@ -294,6 +302,8 @@ def _review_update(
     if problems:
         return _deny(403, "; ".join(problems))
     changed = _troupe_key_changes(old_ann, new_ann, config)
+    if GATE in _gate_names(old):
+        changed.extend(reference_changes(old, request.get("object")))
     if changed:
         return _deny(400, "; ".join(changed))
     return _ALLOW

@@ -9,6 +9,8 @@
   name must be a DNS-1123 subdomain (:func:`group_errors`). A pod naming groups in several
   ways is read by the first (:func:`troupe.podgroups.pod_group_ref`) and gets a warning
   naming the others (:func:`group_warnings`).
+- *Updates*: while Troupe's gate holds a pod, its Volcano, KAI or coscheduling reference
+  is fixed (:func:`reference_changes`), as Troupe's own keys are (decision 013).
 - *Adopted scheduler names* (``adoptSchedulerNames``): a pod created with one of them in
   ``spec.schedulerName`` is handed to kube-scheduler, its original name kept in
   :data:`troupe.podgroups.ORIGINAL_SCHEDULER_NAME` (:func:`adoption_ops`).
@@ -21,8 +23,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from troupe.config import DEFAULT_SCHEDULER_NAME, Config
+from troupe.contract import GATE
 from troupe.errors import quoted
-from troupe.podgroups import ORIGINAL_SCHEDULER_NAME, REF_FIELDS, PodGroupRef
+from troupe.podgroups import (
+    GROUP_ANNOTATIONS,
+    GROUP_LABELS,
+    ORIGINAL_SCHEDULER_NAME,
+    REF_FIELDS,
+    PodGroupRef,
+)
 from webhook.patches import PatchOp, pointer
 
 #: A DNS-1123 subdomain of at most 253 characters: what an object's name, a PodGroup's of
@@ -51,6 +60,38 @@ def group_warnings(refs: tuple[PodGroupRef, ...]) -> list[str]:
     others = ", ".join(f"{REF_FIELDS[r.source]} = {quoted(r.name)}" for r in rest)
     return [f"{REF_FIELDS[first.source]} = {quoted(first.name)} names this pod's gang; Troupe does not read "
             f"{others}"]
+
+
+def _reference(values: object, key: str) -> str | None:
+    value = values.get(key) if isinstance(values, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def reference_changes(old: Mapping[str, Any], new: object) -> list[str]:
+    """One message per group reference in metadata (Volcano's and KAI's annotations,
+    coscheduling's label) that an UPDATE from ``old`` to ``new`` (Pods as JSON) adds,
+    changes or removes; the caller asks only while Troupe's gate holds the pod, whose gang
+    the reference names (``spec.schedulingGroup`` is immutable: the API server refuses its
+    changes itself). An empty value counts as none, as at creation."""
+    old_meta = old.get("metadata")
+    new_meta = new.get("metadata") if isinstance(new, Mapping) else None
+    problems = []
+    for where, keys in (("annotations", GROUP_ANNOTATIONS), ("labels", GROUP_LABELS)):
+        before_all = old_meta.get(where) if isinstance(old_meta, Mapping) else None
+        after_all = new_meta.get(where) if isinstance(new_meta, Mapping) else None
+        for key in keys:
+            before, after = _reference(before_all, key), _reference(after_all, key)
+            if before == after:
+                continue
+            if before is None:
+                what = f"cannot be added, got {quoted(after or '')}"
+            elif after is None:
+                what = f"cannot be removed (it is {quoted(before)})"
+            else:
+                what = f"cannot change, from {quoted(before)} to {quoted(after)}"
+            problems.append(f"{where[:-1]} {key}: {what}, while Troupe's gate {GATE} holds the pod for the gang it "
+                            f"names; delete the pod and create it again with the value wanted")
+    return problems
 
 
 def kube_schedulers(spec: object, config: Config) -> bool:

@@ -154,6 +154,26 @@ def pod_group_expression(var: str = "object") -> str:
     )
 
 
+def _has_label(var: str, key: str) -> str:
+    """CEL: ``var`` carries the label ``key`` (a CEL string literal)."""
+    return f"(has({var}.metadata) && has({var}.metadata.labels) && {key} in {var}.metadata.labels)"
+
+
+def _label_changed(key: str, old: str, new: str) -> str:
+    """CEL: the label ``key`` is added, changed or removed between ``old`` and ``new``."""
+    k = cel_string(key)
+    return (f"({_has_label(old, k)} ? !({_has_label(new, k)} && {new}.metadata.labels[{k}] == "
+            f"{old}.metadata.labels[{k}]) : {_has_label(new, k)})")
+
+
+def group_reference_changed_expression(old: str = "oldObject", new: str = "object") -> str:
+    """CEL: an UPDATE adds, changes or removes a pod group reference in metadata (Volcano's
+    or KAI's annotation, coscheduling's label); ``spec.schedulingGroup`` is immutable."""
+    keys = ", ".join(cel_string(k) for k in GROUP_ANNOTATIONS)
+    labels = " || ".join(_label_changed(k, old, new) for k in GROUP_LABELS)
+    return f"({annotations_changed_expression(f'k in [{keys}]', old, new)} || {labels})"
+
+
 def kube_scheduler_expression(config: Config, var: str = "object") -> str:
     """CEL: kube-scheduler will schedule ``var``: its ``spec.schedulerName`` is absent,
     ``default-scheduler`` or one of ``adoptSchedulerNames`` (which the webhook rewrites).
@@ -179,7 +199,8 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
       annotations, a GKE topology gate, a reserved annotation, names a pod group
       (:func:`pod_group_expression`) and is kube-scheduler's (:func:`kube_scheduler_expression`), or has a ``spec.schedulerName`` of
       ``adoptSchedulerNames`` (:func:`adopted_scheduler_expression`); on UPDATE (of the pod or its ``pods/status``), the update adds,
-      changes or removes a reserved annotation or a Troupe key, or removes Troupe's gate.
+      changes or removes a reserved annotation or a Troupe key, removes Troupe's gate, or
+      changes a pod group reference of a pod behind Troupe's gate.
       An update that merely *has* them is not sent: the Job controller's patch that removes
       its finalizer from a released pod must not depend on the webhook being up
       (``docs/decisions/013-update-rules.md``).
@@ -195,7 +216,8 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
     on_update = (
         f"oldObject != null && ({reserved_keys_changed_expression()} || "
         f"{troupe_keys_changed_expression(config)} || "
-        f"({troupe_gate_expression('oldObject')} && !{troupe_gate_expression()}))"
+        f"({troupe_gate_expression('oldObject')} && !{troupe_gate_expression()}) || "
+        f"({troupe_gate_expression('oldObject')} && {group_reference_changed_expression()}))"
     )
     return [
         {

@@ -136,3 +136,20 @@ def test_a_created_adopted_pod_keeps_default_scheduler_and_updates_are_not_patch
     assert stored.spec.scheduler_name == "default-scheduler"
     assert stored.metadata.annotations[ORIGINAL_SCHEDULER_NAME] == "volcano"
     assert stored.metadata.labels == {"team": "a"}
+
+
+def test_a_gated_pods_group_reference_is_fixed_and_its_other_labels_are_not(
+    adopting: tuple[str, Server], admin_core: client.CoreV1Api
+) -> None:
+    namespace, _ = adopting
+    admin_core.create_namespaced_pod(namespace, pod("held", "volcano", {"scheduling.k8s.io/group-name": "train"}))
+    with pytest.raises(ApiException) as err:
+        admin_core.patch_namespaced_pod("held", namespace,
+                                        {"metadata": {"annotations": {"scheduling.k8s.io/group-name": "other"}}})
+    assert err.value.status == 400, err.value.body
+    assert "annotation scheduling.k8s.io/group-name: cannot change, from 'train' to 'other'" in json.loads(
+        err.value.body)["message"]
+    admin_core.patch_namespaced_pod("held", namespace, {"metadata": {"labels": {"team": "a"}}})
+    stored = admin_core.read_namespaced_pod("held", namespace)
+    assert stored.metadata.annotations["scheduling.k8s.io/group-name"] == "train"
+    assert [g.name for g in stored.spec.scheduling_gates] == [GATE]

@@ -200,6 +200,87 @@ def test_an_update_of_a_group_pod_is_never_patched() -> None:
     assert got.response == {"uid": "uid-1", "allowed": True}
 
 
+def gated(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as stored after admission: behind Troupe's gate."""
+    return dict(pod, spec=dict(pod["spec"], schedulingGates=[GATE]))
+
+
+def relabelled(pod: dict[str, Any], where: str, key: str, value: str | None) -> dict[str, Any]:
+    """A copy of ``pod`` whose ``metadata.<where>[key]`` is ``value`` (None: removed)."""
+    out = copy.deepcopy(pod)
+    values = out["metadata"].setdefault(where, {})
+    if value is None:
+        values.pop(key, None)
+    else:
+        values[key] = value
+    return out
+
+
+@pytest.mark.parametrize(("where", "key", "value", "want"), [
+    ("annotations", "scheduling.k8s.io/group-name", "other",
+     "annotation scheduling.k8s.io/group-name: cannot change, from 'train' to 'other', while Troupe's gate "
+     "troupe.io/placement holds the pod for the gang it names; delete the pod and create it again with the value "
+     "wanted"),
+    ("annotations", "scheduling.k8s.io/group-name", None,
+     "annotation scheduling.k8s.io/group-name: cannot be removed (it is 'train')"),
+    ("annotations", "pod-group-name", "second", "annotation pod-group-name: cannot be added, got 'second'"),
+    ("labels", "scheduling.x-k8s.io/pod-group", "x", "label scheduling.x-k8s.io/pod-group: cannot be added, got 'x'"),
+])
+def test_a_group_reference_is_fixed_while_troupes_gate_holds_the_pod(
+    where: str, key: str, value: str | None, want: str
+) -> None:
+    old = gated(named("volcano"))
+    new = relabelled(old, where, key, value)
+    got = admit(new, Config(), operation="UPDATE", old=old)
+    assert not got.allowed and got.code == 400
+    assert got.message.startswith(want), got.message
+    assert sent(Config(), "UPDATE", new, old)
+
+
+def test_a_coscheduling_label_is_fixed_too_and_other_changes_pass() -> None:
+    old = gated(named("coscheduling"))
+    moved = relabelled(old, "labels", "scheduling.x-k8s.io/pod-group", "other")
+    assert admit(moved, Config(), operation="UPDATE", old=old).message.startswith(
+        "label scheduling.x-k8s.io/pod-group: cannot change, from 'train' to 'other'")
+    team = relabelled(old, "labels", "team", "a")
+    assert admit(team, Config(), operation="UPDATE", old=old).response == {"uid": "uid-1", "allowed": True}
+    assert not sent(Config(), "UPDATE", team, old)
+
+
+def test_a_released_pods_reference_may_change() -> None:
+    old = named("volcano")
+    new = relabelled(old, "annotations", "scheduling.k8s.io/group-name", "other")
+    assert admit(new, Config(), operation="UPDATE", old=old).response == {"uid": "uid-1", "allowed": True}
+    assert not sent(Config(), "UPDATE", new, old)
+
+
+_updates = st.sampled_from([None, "train", "other", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(old_refs=st.tuples(_updates, _updates, _updates), new_refs=st.tuples(_updates, _updates, _updates),
+       gate=st.booleans(), status=st.booleans())
+def test_an_update_not_sent_is_allowed_untouched_and_a_refused_one_is_sent(
+    old_refs: tuple[str | None, ...], new_refs: tuple[str | None, ...], gate: bool, status: bool
+) -> None:
+    def with_refs(refs: tuple[str | None, ...]) -> dict[str, Any]:
+        pod = make_pod().container().obj()
+        for (where, key), value in zip(
+                [("annotations", "scheduling.k8s.io/group-name"), ("annotations", "pod-group-name"),
+                 ("labels", "scheduling.x-k8s.io/pod-group")], refs, strict=True):
+            if value is not None:
+                pod = relabelled(pod, where, key, value)
+        return gated(pod) if gate else pod
+
+    old, new = with_refs(old_refs), with_refs(new_refs)
+    answer = mutate(make_review(new, operation="UPDATE", old=old, sub_resource="status" if status else None),
+                    Config())["response"]
+    if not sent(Config(), "UPDATE", new, old):
+        assert answer == {"uid": "uid-1", "allowed": True}
+    if not answer["allowed"]:
+        assert sent(Config(), "UPDATE", new, old)
+
+
 # --- adoptSchedulerNames -----------------------------------------------------------------
 
 
@@ -351,15 +432,24 @@ class _Object(celpy.celtypes.MapType):  # type: ignore[misc, name-defined]
         return True if other is None else bool(super().__ne__(other))
 
 
+_programs: dict[Config, list[Any]] = {}
+
+
+def _compiled(config: Config) -> list[Any]:
+    if config not in _programs:
+        env = celpy.Environment()
+        _programs[config] = [env.program(env.compile(c["expression"])) for c in match_conditions(config)]
+    return _programs[config]
+
+
 def sent(config: Config, operation: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> bool:
     """Whether every matchCondition holds for this request."""
-    env = celpy.Environment()
     activation = {
         "object": _Object(celpy.json_to_cel(obj)), "oldObject": None if old is None else _Object(celpy.json_to_cel(old)),
         "request": _Object(celpy.json_to_cel({"operation": operation, "userInfo": {"username": ALICE, "groups": []},
                                               "namespace": "ml", "name": "w-0"})),
     }
-    results = [env.program(env.compile(c["expression"])).evaluate(activation) for c in match_conditions(config)]
+    results = [program.evaluate(activation) for program in _compiled(config)]
     assert all(isinstance(r, celpy.celtypes.BoolType) for r in results), results
     return all(bool(r) for r in results)
 
