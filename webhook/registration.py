@@ -196,11 +196,13 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
     """The ``matchConditions``; all must hold for a request to reach the webhook.
 
     - ``troupe-pods``: on CREATE, the pod has a Troupe key, one of Kueue's topology
-      annotations, a GKE topology gate, a reserved annotation, names a pod group
-      (:func:`pod_group_expression`) and is kube-scheduler's (:func:`kube_scheduler_expression`), or has a ``spec.schedulerName`` of
-      ``adoptSchedulerNames`` (:func:`adopted_scheduler_expression`); on UPDATE (of the pod or its ``pods/status``), the update adds,
-      changes or removes a reserved annotation or a Troupe key, removes Troupe's gate, or
-      changes a pod group reference of a pod behind Troupe's gate.
+      annotations, a GKE topology gate or a reserved annotation, names a pod group
+      (:func:`pod_group_expression`) and is kube-scheduler's
+      (:func:`kube_scheduler_expression`), or has a ``spec.schedulerName`` of
+      ``adoptSchedulerNames`` (:func:`adopted_scheduler_expression`); on UPDATE (of the pod
+      or its ``pods/status``), the update adds, changes or removes a reserved annotation or
+      a Troupe key, removes Troupe's gate, or changes a pod group reference of a pod behind
+      Troupe's gate (:func:`group_reference_changed_expression`).
       An update that merely *has* them is not sent: the Job controller's patch that removes
       its finalizer from a released pod must not depend on the webhook being up
       (``docs/decisions/013-update-rules.md``).
