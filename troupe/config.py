@@ -27,6 +27,7 @@ Example (every key, with its default)::
     releaseConcurrency: 64
     kubeAPIQPS: 100
     kubeAPIBurst: 600
+    adoptSchedulerNames: []
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ _QUALIFIED_NAME = re.compile(
 )
 #: A DNS-1123 label: what a namespace name must be.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A DNS-1123 subdomain: what a pod's ``spec.schedulerName`` must be.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 GKE_LEVELS = (
     "cloud.google.com/gce-topology-block",
@@ -142,6 +145,10 @@ class Config:
     #: Whether the reconciler keeps a ``gangs.troupe.io`` object per gang, its status
     #: written at most once a second (docs/decisions/043-gang-objects.md).
     gang_objects: bool = True
+    #: Second schedulers' names (``spec.schedulerName``) whose pods the webhook hands to
+    #: kube-scheduler at creation, keeping the name in ``troupe.io/original-scheduler-name``
+    #: (docs/decisions/057-adopted-scheduler-names.md): e.g. ``[volcano, kai-scheduler]``.
+    adopt_scheduler_names: tuple[str, ...] = ()
 
     @property
     def all_levels(self) -> tuple[str, ...]:
@@ -210,6 +217,8 @@ def _value(key: str, name: str, raw: Any) -> Any:
         return _want_str_list(key, raw, _QUALIFIED_NAME) if raw else ()
     if name == "excluded_namespaces":
         return _want_str_list(key, raw, _DNS_LABEL) if raw else ()
+    if name == "adopt_scheduler_names":
+        return _scheduler_names(key, raw)
     if name == "gang_preemption_mode":
         if raw not in PREEMPTION_MODES:
             # YAML 1.1 reads a bare off as False: say so, it is the usual cause.
@@ -235,6 +244,26 @@ def _value(key: str, name: str, raw: Any) -> Any:
             raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")
         return raw
     raise AssertionError(f"{key}: no rule for field {name}")  # pragma: no cover
+
+
+#: The name of kube-scheduler's default profile, which adopted pods are given.
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+
+
+def _scheduler_names(key: str, raw: Any) -> tuple[str, ...]:
+    """``adoptSchedulerNames``: scheduler names as ``spec.schedulerName`` takes them (a
+    DNS-1123 subdomain: Kubernetes' pod validation), none of them kube-scheduler's own."""
+    if not raw:
+        return ()
+    names = _want_str_list(key, raw)
+    for i, name in enumerate(names):
+        if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+            raise ConfigError(f"{key}[{i}]: must be a scheduler name as spec.schedulerName takes it (lower-case "
+                              f"letters, digits, '-' and '.', at most 253 characters), got {name!r}")
+        if name == DEFAULT_SCHEDULER_NAME:
+            raise ConfigError(f"{key}[{i}]: {name!r} is kube-scheduler's own name, which adopted pods are given; "
+                              f"list only the second schedulers' names")
+    return names
 
 
 _SPREAD_KEYS = {"topologyKey", "maxSkew", "whenUnsatisfiable", "minDomains", "nodeAffinityPolicy", "nodeTaintsPolicy"}

@@ -128,3 +128,45 @@ def group_ref_from_meta(annotations: Mapping[str, Any], labels: Mapping[str, Any
     if name := _text(annotations.get(KAI_GROUP_ANNOTATION)):
         return PodGroupRef(KAI, name)
     return None
+
+
+#: Where each source's reference is written on a pod, as an admission message names it.
+REF_FIELDS: Mapping[str, str] = {
+    WORKLOAD: "spec.schedulingGroup.podGroupName",
+    VOLCANO: f"annotation {VOLCANO_GROUP_ANNOTATION}",
+    COSCHEDULING: f"label {COSCHEDULING_GROUP_LABEL}",
+    KAI: f"annotation {KAI_GROUP_ANNOTATION}",
+}
+
+#: The annotation keys that name a group (Volcano's and KAI's), and the label key
+#: (coscheduling's): what the webhook's match conditions look for besides
+#: ``spec.schedulingGroup``.
+GROUP_ANNOTATIONS: tuple[str, ...] = (VOLCANO_GROUP_ANNOTATION, KAI_GROUP_ANNOTATION)
+GROUP_LABELS: tuple[str, ...] = (COSCHEDULING_GROUP_LABEL,)
+
+#: The annotation in which the webhook keeps the ``spec.schedulerName`` a pod was created
+#: with when it hands the pod to kube-scheduler (configuration ``adoptSchedulerNames``,
+#: docs/decisions/057-adopted-scheduler-names.md).
+ORIGINAL_SCHEDULER_NAME = "troupe.io/original-scheduler-name"
+
+
+def every_group_ref(pod: Mapping[str, Any]) -> tuple[PodGroupRef, ...]:
+    """Every group ``pod`` (a Pod as JSON) names, in the order of :func:`pod_group_ref`
+    (whose answer is the first): one per source at most, empty when it names none. A pod
+    naming more than one is read by the first; the webhook warns about the others."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    group = spec.get("schedulingGroup")
+    annotations = meta.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, Mapping) else {}
+    found = (
+        (WORKLOAD, group.get("podGroupName") if isinstance(group, Mapping) else None),
+        (VOLCANO, annotations.get(VOLCANO_GROUP_ANNOTATION)),
+        (COSCHEDULING, labels.get(COSCHEDULING_GROUP_LABEL)),
+        (KAI, annotations.get(KAI_GROUP_ANNOTATION)),
+    )
+    return tuple(PodGroupRef(source, name) for source, value in found if (name := _text(value)))

@@ -45,6 +45,21 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   a workload's pod gets ``<prefix>-size: auto``. A pod Kueue manages
   (:func:`troupe.kueue.managed_by_kueue`) is Kueue's: untouched, or denied (400) when it
   also carries Troupe's keys, since both would place it.
+- *Pod groups* (:mod:`troupe.podgroups`, :mod:`webhook.podgroups`,
+  ``docs/decisions/057-adopted-scheduler-names.md``): a pod that names a group (the upstream
+  Workload API's ``spec.schedulingGroup.podGroupName``, Volcano's annotation
+  ``scheduling.k8s.io/group-name``, coscheduling's label ``scheduling.x-k8s.io/pod-group``,
+  KAI's annotation ``pod-group-name``) and that kube-scheduler will schedule
+  (``spec.schedulerName`` ``default-scheduler`` or adopted, below) is gated like a pod with a
+  Troupe key; the reference is read, not rewritten. One bound for another scheduler is
+  that scheduler's: not gated. A name that cannot be a PodGroup's is denied (400) naming the
+  field and the value; a pod naming several groups gets a warning naming those Troupe does
+  not read. With Troupe's gang keys too, Troupe's keys name the gang. Neither the namespace
+  opt-in nor Kueue's plain-pod rule stamps a gang on such a pod; a pod Kueue manages is
+  Kueue's, whatever group it names.
+- *Adopted scheduler names* (``adoptSchedulerNames``): a pod created with one of them in
+  ``spec.schedulerName`` gets ``default-scheduler`` there and the original in the
+  annotation ``troupe.io/original-scheduler-name``, whether or not Troupe gates it.
 - *Namespace opt-in* (``gang_mode_auto``, the configuration's second webhook entry, which
   the API server calls only for pods of namespaces labelled ``troupe.io/gang-mode: auto``
   that a supported workload creates): a pod with neither ``<prefix>-name`` nor
@@ -59,7 +74,9 @@ UPDATE of a pod or of its ``pods/status`` (which can change annotations too): an
 but the reconciler is denied (403): a user who lifted one member's gate would release a
 gang piecemeal. A Troupe key (gang, topology, device group) added, changed or removed after
 creation is denied (400): the reconciler groups and places pods by them
-(``docs/decisions/013-update-rules.md``). Nothing is ever patched on UPDATE, so the
+(``docs/decisions/013-update-rules.md``); so is a pod group reference in metadata (Volcano's,
+KAI's, coscheduling's) while Troupe's gate holds the pod (decision 057). Nothing is ever
+patched on UPDATE, so the
 reconciler's own writes pass unchanged.
 
 Always untouched: pods in ``excludedNamespaces``, other resources, subresources and
@@ -102,6 +119,7 @@ from troupe.contract import (
 )
 from troupe.errors import ContractError
 from troupe.layers import TOPOLOGY_SLICE_SIZE, check_gang_size, check_min_size
+from troupe.podgroups import PodGroupRef, every_group_ref
 from troupe.policies import (
     AS_CREATED,
     FAILURE_POLICY,
@@ -121,6 +139,13 @@ from webhook.patches import (
     pointer,
     shared_resource_requests,
     toleration_ops,
+)
+from webhook.podgroups import (
+    adoption_ops,
+    group_errors,
+    group_warnings,
+    kube_schedulers,
+    reference_changes,
 )
 
 __all__ = ["API_VERSION", "KIND", "MAX_CONTAINERS", "Admission", "admit", "container_count_error", "envelope_error",
@@ -277,6 +302,8 @@ def _review_update(
     if problems:
         return _deny(403, "; ".join(problems))
     changed = _troupe_key_changes(old_ann, new_ann, config)
+    if GATE in _gate_names(old):
+        changed.extend(reference_changes(old, request.get("object")))
     if changed:
         return _deny(400, "; ".join(changed))
     return _ALLOW
@@ -327,15 +354,30 @@ def _contract_errors(
     return gang, errors
 
 
-def _review_create(
-    pod: Mapping[str, Any], ann: Mapping[str, Any], user: str, config: Config, gang_mode_auto: bool = False
-) -> Admission:
-    if user != config.reconciler_username and any(map(is_reserved_annotation, ann)):
-        reserved = sorted(k for k in ann if is_reserved_annotation(k))
-        return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
-    auto_ops: list[PatchOp] = []
-    if gang_mode_auto:
-        pod, ann, auto_ops = auto_size(pod, ann, config)
+class _Gang(NamedTuple):
+    """What declares a pod's gang at creation, as :func:`_read_gang` found it: the pod and
+    its annotations with any gang keys the webhook stamps, the ops that stamp them, the
+    Troupe keys it carries, whether its Kueue topology annotations are read, and the
+    pod groups it names (empty when Kueue places it)."""
+
+    pod: Mapping[str, Any]
+    ann: Mapping[str, Any]
+    ops: list[PatchOp]
+    troupe_keys: list[str]
+    asks_kueue: bool
+    groups: tuple[PodGroupRef, ...]
+
+
+def _read_gang(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config, gang_mode_auto: bool) -> _Gang | Admission:
+    """The pod's gang declaration (:class:`_Gang`), or the denial of a pod Kueue and Troupe
+    would both place. A pod naming a pod group: the group is its gang unless Troupe's keys
+    name one (docs/decisions/057-adopted-scheduler-names.md), so neither the namespace
+    opt-in nor Kueue's plain-pod rule stamps a gang on it; a group pod bound for a
+    scheduler that is not adopted is that scheduler's (no groups)."""
+    ops: list[PatchOp] = []
+    groups = every_group_ref(pod) if kube_schedulers(pod.get("spec"), config) else ()
+    if gang_mode_auto and not groups:
+        pod, ann, ops = auto_size(pod, ann, config)
     troupe_keys = sorted(k for k in _keys(config).troupe if k in ann)
     asks_kueue = kueue.asks(ann)
     if asks_kueue:
@@ -345,42 +387,61 @@ def _review_create(
             return _deny(400, f"annotation {asked}: Kueue manages this pod ({managed}) and its topology-aware "
                               f"scheduling places it, and Troupe's keys ({', '.join(troupe_keys)}) would place it "
                               f"too; keep one of them")
-        if managed or any(k in ann for k in TOPOLOGY_KEYS):
-            asks_kueue = False  # Kueue's pod, or Troupe's own topology keys win
-        else:
+        if managed:
+            asks_kueue, groups = False, ()  # Kueue's pod: Kueue places it, whatever group it names
+        elif any(k in ann for k in TOPOLOGY_KEYS):
+            asks_kueue = False  # Troupe's own topology keys win
+        elif not groups:
             try:
                 pod, ann, kueue_ops = kueue_gang(pod, ann, config)
             except ContractError as e:
                 return _deny(400, str(e))
-            auto_ops.extend(kueue_ops)
-    if not troupe_keys and not asks_kueue:
-        # No Troupe key: untouched, including pods created with a GKE topology gate, which
-        # the reconciler handles as they are (seeds/002), and the pods Kueue manages.
-        return _ALLOW
+            ops.extend(kueue_ops)
+    return _Gang(pod, ann, ops, troupe_keys, asks_kueue, groups)
+
+
+def _review_create(
+    pod: Mapping[str, Any], ann: Mapping[str, Any], user: str, config: Config, gang_mode_auto: bool = False
+) -> Admission:
+    if user != config.reconciler_username and any(map(is_reserved_annotation, ann)):
+        reserved = sorted(k for k in ann if is_reserved_annotation(k))
+        return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
+    read = _read_gang(pod, ann, config, gang_mode_auto)
+    if isinstance(read, Admission):
+        return read
+    pod, ann, auto_ops, groups = read.pod, read.ann, read.ops, read.groups
+    spec = pod.get("spec")
+    adopt_ops = adoption_ops(spec, pod.get("metadata") or {}, config) if isinstance(spec, dict) else []
+    if not read.troupe_keys and not read.asks_kueue and not groups:
+        # No Troupe key and no group: untouched but for an adopted scheduler name, including
+        # pods created with a GKE topology gate, which the reconciler handles as they are
+        # (seeds/002), and the pods Kueue manages.
+        return Admission(True, ops=tuple(adopt_ops)) if adopt_ops else _ALLOW
     gang, errors = _contract_errors(pod, ann, config)
+    errors.extend(group_errors(groups))
     if errors:
         return _deny(400, "; ".join(errors))
-    spec = pod.get("spec")
     if not isinstance(spec, dict):
-        return _deny(400, "spec: a Pod with Troupe annotations must have a spec object")
+        return _deny(400, "spec: a Pod with Troupe annotations or a pod group must have a spec object")
     too_many = container_count_error(spec) or pod_terms_error(spec)
     if too_many is not None:
         return _deny(400, too_many)
     try:
-        ops = [*auto_ops, *gate_ops(spec), *toleration_ops(spec, shared=DEVICE_GROUP in ann)]
+        ops = [*auto_ops, *adopt_ops, *gate_ops(spec), *toleration_ops(spec, shared=DEVICE_GROUP in ann)]
         if gang is not None:
             key = _keys(config).gang_timeout
             want = str(gang.timeout_seconds)
             if ann.get(key) != want:
                 op = "replace" if key in ann else "add"
                 ops.append({"op": op, "path": pointer("metadata", "annotations", key), "value": want})
-        warnings: list[str] = []
+        warnings = group_warnings(groups)
         if DEVICE_GROUP in ann:
             requested = shared_resource_requests(spec, config)
             if requested:
                 return _deny(400, "; ".join(requested))
-            device_ops, warnings = env_ops(spec, _keys(config).env_vars)
+            device_ops, device_warnings = env_ops(spec, _keys(config).env_vars)
             ops.extend(device_ops)
+            warnings.extend(device_warnings)
     except Malformed as e:
         return _deny(400, str(e))
     return Admission(True, ops=tuple(ops), warnings=tuple(warnings))

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from troupe import kueue
-from troupe.config import Config
+from troupe.config import DEFAULT_SCHEDULER_NAME, Config
 from troupe.contract import (
     DEVICE_ENV_PREFIX,
     DEVICE_GROUP,
@@ -32,6 +32,7 @@ from troupe.contract import (
     WORKLOAD_OWNERS,
     GangKeys,
 )
+from troupe.podgroups import GROUP_ANNOTATIONS, GROUP_LABELS
 from troupe.policies import GANG_POLICY_KEYS
 
 #: The webhook's name inside the configuration (must be a fully qualified name).
@@ -134,12 +135,74 @@ def gke_gate_expression(var: str = "object") -> str:
     )
 
 
+def pod_group_expression(var: str = "object") -> str:
+    """CEL: ``var`` names a pod group (:mod:`troupe.podgroups`): a non-empty
+    ``spec.schedulingGroup.podGroupName`` (the upstream Workload API), Volcano's or KAI's
+    annotation, or coscheduling's label. A key with an empty value names none, as
+    :func:`troupe.podgroups.pod_group_ref` reads it."""
+    annotations = " || ".join(
+        f"({cel_string(k)} in {var}.metadata.annotations && {var}.metadata.annotations[{cel_string(k)}] != '')"
+        for k in GROUP_ANNOTATIONS)
+    labels = " || ".join(
+        f"({cel_string(k)} in {var}.metadata.labels && {var}.metadata.labels[{cel_string(k)}] != '')"
+        for k in GROUP_LABELS)
+    return (
+        f"((has({var}.spec) && has({var}.spec.schedulingGroup) && has({var}.spec.schedulingGroup.podGroupName) && "
+        f"{var}.spec.schedulingGroup.podGroupName != '') || "
+        f"({_has_annotations(var)} && ({annotations})) || "
+        f"(has({var}.metadata) && has({var}.metadata.labels) && ({labels})))"
+    )
+
+
+def _has_label(var: str, key: str) -> str:
+    """CEL: ``var`` carries the label ``key`` (a CEL string literal)."""
+    return f"(has({var}.metadata) && has({var}.metadata.labels) && {key} in {var}.metadata.labels)"
+
+
+def _label_changed(key: str, old: str, new: str) -> str:
+    """CEL: the label ``key`` is added, changed or removed between ``old`` and ``new``."""
+    k = cel_string(key)
+    return (f"({_has_label(old, k)} ? !({_has_label(new, k)} && {new}.metadata.labels[{k}] == "
+            f"{old}.metadata.labels[{k}]) : {_has_label(new, k)})")
+
+
+def group_reference_changed_expression(old: str = "oldObject", new: str = "object") -> str:
+    """CEL: an UPDATE adds, changes or removes a pod group reference in metadata (Volcano's
+    or KAI's annotation, coscheduling's label); ``spec.schedulingGroup`` is immutable."""
+    keys = ", ".join(cel_string(k) for k in GROUP_ANNOTATIONS)
+    labels = " || ".join(_label_changed(k, old, new) for k in GROUP_LABELS)
+    return f"({annotations_changed_expression(f'k in [{keys}]', old, new)} || {labels})"
+
+
+def kube_scheduler_expression(config: Config, var: str = "object") -> str:
+    """CEL: kube-scheduler will schedule ``var``: its ``spec.schedulerName`` is absent,
+    ``default-scheduler`` or one of ``adoptSchedulerNames`` (which the webhook rewrites).
+    A group pod bound for another scheduler is that scheduler's, and its creation does not
+    depend on Troupe's webhook (docs/decisions/057-adopted-scheduler-names.md)."""
+    names = ", ".join(cel_string(n) for n in (DEFAULT_SCHEDULER_NAME, *config.adopt_scheduler_names))
+    return f"(!has({var}.spec) || !has({var}.spec.schedulerName) || {var}.spec.schedulerName in [{names}])"
+
+
+def adopted_scheduler_expression(config: Config, var: str = "object") -> str | None:
+    """CEL: ``var``'s ``spec.schedulerName`` is one of ``adoptSchedulerNames`` (None when
+    the list is empty: no pod is adopted, and the condition is left out)."""
+    if not config.adopt_scheduler_names:
+        return None
+    names = ", ".join(cel_string(n) for n in config.adopt_scheduler_names)
+    return f"(has({var}.spec) && has({var}.spec.schedulerName) && {var}.spec.schedulerName in [{names}])"
+
+
 def match_conditions(config: Config) -> list[dict[str, str]]:
     """The ``matchConditions``; all must hold for a request to reach the webhook.
 
     - ``troupe-pods``: on CREATE, the pod has a Troupe key, one of Kueue's topology
-      annotations, a GKE topology gate or a reserved annotation; on UPDATE (of the pod or its ``pods/status``), the update adds,
-      changes or removes a reserved annotation or a Troupe key, or removes Troupe's gate.
+      annotations, a GKE topology gate or a reserved annotation, names a pod group
+      (:func:`pod_group_expression`) and is kube-scheduler's
+      (:func:`kube_scheduler_expression`), or has a ``spec.schedulerName`` of
+      ``adoptSchedulerNames`` (:func:`adopted_scheduler_expression`); on UPDATE (of the pod
+      or its ``pods/status``), the update adds, changes or removes a reserved annotation or
+      a Troupe key, removes Troupe's gate, or changes a pod group reference of a pod behind
+      Troupe's gate (:func:`group_reference_changed_expression`).
       An update that merely *has* them is not sent: the Job controller's patch that removes
       its finalizer from a released pod must not depend on the webhook being up
       (``docs/decisions/013-update-rules.md``).
@@ -147,13 +210,16 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
       webhook (they are always allowed and never mutated), so placement writes do not
       depend on the webhook being up.
     """
+    adopted = adopted_scheduler_expression(config)
     on_create = " || ".join(
-        (troupe_keys_expression(config), kueue_keys_expression(), gke_gate_expression(), reserved_keys_expression())
+        (troupe_keys_expression(config), kueue_keys_expression(), gke_gate_expression(), reserved_keys_expression(),
+         f"({pod_group_expression()} && {kube_scheduler_expression(config)})", *([adopted] if adopted else []))
     )
     on_update = (
         f"oldObject != null && ({reserved_keys_changed_expression()} || "
         f"{troupe_keys_changed_expression(config)} || "
-        f"({troupe_gate_expression('oldObject')} && !{troupe_gate_expression()}))"
+        f"({troupe_gate_expression('oldObject')} && !{troupe_gate_expression()}) || "
+        f"({troupe_gate_expression('oldObject')} && {group_reference_changed_expression()}))"
     )
     return [
         {

@@ -62,7 +62,8 @@ def config_file(objects: list[dict[str, Any]], tmp_path: Path, release: str = RE
     [],
     ["--set", f"config.gangAnnotationPrefix={PFN_PREFIX}", "--set", "config.gangPreemptionMode=atomic"],
     ["--set", "webhook.replicas=1", "--set", "reconciler.replicas=0", "--set-json", "config.excludedNamespaces=[]"],
-], ids=["defaults", "pfn-prefix-atomic", "one-webhook-no-reconciler-nothing-excluded"])
+    ["--set", "config.adoptSchedulerNames={volcano,kai-scheduler}"],
+], ids=["defaults", "pfn-prefix-atomic", "one-webhook-no-reconciler-nothing-excluded", "adopted-scheduler-names"])
 def test_helm_lint_strict_passes(values: list[str]) -> None:
     out = helm("lint", "--strict", str(CHART), *values)
 
@@ -155,7 +156,9 @@ def test_the_cluster_role_grants_exactly_the_rules_file() -> None:
     (["--set-json", "config.excludedNamespaces=[]"], {"excluded_namespaces": ()}, 5),
     (["--set", "config.excludedNamespaces={kube-system,kube-public,batch-infra}", "--set", "webhook.timeoutSeconds=12"],
      {"excluded_namespaces": ("kube-system", "kube-public", "batch-infra")}, 12),
-], ids=["defaults", "pfn-prefix", "nothing-excluded", "three-excluded-timeout-12"])
+    (["--set", "config.adoptSchedulerNames={volcano,kai-scheduler,second.example.com}"],
+     {"adopt_scheduler_names": ("volcano", "kai-scheduler", "second.example.com")}, 5),
+], ids=["defaults", "pfn-prefix", "nothing-excluded", "three-excluded-timeout-12", "adopted-scheduler-names"])
 @pytest.mark.parametrize(("release", "namespace"), [(RELEASE, NAMESPACE), ("gangs", "ml-platform")])
 def test_the_webhook_configuration_is_the_one_registration_builds(
     values: list[str], changes: dict[str, Any], timeout: int, release: str, namespace: str
@@ -232,6 +235,7 @@ def test_values_set_on_the_command_line_reach_the_config_file(tmp_path: Path) ->
         "--set-json", "config.topologyFallbackLevels=[]",
         "--set", "config.sharedDeviceResources={nvidia.com/gpu,amd.com/gpu}",
         "--set-json", 'config.topologySpreadDefaultConstraints=[{"topologyKey":"topology.kubernetes.io/zone","maxSkew":1}]',
+        "--set", "config.adoptSchedulerNames={volcano,kai-scheduler}",
     )
 
     config = load_config(str(config_file(objects, tmp_path)))
@@ -243,6 +247,7 @@ def test_values_set_on_the_command_line_reach_the_config_file(tmp_path: Path) ->
     assert config.shared_device_resources == ("nvidia.com/gpu", "amd.com/gpu")
     assert [(c.topology_key, c.max_skew) for c in config.topology_spread_default_constraints] == [
         ("topology.kubernetes.io/zone", 1)]
+    assert config.adopt_scheduler_names == ("volcano", "kai-scheduler")
 
 
 def test_both_deployments_roll_when_the_configuration_changes() -> None:
@@ -398,6 +403,10 @@ def test_the_webhook_pod_gets_no_service_account_token() -> None:
     (["--set-json", 'webhook.tolerations=[{"operator":"Maybe"}]'], "/webhook/tolerations/0/operator"),
     (["--set-json", 'webhook.topologySpreadConstraints=[{"maxSkew":1}]'], "/webhook/topologySpreadConstraints/0"),
     (["--set", "topology.preset=aks"], "/topology/preset"),
+    # adopted scheduler names (decision 057)
+    (["--set", "config.adoptSchedulerNames={Volcano}"], "/config/adoptSchedulerNames/0"),
+    (["--set", "config.adoptSchedulerNames={default-scheduler}"], "/config/adoptSchedulerNames/0"),
+    (["--set", "config.adoptSchedulerNames={volcano,volcano}"], "/config/adoptSchedulerNames"),
 ])
 def test_a_value_the_schema_refuses_fails_lint_and_template_naming_it(values: list[str], named: str) -> None:
     with pytest.raises(HelmFailed, match="schema") as templated:

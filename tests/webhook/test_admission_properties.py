@@ -29,6 +29,8 @@ TROUPE_KEYS = [
     "gang-scheduling.preferred.jp/gang-name", "gang-scheduling.preferred.jp/gang-size",
     "gang-scheduling.preferred.jp/gang-schedule-timeout-seconds",
     "troupe.io/topology-required-level", "troupe.io/topology-preferred-level", "deviceshare.io/group",
+    # a pod group's references (Volcano's, KAI's): gated like Troupe's keys (decision 057)
+    "scheduling.k8s.io/group-name", "pod-group-name",
 ]
 OTHER_KEYS = [
     "reconciler.troupe.io/node", "deviceshare.io/selected-devices", "deviceshare.io/env.NVIDIA_VISIBLE_DEVICES",

@@ -268,10 +268,53 @@ k in [{{ join ", " $keys }}]
 {{- define "troupe.celTroupeGate" -}}
 (has({{ . }}.spec) && has({{ . }}.spec.schedulingGates) && {{ . }}.spec.schedulingGates.exists(g, has(g.name) && g.name == {{ include "troupe.celString" "troupe.io/placement" }}))
 {{- end -}}
+{{/* The pod in "object" names a pod group (troupe/podgroups.py): spec.schedulingGroup.podGroupName, Volcano's or KAI's annotation, coscheduling's label, not empty. */}}
+{{- define "troupe.celPodGroup" -}}
+{{- $annotations := list -}}
+{{- range (list "scheduling.k8s.io/group-name" "pod-group-name") -}}
+{{- $annotations = append $annotations (printf "(%s in object.metadata.annotations && object.metadata.annotations[%s] != '')" (include "troupe.celString" .) (include "troupe.celString" .)) -}}
+{{- end -}}
+{{- $labels := list -}}
+{{- range (list "scheduling.x-k8s.io/pod-group") -}}
+{{- $labels = append $labels (printf "(%s in object.metadata.labels && object.metadata.labels[%s] != '')" (include "troupe.celString" .) (include "troupe.celString" .)) -}}
+{{- end -}}
+((has(object.spec) && has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName) && object.spec.schedulingGroup.podGroupName != '') || ({{ include "troupe.celHasAnnotations" "object" }} && ({{ join " || " $annotations }})) || (has(object.metadata) && has(object.metadata.labels) && ({{ join " || " $labels }})))
+{{- end -}}
+{{/* The pod in "object" has a spec.schedulerName of config.adoptSchedulerNames (empty when the list is). */}}
+{{- define "troupe.celAdoptedScheduler" -}}
+{{- with .Values.config.adoptSchedulerNames -}}
+{{- $names := list -}}
+{{- range . -}}{{- $names = append $names (include "troupe.celString" .) -}}{{- end -}}
+(has(object.spec) && has(object.spec.schedulerName) && object.spec.schedulerName in [{{ join ", " $names }}])
+{{- end -}}
+{{- end -}}
+{{/* An UPDATE adds, changes or removes a pod group reference in metadata: Volcano's or KAI's annotation, coscheduling's label. */}}
+{{- define "troupe.celGroupReferenceChanged" -}}
+{{- $keys := list -}}
+{{- range (list "scheduling.k8s.io/group-name" "pod-group-name") -}}{{- $keys = append $keys (include "troupe.celString" .) -}}{{- end -}}
+{{- $labels := list -}}
+{{- range (list "scheduling.x-k8s.io/pod-group") -}}
+{{- $k := include "troupe.celString" . -}}
+{{- $old := printf "(has(oldObject.metadata) && has(oldObject.metadata.labels) && %s in oldObject.metadata.labels)" $k -}}
+{{- $new := printf "(has(object.metadata) && has(object.metadata.labels) && %s in object.metadata.labels)" $k -}}
+{{- $labels = append $labels (printf "(%s ? !(%s && object.metadata.labels[%s] == oldObject.metadata.labels[%s]) : %s)" $old $new $k $k $new) -}}
+{{- end -}}
+({{ include "troupe.celAnnotationsChanged" (printf "k in [%s]" (join ", " $keys)) }} || {{ join " || " $labels }})
+{{- end -}}
+{{/* kube-scheduler will schedule the pod in "object": no spec.schedulerName, default-scheduler or an adopted one. */}}
+{{- define "troupe.celKubeScheduler" -}}
+{{- $names := list (include "troupe.celString" "default-scheduler") -}}
+{{- range .Values.config.adoptSchedulerNames -}}{{- $names = append $names (include "troupe.celString" .) -}}{{- end -}}
+(!has(object.spec) || !has(object.spec.schedulerName) || object.spec.schedulerName in [{{ join ", " $names }}])
+{{- end -}}
 {{- define "troupe.celTroupePods" -}}
-{{- $onCreate := join " || " (list (include "troupe.celTroupeKeys" (list . "object")) (include "troupe.celKueueKeys" .) (include "troupe.celGkeGate" "object") (include "troupe.celReservedKeys" "object")) -}}
+{{- $group := printf "(%s && %s)" (include "troupe.celPodGroup" .) (include "troupe.celKubeScheduler" .) -}}
+{{- $create := list (include "troupe.celTroupeKeys" (list . "object")) (include "troupe.celKueueKeys" .) (include "troupe.celGkeGate" "object") (include "troupe.celReservedKeys" "object") $group -}}
+{{- with include "troupe.celAdoptedScheduler" . -}}{{- $create = append $create . -}}{{- end -}}
+{{- $onCreate := join " || " $create -}}
 {{- $gateRemoved := printf "(%s && !%s)" (include "troupe.celTroupeGate" "oldObject") (include "troupe.celTroupeGate" "object") -}}
-{{- $onUpdate := printf "oldObject != null && (%s || %s || %s)" (include "troupe.celAnnotationsChanged" (include "troupe.celReservedKey" .)) (include "troupe.celAnnotationsChanged" (include "troupe.celTroupeKey" .)) $gateRemoved -}}
+{{- $groupChanged := printf "(%s && %s)" (include "troupe.celTroupeGate" "oldObject") (include "troupe.celGroupReferenceChanged" .) -}}
+{{- $onUpdate := printf "oldObject != null && (%s || %s || %s || %s)" (include "troupe.celAnnotationsChanged" (include "troupe.celReservedKey" .)) (include "troupe.celAnnotationsChanged" (include "troupe.celTroupeKey" .)) $gateRemoved $groupChanged -}}
 request.operation == 'CREATE' ? ({{ $onCreate }}) : ({{ $onUpdate }})
 {{- end -}}
 {{/* The namespace opt-in entry: a pod being created by a supported workload that names no gang or size itself (webhook/registration.py workload_pod_expression). */}}
