@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from troupe.config import Config
+from troupe.contract import TopologyRequest
 from troupe.errors import MAX_QUOTED, quoted
 from troupe.layers import HOSTNAME_LABEL
 
@@ -352,3 +353,26 @@ def parse_pod_group(source: str, obj: Mapping[str, Any], config: Config) -> PodG
     except _Bad as e:
         return replace(base, error=f"{base.describe()}: {e}")
     return replace(base, **fields)
+
+
+def _depth(level: str, config: Config) -> int:
+    """How deep a level key is: a configured level's depth, below all of them a node."""
+    depth = config.level_depth(level)
+    return depth if depth is not None else len(config.topology_levels)
+
+
+def constrained(request: TopologyRequest, spec: PodGroupSpec, config: Config) -> TopologyRequest:
+    """``request`` (what Troupe's keys ask of a gang) bound by the group ``spec`` its
+    members name, so that no plan of it is one kube-scheduler's own gang and topology
+    plugins would refuse (docs/decisions/056-pod-groups.md): the required level is the
+    deeper of the two (levels nest, so one domain of the deeper is inside one of the
+    other: the intersection); with a required level, no preferred level is kept (the
+    placement already packs a gang into as few child domains as it can); without one,
+    ``request``'s preferred level, else the group's. Slices, placement and exclusive level
+    are ``request``'s."""
+    required = request.required_level
+    if spec.required_level is not None and (required is None
+                                            or _depth(spec.required_level, config) >= _depth(required, config)):
+        required = spec.required_level
+    preferred = None if required is not None else (request.preferred_level or spec.preferred_level)
+    return TopologyRequest(required, preferred, request.slices, request.placement, request.exclusive_level)
