@@ -18,14 +18,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.engine.decision.actions import Preempt
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import Gang, all_gangs
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.parts import BadObject, located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from tests.support.engine_builders import make_node, make_pod
 from troupe.config import Config
+from troupe.contract import PLANNED_AT
 
 BLOCK, SUBBLOCK = "cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock"
 NODES = [make_node(f"n{i}").topology(f"b{i // 4}", f"s{i // 2}", f"h{i}").allocatable(gpu=4) for i in range(8)]
@@ -207,3 +210,27 @@ def test_a_plan_for_a_group_with_a_required_key_never_spans_two_domains_of_it(bu
     if decision.phase is Phase.PLACED:
         domains = {snapshot.nodes[snapshot.index[a.node]].labels[level] for a in decision.placement.assignments}
         assert len(domains) == 1
+
+
+def running(i: int, node: str, group: str = "low") -> dict[str, Any]:
+    """A running member of the low-priority group gang ``group``, released by Troupe."""
+    pod = make_pod(f"{group}-{i}", "team").requests(gpu=4).index(i).on(node).annotate(
+        PLANNED_AT, "2026-01-01T00:00:00Z").build()
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+@pytest.mark.parametrize("mode, whole", [({"all": {}}, True), ({"single": {}}, False)])
+def test_minimal_preemption_evicts_a_gang_whose_group_says_all_only_whole(mode: dict[str, Any], whole: bool) -> None:
+    # The low gang runs on every node of block b0; the preemptor needs one subblock (2 nodes).
+    low = [running(i, f"n{i}") for i in range(4)] + [busy(f"n{i}") for i in range(4, 8)]
+    preemptor = [member(i, gpus=4, group="high") for i in range(2)]
+    for pod in preemptor:
+        pod["spec"]["priority"] = 100
+    groups = [upstream("low", min_count=4, key=None, disruptionMode=mode), upstream("high", min_count=2)]
+    snapshot, gangs = cluster(low + preemptor, groups)
+    assert ("team/workload:low" in snapshot.whole_victims) is whole
+    decision = decide(gangs["team/workload:high"], snapshot, NOW, Policy("minimal"))
+    assert decision.phase is Phase.PREEMPTING
+    evicted = sorted(v for a in decision.actions if isinstance(a, Preempt) for v in a.evict)
+    assert len(evicted) == (4 if whole else 2), evicted
