@@ -257,10 +257,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
                  ) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
     SharedDeviceGroups, PodDisruptionBudgets, the DRA kinds (ResourceSlices, DeviceClasses,
-    ResourceClaims, ResourceClaimTemplates), the pod groups of every version served (each
-    object once, :func:`_one_version_each`) and the workload kinds of
-    :mod:`reconciler.engine.model.workloads` (a
-    custom resource whose CRD is not installed, or that this user may not list, is left
+    ResourceClaims, ResourceClaimTemplates), pod groups (:func:`_one_version_each`), the
+    workload kinds of :mod:`reconciler.engine.model.workloads` (a custom resource whose CRD is not installed, or that this user may not list, is left
     out: its gangs wait with that reason), what the reconciler's cache reads for the
     volume filters and namespace selectors (Namespaces, PersistentVolumeClaims,
     PersistentVolumes, CSINodes: one this user may not list is left out with a line in
@@ -287,8 +285,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
           for kind, plural in DRA_RESOURCES],  # DRA (docs/decisions/044-dra.md); absent before 1.34
         ("PodDisruptionBudget", "poddisruptionbudgets",
          client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces, {}, _list_if_allowed),
-        *[(POD_GROUP, f"{a.plural}.{v}.{a.group}", crd(a.group, v, a.plural), {}, _list_if_allowed)
-          for a in GROUP_APIS for v in a.versions],  # pod groups where served (docs/decisions/056-pod-groups.md)
+        *_pod_group_lists(crd),
         ("Namespace", "namespaces", core.list_namespace, {}, _list_noted),
         ("PersistentVolumeClaim", "persistentvolumeclaims", core.list_persistent_volume_claim_for_all_namespaces, {},
          _list_noted),
@@ -309,13 +306,20 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(one, lists))
-    results = _without_unlisted(lists, results, notes if notes is not None else [])
-    results = _one_version_each(lists, results)
+    results = _one_version_each(lists, _without_unlisted(lists, results, notes if notes is not None else []))
     order = {"Node": 0, "Pod": 2, "SharedDeviceGroup": 3}
     out: list[tuple[str, str, Mapping[str, Any]]] = []
     for (kind, what, *_), items in sorted(zip(lists, results, strict=True), key=lambda t: order.get(t[0][0], 1)):
         out += [(f"{what} item {i}", kind, obj) for i, obj in enumerate(items)]
     return out
+
+
+def _pod_group_lists(crd: Callable[[str, str, str], Callable[..., Any]]
+                     ) -> list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]]:
+    """The lists of the pod groups, one per API version, each read where served
+    (docs/decisions/056-pod-groups.md)."""
+    return [(POD_GROUP, f"{a.plural}.{v}.{a.group}", crd(a.group, v, a.plural), {}, _list_if_allowed)
+            for a in GROUP_APIS for v in a.versions]
 
 
 def _one_version_each(lists: list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]],
