@@ -325,19 +325,21 @@ def _pod_group_lists(crd: Callable[[str, str, str], Callable[..., Any]]
 def _one_version_each(lists: list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]],
                       results: list[Objects]) -> list[Objects]:
     """``results`` with each pod group once: an API server that serves two versions of one
-    API (an upgrade) lists the same object at both; the first, the preferred, is kept."""
+    API (an upgrade) lists the same object at both; the first, the preferred, is kept. Each
+    carries its ``apiVersion`` (a list of a built-in API leaves it out of its items), which
+    says whose group it is."""
     seen: set[tuple[str, str, str]] = set()
     out = []
     for entry, items in zip(lists, results, strict=True):
         if entry[0] == POD_GROUP:
-            group = entry[1].split(".", 2)[2]
-            kept = []
+            _, version, group = entry[1].split(".", 2)
+            kept: Objects = []
             for obj in items:
                 meta = obj.get("metadata") or {}
                 key = (group, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
                 if key not in seen:
                     seen.add(key)
-                    kept.append(obj)
+                    kept.append(obj if obj.get("apiVersion") else {**obj, "apiVersion": f"{group}/{version}"})
             items = kept
         out.append(items)
     return out
