@@ -19,6 +19,7 @@ each of the four sources with fewer members than its group's minimum waits and s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from devtools.devcluster.cluster import (
     WORKLOAD_GATES,
 )
 from devtools.devcluster.stack import Stack
+from reconciler.objects.kinds import SNAPSHOT_COMMAND
 from tests.support import e2e
 from troupe import contract
 
@@ -161,6 +163,22 @@ def test_a_gang_of_each_source_short_of_its_minimum_waits_and_says_why(workload_
         field = "spec.schedulingPolicy.gang.minCount" if source == "workload" else "spec.minMember"
         assert gangs[f"{source}:short"]["phase"] == "Waiting", gangs
         assert gangs[f"{source}:short"]["reason"] == f"4 of 5 members present (PodGroup {ns}/short ({group}) {field})"
+
+    # The simulator, on the README's snapshot of this cluster, decides them as the reconciler did.
+    resources = ",".join(r for r in SNAPSHOT_COMMAND.split()[2].split(",")
+                         if r not in ("jobsets", "leaderworkersets", "pytorchjobs"))  # no such CRD here
+    path = workload_stack.dir / f"snapshot-{ns}.json"
+    path.write_text(cluster.kubectl("get", resources, "-A", "-o", "json", timeout=120).stdout)
+    done = subprocess.run([sys.executable, "-m", "reconciler", "simulate", str(path), "--output", "json"],
+                          capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    simulated = {g["name"]: g for g in json.loads(done.stdout)["gangs"] if g["namespace"] == ns}
+    objects = {o["spec"]["gangName"]: o["status"] for o in json.loads(
+        cluster.kubectl("get", "gangs", "-n", ns, "-o", "json").stdout)["items"]}
+    assert sorted(simulated) == sorted(objects) == sorted(f"{s}:short" for s in SOURCES)
+    for name, status in objects.items():
+        assert (simulated[name]["phase"], simulated[name]["reason"]) == (status["phase"], status["message"]), name
 
 
 def test_a_troupe_gang_whose_pods_name_a_group_is_never_pinned_across_the_groups_key(workload_stack, ns):

@@ -234,3 +234,12 @@ def test_minimal_preemption_evicts_a_gang_whose_group_says_all_only_whole(mode: 
     assert decision.phase is Phase.PREEMPTING
     evicted = sorted(v for a in decision.actions if isinstance(a, Preempt) for v in a.evict)
     assert len(evicted) == (4 if whole else 2), evicted
+
+
+def test_a_group_listed_twice_is_refused_naming_where_it_was_first() -> None:
+    with pytest.raises(BadObject, match=r"groups\[1\] \(PodGroup train\): duplicate of groups\[0\]"):
+        cluster([], [upstream(), upstream()])
+    with pytest.raises(BadObject, match=r"duplicate of groups\[0\]"):  # one group at two versions of its API
+        cluster([], [upstream(), {**upstream(), "apiVersion": "scheduling.k8s.io/v1alpha2"}])
+    _, gangs = cluster([member(0)], [upstream(min_count=1), peer("scheduling.x-k8s.io/v1alpha1", minMember=1)])
+    assert "team/workload:train" in gangs  # the same name in another source's API is another group
