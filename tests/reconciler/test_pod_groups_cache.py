@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes import client
+
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.cache.podgroups import PodGroupIndex
+from reconciler.run.reconciler import Reconciler
 from tests.support.engine_builders import make_node, make_pod
 from troupe.config import Config
 
@@ -71,3 +74,30 @@ def test_a_group_that_cannot_be_read_holds_its_gang() -> None:
     gang = cache.gang("ml/workload:g")
     assert gang is not None and gang.held.startswith(
         "PodGroup ml/g (scheduling.k8s.io): spec.schedulingPolicy.gang.minCount: must be an integer")
+
+
+def test_a_group_event_requeues_its_gang_and_the_waiting_gangs_of_its_namespace() -> None:
+    """The reconciler's informers (one per API version, named with it): a group's event
+    queues its own gang's key and the gangs of its namespace with a gated member; an API
+    that is not served is noted, its gangs told why (docs/decisions/056-pod-groups.md)."""
+    reconciler = Reconciler(client.ApiClient(), CONFIG)  # nothing is started: no request is made
+    informers = {i.resource.name: i for i in reconciler.pod_groups}
+    assert sorted(informers) == sorted(f"podgroups.{v}.{g}" for g, v in (
+        ("scheduling.k8s.io", "v1beta1"), ("scheduling.k8s.io", "v1alpha3"), ("scheduling.k8s.io", "v1alpha2"),
+        ("scheduling.volcano.sh", "v1beta1"), ("scheduling.x-k8s.io", "v1alpha1"), ("scheduling.run.ai", "v2alpha2")))
+    reconciler.cache.replace_pods([reconciler.cache.retain_pod(member(0)), reconciler.cache.retain_pod(
+        make_pod("other", "elsewhere").gated().build())])
+    while (key := reconciler.queue.get(timeout=0)) is not None:
+        reconciler.queue.done(key)
+    informers["podgroups.v1beta1.scheduling.k8s.io"].on_event("ADDED", upstream(1))
+    queued = set()
+    while (key := reconciler.queue.get(timeout=0)) is not None:
+        queued.add(key)
+        reconciler.queue.done(key)
+    assert queued == {"ml/workload:g"}
+    gang = reconciler.cache.gang("ml/workload:g")
+    assert gang is not None and (gang.size, gang.min_size) == (1, 1)
+    for version in ("v1beta1", "v1alpha3", "v1alpha2"):
+        reconciler.cache.pod_groups.absent("workload", version, f"{version}: 404")
+    _, _, unavailable = reconciler.cache.pod_groups.view()
+    assert unavailable == {"workload": "v1beta1: 404; v1alpha3: 404; v1alpha2: 404"}
