@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 
 from troupe.config import Config, ConfigError, from_mapping
+from troupe.contract import TopologyRequest
 from troupe.podgroups import (
     COSCHEDULING,
     KAI,
     VOLCANO,
     WORKLOAD,
     PodGroupRef,
+    PodGroupSpec,
+    constrained,
     parse_pod_group,
     pod_group_ref,
     source_of,
@@ -175,3 +178,23 @@ def test_a_pod_names_its_group_by_the_first_key_it_carries() -> None:
         "scheduling.x-k8s.io/pod-group": "c"}}, "spec": {"schedulingGroup": {"podGroupName": "w"}}}
     assert pod_group_ref(pod) == PodGroupRef(WORKLOAD, "w")
     assert pod_group_ref({**pod, "spec": {}}) == PodGroupRef(VOLCANO, "v")
+
+
+# --- a group binding Troupe's own request ----------------------------------------------------
+@pytest.mark.parametrize("mine, groups, want", [
+    (TopologyRequest(required_level=BLOCK), (SUBBLOCK, None), (SUBBLOCK, None)),
+    (TopologyRequest(required_level=HOST), (SUBBLOCK, None), (HOST, None)),
+    (TopologyRequest(required_level=SUBBLOCK), ("kubernetes.io/hostname", None), ("kubernetes.io/hostname", None)),
+    (TopologyRequest(preferred_level=HOST), (BLOCK, None), (BLOCK, None)),
+    (TopologyRequest(), (None, SUBBLOCK), (None, SUBBLOCK)),
+    (TopologyRequest(preferred_level=HOST), (None, SUBBLOCK), (None, HOST)),
+    (TopologyRequest(), (BLOCK, SUBBLOCK), (BLOCK, None)),
+], ids=["the group's deeper level wins", "Troupe's deeper level wins", "one node is the deepest",
+        "a required level drops a preferred one", "the group's preference", "Troupe's preference first",
+        "a group's own required and preferred: required"])
+def test_a_group_binds_troupes_request_to_the_deeper_required_level(mine: TopologyRequest,
+                                                                   groups: tuple[str | None, str | None],
+                                                                   want: tuple[str | None, str | None]) -> None:
+    spec = PodGroupSpec(PodGroupRef(KAI, "g"), "team", 2, *groups)
+    got = constrained(mine, spec, CONFIG)
+    assert (got.required_level, got.preferred_level) == want
