@@ -154,7 +154,7 @@ class PodGroupSpec:
     ``minMember``), None for a group that is not a gang (upstream ``basic: {}``: each pod
     alone). ``required_level`` / ``preferred_level``: node label keys of configured levels
     (or ``kubernetes.io/hostname``), None when not asked. ``whole_victim``: the gang is
-    evicted only whole (upstream ``disruptionMode`` ``all``). ``priority``: the group's
+    evicted only whole (upstream ``disruptionMode`` ``{all: {}}``, v1alpha2's ``PodGroup``). ``priority``: the group's
     ``priority`` (int32) when it states one, else None (the members' ``spec.priority``
     stands); ``priority_class_name``: as written (``""``), not resolved.
     ``timeout_seconds``: coscheduling's ``scheduleTimeoutSeconds``, None when not given.
@@ -235,8 +235,8 @@ def volcano_tier_level(tier: int, config: Config) -> str | None:
 
 
 def _workload(spec: Mapping[str, Any], config: Config) -> dict[str, Any]:
-    """KEP-4671 ``scheduling.k8s.io`` PodGroup (``v1beta1``; ``v1alpha2``'s
-    ``disruptionMode`` is the string ``Single`` or ``All``)."""
+    """KEP-4671 ``scheduling.k8s.io`` PodGroup (``v1beta1``'s ``disruptionMode`` is
+    ``{single: {}}`` or ``{all: {}}``, ``v1alpha2``'s the string ``Pod`` or ``PodGroup``)."""
     out: dict[str, Any] = {}
     policy = _mapping(spec.get("schedulingPolicy"), "spec.schedulingPolicy")
     gang, basic = policy.get("gang"), policy.get("basic")
@@ -265,10 +265,10 @@ def _workload(spec: Mapping[str, Any], config: Config) -> dict[str, Any]:
             if out["required_level"] is None:
                 raise _Bad("spec.schedulingConstraints.topology[0].key", "missing field")
     mode = spec.get("disruptionMode")
-    if isinstance(mode, str):
-        if mode not in ("Single", "All"):
-            raise _Bad("spec.disruptionMode", f"must be Single or All, got {_shown(mode)}")
-        out["whole_victim"] = mode == "All"
+    if isinstance(mode, str):  # v1alpha2: the string Pod (the default) or PodGroup
+        if mode not in ("Pod", "PodGroup"):
+            raise _Bad("spec.disruptionMode", f"must be Pod or PodGroup, got {_shown(mode)}")
+        out["whole_victim"] = mode == "PodGroup"
     elif mode is not None:
         mode = _mapping(mode, "spec.disruptionMode")
         if "all" in mode and "single" in mode:

@@ -50,8 +50,8 @@ def test_a_basic_upstream_group_is_no_gang() -> None:
     assert (spec.min_count, spec.gang, spec.error) == (None, False, "")
 
 
-@pytest.mark.parametrize("mode, whole", [({"single": {}}, False), ({"all": {}}, True), ("All", True),
-                                         ("Single", False), (None, False)])
+@pytest.mark.parametrize("mode, whole", [({"single": {}}, False), ({"all": {}}, True), ("PodGroup", True),
+                                         ("Pod", False), (None, False)])
 def test_the_disruption_mode_reads_as_v1beta1_struct_and_v1alpha2_string(mode: Any, whole: bool) -> None:
     spec = parse_pod_group(WORKLOAD, group({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": mode}),
                            CONFIG)
@@ -86,8 +86,8 @@ PREFIX = "PodGroup team/train (scheduling.k8s.io): "
      "spec.schedulingConstraints.topology: holds at most one level, got 2"),
     ({"schedulingPolicy": {"gang": {"minCount": 2}}, "schedulingConstraints": {"topology": [{}]}},
      "spec.schedulingConstraints.topology[0].key: missing field"),
-    ({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": "Whole"},
-     "spec.disruptionMode: must be Single or All, got 'Whole'"),
+    ({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": "All"},
+     "spec.disruptionMode: must be Pod or PodGroup, got 'All'"),
     ({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}, "single": {}}},
      "spec.disruptionMode: sets both single and all"),
     ({"schedulingPolicy": {"gang": {"minCount": 2}}, "priority": 2**31}, "spec.priority: must be an int32, got 2147483648"),

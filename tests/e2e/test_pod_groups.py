@@ -1,5 +1,5 @@
 """Pod groups as gang declarations on a v1.37 control plane with the upstream Workload API
-on (``scheduling.k8s.io/v1beta1``, ``GenericWorkload``), with and without
+on (``scheduling.k8s.io/v1beta1``, ``GenericWorkload``; ``v1alpha2`` on v1.36), with and without
 ``TopologyAwareWorkloadScheduling`` (docs/decisions/056-pod-groups.md).
 
 The nodes of examples/nodes.yaml (2 blocks x 2 subblocks x 4 hosts, 8 GPUs each); members
@@ -37,6 +37,7 @@ from devtools.devcluster.cluster import (
     WORKLOAD_GATES,
 )
 from devtools.devcluster.stack import Stack
+from devtools.devcluster.toolchain import control_plane_version
 from reconciler.objects.kinds import SNAPSHOT_COMMAND
 from tests.support import e2e
 from troupe import contract
@@ -46,9 +47,12 @@ NODES_FILE = REPO / "examples" / "nodes.yaml"
 PLUGIN = Path(sys.executable).parent / "kubectl-troupe"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 BUSY_HOSTS = ("gpu-b0-s0-h0", "gpu-b0-s1-h0", "gpu-b1-s1-h0")
+#: The Workload API's version served: v1beta1 from 1.37, v1alpha2 in 1.36 (the
+#: compatibility run, ``TROUPE_KUBERNETES_VERSION=v1.36.3``).
+WORKLOAD_VERSION = "v1alpha2" if control_plane_version().startswith("v1.36.") else "v1beta1"
 #: Each source's API and how its pods name a group.
 SOURCES = {
-    "workload": ("scheduling.k8s.io", "v1beta1"),
+    "workload": ("scheduling.k8s.io", WORKLOAD_VERSION),
     "volcano": ("scheduling.volcano.sh", "v1beta1"),
     "coscheduling": ("scheduling.x-k8s.io", "v1alpha1"),
     "kai": ("scheduling.run.ai", "v2alpha2"),
@@ -60,7 +64,8 @@ def workload_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     """A cluster of its own serving the Workload API, kube-scheduler's gang plugin on, its
     topology plugin on or off, the peers' PodGroup CRDs installed, and Troupe on it."""
     gates = TOPOLOGY_AWARE_WORKLOADS if request.param else WORKLOAD_GATES
-    with Cluster(nodes=NODES_FILE, feature_gates=gates, runtime_config=WORKLOAD_API) as cluster:
+    runtime = WORKLOAD_API if WORKLOAD_VERSION == "v1beta1" else (f"scheduling.k8s.io/{WORKLOAD_VERSION}=true",)
+    with Cluster(nodes=NODES_FILE, feature_gates=gates, runtime_config=runtime) as cluster:
         cluster.install_crds(PEER_POD_GROUP_CRDS)
         config = tmp_path_factory.mktemp("troupe") / "config.yaml"
         config.write_text("gangScheduleTimeoutJitterSeconds: 1\n")
