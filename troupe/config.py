@@ -16,6 +16,8 @@ Example (every key, with its default)::
                      cloud.google.com/gce-topology-subblock,
                      cloud.google.com/gce-topology-host]
     topologyFallbackLevels: [topology.gke.io/cluster, topology.gke.io/rack, topology.gke.io/host]
+    volcanoTierLevels: [cloud.google.com/gce-topology-subblock,
+                        cloud.google.com/gce-topology-block]
     gangPreemptionMode: "off"
     queueingStrategy: BestEffortFIFO
     headOfLineSeconds: 300
@@ -27,8 +29,6 @@ Example (every key, with its default)::
     releaseConcurrency: 64
     kubeAPIQPS: 100
     kubeAPIBurst: 600
-    volcanoTierLevels: [cloud.google.com/gce-topology-subblock,
-                        cloud.google.com/gce-topology-block]
 """
 
 from __future__ import annotations
@@ -138,25 +138,17 @@ class Config:
     #: ``kube_api_qps`` per second holding ``kube_api_burst`` (client-go's QPS and burst).
     kube_api_qps: float = 100.0
     kube_api_burst: int = 600
+    #: The level each Volcano network tier maps to, tier 1 (the lowest) first: a Volcano
+    #: PodGroup's ``networkTopology.highestTierAllowed: N`` asks for one domain of the N-th
+    #: (docs/decisions/056-pod-groups.md). None: ``topologyLevels`` without the lowest,
+    #: lowest first (``tier_levels``).
+    volcano_tier_levels: tuple[str, ...] | None = None
     #: The ``defaultConstraints`` of kube-scheduler's PodTopologySpread, when the cluster
     #: sets them: Troupe applies their ``DoNotSchedule`` ones as kube-scheduler does.
     topology_spread_default_constraints: tuple[SpreadDefault, ...] = ()
     #: Whether the reconciler keeps a ``gangs.troupe.io`` object per gang, its status
     #: written at most once a second (docs/decisions/043-gang-objects.md).
     gang_objects: bool = True
-    #: The level each Volcano network tier maps to, tier 1 (the lowest) first: a Volcano
-    #: PodGroup's ``networkTopology.highestTierAllowed: N`` asks for one domain of the N-th
-    #: (docs/decisions/056-pod-groups.md). None: ``topologyLevels`` without the lowest,
-    #: lowest first (``tier_levels``).
-    volcano_tier_levels: tuple[str, ...] | None = None
-
-    @property
-    def tier_levels(self) -> tuple[str, ...]:
-        """``volcano_tier_levels``, or by default ``topologyLevels`` but the lowest (a
-        host), lowest first: the GKE levels give tier 1 a subblock, tier 2 a block."""
-        if self.volcano_tier_levels is not None:
-            return self.volcano_tier_levels
-        return tuple(reversed(self.topology_levels[:-1]))
 
     @property
     def all_levels(self) -> tuple[str, ...]:
@@ -169,6 +161,14 @@ class Config:
             if key in levels:
                 return levels.index(key)
         return None
+
+    @property
+    def tier_levels(self) -> tuple[str, ...]:
+        """``volcano_tier_levels``, or by default ``topologyLevels`` but the lowest (a
+        host), lowest first: the GKE levels give tier 1 a subblock, tier 2 a block."""
+        if self.volcano_tier_levels is not None:
+            return self.volcano_tier_levels
+        return tuple(reversed(self.topology_levels[:-1]))
 
 
 def _camel(name: str) -> str:

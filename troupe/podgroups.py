@@ -99,47 +99,6 @@ class PodGroupRef:
         return f"{self.source}:{self.name}"
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def pod_group_ref(pod: Mapping[str, Any]) -> PodGroupRef | None:
-    """The group ``pod`` (a Pod as JSON) names, or None.
-
-    Reads, in order: ``spec.schedulingGroup.podGroupName`` (KEP-4671, core/v1
-    ``PodSchedulingGroup``), Volcano's annotation :data:`VOLCANO_GROUP_ANNOTATION`,
-    coscheduling's label :data:`COSCHEDULING_GROUP_LABEL`, KAI's annotation
-    :data:`KAI_GROUP_ANNOTATION`. Values that are not non-empty strings are ignored (never
-    raises)."""
-    meta = pod.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    spec = pod.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    group = spec.get("schedulingGroup")
-    if isinstance(group, Mapping) and (name := _text(group.get("podGroupName"))):
-        return PodGroupRef(WORKLOAD, name)
-    annotations = meta.get("annotations")
-    annotations = annotations if isinstance(annotations, Mapping) else {}
-    labels = meta.get("labels")
-    labels = labels if isinstance(labels, Mapping) else {}
-    return group_ref_from_meta(annotations, labels)
-
-
-def group_ref_from_meta(annotations: Mapping[str, Any], labels: Mapping[str, Any],
-                        scheduling_group: str | None = None) -> PodGroupRef | None:
-    """:func:`pod_group_ref` on parts already read: ``scheduling_group`` is the pod's
-    ``spec.schedulingGroup.podGroupName`` (or None)."""
-    if scheduling_group:
-        return PodGroupRef(WORKLOAD, scheduling_group)
-    if name := _text(annotations.get(VOLCANO_GROUP_ANNOTATION)):
-        return PodGroupRef(VOLCANO, name)
-    if name := _text(labels.get(COSCHEDULING_GROUP_LABEL)):
-        return PodGroupRef(COSCHEDULING, name)
-    if name := _text(annotations.get(KAI_GROUP_ANNOTATION)):
-        return PodGroupRef(KAI, name)
-    return None
-
-
 # --- the group objects ------------------------------------------------------------------
 #: The largest count or priority the APIs hold (int32).
 _INT32_MAX = 2**31 - 1
@@ -376,3 +335,46 @@ def constrained(request: TopologyRequest, spec: PodGroupSpec, config: Config) ->
         required = spec.required_level
     preferred = None if required is not None else (request.preferred_level or spec.preferred_level)
     return TopologyRequest(required, preferred, request.slices, request.placement, request.exclusive_level)
+
+
+# --- which group a pod names ----------------------------------------------------------
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def pod_group_ref(pod: Mapping[str, Any]) -> PodGroupRef | None:
+    """The group ``pod`` (a Pod as JSON) names, or None.
+
+    Reads, in order: ``spec.schedulingGroup.podGroupName`` (KEP-4671, core/v1
+    ``PodSchedulingGroup``), Volcano's annotation :data:`VOLCANO_GROUP_ANNOTATION`,
+    coscheduling's label :data:`COSCHEDULING_GROUP_LABEL`, KAI's annotation
+    :data:`KAI_GROUP_ANNOTATION`. Values that are not non-empty strings are ignored (never
+    raises)."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    group = spec.get("schedulingGroup")
+    if isinstance(group, Mapping) and (name := _text(group.get("podGroupName"))):
+        return PodGroupRef(WORKLOAD, name)
+    annotations = meta.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, Mapping) else {}
+    return group_ref_from_meta(annotations, labels)
+
+
+def group_ref_from_meta(annotations: Mapping[str, Any], labels: Mapping[str, Any],
+                        scheduling_group: str | None = None) -> PodGroupRef | None:
+    """:func:`pod_group_ref` on parts already read: ``scheduling_group`` is the pod's
+    ``spec.schedulingGroup.podGroupName`` (or None)."""
+    if scheduling_group:
+        return PodGroupRef(WORKLOAD, scheduling_group)
+    if name := _text(annotations.get(VOLCANO_GROUP_ANNOTATION)):
+        return PodGroupRef(VOLCANO, name)
+    if name := _text(labels.get(COSCHEDULING_GROUP_LABEL)):
+        return PodGroupRef(COSCHEDULING, name)
+    if name := _text(annotations.get(KAI_GROUP_ANNOTATION)):
+        return PodGroupRef(KAI, name)
+    return None
+
