@@ -377,4 +377,3 @@ def group_ref_from_meta(annotations: Mapping[str, Any], labels: Mapping[str, Any
     if name := _text(annotations.get(KAI_GROUP_ANNOTATION)):
         return PodGroupRef(KAI, name)
     return None
-
