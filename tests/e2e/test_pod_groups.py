@@ -10,8 +10,9 @@ one subblock with room for 4 members::
 
 kube-scheduler alone spreads such a gang over two subblocks (the issue's trial); Troupe pins
 it whole in gpu-b1-s0, kube-scheduler's own gang plugin switched on, and its topology
-plugin on or off. The members carry Troupe's gate as the user wrote it (legal: it is the
-webhook's job to add it to pods that do not; the test holds once it does too). A gang of
+plugin on or off. The members carry Troupe's gate as the user wrote it (legal), and again
+as their users write them, gated by the webhook (skipped where the webhook does not select
+pods that name a group). A gang of
 each of the four sources with fewer members than its group's minimum waits and says so in
 ``kubectl get gangs`` and ``kubectl troupe status``.
 """
@@ -92,9 +93,9 @@ def create_group(api: Any, namespace: str, source: str, name: str, minimum: int,
     client.CustomObjectsApi(api).create_namespaced_custom_object(group, version, namespace, "podgroups", body)
 
 
-def naming(template_or_pod: dict[str, Any], source: str, group: str) -> dict[str, Any]:
+def naming(template_or_pod: dict[str, Any], source: str, group: str, gate: bool = True) -> dict[str, Any]:
     """``template_or_pod`` naming ``group`` the way ``source``'s users write it, with
-    Troupe's gate."""
+    Troupe's gate unless ``gate`` is False (then only the webhook may add it)."""
     meta, spec = template_or_pod.setdefault("metadata", {}), template_or_pod["spec"]
     if source == "workload":
         spec["schedulingGroup"] = {"podGroupName": group}
@@ -104,7 +105,8 @@ def naming(template_or_pod: dict[str, Any], source: str, group: str) -> dict[str
         meta.setdefault("labels", {})["scheduling.x-k8s.io/pod-group"] = group
     else:
         meta.setdefault("annotations", {})["pod-group-name"] = group
-    spec["schedulingGates"] = [{"name": contract.GATE}]
+    if gate:
+        spec["schedulingGates"] = [{"name": contract.GATE}]
     return template_or_pod
 
 
@@ -139,6 +141,28 @@ def test_a_job_naming_a_group_of_four_runs_whole_in_the_one_subblock_with_room(w
 
     row = e2e.wait_for("the gang Released 4/4 in kubectl get gangs", released, timeout=30)
     assert row[3] == f"{SUBBLOCK}=gpu-b1-s0", row
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_a_job_as_its_users_write_it_runs_whole_once_the_webhook_gates_it(workload_stack, ns, source):
+    """The same Job with no gate of Troupe's in its template: the webhook gates its pods for
+    the group they name (decision 057), and the reconciler places them as above. Skipped
+    where the webhook does not select such pods."""
+    cluster = workload_stack.cluster
+    api = cluster.api_client("admin")
+    core = client.CoreV1Api(api)
+    probe = core.create_namespaced_pod(ns, naming(e2e.pod_body("probe"), source, "probe", gate=False))
+    if not any(g.name == contract.GATE for g in probe.spec.scheduling_gates or ()):
+        pytest.skip("the webhook does not gate pods that name a pod group here")
+    core.delete_namespaced_pod("probe", ns, grace_period_seconds=0)
+    make_busy(core, ns)
+    create_group(api, ns, source, "train", 4, subblock=True)
+    job = e2e.indexed_job("train", 4, {}, gpus=8)
+    naming(job["spec"]["template"], source, "train", gate=False)
+    client.BatchV1Api(api).create_namespaced_job(ns, job)
+    pods = e2e.running_job_pods(core, ns, "train", 4, timeout=120)
+    assert {core.read_node(p.spec.node_name).metadata.labels[SUBBLOCK] for p in pods} == {"gpu-b1-s0"}
+    assert all((p.metadata.annotations or {}).get(contract.ASSIGNED_NODE) == p.spec.node_name for p in pods)
 
 
 def test_a_gang_of_each_source_short_of_its_minimum_waits_and_says_why(workload_stack, ns):
