@@ -16,6 +16,8 @@ Example (every key, with its default)::
                      cloud.google.com/gce-topology-subblock,
                      cloud.google.com/gce-topology-host]
     topologyFallbackLevels: [topology.gke.io/cluster, topology.gke.io/rack, topology.gke.io/host]
+    volcanoTierLevels: [cloud.google.com/gce-topology-subblock,
+                        cloud.google.com/gce-topology-block]
     gangPreemptionMode: "off"
     queueingStrategy: BestEffortFIFO
     headOfLineSeconds: 300
@@ -139,6 +141,11 @@ class Config:
     #: ``kube_api_qps`` per second holding ``kube_api_burst`` (client-go's QPS and burst).
     kube_api_qps: float = 100.0
     kube_api_burst: int = 600
+    #: The level each Volcano network tier maps to, tier 1 (the lowest) first: a Volcano
+    #: PodGroup's ``networkTopology.highestTierAllowed: N`` asks for one domain of the N-th
+    #: (docs/decisions/056-pod-groups.md). None: ``topologyLevels`` without the lowest,
+    #: lowest first (``tier_levels``).
+    volcano_tier_levels: tuple[str, ...] | None = None
     #: The ``defaultConstraints`` of kube-scheduler's PodTopologySpread, when the cluster
     #: sets them: Troupe applies their ``DoNotSchedule`` ones as kube-scheduler does.
     topology_spread_default_constraints: tuple[SpreadDefault, ...] = ()
@@ -161,6 +168,14 @@ class Config:
             if key in levels:
                 return levels.index(key)
         return None
+
+    @property
+    def tier_levels(self) -> tuple[str, ...]:
+        """``volcano_tier_levels``, or by default ``topologyLevels`` but the lowest (a
+        host), lowest first: the GKE levels give tier 1 a subblock, tier 2 a block."""
+        if self.volcano_tier_levels is not None:
+            return self.volcano_tier_levels
+        return tuple(reversed(self.topology_levels[:-1]))
 
 
 def _camel(name: str) -> str:
@@ -211,7 +226,7 @@ def _value(key: str, name: str, raw: Any) -> Any:
         if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
             raise ConfigError(f"{key}: must be a number > 0 (requests per second), got {raw!r}")
         return float(raw)
-    if name in ("topology_levels", "shared_device_resources"):
+    if name in ("topology_levels", "shared_device_resources", "volcano_tier_levels"):
         return _want_str_list(key, raw, _QUALIFIED_NAME)
     if name == "topology_fallback_levels":
         return _want_str_list(key, raw, _QUALIFIED_NAME) if raw else ()
@@ -307,6 +322,10 @@ def _check_together(config: Config) -> None:
         )
     if set(fallback) & set(config.topology_levels):
         raise ConfigError(f"topologyFallbackLevels: must not repeat a key of topologyLevels, got {list(fallback)!r}")
+    for i, level in enumerate(config.volcano_tier_levels or ()):
+        if config.level_depth(level) is None:
+            raise ConfigError(f"volcanoTierLevels[{i}]: {level!r} is not a configured level "
+                              f"({', '.join(config.all_levels)})")
     if config.gang_schedule_default_timeout_seconds > config.gang_schedule_timeout_seconds_limit:
         raise ConfigError(
             f"gangScheduleDefaultTimeoutSeconds: {config.gang_schedule_default_timeout_seconds} exceeds "

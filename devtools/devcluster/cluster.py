@@ -30,7 +30,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -57,6 +57,9 @@ KWOK_READY_LINE = "Starting HTTP server"
 
 #: The chart's CustomResourceDefinitions, installed on every local cluster.
 CRDS_DIR = Path(__file__).resolve().parents[2] / "charts" / "troupe" / "files" / "crds"
+#: Minimal PodGroup CRDs of Volcano, coscheduling and KAI (our own schema), for
+#: :meth:`Cluster.install_crds` (docs/decisions/056-pod-groups.md).
+PEER_POD_GROUP_CRDS = Path(__file__).resolve().parent / "crds" / "peers"
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -67,6 +70,15 @@ class ClusterError(RuntimeError):
 
 #: The components whose client rate :class:`ClientRate` sets.
 RATE_LIMITED_COMPONENTS = ("kube-controller-manager", "kube-scheduler")
+#: The components a cluster's ``feature_gates`` are given to.
+GATED_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+#: The upstream Workload API (KEP-4671), off by default in 1.37: its ``v1beta1`` served
+#: (``runtime_config``) and the ``GenericWorkload`` gate (``feature_gates``), with which
+#: kube-scheduler's own gang plugin acts on ``spec.schedulingGroup``.
+WORKLOAD_API = ("scheduling.k8s.io/v1beta1=true",)
+WORKLOAD_GATES = {"GenericWorkload": True}
+#: ... and with a group's ``schedulingConstraints.topology`` kept and acted on (alpha in 1.37).
+TOPOLOGY_AWARE_WORKLOADS = {**WORKLOAD_GATES, "TopologyAwareWorkloadScheduling": True}
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,12 @@ class Cluster:
     ``apiserver_args``: extra kube-apiserver flags (an audit log, say).
     ``client_rate``: raised client rates for kube-controller-manager and kube-scheduler
     (:class:`ClientRate`); None (the default) starts both with their own defaults.
+    ``feature_gates``: ``--feature-gates`` of kube-apiserver, kube-controller-manager and
+    kube-scheduler alike (name -> on); ``runtime_config``: kube-apiserver's
+    ``--runtime-config`` entries (``scheduling.k8s.io/v1beta1=true``). Both empty by
+    default: the stock components every other test runs on. :data:`WORKLOAD_API` and
+    :data:`TOPOLOGY_AWARE_WORKLOADS` are the upstream Workload API's
+    (docs/decisions/056-pod-groups.md).
     """
 
     def __init__(
@@ -145,6 +163,8 @@ class Cluster:
         out: TextIO | None = None,
         apiserver_args: Iterable[str] = (),
         client_rate: ClientRate | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Iterable[str] = (),
     ) -> None:
         self._temp = run_dir is None
         self.run_dir = (
@@ -160,6 +180,8 @@ class Cluster:
         self._timeout = start_timeout
         self._apiserver_args = list(apiserver_args)
         self._client_rate = client_rate
+        self._feature_gates = dict(feature_gates or {})
+        self._runtime_config = list(runtime_config)
         self._out = out or sys.stderr
         self._started: list[Started] = []
         self._monitor = Monitor([], self._on_failure)
@@ -207,13 +229,17 @@ class Cluster:
 
     def extra_args(self, component: str) -> list[str]:
         """The flags this cluster adds to ``component``'s own (one of :data:`COMPONENTS`):
-        ``apiserver_args`` for kube-apiserver, the :class:`ClientRate` flags for
-        kube-controller-manager and kube-scheduler when one is set, else none."""
+        ``feature_gates`` for the three of :data:`GATED_COMPONENTS`, then ``runtime_config``
+        and ``apiserver_args`` for kube-apiserver, the :class:`ClientRate` flags for
+        kube-controller-manager and kube-scheduler when one is set."""
+        gates = [f"--feature-gates={','.join(f'{k}={str(v).lower()}' for k, v in sorted(self._feature_gates.items()))}"] \
+            if self._feature_gates and component in GATED_COMPONENTS else []
         if component == "kube-apiserver":
-            return list(self._apiserver_args)
+            runtime = [f"--runtime-config={','.join(self._runtime_config)}"] if self._runtime_config else []
+            return [*gates, *runtime, *self._apiserver_args]
         if component in RATE_LIMITED_COMPONENTS and self._client_rate is not None:
-            return self._client_rate.flags()
-        return []
+            return [*gates, *self._client_rate.flags()]
+        return gates
 
     def kubeconfig(self, identity: str = "admin") -> Path:
         """Path of the token kubeconfig of ``identity`` (``admin``, ``reconciler``, ``alice``, ...).

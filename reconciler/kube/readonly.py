@@ -17,11 +17,13 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from reconciler.engine.ledger.parts import POD_GROUP
 from reconciler.engine.model import workloads as wl
 from reconciler.kube.client import REQUEST_TIMEOUT, Page, error_message, list_pages, load_kubeconfig
 from reconciler.kube.informer import Resource
 from reconciler.objects import snapshot_io
 from troupe import contract
+from troupe.podgroups import GROUP_APIS
 
 #: The pods that use nothing and count for nothing are not listed: a gang's members are its
 #: active pods, and a finished pod frees its node (a field selector the API server serves).
@@ -255,9 +257,8 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
                  ) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
     SharedDeviceGroups, PodDisruptionBudgets, the DRA kinds (ResourceSlices, DeviceClasses,
-    ResourceClaims, ResourceClaimTemplates) and the workload kinds of
-    :mod:`reconciler.engine.model.workloads` (a
-    custom resource whose CRD is not installed, or that this user may not list, is left
+    ResourceClaims, ResourceClaimTemplates), pod groups (:func:`_one_version_each`), the
+    workload kinds of :mod:`reconciler.engine.model.workloads` (a custom resource whose CRD is not installed, or that this user may not list, is left
     out: its gangs wait with that reason), what the reconciler's cache reads for the
     volume filters and namespace selectors (Namespaces, PersistentVolumeClaims,
     PersistentVolumes, CSINodes: one this user may not list is left out with a line in
@@ -284,6 +285,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
           for kind, plural in DRA_RESOURCES],  # DRA (docs/decisions/044-dra.md); absent before 1.34
         ("PodDisruptionBudget", "poddisruptionbudgets",
          client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces, {}, _list_if_allowed),
+        *_pod_group_lists(crd),
         ("Namespace", "namespaces", core.list_namespace, {}, _list_noted),
         ("PersistentVolumeClaim", "persistentvolumeclaims", core.list_persistent_volume_claim_for_all_namespaces, {},
          _list_noted),
@@ -304,11 +306,42 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(one, lists))
-    results = _without_unlisted(lists, results, notes if notes is not None else [])
+    results = _one_version_each(lists, _without_unlisted(lists, results, notes if notes is not None else []))
     order = {"Node": 0, "Pod": 2, "SharedDeviceGroup": 3}
     out: list[tuple[str, str, Mapping[str, Any]]] = []
     for (kind, what, *_), items in sorted(zip(lists, results, strict=True), key=lambda t: order.get(t[0][0], 1)):
         out += [(f"{what} item {i}", kind, obj) for i, obj in enumerate(items)]
+    return out
+
+
+def _pod_group_lists(crd: Callable[[str, str, str], Callable[..., Any]]
+                     ) -> list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]]:
+    """The lists of the pod groups, one per API version, each read where served
+    (docs/decisions/056-pod-groups.md)."""
+    return [(POD_GROUP, f"{a.plural}.{v}.{a.group}", crd(a.group, v, a.plural), {}, _list_if_allowed)
+            for a in GROUP_APIS for v in a.versions]
+
+
+def _one_version_each(lists: list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]],
+                      results: list[Objects]) -> list[Objects]:
+    """``results`` with each pod group once: an API server that serves two versions of one
+    API (an upgrade) lists the same object at both; the first, the preferred, is kept. Each
+    carries its ``apiVersion`` (a list of a built-in API leaves it out of its items), which
+    says whose group it is."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for entry, items in zip(lists, results, strict=True):
+        if entry[0] == POD_GROUP:
+            _, version, group = entry[1].split(".", 2)
+            kept: Objects = []
+            for obj in items:
+                meta = obj.get("metadata") or {}
+                key = (group, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+                if key not in seen:
+                    seen.add(key)
+                    kept.append(obj if obj.get("apiVersion") else {**obj, "apiVersion": f"{group}/{version}"})
+            items = kept
+        out.append(items)
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from reconciler.engine.ledger.parts import KINDS
 from reconciler.engine.model import workloads as wl
+from troupe.podgroups import GROUP_APIS
 
 __all__ = ["CONFIG_KIND", "KINDS", "NOT_IN_SNAPSHOT", "SKIPPED_KINDS", "SNAPSHOT_COMMAND", "SNAPSHOT_NOTE", "SNAPSHOT_RESOURCES"]
 
@@ -25,12 +26,15 @@ SNAPSHOT_RESOURCES = {
     "CSINode": "csinodes", "Namespace": "namespaces", "PriorityClass": "priorityclasses",
     "ResourceSlice": "resourceslices", "DeviceClass": "deviceclasses", "ResourceClaim": "resourceclaims",
     "ResourceClaimTemplate": "resourceclaimtemplates",
+    # Four APIs serve a kind PodGroup: each named with its group (docs/decisions/056-pod-groups.md).
+    "PodGroup": ",".join(f"{api.plural}.{api.group}" for api in GROUP_APIS),
 }
 #: The snapshot command: what the README, ``simulate --help`` and ``kubectl troupe --help`` give.
 SNAPSHOT_COMMAND = f"kubectl get {','.join(SNAPSHOT_RESOURCES.values())} -A -o json > snapshot.json"
 #: What to leave out of :data:`SNAPSHOT_COMMAND` on a cluster without some of its custom resources.
 SNAPSHOT_NOTE = ("kubectl refuses a resource type the cluster does not serve: leave out jobsets, "
                  "leaderworkersets, pytorchjobs or shareddevicegroups when their CRD is not installed, and the "
-                 "four resource.k8s.io kinds before Kubernetes 1.34")
+                 "four resource.k8s.io kinds before Kubernetes 1.34, and each podgroups.<group> whose API is not "
+                 "served (scheduling.k8s.io's needs its v1beta1 on, Kubernetes 1.37; the others their CRD)")
 #: Why a SharedDeviceGroup that pods of a snapshot join is not there (no object of that name).
 NOT_IN_SNAPSHOT = "not in the snapshot (take it with the command of --help, which lists shareddevicegroups)"

@@ -59,7 +59,8 @@ _VOLUME: dict[str, Any] = {"name": True, "persistentVolumeClaim": {"claimName": 
                            "gcePersistentDisk": {}, "awsElasticBlockStore": {}, "rbd": {}, "iscsi": {}, "csi": {}}
 
 #: Pods: identity and owners; labels and annotations (gang, topology, device-group and rank
-#: keys, the reconciler's decisions); what placement filters on (node selection, node and
+#: keys, the reconciler's decisions); the pod group it names (``schedulingGroup``,
+#: docs/decisions/056-pod-groups.md); what placement filters on (node selection, node and
 #: pod affinity, topology spread, tolerations, gates, priority, host ports, the claims its
 #: volumes mount, resource claims) and counts (container, init-container and pod-level
 #: requests, overhead); where it runs and whether it has ended.
@@ -68,7 +69,7 @@ POD: Keep = {
     "metadata": _OBJECT_META,
     "spec": {
         "nodeName": True, "nodeSelector": True, "affinity": True, "tolerations": True,
-        "schedulingGates": True, "priority": True, "priorityClassName": True, "preemptionPolicy": True,
+        "schedulingGates": True, "schedulingGroup": True, "priority": True, "priorityClassName": True, "preemptionPolicy": True,
         "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
         # what the filters read that kube-scheduler's default profile applies (reconciler.engine.model.podterms)

@@ -20,6 +20,7 @@ from reconciler import kube
 from reconciler.daemon import metrics
 from reconciler.daemon.cache import ClusterCache, group_of_key, record_key, workload_of_key
 from reconciler.daemon.cache.dra import KINDS as DRA_KINDS
+from reconciler.daemon.cache.podgroups import VERSIONS as POD_GROUP_VERSIONS
 from reconciler.daemon.queue import ShutDown, WorkQueue
 from reconciler.daemon.writer import UNFENCED, Fence, Writes
 from reconciler.engine.gangs.lifecycle import Phase
@@ -29,6 +30,7 @@ from reconciler.objects.retain import BUDGET, retain
 from reconciler.run.controllers import compose
 from troupe import contract
 from troupe.config import Config
+from troupe.podgroups import API_BY_SOURCE, PodGroupRef
 
 log = logging.getLogger("reconciler")
 
@@ -116,6 +118,10 @@ class Reconciler:
         #: (``resource.k8s.io/v1``): the DRA devices gangs are placed with. Optional, as a custom
         #: resource: a cluster that does not serve them has none (docs/decisions/044-dra.md).
         self.dra = [self._dra_informer(api, plural) for plural in DRA_KINDS]
+        #: The pod groups of the upstream Workload API and of the peer schedulers, one
+        #: informer per API version; optional as the DRA kinds: read where served, looked
+        #: for again where not (docs/decisions/056-pod-groups.md).
+        self.pod_groups = [self._pod_group_informer(api, source, version) for source, version in POD_GROUP_VERSIONS]
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
@@ -250,6 +256,32 @@ class Reconciler:
         return kube.Informer(kube.custom_objects(api, "resource.k8s.io", "v1", plural), listed, event,
                              transform=index.retain)
 
+    def _pod_group_informer(self, api: Any, source: str, version: str) -> kube.Informer:
+        """An informer feeding the cache's
+        :class:`~reconciler.daemon.cache.podgroups.PodGroupIndex`: a group's change re-decides
+        its own gang and the waiting gangs of its namespace (Troupe's keys may name a gang
+        whose members name the group)."""
+        index, api_of = self.cache.pod_groups, API_BY_SOURCE[source]
+
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            index.replace(source, version, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(kind: str, obj: Mapping[str, Any]) -> None:
+            index.event(source, version, kind, obj)
+            meta = obj.get("metadata") or {}
+            namespace = str(meta.get("namespace") or "default")
+            self._enqueue([f"{namespace}/{PodGroupRef(source, str(meta.get('name') or '')).gang_name()}"])
+            self._enqueue(k for k in self.cache.pending_gangs() if k.startswith(namespace + "/"))
+
+        def absent(why: str) -> None:
+            index.absent(source, version, why)
+            self._enqueue(self.cache.pending_gangs())
+
+        resource = kube.custom_objects(api, api_of.group, version, api_of.plural, absent)
+        resource.name = f"{api_of.plural}.{version}.{api_of.group}"  # one informer per version: named with it
+        return kube.Informer(resource, listed, event, transform=index.retain)
+
     def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
         def listed(items: list[Mapping[str, Any]]) -> None:
             self.cache.replace_workloads(k.kind, items)
@@ -345,11 +377,11 @@ class Reconciler:
         self.jobs.start()
         self.groups.start()
         self.budgets.start()
-        for informer in (*self.workloads, *self.volumes, *self.dra):
+        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups):
             informer.start()
         self.pods.start()
         for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, *self.volumes, *self.dra,
-                         self.pods):
+                         *self.pod_groups, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controllers.rollbacks.restore()
@@ -404,7 +436,7 @@ class Reconciler:
         self.groups.stop()
         self.budgets.stop()
         self.jobs.stop()
-        for informer in (*self.workloads, *self.volumes, *self.dra):
+        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups):
             informer.stop()
         self.nodes.stop()
         if self._worker.is_alive():

@@ -14,7 +14,9 @@ their controllers would create, as those controllers make them:
   Job, in order, labelled ``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``,
   ``job-index``, ``job-global-index`` (replicated-job order, then index) and
   ``restart-attempt: "0"`` (sigs.k8s.io/jobset's ``pkg/controllers``), then each Job its pods;
-- a **Pod** is itself (``generateName`` gets a suffix).
+- a **Pod** is itself (``generateName`` gets a suffix);
+- a **PodGroup** (the upstream Workload API's, Volcano's, coscheduling's or KAI's) is
+  itself, read with the pods that name it (docs/decisions/056-pod-groups.md).
 
 Names made here end in a suffix derived from the owner and index (deterministic: the same
 manifest gives the same plan). Then what the API server does at creation that the
@@ -41,8 +43,9 @@ from troupe.config import Config
 from webhook.admission import admit as webhook_admit
 from webhook.patches import apply_ops
 
-#: The kinds a manifest may hold.
-KINDS = ("Pod", "Job", "JobSet")
+#: The kinds a manifest may hold (``PodGroup``: of any source Troupe reads,
+#: docs/decisions/056-pod-groups.md).
+KINDS = ("Pod", "Job", "JobSet", "PodGroup")
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 JOBSET_LABELS = "jobset.sigs.k8s.io/"
 
@@ -55,7 +58,8 @@ class ManifestError(ValueError):
 @dataclass(frozen=True)
 class Expanded:
     """What a manifest creates: ``pods`` (admitted: as the reconciler would see them),
-    ``workloads`` (``(kind, object)`` of its Jobs and JobSets, which size gangs), and
+    ``workloads`` (``(kind, object)`` of its Jobs and JobSets, which size gangs, and its
+    PodGroups, which declare them), and
     ``managed``: the keys (``namespace/name``) of the pods that carry a Troupe gate once
     admitted (the reconciler manages them)."""
 
@@ -132,7 +136,7 @@ def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context)
         list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """The pods of a manifest's objects as their controllers send them to the API server
     (named and namespaced, not yet admitted), and its workloads (``(kind, object)``, the
-    JobSets' Jobs included). Raises :class:`ManifestError` naming the object: an
+    JobSets' Jobs included, and its PodGroups). Raises :class:`ManifestError` naming the object: an
     unsupported kind, a malformed field."""
     pods: list[dict[str, Any]] = []
     workloads: list[tuple[str, dict[str, Any]]] = []
@@ -157,7 +161,9 @@ def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context)
             raise ManifestError(f"{where} ({kind}): metadata.name: missing field")
         whole = {**copy.deepcopy(dict(obj)), "metadata": {**meta, "namespace": namespace,
                                                           "uid": _uid(namespace, kind, name)}}
-        if kind == "Job":
+        if kind == "PodGroup":
+            workloads.append(("PodGroup", whole))
+        elif kind == "Job":
             workloads.append(("Job", whole))
             pods += _job_pods(whole, f"{where} (Job {name})")
         else:

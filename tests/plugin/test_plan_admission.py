@@ -340,3 +340,40 @@ def test_a_job_with_only_kueues_required_topology_is_planned_as_one_gang_not_lef
     assert "not Troupe's" not in out
     assert re.search(rf"^ml/job:train +Placed +2/2 +\S+ +{re.escape(SUBBLOCK)}=gpu-b0/gpu-b0-s\d$", out, re.M), out
     assert "ml/job:train would be released now" in out
+
+
+GROUP_JOB = """\
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: train, namespace: ml}
+spec:
+  schedulingPolicy: {gang: {minCount: 4}}
+  schedulingConstraints: {topology: [{key: cloud.google.com/gce-topology-subblock}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  completionMode: Indexed
+  completions: 4
+  parallelism: 4
+  template:
+    spec:
+      schedulingGroup: {podGroupName: train}
+      schedulingGates: [{name: troupe.io/placement}]
+      restartPolicy: Never
+      containers: [{name: w, image: x, resources: {requests: {cpu: "1"}}}]
+"""
+
+
+def test_plan_reads_a_pod_group_with_the_job_whose_pods_name_it(tmp_path, capsys, monkeypatch):
+    """``kubectl troupe plan -f`` takes a manifest's group objects with the workloads that
+    join them, as a user applies them (docs/decisions/056-pod-groups.md): the gang is the
+    group's, of its minimum, in one domain of its topology key."""
+    monkeypatch.setenv("COLUMNS", "400")
+    manifest = tmp_path / "group.yaml"
+    manifest.write_text(GROUP_JOB)
+    code = plugin.main(["plan", "-f", str(manifest), "--snapshot", write_list(tmp_path, NODES), "--now", NOW])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(rf"^ml/workload:train +Placed +4/4 +\S+ +{re.escape(SUBBLOCK)}=gpu-b0/gpu-b0-s\d$", out, re.M), out

@@ -297,3 +297,20 @@ def test_a_tenant_sees_a_node_used_by_a_hidden_gang_as_used():
     node = nodes_of(seen["tree"])["gpu-b0-s0-h0"]
     assert node["holders"] == [] and node["otherPods"] == 1 and node["otherUse"] is True
     assert nodes_of(page["tree"])["gpu-b0-s0-h0"]["otherUse"] is False
+
+
+def test_the_map_shows_a_gang_declared_by_a_pod_group_and_why_it_waits():
+    """A gang its members declare by naming a pod group (docs/decisions/056-pod-groups.md)
+    is a row of the map as any other, named by its key, with its group's reason."""
+    pods = [member("ml", "grouped", i, 5, "2026-03-01T09:59:00Z").gated().build() for i in range(4)]
+    for pod in pods:
+        for key in ("troupe.io/gang-name", "troupe.io/gang-size"):
+            pod["metadata"]["annotations"].pop(key, None)
+        pod["spec"]["schedulingGroup"] = {"podGroupName": "grouped"}
+    group = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": "grouped",
+             "namespace": "ml"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}}}
+    page = page_of([*cluster_objects(), *pods, group])
+    row = next(r for r in page["gangs"] if r["gang"] == "ml/workload:grouped")
+    assert row["waiting"] and row["phase"] == "Waiting"
+    assert row["reason"] == "4 of 5 members present (PodGroup ml/grouped (scheduling.k8s.io) " \
+                            "spec.schedulingPolicy.gang.minCount)"

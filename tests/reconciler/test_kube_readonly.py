@@ -106,3 +106,23 @@ def test_claims_volumes_csinodes_and_namespaces_are_listed(monkeypatch):
     kinds = {kind for _, kind, _ in readonly.read_cluster(client.ApiClient(), notes=notes)}
     assert {"Namespace", "PersistentVolumeClaim", "PersistentVolume", "CSINode"} <= kinds
     assert notes == []
+
+
+def test_pod_groups_are_listed_where_served_each_object_once(monkeypatch):
+    """kubectl troupe on a live cluster reads the pod groups of every source
+    (docs/decisions/056-pod-groups.md); an API server serving two versions of the upstream
+    API lists one object at both, kept once, from the preferred version."""
+    def fake_list(list_fn, what, **kwargs):
+        if what.startswith("podgroups."):
+            group = what.split(".", 2)[2]
+            if group == "scheduling.volcano.sh":
+                raise OSError(f"list {what}: 404") from ApiException(status=404)
+            return [{"metadata": {"name": "g", "namespace": "ml"}}]  # a built-in API's list: no apiVersion
+        return []
+
+    monkeypatch.setattr(readonly, "_list_all", fake_list)
+    groups = [(where, obj["apiVersion"]) for where, kind, obj in readonly.read_cluster(client.ApiClient())
+              if kind == "PodGroup"]
+    assert groups == [("podgroups.v1beta1.scheduling.k8s.io item 0", "scheduling.k8s.io/v1beta1"),
+                      ("podgroups.v1alpha1.scheduling.x-k8s.io item 0", "scheduling.x-k8s.io/v1alpha1"),
+                      ("podgroups.v2alpha2.scheduling.run.ai item 0", "scheduling.run.ai/v2alpha2")]

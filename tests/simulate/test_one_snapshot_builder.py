@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from reconciler.daemon.cache import ClusterCache
+from reconciler.engine.gangs.gang import all_gangs
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.keys import PodKey
@@ -218,3 +219,59 @@ def test_the_one_parser_names_the_object_it_cannot_read(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"item 1 \(Node b0-s0-h1\): status.allocatable: missing field"):
         simulate.build(read_objects(read_file(path), path), TopologyLevels.from_config(CONFIG), CONFIG)
 
+
+
+# --- pod groups (docs/decisions/056-pod-groups.md) ------------------------------------------
+def pod_groups() -> dict[str, list[dict[str, Any]]]:
+    """Nodes, a waiting gang of each pod group source (3 of 4 members gated; the Volcano
+    one's group missing) and one group of each source, by their resource's name."""
+    nodes = [typed("Node", "v1", make_node(f"n{i}").topology("b0", f"s{i // 2}", f"h{i}").allocatable(gpu=8).build())
+             for i in range(4)]
+    keys = {"workload": None, "volcano": ("annotate", "scheduling.k8s.io/group-name"),
+            "coscheduling": ("label", "scheduling.x-k8s.io/pod-group"), "kai": ("annotate", "pod-group-name")}
+    pods = []
+    for source, key in keys.items():
+        for i in range(3):
+            b = make_pod(f"{source}-{i}", "ml").requests(gpu=2).index(i).gated()
+            if key is None:
+                b.spec["schedulingGroup"] = {"podGroupName": "g"}
+            else:
+                getattr(b, key[0])(key[1], "g")
+            pods.append(typed("Pod", "v1", b.build()))
+    meta = {"name": "g", "namespace": "ml"}
+    return {"nodes": nodes, "pods": pods, "podgroups": [
+        {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": meta,
+         "spec": {"schedulingPolicy": {"gang": {"minCount": 4}},
+                  "schedulingConstraints": {"topology": [{"key": "cloud.google.com/gce-topology-subblock"}]}}},
+        {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": meta,
+         "spec": {"minMember": 4, "scheduleTimeoutSeconds": 50}},
+        {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup", "metadata": meta,
+         "spec": {"minMember": 4, "topologyConstraint": {"preferredTopologyLevel": "cloud.google.com/gce-topology-host"}}},
+    ]}
+
+
+def test_the_cache_the_simulator_and_kubectl_troupe_read_pod_groups_alike(tmp_path: Path) -> None:
+    objects = pod_groups()
+    cache = ClusterCache(CONFIG)
+    cache.replace_nodes(objects["nodes"])
+    cache.replace_pods([cache.retain_pod(p) for p in objects["pods"]])  # as the informer keeps them
+    for group in objects["podgroups"]:
+        source = {"scheduling.k8s.io": "workload", "scheduling.x-k8s.io": "coscheduling",
+                  "scheduling.run.ai": "kai"}[group["apiVersion"].split("/")[0]]
+        cache.pod_groups.replace(source, group["apiVersion"].split("/")[1], [cache.pod_groups.retain(group)])
+    by_cache = {key: cache.gang(key) for key in cache.gang_keys()}
+    path = dumped(tmp_path, objects)
+    built = simulate.build(read_objects(read_file(path), path), TopologyLevels.from_config(CONFIG), CONFIG)
+    by_simulator = {g.key: g for g in simulate.waiting_gangs(built.snapshot, CONFIG, built.parallelism, built.workloads)}
+    viewed = views.read(read_retained(read_file(path), path), CONFIG, 0.0)
+    by_kubectl_troupe = {g.key: g for g in all_gangs(viewed.snapshot.pods.values(), CONFIG, viewed.built.parallelism,
+                                                     viewed.built.workloads)}
+    assert sorted(by_cache) == ["ml/coscheduling:g", "ml/kai:g", "ml/volcano:g", "ml/workload:g"]
+    for key, gang in by_cache.items():
+        assert plain(by_simulator[key]) == plain(gang), key
+        assert plain(by_kubectl_troupe[key]) == plain(gang), key
+    assert (by_cache["ml/workload:g"].min_size, by_cache["ml/workload:g"].topology.required_level) == (
+        4, "cloud.google.com/gce-topology-subblock")
+    assert by_cache["ml/coscheduling:g"].timeout_seconds == 50
+    assert by_cache["ml/kai:g"].topology.preferred_level == "cloud.google.com/gce-topology-host"
+    assert by_cache["ml/volcano:g"].workload_missing.startswith("PodGroup ml/g (scheduling.volcano.sh) not found")

@@ -12,6 +12,7 @@ from typing import Any
 from reconciler.daemon.cache.budgets import BudgetIndex
 from reconciler.daemon.cache.dra import DraIndex
 from reconciler.daemon.cache.keys import group_key
+from reconciler.daemon.cache.podgroups import PodGroupIndex
 from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
@@ -114,6 +115,10 @@ class ClusterCache:
         #: The DRA objects (:mod:`.dra`); a change changes what workloads' slots ask for.
         self.dra = DraIndex(self.unreadable, on_change=self.workloads.touch)
         self.workloads.devices = self.dra.view
+        #: The pod groups gangs are declared by (:mod:`.podgroups`); a change changes the
+        #: workloads' view every gang is built with (docs/decisions/056-pod-groups.md).
+        self.pod_groups = PodGroupIndex(config, self.unreadable, on_change=self.workloads.touch)
+        self.workloads.pod_groups = self.pod_groups.view
         self.version = 0
         self._snapshot: tuple[tuple[int, ...], Snapshot] | None = None
         self._node_version = 0

@@ -63,6 +63,9 @@ class WorkloadIndex:
         self.version = 0
         #: The DRA catalog (``() -> (version, catalog)``) the slots' claims are counted with.
         self.devices: Callable[[], tuple[int, dra.Catalog]] | None = None
+        #: The pod groups (``() -> (version, groups, unavailable)``,
+        #: :meth:`~reconciler.daemon.cache.podgroups.PodGroupIndex.view`) every view carries.
+        self.pod_groups: Callable[[], tuple[int, Mapping[wl.GroupKey, Any], Mapping[str, str]]] | None = None
 
     def touch(self) -> None:
         """Something the slots depend on changed (the DRA objects): views are made again."""
@@ -74,15 +77,17 @@ class WorkloadIndex:
         only after a change; callers must not change it."""
         with self._lock:
             version = self.version
-        # The DRA catalog is read without this lock held (its index takes its own lock, and
-        # calls touch() after a change); a change after this read makes the view stale, so it
+        # The DRA catalog and the pod groups are read without this lock held (their indexes
+        # take their own locks, and call touch() after a change); a change after this read makes the view stale, so it
         # is stamped with the version read before.
         catalog = self.devices()[1] if self.devices is not None else None
+        _, groups, no_groups = self.pod_groups() if self.pod_groups is not None else (0, {}, {})
         with self._lock:
             if self._view is None or self._view[0] != self.version:
                 # Their slots ask for DRA devices as their pods will, counted as read_parts counts them.
                 workloads = count_slots(self._workloads, catalog) if catalog is not None else dict(self._workloads)
-                self._view = (version, dict(self._parallelism), wl.Workloads(workloads, dict(self._unavailable)))
+                self._view = (version, dict(self._parallelism),
+                              wl.Workloads(workloads, dict(self._unavailable), groups, no_groups))
             return self._view
 
     def planned(self, config: Config, namespaces_version: int,

@@ -16,6 +16,14 @@ a gang"):
   ``troupe.io/gang-mode: auto``): gang ``<namespace>/<workload id>``, one per Job, JobSet
   restart attempt, LeaderWorkerSet group or Kubeflow job, sized from the workload object
   (:mod:`reconciler.engine.model.workloads`). Until that object is known the gang waits, with the reason.
+- **A pod group** named by the member (the upstream Workload API's
+  ``spec.schedulingGroup.podGroupName``, Volcano's, coscheduling's or KAI's key,
+  :mod:`troupe.podgroups`) and no gang annotations: gang ``<namespace>/<source>:<group>``
+  (:func:`_group_sized`): its minimum is the group's, its size the members as they come
+  (docs/decisions/038-minimum-size.md), its level, priority and timeout the group's. Until
+  the group object is known the gang waits, with the reason. Whatever else names the
+  gang, the group's constraints bind it (:func:`_bound_by_group`,
+  docs/decisions/056-pod-groups.md).
 - **Troupe's gate and nothing else** (a topology or device-group request alone): a gang of
   one, ``<namespace>/pod:<pod name>``, placed on its own. Pods are never grouped by their
   owner without being asked: a Job whose pods carry only a topology request gets each pod
@@ -51,6 +59,7 @@ from reconciler.engine.model.reservations import Record
 from reconciler.engine.model.timestamps import epoch
 from troupe.config import Config
 from troupe.errors import MAX_QUOTED, ContractError, quoted
+from troupe.podgroups import PodGroupSpec, constrained
 from troupe.policies import (
     AS_CREATED,
     GANG_POLICY_KEYS,
@@ -230,6 +239,13 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     """
     if planned is not None:
         return _as_created(key, list(pods), config, parallelism, workloads, planned)
+    gang = _build(key, pods, config, parallelism, workloads)
+    return _bound_by_group(gang, config, workloads or wl.Workloads())
+
+
+def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
+           workloads: wl.Workloads | None) -> Gang:
+    """:func:`build_gang` of a gang not released as created, before a pod group binds it."""
     namespace, _, name = key.partition("/")
     pods = list(pods)
     gang_keys = _gang_keys(config.gang_annotation_prefix)
@@ -257,6 +273,9 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
             return replace(gang, held=f"member {members[0].name}: {gang_keys.size}: {contract.AUTO_SIZE}, but no "
                                       f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
         return _workload_sized(gang, config, workloads or wl.Workloads())
+    group = members[0].pod_group
+    if group is not None and not annotated and name == group.gang_name():
+        return _group_sized(gang, config, workloads or wl.Workloads())
     if name.startswith("pod:") and not annotated:
         return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
     specs = []
@@ -339,6 +358,78 @@ def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str]
     stamps = [t for p in gang.members if (t := epoch(p.creation_timestamp)) is not None]
     newest = max(stamps, default=0.0)
     return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
+
+
+#: Where each source's minimum count is written (``size_from`` names it).
+_MIN_FIELD = {"workload": "spec.schedulingPolicy.gang.minCount", "volcano": "spec.minMember",
+              "coscheduling": "spec.minMember", "kai": "spec.minMember"}
+
+
+def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
+    """A gang its members declare by naming a pod group (docs/decisions/056-pod-groups.md):
+    its minimum is the group's count (1 for upstream's ``basic`` policy, which is no
+    gang: each member released as it fits), its size the members present, never below the
+    minimum (docs/decisions/038-minimum-size.md); its level the group's, bound with any
+    level the members ask (:func:`~troupe.podgroups.constrained`); its priority the group's
+    ``priority`` when it states one; its timeout coscheduling's ``scheduleTimeoutSeconds``
+    (capped as an annotation's is). It waits, with the reason, while the group object is
+    not known, and is held when it cannot be read."""
+    ref = gang.members[0].pod_group
+    assert ref is not None  # build_gang sends only such gangs here
+    spec = workloads.group(gang.namespace, ref)
+    if spec is None:
+        return replace(gang, settle_at=float("inf"), workload_missing=workloads.group_missing(gang.namespace, ref))
+    if spec.error or gang.held:
+        return replace(gang, size=len(gang.members), held=gang.held or f"{spec.error} (held until it is fixed)")
+    minimum = spec.min_count if spec.min_count is not None else 1
+    timeout = gang.timeout_seconds if spec.timeout_seconds is None else \
+        min(spec.timeout_seconds, config.gang_schedule_timeout_seconds_limit)
+    size_from = f"{spec.describe()} {_MIN_FIELD[ref.source]}" if spec.gang else f"{spec.describe()}: basic, no minimum"
+    return replace(gang, size=max(len(gang.members), minimum), min_size=minimum, size_from=size_from,
+                   topology=constrained(gang.topology, spec, config), timeout_seconds=timeout,
+                   priority=spec.priority if spec.priority is not None else gang.priority,
+                   held=_disagreement(gang.members, AGREE_ON_TOPOLOGY))
+
+
+def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
+    """``gang``, declared by Troupe's own keys (or a workload), bound by the pod group its
+    members name, if any (docs/decisions/056-pod-groups.md): its level intersected with
+    the group's (:func:`~troupe.podgroups.constrained`), its minimum raised to the
+    group's count (held when that is above the gang's size: kube-scheduler would never
+    schedule fewer). It waits while the group is not known; it is held when its members
+    name different groups or the group cannot be read."""
+    if not gang.members:
+        return gang
+    ref = gang.members[0].pod_group
+    if ref is None or gang.name == ref.gang_name():
+        return gang
+    names = sorted({p.pod_group.gang_name() if p.pod_group else "<none>" for p in gang.members})
+    if len(names) > 1:
+        return replace(gang, held=gang.held or f"members name different pod groups: {', '.join(names)} (held until "
+                                               f"they agree)")
+    spec = workloads.group(gang.namespace, ref)
+    if spec is None:
+        return replace(gang, workload_missing=gang.workload_missing or workloads.group_missing(gang.namespace, ref))
+    return replace(gang, held=gang.held or _group_problem(gang, spec),
+                   topology=constrained(gang.topology, spec, config),
+                   min_size=_raised_minimum(gang, spec))
+
+
+def _group_problem(gang: Gang, spec: PodGroupSpec) -> str:
+    if spec.error:
+        return f"{spec.error} (held until it is fixed)"
+    if spec.min_count is not None and gang.size is not None and spec.min_count > gang.size:
+        return (f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}: {spec.min_count} is more than the gang's "
+                f"{gang.size} members: kube-scheduler would never schedule it (held until it is fixed)")
+    return ""
+
+
+def _raised_minimum(gang: Gang, spec: PodGroupSpec) -> int | None:
+    """The gang's minimum, never below the group's count (None: the gang's size, which is
+    not below it, :func:`_group_problem`)."""
+    if gang.min_size is None or spec.min_count is None:
+        return gang.min_size
+    return max(gang.min_size, spec.min_count)
 
 
 def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:

@@ -283,7 +283,8 @@ BACKING_OFF = Rule("BackingOff", Phase.BACKING_OFF, lambda o: o.backoff_left > 0
 #: watch, and a Warning for that would be noise; the reason is in /debug/gangs and the
 #: simulator (docs/decisions/014-workload-gangs.md).
 WORKLOAD_UNKNOWN = Rule("WorkloadUnknown", Phase.WAITING, lambda o: bool(o.workload_missing),
-                        lambda o: f"{o.active} members present; size unknown: {o.workload_missing}",
+                        lambda o: f"{o.active} members present; "
+                                  f"{'size unknown' if o.size is None else 'waiting'}: {o.workload_missing}",
                         None, "WaitingForWorkload")
 SETTLING = Rule("Settling", Phase.WAITING, lambda o: o.size is None,
                 lambda o: f"{o.active} members present, settling for {o.settle_left:.0f}s more",

@@ -14,7 +14,9 @@ parsed objects themselves is done here, once:
   those of workloads Troupe plans (:func:`~reconciler.engine.model.membership.planned_gangs`;
   a record on any other workload holds nothing, decision 049);
 - SharedDeviceGroups and PodDisruptionBudgets in name order, the volume catalog and the
-  namespaces' labels.
+  namespaces' labels;
+- the gangs evicted only whole, named by the pod groups their members join
+  (:func:`whole_victims`, docs/decisions/056-pod-groups.md).
 
 :func:`snapshot_of_objects` is the same for lists of plain objects (parsed by
 :func:`~reconciler.engine.ledger.parts.read_parts`), what tests and benchmarks build on.
@@ -31,7 +33,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import dra
 from reconciler.engine.model.keys import WorkloadKey
-from reconciler.engine.model.membership import auto_namespaces, planned_gangs
+from reconciler.engine.model.membership import auto_namespaces, gang_key, planned_gangs
 from reconciler.engine.model.podterms import DO_NOT_SCHEDULE, SpreadConstraint
 from troupe.config import Config
 
@@ -67,7 +69,23 @@ def build_snapshot(parts: SnapshotParts) -> Snapshot:
     return Snapshot(nodes, pods, parts.topology, sorted(parts.groups, key=lambda g: g.name), parts.group_errors,
                     sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,
                     volumes=parts.volumes, spread_defaults=spread_defaults(config),
-                    reservations=parts.workloads.reservations(planned_workloads(parts)))
+                    reservations=parts.workloads.reservations(planned_workloads(parts)),
+                    whole_victims=whole_victims(parts))
+
+
+def whole_victims(parts: SnapshotParts) -> frozenset[str]:
+    """The keys of the gangs of ``parts`` that are evicted only whole: a member names a
+    pod group whose ``disruptionMode`` is ``all`` (docs/decisions/056-pod-groups.md)."""
+    groups = parts.workloads.groups
+    if not any(spec.whole_victim for spec in groups.values()):
+        return frozenset()
+    out = set()
+    for pod in parts.pods:
+        ref = pod.pod_group
+        spec = parts.workloads.group(pod.namespace, ref) if ref is not None else None
+        if spec is not None and spec.whole_victim:
+            out.add(gang_key(pod, parts.config) or f"{pod.namespace}/pod:{pod.name}")
+    return frozenset(out)
 
 
 def planned_workloads(parts: SnapshotParts) -> frozenset[WorkloadKey]:

@@ -34,14 +34,18 @@ from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.volumes import PARSERS, VOLUME_KINDS, VolumeCatalog
 from troupe.config import Config
+from troupe.podgroups import API_BY_SOURCE, GROUP_APIS, PodGroupSpec, parse_pod_group, source_of
 
 Located = tuple[str, str, Mapping[str, Any]]
 """One object of a list: ``(where, kind, object)``; ``where`` names it in messages
 (``snapshot.json items[3]``, ``nodes[2]``), ``kind`` is what its ``kind`` field says."""
 
+#: The kind of every source's pod group objects (``PodGroup``; the ``apiVersion`` says
+#: whose, docs/decisions/056-pod-groups.md).
+POD_GROUP = GROUP_APIS[0].kind
 #: Every kind :func:`read_parts` reads.
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
-         *PARSERS, *dra.KINDS)
+         *PARSERS, *dra.KINDS, POD_GROUP)
 _KINDS = frozenset(KINDS)
 
 
@@ -129,7 +133,9 @@ def duplicate(first: str) -> ObjectError:
 class _Reader:
     """The state of one :func:`read_parts`: what has been read so far, by kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pod_groups: dict[wl.GroupKey, PodGroupSpec] = {}
         self.nodes: list[NodeInfo] = []
         self.pods: list[PodInfo] = []
         self.groups: list[DeviceGroup] = []
@@ -143,7 +149,7 @@ class _Reader:
         self.claims: dict[tuple[str, str], dra.Claim] = {}
         self.templates: dict[tuple[str, str], tuple[dra.Request, ...]] = {}
         #: Per kind, where each name was read first.
-        self.seen: dict[str, dict[str, str]] = {"Pod": {}, "Node": {}, "SharedDeviceGroup": {}}
+        self.seen: dict[str, dict[str, str]] = {"Pod": {}, "Node": {}, "SharedDeviceGroup": {}, POD_GROUP: {}}
 
     def read(self, where: str, kind: str, obj: Mapping[str, Any]) -> None:
         """Read one object of a kind but Pod and Node into its kind's list (pods and nodes,
@@ -158,6 +164,8 @@ class _Reader:
             self.groups.append(group)
         elif kind == "PodDisruptionBudget":
             self.budgets.append(Budget.from_object(obj))
+        elif kind == POD_GROUP:
+            self.read_pod_group(where, obj)
         elif kind in dra.KINDS:
             one = dra.catalog([(kind, obj)])
             self.devices.extend(one.devices)
@@ -180,6 +188,25 @@ class _Reader:
                 self.workloads[found.key] = found
 
 
+    def read_pod_group(self, where: str, obj: Mapping[str, Any]) -> None:
+        """One pod group object of any source (its ``apiVersion`` says which); raises
+        :class:`ObjectError` for an API Troupe does not read, or a second group of one
+        source, namespace and name. A group whose fields cannot be read is kept: its gang
+        is held with the reason (:func:`~troupe.podgroups.parse_pod_group`)."""
+        api_version = obj.get("apiVersion")
+        source = source_of(api_version) if isinstance(api_version, str) else None
+        if source is None:
+            served = ", ".join(f"{a.group}/{v}" for a in API_BY_SOURCE.values() for v in a.versions)
+            raise ObjectError("apiVersion", f"not a pod group API Troupe reads ({served}), got {api_version!r}")
+        meta = mapping(obj, "metadata", required=True)
+        name = string(meta, "name", "metadata", required=True)
+        spec = parse_pod_group(source, obj, self.config)
+        key = (source, spec.namespace, name)
+        if (first := self.seen[POD_GROUP].setdefault("/".join(key), where)) is not where:
+            raise duplicate(first)
+        self.pod_groups[key] = spec
+
+
 def read_parts(objects: Iterable[Located], config: Config | None = None, levels: TopologyLevels | None = None, *,
                absent_group: str | None = None, skipped: list[str] | None = None) -> ReadParts:
     """Parse every object of ``objects`` (:data:`Located` triples of the :data:`KINDS`)
@@ -187,7 +214,8 @@ def read_parts(objects: Iterable[Located], config: Config | None = None, levels:
     ``levels`` (default: the configuration's), as the reconciler's cache parses each kind:
     claims, volumes and CSINodes make the volume catalog (None when the objects hold none
     of them: they were not read), Namespaces the namespaces' labels, the DRA kinds the
-    device catalog, workloads their reservations (:func:`count_slots`).
+    device catalog, workloads their reservations (:func:`count_slots`), pod groups of any
+    source (``kind: PodGroup``, read by their ``apiVersion``) the workloads' ``groups``.
     ``absent_group``: why a SharedDeviceGroup a pod joins is not among the objects (a
     snapshot file's note; None: no reason is given and the gang's own rule says it).
 
@@ -196,7 +224,7 @@ def read_parts(objects: Iterable[Located], config: Config | None = None, levels:
     ``skipped`` list, the object is left out instead and the message appended there
     (what a caller that must go on wants)."""
     config = config if config is not None else Config()
-    reader = _Reader()
+    reader = _Reader(config)
     pods, pod_at, read_pod = reader.pods, reader.seen["Pod"], PodInfo.from_object
     nodes, node_at, read_node = reader.nodes, reader.seen["Node"], NodeInfo.from_object
     for where, kind, obj in objects:
@@ -225,7 +253,8 @@ def read_parts(objects: Iterable[Located], config: Config | None = None, levels:
     absent = {p.device_group: absent_group for p in reader.pods if p.device_group and p.device_group not in named} \
         if absent_group else {}
     parts = SnapshotParts(reader.nodes, reader.pods, reader.groups, absent, reader.budgets, catalog, reader.namespaces,
-                          devices, wl.Workloads(count_slots(reader.workloads, devices)), config, levels)
+                          devices, wl.Workloads(count_slots(reader.workloads, devices), groups=reader.pod_groups),
+                          config, levels)
     return ReadParts(parts, reader.parallelism)
 
 

@@ -115,7 +115,7 @@ class Snapshot:
                  budgets: Iterable[Budget] = (), *,
                  namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
                  spread_defaults: Sequence[SpreadConstraint] = (),
-                 reservations: Iterable[Reservation] = ()) -> None:
+                 reservations: Iterable[Reservation] = (), whole_victims: Iterable[str] = ()) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -135,6 +135,9 @@ class Snapshot:
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
         self.volumes = volumes
         self.spread_defaults = tuple(spread_defaults)
+        #: Gang keys evicted only whole, even by ``minimal`` preemption: their members name a
+        #: pod group whose ``disruptionMode`` is ``all`` (docs/decisions/056-pod-groups.md).
+        self.whole_victims: frozenset[str] = frozenset(whole_victims)
         #: Keys of the pods that carry :class:`~reconciler.engine.model.podterms.PodTerms`.
         self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)
         #: Keys of the pods that ask an exclusive level (:mod:`reconciler.engine.placement.layers`).

@@ -41,6 +41,9 @@ def gang_key(pod: PodInfo, config: Config) -> str | None:
         except ContractError:
             return f"{pod.namespace}/pod:{pod.name}"
         return f"{pod.namespace}/{name}"
+    ref = pod.pod_group
+    if ref is not None and (pod.gated or pod.planned_at or pod.released_at):
+        return f"{pod.namespace}/{ref.gang_name()}"  # docs/decisions/056-pod-groups.md
     if any(g.startswith(contract.GKE_GATE_PREFIX) for g in pod.gates):
         group = contract.auto_gang_group(pod.labels, pod.owner.uid if pod.owner else None)
         return f"{pod.namespace}/gke:{group}" if group else f"{pod.namespace}/pod:{pod.name}"

@@ -49,6 +49,7 @@ from troupe.contract import (
     pod_meta,
 )
 from troupe.errors import MAX_QUOTED, quoted
+from troupe.podgroups import PodGroupRef, group_ref_from_meta
 from troupe.policies import GANG_POLICY_KEYS, RELEASE_MODE
 from troupe.ranks import rank_key, rank_problem
 
@@ -145,6 +146,10 @@ class PodInfo:
     #: claim name from ``resourceClaimName`` or, for a template's claim, from
     #: ``status.resourceClaimStatuses`` once kube-controller-manager made it (``""`` until then).
     claims: tuple[tuple[str, str, str], ...] = ()
+    #: The pod group it names (the upstream Workload API's ``spec.schedulingGroup``,
+    #: Volcano's, coscheduling's or KAI's key: :func:`troupe.podgroups.pod_group_ref`), None
+    #: when it names none (docs/decisions/056-pod-groups.md).
+    pod_group: PodGroupRef | None = None
     #: ``namespace/name`` (:class:`~.keys.PodKey`), made once.
     key: PodKey = field(init=False, repr=False)
 
@@ -216,7 +221,15 @@ class PodInfo:
             "terms": parse_pod_terms(namespace, name, labels, spec),
             "malformed": "; ".join(problems),
             "claims": _resource_claims(spec, status),
+            "pod_group": group_ref_from_meta(annotations, labels, _scheduling_group(spec)),
         })
+
+
+def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
+    """``spec.schedulingGroup.podGroupName`` (KEP-4671), None when absent or not a string."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _gates(spec: Mapping[str, Any]) -> list[str]:
@@ -272,7 +285,8 @@ def unreadable_pod(obj: Mapping[str, Any], why: str) -> PodInfo:
                    creation_timestamp=_text(meta.get("creationTimestamp")),
                    resource_version=_text(meta.get("resourceVersion")),
                    deleting=meta.get("deletionTimestamp") is not None, owner=_controller_owner(meta),
-                   condition=_condition(status, GANG_CONDITION), malformed=f"the pod cannot be read: {why}")
+                   condition=_condition(status, GANG_CONDITION), malformed=f"the pod cannot be read: {why}",
+                   pod_group=group_ref_from_meta(annotations, labels, _scheduling_group(spec)))
 
 
 def _plain(value: Any) -> Mapping[Any, Any]:

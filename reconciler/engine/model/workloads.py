@@ -49,7 +49,11 @@ from reconciler.engine.model.reservations import Record, Reservation, authentic
 from reconciler.engine.model.templates import MAX_SLOTS, members, slots
 from reconciler.engine.model.timestamps import epoch
 from troupe.errors import quoted
+from troupe.podgroups import PodGroupRef, PodGroupSpec
 from troupe.policies import RELEASE_MODE
+
+GroupKey = tuple[str, str, str]
+"""A pod group's ``(source, namespace, name)`` (docs/decisions/056-pod-groups.md)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,12 @@ class Workloads:
 
     objects: Mapping[WorkloadKey, Workload] = field(default_factory=dict)
     unavailable: Mapping[str, str] = field(default_factory=dict)
+    #: The pod groups known (:class:`~troupe.podgroups.PodGroupSpec` by
+    #: ``(source, namespace, name)``), and for sources whose groups cannot be read, why
+    #: (``groups_unavailable``: source -> reason, e.g. the API is not served):
+    #: docs/decisions/056-pod-groups.md.
+    groups: Mapping[GroupKey, PodGroupSpec] = field(default_factory=dict)
+    groups_unavailable: Mapping[str, str] = field(default_factory=dict)
 
     def reservations(self, planned: Collection[WorkloadKey] | None = None) -> list[Reservation]:
         """The reservations of the workloads that still run pods (what a snapshot holds):
@@ -166,6 +176,20 @@ class Workloads:
         if why:
             return f"{kind} {namespace}/{name} cannot be read: {why}"
         return f"{kind} {namespace}/{name} not found (deleted, or not readable by the reconciler)"
+
+    def group(self, namespace: str, ref: PodGroupRef) -> PodGroupSpec | None:
+        """The group ``ref`` of ``namespace``, or None when it is not known."""
+        return self.groups.get((ref.source, namespace, ref.name))
+
+    def group_missing(self, namespace: str, ref: PodGroupRef) -> str:
+        """Why the group ``ref`` of ``namespace`` is not known, for a gang's reason:
+        ``PodGroup team/train (scheduling.k8s.io) not found``."""
+        api = ref.api
+        what = f"{api.kind} {namespace}/{ref.name} ({api.group})"
+        why = self.groups_unavailable.get(ref.source)
+        if why:
+            return f"{what} cannot be read: {why}"
+        return f"{what} not found (not created yet, deleted, or not readable by the reconciler)"
 
 
 #: The largest count read from a workload: the API's counts are int32.

@@ -226,8 +226,14 @@ def _amount(resource: str, units: int) -> str:
 
 
 def _plan(search: Search, pods: Sequence[SearchPod], placement: PlacementResult, method: str) -> PreemptionPlan:
-    """The plan of victims ``pods`` and their ``placement``, with its reason line."""
+    """The plan of victims ``pods`` and their ``placement``, with its reason line. A
+    victim gang the snapshot evicts only whole (:attr:`Snapshot.whole_victims`) loses every
+    pod, in ``minimal`` mode too."""
     snapshot = search.snapshot
+    if snapshot.whole_victims and not search.atomic:
+        chosen, have = sorted({pod.gang for pod in pods}), {pod.key for pod in pods}
+        pods = [*pods, *(p for index in chosen if search.gangs[index].key in snapshot.whole_victims
+                         for p in search.gangs[index].pods if p.key not in have)]
     gang_keys = sorted({search.gangs[pod.gang].key for pod in pods})
     top = max((search.gangs[pod.gang].priority for pod in pods), default=0)
     overage = search.overage(pods, placement) if pods else tuple((resource, 0) for resource in search.over_resources)
