@@ -52,14 +52,15 @@ test: $(BIN)/.installed cluster-build browser lint
 # The compatibility run (CI runs it after `make test`): the end-to-end tests that between them
 # use every API Troupe reads and writes (pods and their gates, bindings and evictions, nodes
 # and taints, Jobs, JobSets, LeaderWorkerSets and PyTorchJobs, Gang objects, leases, the
-# state ConfigMap, DRA, the chart's webhook and admission policies, token and access reviews),
+# state ConfigMap, DRA, the Workload API's PodGroups (v1alpha2 there) and the peers', the chart's
+# webhook and admission policies, token and access reviews),
 # on the oldest Kubernetes release the chart's kubeVersion admits. Its control plane is built
 # into the same cache the first time (about 4 minutes on two cores: it shares the compiled packages), the rest is shared.
 COMPAT_KUBERNETES_VERSION := v1.36.3
 COMPAT_TESTS := tests/e2e/test_devcluster.py tests/e2e/test_gang_release.py tests/e2e/test_workload_gangs.py \
 	tests/e2e/test_preemption.py tests/e2e/test_dra_gangs.py tests/e2e/test_gang_objects.py \
 	tests/e2e/test_leader_election.py tests/e2e/test_failing_nodes.py tests/e2e/test_chart_write_policies.py \
-	tests/e2e/test_topology_map.py tests/e2e/test_admission_e2e.py
+	tests/e2e/test_topology_map.py tests/e2e/test_admission_e2e.py tests/e2e/test_pod_groups.py
 
 test-compat: $(BIN)/.installed cluster-build
 	TROUPE_KUBERNETES_VERSION=$(COMPAT_KUBERNETES_VERSION) $(BIN)/python -m devtools.devcluster build

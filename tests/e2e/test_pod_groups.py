@@ -11,8 +11,8 @@ one subblock with room for 4 members::
 kube-scheduler alone spreads such a gang over two subblocks (the issue's trial); Troupe pins
 it whole in gpu-b1-s0, kube-scheduler's own gang plugin switched on, and its topology
 plugin on or off. The members carry Troupe's gate as the user wrote it (legal), and again
-as their users write them, gated by the webhook (skipped where the webhook does not select
-pods that name a group). A gang of
+as their users write them (a peer's ``schedulerName`` included), adopted and gated by the
+webhook. A gang of
 each of the four sources with fewer members than its group's minimum waits and says so in
 ``kubectl get gangs`` and ``kubectl troupe status``.
 """
@@ -42,6 +42,7 @@ from devtools.devcluster.toolchain import control_plane_version
 from reconciler.objects.kinds import SNAPSHOT_COMMAND
 from tests.support import e2e
 from troupe import contract
+from troupe.podgroups import ORIGINAL_SCHEDULER_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 NODES_FILE = REPO / "examples" / "nodes.yaml"
@@ -59,6 +60,10 @@ SOURCES = {
     "kai": ("scheduling.run.ai", "v2alpha2"),
 }
 
+#: The scheduler each peer's users name in their pods (adopted by the webhook:
+#: ``adoptSchedulerNames``, decision 057).
+SCHEDULER_NAMES = {"volcano": "volcano", "coscheduling": "scheduler-plugins-scheduler", "kai": "kai-scheduler"}
+
 
 @pytest.fixture(scope="module", params=[True, False], ids=["topology-aware", "gang-only"])
 def workload_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
@@ -69,7 +74,8 @@ def workload_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     with Cluster(nodes=NODES_FILE, feature_gates=gates, runtime_config=runtime) as cluster:
         cluster.install_crds(PEER_POD_GROUP_CRDS)
         config = tmp_path_factory.mktemp("troupe") / "config.yaml"
-        config.write_text("gangScheduleTimeoutJitterSeconds: 1\n")
+        config.write_text("gangScheduleTimeoutJitterSeconds: 1\n"
+                          f"adoptSchedulerNames: [{', '.join(SCHEDULER_NAMES.values())}]\n")
         with Stack(cluster, config) as stack:
             yield stack
 
@@ -145,24 +151,30 @@ def test_a_job_naming_a_group_of_four_runs_whole_in_the_one_subblock_with_room(w
 
 @pytest.mark.parametrize("source", list(SOURCES))
 def test_a_job_as_its_users_write_it_runs_whole_once_the_webhook_gates_it(workload_stack, ns, source):
-    """The same Job with no gate of Troupe's in its template: the webhook gates its pods for
-    the group they name (decision 057), and the reconciler places them as above. Skipped
-    where the webhook does not select such pods."""
+    """The same Job as its users write it: no gate of Troupe's in its template and, for a
+    peer's group, the peer's ``schedulerName``. The webhook adopts the pods for
+    kube-scheduler (the name the user wrote kept in ``troupe.io/original-scheduler-name``)
+    and gates them for the group they name (decision 057); the reconciler places them as
+    above."""
     cluster = workload_stack.cluster
     api = cluster.api_client("admin")
     core = client.CoreV1Api(api)
-    probe = core.create_namespaced_pod(ns, naming(e2e.pod_body("probe"), source, "probe", gate=False))
-    if not any(g.name == contract.GATE for g in probe.spec.scheduling_gates or ()):
-        pytest.skip("the webhook does not gate pods that name a pod group here")
-    core.delete_namespaced_pod("probe", ns, grace_period_seconds=0)
     make_busy(core, ns)
     create_group(api, ns, source, "train", 4, subblock=True)
     job = e2e.indexed_job("train", 4, {}, gpus=8)
-    naming(job["spec"]["template"], source, "train", gate=False)
+    template = naming(job["spec"]["template"], source, "train", gate=False)
+    written = SCHEDULER_NAMES.get(source)
+    if written:
+        template["spec"]["schedulerName"] = written
     client.BatchV1Api(api).create_namespaced_job(ns, job)
     pods = e2e.running_job_pods(core, ns, "train", 4, timeout=120)
     assert {core.read_node(p.spec.node_name).metadata.labels[SUBBLOCK] for p in pods} == {"gpu-b1-s0"}
     assert all((p.metadata.annotations or {}).get(contract.ASSIGNED_NODE) == p.spec.node_name for p in pods)
+    assert {p.spec.scheduler_name for p in pods} == {"default-scheduler"}
+    assert {(p.metadata.annotations or {}).get(ORIGINAL_SCHEDULER_NAME) for p in pods} == {written}
+    stored = client.BatchV1Api(api).read_namespaced_job("train", ns)
+    assert stored.spec.template.spec.scheduler_name == (written or "default-scheduler"), \
+        "the Job keeps the scheduler its user wrote"
 
 
 def test_a_gang_of_each_source_short_of_its_minimum_waits_and_says_why(workload_stack, ns):
