@@ -261,3 +261,42 @@ def test_a_troupe_gang_whose_pods_name_a_group_is_never_pinned_across_the_groups
     assert f"in one {SUBBLOCK}" in messages[0], messages[0]
     assert all(p.spec.scheduling_gates and not p.spec.node_name for p in e2e.job_pods(core, ns, "train")), \
         "nothing released, nothing pinned"
+
+
+@pytest.fixture(scope="module")
+def job_workload_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A cluster of its own with ``WorkloadWithJob`` on as well (alpha, 1.37): the Job
+    controller makes a Workload and a PodGroup for every Job and names the group in its pods."""
+    if WORKLOAD_VERSION != "v1beta1":
+        pytest.skip("Job.spec.scheduling is served from Kubernetes 1.37")
+    with Cluster(nodes=NODES_FILE, feature_gates={**TOPOLOGY_AWARE_WORKLOADS, "WorkloadWithJob": True},
+                 runtime_config=WORKLOAD_API) as cluster:
+        config = tmp_path_factory.mktemp("troupe") / "config.yaml"
+        config.write_text("gangScheduleTimeoutJitterSeconds: 1\n")
+        with Stack(cluster, config) as stack:
+            yield stack
+
+
+def test_a_job_with_spec_scheduling_runs_whole_in_the_one_subblock_with_room(job_workload_stack):
+    """A Job that declares its gang in ``spec.scheduling`` (``WorkloadWithJob``): the Job
+    controller makes the PodGroup (minCount 4, the subblock key) and names it in each pod it
+    creates; the webhook gates them for it and Troupe pins them whole in the one subblock
+    with room, as for a PodGroup its user wrote."""
+    cluster = job_workload_stack.cluster
+    api = cluster.api_client("admin")
+    core = client.CoreV1Api(api)
+    with e2e.temporary_namespace(core, "pgjob") as ns:
+        make_busy(core, ns)
+        job = e2e.indexed_job("train", 4, {}, gpus=8)
+        job["spec"]["scheduling"] = {"schedulingPolicy": {"gang": {"minCount": 4}},
+                                     "schedulingConstraints": {"topology": [{"key": SUBBLOCK}]}}
+        client.BatchV1Api(api).create_namespaced_job(ns, job)
+        pods = e2e.running_job_pods(core, ns, "train", 4, timeout=120)
+        groups = {p.spec.scheduling_group.pod_group_name for p in pods if p.spec.scheduling_group}
+        assert len(groups) == 1, [p.spec.scheduling_group for p in pods]
+        stored = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "scheduling.k8s.io", "v1beta1", ns, "podgroups", groups.pop())
+        assert stored["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}, stored["spec"]
+        assert {core.read_node(p.spec.node_name).metadata.labels[SUBBLOCK] for p in pods} == {"gpu-b1-s0"}
+        assert all((p.metadata.annotations or {}).get(contract.ASSIGNED_NODE) == p.spec.node_name for p in pods), \
+            "each member runs where Troupe pinned it"
