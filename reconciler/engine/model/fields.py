@@ -107,9 +107,22 @@ def path(base: str, *keys: str | int) -> str:
 
 def filled(cls: type[T], values: dict[str, Any]) -> T:
     """An instance of the frozen dataclass ``cls`` holding ``values``, a value for every
-    field: what its generated ``__init__`` makes, without the ``object.__setattr__``
-    call per field that is a third of parsing a pod. Only for ``from_object``, which
-    gives every field (a test holds them to it)."""
+    field: what its generated ``__init__`` makes, without the frozen ``__setattr__``
+    check per field. A class with ``__slots__`` (the parsed pods and nodes a cache holds by
+    the hundred thousand: docs/decisions/059-cache-keeps-parsed-forms.md) gets each slot
+    set through its descriptor; any other its ``__dict__`` in one update. Only for
+    ``from_object``, which gives every field (a test holds them to it)."""
     obj = object.__new__(cls)
-    obj.__dict__.update(values)
+    setters = _SLOT_SETTERS.get(cls)
+    if setters is None and "__slots__" in cls.__dict__:
+        setters = _SLOT_SETTERS[cls] = {name: getattr(cls, name).__set__ for name in cls.__dict__["__slots__"]}
+    if setters is None:
+        obj.__dict__.update(values)
+    else:
+        for name, value in values.items():
+            setters[name](obj, value)
     return obj
+
+
+#: Per slotted class: each field's descriptor setter (:func:`filled`).
+_SLOT_SETTERS: dict[type, dict[str, Any]] = {}

@@ -15,7 +15,7 @@ from reconciler.engine.model.selectors import Taint, parse_taints
 from troupe.contract import HOSTNAME_LABEL, NODE_FAILURES
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class NodeInfo:
     """A node as the engine sees it. ``allocatable`` is in units (:mod:`.resources`)."""
 

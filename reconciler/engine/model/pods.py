@@ -67,7 +67,7 @@ class Owner:
     uid: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class PodInfo:
     """A pod as the engine sees it: the values parsed from its object, not the object.
     ``requests`` is in units and includes one ``pods``.
