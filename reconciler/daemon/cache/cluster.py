@@ -23,6 +23,7 @@ from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.nodes import NodeInfo
@@ -209,6 +210,10 @@ class ClusterCache:
         read, why = self.unreadable.read("pod", str(ref), self._read_pod, pod,
                                          lambda o, why: self._read_pod(o, unreadable_pod(o, why)))
         info, key = read if read is not None else (None, None)
+        if info is not None and info.key == ref:
+            ref = info.key  # one key object for the pod's entry, its info and the indexes
+        if key is not None:
+            key = shared(key)  # the gang's members hold one string
         self._pods[ref] = Entry(self._kept(pod), info, bool(why), _version(pod))
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)

@@ -57,7 +57,7 @@ class NodeInfo:
                     since = changed if isinstance(changed, str) else ""
         return filled(cls, {
             "name": string(meta, "name", "metadata", required=True),
-            "labels": string_map(meta, "labels", "metadata"),
+            "labels": string_map(meta, "labels", "metadata", share=True),
             "allocatable": node_allocatable(status),
             "taints": parse_taints(spec),
             "ready": ready,

@@ -22,6 +22,7 @@ from reconciler.engine.model.fields import (
     mapping,
     path,
     sequence,
+    shared,
     string,
     string_map,
 )
@@ -175,9 +176,9 @@ class PodInfo:
         status = mapping(obj, "status")
         name = string(meta, "name", "metadata", required=True)
         annotations = string_map(meta, "annotations", "metadata")
-        labels = string_map(meta, "labels", "metadata")
+        labels = string_map(meta, "labels", "metadata", share=True)
         node_filter = parse_node_filter(spec)
-        namespace = string(meta, "namespace", "metadata", default="default")
+        namespace = shared(string(meta, "namespace", "metadata", default="default"))
         gates = _gates(spec)
         priority = 0 if spec.get("priority") is None else spec["priority"]
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
@@ -192,22 +193,22 @@ class PodInfo:
             "node_filter": node_filter,
             "labels": labels,
             "gang_annotations": _gang_annotations(annotations),
-            "node_name": string(spec, "nodeName", "spec"),
-            "assigned_node": annotations.get(ASSIGNED_NODE, ""),
-            "phase": string(status, "phase", "status", default="Pending"),
+            "node_name": shared(string(spec, "nodeName", "spec")),
+            "assigned_node": shared(annotations.get(ASSIGNED_NODE, "")),
+            "phase": shared(string(status, "phase", "status", default="Pending")),
             "gates": tuple(gates),
-            "creation_timestamp": str(meta.get("creationTimestamp") or ""),
+            "creation_timestamp": shared(str(meta.get("creationTimestamp") or "")),
             "rank": rank_key(obj),
             "priority": priority,
             "uid": str(meta.get("uid") or ""),
             "resource_version": str(meta.get("resourceVersion") or ""),
             "deleting": meta.get("deletionTimestamp") is not None,
             "owner": _controller_owner(meta),
-            "planned_at": annotations.get(PLANNED_AT, ""),
-            "released_at": annotations.get(RELEASED_AT, ""),
+            "planned_at": shared(annotations.get(PLANNED_AT, "")),
+            "released_at": shared(annotations.get(RELEASED_AT, "")),
             "plan": plan,
             "nomination": nomination,
-            "device_group": annotations.get(DEVICE_GROUP, ""),
+            "device_group": shared(annotations.get(DEVICE_GROUP, "")),
             "devices": _selected(annotations, problems),
             "grace_seconds": _grace(spec),
             "condition": _condition(status, GANG_CONDITION),
@@ -291,7 +292,8 @@ _TOPOLOGY_KEYS = frozenset((*TOPOLOGY_KEYS, RELEASE_MODE, *GANG_POLICY_KEYS, *ku
 
 def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
     """The annotations :attr:`PodInfo.gang_annotations` keeps (see there)."""
-    return {key: value for key, value in annotations.items() if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
+    return {shared(key): shared(value) for key, value in annotations.items()
+            if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
 
 
 def _selected(annotations: Mapping[str, str], problems: list[str]) -> Devices | None:
