@@ -33,6 +33,14 @@ contender alike; the default run keeps their defaults. ``--component-qps QPS`` (
 benchmark twice, two invocations each on a cluster of its own: first with the components'
 default rates, then with ``--component-qps 500 --component-burst 1000``.
 
+**Every target in one table.** Before the control plane starts, the first invocation
+measures the rows that need none (``benchmarks/scale_inprocess.py``: the reconciler's
+memory at 8,192 nodes + 100,000 pods and 4,096 + 20,000, a 1,024-member decision with two
+slice layers and its release, ``kubectl troupe plan``/``status`` on a snapshot file of that
+size); it ends with one table of every target of issue 37, each against its baseline in
+the same run. ``--only inprocess`` (``make bench-scale SCALE=inprocess``, about 15 minutes)
+measures those rows alone; ``--only cluster`` the timelines alone (the second invocation).
+
 This is a benchmark, not a test: it prints numbers. After the control plane is built
 (``python -m devtools.devcluster build``), on two cores shared with other work: sizes
 64-512 took about 8 minutes at the default rates and 9 with raised rates (the cluster
@@ -60,7 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table
+from scale_inprocess import ROWS, SCALES
+from scale_inprocess import measure as measure_inprocess
+from scale_inprocess import table as targets_table
+from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table, target_rows
 
 from devtools.devcluster.cluster import ClientRate, Cluster
 from devtools.devcluster.stack import Stack
@@ -228,6 +239,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
+    p.add_argument("--only", choices=("inprocess", "cluster"), default=None,
+                   help="only the in-process rows (benchmarks/scale_inprocess.py: no control plane), or only "
+                        "the control plane's timelines (default: both, then one table of every target)")
     p.add_argument("--run-dir", metavar="DIR", default=None,
                    help="keep the control plane's run directory (logs of every component) here")
     args = p.parse_args(argv)
@@ -280,6 +294,10 @@ def rates_text(rate: ClientRate | None) -> str:
 
 def main() -> int:
     args = parse_args()
+    inprocess = [] if args.only == "cluster" else measure_inprocess(SCALES, ROWS, repeat=1)
+    if args.only == "inprocess":
+        print(targets_table(inprocess))
+        return 0
     rate = None if args.component_qps is None else ClientRate(
         args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
     title = (f"{BLOCKS * SUBBLOCKS * HOSTS} kwok nodes ({BLOCKS} blocks x {SUBBLOCKS} subblocks x {HOSTS} hosts, "
@@ -299,6 +317,9 @@ def main() -> int:
                 results = measure_sizes(cluster, stack, args.sizes, args.modes)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all\n")
     print(summary_table(results, args.modes, HOSTS))
+    where = f"{BLOCKS * SUBBLOCKS * HOSTS:,} kwok nodes" + ("" if rate is None else f", components at {rate.qps:g} qps")
+    print("\nEvery target of issue 37 measured in this run:\n")
+    print(targets_table(inprocess + target_rows(results, where)))
     return 0
 
 
