@@ -17,12 +17,13 @@ from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.engine.gangs.gang import Gang, build_gang
-from reconciler.engine.ledger.builder import build_snapshot, counts_devices
+from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.dra import NodesMemo
 from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import gang_key
@@ -130,6 +131,8 @@ class ClusterCache:
         self._snapshot: tuple[tuple[int, ...], Snapshot] | None = None
         self._node_version = 0
         self._table: tuple[int, NodeTable] | None = None
+        #: DRA's counted nodes and their table, kept across snapshots (:class:`~reconciler.engine.model.dra.NodesMemo`).
+        self._devices = NodesMemo()
         self._gang_version: dict[str, int] = {}
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
         self._groups: dict[str, Entry] = {}
@@ -522,14 +525,16 @@ class ClusterCache:
                 return self._snapshot[1]
             pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
-            nodes = table if table is not None else [e.info for e in self._nodes.values() if e.info is not None]
+            listed = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
-        parts = SnapshotParts(nodes, pods, groups, errors, budgets, catalog, namespaces, devices, workloads,
+        if table is None:  # the nodes changed: their table, kept while they stay (DRA counts on it)
+            table = NodeTable(listed, self.levels)
+        parts = SnapshotParts(table, pods, groups, errors, budgets, catalog, namespaces, devices, workloads,
                               self.config, self.levels)
-        snapshot = build_snapshot(parts)
+        snapshot = build_snapshot(parts, self._devices)
         with self._lock:
             self._snapshot = (version, snapshot)
-            if not counts_devices(parts):  # offering DRA devices, the table is this snapshot's own
-                self._table = (node_version, snapshot.table)
+            if self._node_version == node_version:
+                self._table = (node_version, table)
         return snapshot
