@@ -4,7 +4,7 @@ release mode, on the local control plane with 2,048 kwok nodes (4 blocks x 8 sub
 
     .venv/bin/python benchmarks/scale.py [--sizes 64,256,512,1024]
         [--modes plain,AsCreated,WhenComplete] [--component-qps QPS [--component-burst B]]
-        [--release-concurrency C] [--run-dir DIR]
+        [--release-concurrency C] [--run-dir DIR] [--topology BxSxH] [--only inprocess|cluster]
 
 For each N, in the same run and on the same cluster, one after the other (each Job's
 namespace deleted, and its pods gone, before the next):
@@ -82,13 +82,14 @@ TROUPE_GATE = "troupe.io/placement"
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 
-def nodes_file(directory: Path) -> Path:
-    """A FakeNodes file of BLOCKS x SUBBLOCKS x HOSTS nodes with 8 GPUs each."""
+def nodes_file(directory: Path, topology: tuple[int, int, int] = (BLOCKS, SUBBLOCKS, HOSTS)) -> Path:
+    """A FakeNodes file of ``topology`` (blocks x subblocks x hosts) nodes with 8 GPUs each."""
+    blocks, subblocks, hosts = topology
     path = directory / "nodes.yaml"
     path.write_text(yaml.safe_dump({
         "apiVersion": "troupe.dev/devcluster/v1", "kind": "FakeNodes",
         "groups": [{"name": "gpu",
-                    "topology": {"blocks": BLOCKS, "subblocksPerBlock": SUBBLOCKS, "hostsPerSubblock": HOSTS},
+                    "topology": {"blocks": blocks, "subblocksPerBlock": subblocks, "hostsPerSubblock": hosts},
                     "resources": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}}],
     }))
     return path
@@ -239,6 +240,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
+    p.add_argument("--topology", default=f"{BLOCKS}x{SUBBLOCKS}x{HOSTS}", metavar="BxSxH",
+                   help="kwok nodes as blocks x subblocks x hosts (default %(default)s: 2,048 nodes); a small "
+                        "cluster, e.g. 1x2x64, shows a small gang's fixed costs at little load")
     p.add_argument("--only", choices=("inprocess", "cluster"), default=None,
                    help="only the in-process rows (benchmarks/scale_inprocess.py: no control plane), or only "
                         "the control plane's timelines (default: both, then one table of every target)")
@@ -251,12 +255,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
     args.modes = [mode for mode in MODES if mode in modes]
     args.sizes = [int(size) for size in args.sizes.split(",")]
+    try:
+        blocks, subblocks, hosts = (int(part) for part in args.topology.split("x"))
+    except ValueError:
+        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {args.topology!r}")
+    args.topology = (blocks, subblocks, hosts)
     if args.component_burst is not None and args.component_qps is None:
         p.error("--component-burst needs --component-qps")
     return args
 
 
-def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str]) -> list[SizeResult]:
+def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str],
+                  hosts: int = HOSTS) -> list[SizeResult]:
     """Each size in turn, each mode of it in turn, each Job in a namespace of its own, deleted
     with its pods (and the pods gone) before the next; a size's lines printed once measured."""
     api = cluster.api_client("admin")
@@ -281,7 +291,7 @@ def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[
             print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
             stack.check()
         results.append(SizeResult(n, runs, rss_peak_mib(pid)))
-        print("\n".join(size_lines(results[-1], HOSTS)), flush=True)
+        print("\n".join(size_lines(results[-1], hosts)), flush=True)
     return results
 
 
@@ -300,24 +310,25 @@ def main() -> int:
         return 0
     rate = None if args.component_qps is None else ClientRate(
         args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
-    title = (f"{BLOCKS * SUBBLOCKS * HOSTS} kwok nodes ({BLOCKS} blocks x {SUBBLOCKS} subblocks x {HOSTS} hosts, "
+    blocks, subblocks, hosts = args.topology
+    title = (f"{blocks * subblocks * hosts} kwok nodes ({blocks} blocks x {subblocks} subblocks x {hosts} hosts, "
              f"8 GPUs), indexed Job of N whole-node pods; {rates_text(rate)}")
     with tempfile.TemporaryDirectory(prefix="troupe-bench-scale-") as tmp:
         directory = Path(tmp)
         config = directory / "config.yaml"
         config.write_text("" if args.release_concurrency is None else f"releaseConcurrency: {args.release_concurrency}\n")
-        print(f"starting the control plane with {BLOCKS * SUBBLOCKS * HOSTS} kwok nodes...", file=sys.stderr)
+        print(f"starting the control plane with {blocks * subblocks * hosts} kwok nodes...", file=sys.stderr)
         began = time.monotonic()
         with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
             # 2,048 nodes take more than start's 60 s to be Ready on a busy machine
-            cluster.apply_nodes(nodes_file(directory), timeout=600.0)
+            cluster.apply_nodes(nodes_file(directory, args.topology), timeout=600.0)
             with Stack(cluster, config) as stack:
                 print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
                 print(title, flush=True)
-                results = measure_sizes(cluster, stack, args.sizes, args.modes)
+                results = measure_sizes(cluster, stack, args.sizes, args.modes, hosts)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all\n")
-    print(summary_table(results, args.modes, HOSTS))
-    where = f"{BLOCKS * SUBBLOCKS * HOSTS:,} kwok nodes" + ("" if rate is None else f", components at {rate.qps:g} qps")
+    print(summary_table(results, args.modes, hosts))
+    where = f"{blocks * subblocks * hosts:,} kwok nodes" + ("" if rate is None else f", components at {rate.qps:g} qps")
     print("\nEvery target of issue 37 measured in this run:\n")
     print(targets_table(inprocess + target_rows(results, where)))
     return 0
