@@ -185,6 +185,7 @@ class PodInfo:
             raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
         problems = [problem for problem in (pod_terms_error(spec), rank_problem(labels, annotations)) if problem]
         plan, nomination = _record(annotations, PLAN, Plan, problems), _record(annotations, NOMINATION, Nomination, problems)
+        conditions = _conditions(status)
         return filled(cls, {
             "namespace": namespace,
             "key": PodKey(namespace, name),
@@ -211,9 +212,9 @@ class PodInfo:
             "device_group": shared(annotations.get(DEVICE_GROUP, "")),
             "devices": _selected(annotations, problems),
             "grace_seconds": _grace(spec),
-            "condition": _condition(status, GANG_CONDITION),
-            "scheduled": _condition(status, POD_SCHEDULED),
-            "disruption": _disruption(status),
+            "condition": conditions.get(GANG_CONDITION),
+            "scheduled": conditions.get(POD_SCHEDULED),
+            "disruption": _disruption(conditions),
             "terms": parse_pod_terms(namespace, name, labels, spec),
             "malformed": "; ".join(problems),
             "claims": _resource_claims(spec, status),
@@ -349,9 +350,30 @@ def _condition(status: Mapping[str, Any], kind: str) -> tuple[str, str, str] | N
     return None
 
 
-def _disruption(status: Mapping[str, Any]) -> str:
-    """The reason of a ``DisruptionTarget`` condition whose status is ``True``, else ``""``."""
-    found = _condition(status, "DisruptionTarget")
+#: The pod conditions a parsed pod keeps (:func:`_conditions`).
+_KEPT_CONDITIONS = frozenset((GANG_CONDITION, POD_SCHEDULED, "DisruptionTarget"))
+
+
+def _conditions(status: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """The conditions :class:`PodInfo` keeps, by type, each as :func:`_condition` reads it
+    (the first of its type), in one pass over ``status.conditions``."""
+    conditions = status.get("conditions")
+    found: dict[str, tuple[str, str, str]] = {}
+    if not isinstance(conditions, list):
+        return found
+    for condition in conditions:
+        if isinstance(condition, Mapping):
+            kind = condition.get("type")
+            if isinstance(kind, str) and kind in _KEPT_CONDITIONS and kind not in found:
+                found[kind] = (str(condition.get("status") or ""), str(condition.get("reason") or ""),
+                               str(condition.get("message") or ""))
+    return found
+
+
+def _disruption(conditions: Mapping[str, tuple[str, str, str]]) -> str:
+    """The reason of a ``DisruptionTarget`` condition whose status is ``True``, else ``""``
+    (``conditions``: :func:`_conditions`)."""
+    found = conditions.get("DisruptionTarget")
     return (found[1] or "DisruptionTarget") if found is not None and found[0] == "True" else ""
 
 
