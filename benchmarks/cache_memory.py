@@ -3,9 +3,10 @@ retain policy (docs/decisions/017-cache-memory.md).
 
     .venv/bin/python benchmarks/cache_memory.py [--nodes 8192] [--pods 20000] [--changed 0.1]
 
-8,192 nodes and 20,000 pods of realistic size (pods of indexed Jobs, about 6.9 KB of JSON
+8,192 nodes and 20,000 pods of realistic size (pods of indexed Jobs, about 7.4 KB of JSON
 each as kube-apiserver returns them, ``managedFields`` included; GPU nodes with their
-feature labels, images and managed fields, about 11 KB) are served in pages of 500 by a
+feature labels, images and managed fields, about 7.8 KB), their Jobs (one per 64 pods) and
+namespaces (one per 2,000 pods) are served in pages of 500 by a
 stand-in for the API server, as JSON bytes, to the reconciler's own informer
 (:class:`reconciler.kube.Informer`, its ``_list``) and cache
 (:class:`reconciler.daemon.cache.ClusterCache`), each mode in a fresh interpreter:
@@ -227,6 +228,47 @@ def realistic_node(i: int) -> dict[str, Any]:
     }
 
 
+def realistic_job(j: int, nodes: int) -> dict[str, Any]:
+    """Indexed Job ``train-<j>`` of :data:`GANG` completions whose pods :func:`realistic_pod`
+    makes, as kube-apiserver returns it (its pod template is a member's spec and metadata)."""
+    pod = realistic_pod(j * GANG, nodes, 1)
+    meta, spec = pod["metadata"], pod["spec"]
+    job, ns, job_uid = f"train-{j:04d}", meta["namespace"], _uid("job", j)
+    template_spec = {k: v for k, v in spec.items() if k not in ("nodeName", "nodeSelector", "hostname", "subdomain",
+                                                                "serviceAccount")}
+    annotations = {k: v for k, v in meta["annotations"].items() if not k.startswith(("reconciler.", "batch."))}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job, "namespace": ns, "uid": job_uid, "resourceVersion": str(50_000 + j),
+                     "generation": 1, "creationTimestamp": "2026-11-23T08:59:59Z",
+                     "labels": {"app.kubernetes.io/name": "trainer", "team": ns}, "annotations": annotations,
+                     "managedFields": [_managed("kubectl-client-side-apply", "Update", {"f:spec": {
+                         "f:completionMode": {}, "f:completions": {}, "f:parallelism": {}, "f:template": {}}}),
+                         _managed("kube-controller-manager", "Update", {"f:status": {
+                             "f:active": {}, "f:ready": {}, "f:startTime": {}, "f:terminating": {},
+                             "f:uncountedTerminatedPods": {}}}, "status")]},
+        "spec": {"parallelism": GANG, "completions": GANG, "completionMode": "Indexed", "backoffLimit": 6,
+                 "manualSelector": False, "podReplacementPolicy": "TerminatingOrFailed", "suspend": False,
+                 "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": job_uid}},
+                 "template": {"metadata": {"labels": {k: v for k, v in meta["labels"].items()
+                                                      if "completion-index" not in k},
+                                           "annotations": annotations},
+                              "spec": template_spec}},
+        "status": {"active": GANG, "ready": GANG, "startTime": "2026-11-23T09:00:00Z", "terminating": 0,
+                   "uncountedTerminatedPods": {}},
+    }
+
+
+def namespace_object(i: int) -> dict[str, Any]:
+    """Namespace ``team-<i>`` with the labels a cluster's tenants carry."""
+    name = f"team-{i:02d}"
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": _uid("ns", i), "resourceVersion": str(100 + i),
+                         "labels": {"kubernetes.io/metadata.name": name, "team": name,
+                                    "pod-security.kubernetes.io/enforce": "baseline"}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
 class Page:
     """What ``list_*(..., _preload_content=False)`` returns: the page's JSON as ``data``."""
 
@@ -288,9 +330,18 @@ def child(mode: str, nodes: int, pods: int, changed: float) -> dict[str, Any]:
                         transform=cache.retain_node if retained else None)
     pod_inf = informer(Resource("pods", pod_server), cache.replace_pods, lambda k, o: None,
                        transform=cache.retain_pod if retained else None)
+    # Jobs (one per gang of 64) and namespaces, as the reconciler's other informers hold them
+    jobs = (pods + GANG - 1) // GANG
+    job_inf = Informer(Resource("jobs", Server(lambda j, rv: realistic_job(j, nodes), jobs)), cache.replace_jobs,
+                       lambda k, o: None, transform=cache.retain_job)
+    ns_inf = Informer(Resource("namespaces", Server(lambda i, rv: namespace_object(i), pods // 2000 + 1)),
+                      lambda items: cache.volumes.replace("namespaces", items), lambda k, o: None,
+                      transform=(lambda o: cache.volumes.retain("namespaces", o)) if retained else None)
     t0 = time.perf_counter()
     node_inf._list()
     pod_inf._list()
+    job_inf._list()
+    ns_inf._list()
     cache.snapshot()
     list_seconds = time.perf_counter() - t0 - node_server.seconds - pod_server.seconds
     node_server.seconds = pod_server.seconds = 0.0

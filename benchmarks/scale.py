@@ -4,7 +4,7 @@ release mode, on the local control plane with 2,048 kwok nodes (4 blocks x 8 sub
 
     .venv/bin/python benchmarks/scale.py [--sizes 64,256,512,1024]
         [--modes plain,AsCreated,WhenComplete] [--component-qps QPS [--component-burst B]]
-        [--release-concurrency C] [--run-dir DIR]
+        [--release-concurrency C] [--run-dir DIR] [--topology BxSxH] [--only inprocess|cluster]
 
 For each N, in the same run and on the same cluster, one after the other (each Job's
 namespace deleted, and its pods gone, before the next):
@@ -33,6 +33,14 @@ contender alike; the default run keeps their defaults. ``--component-qps QPS`` (
 benchmark twice, two invocations each on a cluster of its own: first with the components'
 default rates, then with ``--component-qps 500 --component-burst 1000``.
 
+**Every target in one table.** Before the control plane starts, the first invocation
+measures the rows that need none (``benchmarks/scale_inprocess.py``: the reconciler's
+memory at 8,192 nodes + 100,000 pods and 4,096 + 20,000, a 1,024-member decision with two
+slice layers and its release, ``kubectl troupe plan``/``status`` on a snapshot file of that
+size); it ends with one table of every target of issue 37, each against its baseline in
+the same run. ``--only inprocess`` (``make bench-scale SCALE=inprocess``, about 15 minutes)
+measures those rows alone; ``--only cluster`` the timelines alone (the second invocation).
+
 This is a benchmark, not a test: it prints numbers. After the control plane is built
 (``python -m devtools.devcluster build``), on two cores shared with other work: sizes
 64-512 took about 8 minutes at the default rates and 9 with raised rates (the cluster
@@ -60,7 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table
+from scale_inprocess import ROWS, SCALES
+from scale_inprocess import measure as measure_inprocess
+from scale_inprocess import table as targets_table
+from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table, target_rows
 
 from devtools.devcluster.cluster import ClientRate, Cluster
 from devtools.devcluster.stack import Stack
@@ -71,13 +82,14 @@ TROUPE_GATE = "troupe.io/placement"
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 
-def nodes_file(directory: Path) -> Path:
-    """A FakeNodes file of BLOCKS x SUBBLOCKS x HOSTS nodes with 8 GPUs each."""
+def nodes_file(directory: Path, topology: tuple[int, int, int] = (BLOCKS, SUBBLOCKS, HOSTS)) -> Path:
+    """A FakeNodes file of ``topology`` (blocks x subblocks x hosts) nodes with 8 GPUs each."""
+    blocks, subblocks, hosts = topology
     path = directory / "nodes.yaml"
     path.write_text(yaml.safe_dump({
         "apiVersion": "troupe.dev/devcluster/v1", "kind": "FakeNodes",
         "groups": [{"name": "gpu",
-                    "topology": {"blocks": BLOCKS, "subblocksPerBlock": SUBBLOCKS, "hostsPerSubblock": HOSTS},
+                    "topology": {"blocks": blocks, "subblocksPerBlock": subblocks, "hostsPerSubblock": hosts},
                     "resources": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}}],
     }))
     return path
@@ -228,6 +240,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
+    p.add_argument("--topology", default=f"{BLOCKS}x{SUBBLOCKS}x{HOSTS}", metavar="BxSxH",
+                   help="kwok nodes as blocks x subblocks x hosts (default %(default)s: 2,048 nodes); a small "
+                        "cluster, e.g. 1x2x64, shows a small gang's fixed costs at little load")
+    p.add_argument("--only", choices=("inprocess", "cluster"), default=None,
+                   help="only the in-process rows (benchmarks/scale_inprocess.py: no control plane), or only "
+                        "the control plane's timelines (default: both, then one table of every target)")
     p.add_argument("--run-dir", metavar="DIR", default=None,
                    help="keep the control plane's run directory (logs of every component) here")
     args = p.parse_args(argv)
@@ -237,12 +255,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
     args.modes = [mode for mode in MODES if mode in modes]
     args.sizes = [int(size) for size in args.sizes.split(",")]
+    try:
+        blocks, subblocks, hosts = (int(part) for part in args.topology.split("x"))
+    except ValueError:
+        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {args.topology!r}")
+    args.topology = (blocks, subblocks, hosts)
     if args.component_burst is not None and args.component_qps is None:
         p.error("--component-burst needs --component-qps")
     return args
 
 
-def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str]) -> list[SizeResult]:
+def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str],
+                  hosts: int = HOSTS) -> list[SizeResult]:
     """Each size in turn, each mode of it in turn, each Job in a namespace of its own, deleted
     with its pods (and the pods gone) before the next; a size's lines printed once measured."""
     api = cluster.api_client("admin")
@@ -267,7 +291,7 @@ def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[
             print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
             stack.check()
         results.append(SizeResult(n, runs, rss_peak_mib(pid)))
-        print("\n".join(size_lines(results[-1], HOSTS)), flush=True)
+        print("\n".join(size_lines(results[-1], hosts)), flush=True)
     return results
 
 
@@ -280,25 +304,33 @@ def rates_text(rate: ClientRate | None) -> str:
 
 def main() -> int:
     args = parse_args()
+    inprocess = [] if args.only == "cluster" else measure_inprocess(SCALES, ROWS, repeat=1)
+    if args.only == "inprocess":
+        print(targets_table(inprocess))
+        return 0
     rate = None if args.component_qps is None else ClientRate(
         args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
-    title = (f"{BLOCKS * SUBBLOCKS * HOSTS} kwok nodes ({BLOCKS} blocks x {SUBBLOCKS} subblocks x {HOSTS} hosts, "
+    blocks, subblocks, hosts = args.topology
+    title = (f"{blocks * subblocks * hosts} kwok nodes ({blocks} blocks x {subblocks} subblocks x {hosts} hosts, "
              f"8 GPUs), indexed Job of N whole-node pods; {rates_text(rate)}")
     with tempfile.TemporaryDirectory(prefix="troupe-bench-scale-") as tmp:
         directory = Path(tmp)
         config = directory / "config.yaml"
         config.write_text("" if args.release_concurrency is None else f"releaseConcurrency: {args.release_concurrency}\n")
-        print(f"starting the control plane with {BLOCKS * SUBBLOCKS * HOSTS} kwok nodes...", file=sys.stderr)
+        print(f"starting the control plane with {blocks * subblocks * hosts} kwok nodes...", file=sys.stderr)
         began = time.monotonic()
         with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
             # 2,048 nodes take more than start's 60 s to be Ready on a busy machine
-            cluster.apply_nodes(nodes_file(directory), timeout=600.0)
+            cluster.apply_nodes(nodes_file(directory, args.topology), timeout=600.0)
             with Stack(cluster, config) as stack:
                 print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
                 print(title, flush=True)
-                results = measure_sizes(cluster, stack, args.sizes, args.modes)
+                results = measure_sizes(cluster, stack, args.sizes, args.modes, hosts)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all\n")
-    print(summary_table(results, args.modes, HOSTS))
+    print(summary_table(results, args.modes, hosts))
+    where = f"{blocks * subblocks * hosts:,} kwok nodes" + ("" if rate is None else f", components at {rate.qps:g} qps")
+    print("\nEvery target of issue 37 measured in this run:\n")
+    print(targets_table(inprocess + target_rows(results, where)))
     return 0
 
 

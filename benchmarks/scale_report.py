@@ -138,5 +138,29 @@ def summary_table(results: Sequence[SizeResult], modes: Sequence[str], hosts_per
     return "\n".join(lines)
 
 
+#: The most a gang released as created may take, as a multiple of the plain Job (issue 37).
+GANG_TARGET = 1.1
+
+
+def target_rows(results: Sequence[SizeResult], where: str) -> list[tuple[str, str, str, str, str]]:
+    """The issue's target rows of the measured sizes, as ``benchmarks/scale_inprocess.py``'s
+    table takes them (what, measured, baseline, ratio, target): each gang mode's seconds to
+    all Running against the plain Job's in the same run; ``AsCreated`` within
+    :data:`GANG_TARGET` of it. ``where``: the cluster, for the first column."""
+    rows = []
+    for result in results:
+        plain = result.runs.get(PLAIN)
+        for mode, run in result.runs.items():
+            if mode == PLAIN:
+                continue
+            value = ratio(result, mode)
+            target = "-" if mode != "AsCreated" or value is None else \
+                f"< {GANG_TARGET:g}x: {'met' if value < GANG_TARGET else 'NOT met'}"
+            rows.append((f"gang of {result.n} to all Running ({mode}, {span_text(run)} subblocks), {where}",
+                         f"{_seconds(run.to_running)} s", f"{_seconds(plain.to_running if plain else None)} s (plain Job)",
+                         _ratio_text(value), target))
+    return rows
+
+
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"

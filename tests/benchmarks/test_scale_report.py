@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from scale_report import Run, SizeResult, fewest_subblocks, ratio, size_lines, span, summary_table
+from scale_report import (
+    Run,
+    SizeResult,
+    fewest_subblocks,
+    ratio,
+    size_lines,
+    span,
+    summary_table,
+    target_rows,
+)
 
 HOSTS = 64
 
@@ -99,3 +108,17 @@ def test_a_run_whose_pods_were_recreated_is_marked_in_the_lines_and_the_table():
     table = summary_table([measured], ["plain", "AsCreated"], HOSTS).splitlines()
     assert table[2] == "| 256 | 16.0 | 70.0* | 4.38x | 0.40 | 4 / 4 (4) | 123 |"
     assert table[-1] == "\\* pods recreated on the way (a gang rolled back): not a clean run"
+
+
+def test_the_target_rows_hold_each_gang_mode_to_the_plain_job_and_as_created_to_1_1x():
+    result = SizeResult(64, {"plain": Run(2.0, None, nodes(64)), "AsCreated": Run(2.1, 0.3, nodes(64)),
+                             "WhenComplete": Run(4.0, 1.0, nodes(64))}, 300.0)
+    rows = target_rows([result], "2,048 kwok nodes")
+    assert rows == [
+        ("gang of 64 to all Running (AsCreated, 1 subblocks), 2,048 kwok nodes", "2.1 s", "2.0 s (plain Job)", "1.05x",
+         "< 1.1x: met"),
+        ("gang of 64 to all Running (WhenComplete, 1 subblocks), 2,048 kwok nodes", "4.0 s", "2.0 s (plain Job)", "2.00x",
+         "-"),
+    ]
+    slow = SizeResult(64, {"plain": Run(2.0, None, nodes(64)), "AsCreated": Run(2.4, 0.3, nodes(64))}, 300.0)
+    assert target_rows([slow], "here")[0][4] == "< 1.1x: NOT met"

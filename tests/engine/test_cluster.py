@@ -59,8 +59,11 @@ def test_parsed_infos_hold_every_field_as_their_constructor_would():
            .tolerate("k", "Exists").build())
     for cls, obj in ((NodeInfo, node), (PodInfo, pod)):
         info = cls.from_object(obj)
-        values = vars(info)
-        assert set(values) == {f.name for f in dataclasses.fields(cls)}
-        assert vars(cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.init})) == values
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert all(hasattr(info, name) for name in names), "every field set"
+        values = {name: getattr(info, name) for name in names}
+        built = cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.init})
+        assert {name: getattr(built, name) for name in names} == values
+        assert not hasattr(info, "__dict__"), "slotted: a cache holds them by the hundred thousand"
         with pytest.raises(dataclasses.FrozenInstanceError):
             info.name = "other"

@@ -4,6 +4,7 @@ matching devices than its members there need."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -209,3 +210,22 @@ def test_a_device_attribute_all_of_a_nodes_devices_share_is_a_topology_level():
     assert release is not None
     assert len({snapshot.nodes[snapshot.index[m.node]].labels[level] for m in release.members}) == 1, \
         "inside one NVLink domain"
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters(), clusters())
+def test_counting_with_a_memo_gives_what_counting_afresh_gives_and_keeps_the_nodes_for_the_same_demand(one, two):
+    from reconciler.engine.ledger.parts import located, read_parts
+
+    memo = dra.NodesMemo()
+    for node_objs, pods, objs in (one, two, one):
+        listed = [*located("nodes", "Node", node_objs), *located("pods", "Pod", pods),
+                  *[(f"objects[{i}]", o["kind"], o) for i, o in enumerate(objs)]]
+        parts = read_parts(listed, CONFIG, None).parts
+        fresh_nodes, fresh_pods = dra.apply(parts.nodes, parts.pods, parts.devices)
+        kept_nodes, kept_pods = dra.apply(parts.nodes, parts.pods, parts.devices, memo=memo)
+        assert [(n.name, n.allocatable) for n in kept_nodes] == [(n.name, n.allocatable) for n in fresh_nodes]
+        assert [(p.key, p.requests, p.malformed) for p in kept_pods] == [(p.key, p.requests, p.malformed)
+                                                                         for p in fresh_pods]
+        again, _ = dra.apply(parts.nodes, [dataclasses.replace(p) for p in parts.pods], parts.devices, memo=memo)
+        assert again is kept_nodes, "the same nodes, catalog and demand: the nodes counted before"

@@ -82,3 +82,21 @@ def test_dra_events_and_snapshots_on_two_threads_never_deadlock():
     for t in threads:
         t.join(timeout=10)
     assert not any(t.is_alive() for t in threads), "deadlocked"
+
+
+def test_the_counted_node_table_is_kept_while_only_pods_without_claims_change():
+    cache = cache_with_devices()
+    first = cache.snapshot()
+    cache.pod_event("ADDED", make_pod("web-0").build())  # no claim: the demand for devices is the same
+    second = cache.snapshot()
+    assert second is not first and second.table is first.table, "counted once (issue 37)"
+    assert [n.allocatable[KIND] for n in second.nodes] == [8, 8]
+    cache.pod_event("ADDED", b.with_claim(make_pod("solo").build(), template="eight"))  # one more asks
+    third = cache.snapshot()
+    assert [n.allocatable[KIND] for n in third.nodes] == [8, 8]
+    cache.dra.event("resourceclaims", "ADDED", b.claim("other", 4, allocated_on="n1",
+                                                        devices=tuple(f"gpu-{i}" for i in range(4))))
+    fourth = cache.snapshot()
+    assert fourth.table is not third.table and [n.allocatable[KIND] for n in fourth.nodes] == [4, 8]
+    cache.node_event("ADDED", make_node("n3").topology("b1", "s1", "h3").build())
+    assert [n.name for n in cache.snapshot().nodes] == ["n1", "n2", "n3"], "a new node: counted again"

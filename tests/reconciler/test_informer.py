@@ -244,7 +244,7 @@ def test_a_streamed_list_cut_short_by_stop_drops_nothing_from_the_cache():
     inf.resource.list_fn = stop_after_first_page
     with pytest.raises(InterruptedError):
         inf._list()
-    assert all(cache.pod(PodKey("ns", n)) is not None for n in names), "not taken for a list without them"
+    assert all(cache.pod_info(PodKey("ns", n)) is not None for n in names), "not taken for a list without them"
 
 
 def restarts(reason, resource="metered"):

@@ -11,20 +11,21 @@ Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 (:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
 when the next gang is planned, before the watch event arrives, the way kube-scheduler
 assumes a pod it has bound). Objects are parsed once, when they arrive
-(:class:`~reconciler.engine.ledger.snapshot.PodInfo`, :class:`~reconciler.engine.ledger.snapshot.NodeInfo`),
-and kept next to the object; an object that cannot be parsed, whatever the exception, is
+(:class:`~reconciler.engine.ledger.snapshot.PodInfo`, :class:`~reconciler.engine.ledger.snapshot.NodeInfo`);
+a pod or a node is kept as its parsed form and its version alone, the object let go
+(docs/decisions/059-cache-keeps-parsed-forms.md); an object that cannot be parsed, whatever the exception, is
 kept out of plans with one log line and a count (one odd node, say one still registering
 without ``status.allocatable``, must not stop every plan; :mod:`.unreadable`). A pod that
 cannot be parsed still joins its gang, which it holds with the reason. Each feeding method returns the gang keys whose state may have changed,
 for the work queue.
 
-Only what Troupe reads is stored: every object is cut down by the retain policy of its
-kind (:mod:`reconciler.objects.retain`) before it is stored, whether it comes from an informer
+Only what Troupe reads is stored or parsed: every object is cut down by the retain policy of its
+kind (:mod:`reconciler.objects.retain`) before it is stored or parsed, whether it comes from an informer
 (:meth:`ClusterCache.retain_pod`, :meth:`ClusterCache.retain_node` as the informers'
 ``transform``, page by page during a list) or from a write's response (:meth:`ClusterCache.assume`).
 A re-list after ``410 Gone`` does not hold two copies: an object whose uid and
-resourceVersion the cache already holds is not cut again but shared, and is neither parsed
-nor indexed again (docs/decisions/017-cache-memory.md).
+resourceVersion the cache already holds is neither cut, parsed nor indexed again
+(docs/decisions/017-cache-memory.md).
 """
 
 from __future__ import annotations

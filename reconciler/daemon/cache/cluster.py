@@ -18,12 +18,14 @@ from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.engine.gangs.gang import Gang, build_gang
-from reconciler.engine.ledger.builder import build_snapshot, counts_devices
+from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.dra import NodesMemo
+from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.nodes import NodeInfo
@@ -34,24 +36,37 @@ from troupe import contract
 from troupe.config import Config
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
-    """A cached object and its parsed form (None when it could not be parsed). ``partial``:
-    the form is a pod's :func:`~reconciler.engine.model.pods.unreadable_pod`, for its gang
-    only (kept out of snapshots)."""
+    """A cached object's parsed form (``info``; None when it could not be parsed) and its
+    ``version``, ``(uid, resourceVersion)`` as the object gave them (``""`` when absent).
+    ``obj``: the object itself, kept for SharedDeviceGroups (their writers read it) and by a
+    cache that keeps objects whole (a benchmark's baseline); None for a pod or a node of a
+    retaining cache, whose readers read the parsed form alone
+    (docs/decisions/059-cache-keeps-parsed-forms.md). ``partial``: the form is a pod's
+    :func:`~reconciler.engine.model.pods.unreadable_pod`, for its gang only (kept out of
+    snapshots)."""
 
-    obj: Obj
+    obj: Obj | None
     info: Any
     partial: bool = False
+    version: tuple[str, str] = ("", "")
 
 
 #: A resourceVersion the cache compares: etcd's revision, a uint64 (20 ASCII digits at most).
 _RESOURCE_VERSION = re.compile(r"[0-9]{1,20}")
 
 
-def _rv(obj: Obj) -> int | None:
-    raw = contract.pod_meta(obj).get("resourceVersion")
-    return int(raw) if isinstance(raw, str) and _RESOURCE_VERSION.fullmatch(raw) else None
+def _rv(raw: str) -> int | None:
+    """A resourceVersion as the number it is, None when it is not one (absent: ``""``)."""
+    return int(raw) if _RESOURCE_VERSION.fullmatch(raw) else None
+
+
+def _version(obj: Obj) -> tuple[str, str]:
+    """An object's ``(uid, resourceVersion)``, ``""`` for either when absent or not a string."""
+    meta = contract.pod_meta(obj)
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    return (uid if isinstance(uid, str) else "", rv if isinstance(rv, str) else "")
 
 
 __all__ = ["ClusterCache", "Entry"]
@@ -69,15 +84,13 @@ def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
 def _older(obj: Obj, current: Entry | None) -> bool:
     """Whether ``obj`` is older (a lower resourceVersion) than the cached ``current``: an
     event or a list that a write of ours overtook."""
-    new_rv, cur_rv = _rv(obj), _rv(current.obj) if current is not None else None
+    new_rv, cur_rv = _rv(_version(obj)[1]), _rv(current.version[1]) if current else None
     return new_rv is not None and cur_rv is not None and new_rv < cur_rv
 
 
-def _same_version(a: Obj, b: Obj) -> bool:
-    """Same uid and resourceVersion: the same version of the same object."""
-    ma, mb = contract.pod_meta(a), contract.pod_meta(b)
-    rv = ma.get("resourceVersion")
-    return bool(rv) and rv == mb.get("resourceVersion") and ma.get("uid") == mb.get("uid")
+def _same_version(current: Entry | None, obj: Obj) -> bool:
+    """``obj`` is the version ``current`` was made of: same uid and resourceVersion."""
+    return current is not None and bool(current.version[1]) and current.version == _version(obj)
 
 
 class ClusterCache:
@@ -123,6 +136,8 @@ class ClusterCache:
         self._snapshot: tuple[tuple[int, ...], Snapshot] | None = None
         self._node_version = 0
         self._table: tuple[int, NodeTable] | None = None
+        #: DRA's counted nodes and their table, kept across snapshots (:class:`~reconciler.engine.model.dra.NodesMemo`).
+        self._devices = NodesMemo()
         self._gang_version: dict[str, int] = {}
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}
         self._groups: dict[str, Entry] = {}
@@ -132,20 +147,26 @@ class ClusterCache:
 
     # --- retaining ---------------------------------------------------------------------
     def _retain(self, policy: Keep, obj: Obj, current: Entry | None) -> Obj:
-        if current is not None and _same_version(current.obj, obj):
-            return current.obj
+        if _same_version(current, obj):
+            return obj  # the cache keeps its entry and lets this copy go: no cut
         return retain(policy, obj) if self.retained else obj
 
+    def _kept(self, obj: Obj) -> Obj | None:
+        """What an entry of a pod or a node holds of its object: nothing, unless the cache
+        keeps objects whole."""
+        return None if self.retained else obj
+
     def retain_pod(self, pod: Obj) -> Obj:
-        """What the cache keeps of ``pod`` (:data:`reconciler.objects.retain.POD`), or the object
-        it holds already when this is the same version: the pods informer's ``transform``."""
+        """What the cache parses of ``pod`` (:data:`reconciler.objects.retain.POD`), or ``pod``
+        as it is when the cache holds this version already (it will not be read again):
+        the pods informer's ``transform``."""
         with self._lock:
             current = self._pods.get(PodKey.of(pod))
         return self._retain(POD, pod, current)
 
     def retain_node(self, node: Obj) -> Obj:
-        """What the cache keeps of ``node`` (:data:`reconciler.objects.retain.NODE`), or the object
-        it holds already when this is the same version: the nodes informer's ``transform``."""
+        """What the cache parses of ``node`` (:data:`reconciler.objects.retain.NODE`), or ``node``
+        as it is when the cache holds this version already: the nodes informer's ``transform``."""
         with self._lock:
             current = self._nodes.get(namespace_and_name(node)[1])
         return self._retain(NODE, node, current)
@@ -189,15 +210,19 @@ class ClusterCache:
     def _put_pod(self, pod: Obj) -> set[str]:
         ref = PodKey.of(pod)
         current = self._pods.get(ref)
-        pod = self._retain(POD, pod, current)
-        if current is not None and current.obj is pod:
+        if _same_version(current, pod):
             return set()  # this very version is stored, parsed and indexed already
+        pod = self._retain(POD, pod, None)
         touched = self._unindex(ref)
         # An unreadable pod is still a member of its gang, which it holds with why.
         read, why = self.unreadable.read("pod", str(ref), self._read_pod, pod,
                                          lambda o, why: self._read_pod(o, unreadable_pod(o, why)))
         info, key = read if read is not None else (None, None)
-        self._pods[ref] = Entry(pod, info, bool(why))
+        if info is not None and info.key == ref:
+            ref = info.key  # one key object for the pod's entry, its info and the indexes
+        if key is not None:
+            key = shared(key)  # the gang's members hold one string
+        self._pods[ref] = Entry(self._kept(pod), info, bool(why), _version(pod))
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)
             touched.add(group_key(info.device_group))
@@ -258,12 +283,12 @@ class ClusterCache:
         with self._lock:
             ref = PodKey.of(pod)
             if kind == "DELETED":
-                self._gone.bury(("pod", str(ref)), _rv(pod))
+                self._gone.bury(("pod", str(ref)), _rv(_version(pod)[1]))
                 return self._drop_pod(ref)
             current = self._pods.get(ref)
             if _older(pod, current):
                 return set()
-            if current is None and self._gone.buried(("pod", str(ref)), _rv(pod)):
+            if current is None and self._gone.buried(("pod", str(ref)), _rv(_version(pod)[1])):
                 return set()
             return self._put_pod(pod)
 
@@ -277,10 +302,6 @@ class ClusterCache:
         with self._lock:
             entry = table.get(key)
         return (None, None) if entry is None else (entry.obj, entry.info)
-
-    def pod(self, ref: PodKey) -> Obj | None:
-        """The cached pod object, or None."""
-        return self._lookup(self._pods, ref)[0]
 
     def pod_info(self, ref: PodKey) -> PodInfo | None:
         """The parsed cached pod, or None (unknown, or unreadable)."""
@@ -387,7 +408,7 @@ class ClusterCache:
     # --- SharedDeviceGroups ------------------------------------------------------------
     def _parse_group(self, obj: Obj) -> Entry:
         group, why = self.unreadable.read("SharedDeviceGroup", namespace_and_name(obj)[1], DeviceGroup.from_object, obj)
-        return Entry(obj, group if group is not None else why)
+        return Entry(obj, group if group is not None else why, False, _version(obj))
 
     def replace_groups(self, items: Iterable[Obj]) -> set[str]:
         """Replace every SharedDeviceGroup with a fresh list; returns the group keys
@@ -404,13 +425,13 @@ class ClusterCache:
             name = namespace_and_name(obj)[1]
             if kind == "DELETED":
                 self.unreadable.forget("SharedDeviceGroup", name)
-                self._gone.bury(("group", name), _rv(obj))
+                self._gone.bury(("group", name), _rv(_version(obj)[1]))
                 self._groups.pop(name, None)
             else:
                 current = self._groups.get(name)
                 if _older(obj, current):
                     return set()
-                if current is None and self._gone.buried(("group", name), _rv(obj)):
+                if current is None and self._gone.buried(("group", name), _rv(_version(obj)[1])):
                     return set()
                 self._groups[name] = self._parse_group(self.retain_group(obj))
             self.version += 1
@@ -424,7 +445,7 @@ class ClusterCache:
         """The cached group object and its parsed form (or why it cannot be read), or None."""
         with self._lock:
             entry = self._groups.get(name)
-            return None if entry is None else (entry.obj, entry.info)
+            return None if entry is None or entry.obj is None else (entry.obj, entry.info)
 
     def group_keys(self) -> set[str]:
         """The work-queue keys of every cached group."""
@@ -454,10 +475,10 @@ class ClusterCache:
             with self._lock:
                 name = namespace_and_name(n)[1]
                 seen.add(name)
-                current = self._nodes.get(name)
-                n = self._retain(NODE, n, current)
-                if current is None or current.obj is not n:
-                    self._nodes[name] = Entry(n, self.unreadable.read("node", name, NodeInfo.from_object, n)[0])
+                if not _same_version(self._nodes.get(name), n):
+                    n = self._retain(NODE, n, None)
+                    self._nodes[name] = Entry(self._kept(n), self.unreadable.read("node", name, NodeInfo.from_object, n)[0],
+                                              False, _version(n))
         with self._lock:
             for name in [k for k in self._nodes if k not in seen]:
                 del self._nodes[name]
@@ -475,11 +496,11 @@ class ClusterCache:
                     return False
             else:
                 current = self._nodes.get(name)
-                node = self._retain(NODE, node, current)
-                if current is not None and current.obj is node:
+                if _same_version(current, node):
                     return False  # the same version again
+                node = self._retain(NODE, node, None)
                 info = self.unreadable.read("node", name, NodeInfo.from_object, node)[0]
-                self._nodes[name] = Entry(node, info)
+                self._nodes[name] = Entry(self._kept(node), info, False, _version(node))
                 if current is not None and _same_node(current.info, info):
                     return False  # a status heartbeat: nothing a decision reads has changed
             self._node_version += 1
@@ -490,10 +511,6 @@ class ClusterCache:
         """The parsed node, or None (unknown, or unreadable)."""
         info: NodeInfo | None = self._lookup(self._nodes, name)[1]
         return info
-
-    def node(self, name: str) -> Obj | None:
-        """The cached node object, or None."""
-        return self._lookup(self._nodes, name)[0]
 
     # --- snapshots -------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -513,14 +530,16 @@ class ClusterCache:
                 return self._snapshot[1]
             pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
-            nodes = table if table is not None else [e.info for e in self._nodes.values() if e.info is not None]
+            listed = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
-        parts = SnapshotParts(nodes, pods, groups, errors, budgets, catalog, namespaces, devices, workloads,
+        if table is None:  # the nodes changed: their table, kept while they stay (DRA counts on it)
+            table = NodeTable(listed, self.levels)
+        parts = SnapshotParts(table, pods, groups, errors, budgets, catalog, namespaces, devices, workloads,
                               self.config, self.levels)
-        snapshot = build_snapshot(parts)
+        snapshot = build_snapshot(parts, self._devices)
         with self._lock:
             self._snapshot = (version, snapshot)
-            if not counts_devices(parts):  # offering DRA devices, the table is this snapshot's own
-                self._table = (node_version, snapshot.table)
+            if self._node_version == node_version:
+                self._table = (node_version, table)
         return snapshot

@@ -24,7 +24,6 @@ from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.preemption import candidates as victim_gangs
-from troupe import contract
 
 log = logging.getLogger("reconciler.daemon.controller")
 
@@ -68,8 +67,8 @@ class Preemptions:
         if not refused:
             return Done(preempted=preempted, evicted=len(action.evict))
         updated = replace(action.nomination, refused=tuple(sorted({*action.nomination.refused, *refused})))
-        current = self.cache.pod(nominee.key)
-        rv = str(contract.pod_meta(current).get("resourceVersion") or "") if current else nominee.resource_version
+        current = self.cache.pod_info(nominee.key)
+        rv = current.resource_version if current is not None else nominee.resource_version
         try:
             self.cache.assume(self.pods.set_nomination(nominee.key, updated, rv))
         except WriteError as e:

@@ -57,15 +57,18 @@ def counts_devices(parts: SnapshotParts) -> bool:
                               or bool(dra.level_attributes(devices, parts.config.all_levels)))
 
 
-def build_snapshot(parts: SnapshotParts) -> Snapshot:
+def build_snapshot(parts: SnapshotParts, devices: dra.NodesMemo | None = None) -> Snapshot:
     """The snapshot of ``parts`` (module docstring). A prebuilt :class:`NodeTable` in
     ``parts.nodes`` is used as it is unless DRA changes the nodes (:func:`counts_devices`),
-    which then get a table of their own. Raises ``ValueError`` on two nodes or two pods of
-    one name."""
+    which then get a table of their own: kept in ``devices`` (a cache's, across its
+    snapshots) with the counted nodes it is made of, and used again while the nodes, the
+    DRA objects and the demand for devices stay the same (:class:`~reconciler.engine.model.dra.NodesMemo`).
+    Raises ``ValueError`` on two nodes or two pods of one name."""
     nodes, pods, config = parts.nodes, parts.pods, parts.config
     if counts_devices(parts):  # nodes offer, and pods ask, DRA devices (docs/decisions/044-dra.md)
         plain = nodes.nodes if isinstance(nodes, NodeTable) else nodes
-        nodes, pods = dra.apply(plain, pods, parts.devices, config.all_levels)
+        counted, pods = dra.apply(plain, pods, parts.devices, config.all_levels, devices)
+        nodes = counted if devices is None else devices.derived(counted, lambda: NodeTable(counted, parts.topology))
     return Snapshot(nodes, pods, parts.topology, sorted(parts.groups, key=lambda g: g.name), parts.group_errors,
                     sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,
                     volumes=parts.volumes, spread_defaults=spread_defaults(config),

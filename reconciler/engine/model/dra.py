@@ -50,15 +50,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from reconciler.engine.model import cel
 from reconciler.engine.model.fields import ObjectError, item, mapping, path, sequence, string
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.quantity import QuantityError, parse_quantity
+
+T = TypeVar("T")
 
 #: The DRA kinds read (``resource.k8s.io/v1``), as ``kind`` names them.
 KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
@@ -476,32 +478,89 @@ def _topology_labels(nodes: Sequence[NodeInfo], c: Catalog, levels: Sequence[str
     return out
 
 
+class NodesMemo:
+    """The node side of the last :func:`apply` (the nodes with their device units and
+    device-attribute labels), kept for the next call on the same nodes (the same sequence
+    object), the same catalog (the same object) and the same demand (the device kinds asked
+    for, the devices taken, the namespaces asking, the pinned claims): the case of every
+    snapshot a cache builds while only pods without claims, or no DRA object, changed.
+    Counting walks every device of the cluster; with the memo, a snapshot pays it only when
+    what it depends on changed (issue 37). A count that left a kind uncounted (over its
+    evaluation budget, or a selector that fails) is not kept: the next call counts again,
+    as it would without the memo. ``derived`` keeps one value made of the last node side
+    (the snapshot builder's node table). Threads may share one: each entry is one tuple,
+    read and replaced whole, and a value is used only for the very inputs it was made of."""
+
+    __slots__ = ("_derived", "_entry")
+
+    def __init__(self) -> None:
+        self._entry: tuple[Sequence[NodeInfo], Catalog, object, list[NodeInfo]] | None = None
+        self._derived: tuple[list[NodeInfo], Any] | None = None
+
+    def nodes(self, nodes: Sequence[NodeInfo], c: Catalog, key: object,
+              make: Callable[[], tuple[list[NodeInfo], dict[str, str]]]) -> tuple[list[NodeInfo], dict[str, str]]:
+        """``make()`` (the counted nodes, and why kinds were not counted), or the nodes
+        kept for the same inputs (with no such reason)."""
+        entry = self._entry
+        if entry is not None and entry[0] is nodes and entry[1] is c and entry[2] == key:
+            return entry[3], {}
+        counted, broken = make()
+        self._entry = (nodes, c, key, counted) if not broken else None
+        return counted, broken
+
+    def derived(self, nodes: list[NodeInfo], make: Callable[[], T]) -> T:
+        """``make()``, or the value made last for this very list of counted nodes."""
+        kept = self._derived
+        if kept is not None and kept[0] is nodes:
+            value: T = kept[1]
+            return value
+        value = make()
+        self._derived = (nodes, value)
+        return value
+
+
 def apply(nodes: Sequence[NodeInfo], pods: Sequence[PodInfo], c: Catalog,
-          levels: Sequence[str] = ()) -> tuple[list[NodeInfo], list[PodInfo]]:
+          levels: Sequence[str] = (), memo: NodesMemo | None = None) -> tuple[list[NodeInfo], list[PodInfo]]:
     """``nodes`` and ``pods`` with DRA counted as units (module docstring): nodes offer the
     free matching devices of each requested kind and the claim resources of allocated
     claims; pods request them; a pod whose claims cannot be counted gets the reason in
     ``malformed`` (its gang is held). ``levels``: topology level keys that may be device
     attributes (:func:`level_attributes`): a node gets each as a label where its devices
-    agree on it. Unchanged when no pod has a claim and no level is an attribute."""
+    agree on it. Unchanged when no pod has a claim and no level is an attribute. ``memo``:
+    where the node side is kept for the next call (:class:`NodesMemo`); the result is the
+    same with it or without."""
     attribute_levels = level_attributes(c, levels) if levels else ()
-    if attribute_levels:
-        nodes = _topology_labels(nodes, c, attribute_levels)
     if not any(p.claims for p in pods):
-        return list(nodes), list(pods)
+        if not attribute_levels:
+            return list(nodes), list(pods)
+        labelled = (memo.nodes(nodes, c, (attribute_levels,), lambda: (_topology_labels(nodes, c, attribute_levels), {}))
+                    if memo is not None else (_topology_labels(nodes, c, attribute_levels), {}))[0]
+        return labelled, list(pods)
     d = _demand(pods, c)
     taken = {device: frozenset(d.charged.get((claim_.namespace, claim_.name), ()))
              for claim_ in c.claims.values() for device in claim_.allocated}
-    units, broken = node_units(c.devices, d.kinds, taken, d.owners)
-    for pin, node in d.pins.items():
-        units.setdefault(node, {})[pin] = MAX_CONSUMERS
-    for key in sorted(d.unplaced):  # the nodes with the free devices to allocate it now
-        wanted_units = d.units.get(key, {})
-        for offered in units.values() if wanted_units else ():
-            if all(offered.get(kind, 0) >= count for kind, count in wanted_units.items()):
-                offered[f"{CLAIM}{key[0]}/{key[1]}"] = MAX_CONSUMERS
-    new_nodes = [dataclasses.replace(n, allocatable={**n.allocatable, **units[n.name]}) if n.name in units else n
-                 for n in nodes]
+
+    def node_side() -> tuple[list[NodeInfo], dict[str, str]]:
+        labelled = _topology_labels(nodes, c, attribute_levels) if attribute_levels else nodes
+        units, broken = node_units(c.devices, d.kinds, taken, d.owners)
+        for pin, node in d.pins.items():
+            units.setdefault(node, {})[pin] = MAX_CONSUMERS
+        for claim_key in sorted(d.unplaced):  # the nodes with the free devices to allocate it now
+            wanted_units = d.units.get(claim_key, {})
+            for offered in units.values() if wanted_units else ():
+                if all(offered.get(kind, 0) >= count for kind, count in wanted_units.items()):
+                    offered[f"{CLAIM}{claim_key[0]}/{claim_key[1]}"] = MAX_CONSUMERS
+        return [dataclasses.replace(n, allocatable={**n.allocatable, **units[n.name]}) if n.name in units else n
+                for n in labelled], broken
+
+    if memo is None:
+        new_nodes, broken = node_side()
+    else:
+        key = (attribute_levels, frozenset(d.kinds.items()), frozenset(taken.items()),
+               frozenset((kind, frozenset(namespaces)) for kind, namespaces in d.owners.items()),
+               frozenset(d.pins.items()), frozenset(d.unplaced),
+               frozenset((claim, frozenset(units.items())) for claim, units in d.units.items()))
+        new_nodes, broken = memo.nodes(nodes, c, key, node_side)
     new_pods = []
     for p in pods:
         wanted = d.requests.get(p.key)

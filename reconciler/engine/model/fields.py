@@ -7,6 +7,7 @@ fields read as empty; present fields of the wrong type are errors.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -86,16 +87,28 @@ def item(items: Sequence[Any], index: int, base: str) -> Mapping[str, Any]:
     return value
 
 
-def string_map(obj: Mapping[str, Any], key: str, base: str = "") -> dict[str, str]:
+def string_map(obj: Mapping[str, Any], key: str, base: str = "", *, share: bool = False) -> dict[str, str]:
     """``obj[key]`` as a str -> str mapping (labels, annotations, nodeSelector). Values
-    that YAML read as numbers or booleans are refused, as the API server refuses them."""
+    that YAML read as numbers or booleans are refused, as the API server refuses them.
+    ``share``: keys and values are :func:`shared` (labels a cache holds for every pod)."""
     raw = mapping(obj, key, base)
     out: dict[str, str] = {}
     for k, v in raw.items():
         if type(v) is not str and not isinstance(v, str):
             raise ObjectError(_join(_join(base, key), str(k)), f"expected a string, got {type(v).__name__}")
-        out[k if type(k) is str else str(k)] = v
+        k = k if type(k) is str else str(k)
+        if share:
+            k, v = shared(k), shared(v)
+        out[k] = v
     return out
+
+
+def shared(value: str) -> str:
+    """``value``, or the one equal string already in use (:func:`sys.intern`): the values
+    repeated across the objects of a large cluster (namespaces, node names, label keys and
+    values, timestamps of one release) held once, as a cache of 100,000 pods needs
+    (docs/decisions/059-cache-keeps-parsed-forms.md). A ``str`` subclass is returned as it is."""
+    return sys.intern(value) if type(value) is str else value
 
 
 def path(base: str, *keys: str | int) -> str:
@@ -107,9 +120,22 @@ def path(base: str, *keys: str | int) -> str:
 
 def filled(cls: type[T], values: dict[str, Any]) -> T:
     """An instance of the frozen dataclass ``cls`` holding ``values``, a value for every
-    field: what its generated ``__init__`` makes, without the ``object.__setattr__``
-    call per field that is a third of parsing a pod. Only for ``from_object``, which
-    gives every field (a test holds them to it)."""
+    field: what its generated ``__init__`` makes, without the frozen ``__setattr__``
+    check per field. A class with ``__slots__`` (the parsed pods and nodes a cache holds by
+    the hundred thousand: docs/decisions/059-cache-keeps-parsed-forms.md) gets each slot
+    set through its descriptor; any other its ``__dict__`` in one update. Only for
+    ``from_object``, which gives every field (a test holds them to it)."""
     obj = object.__new__(cls)
-    obj.__dict__.update(values)
+    setters = _SLOT_SETTERS.get(cls)
+    if setters is None and "__slots__" in cls.__dict__:
+        setters = _SLOT_SETTERS[cls] = {name: getattr(cls, name).__set__ for name in cls.__dict__["__slots__"]}
+    if setters is None:
+        obj.__dict__.update(values)
+    else:
+        for name, value in values.items():
+            setters[name](obj, value)
     return obj
+
+
+#: Per slotted class: each field's descriptor setter (:func:`filled`).
+_SLOT_SETTERS: dict[type, dict[str, Any]] = {}

@@ -15,7 +15,7 @@ from reconciler.engine.model.selectors import Taint, parse_taints
 from troupe.contract import HOSTNAME_LABEL, NODE_FAILURES
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class NodeInfo:
     """A node as the engine sees it. ``allocatable`` is in units (:mod:`.resources`)."""
 
@@ -57,7 +57,7 @@ class NodeInfo:
                     since = changed if isinstance(changed, str) else ""
         return filled(cls, {
             "name": string(meta, "name", "metadata", required=True),
-            "labels": string_map(meta, "labels", "metadata"),
+            "labels": string_map(meta, "labels", "metadata", share=True),
             "allocatable": node_allocatable(status),
             "taints": parse_taints(spec),
             "ready": ready,

@@ -22,6 +22,7 @@ from reconciler.engine.model.fields import (
     mapping,
     path,
     sequence,
+    shared,
     string,
     string_map,
 )
@@ -68,7 +69,7 @@ class Owner:
     uid: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class PodInfo:
     """A pod as the engine sees it: the values parsed from its object, not the object.
     ``requests`` is in units and includes one ``pods``.
@@ -180,15 +181,16 @@ class PodInfo:
         status = mapping(obj, "status")
         name = string(meta, "name", "metadata", required=True)
         annotations = string_map(meta, "annotations", "metadata")
-        labels = string_map(meta, "labels", "metadata")
+        labels = string_map(meta, "labels", "metadata", share=True)
         node_filter = parse_node_filter(spec)
-        namespace = string(meta, "namespace", "metadata", default="default")
+        namespace = shared(string(meta, "namespace", "metadata", default="default"))
         gates = _gates(spec)
         priority = 0 if spec.get("priority") is None else spec["priority"]
         if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
             raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
         problems = [problem for problem in (pod_terms_error(spec), rank_problem(labels, annotations)) if problem]
         plan, nomination = _record(annotations, PLAN, Plan, problems), _record(annotations, NOMINATION, Nomination, problems)
+        conditions = _conditions(status)
         return filled(cls, {
             "namespace": namespace,
             "key": PodKey(namespace, name),
@@ -197,27 +199,27 @@ class PodInfo:
             "node_filter": node_filter,
             "labels": labels,
             "gang_annotations": _gang_annotations(annotations),
-            "node_name": string(spec, "nodeName", "spec"),
-            "assigned_node": annotations.get(ASSIGNED_NODE, ""),
-            "phase": string(status, "phase", "status", default="Pending"),
+            "node_name": shared(string(spec, "nodeName", "spec")),
+            "assigned_node": shared(annotations.get(ASSIGNED_NODE, "")),
+            "phase": shared(string(status, "phase", "status", default="Pending")),
             "gates": tuple(gates),
-            "creation_timestamp": str(meta.get("creationTimestamp") or ""),
+            "creation_timestamp": shared(str(meta.get("creationTimestamp") or "")),
             "rank": rank_key(obj),
             "priority": priority,
             "uid": str(meta.get("uid") or ""),
             "resource_version": str(meta.get("resourceVersion") or ""),
             "deleting": meta.get("deletionTimestamp") is not None,
             "owner": _controller_owner(meta),
-            "planned_at": annotations.get(PLANNED_AT, ""),
-            "released_at": annotations.get(RELEASED_AT, ""),
+            "planned_at": shared(annotations.get(PLANNED_AT, "")),
+            "released_at": shared(annotations.get(RELEASED_AT, "")),
             "plan": plan,
             "nomination": nomination,
-            "device_group": annotations.get(DEVICE_GROUP, ""),
+            "device_group": shared(annotations.get(DEVICE_GROUP, "")),
             "devices": _selected(annotations, problems),
             "grace_seconds": _grace(spec),
-            "condition": _condition(status, GANG_CONDITION),
-            "scheduled": _condition(status, POD_SCHEDULED),
-            "disruption": _disruption(status),
+            "condition": conditions.get(GANG_CONDITION),
+            "scheduled": conditions.get(POD_SCHEDULED),
+            "disruption": _disruption(conditions),
             "terms": parse_pod_terms(namespace, name, labels, spec),
             "malformed": "; ".join(problems),
             "claims": _resource_claims(spec, status),
@@ -305,7 +307,8 @@ _TOPOLOGY_KEYS = frozenset((*TOPOLOGY_KEYS, RELEASE_MODE, *GANG_POLICY_KEYS, *ku
 
 def _gang_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
     """The annotations :attr:`PodInfo.gang_annotations` keeps (see there)."""
-    return {key: value for key, value in annotations.items() if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
+    return {shared(key): shared(value) for key, value in annotations.items()
+            if key.endswith(_GANG_KEY_ENDS) or key in _TOPOLOGY_KEYS}
 
 
 def _selected(annotations: Mapping[str, str], problems: list[str]) -> Devices | None:
@@ -361,9 +364,30 @@ def _condition(status: Mapping[str, Any], kind: str) -> tuple[str, str, str] | N
     return None
 
 
-def _disruption(status: Mapping[str, Any]) -> str:
-    """The reason of a ``DisruptionTarget`` condition whose status is ``True``, else ``""``."""
-    found = _condition(status, "DisruptionTarget")
+#: The pod conditions a parsed pod keeps (:func:`_conditions`).
+_KEPT_CONDITIONS = frozenset((GANG_CONDITION, POD_SCHEDULED, "DisruptionTarget"))
+
+
+def _conditions(status: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """The conditions :class:`PodInfo` keeps, by type, each as :func:`_condition` reads it
+    (the first of its type), in one pass over ``status.conditions``."""
+    conditions = status.get("conditions")
+    found: dict[str, tuple[str, str, str]] = {}
+    if not isinstance(conditions, list):
+        return found
+    for condition in conditions:
+        if isinstance(condition, Mapping):
+            kind = condition.get("type")
+            if isinstance(kind, str) and kind in _KEPT_CONDITIONS and kind not in found:
+                found[kind] = (str(condition.get("status") or ""), str(condition.get("reason") or ""),
+                               str(condition.get("message") or ""))
+    return found
+
+
+def _disruption(conditions: Mapping[str, tuple[str, str, str]]) -> str:
+    """The reason of a ``DisruptionTarget`` condition whose status is ``True``, else ``""``
+    (``conditions``: :func:`_conditions`)."""
+    found = conditions.get("DisruptionTarget")
     return (found[1] or "DisruptionTarget") if found is not None and found[0] == "True" else ""
 
 
