@@ -19,7 +19,9 @@ pods run until deleted).
 
 Printed for each mode: how many Jobs got all their pods Running, the seconds from each
 Job's creation (when its create call was sent) to the watch seeing all its pods Running
-(median, p99, max), and the queue-order inversions: pairs of Jobs that reached Running out
+(median, p99, max), the median split into the Job's creation to all its pods created (the
+Job controller's share, and for a gang the webhook's) and from there to all Running, and
+the queue-order inversions: pairs of Jobs that reached Running out
 of their creation order (every Job has the same priority, so docs/decisions/019-queue-order.md
 orders them by creation; a count, not a pass/fail: the plain Jobs' count is the baseline,
 kube-scheduler keeps no order between Jobs). Then the gangs' median and p99 over the plain
@@ -91,6 +93,7 @@ class Tracker:
         self.members, self.start = members, start
         self.pods: dict[str, dict[str, bool]] = {}  # job -> pod name -> Running and not deleting
         self.running_at: dict[str, float] = {}  # job -> seconds from start
+        self.complete_at: dict[str, float] = {}  # job -> seconds from start to all its pods seen
         self.lock = threading.Lock()
 
     def _job(self, pod: dict[str, Any]) -> str | None:
@@ -116,6 +119,8 @@ class Tracker:
                 return
             pods[name] = (pod.get("status", {}).get("phase") == "Running"
                           and not pod["metadata"].get("deletionTimestamp"))
+            if job not in self.complete_at and len(pods) >= self.members:
+                self.complete_at[job] = now - self.start
             if job not in self.running_at and sum(pods.values()) >= self.members:
                 self.running_at[job] = now - self.start
 
@@ -209,7 +214,8 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
                                                                             for f in failures)]
     with tracker.lock:
         running = tuple(tracker.running_at.get(names[i]) for i in order)
-    return StreamResult(mode, tuple(created[i] or 0.0 for i in order), running)
+        complete = tuple(tracker.complete_at.get(names[i]) for i in order)
+    return StreamResult(mode, tuple(created[i] or 0.0 for i in order), running, complete)
 
 
 def clear_namespace(api: Any, namespace: str, timeout: float = 900.0) -> None:

@@ -80,12 +80,20 @@ def test_summary_table_has_a_row_per_mode_and_the_ratios():
     assert ratio(gang, plain, 50) == pytest.approx(1.05)
     lines = summary_table([plain, gang]).splitlines()
     assert lines[0].startswith("| mode | all Running | median s | p99 s | max s |")
-    assert lines[2] == "| plain | 4 of 4 | 1.00 | 1.00 | 1.00 | 0 (6) | 3.0 |"
-    assert lines[3] == "| gang | 4 of 4 | 1.05 | 2.50 | 2.50 | 1 (6) | 3.0 |"
-    assert lines[4] == "| gang / plain |  | 1.05x (within 1.1x) | 2.50x (NOT within 1.1x) |  |  |  |"
+    assert lines[2] == "| plain | 4 of 4 | 1.00 | 1.00 | 1.00 | n/a | n/a | 0 (6) | 3.0 |"
+    assert lines[3] == "| gang | 4 of 4 | 1.05 | 2.50 | 2.50 | n/a | n/a | 1 (6) | 3.0 |"
+    assert lines[4] == "| gang / plain |  | 1.05x (within 1.1x) | 2.50x (NOT within 1.1x) |  |  |  |  |  |"
 
 
 def test_summary_table_of_one_mode_has_no_ratio_row():
     lines = summary_table([StreamResult("gang", (0.0,), (None,))]).splitlines()
-    assert lines[2] == "| gang | 0 of 1 | n/a | n/a | n/a | 0 (0) | 0.0 |"
+    assert lines[2] == "| gang | 0 of 1 | n/a | n/a | n/a | n/a | n/a | 0 (0) | 0.0 |"
     assert len(lines) == 3
+
+
+def test_the_median_splits_into_creation_and_running():
+    result = StreamResult("gang", (0.0, 1.0, 2.0), (1.5, 2.5, None), complete=(0.25, 1.5, 2.75))
+    assert result.split(50) == (0.5, 1.0)  # created after 0.25, 0.5, 0.75 s; Running 1.25, 1.0 s later
+    assert StreamResult("plain", (0.0,), (1.0,)).split(50) == (None, None)
+    line = summary_table([result]).splitlines()[2]
+    assert line == "| gang | 2 of 3 | 1.50 | 1.50 | 1.50 | 0.50 | 1.00 | 0 (3) | 2.0 |"
