@@ -5,6 +5,7 @@ release mode, on the local control plane with 2,048 kwok nodes (4 blocks x 8 sub
     .venv/bin/python benchmarks/scale.py [--sizes 64,256,512,1024]
         [--modes plain,AsCreated,WhenComplete] [--component-qps QPS [--component-burst B]]
         [--release-concurrency C] [--run-dir DIR] [--topology BxSxH] [--only inprocess|cluster]
+        [--runs R]
 
 For each N, in the same run and on the same cluster, one after the other (each Job's
 namespace deleted, and its pods gone, before the next):
@@ -24,6 +25,16 @@ subblocks the pods span against the fewest that can hold N (64 hosts each), and 
 reconciler's peak resident memory (``VmHWM``, since it started). At the end, the same as a
 markdown table to paste in a note. Target (issue 24): AsCreated within 1.1x of plain at
 every size, on the fewest subblocks; WhenComplete no slower than before.
+
+**The timeline by stage** (issue 37: find the gang's fixed costs). Printed per N after its
+lines, and for every N at the end: the seconds from the Job's creation to each stage, the
+plain Job and each gang mode side by side and each gang mode's difference to the plain
+Job: the reservation written on the Job and the release's ``planned-at`` (the reconciler's
+first visible effects; its receipt of the Job event is not observable from outside), the
+first and the last member created, ungated (gangs only), bound and Running, each the
+moment the benchmark's watch received it (``benchmarks/timeline.py``). ``--runs R``
+measures each size and mode R times, the modes taking turns, and prints the median run's
+times and each stage's median (the issue's targets are the median of 3).
 
 **The floor.** kube-controller-manager (the Job controller creates pods at its client
 rate: 20 per second by default) and kube-scheduler (binds at 50 per second) bound every

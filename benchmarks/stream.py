@@ -2,7 +2,8 @@
 against the same count of plain Jobs in the same run (issue 37: "many gangs at once").
 
     .venv/bin/python benchmarks/stream.py [--gangs 2000] [--members 8] [--seconds 60]
-        [--topology 4x8x64] [--modes plain,gang] [--timeout S] [--run-dir DIR]
+        [--topology 4x8x64] [--modes plain,gang] [--component-qps QPS [--component-burst B]]
+        [--timeout S] [--run-dir DIR]
 
 On the local control plane with kwok nodes of 8 GPUs (``--topology`` blocks x subblocks x
 hosts; 2,048 nodes by default), one stream of each mode, one after the other, each on a
@@ -28,8 +29,13 @@ kube-scheduler keeps no order between Jobs). Then the gangs' median and p99 over
 Jobs' (target: within 1.1x), and the reconciler's peak resident memory. Progress lines on
 stderr every 5 s while a stream runs.
 
+kube-controller-manager creates pods at its client rate (20 a second by default, burst 30):
+G x M pods over S seconds above that rate queue in the Job controller, for every mode alike.
+``--component-qps`` (and ``--component-burst``, default 2 x QPS) starts it and kube-scheduler
+with ``--kube-api-qps``/``--kube-api-burst`` raised, which shows Troupe's own share.
+
 This is a benchmark, not a test. On two busy cores, 100 gangs of 4 over 20 s on 128 nodes
-(``--gangs 100 --members 4 --seconds 20 --topology 1x2x64``) takes about 4 minutes with
+(``--gangs 100 --members 4 --seconds 20 --topology 1x2x64``) took about 2 minutes with
 the control plane's start; the default (2,000 gangs of 8 on 2,048 nodes) needs a quieter
 machine than the benchmark's own watch, which decodes every pod event in Python.
 """
@@ -51,10 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from scale import JOB_TRACKING_FINALIZER, nodes_file, not_ready_count, rss_peak_mib
+from scale import JOB_TRACKING_FINALIZER, nodes_file, not_ready_count, rates_text, rss_peak_mib
 from stream_report import StreamResult, summary_table
 
-from devtools.devcluster.cluster import Cluster
+from devtools.devcluster.cluster import ClientRate, Cluster
 from devtools.devcluster.stack import Stack
 
 MODES = ("plain", "gang")
@@ -261,6 +267,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="kwok nodes of 8 GPUs as blocks x subblocks x hosts (default %(default)s: 2,048 nodes)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="which streams to run, in this order: plain, gang (default %(default)s)")
+    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
+                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
+                        "(default: their own defaults, 20 and 50)")
+    p.add_argument("--component-burst", type=int, default=None, metavar="B",
+                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="give up on a stream S seconds after its last Job was created (default %(default)s)")
     p.add_argument("--run-dir", metavar="DIR", default=None,
@@ -280,6 +291,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError:
         p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {args.topology!r}")
     args.topology = (blocks, subblocks, hosts)
+    if args.component_burst is not None and args.component_qps is None:
+        p.error("--component-burst needs --component-qps")
     if args.gangs * args.members > blocks * subblocks * hosts * 8:
         p.error(f"--gangs x --members: {args.gangs * args.members} pods of one GPU do not fit on "
                 f"{blocks * subblocks * hosts} nodes of 8 GPUs (every Job must fit at once)")
@@ -292,6 +305,9 @@ def main() -> int:
     nodes = blocks * subblocks * hosts
     title = (f"{args.gangs} Jobs of {args.members} one-GPU pods created evenly over {args.seconds:g} s, "
              f"{nodes} kwok nodes ({blocks}x{subblocks}x{hosts}, 8 GPUs each), per mode: {', '.join(args.modes)}")
+    rate = None if args.component_qps is None else ClientRate(
+        args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
+    title += f"; {rates_text(rate)}"
     results = []
     with tempfile.TemporaryDirectory(prefix="troupe-bench-stream-") as tmp:
         directory = Path(tmp)
@@ -299,7 +315,7 @@ def main() -> int:
         config.write_text("")
         print(f"starting the control plane with {nodes} kwok nodes...", file=sys.stderr)
         began = time.monotonic()
-        with Cluster(args.run_dir, start_timeout=600.0) as cluster:
+        with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
             cluster.apply_nodes(nodes_file(directory, args.topology), timeout=600.0)
             with Stack(cluster, config) as stack:
                 print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
