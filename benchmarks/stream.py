@@ -158,6 +158,34 @@ def follow(core: client.CoreV1Api, namespace: str, tracker: Tracker, stop: threa
             time.sleep(0.2)
 
 
+def wait_running(tracker: Tracker, creator: threading.Thread, created: list[float | None], mode: str,
+                 timeout: float, errors: list[str]) -> None:
+    """Return once every Job of the stream (``created``: one entry per Job, None until its
+    create call is sent) has all its pods Running and ``creator`` is done, or ``timeout``
+    seconds after ``creator`` ended; a progress line on stderr every
+    :data:`PROGRESS_SECONDS`."""
+    gangs = len(created)
+    last_progress = tracker.start
+    deadline: float | None = None
+    while True:
+        time.sleep(0.5)
+        done, pods = tracker.counts()
+        now = time.monotonic()
+        if not creator.is_alive() and deadline is None:
+            deadline = now + timeout
+        if now - last_progress >= PROGRESS_SECONDS:
+            last_progress = now
+            made = sum(1 for c in created if c is not None)
+            print(f"  {mode} {now - tracker.start:6.1f}s: {made}/{gangs} Jobs created, {done}/{gangs} all Running, "
+                  f"{pods} pods Running", file=sys.stderr, flush=True)
+        if done >= gangs and not creator.is_alive():
+            return
+        if deadline is not None and now > deadline:
+            print(f"  {mode}: {gangs - done} Jobs not all Running {timeout:.0f}s after the last was created; "
+                  f"watch errors: {errors[-3:]}", file=sys.stderr, flush=True)
+            return
+
+
 def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, seconds: float,
                timeout: float) -> StreamResult:
     """Create ``gangs`` Jobs of ``members`` pods (``mode``: plain or gang) in ``namespace``
@@ -167,7 +195,7 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     names = [f"{mode}-{i:05d}" for i in range(gangs)]
     created: list[float | None] = [None] * gangs
-    failures: list[str] = []
+    failures: dict[int, str] = {}  # Job index -> why its create failed
     stop = threading.Event()
     errors: list[str] = []
     tracker = Tracker(members, 0.0)
@@ -182,7 +210,7 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
         try:
             batch.create_namespaced_job(namespace, stream_job(names[i], members, mode == "gang"))
         except ApiException as e:
-            failures.append(f"{names[i]}: {e.status} {e.reason}")
+            failures[i] = f"{names[i]}: {e.status} {e.reason}"
 
     def pace() -> None:
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -194,30 +222,11 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
 
     creator = threading.Thread(target=pace, daemon=True)
     creator.start()
-    last_progress = start
-    deadline: float | None = None
-    while True:
-        time.sleep(0.5)
-        done, pods = tracker.counts()
-        now = time.monotonic()
-        if not creator.is_alive() and deadline is None:
-            deadline = now + timeout
-        if now - last_progress >= PROGRESS_SECONDS:
-            last_progress = now
-            made = sum(1 for c in created if c is not None)
-            print(f"  {mode} {now - start:6.1f}s: {made}/{gangs} Jobs created, {done}/{gangs} all Running, "
-                  f"{pods} pods Running", file=sys.stderr, flush=True)
-        if done >= gangs and not creator.is_alive():
-            break
-        if deadline is not None and now > deadline:
-            print(f"  {mode}: {gangs - done} Jobs not all Running {timeout:.0f}s after the last was created; "
-                  f"watch errors: {errors[-3:]}", file=sys.stderr, flush=True)
-            break
+    wait_running(tracker, creator, created, mode, timeout, errors)
     stop.set()
     if failures:
-        print(f"  {len(failures)} creates failed, e.g. {failures[:3]}", file=sys.stderr, flush=True)
-    order = [i for i in range(gangs) if created[i] is not None and not any(f.startswith(names[i] + ":")
-                                                                            for f in failures)]
+        print(f"  {len(failures)} creates failed, e.g. {list(failures.values())[:3]}", file=sys.stderr, flush=True)
+    order = [i for i in range(gangs) if created[i] is not None and i not in failures]
     with tracker.lock:
         running = tuple(tracker.running_at.get(names[i]) for i in order)
         complete = tuple(tracker.complete_at.get(names[i]) for i in order)
