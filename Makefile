@@ -14,7 +14,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -147,7 +147,9 @@ bench-kills: $(BIN)/.installed cluster-build
 # and kube-scheduler at their default client rates (the comparison), then with both raised
 # to 500 requests/s, burst 1000 (the floor: Troupe's own share). About 30 minutes on two
 # busy cores (measured: 64-512 took 8 min at default rates, 9 raised; 1,024 alone 8.5 min
-# at default rates; see benchmarks/scale.py).
+# at default rates; see benchmarks/scale.py). Each size also prints the Job's timeline by
+# stage (the reservation, the first and last member created, ungated, bound, Running), the
+# plain Job and the gangs side by side with the difference (benchmarks/timeline.py).
 # The first invocation also measures the rows that need no control plane (the reconciler's
 # memory at 8,192 nodes + 100,000 pods, a decision and release of 1,024 members with two slice
 # layers, kubectl troupe plan/status on a snapshot of that size; benchmarks/scale_inprocess.py)
@@ -161,6 +163,18 @@ else
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/scale.py --only cluster --component-qps 500 --component-burst 1000
 endif
+
+# A stream of 2,000 gangs of 8 one-GPU members created evenly over 60 s on 2,048 kwok nodes,
+# after as many plain Jobs, each stream on a clean cluster (issue 37): each Job's seconds to
+# all Running (median, p99, max), gang/plain at the median and p99, every gang Running, the
+# queue-order inversions (benchmarks/stream.py). Not measured at that size on two cores: the
+# Job controller creates pods at 20 a second by default, so each stream's 16,000 pods take
+# at least 13 minutes, about 40 minutes in all. Measured at a small size (100 gangs of 4 over
+# 20 s on 128 nodes: STREAM_ARGS="--gangs 100 --members 4 --seconds 20 --topology 1x2x64"):
+# about 2 minutes with the control plane's start.
+STREAM_ARGS ?=
+bench-stream: $(BIN)/.installed cluster-build
+	$(BIN)/python benchmarks/stream.py $(STREAM_ARGS)
 
 cluster-build: $(BIN)/.installed
 	$(BIN)/python -m devtools.devcluster build

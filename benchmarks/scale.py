@@ -5,6 +5,7 @@ release mode, on the local control plane with 2,048 kwok nodes (4 blocks x 8 sub
     .venv/bin/python benchmarks/scale.py [--sizes 64,256,512,1024]
         [--modes plain,AsCreated,WhenComplete] [--component-qps QPS [--component-burst B]]
         [--release-concurrency C] [--run-dir DIR] [--topology BxSxH] [--only inprocess|cluster]
+        [--runs R]
 
 For each N, in the same run and on the same cluster, one after the other (each Job's
 namespace deleted, and its pods gone, before the next):
@@ -24,6 +25,16 @@ subblocks the pods span against the fewest that can hold N (64 hosts each), and 
 reconciler's peak resident memory (``VmHWM``, since it started). At the end, the same as a
 markdown table to paste in a note. Target (issue 24): AsCreated within 1.1x of plain at
 every size, on the fewest subblocks; WhenComplete no slower than before.
+
+**The timeline by stage** (issue 37: find the gang's fixed costs). Printed per N after its
+lines, and for every N at the end: the seconds from the Job's creation to each stage, the
+plain Job and each gang mode side by side and each gang mode's difference to the plain
+Job: the reservation written on the Job and the release's ``planned-at`` (the reconciler's
+first visible effects; its receipt of the Job event is not observable from outside), the
+first and the last member created, ungated (gangs only), bound and Running, each the
+moment the benchmark's watch received it (``benchmarks/timeline.py``). ``--runs R``
+measures each size and mode R times, the modes taking turns, and prints the median run's
+times and each stage's median (the issue's targets are the median of 3).
 
 **The floor.** kube-controller-manager (the Job controller creates pods at its client
 rate: 20 per second by default) and kube-scheduler (binds at 50 per second) bound every
@@ -58,6 +69,8 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +85,11 @@ from scale_inprocess import ROWS, SCALES
 from scale_inprocess import measure as measure_inprocess
 from scale_inprocess import table as targets_table
 from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table, target_rows
+from timeline import PodMarks, median_timeline, stage_table, stages
 
 from devtools.devcluster.cluster import ClientRate, Cluster
 from devtools.devcluster.stack import Stack
+from troupe.contract import PLANNED_AT, RESERVATION
 
 BLOCKS, SUBBLOCKS, HOSTS = 4, 8, 64
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
@@ -120,17 +135,71 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
     }
 
 
+def _follow(list_call: Any, namespace: str, on_list: Any, on_event: Any, stop: threading.Event,
+            errors: list[str], **selectors: str) -> None:
+    """List then watch ``list_call`` in ``namespace`` until ``stop`` is set, calling
+    ``on_list(items, received)`` on each (re-)list and ``on_event(type, object, received)``
+    on each event (``received``: ``time.monotonic()`` when the client got it). The watch is
+    resumed from a fresh list when the API server drops it; errors are appended to ``errors``."""
+    while not stop.is_set():
+        try:
+            listing = list_call(namespace, **selectors)
+            on_list(listing.items, time.monotonic())
+            w = watch.Watch()
+            for event in w.stream(list_call, namespace, resource_version=listing.metadata.resource_version,
+                                  timeout_seconds=60, **selectors):
+                on_event(event["type"], event["object"], time.monotonic())
+                if stop.is_set():
+                    w.stop()
+        except Exception as e:  # noqa: BLE001  resumed from a fresh list
+            errors.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.2)
+
+
+def _rfc3339(value: str | None) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time such as ``2026-11-27T20:31:26.123Z``;
+    None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: float = 600.0) -> Run:
     """Create the Job (``mode``: plain or a release mode) and watch its pods until all ``n``
     are Running (a pod being deleted does not count); returns the seconds to Running, of
-    the release, the pods' nodes and how many pods beyond ``n`` the Job made on the way.
-    The watch is resumed from a fresh list when the API server drops it."""
+    the release, the pods' nodes, how many pods beyond ``n`` the Job made on the way and
+    the timeline by stage (``benchmarks/timeline.py``: when the watch received each pod's
+    creation, gate removal, binding and Running, and the Job's reservation annotation).
+    The watches are resumed from a fresh list when the API server drops them."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     seen: dict[str, Any] = {}
     uids: set[str] = set()
     marks: dict[str, float] = {}
+    pods: dict[str, PodMarks] = {}  # by uid, received times (monotonic) until the end
+    planned: list[float] = []  # the members' planned-at, seconds since the epoch
+    reservation: list[float] = []
     done, stop = threading.Event(), threading.Event()
     errors: list[str] = []
+
+    def mark(pod: Any, now: float) -> None:
+        uid = pod.metadata.uid
+        uids.add(uid)
+        m = pods.setdefault(uid, PodMarks(created=now))
+        if m.ungated is None and mode != PLAIN and not any(
+                g.name == TROUPE_GATE for g in pod.spec.scheduling_gates or ()):
+            m.ungated = now
+        if m.bound is None and pod.spec.node_name:
+            m.bound = now
+        if m.running is None and pod.status.phase == "Running":
+            m.running = now
+        at = _rfc3339((pod.metadata.annotations or {}).get(PLANNED_AT))
+        if at is not None and not planned:
+            planned.append(at)
+        elif at is not None and at < planned[0]:
+            planned[0] = at
 
     def note(now: float) -> None:
         if "complete" not in marks and len(seen) >= n:
@@ -141,36 +210,40 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
         if sum(1 for p in seen.values() if p.status.phase == "Running" and not p.metadata.deletion_timestamp) >= n:
             marks["running"] = now
             done.set()
+            stop.set()
 
-    def follow() -> None:
-        selector = f"job-name={name}"
-        while not stop.is_set() and not done.is_set():
-            try:
-                listing = core.list_namespaced_pod(namespace, label_selector=selector)
-                seen.clear()
-                seen.update({p.metadata.name: p for p in listing.items})
-                uids.update(p.metadata.uid for p in listing.items)
-                note(time.monotonic())
-                w = watch.Watch()
-                for event in w.stream(core.list_namespaced_pod, namespace, label_selector=selector,
-                                      resource_version=listing.metadata.resource_version, timeout_seconds=60):
-                    pod = event["object"]
-                    if event["type"] == "DELETED":
-                        seen.pop(pod.metadata.name, None)
-                    else:
-                        seen[pod.metadata.name] = pod
-                        uids.add(pod.metadata.uid)
-                    note(time.monotonic())
-                    if done.is_set() or stop.is_set():
-                        w.stop()
-            except Exception as e:  # noqa: BLE001  resumed from a fresh list
-                errors.append(f"{type(e).__name__}: {e}")
-                time.sleep(0.2)
+    def pods_listed(items: list[Any], now: float) -> None:
+        seen.clear()
+        seen.update({p.metadata.name: p for p in items})
+        for pod in items:
+            mark(pod, now)
+        note(now)
 
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
+    def pod_event(kind: str, pod: Any, now: float) -> None:
+        if kind == "DELETED":
+            seen.pop(pod.metadata.name, None)
+        else:
+            seen[pod.metadata.name] = pod
+            mark(pod, now)
+        note(now)
+
+    def job_seen(job_object: Any, now: float) -> None:
+        if not reservation and RESERVATION in (job_object.metadata.annotations or {}):
+            reservation.append(now)
+
+    threads = [
+        threading.Thread(target=_follow, daemon=True, args=(
+            core.list_namespaced_pod, namespace, pods_listed, pod_event, stop, errors),
+            kwargs={"label_selector": f"job-name={name}"}),
+        threading.Thread(target=_follow, daemon=True, args=(
+            batch.list_namespaced_job, namespace, lambda items, now: [job_seen(j, now) for j in items],
+            lambda kind, j, now: job_seen(j, now), stop, errors),
+            kwargs={"field_selector": f"metadata.name={name}"}),
+    ]
+    for thread in threads:
+        thread.start()
     time.sleep(0.5)
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     batch.create_namespaced_job(namespace, job(name, n, mode))
     finished = done.wait(timeout)
     stop.set()
@@ -179,7 +252,14 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
         raise RuntimeError(f"{name}: {running} of {n} pods Running after {timeout:.0f}s; watch errors: {errors[-3:]}")
     gang = mode != PLAIN
     release = marks["ungated"] - marks["complete"] if gang and "ungated" in marks and "complete" in marks else None
-    return Run(marks["running"] - t0, release, tuple(p.spec.node_name for p in seen.values()), len(uids) - n)
+
+    def since(value: float | None) -> float | None:
+        return None if value is None else value - t0
+
+    relative = [PodMarks(since(m.created), since(m.ungated), since(m.bound), since(m.running)) for m in pods.values()]
+    timeline = stages(relative, n, reservation=since(reservation[0]) if reservation else None,
+                      planned=planned[0] - wall0 if planned else None)
+    return Run(marks["running"] - t0, release, tuple(p.spec.node_name for p in seen.values()), len(uids) - n, timeline)
 
 
 def rss_peak_mib(pid: int) -> float:
@@ -246,6 +326,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", choices=("inprocess", "cluster"), default=None,
                    help="only the in-process rows (benchmarks/scale_inprocess.py: no control plane), or only "
                         "the control plane's timelines (default: both, then one table of every target)")
+    p.add_argument("--runs", type=int, default=1, metavar="R",
+                   help="measure each size and mode R times (the modes taking turns) and print the median "
+                        "(default %(default)s; the issue's targets are the median of 3)")
     p.add_argument("--run-dir", metavar="DIR", default=None,
                    help="keep the control plane's run directory (logs of every component) here")
     args = p.parse_args(argv)
@@ -255,6 +338,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
     args.modes = [mode for mode in MODES if mode in modes]
     args.sizes = [int(size) for size in args.sizes.split(",")]
+    if args.runs < 1:
+        p.error(f"--runs: expected a positive count, got {args.runs}")
     try:
         blocks, subblocks, hosts = (int(part) for part in args.topology.split("x"))
     except ValueError:
@@ -265,34 +350,57 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def median_run(runs: list[Run]) -> Run:
+    """The run of the median seconds to Running (the lower middle one of an even count),
+    its timeline replaced by the median of every run's, stage by stage."""
+    middle = sorted(runs, key=lambda run: run.to_running)[(len(runs) - 1) // 2]
+    return replace(middle, timeline=median_timeline([run.timeline for run in runs]))
+
+
 def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str],
-                  hosts: int = HOSTS) -> list[SizeResult]:
-    """Each size in turn, each mode of it in turn, each Job in a namespace of its own, deleted
-    with its pods (and the pods gone) before the next; a size's lines printed once measured."""
+                  hosts: int = HOSTS, repeat: int = 1) -> list[SizeResult]:
+    """Each size in turn, each mode of it in turn (``repeat`` times over, the modes taking
+    turns), each Job in a namespace of its own, deleted with its pods (and the pods gone)
+    before the next; a size's lines and its timeline by stage (the median of the runs)
+    printed once measured."""
     api = cluster.api_client("admin")
     core = client.CoreV1Api(api)
     pid = stack.process("troupe-reconciler").popen.pid
     results = []
     for n in sizes:
-        runs = {}
-        for mode in modes:
-            namespace = f"bench-{mode.lower()}-{n}"
-            unready = not_ready_count(core)
-            if unready:
-                print(f"  warning: {unready} nodes not Ready before N={n} {mode} (kwok renews its nodes' leases "
-                      "late on a busy machine); its numbers are not comparable", flush=True)
-            core.create_namespace({"metadata": {"name": namespace}})
-            print(f"N={n} {mode}...", file=sys.stderr)
-            name = f"{mode.lower()}-{n}"
-            runs[mode] = measure(api, namespace, name, n, mode)
-            print(f"  {runs[mode].to_running:.1f}s to all Running", file=sys.stderr)
-            cleared = time.monotonic()
-            clear(api, namespace, name)
-            print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
-            stack.check()
+        measured: dict[str, list[Run]] = {mode: [] for mode in modes}
+        for attempt in range(repeat):
+            for mode in modes:
+                suffix = "" if repeat == 1 else f"-{attempt + 1}"
+                namespace = f"bench-{mode.lower()}-{n}{suffix}"
+                unready = not_ready_count(core)
+                if unready:
+                    print(f"  warning: {unready} nodes not Ready before N={n} {mode} (kwok renews its nodes' "
+                          "leases late on a busy machine); its numbers are not comparable", flush=True)
+                core.create_namespace({"metadata": {"name": namespace}})
+                print(f"N={n} {mode}{suffix}...", file=sys.stderr)
+                name = f"{mode.lower()}-{n}"
+                run = measure(api, namespace, name, n, mode)
+                measured[mode].append(run)
+                print(f"  {run.to_running:.1f}s to all Running", file=sys.stderr)
+                cleared = time.monotonic()
+                clear(api, namespace, name)
+                print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
+                stack.check()
+        runs = {mode: median_run(measured[mode]) for mode in modes}
         results.append(SizeResult(n, runs, rss_peak_mib(pid)))
         print("\n".join(size_lines(results[-1], hosts)), flush=True)
+        print(f"\nN={n}: seconds from the Job's creation to each stage, as the watch received it"
+              f"{'' if repeat == 1 else f' (median of {repeat} runs)'}:\n", flush=True)
+        print(timeline_text(runs) + "\n", flush=True)
     return results
+
+
+def timeline_text(runs: dict[str, Run]) -> str:
+    """The timeline table of one size's runs (``benchmarks/timeline.py``)."""
+    plain = runs.get(PLAIN)
+    return stage_table(plain.timeline if plain else None,
+                       {mode: run.timeline for mode, run in runs.items() if mode != PLAIN})
 
 
 def rates_text(rate: ClientRate | None) -> str:
@@ -325,9 +433,12 @@ def main() -> int:
             with Stack(cluster, config) as stack:
                 print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
                 print(title, flush=True)
-                results = measure_sizes(cluster, stack, args.sizes, args.modes, hosts)
+                results = measure_sizes(cluster, stack, args.sizes, args.modes, hosts, args.runs)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all\n")
     print(summary_table(results, args.modes, hosts))
+    for result in results:
+        print(f"\nN={result.n}, seconds from the Job's creation to each stage:\n")
+        print(timeline_text(dict(result.runs)))
     where = f"{blocks * subblocks * hosts:,} kwok nodes" + ("" if rate is None else f", components at {rate.qps:g} qps")
     print("\nEvery target of issue 37 measured in this run:\n")
     print(targets_table(inprocess + target_rows(results, where)))

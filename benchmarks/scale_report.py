@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: The Job as kube-scheduler alone places it, then the same Job as one gang in each
 #: release mode (the value of ``troupe.io/release`` in its pod template).
@@ -30,12 +30,14 @@ class Run:
     ``nodes``: the node of each pod, in no order.
     ``recreated``: how many pods beyond N the Job made before all N ran (a gang rolled back
     and recreated); 0 on a clean run.
+    ``timeline``: each stage's seconds from the Job's creation (``benchmarks/timeline.py``).
     """
 
     to_running: float
     release: float | None
     nodes: tuple[str, ...]
     recreated: int = 0
+    timeline: Mapping[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,359 @@
+"""Stream benchmark: G gangs of M members arriving evenly over S seconds, as indexed Jobs,
+against the same count of plain Jobs in the same run (issue 37: "many gangs at once").
+
+    .venv/bin/python benchmarks/stream.py [--gangs 2000] [--members 8] [--seconds 60]
+        [--topology 4x8x64] [--modes plain,gang] [--component-qps QPS [--component-burst B]]
+        [--timeout S] [--run-dir DIR]
+
+On the local control plane with kwok nodes of 8 GPUs (``--topology`` blocks x subblocks x
+hosts; 2,048 nodes by default), one stream of each mode, one after the other, each on a
+clean cluster (the previous stream's Jobs deleted and their pods gone):
+
+- **plain**: G indexed Jobs of M pods of one GPU each, without Troupe keys;
+- **gang**: the same Jobs, each pod template with ``troupe.io/gang-name: <the Job's name>``
+  and ``troupe.io/gang-size: M`` (released as the default ``releaseMode`` says: as created).
+
+The Jobs are created at an even pace, the i-th at ``i x S / G`` seconds (four client
+threads, so a slow create does not delay the next). By default 16,000 pods of one GPU fill
+16,000 of the 16,384 GPUs: every Job fits at once, none waits for another to finish (kwok
+pods run until deleted).
+
+Printed for each mode: how many Jobs got all their pods Running, the seconds from each
+Job's creation (when its create call was sent) to the watch seeing all its pods Running
+(median, p99, max), the median split into the Job's creation to all its pods created (the
+Job controller's share, and for a gang the webhook's) and from there to all Running, and
+the queue-order inversions: pairs of Jobs that reached Running out
+of their creation order (every Job has the same priority, so docs/decisions/019-queue-order.md
+orders them by creation; a count, not a pass/fail: the plain Jobs' count is the baseline,
+kube-scheduler keeps no order between Jobs). Then the gangs' median and p99 over the plain
+Jobs' (target: within 1.1x), and the reconciler's peak resident memory. Progress lines on
+stderr every 5 s while a stream runs.
+
+kube-controller-manager creates pods at its client rate (20 a second by default, burst 30):
+G x M pods over S seconds above that rate queue in the Job controller, for every mode alike.
+``--component-qps`` (and ``--component-burst``, default 2 x QPS) starts it and kube-scheduler
+with ``--kube-api-qps``/``--kube-api-burst`` raised, which shows Troupe's own share.
+
+This is a benchmark, not a test. On two busy cores, 100 gangs of 4 over 20 s on 128 nodes
+(``--gangs 100 --members 4 --seconds 20 --topology 1x2x64``) took about 2 minutes with
+the control plane's start; the default (2,000 gangs of 8 on 2,048 nodes) needs a quieter
+machine than the benchmark's own watch, which decodes every pod event in Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from scale import JOB_TRACKING_FINALIZER, nodes_file, not_ready_count, rates_text, rss_peak_mib
+from stream_report import StreamResult, summary_table
+
+from devtools.devcluster.cluster import ClientRate, Cluster
+from devtools.devcluster.stack import Stack
+
+MODES = ("plain", "gang")
+PROGRESS_SECONDS = 5.0
+
+
+def stream_job(name: str, members: int, gang: bool) -> dict[str, Any]:
+    """An indexed Job of ``members`` pods of one GPU each; as one gang of ``members``
+    named after the Job when ``gang`` (the ``troupe.io/gang-name``/``-size`` keys on its
+    pod template, docs/contract.md)."""
+    annotations = {"troupe.io/gang-name": name, "troupe.io/gang-size": str(members)} if gang else {}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed", "completions": members, "parallelism": members, "backoffLimit": 0,
+            # A gang rolled back is deleted for the Job to recreate: not a failure (KEP-3329).
+            "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "train", "image": "trainer:latest",
+                                         "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                                                       "limits": {"nvidia.com/gpu": "1"}}}]},
+            },
+        },
+    }
+
+
+class Tracker:
+    """Which pods of which Job the watch has seen, and when each Job first had ``members``
+    pods Running (none of them being deleted). Pods arrive as plain JSON dicts (the watch
+    does not build the client's models: 4-5 events a pod)."""
+
+    def __init__(self, members: int, start: float) -> None:
+        self.members, self.start = members, start
+        self.pods: dict[str, dict[str, bool]] = {}  # job -> pod name -> Running and not deleting
+        self.running_at: dict[str, float] = {}  # job -> seconds from start
+        self.complete_at: dict[str, float] = {}  # job -> seconds from start to all its pods seen
+        self.lock = threading.Lock()
+
+    def _job(self, pod: dict[str, Any]) -> str | None:
+        return (pod.get("metadata", {}).get("labels") or {}).get("job-name")
+
+    def listed(self, items: list[dict[str, Any]], now: float) -> None:
+        """A fresh list of the namespace's pods at ``now`` (monotonic)."""
+        with self.lock:
+            self.pods.clear()
+        for pod in items:
+            self.event("ADDED", pod, now)
+
+    def event(self, kind: str, pod: dict[str, Any], now: float) -> None:
+        """One watch event (``kind``: ADDED, MODIFIED, DELETED) received at ``now``."""
+        job = self._job(pod)
+        if job is None:
+            return
+        name = pod["metadata"]["name"]
+        with self.lock:
+            pods = self.pods.setdefault(job, {})
+            if kind == "DELETED":
+                pods.pop(name, None)
+                return
+            pods[name] = (pod.get("status", {}).get("phase") == "Running"
+                          and not pod["metadata"].get("deletionTimestamp"))
+            if job not in self.complete_at and len(pods) >= self.members:
+                self.complete_at[job] = now - self.start
+            if job not in self.running_at and sum(pods.values()) >= self.members:
+                self.running_at[job] = now - self.start
+
+    def counts(self) -> tuple[int, int]:
+        """(Jobs all Running, pods Running) now."""
+        with self.lock:
+            return len(self.running_at), sum(sum(pods.values()) for pods in self.pods.values())
+
+
+def follow(core: client.CoreV1Api, namespace: str, tracker: Tracker, stop: threading.Event,
+           errors: list[str]) -> None:
+    """List then watch the pods of ``namespace`` into ``tracker`` until ``stop``; resumed from
+    a fresh list when the API server drops the watch (errors appended to ``errors``)."""
+    while not stop.is_set():
+        try:
+            response = core.list_namespaced_pod(namespace, _preload_content=False)
+            listing = json.loads(response.data)
+            tracker.listed(listing.get("items") or [], time.monotonic())
+            w = watch.Watch()
+            for event in w.stream(core.list_namespaced_pod, namespace, deserialize=False, timeout_seconds=60,
+                                  resource_version=listing["metadata"]["resourceVersion"]):
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"watch error: {event['object']}")
+                tracker.event(event["type"], event["object"], time.monotonic())
+                if stop.is_set():
+                    w.stop()
+        except Exception as e:  # noqa: BLE001  resumed from a fresh list
+            errors.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.2)
+
+
+def wait_running(tracker: Tracker, creator: threading.Thread, created: list[float | None], mode: str,
+                 timeout: float, errors: list[str]) -> None:
+    """Return once every Job of the stream (``created``: one entry per Job, None until its
+    create call is sent) has all its pods Running and ``creator`` is done, or ``timeout``
+    seconds after ``creator`` ended; a progress line on stderr every
+    :data:`PROGRESS_SECONDS`."""
+    gangs = len(created)
+    last_progress = tracker.start
+    deadline: float | None = None
+    while True:
+        time.sleep(0.5)
+        done, pods = tracker.counts()
+        now = time.monotonic()
+        if not creator.is_alive() and deadline is None:
+            deadline = now + timeout
+        if now - last_progress >= PROGRESS_SECONDS:
+            last_progress = now
+            made = sum(1 for c in created if c is not None)
+            print(f"  {mode} {now - tracker.start:6.1f}s: {made}/{gangs} Jobs created, {done}/{gangs} all Running, "
+                  f"{pods} pods Running", file=sys.stderr, flush=True)
+        if done >= gangs and not creator.is_alive():
+            return
+        if deadline is not None and now > deadline:
+            print(f"  {mode}: {gangs - done} Jobs not all Running {timeout:.0f}s after the last was created; "
+                  f"watch errors: {errors[-3:]}", file=sys.stderr, flush=True)
+            return
+
+
+def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, seconds: float,
+               timeout: float) -> StreamResult:
+    """Create ``gangs`` Jobs of ``members`` pods (``mode``: plain or gang) in ``namespace``
+    evenly over ``seconds`` and watch until each has all its pods Running, or ``timeout``
+    seconds after the last was created; progress on stderr. The Jobs are named
+    ``<mode>-<index>`` (zero-padded)."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    names = [f"{mode}-{i:05d}" for i in range(gangs)]
+    created: list[float | None] = [None] * gangs
+    failures: dict[int, str] = {}  # Job index -> why its create failed
+    stop = threading.Event()
+    errors: list[str] = []
+    tracker = Tracker(members, 0.0)
+    watcher = threading.Thread(target=follow, args=(core, namespace, tracker, stop, errors), daemon=True)
+    watcher.start()
+    time.sleep(1.0)
+    start = time.monotonic()
+    tracker.start = start
+
+    def create(i: int) -> None:
+        created[i] = time.monotonic() - start
+        try:
+            batch.create_namespaced_job(namespace, stream_job(names[i], members, mode == "gang"))
+        except ApiException as e:
+            failures[i] = f"{names[i]}: {e.status} {e.reason}"
+
+    def pace() -> None:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for i in range(gangs):
+                delay = start + i * seconds / gangs - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                pool.submit(create, i)
+
+    creator = threading.Thread(target=pace, daemon=True)
+    creator.start()
+    wait_running(tracker, creator, created, mode, timeout, errors)
+    stop.set()
+    if failures:
+        print(f"  {len(failures)} creates failed, e.g. {list(failures.values())[:3]}", file=sys.stderr, flush=True)
+    order = [i for i in range(gangs) if created[i] is not None and i not in failures]
+    with tracker.lock:
+        running = tuple(tracker.running_at.get(names[i]) for i in order)
+        complete = tuple(tracker.complete_at.get(names[i]) for i in order)
+    return StreamResult(mode, tuple(created[i] or 0.0 for i in order), running, complete)
+
+
+def clear_namespace(api: Any, namespace: str, timeout: float = 900.0) -> None:
+    """Delete every Job and pod of ``namespace`` (grace 0: kwok runs no containers), take
+    the Job controller's tracking finalizer off the pods (else kube-controller-manager
+    removes it at its client rate), wait until no pod is left, then delete the namespace.
+    Raises ``RuntimeError`` after ``timeout`` s."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    batch.delete_collection_namespaced_job(namespace, propagation_policy="Background", grace_period_seconds=0)
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
+
+    def release(pod: str) -> None:
+        try:
+            core.patch_namespaced_pod(pod, namespace, unfinalize, _content_type="application/strategic-merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    end = time.monotonic() + timeout
+    while pods := json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data).get("items"):
+        held = [p["metadata"]["name"] for p in pods if JOB_TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ())]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(release, held))
+        if time.monotonic() > end:
+            raise RuntimeError(f"{len(pods)} pods of namespace {namespace} not gone after {timeout:.0f}s")
+        time.sleep(1.0)
+    core.delete_namespace(namespace, grace_period_seconds=0)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module's docstring); exits 2 on a bad value."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=(__doc__ or "").split("\n\n", 2)[2])
+    p.add_argument("--gangs", type=int, default=2000, metavar="G",
+                   help="Jobs per stream (gangs, and as many plain Jobs) (default %(default)s)")
+    p.add_argument("--members", type=int, default=8, metavar="M",
+                   help="pods per Job, one GPU each (default %(default)s)")
+    p.add_argument("--seconds", type=float, default=60.0, metavar="S",
+                   help="the Jobs' creations spread evenly over S seconds (default %(default)s)")
+    p.add_argument("--topology", default="4x8x64", metavar="BxSxH",
+                   help="kwok nodes of 8 GPUs as blocks x subblocks x hosts (default %(default)s: 2,048 nodes)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="which streams to run, in this order: plain, gang (default %(default)s)")
+    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
+                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
+                        "(default: their own defaults, 20 and 50)")
+    p.add_argument("--component-burst", type=int, default=None, metavar="B",
+                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="give up on a stream S seconds after its last Job was created (default %(default)s)")
+    p.add_argument("--run-dir", metavar="DIR", default=None,
+                   help="keep the control plane's run directory (logs of every component) here")
+    args = p.parse_args(argv)
+    args.modes = args.modes.split(",")
+    unknown = [mode for mode in args.modes if mode not in MODES]
+    if unknown:
+        p.error(f"--modes: unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
+    for flag in ("gangs", "members"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag}: expected a positive count, got {getattr(args, flag)}")
+    if args.seconds < 0:
+        p.error(f"--seconds: expected zero or more, got {args.seconds:g}")
+    try:
+        blocks, subblocks, hosts = (int(part) for part in args.topology.split("x"))
+    except ValueError:
+        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {args.topology!r}")
+    args.topology = (blocks, subblocks, hosts)
+    if args.component_burst is not None and args.component_qps is None:
+        p.error("--component-burst needs --component-qps")
+    if args.gangs * args.members > blocks * subblocks * hosts * 8:
+        p.error(f"--gangs x --members: {args.gangs * args.members} pods of one GPU do not fit on "
+                f"{blocks * subblocks * hosts} nodes of 8 GPUs (every Job must fit at once)")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    blocks, subblocks, hosts = args.topology
+    nodes = blocks * subblocks * hosts
+    title = (f"{args.gangs} Jobs of {args.members} one-GPU pods created evenly over {args.seconds:g} s, "
+             f"{nodes} kwok nodes ({blocks}x{subblocks}x{hosts}, 8 GPUs each), per mode: {', '.join(args.modes)}")
+    rate = None if args.component_qps is None else ClientRate(
+        args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
+    title += f"; {rates_text(rate)}"
+    results = []
+    with tempfile.TemporaryDirectory(prefix="troupe-bench-stream-") as tmp:
+        directory = Path(tmp)
+        config = directory / "config.yaml"
+        config.write_text("")
+        print(f"starting the control plane with {nodes} kwok nodes...", file=sys.stderr)
+        began = time.monotonic()
+        with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
+            cluster.apply_nodes(nodes_file(directory, args.topology), timeout=600.0)
+            with Stack(cluster, config) as stack:
+                print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
+                print(title, flush=True)
+                api = cluster.api_client("admin")
+                core = client.CoreV1Api(api)
+                pid = stack.process("troupe-reconciler").popen.pid
+                for mode in args.modes:
+                    unready = not_ready_count(core)
+                    if unready:
+                        print(f"  warning: {unready} nodes not Ready before the {mode} stream; "
+                              "its numbers are not comparable", flush=True)
+                    namespace = f"stream-{mode}"
+                    core.create_namespace({"metadata": {"name": namespace}})
+                    print(f"{mode} stream...", file=sys.stderr, flush=True)
+                    result = run_stream(api, namespace, mode, args.gangs, args.members, args.seconds, args.timeout)
+                    results.append(result)
+                    print(f"  {mode}: {result.all_running} of {len(result.created)} Jobs all Running; median "
+                          f"{result.stat(50) or float('nan'):.2f} s, p99 {result.stat(99) or float('nan'):.2f} s; "
+                          f"{result.inversions} inversions", flush=True)
+                    cleared = time.monotonic()
+                    clear_namespace(api, namespace)
+                    print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
+                    stack.check()
+                peak = rss_peak_mib(pid)
+    print(f"\n{title}; {time.monotonic() - began:.0f} s in all; reconciler peak memory {peak:.0f} MiB\n")
+    print(summary_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
