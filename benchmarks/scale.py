@@ -64,6 +64,7 @@ so, and such numbers are not comparable.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import threading
@@ -110,12 +111,10 @@ def nodes_file(directory: Path, topology: tuple[int, int, int] = (BLOCKS, SUBBLO
     return path
 
 
-def job(name: str, n: int, mode: str) -> dict[str, Any]:
-    """An indexed Job of ``n`` pods of 8 GPUs each (whole nodes): plain, or as one gang
-    released in ``mode`` (``AsCreated`` or ``WhenComplete``, the ``troupe.io/release`` key)."""
-    annotations = {} if mode == PLAIN else {
-        "troupe.io/gang-name": name, "troupe.io/gang-size": str(n),
-        "troupe.io/topology-preferred-level": SUBBLOCK_LABEL, "troupe.io/release": mode}
+def indexed_job(name: str, n: int, annotations: dict[str, str], gpus: int) -> dict[str, Any]:
+    """An indexed Job of ``n`` pods asking ``gpus`` GPUs each, ``annotations`` on its pod
+    template."""
+    gpu = str(gpus)
     return {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
         "spec": {
@@ -128,26 +127,44 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
                 "metadata": {"annotations": annotations},
                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                          "containers": [{"name": "train", "image": "trainer:latest",
-                                         "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"},
-                                                       "limits": {"nvidia.com/gpu": "8"}}}]},
+                                         "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpu},
+                                                       "limits": {"nvidia.com/gpu": gpu}}}]},
             },
         },
     }
 
 
-def _follow(list_call: Any, namespace: str, on_list: Any, on_event: Any, stop: threading.Event,
-            errors: list[str], **selectors: str) -> None:
+def job(name: str, n: int, mode: str) -> dict[str, Any]:
+    """An indexed Job of ``n`` pods of 8 GPUs each (whole nodes): plain, or as one gang
+    released in ``mode`` (``AsCreated`` or ``WhenComplete``, the ``troupe.io/release`` key)."""
+    annotations = {} if mode == PLAIN else {
+        "troupe.io/gang-name": name, "troupe.io/gang-size": str(n),
+        "troupe.io/topology-preferred-level": SUBBLOCK_LABEL, "troupe.io/release": mode}
+    return indexed_job(name, n, annotations, gpus=8)
+
+
+def follow(list_call: Any, namespace: str, on_list: Any, on_event: Any, stop: threading.Event,
+           errors: list[str], raw: bool = False, **selectors: str) -> None:
     """List then watch ``list_call`` in ``namespace`` until ``stop`` is set, calling
     ``on_list(items, received)`` on each (re-)list and ``on_event(type, object, received)``
-    on each event (``received``: ``time.monotonic()`` when the client got it). The watch is
-    resumed from a fresh list when the API server drops it; errors are appended to ``errors``."""
+    on each event (``received``: ``time.monotonic()`` when the client got it). ``raw``:
+    the objects are plain JSON dicts, not the client's models (4-5 events a pod: building
+    models would lag a watch of thousands of pods). The watch is resumed from a fresh list
+    when the API server drops it; errors are appended to ``errors``."""
     while not stop.is_set():
         try:
-            listing = list_call(namespace, **selectors)
-            on_list(listing.items, time.monotonic())
+            if raw:
+                listing = json.loads(list_call(namespace, _preload_content=False, **selectors).data)
+                items, version = listing.get("items") or [], listing["metadata"]["resourceVersion"]
+            else:
+                models = list_call(namespace, **selectors)
+                items, version = models.items, models.metadata.resource_version
+            on_list(items, time.monotonic())
             w = watch.Watch()
-            for event in w.stream(list_call, namespace, resource_version=listing.metadata.resource_version,
-                                  timeout_seconds=60, **selectors):
+            for event in w.stream(list_call, namespace, resource_version=version, timeout_seconds=60,
+                                  **({"deserialize": False} if raw else {}), **selectors):
+                if raw and event["type"] == "ERROR":
+                    raise RuntimeError(f"watch error: {event['object']}")
                 on_event(event["type"], event["object"], time.monotonic())
                 if stop.is_set():
                     w.stop()
@@ -232,10 +249,10 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
             reservation.append(now)
 
     threads = [
-        threading.Thread(target=_follow, daemon=True, args=(
+        threading.Thread(target=follow, daemon=True, args=(
             core.list_namespaced_pod, namespace, pods_listed, pod_event, stop, errors),
             kwargs={"label_selector": f"job-name={name}"}),
-        threading.Thread(target=_follow, daemon=True, args=(
+        threading.Thread(target=follow, daemon=True, args=(
             batch.list_namespaced_job, namespace, lambda items, now: [job_seen(j, now) for j in items],
             lambda kind, j, now: job_seen(j, now), stop, errors),
             kwargs={"field_selector": f"metadata.name={name}"}),
@@ -276,16 +293,20 @@ def not_ready_count(core: client.CoreV1Api) -> int:
                if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()))
 
 
-def clear(api: Any, namespace: str, name: str, timeout: float = 300.0) -> None:
-    """Delete Job ``name`` and its pods (grace 0: kwok runs no containers), take the Job
-    controller's ``batch.kubernetes.io/job-tracking`` finalizer off them (else they linger
-    until kube-controller-manager, at its client rate, removes it: N/20 s), wait until no
-    pod of it is left (their nodes are free again), then delete ``namespace`` without
-    waiting for it. Raises ``RuntimeError`` after ``timeout`` s."""
+def clear(api: Any, namespace: str, name: str | None = None, timeout: float = 300.0) -> None:
+    """Delete Job ``name`` and its pods (every Job and pod of ``namespace`` when ``name`` is
+    None; grace 0: kwok runs no containers), take the Job controller's
+    ``batch.kubernetes.io/job-tracking`` finalizer off them (else they linger until
+    kube-controller-manager, at its client rate, removes it: N/20 s), wait until no pod of
+    them is left (their nodes are free again), then delete ``namespace`` without waiting for
+    it. Raises ``RuntimeError`` after ``timeout`` s."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    selector = f"job-name={name}"
-    batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
-    core.delete_collection_namespaced_pod(namespace, label_selector=selector, grace_period_seconds=0)
+    selector = {"label_selector": f"job-name={name}"} if name else {}
+    if name:
+        batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
+    else:
+        batch.delete_collection_namespaced_job(namespace, propagation_policy="Background", grace_period_seconds=0)
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, **selector)
     unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
 
     def release(pod: str) -> None:
@@ -296,13 +317,25 @@ def clear(api: Any, namespace: str, name: str, timeout: float = 300.0) -> None:
                 raise
 
     end = time.monotonic() + timeout
-    while pods := core.list_namespaced_pod(namespace, label_selector=selector).items:
+    while pods := json.loads(core.list_namespaced_pod(namespace, _preload_content=False, **selector).data).get("items"):
+        held = [p["metadata"]["name"] for p in pods if JOB_TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ())]
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(release, [p.metadata.name for p in pods if JOB_TRACKING_FINALIZER in (p.metadata.finalizers or ())]))
+            list(pool.map(release, held))
         if time.monotonic() > end:
-            raise RuntimeError(f"{len(pods)} pods of Job {namespace}/{name} not gone after {timeout:.0f}s")
+            raise RuntimeError(f"{len(pods)} pods of {f'Job {namespace}/{name}' if name else f'namespace {namespace}'} "
+                               f"not gone after {timeout:.0f}s")
         time.sleep(0.5)
     core.delete_namespace(namespace, grace_period_seconds=0)
+
+
+def parse_topology(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int]:
+    """``--topology BxSxH`` as (blocks, subblocks, hosts); exits 2 through ``p`` when it is not
+    three integers."""
+    try:
+        blocks, subblocks, hosts = (int(part) for part in text.split("x"))
+    except ValueError:
+        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {text!r}")
+    return blocks, subblocks, hosts
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -340,11 +373,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.sizes = [int(size) for size in args.sizes.split(",")]
     if args.runs < 1:
         p.error(f"--runs: expected a positive count, got {args.runs}")
-    try:
-        blocks, subblocks, hosts = (int(part) for part in args.topology.split("x"))
-    except ValueError:
-        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {args.topology!r}")
-    args.topology = (blocks, subblocks, hosts)
+    args.topology = parse_topology(p, args.topology)
     if args.component_burst is not None and args.component_qps is None:
         p.error("--component-burst needs --component-qps")
     return args

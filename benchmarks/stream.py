@@ -43,7 +43,6 @@ machine than the benchmark's own watch, which decodes every pod event in Python.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -55,9 +54,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
-from scale import JOB_TRACKING_FINALIZER, nodes_file, not_ready_count, rates_text, rss_peak_mib
+from scale import (
+    clear,
+    follow,
+    indexed_job,
+    nodes_file,
+    not_ready_count,
+    parse_topology,
+    rates_text,
+    rss_peak_mib,
+)
 from stream_report import StreamResult, summary_table
 
 from devtools.devcluster.cluster import ClientRate, Cluster
@@ -72,22 +80,7 @@ def stream_job(name: str, members: int, gang: bool) -> dict[str, Any]:
     named after the Job when ``gang`` (the ``troupe.io/gang-name``/``-size`` keys on its
     pod template, docs/contract.md)."""
     annotations = {"troupe.io/gang-name": name, "troupe.io/gang-size": str(members)} if gang else {}
-    return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed", "completions": members, "parallelism": members, "backoffLimit": 0,
-            # A gang rolled back is deleted for the Job to recreate: not a failure (KEP-3329).
-            "podFailurePolicy": {"rules": [{"action": "Ignore",
-                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                         "containers": [{"name": "train", "image": "trainer:latest",
-                                         "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"},
-                                                       "limits": {"nvidia.com/gpu": "1"}}}]},
-            },
-        },
-    }
+    return indexed_job(name, members, annotations, gpus=1)
 
 
 class Tracker:
@@ -136,28 +129,6 @@ class Tracker:
             return len(self.running_at), sum(sum(pods.values()) for pods in self.pods.values())
 
 
-def follow(core: client.CoreV1Api, namespace: str, tracker: Tracker, stop: threading.Event,
-           errors: list[str]) -> None:
-    """List then watch the pods of ``namespace`` into ``tracker`` until ``stop``; resumed from
-    a fresh list when the API server drops the watch (errors appended to ``errors``)."""
-    while not stop.is_set():
-        try:
-            response = core.list_namespaced_pod(namespace, _preload_content=False)
-            listing = json.loads(response.data)
-            tracker.listed(listing.get("items") or [], time.monotonic())
-            w = watch.Watch()
-            for event in w.stream(core.list_namespaced_pod, namespace, deserialize=False, timeout_seconds=60,
-                                  resource_version=listing["metadata"]["resourceVersion"]):
-                if event["type"] == "ERROR":
-                    raise RuntimeError(f"watch error: {event['object']}")
-                tracker.event(event["type"], event["object"], time.monotonic())
-                if stop.is_set():
-                    w.stop()
-        except Exception as e:  # noqa: BLE001  resumed from a fresh list
-            errors.append(f"{type(e).__name__}: {e}")
-            time.sleep(0.2)
-
-
 def wait_running(tracker: Tracker, creator: threading.Thread, created: list[float | None], mode: str,
                  timeout: float, errors: list[str]) -> None:
     """Return once every Job of the stream (``created``: one entry per Job, None until its
@@ -199,7 +170,8 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
     stop = threading.Event()
     errors: list[str] = []
     tracker = Tracker(members, 0.0)
-    watcher = threading.Thread(target=follow, args=(core, namespace, tracker, stop, errors), daemon=True)
+    watcher = threading.Thread(target=follow, args=(core.list_namespaced_pod, namespace, tracker.listed, tracker.event,
+                                                    stop, errors, True), daemon=True)
     watcher.start()
     time.sleep(1.0)
     start = time.monotonic()
@@ -231,34 +203,6 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
         running = tuple(tracker.running_at.get(names[i]) for i in order)
         complete = tuple(tracker.complete_at.get(names[i]) for i in order)
     return StreamResult(mode, tuple(created[i] or 0.0 for i in order), running, complete)
-
-
-def clear_namespace(api: Any, namespace: str, timeout: float = 900.0) -> None:
-    """Delete every Job and pod of ``namespace`` (grace 0: kwok runs no containers), take
-    the Job controller's tracking finalizer off the pods (else kube-controller-manager
-    removes it at its client rate), wait until no pod is left, then delete the namespace.
-    Raises ``RuntimeError`` after ``timeout`` s."""
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    batch.delete_collection_namespaced_job(namespace, propagation_policy="Background", grace_period_seconds=0)
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
-
-    def release(pod: str) -> None:
-        try:
-            core.patch_namespaced_pod(pod, namespace, unfinalize, _content_type="application/strategic-merge-patch+json")
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
-    end = time.monotonic() + timeout
-    while pods := json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data).get("items"):
-        held = [p["metadata"]["name"] for p in pods if JOB_TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ())]
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(release, held))
-        if time.monotonic() > end:
-            raise RuntimeError(f"{len(pods)} pods of namespace {namespace} not gone after {timeout:.0f}s")
-        time.sleep(1.0)
-    core.delete_namespace(namespace, grace_period_seconds=0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -295,11 +239,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{flag}: expected a positive count, got {getattr(args, flag)}")
     if args.seconds < 0:
         p.error(f"--seconds: expected zero or more, got {args.seconds:g}")
-    try:
-        blocks, subblocks, hosts = (int(part) for part in args.topology.split("x"))
-    except ValueError:
-        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {args.topology!r}")
-    args.topology = (blocks, subblocks, hosts)
+    blocks, subblocks, hosts = args.topology = parse_topology(p, args.topology)
     if args.component_burst is not None and args.component_qps is None:
         p.error("--component-burst needs --component-qps")
     if args.gangs * args.members > blocks * subblocks * hosts * 8:
@@ -346,7 +286,7 @@ def main() -> int:
                           f"{result.stat(50) or float('nan'):.2f} s, p99 {result.stat(99) or float('nan'):.2f} s; "
                           f"{result.inversions} inversions", flush=True)
                     cleared = time.monotonic()
-                    clear_namespace(api, namespace)
+                    clear(api, namespace, timeout=900.0)
                     print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
                     stack.check()
                 peak = rss_peak_mib(pid)
