@@ -14,17 +14,14 @@ for namespaces labelled :data:`MANAGED_NAMESPACE_LABEL` (also the manager's
 cluster never wait on Kueue.
 
 This module imports :mod:`.cluster`, :mod:`.processes`, :mod:`.kueue` and
-:mod:`.workloads` (the webhook rewriting); nothing in the build imports it.
+:mod:`.workloads` (the webhook rewriting and the start and stop of a manager with webhooks); nothing in the build imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
-import time
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,8 +35,14 @@ from devtools.devcluster.kueue import (
     METRICS_CERT_DIR_ENV,
     ensure_kueue,
 )
-from devtools.devcluster.processes import Monitor, Started, spawn, stop_all, tail
-from devtools.devcluster.workloads import local_webhooks
+from devtools.devcluster.processes import Monitor, Started, spawn
+from devtools.devcluster.workloads import (
+    local_webhooks,
+    register_webhooks,
+    unregister_and_stop,
+    wait_for_dry_run,
+    wait_ready,
+)
 
 #: The label (value ``"true"``) of the namespaces whose Jobs Kueue manages.
 MANAGED_NAMESPACE_LABEL = "kueue.devcluster.troupe.io/managed"
@@ -174,19 +177,10 @@ class Kueue:
                         self.cluster.logs_dir / "kueue.log", die_with_parent=True, env=env)
         self._started.append(started)
         self._monitor.add(started)
-        end = time.monotonic() + 90
-        while not _ok(f"http://127.0.0.1:{health_port}/readyz"):
-            code = started.popen.poll()
-            if code is not None or time.monotonic() > end:
-                why = f"exited with code {code}" if code is not None else "not ready after 90s"
-                raise RuntimeError(f"Kueue's manager {why}; last lines of {started.record.log}:\n"
-                                   f"{tail(started.record.log)}")
-            time.sleep(0.2)
+        wait_ready(started, health_port, "Kueue's manager", timeout=90.0)
         docs = [d for d in yaml.safe_load_all(self.build.webhooks.read_text()) if d]
-        for doc in registered_webhooks(docs, f"https://127.0.0.1:{webhook_port}", self.cluster.ca_pem):
-            kind = "mutatingwebhookconfiguration" if doc["kind"].startswith("Mutating") else "validatingwebhookconfiguration"
-            self._configurations.append((kind, doc["metadata"]["name"]))
-            self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+        register_webhooks(self.cluster, registered_webhooks(docs, f"https://127.0.0.1:{webhook_port}",
+                                                            self.cluster.ca_pem), self._configurations)
         self._wait_in_effect()
 
     def _wait_in_effect(self) -> None:
@@ -200,16 +194,8 @@ class Kueue:
                "metadata": {"name": "probe", "namespace": probe, "labels": {"kueue.x-k8s.io/queue-name": "probe"}},
                "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
                    {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}
-        end = time.monotonic() + 30
-        while True:
-            done = self.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                                        input=json.dumps(job), check=False)
-            if done.returncode == 0 and json.loads(done.stdout)["spec"].get("suspend") is True:
-                return
-            if time.monotonic() > end:
-                raise RuntimeError(f"Kueue's webhooks not in effect after 30s: {done.stderr.strip()}; last lines "
-                                   f"of the manager's log:\n{tail(self._started[0].record.log)}")
-            time.sleep(0.3)
+        wait_for_dry_run(self.cluster, job, lambda o: o["spec"].get("suspend") is True, what="Kueue's webhooks",
+                         log=self._started[0].record.log)
 
     def check(self) -> None:
         """Raise ``RuntimeError`` if the manager has died."""
@@ -220,22 +206,6 @@ class Kueue:
     def stop(self) -> None:
         """Unregister the webhooks, then stop the manager by its recorded pid."""
         self._monitor.stop()
-        for kind, name in reversed(self._configurations):
-            with contextlib.suppress(Exception):  # the cluster may be gone already
-                self.cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
-        self._configurations.clear()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # the cluster may be gone already
             self.cluster.kubectl("delete", "namespace", PROBE_NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
-        stop_all([s.record for s in self._started], [s.popen for s in self._started])
-        for s in self._started:
-            with contextlib.suppress(OSError):
-                s.log_handle.close()
-        self._started.clear()
-
-
-def _ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
+        unregister_and_stop(self.cluster, self._configurations, self._started)

@@ -26,7 +26,7 @@ import ssl
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,35 +144,13 @@ class WorkloadControllers:
                         self.cluster.logs_dir / f"{c.name}.log", die_with_parent=not self.persistent, env=env)
         self._started.append(started)
         self._monitor.add(started)
-        end = time.monotonic() + 60
-        while not _ok(f"http://127.0.0.1:{health_port}/readyz"):
-            code = started.popen.poll()
-            if code is not None or time.monotonic() > end:
-                why = f"exited with code {code}" if code is not None else "not ready after 60s"
-                raise RuntimeError(f"{c.name} controller {why}; last lines of {started.record.log}:\n"
-                                   f"{tail(started.record.log)}")
-            time.sleep(0.2)
+        wait_ready(started, health_port, f"{c.name} controller", timeout=60.0)
         docs = local_webhooks(list(yaml.safe_load_all(webhooks.read_text())), c.name,
                               f"https://127.0.0.1:{webhook_port}", ca.cert_pem)
-        for doc in docs:
-            kind = "mutatingwebhookconfiguration" if doc["kind"].startswith("Mutating") else "validatingwebhookconfiguration"
-            self._configurations.append((kind, doc["metadata"]["name"]))
-            self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
-        self._wait_in_effect(c)
-
-    def _wait_in_effect(self, c: Controller) -> None:
-        """Until the API server calls the controller's defaulting webhook: a dry-run
-        create of a minimal object comes back with a field only the webhook sets."""
-        obj, check = _probe(c)
-        end = time.monotonic() + 30
-        while True:
-            done = self.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                                        input=json.dumps(obj), check=False)
-            if done.returncode == 0 and check(json.loads(done.stdout)):
-                return
-            if time.monotonic() > end:
-                raise RuntimeError(f"{c.name}'s webhooks not in effect after 30s: {done.stderr.strip()}")
-            time.sleep(0.3)
+        register_webhooks(self.cluster, docs, self._configurations)
+        # In effect once a dry-run create of a minimal object comes back with a field only
+        # the controller's defaulting webhook sets.
+        wait_for_dry_run(self.cluster, *_probe(c), what=f"{c.name}'s webhooks")
 
     def check(self) -> None:
         """Raise ``RuntimeError`` if a controller has died."""
@@ -196,15 +174,7 @@ class WorkloadControllers:
     def stop(self) -> None:
         """Unregister the webhooks, then stop the controllers by their recorded pids."""
         self._monitor.stop()
-        for kind, name in reversed(self._configurations):
-            with contextlib.suppress(Exception):  # the cluster may be gone already
-                self.cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
-        self._configurations.clear()
-        stop_all([s.record for s in self._started], [s.popen for s in self._started])
-        for s in self._started:
-            with contextlib.suppress(OSError):
-                s.log_handle.close()
-        self._started.clear()
+        unregister_and_stop(self.cluster, self._configurations, self._started)
 
 
 def _ok(url: str, context: ssl.SSLContext | None = None) -> bool:
@@ -213,6 +183,61 @@ def _ok(url: str, context: ssl.SSLContext | None = None) -> bool:
             return bool(r.status == 200)
     except OSError:
         return False
+
+
+# --- a manager with webhooks, started on the local cluster (here and in .quota) -------------
+def wait_ready(started: Started, health_port: int, what: str, timeout: float) -> None:
+    """Return once ``started``'s ``/readyz`` on ``127.0.0.1:<health_port>`` answers 200.
+    Raises ``RuntimeError`` naming ``what``, with the last lines of its log, when the
+    process exits or after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not _ok(f"http://127.0.0.1:{health_port}/readyz"):
+        code = started.popen.poll()
+        if code is not None or time.monotonic() > end:
+            why = f"exited with code {code}" if code is not None else f"not ready after {timeout:.0f}s"
+            raise RuntimeError(f"{what} {why}; last lines of {started.record.log}:\n{tail(started.record.log)}")
+        time.sleep(0.2)
+
+
+def register_webhooks(cluster: Cluster, docs: Sequence[Mapping[str, Any]],
+                      configurations: list[tuple[str, str]]) -> None:
+    """Apply the webhook configurations ``docs``, each recorded in ``configurations`` as
+    ``(kind, name)`` first, so :func:`unregister_and_stop` removes whatever was applied."""
+    for doc in docs:
+        kind = "mutatingwebhookconfiguration" if doc["kind"].startswith("Mutating") else "validatingwebhookconfiguration"
+        configurations.append((kind, doc["metadata"]["name"]))
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(dict(doc)))
+
+
+def wait_for_dry_run(cluster: Cluster, obj: Mapping[str, Any], check: Callable[[dict[str, Any]], bool], *,
+                     what: str, timeout: float = 30.0, log: Path | None = None) -> None:
+    """Until a server-side dry-run create of ``obj`` comes back passing ``check`` (the API
+    server calls ``what``). Raises ``RuntimeError`` after ``timeout`` seconds with the API
+    server's last answer (and the last lines of ``log``, when given)."""
+    end = time.monotonic() + timeout
+    while True:
+        done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(obj), check=False)
+        if done.returncode == 0 and check(json.loads(done.stdout)):
+            return
+        if time.monotonic() > end:
+            more = f"; last lines of {log}:\n{tail(log)}" if log is not None else ""
+            raise RuntimeError(f"{what} not in effect after {timeout:.0f}s: {done.stderr.strip()}{more}")
+        time.sleep(0.3)
+
+
+def unregister_and_stop(cluster: Cluster, configurations: list[tuple[str, str]], started: list[Started]) -> None:
+    """Delete the webhook configurations (newest first, so no write waits on a stopped
+    server; errors ignored: the cluster may be gone already), then stop the processes by
+    their recorded pids and close their logs; both lists are emptied."""
+    for kind, name in reversed(configurations):
+        with contextlib.suppress(Exception):
+            cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+    configurations.clear()
+    stop_all([s.record for s in started], [s.popen for s in started])
+    for s in started:
+        with contextlib.suppress(OSError):
+            s.log_handle.close()
+    started.clear()
 
 
 def _probe(c: Controller) -> tuple[dict[str, Any], Any]:
