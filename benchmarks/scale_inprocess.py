@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,19 +67,6 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def best_of(n: int, run: Callable[[], object]) -> float:
-    """The least of ``n`` timings of ``run()``, seconds, each after a full collection."""
-    import gc
-
-    times = []
-    for _ in range(n):
-        gc.collect()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def filler_pods(nodes: Sequence[dict[str, Any]], count: int) -> list[dict[str, Any]]:
     """``count`` running pods of one CPU each, round robin over ``nodes`` (every node's
     agents and CPU work: they leave the GPUs free, so the gang has room)."""
@@ -95,6 +82,7 @@ def filler_pods(nodes: Sequence[dict[str, Any]], count: int) -> list[dict[str, A
 def child_decision(nodes: int, pods: int) -> dict[str, Any]:
     """The decision and release rows, in this (fresh) interpreter."""
     from placement import CLUSTER_LABEL, RACK_LABEL, build_objects
+    from reconcile import best_of
 
     from reconciler.daemon.cache import ClusterCache
     from reconciler.daemon.writer.fake import FakeCluster
