@@ -42,8 +42,13 @@ def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, int, str, int, str]:
     index, prefix, suffix, name)``; pods with an index sort before those ranked by name.
     """
     meta = pod_meta(pod)
-    name = str(meta.get("name") or "")
-    lab, ann = _mapping_or_empty(meta.get("labels")), _mapping_or_empty(meta.get("annotations"))
+    return rank_key_of(str(meta.get("name") or ""), _mapping_or_empty(meta.get("labels")),
+                       _mapping_or_empty(meta.get("annotations")))
+
+
+def rank_key_of(name: str, lab: Mapping[str, Any], ann: Mapping[str, Any]) -> tuple[int, int, int, str, int, str]:
+    """:func:`rank_key` of a pod named ``name`` with labels ``lab`` and annotations
+    ``ann``, already read from its object."""
     for tier, key in enumerate((JOB_COMPLETION_INDEX, KUBEFLOW_REPLICA_INDEX, LWS_WORKER_INDEX_LABEL)):
         raw = lab.get(key, ann.get(key))
         if isinstance(raw, str) and _DECIMAL.fullmatch(raw):

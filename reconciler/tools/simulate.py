@@ -88,7 +88,7 @@ from reconciler.objects.kinds import (
     SNAPSHOT_COMMAND,
     SNAPSHOT_NOTE,
 )
-from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_objects
+from reconciler.objects.snapshot_io import InputError, collector_paused, read_file, read_retained
 from reconciler.tools.interpret import APPLY, Applied, reservation_json
 from troupe.cli import OneLineParser, UsageError, guarded, rfc3339
 from troupe.config import PREEMPTION_MODES, Config, ConfigError, load_config
@@ -352,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{source}: cannot read snapshot: {e.strerror}") from None
         levels = TopologyLevels.from_config(config)
         with collector_paused():  # parsing allocates millions of objects and frees none
-            built = build(read_objects(data, source), levels, config, NOT_IN_SNAPSHOT)
+            built = build(read_retained(data, source), levels, config, NOT_IN_SNAPSHOT)
             # The objects live to the end: no collection need walk them (unfrozen below).
             gc.freeze()
         del data

@@ -141,7 +141,7 @@ def test_text_is_read_as_its_utf8_bytes():
 
 
 def test_the_simulator_reads_through_this_module():
-    assert simulate.read_objects is snapshot_io.read_objects
+    assert simulate.read_retained is snapshot_io.read_retained
     assert simulate.InputError is snapshot_io.InputError
 
 

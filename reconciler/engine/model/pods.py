@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import msgspec
+
 import troupe.kueue as kueue
 from reconciler.engine.model.devices import Devices, parse_selected
 from reconciler.engine.model.fields import (
@@ -52,7 +54,7 @@ from troupe.contract import (
 from troupe.errors import MAX_QUOTED, quoted
 from troupe.podgroups import PodGroupRef, group_ref_from_meta
 from troupe.policies import GANG_POLICY_KEYS, RELEASE_MODE
-from troupe.ranks import rank_key, rank_problem
+from troupe.ranks import rank_key_of, rank_problem
 
 T = TypeVar("T")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -182,30 +184,26 @@ class PodInfo:
         name = string(meta, "name", "metadata", required=True)
         annotations = string_map(meta, "annotations", "metadata")
         labels = string_map(meta, "labels", "metadata", share=True)
-        node_filter = parse_node_filter(spec)
         namespace = shared(string(meta, "namespace", "metadata", default="default"))
-        gates = _gates(spec)
-        priority = 0 if spec.get("priority") is None else spec["priority"]
-        if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
-            raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
-        problems = [problem for problem in (pod_terms_error(spec), rank_problem(labels, annotations)) if problem]
+        of_spec = spec_values(spec)
+        problems = [problem for problem in (of_spec.terms_error, rank_problem(labels, annotations)) if problem]
         plan, nomination = _record(annotations, PLAN, Plan, problems), _record(annotations, NOMINATION, Nomination, problems)
         conditions = _conditions(status)
         return filled(cls, {
             "namespace": namespace,
             "key": PodKey(namespace, name),
             "name": name,
-            "requests": pod_requests(spec),
-            "node_filter": node_filter,
+            "requests": of_spec.requests,
+            "node_filter": of_spec.node_filter,
             "labels": labels,
             "gang_annotations": _gang_annotations(annotations),
             "node_name": shared(string(spec, "nodeName", "spec")),
             "assigned_node": shared(annotations.get(ASSIGNED_NODE, "")),
             "phase": shared(string(status, "phase", "status", default="Pending")),
-            "gates": tuple(gates),
+            "gates": of_spec.gates,
             "creation_timestamp": shared(str(meta.get("creationTimestamp") or "")),
-            "rank": rank_key(obj),
-            "priority": priority,
+            "rank": rank_key_of(name, labels, annotations),
+            "priority": of_spec.priority,
             "uid": str(meta.get("uid") or ""),
             "resource_version": str(meta.get("resourceVersion") or ""),
             "deleting": meta.get("deletionTimestamp") is not None,
@@ -216,15 +214,84 @@ class PodInfo:
             "nomination": nomination,
             "device_group": shared(annotations.get(DEVICE_GROUP, "")),
             "devices": _selected(annotations, problems),
-            "grace_seconds": _grace(spec),
+            "grace_seconds": of_spec.grace_seconds,
             "condition": conditions.get(GANG_CONDITION),
             "scheduled": conditions.get(POD_SCHEDULED),
             "disruption": _disruption(conditions),
-            "terms": parse_pod_terms(namespace, name, labels, spec),
+            "terms": parse_pod_terms(namespace, name, labels, spec) if of_spec.may_have_terms else None,
             "malformed": "; ".join(problems),
             "claims": _resource_claims(spec, status),
-            "pod_group": group_ref_from_meta(annotations, labels, _scheduling_group(spec)),
+            "pod_group": group_ref_from_meta(annotations, labels, of_spec.scheduling_group),
         })
+
+
+@dataclass(frozen=True, slots=True)
+class SpecValues:
+    """What :meth:`PodInfo.from_object` reads from a pod's ``spec`` alone, the node it is
+    bound to aside: its requests (units, one ``pods`` included), node filter, scheduling
+    gates (names), priority, ``terminationGracePeriodSeconds`` (seconds), the pod group it
+    names (``spec.schedulingGroup.podGroupName``), why its term lists are over
+    :data:`troupe.bounds.MAX_POD_TERMS` (None when they are not), and whether it may carry
+    :class:`~reconciler.engine.model.podterms.PodTerms`, which also read the pod's
+    namespace, name and labels and so are parsed per pod (False: they are None)."""
+
+    requests: Mapping[str, int]
+    node_filter: NodeFilter
+    gates: tuple[str, ...]
+    priority: int
+    grace_seconds: int
+    scheduling_group: str | None
+    terms_error: str | None
+    may_have_terms: bool
+
+
+_ENCODE = msgspec.json.Encoder().encode
+_DECODE = msgspec.json.Decoder().decode
+
+
+def spec_values(spec: Mapping[str, Any]) -> SpecValues:
+    """The :class:`SpecValues` of a pod ``spec`` (a JSON object), parsed once per distinct
+    spec: the pods of one template (a Job's, a DaemonSet's) differ in ``nodeName`` and in
+    nothing else that is read here, so 100,000 pods have a few hundred specs between them
+    (docs/decisions/060-pod-spec-memo.md). The spec less ``nodeName`` is encoded as JSON and
+    that text is the memo's key (about 2 µs); equal texts are equal JSON values, which the
+    parse below reads alike, and the parse reads the value decoded from the text, so a spec
+    holding values JSON cannot hold (a tuple, a set) is read as JSON would carry it or,
+    when it cannot be encoded at all, parsed as it is. The memo keeps the last
+    :data:`SPEC_MEMO_SIZE` specs of at most :data:`SPEC_MEMO_MAX_BYTES`. Raises :class:`~reconciler.engine.model.fields.ObjectError`
+    naming the bad field (not remembered: a bad spec is parsed, and refused, each time)."""
+    try:
+        key = _ENCODE({k: v for k, v in spec.items() if k != "nodeName"})
+    except (TypeError, ValueError, OverflowError):  # not JSON: parsed as it is, not remembered
+        return _parse_spec(spec)
+    return _remembered_spec(key) if len(key) <= SPEC_MEMO_MAX_BYTES else _parse_spec(spec)
+
+
+#: How many distinct pod specs :func:`spec_values` remembers.
+SPEC_MEMO_SIZE = 4096
+#: The largest spec :func:`spec_values` remembers, in bytes of JSON (a pod's spec as the
+#: cache keeps it is about 1 KB): a tenant's pods of huge distinct specs are parsed each
+#: time instead of growing the memo past :data:`SPEC_MEMO_SIZE` x this (32 MiB).
+SPEC_MEMO_MAX_BYTES = 8192
+
+
+@lru_cache(maxsize=SPEC_MEMO_SIZE)
+def _remembered_spec(key: bytes) -> SpecValues:
+    return _parse_spec(_DECODE(key))
+
+
+def _parse_spec(spec: Mapping[str, Any]) -> SpecValues:
+    priority = 0 if spec.get("priority") is None else spec["priority"]
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+        raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
+    requests = pod_requests(spec)
+    node_filter = parse_node_filter(spec)
+    gates = tuple(shared(gate) for gate in _gates(spec))
+    terms_error = pod_terms_error(spec)
+    # Whether a pod has terms does not hang on its namespace, name or labels, only what they say.
+    may_have_terms = terms_error is not None or parse_pod_terms("default", "pod", {}, spec) is not None
+    return SpecValues(requests, node_filter, gates, priority, _grace(spec), _scheduling_group(spec), terms_error,
+                      may_have_terms)
 
 
 def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
