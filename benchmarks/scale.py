@@ -293,6 +293,20 @@ def not_ready_count(core: client.CoreV1Api) -> int:
                if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()))
 
 
+def _until_done(delete: Any, end: float) -> None:
+    """``delete()`` (a DeleteCollection), again while the API server answers 504: a
+    collection of thousands (a stream's 2,000 Jobs) outlasts its 60 s request timeout,
+    and each call deletes what it reached before it timed out. Raises the last error at
+    ``end`` (monotonic seconds)."""
+    while True:
+        try:
+            delete()
+            return
+        except ApiException as e:
+            if e.status != 504 or time.monotonic() > end:
+                raise
+
+
 def clear(api: Any, namespace: str, name: str | None = None, timeout: float = 300.0) -> None:
     """Delete Job ``name`` and its pods (every Job and pod of ``namespace`` when ``name`` is
     None; grace 0: kwok runs no containers), take the Job controller's
@@ -302,11 +316,13 @@ def clear(api: Any, namespace: str, name: str | None = None, timeout: float = 30
     it. Raises ``RuntimeError`` after ``timeout`` s."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     selector = {"label_selector": f"job-name={name}"} if name else {}
+    end = time.monotonic() + timeout
     if name:
         batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
     else:
-        batch.delete_collection_namespaced_job(namespace, propagation_policy="Background", grace_period_seconds=0)
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, **selector)
+        _until_done(lambda: batch.delete_collection_namespaced_job(namespace, propagation_policy="Background",
+                                                                   grace_period_seconds=0), end)
+    _until_done(lambda: core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, **selector), end)
     unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
 
     def release(pod: str) -> None:
@@ -316,7 +332,6 @@ def clear(api: Any, namespace: str, name: str | None = None, timeout: float = 30
             if e.status != 404:
                 raise
 
-    end = time.monotonic() + timeout
     while pods := json.loads(core.list_namespaced_pod(namespace, _preload_content=False, **selector).data).get("items"):
         held = [p["metadata"]["name"] for p in pods if JOB_TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ())]
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -411,7 +426,7 @@ def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[
                 name = f"{mode.lower()}-{n}"
                 run = measure(api, namespace, name, n, mode)
                 measured[mode].append(run)
-                print(f"  {run.to_running:.1f}s to all Running", file=sys.stderr)
+                print(f"  {run.to_running:.2f}s to all Running", file=sys.stderr)
                 cleared = time.monotonic()
                 clear(api, namespace, name)
                 print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)

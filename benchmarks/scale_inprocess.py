@@ -88,6 +88,7 @@ def child_decision(nodes: int, pods: int) -> dict[str, Any]:
     from reconciler.daemon.writer.fake import FakeCluster
     from reconciler.engine.decision.decide import decide
     from reconciler.engine.gangs.lifecycle import Phase
+    from reconciler.engine.model.keys import PodKey
     from reconciler.run.controllers import compose
     from troupe.config import Config
     from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL, TOPOLOGY_SLICE_SIZE
@@ -128,11 +129,16 @@ def child_decision(nodes: int, pods: int) -> dict[str, Any]:
             assert gang is not None
             out[f"{name}_ms"] = min(out[f"{name}_ms"], best_of(1, lambda gang=gang: decide(gang, snapshot, now)) * 1000)
 
+    changed = PodKey.of(running[-1])
+
     def one_pod_changed() -> None:
-        pod = dict(running[-1], metadata={**running[-1]["metadata"],
-                                          "resourceVersion": str(int(running[-1]["metadata"]["resourceVersion"]) + 1)})
-        running[-1] = pod
-        cache.pod_event("MODIFIED", pod)
+        # A label set on one running pod through the fake API server: a new version whose
+        # parsed form differs, so the cache's version moves and the snapshot is built again.
+        stored = cluster.pods.objects[changed]
+        labels = dict(stored["metadata"].get("labels") or {}, **{"bench.troupe.io/changed": str(time.perf_counter_ns())})
+        before = cache.version
+        cache.pod_event("MODIFIED", cluster.pods.add(dict(stored, metadata={**stored["metadata"], "labels": labels})))
+        assert cache.version > before, "the change reached the cache"
         decide(gangs["train"], cache.snapshot(), now)  # type: ignore[arg-type]
 
     out["rebuild_ms"] = best_of(3, one_pod_changed) * 1000

@@ -88,8 +88,12 @@ def span_text(run: Run) -> str:
     return f"{subblocks}" if blocks <= 1 else f"{subblocks} ({blocks} blocks)"
 
 
-def _seconds(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+def _seconds(value: float | None, digits: int | None = None) -> str:
+    """Seconds as text: two decimals under 10 s (a small gang's run is a tenth of a second,
+    where one decimal would make 0.15 and 0.22 s read 0.1 and 0.2), else one."""
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits if digits is not None else 2 if value < 10 else 1}f}"
 
 
 def _ratio_text(value: float | None) -> str:
@@ -102,7 +106,7 @@ def size_lines(result: SizeResult, hosts_per_subblock: int) -> list[str]:
     the fewest subblocks and the reconciler's peak memory."""
     lines = [f"N={result.n}"]
     for mode, run in result.runs.items():
-        text = f"  {mode:<12} {run.to_running:7.1f} s to all Running"
+        text = f"  {mode:<12} {_seconds(run.to_running):>7} s to all Running"
         if mode != PLAIN:
             text += f", {_ratio_text(ratio(result, mode))} of plain, release {_seconds(run.release, 2)} s"
         recreated = f" ({run.recreated} pods recreated: a rollback)" if run.recreated else ""

@@ -73,7 +73,7 @@ def test_summary_table_has_a_row_per_size_with_times_ratios_releases_and_spans()
                         "| release AsCreated s | release WhenComplete s "
                         "| subblocks plain / AsCreated / WhenComplete (fewest) | reconciler peak MiB |")
     assert table[1] == "| " + " | ".join(["---"] * 10) + " |"
-    assert table[2] == "| 64 | 4.4 | 4.8 | 9.3 | 1.08x | 2.09x | 0.31 | 1.52 | 2 (2 blocks) / 1 / 1 (1) | 123 |"
+    assert table[2] == "| 64 | 4.44 | 4.80 | 9.26 | 1.08x | 2.09x | 0.31 | 1.52 | 2 (2 blocks) / 1 / 1 (1) | 123 |"
     assert table[3] == "| 256 | 16.0 | 17.6 | 32.0 | 1.10x | 2.00x | 0.40 | 6.70 | 4 (2 blocks) / 4 / 4 (4) | 123 |"
     assert len(table) == 4
 
@@ -84,7 +84,7 @@ def test_summary_table_of_a_subset_of_modes_has_no_ratio_without_plain():
     table = summary_table(results, ["AsCreated"], HOSTS).splitlines()
 
     assert table[0] == "| N | AsCreated s | release AsCreated s | subblocks AsCreated (fewest) | reconciler peak MiB |"
-    assert table[2] == "| 64 | 4.8 | n/a | 1 (1) | 123 |"
+    assert table[2] == "| 64 | 4.80 | n/a | 1 (1) | 123 |"
 
 
 def test_size_lines_give_each_mode_its_ratio_release_and_span():
@@ -115,9 +115,9 @@ def test_the_target_rows_hold_each_gang_mode_to_the_plain_job_and_as_created_to_
                              "WhenComplete": Run(4.0, 1.0, nodes(64))}, 300.0)
     rows = target_rows([result], "2,048 kwok nodes")
     assert rows == [
-        ("gang of 64 to all Running (AsCreated, 1 subblocks), 2,048 kwok nodes", "2.1 s", "2.0 s (plain Job)", "1.05x",
+        ("gang of 64 to all Running (AsCreated, 1 subblocks), 2,048 kwok nodes", "2.10 s", "2.00 s (plain Job)", "1.05x",
          "< 1.1x: met"),
-        ("gang of 64 to all Running (WhenComplete, 1 subblocks), 2,048 kwok nodes", "4.0 s", "2.0 s (plain Job)", "2.00x",
+        ("gang of 64 to all Running (WhenComplete, 1 subblocks), 2,048 kwok nodes", "4.00 s", "2.00 s (plain Job)", "2.00x",
          "-"),
     ]
     slow = SizeResult(64, {"plain": Run(2.0, None, nodes(64)), "AsCreated": Run(2.4, 0.3, nodes(64))}, 300.0)
