@@ -23,6 +23,7 @@ from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.ledger.usage import BoundUsage
 from reconciler.engine.model.devices import DeviceGroup
 from reconciler.engine.model.dra import NodesMemo
 from reconciler.engine.model.fields import shared
@@ -136,6 +137,11 @@ class ClusterCache:
         self._snapshot: tuple[tuple[int, ...], Snapshot] | None = None
         self._node_version = 0
         self._table: tuple[int, NodeTable] | None = None
+        #: What the bound pods use on the nodes of ``_table``, kept up to date pod by pod
+        #: (docs/decisions/061-bound-usage.md); None until a snapshot is built on that table.
+        self._usage: BoundUsage | None = None
+        #: The parsed pods a snapshot holds (readable ones), in the order they came.
+        self._planned: dict[PodKey, PodInfo] = {}
         #: DRA's counted nodes and their table, kept across snapshots (:class:`~reconciler.engine.model.dra.NodesMemo`).
         self._devices = NodesMemo()
         self._gang_version: dict[str, int] = {}
@@ -223,6 +229,14 @@ class ClusterCache:
         if key is not None:
             key = shared(key)  # the gang's members hold one string
         self._pods[ref] = Entry(self._kept(pod), info, bool(why), _version(pod))
+        if self._usage is not None:
+            self._usage.remove(ref)
+        if info is not None and not why:  # what a snapshot holds (an unreadable pod counts for nothing)
+            self._planned[ref] = info
+            if self._usage is not None:
+                self._usage.add(info)
+        else:
+            self._planned.pop(ref, None)
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)
             touched.add(group_key(info.device_group))
@@ -243,6 +257,9 @@ class ClusterCache:
     def _drop_pod(self, ref: PodKey) -> set[str]:
         self.unreadable.forget("pod", str(ref))
         touched = self._unindex(ref)
+        if self._usage is not None:
+            self._usage.remove(ref)
+        self._planned.pop(ref, None)
         if self._pods.pop(ref, None) is not None:
             self.version += 1
         return touched
@@ -469,7 +486,7 @@ class ClusterCache:
         stream, as for :meth:`replace_pods`); a node of the same version as the stored
         one keeps its entry; nodes absent from the list are dropped."""
         with self._lock:
-            self._snapshot = self._table = None
+            self._snapshot = self._table = self._usage = None
         seen: set[str] = set()
         for n in items:
             with self._lock:
@@ -528,18 +545,21 @@ class ClusterCache:
             node_version = self._node_version
             if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
-            pods = [e.info for e in self._pods.values() if e.info is not None and not e.partial]
+            pods = list(self._planned.values())
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
+            usage = self._usage.copy() if self._usage is not None and self._usage.table is table else None
             listed = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
             groups = [e.info for e in self._groups.values() if isinstance(e.info, DeviceGroup)]
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if table is None:  # the nodes changed: their table, kept while they stay (DRA counts on it)
             table = NodeTable(listed, self.levels)
         parts = SnapshotParts(table, pods, groups, errors, budgets, catalog, namespaces, devices, workloads,
-                              self.config, self.levels)
+                              self.config, self.levels, usage)
         snapshot = build_snapshot(parts, self._devices)
         with self._lock:
             self._snapshot = (version, snapshot)
             if self._node_version == node_version:
                 self._table = (node_version, table)
+                if self._usage is None or self._usage.table is not table:  # counted once a table, then kept
+                    self._usage = BoundUsage(table, self._planned.values())
         return snapshot

@@ -73,7 +73,7 @@ def build_snapshot(parts: SnapshotParts, devices: dra.NodesMemo | None = None) -
                     sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,
                     volumes=parts.volumes, spread_defaults=spread_defaults(config),
                     reservations=parts.workloads.reservations(planned_workloads(parts)),
-                    whole_victims=whole_victims(parts))
+                    whole_victims=whole_victims(parts), usage=parts.usage)
 
 
 def whole_victims(parts: SnapshotParts) -> frozenset[str]:

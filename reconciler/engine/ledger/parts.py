@@ -24,6 +24,7 @@ from typing import Any
 
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.ledger.usage import UsageCopy
 from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.budgets import Budget
@@ -63,7 +64,10 @@ class SnapshotParts:
     ``devices`` (:func:`count_slots`), which carry the reservations of gangs released as
     created; ``config``: the configuration (topology levels, the levels that may be device
     attributes, the default spread constraints); ``levels``: its
-    :class:`TopologyLevels`, when the caller has them made already (None: made from ``config``).
+    :class:`TopologyLevels`, when the caller has them made already (None: made from ``config``);
+    ``usage``: what the bound pods among ``pods`` use, counted already on the table in
+    ``nodes`` (a cache's :class:`~reconciler.engine.ledger.usage.BoundUsage`, copied; None:
+    every pod is counted by the snapshot).
     """
 
     nodes: Sequence[NodeInfo] | NodeTable
@@ -77,6 +81,7 @@ class SnapshotParts:
     workloads: wl.Workloads = field(default_factory=wl.Workloads)
     config: Config = field(default_factory=Config)
     levels: TopologyLevels | None = None
+    usage: UsageCopy | None = None
 
     @property
     def topology(self) -> TopologyLevels:

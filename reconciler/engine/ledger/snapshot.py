@@ -43,6 +43,7 @@ from typing import Any, Protocol, TypeVar
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.recordindex import nomination_record, plan_record, records
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.ledger.usage import UsageCopy, give_back, take
 from reconciler.engine.model.budgets import Budget
 from reconciler.engine.model.devices import DeviceGroup, DeviceInventory, Holding
 from reconciler.engine.model.keys import PodKey
@@ -88,6 +89,36 @@ class Placement(Protocol):
         """Every placed member, on its node."""
 
 
+class _PodIndex:
+    """One pass over a snapshot's pods (100,000 in a large cluster): ``pods`` by key, and the
+    few that carry pod terms or an exclusive level (their keys), a plan or a nomination
+    record, or are not among the pods ``counted`` already (:class:`~.usage.BoundUsage`).
+    Raises ``ValueError`` on two pods of one key."""
+
+    def __init__(self, pods: Iterable[PodInfo], counted: Mapping[str, Any]) -> None:
+        self.pods: dict[PodKey, PodInfo] = {}
+        self.terms_keys: list[PodKey] = []
+        self.exclusive: list[PodKey] = []
+        self.planned: list[PodInfo] = []
+        self.nominating: list[PodInfo] = []
+        self.uncounted: list[PodInfo] = []
+        for pod in pods:
+            key = pod.key
+            if key in self.pods:
+                raise ValueError(f"duplicate pod {key!r}")
+            self.pods[key] = pod
+            if key not in counted:
+                self.uncounted.append(pod)
+            if pod.terms is not None:
+                self.terms_keys.append(key)
+            if pod.gang_annotations and TOPOLOGY_EXCLUSIVE_LEVEL in pod.gang_annotations:
+                self.exclusive.append(key)
+            if pod.plan is not None:
+                self.planned.append(pod)
+            if pod.nomination is not None:
+                self.nominating.append(pod)
+
+
 class Snapshot:
     """Nodes (in topology order), pods, SharedDeviceGroups and free capacity; see the
     module docstring.
@@ -108,6 +139,10 @@ class Snapshot:
     default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`reconciler.engine.filters.gang`);
     ``reservations``: of gangs released as created; their free ranks hold their nodes
     (:mod:`reconciler.engine.model.reservations`; :attr:`reservations` by ``namespace/gang id``).
+    ``usage``: the bound pods' use of the nodes, counted already on ``nodes`` (a copy of a
+    cache's :class:`~reconciler.engine.ledger.usage.BoundUsage`, which the snapshot then owns):
+    those pods are not counted again (docs/decisions/061-bound-usage.md); ignored unless it
+    was made on this very table.
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
@@ -115,7 +150,8 @@ class Snapshot:
                  budgets: Iterable[Budget] = (), *,
                  namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
                  spread_defaults: Sequence[SpreadConstraint] = (),
-                 reservations: Iterable[Reservation] = (), whole_victims: Iterable[str] = ()) -> None:
+                 reservations: Iterable[Reservation] = (), whole_victims: Iterable[str] = (),
+                 usage: UsageCopy | None = None) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -124,11 +160,17 @@ class Snapshot:
         self.index = table.index
         self.tree = table.tree
         self.weights = table.weights
-        self.pods: dict[PodKey, PodInfo] = {}
-        for pod in pods:
-            if pod.key in self.pods:
-                raise ValueError(f"duplicate pod {pod.key!r}")
-            self.pods[pod.key] = pod
+        # The bound pods' use of their nodes comes counted when the caller keeps it (a
+        # cache's BoundUsage, on this very table): only the other pods are counted here.
+        counted: Mapping[str, Any] = {}
+        if usage is not None and usage.table is table:
+            self._free, self._using = usage.free, usage.using
+            counted = usage.using
+        else:
+            self._free = {resource: list(col) for resource, col in table.allocatable.items()}
+            self._using = {}
+        indexed = _PodIndex(pods, counted)
+        self.pods: dict[PodKey, PodInfo] = indexed.pods
         self.groups: dict[str, DeviceGroup] = {group.name: group for group in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
         self.budgets: tuple[Budget, ...] = tuple(budgets)
@@ -139,26 +181,23 @@ class Snapshot:
         #: pod group whose ``disruptionMode`` is ``all`` (docs/decisions/056-pod-groups.md).
         self.whole_victims: frozenset[str] = frozenset(whole_victims)
         #: Keys of the pods that carry :class:`~reconciler.engine.model.podterms.PodTerms`.
-        self.terms_keys = tuple(key for key, pod in self.pods.items() if pod.terms is not None)
+        self.terms_keys = tuple(indexed.terms_keys)
         #: Keys of the pods that ask an exclusive level (:mod:`reconciler.engine.placement.layers`).
-        self.exclusive = tuple(key for key, pod in self.pods.items() if TOPOLOGY_EXCLUSIVE_LEVEL in pod.gang_annotations)
+        self.exclusive = tuple(indexed.exclusive)
         self._static_ok = table.static_ok
         self._eligible: dict[NodeFilter, list[bool]] = {}
-        self._free: dict[str, list[int]] = {resource: list(col) for resource, col in table.allocatable.items()}
-        self._using: dict[str, tuple[int, Mapping[str, int]]] = {}
-        self._reserved, self._reserved_at = records(self.pods.values(), plan_record)
-        self._nominated, _ = records(self.pods.values(), nomination_record)
+        self._reserved, self._reserved_at = records(indexed.planned, plan_record)
+        self._nominated, _ = records(indexed.nominating, nomination_record)
         self._memo: dict[str, Any] = {}
         claims = []
-        for pod in self.pods.values():
+        for pod in indexed.uncounted:
             where = self.node_of(pod)
             if where is not None:
                 self._take(pod.key, where, pod.requests)
                 # A pod being deleted still runs with its devices until it is gone.
                 if pod.device_group and pod.devices is not None:
                     claims.append(Holding(pod.device_group, self.nodes[where].name, pod.devices, f"pod {pod.key}"))
-        plans = [holding for pod in self.pods.values() if pod.plan is not None and pod.active
-                 for holding in pod.plan.groups.values()]
+        plans = [holding for pod in indexed.planned if pod.active and pod.plan is not None for holding in pod.plan.groups.values()]
         self.devices = DeviceInventory.build(self.index, self.groups, claims, plans)
         for holding in self.devices.holdings.values():
             self._hold(holding)
@@ -255,19 +294,11 @@ class Snapshot:
         node of index ``node``; ``ValueError`` when it already uses one."""
         if key in self._using:
             raise ValueError(f"pod {key} already uses node {self.nodes[self._using[key][0]].name}")
-        for resource, amount in requests.items():
-            col = self._free.get(resource)
-            if col is None:
-                col = self._free[resource] = [0] * len(self.nodes)
-            col[node] -= amount
-        self._using[key] = (node, requests)
+        take(self._free, self._using, key, node, requests, len(self.nodes))
 
     def _give_back(self, key: str) -> tuple[int, Mapping[str, int]]:
         """``key`` uses nothing any more; returns the node index and the requests it used."""
-        node, requests = self._using.pop(key)
-        for resource, amount in requests.items():
-            self._free[resource][node] += amount
-        return node, requests
+        return give_back(self._free, self._using, key)
 
     def using(self, pod_key: str) -> str | None:
         """The node whose resources the pod uses in this snapshot, or None."""
