@@ -92,7 +92,8 @@ class Placement(Protocol):
 class _PodIndex:
     """One pass over a snapshot's pods (100,000 in a large cluster): ``pods`` by key, and the
     few that carry pod terms or an exclusive level (their keys), a plan or a nomination
-    record, or are not among the pods ``counted`` already (:class:`~.usage.BoundUsage`).
+    record, scheduling gates or a ``planned-at`` stamp, or are not among the pods
+    ``counted`` already (:class:`~.usage.BoundUsage`).
     Raises ``ValueError`` on two pods of one key."""
 
     def __init__(self, pods: Iterable[PodInfo], counted: Mapping[str, Any]) -> None:
@@ -102,6 +103,8 @@ class _PodIndex:
         self.planned: list[PodInfo] = []
         self.nominating: list[PodInfo] = []
         self.uncounted: list[PodInfo] = []
+        self.gated: list[PodInfo] = []
+        self.stamped: list[PodInfo] = []
         for pod in pods:
             key = pod.key
             if key in self.pods:
@@ -117,6 +120,10 @@ class _PodIndex:
                 self.planned.append(pod)
             if pod.nomination is not None:
                 self.nominating.append(pod)
+            if pod.gates:
+                self.gated.append(pod)
+            if pod.planned_at:
+                self.stamped.append(pod)
 
 
 class Snapshot:
@@ -189,6 +196,7 @@ class Snapshot:
         self._reserved, self._reserved_at = records(indexed.planned, plan_record)
         self._nominated, _ = records(indexed.nominating, nomination_record)
         self._memo: dict[str, Any] = {}
+        self._gated = indexed.gated
         claims = []
         for pod in indexed.uncounted:
             where = self.node_of(pod)
@@ -202,18 +210,20 @@ class Snapshot:
         for holding in self.devices.holdings.values():
             self._hold(holding)
         self.reservations: dict[str, Reservation] = {}
-        self._hold_reservations(reservations)
+        self._hold_reservations(reservations, indexed.stamped)
 
-    def _hold_reservations(self, reservations: Iterable[Reservation]) -> None:
+    def _hold_reservations(self, reservations: Iterable[Reservation], stamped: Iterable[PodInfo]) -> None:
         """Each reservation's free ranks use their nodes (module docstring); a rank whose
         node is not in the snapshot holds nothing (its gang's decision rolls it back)."""
         found = {f"{r.namespace}/{r.record.gang}": r for r in reservations}
         if not found:
             return
         stamps = {(r.namespace, r.record.planned_at) for r in found.values()}
+        times = {at for _, at in stamps}
         released: dict[tuple[str, str], list[PodInfo]] = {}
-        for pod in self.pods.values():
-            if (pod.namespace, pod.planned_at) in stamps and (pod.active or pod.phase == "Succeeded"):
+        for pod in stamped:  # the pods with a planned-at stamp
+            if (pod.planned_at in times and (pod.namespace, pod.planned_at) in stamps
+                    and (pod.active or pod.phase == "Succeeded")):
                 released.setdefault((pod.namespace, pod.planned_at), []).append(pod)
         for key, r in found.items():
             self.reservations[key] = r
@@ -253,7 +263,7 @@ class Snapshot:
     def nominated_node(self, pod: PodInfo) -> str:
         """The node a preemptor's nomination holds for ``pod`` (a gated member), or ``""``:
         its capacity counts as used, so no other gang takes what the eviction frees."""
-        if pod.gated and pod.uid and self._nominated:
+        if self._nominated and pod.uid and pod.gated:
             return self._nominated.get((pod.namespace, pod.uid), "")
         return ""
 
@@ -265,7 +275,7 @@ class Snapshot:
         ``self`` when there is nothing to set aside."""
         own = {pod.key for pod in members if self.nominated_node(pod)}
         nominated = self.memo("nominated", lambda: sorted(
-            (pod.priority, pod.key) for pod in self.pods.values()
+            (pod.priority, pod.key) for pod in self._gated
             if pod.active and self.nominated_node(pod) and not self.committed_node(pod)))
         aside = sorted(own | {key for held_at, key in nominated if held_at < priority})
         return self.with_removed(aside) if aside else self
@@ -276,7 +286,7 @@ class Snapshot:
         progress while it is still gated."""
         if pod.assigned_node:
             return pod.assigned_node
-        if pod.gated and pod.uid:
+        if self._reserved and pod.uid and pod.gated:
             return self._reserved.get((pod.namespace, pod.uid), "")
         return ""
 
@@ -285,7 +295,7 @@ class Snapshot:
         released, else that of the plan record that reserves its node; ``""`` when none."""
         if pod.planned_at:
             return pod.planned_at
-        if pod.gated and pod.uid:
+        if self._reserved_at and pod.uid and pod.gated:
             return self._reserved_at.get((pod.namespace, pod.uid), "")
         return ""
 

@@ -172,7 +172,7 @@ class PodInfo:
     @property
     def gated(self) -> bool:
         """Still carries a gate Troupe removes on release (its own or a GKE auto gate)."""
-        return any(is_troupe_gate(gate) for gate in self.gates)
+        return bool(self.gates) and any(is_troupe_gate(gate) for gate in self.gates)  # most pods have none
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> PodInfo:
