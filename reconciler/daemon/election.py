@@ -46,6 +46,9 @@ LEASE_REQUEST_SECONDS = 5.0
 MIN_REQUEST_SECONDS = 0.2
 #: client-go's ``JitterFactor``: a follower waits ``retry * (1 + random() * 0.2)``.
 JITTER = 0.2
+#: How long a read-back of the Lease stands for the confirmations after it, seconds
+#: (docs/decisions/062-confirmations-coalesced.md): releases that start within it share one.
+CONFIRM_FRESH_SECONDS = 1.0
 
 
 class LeaseError(Exception):
@@ -146,6 +149,7 @@ class Elector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None
+        self._confirmed_at: float | None = None
         self._leading = False
         self._ended = False
         self._stopped_called = False
@@ -193,10 +197,16 @@ class Elector:
 
     def confirm(self) -> None:
         """:meth:`check`, then read the Lease back: this replica must still be its holder
-        there (no one took it over, no one deleted or edited it). Raises
+        there (no one took it over, no one deleted or edited it). A read sent less than
+        :data:`CONFIRM_FRESH_SECONDS` ago that found this replica the holder stands for this
+        one (the fence is still checked). Raises
         :class:`~reconciler.daemon.writer.LostLeadership` otherwise, or when the read fails:
         a batch that cannot be confirmed does not start."""
         self.check()
+        sent = self.clock()
+        with self._lock:
+            if self._confirmed_at is not None and sent - self._confirmed_at < CONFIRM_FRESH_SECONDS:
+                return
         try:
             lease = self.api.get(self._request_timeout())
         except LeaseError as e:
@@ -207,6 +217,8 @@ class Elector:
             raise LostLeadership(f"{self.identity}: the Lease {self.election.namespace}/{self.election.name} is "
                                  f"now held by {holder or 'no one'}")
         self.check()
+        with self._lock:
+            self._confirmed_at = sent
 
     # --- one step: client-go's tryAcquireOrRenew ---------------------------------------
     def _request_timeout(self) -> float:
@@ -299,7 +311,7 @@ class Elector:
         """Close the fence for good (a replica that stopped leading never leads again: it
         exits and restarts as a follower); True if it was open."""
         with self._lock:
-            was, self._leading = self._leading, False
+            was, self._leading, self._confirmed_at = self._leading, False, None
             self._ended = self._ended or was or self._stop.is_set()
         if was:
             log.error("%s stops leading: %s", self.identity, why)

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from reconciler.daemon.election import (
+    CONFIRM_FRESH_SECONDS,
     LEASE_REQUEST_SECONDS,
     Elector,
     LeaderElection,
@@ -205,6 +206,26 @@ def test_confirm_reads_the_lease_back_and_closes_the_fence_when_someone_else_hol
     store.lease["spec"]["holderIdentity"] = "intruder"  # edited by hand, say
     with pytest.raises(LostLeadership, match="now held by intruder"):
         a.confirm()
+    with pytest.raises(LostLeadership):
+        a.check()
+
+
+def test_confirmations_within_a_second_share_one_read_and_a_later_one_reads_again():
+    store, clock = Leases(), Clock()
+    a = elector(store, "a", clock)
+    a.try_acquire_or_renew()
+    store.calls.clear()
+    a.confirm()
+    clock.now += CONFIRM_FRESH_SECONDS / 2
+    a.confirm()  # a release starting half a second after another: the read stands
+    assert [verb for _, verb, _ in store.calls] == ["get"]
+    store.lease["spec"]["holderIdentity"] = "intruder"
+    clock.now += CONFIRM_FRESH_SECONDS / 2
+    with pytest.raises(LostLeadership, match="now held by intruder"):
+        a.confirm()
+    assert [verb for _, verb, _ in store.calls] == ["get", "get"]
+    with pytest.raises(LostLeadership):
+        a.confirm()  # lost for good: no read stands for it
     with pytest.raises(LostLeadership):
         a.check()
 
