@@ -361,11 +361,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", default="64,256,512,1024", help="gang sizes N, comma-separated (default %(default)s)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="which of plain, AsCreated, WhenComplete to run, comma-separated (default all)")
-    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
-                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
-                        "(default: their own defaults, 20 and 50)")
-    p.add_argument("--component-burst", type=int, default=None, metavar="B",
-                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
+    add_control_plane_flags(p)
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
     p.add_argument("--topology", default=f"{BLOCKS}x{SUBBLOCKS}x{HOSTS}", metavar="BxSxH",
@@ -377,8 +373,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=1, metavar="R",
                    help="measure each size and mode R times (the modes taking turns) and print the median "
                         "(default %(default)s; the issue's targets are the median of 3)")
-    p.add_argument("--run-dir", metavar="DIR", default=None,
-                   help="keep the control plane's run directory (logs of every component) here")
     args = p.parse_args(argv)
     modes = args.modes.split(",")
     unknown = [mode for mode in modes if mode not in MODES]
@@ -389,9 +383,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.runs < 1:
         p.error(f"--runs: expected a positive count, got {args.runs}")
     args.topology = parse_topology(p, args.topology)
+    check_control_plane_flags(p, args)
+    return args
+
+
+def add_control_plane_flags(p: argparse.ArgumentParser) -> None:
+    """``--component-qps``, ``--component-burst`` and ``--run-dir``: the control plane's
+    flags of this benchmark and of ``benchmarks/stream.py``."""
+    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
+                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
+                        "(default: their own defaults, 20 and 50)")
+    p.add_argument("--component-burst", type=int, default=None, metavar="B",
+                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
+    p.add_argument("--run-dir", metavar="DIR", default=None,
+                   help="keep the control plane's run directory (logs of every component) here")
+
+
+def check_control_plane_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit 2 (``p.error``) on ``--component-burst`` without ``--component-qps``."""
     if args.component_burst is not None and args.component_qps is None:
         p.error("--component-burst needs --component-qps")
-    return args
 
 
 def median_run(runs: list[Run]) -> Run:

@@ -57,6 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from scale import (
+    add_control_plane_flags,
+    check_control_plane_flags,
     clear,
     follow,
     indexed_job,
@@ -220,15 +222,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="kwok nodes of 8 GPUs as blocks x subblocks x hosts (default %(default)s: 2,048 nodes)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="which streams to run, in this order: plain, gang (default %(default)s)")
-    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
-                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
-                        "(default: their own defaults, 20 and 50)")
-    p.add_argument("--component-burst", type=int, default=None, metavar="B",
-                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="give up on a stream S seconds after its last Job was created (default %(default)s)")
-    p.add_argument("--run-dir", metavar="DIR", default=None,
-                   help="keep the control plane's run directory (logs of every component) here")
+    add_control_plane_flags(p)
     args = p.parse_args(argv)
     args.modes = args.modes.split(",")
     unknown = [mode for mode in args.modes if mode not in MODES]
@@ -240,8 +236,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.seconds < 0:
         p.error(f"--seconds: expected zero or more, got {args.seconds:g}")
     blocks, subblocks, hosts = args.topology = parse_topology(p, args.topology)
-    if args.component_burst is not None and args.component_qps is None:
-        p.error("--component-burst needs --component-qps")
+    check_control_plane_flags(p, args)
     if args.gangs * args.members > blocks * subblocks * hosts * 8:
         p.error(f"--gangs x --members: {args.gangs * args.members} pods of one GPU do not fit on "
                 f"{blocks * subblocks * hosts} nodes of 8 GPUs (every Job must fit at once)")
