@@ -141,7 +141,7 @@ class ClusterCache:
         #: (docs/decisions/061-bound-usage.md); None until a snapshot is built on that table.
         self._usage: BoundUsage | None = None
         #: The parsed pods a snapshot holds (readable ones), in the order they came.
-        self._planned: dict[PodKey, PodInfo] = {}
+        self._readable_pods: dict[PodKey, PodInfo] = {}
         #: DRA's counted nodes and their table, kept across snapshots (:class:`~reconciler.engine.model.dra.NodesMemo`).
         self._devices = NodesMemo()
         self._gang_version: dict[str, int] = {}
@@ -232,11 +232,11 @@ class ClusterCache:
         if self._usage is not None:
             self._usage.remove(ref)
         if info is not None and not why:  # what a snapshot holds (an unreadable pod counts for nothing)
-            self._planned[ref] = info
+            self._readable_pods[ref] = info
             if self._usage is not None:
                 self._usage.add(info)
         else:
-            self._planned.pop(ref, None)
+            self._readable_pods.pop(ref, None)
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)
             touched.add(group_key(info.device_group))
@@ -259,7 +259,7 @@ class ClusterCache:
         touched = self._unindex(ref)
         if self._usage is not None:
             self._usage.remove(ref)
-        self._planned.pop(ref, None)
+        self._readable_pods.pop(ref, None)
         if self._pods.pop(ref, None) is not None:
             self.version += 1
         return touched
@@ -545,7 +545,7 @@ class ClusterCache:
             node_version = self._node_version
             if self._snapshot is not None and self._snapshot[0] == version:
                 return self._snapshot[1]
-            pods = list(self._planned.values())
+            pods = list(self._readable_pods.values())
             table = self._table[1] if self._table is not None and self._table[0] == node_version else None
             usage = self._usage.copy() if self._usage is not None and self._usage.table is table else None
             listed = [e.info for e in self._nodes.values() if e.info is not None] if table is None else []
@@ -561,5 +561,5 @@ class ClusterCache:
             if self._node_version == node_version:
                 self._table = (node_version, table)
                 if self._usage is None or self._usage.table is not table:  # counted once a table, then kept
-                    self._usage = BoundUsage(table, self._planned.values())
+                    self._usage = BoundUsage(table, self._readable_pods.values())
         return snapshot
