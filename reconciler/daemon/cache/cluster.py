@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.daemon.cache.assumed import UNKNOWN_OUTCOME_SECONDS, Assumptions
 from reconciler.daemon.cache.budgets import BudgetIndex
 from reconciler.daemon.cache.dra import DraIndex
 from reconciler.daemon.cache.keys import group_key
@@ -106,10 +108,13 @@ class ClusterCache:
     (:attr:`unreadable`; ``on_unreadable(kind)`` is called when one is found, for a metric).
     ``reservation_key``: the key reservations are signed with and read under
     (:class:`~.workloads.WorkloadIndex`; None: a random one of this process's own).
+    ``clock`` gives monotonic seconds (how long an assumed member outlives a write whose
+    outcome is unknown, :mod:`.assumed`).
     """
 
     def __init__(self, config: Config, retained: bool = True,
-                 on_unreadable: Callable[[str], None] | None = None, reservation_key: bytes | None = None) -> None:
+                 on_unreadable: Callable[[str], None] | None = None, reservation_key: bytes | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         #: The objects that could not be read, and why (:mod:`.unreadable`).
         self.unreadable = Unreadable(on_unreadable)
@@ -150,6 +155,9 @@ class ClusterCache:
         self._group_pods: dict[str, set[PodKey]] = {}
         #: Objects deleted, with the resourceVersion of their deletion (:mod:`.tombstones`).
         self._gone = Tombstones()
+        #: Members of releases decided whose writes the cache has not seen yet: snapshots
+        #: count them as written (:mod:`.assumed`, docs/decisions/068-release-pipeline.md).
+        self._assumed = Assumptions(clock)
 
     # --- retaining ---------------------------------------------------------------------
     def _retain(self, policy: Keep, obj: Obj, current: Entry | None) -> Obj:
@@ -216,8 +224,12 @@ class ClusterCache:
     def _put_pod(self, pod: Obj) -> set[str]:
         ref = PodKey.of(pod)
         current = self._pods.get(ref)
-        if _same_version(current, pod):
-            return set()  # this very version is stored, parsed and indexed already
+        if _same_version(current, pod):  # this very version is stored, parsed and indexed already
+            if ref in self._assumed and current is not None and \
+                    self._assumed.settled_by(ref, None if current.partial else current.info):
+                self._restore(ref)  # a write's response that the watch delivered first
+                self.version += 1
+            return set()
         pod = self._retain(POD, pod, None)
         touched = self._unindex(ref)
         # An unreadable pod is still a member of its gang, which it holds with why.
@@ -232,10 +244,12 @@ class ClusterCache:
         if self._usage is not None:
             self._usage.remove(ref)
         if info is not None and not why:  # what a snapshot holds (an unreadable pod counts for nothing)
-            self._readable_pods[ref] = info
+            assumed = self._assumed.get(ref)
+            self._readable_pods[ref] = info if assumed is None or self._assumed.settled_by(ref, info) else assumed
             if self._usage is not None:
                 self._usage.add(info)
         else:
+            self._assumed.settled_by(ref, None)
             self._readable_pods.pop(ref, None)
         if info is not None and info.device_group:
             self._group_pods.setdefault(info.device_group, set()).add(ref)
@@ -256,6 +270,7 @@ class ClusterCache:
 
     def _drop_pod(self, ref: PodKey) -> set[str]:
         self.unreadable.forget("pod", str(ref))
+        self._assumed.forget((ref,))
         touched = self._unindex(ref)
         if self._usage is not None:
             self._usage.remove(ref)
@@ -312,6 +327,54 @@ class ClusterCache:
     def assume(self, pod: Obj) -> None:
         """Record the object a write of ours returned, ahead of its watch event."""
         self.pod_event("MODIFIED", pod)
+
+    # --- releases in flight (:mod:`.assumed`) --------------------------------------------
+    def assume_release(self, members: Iterable[PodInfo]) -> None:
+        """Count each of ``members`` (pods as their release's writes will leave them,
+        :meth:`~reconciler.engine.decision.actions.MemberRelease.applied`) in the snapshots
+        from now on, until the pod the cache receives shows the write landed, or
+        :meth:`forget_assumed`/:meth:`assumed_unknown` end it (:mod:`.assumed`). A member
+        the cache no longer holds (deleted meanwhile) is not assumed."""
+        with self._lock:
+            for info in members:
+                entry = self._pods.get(info.key)
+                if entry is None or entry.info is None or entry.partial:
+                    continue
+                self._assumed.add(info)
+                self._readable_pods[info.key] = info
+            self.version += 1
+
+    def forget_assumed(self, refs: Iterable[PodKey]) -> None:
+        """End the assumptions of ``refs``: their writes were refused for sure (nothing
+        was written), so snapshots count the pods as the cache holds them again."""
+        with self._lock:
+            for ref in self._assumed.forget(refs):
+                self._restore(ref)
+            self.version += 1
+
+    def assumed_unknown(self, refs: Iterable[PodKey], seconds: float = UNKNOWN_OUTCOME_SECONDS) -> None:
+        """Keep the assumptions of ``refs`` (writes whose outcome is unknown: a timeout, a
+        5xx) at most ``seconds`` more, unless the pod shows the outcome first."""
+        with self._lock:
+            self._assumed.expire_after(refs, seconds)
+
+    def assumed_keys(self, refs: Iterable[PodKey]) -> set[PodKey]:
+        """Which of ``refs`` are assumed now."""
+        with self._lock:
+            return {ref for ref in refs if ref in self._assumed}
+
+    def assumed_count(self) -> int:
+        """How many members are assumed now (a gauge: writes in flight, or of unknown outcome)."""
+        with self._lock:
+            return len(self._assumed)
+
+    def _restore(self, ref: PodKey) -> None:
+        """What a snapshot holds of ``ref`` once its assumption ends: the pod as cached."""
+        entry = self._pods.get(ref)
+        if entry is not None and entry.info is not None and not entry.partial:
+            self._readable_pods[ref] = entry.info
+        else:
+            self._readable_pods.pop(ref, None)
 
     def _lookup(self, table: Mapping[Any, Entry], key: object) -> tuple[Obj | None, Any]:
         """The object of ``key`` in ``table`` (one of the cache's) and its parsed form, or
@@ -541,6 +604,10 @@ class ClusterCache:
         dra_version, devices = self.dra.view()
         volumes_version, catalog, namespaces = self.volumes.view()
         with self._lock:
+            expired = self._assumed.expired() if len(self._assumed) else []
+            for ref in expired:  # writes of unknown outcome the cache never saw land
+                self._restore(ref)
+            self.version += bool(expired)
             version = (self.version, budget_version, volumes_version, jobs_version, dra_version)
             node_version = self._node_version
             if self._snapshot is not None and self._snapshot[0] == version:

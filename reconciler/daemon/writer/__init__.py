@@ -28,7 +28,8 @@ parallel). Errors (:mod:`~reconciler.daemon.writer.base`): :class:`Conflict` (th
 changed in a way that forbids the write), :class:`Gone` (it no longer exists, or was
 replaced by one of another UID), :class:`Refused` (an eviction a PodDisruptionBudget
 forbids), :class:`LostLeadership` (this replica may no longer write: its :class:`Fence` is
-closed), :class:`WriteError` (anything else); ``emit_event`` never raises.
+closed), :class:`Unsure` (no answer says whether it was applied: a timeout, a 5xx),
+:class:`WriteError` (anything else); ``emit_event`` never raises.
 
 Every write of an intent passes the port's ``fence`` first (the leader's Lease,
 docs/decisions/016-bounded-failure-detection.md); the implementations of
@@ -48,6 +49,7 @@ from reconciler.daemon.writer.base import (
     LostLeadership,
     Refused,
     Unfenced,
+    Unsure,
     WriteError,
 )
 from reconciler.daemon.writer.gangobjects import GangObjectWrites
@@ -72,6 +74,7 @@ __all__ = [
     "Refused",
     "StateStore",
     "Unfenced",
+    "Unsure",
     "WorkloadWrites",
     "WriteError",
     "Writes",

@@ -4,8 +4,9 @@ the :class:`Fenced` base holding it.
 Errors: :class:`Conflict` (the object changed in a way that forbids the write),
 :class:`Gone` (it no longer exists, or was replaced by a pod of another UID),
 :class:`Refused` (an eviction a PodDisruptionBudget forbids), :class:`LostLeadership`
-(this replica may no longer write: its :class:`Fence` is closed), :class:`WriteError`
-(anything else).
+(this replica may no longer write: its :class:`Fence` is closed), :class:`Unsure` (the
+request went out and no answer says whether it was applied: a timeout, a 5xx, a connection
+dropped), :class:`WriteError` (anything else: refused, nothing written).
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from typing import Protocol
 
 class WriteError(RuntimeError):
     """A write failed for a reason other than a conflict or a missing object."""
+
+
+class Unsure(WriteError):
+    """A write whose outcome is unknown: it may or may not have been applied (a timeout, a
+    connection dropped, HTTP 5xx). Every other :class:`WriteError` means nothing was written."""
 
 
 class Conflict(WriteError):

@@ -28,16 +28,18 @@ code that says whether preemption can help, and a list of reasons) until it is r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reconciler.engine.filters.status import Code
 from reconciler.engine.gangs.avoidance import NodeFailure
 from reconciler.engine.gangs.refusals import Refusal
 from reconciler.engine.model.devices import Devices, Holding
 from reconciler.engine.model.keys import PodKey, WorkloadKey
+from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.reservations import Record
 from reconciler.engine.preemption import PreemptionPlan
+from troupe.contract import is_troupe_gate
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,20 @@ class MemberRelease:
     rank: int
     planned_at: str
     devices: Devices = field(default_factory=dict)
+
+    def applied(self, pod: PodInfo, released_at: str, plan: Plan | None = None) -> PodInfo:
+        """``pod`` (this member as the decision saw it) as its release's one update leaves it
+        (:func:`reconciler.daemon.writer.pods.release_patch`): pinned to :attr:`node`,
+        stamped with :attr:`planned_at` and ``released_at`` (RFC 3339), carrying ``plan``
+        (the record of the first member of a release of several) and its devices, its
+        nomination ended and Troupe's gates gone (other components' gates stay). What a
+        pipeline of releases assumes of a member while its write is in flight
+        (docs/decisions/068-release-pipeline.md); it counts on :attr:`node` in a snapshot as
+        the written pod will."""
+        return replace(pod, assigned_node=self.node, planned_at=self.planned_at, released_at=released_at,
+                       plan=plan if plan is not None else pod.plan, nomination=None,
+                       devices=self.devices if self.devices else pod.devices,
+                       gates=tuple(g for g in pod.gates if not is_troupe_gate(g)))
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,18 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.daemon.writer.base import UNFENCED, Conflict, Fence, Gone, Refused, WriteError
+from reconciler.daemon.writer.base import (
+    UNFENCED,
+    Conflict,
+    Fence,
+    Gone,
+    Refused,
+    Unsure,
+    WriteError,
+)
 from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message
 
 #: Attempts of a request that API Priority and Fairness rejects (429), each after the
@@ -35,10 +44,15 @@ class Calls:
 
     def send(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One request: a token of the rate limit, the fence, then ``fn``. Raises
-        ``ApiException`` and what the fence raises."""
+        ``ApiException``, what the fence raises, and :class:`~reconciler.daemon.writer.base.Unsure`
+        when the request may have gone out and no response came (a timeout, a connection
+        dropped: urllib3's errors)."""
         self.limiter.wait()
         self.fence.check()
-        return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        try:
+            return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise Unsure(f"no response: {type(e).__name__}: {e}") from e
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` through :meth:`send`, retried after the wait a 429 of
@@ -71,11 +85,13 @@ class Calls:
 
 def _raise_for(e: ApiException, what: str) -> NoReturn:
     """The writer's error for an API error of the request ``what``: ``Conflict`` (409),
-    ``Gone`` (404), else ``WriteError``."""
+    ``Gone`` (404), ``Unsure`` (5xx: the server may have applied it), else ``WriteError``."""
     if e.status == 409:
         raise Conflict(f"{what}: conflict: {error_message(e)}") from e
     if e.status == 404:
         raise Gone(f"{what}: not found") from e
+    if e.status is not None and e.status >= 500:
+        raise Unsure(f"{what}: {e.status} {error_message(e)}") from e
     raise WriteError(f"{what}: {e.status} {error_message(e)}") from e
 
 

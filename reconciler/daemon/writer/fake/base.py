@@ -60,17 +60,27 @@ def record_event(events: list[RecordedEvent], fence: Fence, event: RecordedEvent
     events.append(event)  # one append: atomic, whichever thread
 
 
+def _open() -> threading.Event:
+    opened = threading.Event()
+    opened.set()
+    return opened
+
+
 @dataclass
 class FakeStore(Generic[K]):
     """What a fake keeps of the objects of its kind: ``objects`` by key, the ``fence`` its
     port's intents pass, the ``versions`` it shares with the other fakes, ``fail`` (an
     object's name -> the error its next writes raise, for fault tests) and the lock that
-    makes it thread-safe."""
+    makes it thread-safe. ``gate``: while it is clear, every write waits on its way to the
+    "API server" (as behind the client's rate limit), and checks ``fence`` again once let
+    through, as the real writer's socket does (docs/decisions/016-bounded-failure-detection.md):
+    what a test of writes in flight holds them with."""
 
     fence: Fence = UNFENCED
     versions: Versions = field(default_factory=Versions)
     objects: dict[K, dict[str, Any]] = field(default_factory=dict)
     fail: dict[str, WriteError] = field(default_factory=dict)
+    gate: threading.Event = field(default_factory=_open)
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def _store(self, key: K, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,6 +88,14 @@ class FakeStore(Generic[K]):
         with self._lock:
             stored = self.objects[key] = self.versions.stamped(obj)
             return copy.deepcopy(stored)
+
+    def _admit(self) -> None:
+        """A write on its way: wait while ``gate`` is clear, then check ``fence`` again (the
+        socket's check). Called before the store's lock is taken. Raises
+        :class:`LostLeadership`."""
+        if not self.gate.is_set():
+            self.gate.wait()
+            self.fence.check()
 
     def _writable(self, key: K, name: str, missing: str) -> dict[str, Any]:
         """The stored object under ``key`` (not a copy), for a write: raises the error

@@ -65,6 +65,7 @@ class FakePodWrites(FakeStore[PodKey], PodWrites):
         return self._read(ref, f"pod {ref}: not found")
 
     def _patch(self, ref: PodKey, patch: Mapping[str, Any]) -> dict[str, Any]:
+        self._admit()
         with self._lock:
             pod = copy.deepcopy(self._writable(ref, ref.name, f"pod {ref}: not found"))
             meta, spec = pod.setdefault("metadata", {}), pod.setdefault("spec", {})
@@ -95,6 +96,7 @@ class FakePodWrites(FakeStore[PodKey], PodWrites):
             return copy.deepcopy(pod)
 
     def _patch_status(self, ref: PodKey, patch: Mapping[str, Any]) -> None:
+        self._admit()
         with self._lock:
             status = self._writable(ref, ref.name, f"pod {ref}: not found").setdefault("status", {})
             for condition in patch["status"]["conditions"]:
@@ -105,6 +107,7 @@ class FakePodWrites(FakeStore[PodKey], PodWrites):
             self.objects[ref]["metadata"]["resourceVersion"] = self.versions.next()
 
     def _delete(self, ref: PodKey, uid: str) -> None:
+        self._admit()
         with self._lock:
             if ref.name in self.fail:
                 raise self.fail[ref.name]
@@ -115,6 +118,7 @@ class FakePodWrites(FakeStore[PodKey], PodWrites):
             self.deleted.append(ref)
 
     def _evict(self, ref: PodKey, uid: str) -> None:
+        self._admit()
         with self._lock:
             if ref.name in self.protected:
                 raise Refused(f"evict pod {ref}: {BUDGET_REFUSAL}")
