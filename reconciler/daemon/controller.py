@@ -48,10 +48,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from reconciler.daemon.cache import ClusterCache
+from reconciler.daemon.cycle import Cycle
 from reconciler.daemon.gangobjects import GangObjects
 from reconciler.daemon.handlers import (
     Done,
@@ -88,7 +91,9 @@ class Outcome:
     metrics: ``released`` members written (every write of the release succeeded),
     ``rolled_back`` (a rollback started), ``preempted`` (a new preemption plan whose
     nomination was written), ``evicted`` evictions asked, ``refused_move`` (the lifecycle
-    refused the move; nothing was written)."""
+    refused the move; nothing was written). ``pending``: the outcome once the writes that
+    outlive the reconcile are done (a release written while the worker decides the next
+    gangs, docs/decisions/068-release-pipeline.md); None when this is the outcome."""
 
     phase: Phase
     reason: str
@@ -101,6 +106,46 @@ class Outcome:
     preempted: bool = False
     evicted: int = 0
     refused_move: bool = False
+    pending: Future[Outcome] | None = None
+
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def then(future: Future[T], fn: Callable[[T], U]) -> Future[U]:
+    """A future of ``fn`` of ``future``'s result (its exception, if it raised or ``fn`` does)."""
+    out: Future[U] = Future()
+
+    def done(f: Future[T]) -> None:
+        try:
+            out.set_result(fn(f.result()))
+        except BaseException as e:  # noqa: BLE001  handed to whoever waits on ``out``
+            out.set_exception(e)
+
+    future.add_done_callback(done)
+    return out
+
+
+def all_of(futures: Sequence[Future[T]]) -> Future[list[T]]:
+    """A future of every result of ``futures``, in order (the first exception, if one raised)."""
+    out: Future[list[T]] = Future()
+    left = [len(futures)]
+
+    def done(_f: Future[T]) -> None:
+        left[0] -= 1
+        if left[0]:
+            return
+        try:
+            out.set_result([f.result() for f in futures])
+        except BaseException as e:  # noqa: BLE001
+            out.set_exception(e)
+
+    if not futures:
+        out.set_result([])
+    for f in futures:
+        f.add_done_callback(done)
+    return out
 
 
 def _nothing(gang: Gang, decision: Decision, action: actions.Wait | actions.Hold, memory: Memory,
@@ -189,17 +234,25 @@ class GangController:
         return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back,
                        avoid=memory.avoiding(self.wall_clock()))
 
-    def reconcile(self, key: str) -> Outcome | None:
+    def reconcile(self, key: str, cycle: Cycle | None = None, wait: bool = True) -> Outcome | None:
         """Reconcile gang ``key``; returns the outcome, or None when the gang is gone.
         Then remove Troupe's taint from the nodes no nomination or unbound release needs
         any more (:meth:`NominatedTaints.sweep`; nothing to do, and no write, when no node
-        carries it)."""
+        carries it). ``cycle``: the worker's pass this decision belongs to, whose snapshot
+        it is made on (:mod:`reconciler.daemon.cycle`; None: a cycle of its own). With
+        ``wait`` False, a release's writes go on after the call returns, and the outcome's
+        :attr:`Outcome.pending` gives the outcome once they are done
+        (docs/decisions/068-release-pipeline.md); the caller must not decide the gang again
+        before. With ``wait`` (the default) the call returns that outcome."""
         try:
-            return self._reconcile(key)
+            outcome = self._reconcile(key, cycle or Cycle(self.cache))
         finally:
             self.taints.sweep()
+        if wait and outcome is not None and outcome.pending is not None:
+            return outcome.pending.result()
+        return outcome
 
-    def _reconcile(self, key: str) -> Outcome | None:
+    def _reconcile(self, key: str, cycle: Cycle) -> Outcome | None:
         gang = self.gang(key)
         if gang is None:
             self.forget(key)
@@ -207,8 +260,9 @@ class GangController:
             return None
         now = self.wall_clock()
         t0 = time.monotonic()
-        snapshot = self.cache.snapshot()
+        snapshot = cycle.snapshot_for(gang)
         turn = step(gang, snapshot, now, self.policy, self.queue)
+        cycle.decided(turn.decision)
         decision, effect = turn.decision, turn.effect
         took_ms = (time.monotonic() - t0) * 1000
         memory = self.memories.of(key)
@@ -235,10 +289,16 @@ class GangController:
         if gang.members:  # a gang reserved from its workload before its pods exist gets its object (and owners) with them
             self.gang_objects.want(key, gangobject.object_name(gang), gang.name, gangobject.owner_references(gang),
                                    gangobject.gang_status(gang, decision, snapshot))
-        if effect.recheck_at is not None:
-            wait = max(effect.recheck_at - now, 0.0)
-            outcome = replace(outcome, requeue_after=wait if outcome.requeue_after is None else min(wait, outcome.requeue_after))
-        return replace(outcome, others=True) if turn.others else outcome
+
+        def queued(o: Outcome) -> Outcome:
+            if effect.recheck_at is not None:
+                wait = max(effect.recheck_at - now, 0.0)
+                o = replace(o, requeue_after=wait if o.requeue_after is None else min(wait, o.requeue_after))
+            return replace(o, others=True) if turn.others else o
+
+        if outcome.pending is not None:
+            return replace(outcome, pending=then(outcome.pending, queued))
+        return queued(outcome)
 
     def warm_queue(self) -> int:
         """Decide every waiting gang once, in queue order, without acting: what a reconciler
@@ -252,13 +312,31 @@ class GangController:
         return len(gangs)
 
     def _act(self, gang: Gang, decision: Decision, memory: Memory, now: float) -> Outcome:
-        """Tell the members, then carry out each action with its handler."""
+        """Tell the members, then carry out each action with its handler; the outcome is
+        :attr:`Outcome.pending` while a handler's writes go on."""
         self.notices.tell(gang, decision)
         requeue = None if decision.recheck_at is None else max(decision.recheck_at - now, 0.0)
         done = [self.handlers[type(action)](gang, decision, action, memory, now) for action in decision.actions]
+        pending = [d.pending for d in done if d.pending is not None]
+        if not pending:
+            return self._outcome(decision, requeue, done)
+        finished = all_of(pending)
+        return Outcome(decision.phase, decision.reason, requeue, decision=decision, pending=then(
+            finished, lambda results: self._outcome(decision, requeue, _settled(done, results))))
+
+    @staticmethod
+    def _outcome(decision: Decision, requeue: float | None, done: Sequence[Done]) -> Outcome:
+        """The outcome of ``decision`` once every handler is ``done``."""
         reason = "; ".join([decision.reason, *(d.note for d in done if d.note)])
         overrides = [d.requeue_after for d in done if d.requeue_after is not None]
         return Outcome(decision.phase, reason, overrides[0] if overrides else requeue,
                        retry=decision.rule.retry or any(d.retry for d in done), decision=decision,
                        released=sum(d.released for d in done), rolled_back=any(d.rolled_back for d in done),
                        preempted=any(d.preempted for d in done), evicted=sum(d.evicted for d in done))
+
+
+def _settled(done: Sequence[Done], results: Sequence[Done]) -> list[Done]:
+    """``done`` with each pending entry replaced by its result, in order (``results``: the
+    results of the pending entries, in order)."""
+    left = iter(results)
+    return [next(left) if d.pending is not None else d for d in done]

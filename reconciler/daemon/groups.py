@@ -11,6 +11,7 @@ condition) as :func:`~reconciler.engine.placement.allocation.group_view` compute
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,8 +38,16 @@ class GroupController:
         self.cache = cache
         self.groups = groups
         self.wall_clock = wall_clock
+        #: One reconcile at a time: the worker and the release threads (after a release
+        #: binds a group) both call :meth:`reconcile`.
+        self._lock = threading.Lock()
 
     def reconcile(self, name: str) -> bool:
+        """:meth:`_reconcile`, one call at a time (the worker's and the release threads')."""
+        with self._lock:
+            return self._reconcile(name)
+
+    def _reconcile(self, name: str) -> bool:
         """Bring SharedDeviceGroup ``name`` in line with the cluster; returns True when it
         should be retried (a write failed). Keeps Troupe's finalizer on a live group; on a
         group being deleted, removes it once none of its pods runs (gated pods never ran;

@@ -173,6 +173,25 @@ class WorkQueue:
                     wait = left if wait is None else min(wait, left)
                 self._cond.wait(wait)
 
+    def get_batch(self, limit: int, timeout: float | None = None) -> list[str]:
+        """The next key, as :meth:`get` gives it (blocking up to ``timeout`` seconds), and
+        the keys ready with it, up to ``limit`` in all, in the order :meth:`get` would give
+        them: what one pass of the worker decides on one snapshot
+        (docs/decisions/068-release-pipeline.md). ``[]`` on timeout; raises
+        :class:`ShutDown` once the queue is shut down. The caller must call :meth:`done`
+        with each key when finished with it."""
+        first = self.get(timeout)
+        if first is None:
+            return []
+        keys = [first]
+        with self._cond:
+            while len(keys) < limit and self._count and not self._shut:
+                key = self._pop_locked()
+                self._queued.discard(key)
+                self._processing.add(key)
+                keys.append(key)
+        return keys
+
     def done(self, key: str) -> None:
         """Mark ``key`` finished; if it was added meanwhile, queue it again."""
         with self._cond:

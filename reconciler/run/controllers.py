@@ -87,7 +87,7 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     reservations = handlers.Reservations(cache, writes.workloads)
     gangs = GangController(
         cache=cache, memories=memories, policy=policy, queue=QueueState(config.queueing_strategy), notices=notices,
-        releases=handlers.Releases(cache, writes.pods, waves, conditions, groups, notices, wall_clock),
+        releases=handlers.Releases(cache, writes.pods, waves, conditions, groups, notices, wall_clock, memories),
         rollbacks=rollbacks,
         preemptions=handlers.Preemptions(cache, writes.pods, taints, notices, waves, policy),
         reservations=reservations,

@@ -91,7 +91,7 @@ def test_a_dead_worker_thread_fails_liveness(served, monkeypatch):
     reconciler, _health, port, _clock = served
     monkeypatch.setattr(threading, "excepthook", lambda args: None)
 
-    def die(key: str) -> None:
+    def die(key: str, *args: object, **kwargs: object) -> None:
         raise SystemExit("a bug that escapes the worker's error handling")
 
     reconciler.controllers.gangs.reconcile = die

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,11 @@ class Done:
     """What one action's handler did: ``note`` appended to the reason, ``retry``,
     ``requeue_after`` (seconds; replaces the decision's), and what the metrics count:
     ``released`` members written, ``rolled_back``, ``preempted`` (a new plan carried out),
-    ``evicted`` evictions asked."""
+    ``evicted`` evictions asked. ``pending``: what the handler still does after returning,
+    the :class:`Done` it will give (a release written while the worker decides the next
+    gangs, docs/decisions/068-release-pipeline.md); None when it is done."""
 
+    pending: Future[Done] | None = None
     note: str = ""
     retry: bool = False
     requeue_after: float | None = None

@@ -4,7 +4,14 @@ update; then the others in parallel, at most ``releaseConcurrency`` in flight. A
 fails leaves its member gated with its node reserved by the plan: the next reconcile
 finishes the release (docs/decisions/007-release-writes.md). The fence is confirmed (the
 Lease read back) before the first write and before each wave of ``releaseConcurrency``
-writes (docs/decisions/016-bounded-failure-detection.md)."""
+writes (docs/decisions/016-bounded-failure-detection.md).
+
+The writes do not hold the worker: the members are assumed in the cache as their writes
+will leave them the moment the release is decided (:meth:`~reconciler.daemon.cache.ClusterCache.assume_release`),
+then written on a release driver thread (:meth:`~.waves.Waves.start`) while the worker
+decides the next gangs; each member's assumption ends when its written pod reaches the
+cache, at once when its write is refused, or after a while when the write's outcome is
+unknown (docs/decisions/068-release-pipeline.md)."""
 
 from __future__ import annotations
 
@@ -18,8 +25,8 @@ from reconciler.daemon.groups import GroupController
 from reconciler.daemon.handlers.done import Done
 from reconciler.daemon.handlers.notices import Notices
 from reconciler.daemon.handlers.waves import Waves
-from reconciler.daemon.memory import Memory
-from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, WriteError
+from reconciler.daemon.memory import Memories, Memory
+from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Unsure, WriteError
 from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.decision.actions import MemberRelease, Release
 from reconciler.engine.decision.conditions import released as released_condition
@@ -34,23 +41,41 @@ log = logging.getLogger("reconciler.daemon.controller")
 
 
 class Releases:
-    """The ``Release`` handler: writes through ``pods`` on ``waves``, each member written fed
-    back to ``cache`` and given its condition through ``conditions``; then the members'
-    SharedDeviceGroups brought in line (``groups``) and the gang told once (``notices``).
-    ``wall_clock`` gives seconds since the epoch (``released-at``)."""
+    """The ``Release`` handler: writes through ``pods`` on ``waves``, each member assumed in
+    ``cache`` until its write is settled, each member written fed back to ``cache`` and given
+    its condition through ``conditions``; then the members' SharedDeviceGroups brought in
+    line (``groups``) and the gang told once (``notices``); what failed is remembered in
+    ``memories``. ``wall_clock`` gives seconds since the epoch (``released-at``)."""
 
     def __init__(self, cache: ClusterCache, pods: PodWrites, waves: Waves, conditions: ConditionSink,
-                 groups: GroupController, notices: Notices, wall_clock: Callable[[], float]) -> None:
+                 groups: GroupController, notices: Notices, wall_clock: Callable[[], float],
+                 memories: Memories) -> None:
         self.cache, self.pods, self.waves, self.conditions = cache, pods, waves, conditions
-        self.groups, self.notices, self.wall_clock = groups, notices, wall_clock
+        self.groups, self.notices, self.wall_clock, self.memories = groups, notices, wall_clock, memories
 
     def release(self, gang: Gang, decision: Decision, action: Release, memory: Memory, now: float) -> Done:
-        """Release the action's members, then bring their SharedDeviceGroups' status in line,
+        """Assume the action's members in the cache as their writes will leave them, then
+        write them on a release driver thread (module docstring); returns at once, with the
+        :class:`Done` of the writes ``pending``."""
+        by_key = {p.key: p for p in gang.members}
+        stamp = rfc3339(now)
+        self.cache.assume_release(m.applied(by_key[m.pod], stamp, action.plan if i == 0 else None)
+                                  for i, m in enumerate(action.members) if m.pod in by_key)
+        return Done(pending=self.waves.start(lambda: self.write(gang, decision, action, memory)))
+
+    def write(self, gang: Gang, decision: Decision, action: Release, memory: Memory) -> Done:
+        """Write the action's members, then bring their SharedDeviceGroups' status in line,
         and tell the gang once (its lead: the first member released). What failed is
-        remembered (``memory.unwritten``) for the decision that finishes the release."""
+        remembered (``memory.unwritten``) for the decision that finishes the release. Every
+        member's assumption is settled when this returns or raises: a member whose write's
+        outcome is unknown keeps it for a while (:meth:`~reconciler.daemon.cache.ClusterCache.assumed_unknown`)."""
         gated: list[str] = []
-        failed, unwritten = self._release_members(gang, action, gated)
-        memory.unwritten = unwritten
+        try:
+            failed, unwritten = self._release_members(gang, action, gated)
+        finally:  # whatever is still assumed now: written or not, nobody knows (an error, a 5xx)
+            self.cache.assumed_unknown(m.pod for m in action.members)
+        with self.memories.lock:
+            memory.unwritten = unwritten
         groups = {h.group for h in action.bindings} | {g for m in action.members if (g := _group_of(gang, m.pod))}
         for group in sorted(groups):
             self.groups.reconcile(group)  # its status follows its pods: Bound, with the node and IDs
@@ -73,10 +98,16 @@ class Releases:
         try:
             done = self.pods.release_member(m, gates, rfc3339(self.wall_clock()), plan)
         except Gone:
+            self.cache.forget_assumed((m.pod,))
             return ""  # deleted meanwhile: the gang is decided again without it
         except LostLeadership as e:
+            self.cache.forget_assumed((m.pod,))  # refused before it was sent
+            return f"{m.pod}: {e}"
+        except Unsure as e:  # it may have been applied: assumed a while longer (write())
+            log.warning("gang %s: release of %s failed: %s", gang.key, m.pod, e)
             return f"{m.pod}: {e}"
         except (Conflict, WriteError) as e:
+            self.cache.forget_assumed((m.pod,))
             log.warning("gang %s: release of %s failed: %s", gang.key, m.pod, e)
             return f"{m.pod}: {e}"
         self.cache.assume(done)
@@ -98,13 +129,16 @@ class Releases:
             try:
                 self.pods.fence.confirm()
             except LostLeadership as e:
+                self.cache.forget_assumed(m.pod for m in action.members)
                 return f"release not started: {e}", ""
             error = self._release_one(gang, first, by_key[first.pod], action.plan, gated, action.note)
-            if error:  # the plan was not recorded: nothing is committed, decide again later
+            if error:  # the plan was not recorded (or may not have been): nothing else is written
+                if first.pod not in self.cache.assumed_keys(m.pod for m in action.members):
+                    self.cache.forget_assumed(m.pod for m in members)  # refused for sure: nothing is committed
                 return f"release not started: {error}", ""
         results = self.waves.write(members, lambda m: self._release_one(gang, m, by_key[m.pod], None, gated,
                                                                         action.note),
-                                   lambda m, why: f"{m.pod}: not written: {why}")
+                                   lambda m, why: self._not_started(m, why))
         failed = [r for r in results if r]
         if not failed:
             took = time.monotonic() - started
@@ -113,6 +147,12 @@ class Releases:
             return "", ""
         count = f"{len(failed)} of {len(action.members)} write(s) failed"
         return f"{count}, retried on their reserved nodes: {failed[0]}", f"{count} ({failed[0]})"
+
+
+    def _not_started(self, m: MemberRelease, why: str) -> str:
+        """A member whose write the fence kept from starting: nothing was sent."""
+        self.cache.forget_assumed((m.pod,))
+        return f"{m.pod}: not written: {why}"
 
 
 def _group_of(gang: Gang, pod_key: str) -> str:

@@ -394,6 +394,27 @@ class Snapshot:
                 other._hold(holding)
         return other
 
+    def copy(self) -> Snapshot:
+        """A copy whose capacity its owner may change in place (:meth:`assume`); the
+        immutable parts are shared."""
+        return self._copy()
+
+    def assume(self, result: Placement | None, holdings: Iterable[Holding] = ()) -> None:
+        """:meth:`with_assumed` applied to this snapshot itself, for its owner (a
+        :meth:`copy` no one else reads): what a pipeline of decisions on one snapshot does
+        after each release, at the cost of the nodes it touches
+        (docs/decisions/068-release-pipeline.md). What was derived of the snapshot
+        (:meth:`memo`) is dropped. Raises ``KeyError`` for an assignment to an unknown node,
+        with nothing applied."""
+        if result is not None:
+            self._assume(result.assignments)
+        added = [holding for holding in holdings if holding.group not in self.devices.holdings]
+        if added:
+            self.devices = self.devices.with_holdings(added)
+            for holding in added:
+                self._hold(holding)
+        self._memo = {}
+
     def with_removed(self, pod_keys: Iterable[str]) -> Snapshot:
         """A copy in which these pods use nothing (victims evicted, say)."""
         other = self._copy()
