@@ -37,8 +37,8 @@ span against the fewest that hold them, the victim Jobs left partly running (som
 evicted, others still running: a broken gang) when the preemptor ran and ``--settle``
 seconds later, the victim Jobs disturbed and the victim pods evicted; Troupe's time over
 kube-scheduler's (target: within 1.2x) and its broken gangs (target: 0). Then the
-preemptor's timeline by stage, both runs side by side: created, nominated, evictions asked,
-victims gone, released, bound, Running (what each stage means: the report module's
+preemptor's timeline by stage, both runs side by side: created, nominated, nominated nodes
+tainted, evictions asked, victims gone, released, bound, Running (what each stage means: the report module's
 docstring). Progress lines on stderr.
 
 This is a benchmark, not a test. At small scale (``--topology 1x2x32 --victims 8
@@ -64,7 +64,7 @@ from preemption_cluster_report import (
     MODES,
     TROUPE,
     Outcome,
-    PodWatch,
+    RunWatch,
     mode_line,
     outcome,
     summary_table,
@@ -74,7 +74,7 @@ from scale import SUBBLOCK_LABEL, clear, follow, indexed_job
 
 from devtools.devcluster.cluster import Cluster
 from devtools.devcluster.workloads import wait_for_dry_run
-from troupe.contract import GATE, NOMINATION
+from troupe.contract import GATE, NOMINATED_TAINT_KEY, NOMINATION
 
 PRIORITIES = {"low": 100, "high": 1000}
 PREEMPTOR = "high"
@@ -135,11 +135,11 @@ def run(api: Any, mode: str, args: argparse.Namespace) -> Outcome:
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     namespace, gang = f"preempt-{mode}", mode == TROUPE
     core.create_namespace({"metadata": {"name": namespace}})
-    watch = PodWatch(PREEMPTOR, args.preemptor, GATE, NOMINATION)
+    watch = RunWatch(PREEMPTOR, args.preemptor, GATE, NOMINATION, NOMINATED_TAINT_KEY)
     stop, errors = threading.Event(), []
-    watcher = threading.Thread(target=follow, args=(core.list_namespaced_pod, namespace, watch.listed, watch.event,
-                                                    stop, errors, True), daemon=True)
-    watcher.start()
+    for watched in ((core.list_namespaced_pod, namespace, watch.listed, watch.event),
+                    (core.list_node, None, watch.nodes_listed, watch.node_event)):
+        threading.Thread(target=follow, args=(*watched, stop, errors, True), daemon=True).start()
     victims = [f"low-{i:02d}" for i in range(args.victims)]
     for name in victims:
         batch.create_namespaced_job(namespace, preemption_job(name, args.victim_size, "low", gang))

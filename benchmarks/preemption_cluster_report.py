@@ -19,6 +19,10 @@ The preemptor's stages, seconds from its Job's creation (``STAGES``):
   is one record, ``reconciler.troupe.io/nomination`` on the gang's first gated member,
   naming every member's node (docs/decisions/020-preemption-in-the-decision.md), so both
   are the same; kube-scheduler's is each pod's ``status.nominatedNodeName``;
+- ``first node tainted`` / ``last node tainted``: the first / the last node seen with
+  Troupe's taint of a nominated node, ``troupe.io/nominated``, written before the first
+  eviction (docs/decisions/033-nominated-nodes-are-tainted.md; kube-scheduler's run has
+  none);
 - ``first eviction asked`` / ``last eviction asked``: the first / the last victim seen
   being evicted;
 - ``first victim gone`` / ``last victim gone``: the first / the last victim seen terminal
@@ -48,8 +52,8 @@ MODES = (KUBE_SCHEDULER, TROUPE)
 #: The most Troupe's time to Running may take, as a multiple of kube-scheduler's (issue 45).
 TARGET = 1.2
 
-STAGES = ("first created", "last created", "first nominated", "last nominated", "first eviction asked",
-          "last eviction asked", "first victim gone", "last victim gone", "first released", "last released",
+STAGES = ("first created", "last created", "first nominated", "last nominated", "first node tainted",
+          "last node tainted", "first eviction asked", "last eviction asked", "first victim gone", "last victim gone", "first released", "last released",
           "first bound", "last bound", "first Running", "last Running")
 
 DISRUPTION_TARGET = "DisruptionTarget"
@@ -84,9 +88,10 @@ def _is_evicting(pod: Mapping[str, Any]) -> bool:
                for c in pod.get("status", {}).get("conditions") or ())
 
 
-class PodWatch:
+class RunWatch:
     """Folds the events of a watch on the namespace's pods (plain JSON dicts) into a
-    :class:`PodRecord` per pod, and notes the moment the preemptor Job (``preemptor``, its
+    :class:`PodRecord` per pod and those of a watch on the nodes into when each was first
+    seen with Troupe's taint ``taint`` (:attr:`tainted`), and notes the moment the preemptor Job (``preemptor``, its
     ``job-name``) first has ``size`` members Running and not being deleted: then
     :attr:`running_at` (monotonic seconds), :attr:`running_nodes` (its members' nodes) and
     :attr:`jobs_running_then` (every Job's pods Running at that moment) are set and
@@ -94,9 +99,10 @@ class PodWatch:
     of Troupe's nomination. Thread-safe: the watch thread feeds it, the benchmark reads it.
     """
 
-    def __init__(self, preemptor: str, size: int, gate: str, nomination: str) -> None:
-        self.preemptor, self.size, self.gate, self.nomination = preemptor, size, gate, nomination
+    def __init__(self, preemptor: str, size: int, gate: str, nomination: str, taint: str) -> None:
+        self.preemptor, self.size, self.gate, self.nomination, self.taint = preemptor, size, gate, nomination, taint
         self.pods: dict[str, PodRecord] = {}
+        self.tainted: dict[str, float] = {}  # node -> first seen with the taint (monotonic)
         self.running_at: float | None = None
         self.running_nodes: tuple[str, ...] = ()
         self.jobs_running_then: dict[str, int] = {}
@@ -130,6 +136,18 @@ class PodWatch:
             else:
                 self._mark(record, meta, spec, status, _is_evicting(pod), now)
             self._check_running(now)
+
+    def nodes_listed(self, items: Iterable[Mapping[str, Any]], now: float) -> None:
+        """A fresh list of the nodes at ``now``."""
+        for node in items:
+            self.node_event("ADDED", node, now)
+
+    def node_event(self, kind: str, node: Mapping[str, Any], now: float) -> None:
+        """One event of the watch on the nodes, received at ``now``."""
+        taints = node.get("spec", {}).get("taints") or ()
+        if kind != "DELETED" and any(t.get("key") == self.taint for t in taints):
+            with self.lock:
+                self.tainted.setdefault(node["metadata"]["name"], now)
 
     def _mark(self, record: PodRecord, meta: Mapping[str, Any], spec: Mapping[str, Any],
               status: Mapping[str, Any], evicting: bool, now: float) -> None:
@@ -218,12 +236,14 @@ def _first_and_max(values: Iterable[float | None]) -> tuple[float | None, float 
     return (min(seen), max(seen)) if seen else (None, None)
 
 
-def preemptor_stages(members: Sequence[PodRecord], victims: Sequence[PodRecord], n: int,
-                     start: float) -> dict[str, float | None]:
+def preemptor_stages(members: Sequence[PodRecord], victims: Sequence[PodRecord], n: int, start: float,
+                     tainted: Iterable[float] = ()) -> dict[str, float | None]:
     """The timeline of :data:`STAGES` from the preemptor's ``members`` (``n`` of them are
     wanted: a member recreated on the way counts as one more, the last of a state is the
-    ``n``-th seen in it) and its ``victims``, seconds from ``start`` (the preemptor Job's
-    creation, monotonic). Raises ``ValueError`` when ``n`` is not positive."""
+    ``n``-th seen in it), its ``victims`` and when nodes were first seen tainted
+    (``tainted``: those before ``start`` are left out), seconds from ``start`` (the
+    preemptor Job's creation, monotonic). Raises ``ValueError`` when ``n`` is not
+    positive."""
     if n <= 0:
         raise ValueError(f"n must be positive, not {n}")
 
@@ -233,6 +253,7 @@ def preemptor_stages(members: Sequence[PodRecord], victims: Sequence[PodRecord],
     pairs = {
         "created": first_last(since(m.seen for m in members), n),
         "nominated": _first_and_max(since(m.nominated for m in members)),
+        "node tainted": _first_and_max(since(t for t in tainted if t >= start)),
         "eviction asked": _first_and_max(since(v.evicting for v in victims)),
         "victim gone": _first_and_max(since(v.gone for v in victims)),
         "released": first_last(since(m.released for m in members), n),
@@ -245,7 +266,7 @@ def preemptor_stages(members: Sequence[PodRecord], victims: Sequence[PodRecord],
     return {stage: timeline[stage] for stage in STAGES}
 
 
-def outcome(watch: PodWatch, mode: str, start: float, jobs: int, victim_size: int) -> Outcome:
+def outcome(watch: RunWatch, mode: str, start: float, jobs: int, victim_size: int) -> Outcome:
     """The run's :class:`Outcome` from ``watch`` now (the end of the run): ``start`` is the
     preemptor Job's creation (monotonic), ``jobs`` the victim Jobs there were, of
     ``victim_size`` pods each. A pod of another Job first seen evicted before ``start`` (a
@@ -253,6 +274,7 @@ def outcome(watch: PodWatch, mode: str, start: float, jobs: int, victim_size: in
     with watch.lock:
         records = list(watch.pods.values())
         running_at, nodes, then = watch.running_at, watch.running_nodes, dict(watch.jobs_running_then)
+        tainted = list(watch.tainted.values())
     now = watch.jobs_running()
     members = [r for r in records if r.job == watch.preemptor]
     victims = [r for r in records if r.job != watch.preemptor and r.evicting is not None and r.evicting >= start]
@@ -260,7 +282,7 @@ def outcome(watch: PodWatch, mode: str, start: float, jobs: int, victim_size: in
     return Outcome(mode, None if running_at is None else running_at - start, nodes, tuple(sorted(jobs_hit)),
                    broken(jobs_hit, then, victim_size) if running_at is not None else (),
                    broken(jobs_hit, now, victim_size), jobs,
-                   preemptor_stages(members, victims, watch.size, start))
+                   preemptor_stages(members, victims, watch.size, start, tainted))
 
 
 def _s(value: float | None) -> str:

@@ -128,25 +128,27 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
     return indexed_job(name, n, annotations, gpus=8)
 
 
-def follow(list_call: Any, namespace: str, on_list: Any, on_event: Any, stop: threading.Event,
+def follow(list_call: Any, namespace: str | None, on_list: Any, on_event: Any, stop: threading.Event,
            errors: list[str], raw: bool = False, **selectors: str) -> None:
-    """List then watch ``list_call`` in ``namespace`` until ``stop`` is set, calling
-    ``on_list(items, received)`` on each (re-)list and ``on_event(type, object, received)``
-    on each event (``received``: ``time.monotonic()`` when the client got it). ``raw``:
-    the objects are plain JSON dicts, not the client's models (4-5 events a pod: building
-    models would lag a watch of thousands of pods). The watch is resumed from a fresh list
-    when the API server drops it; errors are appended to ``errors``."""
+    """List then watch ``list_call`` in ``namespace`` (a cluster-scoped kind, such as nodes,
+    when None) until ``stop`` is set, calling ``on_list(items, received)`` on each (re-)list
+    and ``on_event(type, object, received)`` on each event (``received``:
+    ``time.monotonic()`` when the client got it). ``raw``: the objects are plain JSON dicts,
+    not the client's models (4-5 events a pod: building models would lag a watch of
+    thousands of pods). The watch is resumed from a fresh list when the API server drops
+    it; errors are appended to ``errors``."""
+    scope = () if namespace is None else (namespace,)
     while not stop.is_set():
         try:
             if raw:
-                listing = json.loads(list_call(namespace, _preload_content=False, **selectors).data)
+                listing = json.loads(list_call(*scope, _preload_content=False, **selectors).data)
                 items, version = listing.get("items") or [], listing["metadata"]["resourceVersion"]
             else:
-                models = list_call(namespace, **selectors)
+                models = list_call(*scope, **selectors)
                 items, version = models.items, models.metadata.resource_version
             on_list(items, time.monotonic())
             w = watch.Watch()
-            for event in w.stream(list_call, namespace, resource_version=version, timeout_seconds=60,
+            for event in w.stream(list_call, *scope, resource_version=version, timeout_seconds=60,
                                   **({"deserialize": False} if raw else {}), **selectors):
                 if raw and event["type"] == "ERROR":
                     raise RuntimeError(f"watch error: {event['object']}")

@@ -24,7 +24,7 @@ from preemption_cluster_report import (
     STAGES,
     TROUPE,
     Outcome,
-    PodWatch,
+    RunWatch,
     broken,
     mode_line,
     outcome,
@@ -33,7 +33,7 @@ from preemption_cluster_report import (
     timeline_text,
 )
 
-GATE, NOMINATION = "troupe.io/placement", "reconciler.troupe.io/nomination"
+GATE, NOMINATION, TAINT = "troupe.io/placement", "reconciler.troupe.io/nomination", "troupe.io/nominated"
 
 
 def pod(uid: str, job: str, *, phase: str = "Pending", node: str | None = None, gated: bool = False,
@@ -53,19 +53,27 @@ def pod(uid: str, job: str, *, phase: str = "Pending", node: str | None = None, 
     return {"metadata": meta, "spec": spec, "status": status}
 
 
-def filled(watch: PodWatch, jobs: int = 2, size: int = 4) -> None:
+def node(name: str, *taints: str) -> dict[str, Any]:
+    """A node as a raw watch carries it, with taints of the keys ``taints``."""
+    return {"metadata": {"name": name}, "spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in taints]}}
+
+
+def filled(watch: RunWatch, jobs: int = 2, size: int = 4) -> None:
     """``jobs`` victim Jobs of ``size`` pods Running, Job i in subblock i, listed at 0 s."""
     watch.listed([pod(f"low-{j}-{i}", f"low-{j}", phase="Running", node=f"gpu-b0-s{j}-h{i}")
                   for j in range(jobs) for i in range(size)], 0.0)
 
 
 def test_a_troupe_run_that_evicts_one_gang_whole_breaks_none_and_has_every_stage():
-    watch = PodWatch("high", 2, GATE, NOMINATION)
+    watch = RunWatch("high", 2, GATE, NOMINATION, TAINT)
     filled(watch)
     start = 10.0
     for i in range(2):
         watch.event("ADDED", pod(f"high-{i}", "high", gated=True), start + 0.1 * (i + 1))
     watch.event("MODIFIED", pod("high-0", "high", gated=True, annotations={NOMINATION: "{}"}), 10.5)
+    watch.nodes_listed([node("gpu-b0-s0-h0", TAINT), node("gpu-b0-s1-h0", "other")], 10.52)
+    watch.node_event("MODIFIED", node("gpu-b0-s0-h1", TAINT), 10.55)
+    watch.node_event("MODIFIED", node("gpu-b0-s0-h0"), 10.58)  # seen again: the first sighting counts
     for i in range(4):  # the whole of low-0: DisruptionTarget, then deleted, then Failed
         watch.event("MODIFIED", pod(f"low-0-{i}", "low-0", phase="Running", node=f"gpu-b0-s0-h{i}", disrupted=True),
                     10.6 + 0.01 * i)
@@ -86,6 +94,7 @@ def test_a_troupe_run_that_evicts_one_gang_whole_breaks_none_and_has_every_stage
     assert result.broken_at_running == () and result.broken_at_end == ()
     assert list(result.timeline) == list(STAGES)
     want = {"first created": 0.1, "last created": 0.2, "first nominated": 0.5, "last nominated": 0.5,
+            "first node tainted": 0.52, "last node tainted": 0.55,
             "first eviction asked": 0.6, "last eviction asked": 0.63, "first victim gone": 1.0,
             "last victim gone": 1.03, "first released": 1.5, "last released": 1.6, "first bound": 1.8,
             "last bound": 1.9, "first Running": 2.0, "last Running": 2.5}
@@ -93,7 +102,7 @@ def test_a_troupe_run_that_evicts_one_gang_whole_breaks_none_and_has_every_stage
 
 
 def test_kube_schedulers_pod_by_pod_preemption_leaves_each_victim_job_partly_running():
-    watch = PodWatch("high", 2, GATE, NOMINATION)
+    watch = RunWatch("high", 2, GATE, NOMINATION, TAINT)
     filled(watch)
     start = 5.0
     watch.event("ADDED", pod("high-0", "high"), 5.1)
@@ -112,13 +121,14 @@ def test_kube_schedulers_pod_by_pod_preemption_leaves_each_victim_job_partly_run
     assert result.broken_at_running == ("low-0", "low-1") and result.broken_at_end == ("low-0", "low-1")
     assert (result.timeline["first nominated"], result.timeline["last nominated"]) == pytest.approx((0.3, 1.3))
     assert result.timeline["first released"] is None and result.timeline["last released"] is None
+    assert result.timeline["first node tainted"] is None
     assert result.timeline["last victim gone"] == pytest.approx(1.5)
     assert "2 pods of 2 of 2 victim Jobs evicted; 2 left partly running" in mode_line(result, 4)
     assert "2 subblock(s) (fewest 1)" in mode_line(result, 4)
 
 
 def test_a_pod_evicted_before_the_preemptor_was_created_is_no_victim():
-    watch = PodWatch("high", 1, GATE, NOMINATION)
+    watch = RunWatch("high", 1, GATE, NOMINATION, TAINT)
     filled(watch, jobs=1)
     watch.event("MODIFIED", pod("low-0-1", "low-0", phase="Running", node="gpu-b0-s0-h1", deleting=True), 3.0)
     result = outcome(watch, TROUPE, 4.0, jobs=1, victim_size=4)
@@ -126,8 +136,16 @@ def test_a_pod_evicted_before_the_preemptor_was_created_is_no_victim():
     assert result.to_running is None and result.broken_at_running == ()
 
 
+def test_a_node_tainted_before_the_preemptor_was_created_is_left_out():
+    watch = RunWatch("high", 1, GATE, NOMINATION, TAINT)
+    watch.nodes_listed([node("gpu-b0-s0-h0", TAINT)], 1.0)
+    watch.node_event("MODIFIED", node("gpu-b0-s0-h1", TAINT), 6.0)
+    result = outcome(watch, TROUPE, 5.0, jobs=1, victim_size=4)
+    assert (result.timeline["first node tainted"], result.timeline["last node tainted"]) == (1.0, 1.0)
+
+
 def test_a_relist_marks_the_pods_it_no_longer_lists_gone():
-    watch = PodWatch("high", 1, GATE, NOMINATION)
+    watch = RunWatch("high", 1, GATE, NOMINATION, TAINT)
     filled(watch, jobs=1)
     watch.event("MODIFIED", pod("low-0-0", "low-0", phase="Running", node="gpu-b0-s0-h0", disrupted=True), 2.0)
     watch.listed([pod(f"low-0-{i}", "low-0", phase="Running", node=f"gpu-b0-s0-h{i}") for i in (1, 2, 3)], 3.0)
