@@ -182,8 +182,8 @@ bench-stream: $(BIN)/.installed cluster-build
 # Troupe's (gangPreemptionMode atomic, each Job a gang, the preemptor required in one
 # subblock). Prints each run's seconds to all Running, subblocks spanned, victim Jobs left
 # partly running and disturbed, Troupe/kube-scheduler against 1.2x, and the preemptor's
-# timeline by stage (benchmarks/preemption_cluster.py). At small scale,
-# PREEMPTION_ARGS="--topology 1x2x32 --victims 8 --preemptor 8": under a minute.
+# timeline by stage (benchmarks/preemption_cluster.py). About 5 minutes on two busy cores;
+# at small scale, PREEMPTION_ARGS="--topology 1x2x32 --victims 8 --preemptor 8": under a minute.
 PREEMPTION_ARGS ?=
 bench-preemption-cluster: $(BIN)/.installed cluster-build
 	$(BIN)/python benchmarks/preemption_cluster.py $(PREEMPTION_ARGS)
