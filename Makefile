@@ -14,7 +14,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -175,6 +175,18 @@ endif
 STREAM_ARGS ?=
 bench-stream: $(BIN)/.installed cluster-build
 	$(BIN)/python benchmarks/stream.py $(STREAM_ARGS)
+
+# Gang preemption on the control plane (issue 45): a Job of 64 whole-node pods (PriorityClass
+# high) on 512 kwok nodes full of 64 Jobs of 8 (PriorityClass low), twice on the same
+# cluster: kube-scheduler's own pod-by-pod preemption of the Jobs without Troupe keys, then
+# Troupe's (gangPreemptionMode atomic, each Job a gang, the preemptor required in one
+# subblock). Prints each run's seconds to all Running, subblocks spanned, victim Jobs left
+# partly running and disturbed, Troupe/kube-scheduler against 1.2x, and the preemptor's
+# timeline by stage (benchmarks/preemption_cluster.py). About 5 minutes on two busy cores;
+# at small scale, PREEMPTION_ARGS="--topology 1x2x32 --victims 8 --preemptor 8": under a minute.
+PREEMPTION_ARGS ?=
+bench-preemption-cluster: $(BIN)/.installed cluster-build
+	$(BIN)/python benchmarks/preemption_cluster.py $(PREEMPTION_ARGS)
 
 cluster-build: $(BIN)/.installed
 	$(BIN)/python -m devtools.devcluster build

@@ -66,7 +66,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -75,11 +74,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import control_plane
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from scale_inprocess import ROWS, SCALES
@@ -88,7 +86,7 @@ from scale_inprocess import table as targets_table
 from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table, target_rows
 from timeline import PodMarks, median_timeline, stage_table, stages
 
-from devtools.devcluster.cluster import ClientRate, Cluster
+from devtools.devcluster.cluster import Cluster
 from devtools.devcluster.stack import Stack
 from troupe.contract import PLANNED_AT, RESERVATION
 
@@ -96,19 +94,6 @@ BLOCKS, SUBBLOCKS, HOSTS = 4, 8, 64
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 TROUPE_GATE = "troupe.io/placement"
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
-
-
-def nodes_file(directory: Path, topology: tuple[int, int, int] = (BLOCKS, SUBBLOCKS, HOSTS)) -> Path:
-    """A FakeNodes file of ``topology`` (blocks x subblocks x hosts) nodes with 8 GPUs each."""
-    blocks, subblocks, hosts = topology
-    path = directory / "nodes.yaml"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "troupe.dev/devcluster/v1", "kind": "FakeNodes",
-        "groups": [{"name": "gpu",
-                    "topology": {"blocks": blocks, "subblocksPerBlock": subblocks, "hostsPerSubblock": hosts},
-                    "resources": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}}],
-    }))
-    return path
 
 
 def indexed_job(name: str, n: int, annotations: dict[str, str], gpus: int) -> dict[str, Any]:
@@ -143,25 +128,27 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
     return indexed_job(name, n, annotations, gpus=8)
 
 
-def follow(list_call: Any, namespace: str, on_list: Any, on_event: Any, stop: threading.Event,
+def follow(list_call: Any, namespace: str | None, on_list: Any, on_event: Any, stop: threading.Event,
            errors: list[str], raw: bool = False, **selectors: str) -> None:
-    """List then watch ``list_call`` in ``namespace`` until ``stop`` is set, calling
-    ``on_list(items, received)`` on each (re-)list and ``on_event(type, object, received)``
-    on each event (``received``: ``time.monotonic()`` when the client got it). ``raw``:
-    the objects are plain JSON dicts, not the client's models (4-5 events a pod: building
-    models would lag a watch of thousands of pods). The watch is resumed from a fresh list
-    when the API server drops it; errors are appended to ``errors``."""
+    """List then watch ``list_call`` in ``namespace`` (a cluster-scoped kind, such as nodes,
+    when None) until ``stop`` is set, calling ``on_list(items, received)`` on each (re-)list
+    and ``on_event(type, object, received)`` on each event (``received``:
+    ``time.monotonic()`` when the client got it). ``raw``: the objects are plain JSON dicts,
+    not the client's models (4-5 events a pod: building models would lag a watch of
+    thousands of pods). The watch is resumed from a fresh list when the API server drops
+    it; errors are appended to ``errors``."""
+    scope = () if namespace is None else (namespace,)
     while not stop.is_set():
         try:
             if raw:
-                listing = json.loads(list_call(namespace, _preload_content=False, **selectors).data)
+                listing = json.loads(list_call(*scope, _preload_content=False, **selectors).data)
                 items, version = listing.get("items") or [], listing["metadata"]["resourceVersion"]
             else:
-                models = list_call(namespace, **selectors)
+                models = list_call(*scope, **selectors)
                 items, version = models.items, models.metadata.resource_version
             on_list(items, time.monotonic())
             w = watch.Watch()
-            for event in w.stream(list_call, namespace, resource_version=version, timeout_seconds=60,
+            for event in w.stream(list_call, *scope, resource_version=version, timeout_seconds=60,
                                   **({"deserialize": False} if raw else {}), **selectors):
                 if raw and event["type"] == "ERROR":
                     raise RuntimeError(f"watch error: {event['object']}")
@@ -287,12 +274,6 @@ def rss_peak_mib(pid: int) -> float:
     return float("nan")
 
 
-def not_ready_count(core: client.CoreV1Api) -> int:
-    """How many nodes are not Ready now (their Ready condition is not True)."""
-    return sum(1 for node in core.list_node().items
-               if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()))
-
-
 def _until_done(delete: Any, end: float) -> None:
     """``delete()`` (a DeleteCollection), again while the API server answers 504: a
     collection of thousands (a stream's 2,000 Jobs) outlasts its 60 s request timeout,
@@ -343,30 +324,16 @@ def clear(api: Any, namespace: str, name: str | None = None, timeout: float = 30
     core.delete_namespace(namespace, grace_period_seconds=0)
 
 
-def parse_topology(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int]:
-    """``--topology BxSxH`` as (blocks, subblocks, hosts); exits 2 through ``p`` when it is not
-    three integers."""
-    try:
-        blocks, subblocks, hosts = (int(part) for part in text.split("x"))
-    except ValueError:
-        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {text!r}")
-    return blocks, subblocks, hosts
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module's docstring); exits 2 on an unknown mode."""
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=(__doc__ or "").split("\n\n", 2)[2])
+    p = control_plane.parser(__doc__)
     p.add_argument("--sizes", default="64,256,512,1024", help="gang sizes N, comma-separated (default %(default)s)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="which of plain, AsCreated, WhenComplete to run, comma-separated (default all)")
-    add_control_plane_flags(p)
+    control_plane.add_flags(p, f"{BLOCKS}x{SUBBLOCKS}x{HOSTS}",
+                            "; a small cluster, e.g. 1x2x64, shows a small gang's fixed costs at little load")
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
-    p.add_argument("--topology", default=f"{BLOCKS}x{SUBBLOCKS}x{HOSTS}", metavar="BxSxH",
-                   help="kwok nodes as blocks x subblocks x hosts (default %(default)s: 2,048 nodes); a small "
-                        "cluster, e.g. 1x2x64, shows a small gang's fixed costs at little load")
     p.add_argument("--only", choices=("inprocess", "cluster"), default=None,
                    help="only the in-process rows (benchmarks/scale_inprocess.py: no control plane), or only "
                         "the control plane's timelines (default: both, then one table of every target)")
@@ -374,35 +341,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="measure each size and mode R times (the modes taking turns) and print the median "
                         "(default %(default)s; the issue's targets are the median of 3)")
     args = p.parse_args(argv)
-    modes = args.modes.split(",")
-    unknown = [mode for mode in modes if mode not in MODES]
-    if unknown:
-        p.error(f"unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
+    modes = control_plane.parse_modes(p, args.modes, MODES)
     args.modes = [mode for mode in MODES if mode in modes]
     args.sizes = [int(size) for size in args.sizes.split(",")]
-    if args.runs < 1:
-        p.error(f"--runs: expected a positive count, got {args.runs}")
-    args.topology = parse_topology(p, args.topology)
-    check_control_plane_flags(p, args)
+    control_plane.check_positive(p, args, ("runs",))
+    control_plane.check_flags(p, args)
     return args
-
-
-def add_control_plane_flags(p: argparse.ArgumentParser) -> None:
-    """``--component-qps``, ``--component-burst`` and ``--run-dir``: the control plane's
-    flags of this benchmark and of ``benchmarks/stream.py``."""
-    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
-                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
-                        "(default: their own defaults, 20 and 50)")
-    p.add_argument("--component-burst", type=int, default=None, metavar="B",
-                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
-    p.add_argument("--run-dir", metavar="DIR", default=None,
-                   help="keep the control plane's run directory (logs of every component) here")
-
-
-def check_control_plane_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Exit 2 (``p.error``) on ``--component-burst`` without ``--component-qps``."""
-    if args.component_burst is not None and args.component_qps is None:
-        p.error("--component-burst needs --component-qps")
 
 
 def median_run(runs: list[Run]) -> Run:
@@ -428,10 +372,7 @@ def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[
             for mode in modes:
                 suffix = "" if repeat == 1 else f"-{attempt + 1}"
                 namespace = f"bench-{mode.lower()}-{n}{suffix}"
-                unready = not_ready_count(core)
-                if unready:
-                    print(f"  warning: {unready} nodes not Ready before N={n} {mode} (kwok renews its nodes' "
-                          "leases late on a busy machine); its numbers are not comparable", flush=True)
+                control_plane.warn_not_ready(core, f"N={n} {mode}")
                 core.create_namespace({"metadata": {"name": namespace}})
                 print(f"N={n} {mode}{suffix}...", file=sys.stderr)
                 name = f"{mode.lower()}-{n}"
@@ -458,37 +399,21 @@ def timeline_text(runs: dict[str, Run]) -> str:
                        {mode: run.timeline for mode, run in runs.items() if mode != PLAIN})
 
 
-def rates_text(rate: ClientRate | None) -> str:
-    """How kube-controller-manager and kube-scheduler were started, for the header."""
-    if rate is None:
-        return "kube-controller-manager and kube-scheduler at their default client rates (20/30, 50/100)"
-    return f"kube-controller-manager and kube-scheduler at --kube-api-qps={rate.qps:g} --kube-api-burst={rate.burst}"
-
-
 def main() -> int:
     args = parse_args()
     inprocess = [] if args.only == "cluster" else measure_inprocess(SCALES, ROWS, repeat=1)
     if args.only == "inprocess":
         print(targets_table(inprocess))
         return 0
-    rate = None if args.component_qps is None else ClientRate(
-        args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
+    rate = control_plane.client_rate(args)
     blocks, subblocks, hosts = args.topology
     title = (f"{blocks * subblocks * hosts} kwok nodes ({blocks} blocks x {subblocks} subblocks x {hosts} hosts, "
-             f"8 GPUs), indexed Job of N whole-node pods; {rates_text(rate)}")
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-scale-") as tmp:
-        directory = Path(tmp)
-        config = directory / "config.yaml"
-        config.write_text("" if args.release_concurrency is None else f"releaseConcurrency: {args.release_concurrency}\n")
-        print(f"starting the control plane with {blocks * subblocks * hosts} kwok nodes...", file=sys.stderr)
-        began = time.monotonic()
-        with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
-            # 2,048 nodes take more than start's 60 s to be Ready on a busy machine
-            cluster.apply_nodes(nodes_file(directory, args.topology), timeout=600.0)
-            with Stack(cluster, config) as stack:
-                print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
-                print(title, flush=True)
-                results = measure_sizes(cluster, stack, args.sizes, args.modes, hosts, args.runs)
+             f"8 GPUs), indexed Job of N whole-node pods; {control_plane.rates_text(rate)}")
+    config = "" if args.release_concurrency is None else f"releaseConcurrency: {args.release_concurrency}\n"
+    began = time.monotonic()
+    with control_plane.started(args, config, "troupe-bench-scale-") as (cluster, stack):
+        print(title, flush=True)
+        results = measure_sizes(cluster, stack, args.sizes, args.modes, hosts, args.runs)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all\n")
     print(summary_table(results, args.modes, hosts))
     for result in results:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,24 +53,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import control_plane
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from scale import (
-    add_control_plane_flags,
-    check_control_plane_flags,
-    clear,
-    follow,
-    indexed_job,
-    nodes_file,
-    not_ready_count,
-    parse_topology,
-    rates_text,
-    rss_peak_mib,
-)
+from scale import clear, follow, indexed_job, rss_peak_mib
 from stream_report import StreamResult, summary_table
-
-from devtools.devcluster.cluster import ClientRate, Cluster
-from devtools.devcluster.stack import Stack
 
 MODES = ("plain", "gang")
 PROGRESS_SECONDS = 5.0
@@ -209,34 +195,25 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module's docstring); exits 2 on a bad value."""
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=(__doc__ or "").split("\n\n", 2)[2])
+    p = control_plane.parser(__doc__)
     p.add_argument("--gangs", type=int, default=2000, metavar="G",
                    help="Jobs per stream (gangs, and as many plain Jobs) (default %(default)s)")
     p.add_argument("--members", type=int, default=8, metavar="M",
                    help="pods per Job, one GPU each (default %(default)s)")
     p.add_argument("--seconds", type=float, default=60.0, metavar="S",
                    help="the Jobs' creations spread evenly over S seconds (default %(default)s)")
-    p.add_argument("--topology", default="4x8x64", metavar="BxSxH",
-                   help="kwok nodes of 8 GPUs as blocks x subblocks x hosts (default %(default)s: 2,048 nodes)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="which streams to run, in this order: plain, gang (default %(default)s)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="give up on a stream S seconds after its last Job was created (default %(default)s)")
-    add_control_plane_flags(p)
+    control_plane.add_flags(p, "4x8x64")
     args = p.parse_args(argv)
-    args.modes = args.modes.split(",")
-    unknown = [mode for mode in args.modes if mode not in MODES]
-    if unknown:
-        p.error(f"--modes: unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
-    for flag in ("gangs", "members"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag}: expected a positive count, got {getattr(args, flag)}")
+    args.modes = control_plane.parse_modes(p, args.modes, MODES)
+    control_plane.check_positive(p, args, ("gangs", "members"))
     if args.seconds < 0:
         p.error(f"--seconds: expected zero or more, got {args.seconds:g}")
-    blocks, subblocks, hosts = args.topology = parse_topology(p, args.topology)
-    check_control_plane_flags(p, args)
+    control_plane.check_flags(p, args)
+    blocks, subblocks, hosts = args.topology
     if args.gangs * args.members > blocks * subblocks * hosts * 8:
         p.error(f"--gangs x --members: {args.gangs * args.members} pods of one GPU do not fit on "
                 f"{blocks * subblocks * hosts} nodes of 8 GPUs (every Job must fit at once)")
@@ -249,42 +226,30 @@ def main() -> int:
     nodes = blocks * subblocks * hosts
     title = (f"{args.gangs} Jobs of {args.members} one-GPU pods created evenly over {args.seconds:g} s, "
              f"{nodes} kwok nodes ({blocks}x{subblocks}x{hosts}, 8 GPUs each), per mode: {', '.join(args.modes)}")
-    rate = None if args.component_qps is None else ClientRate(
-        args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
-    title += f"; {rates_text(rate)}"
+    rate = control_plane.client_rate(args)
+    title += f"; {control_plane.rates_text(rate)}"
     results = []
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-stream-") as tmp:
-        directory = Path(tmp)
-        config = directory / "config.yaml"
-        config.write_text("")
-        print(f"starting the control plane with {nodes} kwok nodes...", file=sys.stderr)
-        began = time.monotonic()
-        with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
-            cluster.apply_nodes(nodes_file(directory, args.topology), timeout=600.0)
-            with Stack(cluster, config) as stack:
-                print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
-                print(title, flush=True)
-                api = cluster.api_client("admin")
-                core = client.CoreV1Api(api)
-                pid = stack.process("troupe-reconciler").popen.pid
-                for mode in args.modes:
-                    unready = not_ready_count(core)
-                    if unready:
-                        print(f"  warning: {unready} nodes not Ready before the {mode} stream; "
-                              "its numbers are not comparable", flush=True)
-                    namespace = f"stream-{mode}"
-                    core.create_namespace({"metadata": {"name": namespace}})
-                    print(f"{mode} stream...", file=sys.stderr, flush=True)
-                    result = run_stream(api, namespace, mode, args.gangs, args.members, args.seconds, args.timeout)
-                    results.append(result)
-                    print(f"  {mode}: {result.all_running} of {len(result.created)} Jobs all Running; median "
-                          f"{result.stat(50) or float('nan'):.2f} s, p99 {result.stat(99) or float('nan'):.2f} s; "
-                          f"{result.inversions} inversions", flush=True)
-                    cleared = time.monotonic()
-                    clear(api, namespace, timeout=900.0)
-                    print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
-                    stack.check()
-                peak = rss_peak_mib(pid)
+    began = time.monotonic()
+    with control_plane.started(args, "", "troupe-bench-stream-") as (cluster, stack):
+        print(title, flush=True)
+        api = cluster.api_client("admin")
+        core = client.CoreV1Api(api)
+        pid = stack.process("troupe-reconciler").popen.pid
+        for mode in args.modes:
+            control_plane.warn_not_ready(core, f"the {mode} stream")
+            namespace = f"stream-{mode}"
+            core.create_namespace({"metadata": {"name": namespace}})
+            print(f"{mode} stream...", file=sys.stderr, flush=True)
+            result = run_stream(api, namespace, mode, args.gangs, args.members, args.seconds, args.timeout)
+            results.append(result)
+            print(f"  {mode}: {result.all_running} of {len(result.created)} Jobs all Running; median "
+                  f"{result.stat(50) or float('nan'):.2f} s, p99 {result.stat(99) or float('nan'):.2f} s; "
+                  f"{result.inversions} inversions", flush=True)
+            cleared = time.monotonic()
+            clear(api, namespace, timeout=900.0)
+            print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
+            stack.check()
+        peak = rss_peak_mib(pid)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all; reconciler peak memory {peak:.0f} MiB\n")
     print(summary_table(results))
     return 0

@@ -47,7 +47,7 @@ class PodMarks:
     running: float | None = None
 
 
-def _first_last(values: Iterable[float | None], n: int) -> tuple[float | None, float | None]:
+def first_last(values: Iterable[float | None], n: int) -> tuple[float | None, float | None]:
     """The earliest and the ``n``-th earliest of ``values`` (None values ignored); the
     second is None when fewer than ``n`` were seen."""
     seen = sorted(value for value in values if value is not None)
@@ -67,7 +67,7 @@ def stages(pods: Iterable[PodMarks], n: int, reservation: float | None = None,
     marks = list(pods)
     timeline: dict[str, float | None] = {RESERVATION: reservation, PLANNED: planned}
     for state in ("created", "ungated", "bound", "running"):
-        first, last = _first_last((getattr(pod, state) for pod in marks), n)
+        first, last = first_last((getattr(pod, state) for pod in marks), n)
         label = "Running" if state == "running" else state
         timeline[f"first {label}"], timeline[f"last {label}"] = first, last
     return {stage: timeline[stage] for stage in STAGES}
@@ -86,16 +86,19 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def stage_table(plain: Timeline | None, gangs: Mapping[str, Timeline]) -> str:
+def stage_table(plain: Timeline | None, gangs: Mapping[str, Timeline], names: Sequence[str] = STAGES,
+                base: str = "plain") -> str:
     """A markdown table, one row per stage seen in any mode: the plain Job's seconds from
     creation, each gang mode's (``gangs``: mode -> timeline), and each gang mode's
     difference to the plain Job (``+`` when the gang is later), so the costs the gang adds
-    stand out stage by stage. ``-`` where a stage was not seen (or not run)."""
-    header = ["stage", "plain s"] + [f"{mode} s" for mode in gangs]
+    stand out stage by stage. ``-`` where a stage was not seen (or not run). ``names``: the
+    stages, in order (default :data:`STAGES`); ``base``: what the first column of times
+    is called (the baseline ``plain`` stands for)."""
+    header = ["stage", f"{base} s"] + [f"{mode} s" for mode in gangs]
     if plain is not None:
-        header += [f"{mode} - plain s" for mode in gangs]
+        header += [f"{mode} - {base} s" for mode in gangs]
     rows = []
-    for stage in STAGES:
+    for stage in names:
         values = [plain.get(stage) if plain is not None else None] + [t.get(stage) for t in gangs.values()]
         if all(value is None for value in values):
             continue

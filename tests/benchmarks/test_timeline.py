@@ -74,3 +74,11 @@ def test_stage_table_without_the_plain_job_has_no_difference_columns():
     gang = stages([PodMarks(0.15, 0.4, 0.45, 0.5)], 1)
     header = stage_table(None, {"AsCreated": gang, "WhenComplete": gang}).splitlines()[0]
     assert header == "| stage | plain s | AsCreated s | WhenComplete s |"
+
+
+def test_stage_table_of_other_stages_names_its_baseline():
+    base = {"evicted": 0.2, "last Running": 1.0}
+    other = {"evicted": 0.5, "last Running": 1.5}
+    lines = stage_table(base, {"troupe": other}, names=("evicted", "last Running"), base="kube-scheduler").splitlines()
+    assert lines[0] == "| stage | kube-scheduler s | troupe s | troupe - kube-scheduler s |"
+    assert lines[2:] == ["| evicted | 0.20 | 0.50 | +0.30 |", "| last Running | 1.00 | 1.50 | +0.50 |"]
