@@ -13,7 +13,8 @@ through the nodes' writer port, hence its fence: a follower writes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer.base import Gone, LostLeadership, WriteError
@@ -21,6 +22,10 @@ from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.engine.gangs import nominated
 
 log = logging.getLogger("reconciler.daemon.controller")
+
+Each = Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]]
+"""How the taints' writes are made: ``map`` (one after the other) or the release threads'
+(:meth:`~reconciler.daemon.handlers.waves.Waves.map`)."""
 
 
 class NominatedTaints:
@@ -37,33 +42,44 @@ class NominatedTaints:
         #: The nodes known to carry the taint (None until the first sweep looks at all).
         self._known: set[str] | None = None
 
-    def add(self, nodes: Iterable[str]) -> str:
-        """Taint each of ``nodes`` that the cache does not show tainted; returns ``""``, or
-        why this replica must not go on (it lost the Lease: nothing may be evicted). A node
-        that is gone is skipped; any other failure is logged and the preemption goes on
-        unprotected, as it did before the taint existed (a replacement from another
-        controller may then take the room)."""
+    def add(self, nodes: Iterable[str], each: Each = map) -> str:
+        """Taint each of ``nodes`` that the cache does not show tainted, the writes made
+        through ``each`` (``map``: one after the other; the release threads' ``map``: all at
+        once, as a preemption of 64 nodes needs); returns ``""``, or why this replica must
+        not go on (it lost the Lease: nothing may be evicted). A node that is gone is
+        skipped; any other failure is logged and the preemption goes on unprotected, as it
+        did before the taint existed (a replacement from another controller may then take
+        the room)."""
+        todo = []
         for name in sorted(set(nodes)):
             info = self.cache.node_info(name)
             if info is not None and nominated.is_tainted(info):
                 if self._known is not None:
                     self._known.add(name)
                 continue
-            try:
-                written = self.nodes.taint_node(name)
-            except LostLeadership as e:
-                return str(e)
-            except Gone:
-                continue
-            except WriteError as e:
-                log.warning("node %s: nominated-node taint not written (the freed room is not protected "
-                            "from other controllers' pods): %s", name, e)
-                continue
+            todo.append(name)
+        lost = ""
+        for name, written, why in list(each(self._taint, todo)):
+            lost = lost or why
             if written is not None:
                 self.cache.node_event("MODIFIED", written)
-            if self._known is not None:
+            if self._known is not None and not why:
                 self._known.add(name)
-        return ""
+        return lost
+
+    def _taint(self, name: str) -> tuple[str, dict[str, Any] | None, str]:
+        """Taint node ``name``: ``(name, the node written or None, why this replica lost the
+        right to write or "")``."""
+        try:
+            return name, self.nodes.taint_node(name), ""
+        except LostLeadership as e:
+            return name, None, str(e)
+        except Gone:
+            return name, None, ""
+        except WriteError as e:
+            log.warning("node %s: nominated-node taint not written (the freed room is not protected "
+                        "from other controllers' pods): %s", name, e)
+            return name, None, ""
 
     def sweep(self) -> int:
         """Remove the taint from every node that carries it and whose nomination or release

@@ -7,7 +7,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from reconciler.daemon.cache.assumed import UNKNOWN_OUTCOME_SECONDS, Assumptions
@@ -327,6 +327,27 @@ class ClusterCache:
     def assume(self, pod: Obj) -> None:
         """Record the object a write of ours returned, ahead of its watch event."""
         self.pod_event("MODIFIED", pod)
+
+    def assume_deleting(self, ref: PodKey) -> None:
+        """Hold pod ``ref`` as being deleted (``deletionTimestamp`` set) ahead of its watch
+        event: an eviction of ours was accepted. It still uses its node until it is gone
+        (a snapshot counts it as before); a decision does not ask for its eviction again.
+        The entry keeps its version, so the pod the watch delivers next replaces it."""
+        with self._lock:
+            entry = self._pods.get(ref)
+            if entry is None or entry.info is None or entry.partial or entry.info.deleting:
+                return
+            info = replace(entry.info, deleting=True)
+            self._pods[ref] = replace(entry, info=info)
+            if ref in self._readable_pods:
+                self._readable_pods[ref] = info
+                if self._usage is not None:
+                    self._usage.remove(ref)
+                    self._usage.add(info)
+            key = self._gang_of.get(ref)
+            if key is not None:
+                self._touch(key)
+            self.version += 1
 
     # --- releases in flight (:mod:`.assumed`) --------------------------------------------
     def assume_release(self, members: Iterable[PodInfo]) -> None:

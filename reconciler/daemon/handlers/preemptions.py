@@ -56,7 +56,8 @@ class Preemptions:
                                                            nominee.resource_version))
             except (Conflict, WriteError) as e:  # nothing evicted without the nomination written
                 return Done(note=f"nomination not written: {e}", retry=True)
-        lost = self.taints.add(action.nomination.nodes.values()) if nominated.tolerated_by(gang.members) else ""
+        lost = self.taints.add(action.nomination.nodes.values(), self.waves.map) \
+            if nominated.tolerated_by(gang.members) else ""
         if lost:  # nothing evicted by a replica that may no longer write
             return Done(note=f"nominated nodes not tainted: {lost}", retry=True)
         notice = decision.rule.notice
@@ -103,26 +104,28 @@ class Preemptions:
             pod = snapshot.pods[key]
             return gang_of.get(key, f"{pod.namespace}/pod:{pod.name}")
 
-        def attempt(key: PodKey, write: Callable[[PodKey, str], None]) -> str:
-            """``write`` one victim; returns its gang when a budget refused it, else ``""``."""
+        def attempt(key: PodKey, write: Callable[[PodKey, str], None]) -> str | None:
+            """``write`` one victim; returns its gang when a budget refused it, ``""`` when it
+            was written, None when it failed otherwise or the pod is gone."""
             pod = snapshot.pods.get(key)
             if pod is None:
-                return ""
+                return None
             try:
                 write(key, pod.uid)
             except Refused as e:
                 log.warning("gang %s: eviction of %s refused: %s", gang.key, key, e)
                 return gang_key(key)
             except Gone:
-                return ""
+                return None
             except WriteError as e:
                 log.warning("gang %s: eviction of %s failed: %s", gang.key, key, e)
-                return ""
+                return None
             return ""
 
-        def evict(key: PodKey) -> str:
+        def evict(key: PodKey) -> str | None:
             refused = attempt(key, self.pods.evict)
-            if not refused and key in snapshot.pods:
+            if refused == "":
+                self.cache.assume_deleting(key)  # the next decision waits for it, not evicts it again
                 self.pods.emit_event(key, snapshot.pods[key].uid or None, "Warning", "Preempted",
                                      f"evicted from node {snapshot.using(key) or '-'} by Troupe "
                                      f"({self.policy.preemption}) to make room for gang {gang.key} "
