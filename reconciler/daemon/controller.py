@@ -4,7 +4,8 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
 
 1. Build the gang from the cache (:func:`~reconciler.engine.gangs.gang.build_gang`) with the
    rollback backoff remembered for it (:mod:`reconciler.daemon.memory`), and take the
-   cache's snapshot.
+   snapshot of the worker's pass (:class:`~reconciler.daemon.cycle.Cycle`: one for the
+   gangs of a pass, each release applied to it).
 2. :func:`~reconciler.engine.decision.step.step`: decide, the same call the simulator makes,
    and note what the gang means for the queue behind it.
 3. Check the move against the lifecycle (:func:`~reconciler.engine.gangs.lifecycle.move`):
@@ -19,9 +20,10 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
    handler (:attr:`GangController.handlers`, one per action type; nothing here branches on
    a phase or a rule; the handlers are :mod:`reconciler.daemon.handlers`):
 
-   - ``Release``: one update per member (pin, annotations, gates removed), a plan first,
-     the others in waves behind the leader's fence
-     (:class:`~reconciler.daemon.handlers.releases.Releases`);
+   - ``Release``: the members assumed in the cache, then one update per member (pin,
+     annotations, gates removed), a plan first, the others in waves behind the leader's
+     fence, on a release driver thread while the worker decides on
+     (:class:`~reconciler.daemon.handlers.releases.Releases`, docs/decisions/068-release-pipeline.md);
    - ``RollBack``: delete the owned members of the timed-out release, tell the ownerless
      ones, back off (:class:`~reconciler.daemon.handlers.rollbacks.Rollbacks`);
    - ``Preempt``: write the nomination, taint its nodes, then evict the victims
@@ -155,7 +157,8 @@ def _nothing(gang: Gang, decision: Decision, action: actions.Wait | actions.Hold
 
 
 class GangController:
-    """Decides and acts for one gang at a time; see the module docstring.
+    """Decides and acts for one gang per call (a release's writes may outlive it:
+    :attr:`Outcome.pending`); see the module docstring.
 
     Over ``cache`` (the gangs, the snapshot) and ``memories`` (what is remembered of each
     gang), it decides with ``policy`` and ``queue`` (the gangs that hold or block those

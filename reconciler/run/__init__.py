@@ -1,7 +1,12 @@
 """``python -m reconciler run``: informers -> cache -> work queue -> gang controller -> writes.
 
-One worker decides gangs one at a time, so two gangs are never planned against the same
-free capacity; a release then writes its members in parallel (``releaseConcurrency``).
+One worker decides the gangs, so two gangs are never planned against the same free
+capacity: in passes over the keys ready in the queue, each pass's gangs in queue order on
+one snapshot, each release applied to it before the next gang is decided. A release's
+members are assumed in the cache the moment it is decided and written on the release
+threads (its members in parallel, ``releaseConcurrency``; several releases at once) while
+the worker goes on; a gang's key is handed back to the queue once its writes are done
+(docs/decisions/068-release-pipeline.md).
 Pod and node watches keep the cache current. An event re-queues only the gangs it can
 help (docs/decisions/019-queue-order.md): a gang's own pods, and, for a change that may
 make room (a pod deleted or finished, a node whose labels, taints, readiness or capacity

@@ -10,7 +10,9 @@ PodDisruptionBudgets that atomic preemption counts (:class:`BudgetIndex`, in
 Fed by the informers (:mod:`reconciler.kube`) and by the controller's own writes
 (:meth:`ClusterCache.assume`, so that a gang released a moment ago already uses its nodes
 when the next gang is planned, before the watch event arrives, the way kube-scheduler
-assumes a pod it has bound). Objects are parsed once, when they arrive
+assumes a pod it has bound), and by the releases decided whose writes are still in flight
+(:meth:`ClusterCache.assume_release`, :mod:`.assumed`, docs/decisions/068-release-pipeline.md).
+Objects are parsed once, when they arrive
 (:class:`~reconciler.engine.ledger.snapshot.PodInfo`, :class:`~reconciler.engine.ledger.snapshot.NodeInfo`);
 a pod or a node is kept as its parsed form and its version alone, the object let go
 (docs/decisions/059-cache-keeps-parsed-forms.md); an object that cannot be parsed, whatever the exception, is
