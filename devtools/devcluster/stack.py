@@ -267,6 +267,15 @@ class Stack:
                 return started
         raise KeyError(f"no process {name!r} was started")
 
+    def running(self, prefix: str) -> Started:
+        """The process started last under a name beginning with ``prefix`` that still runs
+        (the reconciler a test restarted last, say). Raises ``KeyError`` naming the prefix
+        when none does."""
+        for started in reversed(self._started):
+            if started.record.name.startswith(prefix) and started.popen.poll() is None:
+                return started
+        raise KeyError(f"no process named {prefix!r}... runs")
+
     def check(self) -> None:
         """Raise :class:`StackError` if the webhook or the reconciler has died."""
         failure = self._monitor.check_now()

@@ -12,7 +12,9 @@ A watch follows every pod throughout and checks, on every event:
 - no node is over-committed: the GPUs of the pods committed to it (pinned, or reserved by
   a plan record while still gated) never exceed its 8.
 
-At the end of each round every gang runs whole: all members Running, none gated.
+At the end of each round every gang runs whole: all members Running, none gated. A second
+test kills it with twenty releases of small gangs in flight at once
+(docs/decisions/068-release-pipeline.md), checked the same way.
 """
 
 from __future__ import annotations
@@ -101,4 +103,66 @@ def test_sigkill_mid_release_never_leaves_a_gang_partly_running(killable: Stack)
     assert all(len(pins) == 1 for pins in ledger.pins.values())
     assert counts["releases"] == 2 * ROUNDS and counts["kills"] == ROUNDS
     assert counts["mid_release"] >= 3, f"too few kills landed mid-release to test anything: {counts}"
+    core.delete_namespace(namespace, grace_period_seconds=0)
+
+
+#: Gangs created at once in each round of the pipeline's kill test, their members, and rounds.
+PIPELINE_GANGS, PIPELINE_MEMBERS, PIPELINE_ROUNDS = 20, 4, 3
+
+
+def test_sigkill_with_twenty_releases_in_flight_leaves_every_gang_whole(killable: Stack) -> None:
+    """20 gangs of 4, complete before the reconciler starts, are decided in one pass and
+    written together (docs/decisions/068-release-pipeline.md); the reconciler is killed
+    while their releases are in flight, and after the restart every gang runs whole, no pod
+    pinned twice, no node over-committed at any moment."""
+    stack = killable
+    api = stack.cluster.api_client("admin")
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    namespace = new_namespace(core, "pipeline-kills")
+    ledger, stop = Ledger(), threading.Event()
+    watcher = threading.Thread(target=follow, args=(core, namespace, ledger, stop), daemon=True)
+    watcher.start()
+    rng = random.Random(20261128)
+    in_flight = []  # per round: gangs with a release cut short by the kill
+    reconciler = stack.running("troupe-reconciler")  # the first test of the module restarts it
+    try:
+        for round_ in range(PIPELINE_ROUNDS):
+            os.kill(reconciler.record.pid, signal.SIGKILL)  # the gangs come complete while no reconciler runs
+            reconciler.popen.wait()
+            names = [f"p{round_}-{k}" for k in range(PIPELINE_GANGS)]
+            for name in names:
+                batch.create_namespaced_job(namespace, indexed_job(
+                    name, PIPELINE_MEMBERS, {**gang_annotations(name, PIPELINE_MEMBERS, timeout=60),
+                                             RELEASE_MODE: WHEN_COMPLETE}, gpus=1))
+            total = PIPELINE_GANGS * PIPELINE_MEMBERS
+            wait_for(f"round {round_}: {total} members created",
+                     lambda: len(members(ledger, names)) >= total or None, timeout=60)  # noqa: B023
+            reconciler = stack.start_reconciler(f"troupe-reconciler-pipeline-{round_}")
+            wait_for(f"round {round_}: the first release written", lambda: any(
+                not p.spec.scheduling_gates for p in members(ledger, names)) or None, timeout=60)  # noqa: B023
+            time.sleep(rng.uniform(0.0, 0.5))
+            os.kill(reconciler.record.pid, signal.SIGKILL)
+            reconciler.popen.wait()
+            partly = 0
+            for name in names:  # as the kill left them
+                gang = core.list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+                ungated = sum(1 for p in gang if not p.spec.scheduling_gates)
+                planned = any((p.metadata.annotations or {}).get("reconciler.troupe.io/plan") for p in gang)
+                partly += 0 < ungated < len(gang) or (ungated == 0 and planned)
+            in_flight.append(partly)
+            reconciler = stack.start_reconciler(f"troupe-reconciler-pipeline-{round_}-after")
+            wait_for(f"round {round_}: {PIPELINE_GANGS} gangs Running whole",
+                     lambda: runs_whole(ledger, names, total) or None, timeout=120)  # noqa: B023
+            for name in names:
+                batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            wait_for(f"round {round_}: pods gone", lambda: not members(ledger, names) or None, timeout=60)  # noqa: B023
+    finally:
+        stop.set()
+        watcher.join(10)
+    print(f"\npipeline kill test: {PIPELINE_ROUNDS} rounds of {PIPELINE_GANGS} gangs of {PIPELINE_MEMBERS}; "
+          f"gangs with a release cut short at each kill: {in_flight}; {len(ledger.pins)} pods pinned, "
+          f"{len(ledger.violations)} violations")
+    assert ledger.violations == []
+    assert all(len(pins) == 1 for pins in ledger.pins.values())
+    assert sum(in_flight) >= 2, f"too few releases were in flight at the kills to test anything: {in_flight}"
     core.delete_namespace(namespace, grace_period_seconds=0)
