@@ -198,3 +198,24 @@ def test_the_same_input_gives_the_same_plan_and_message(snapshot, members, seed)
     first = place_gang(snapshot, members)
     assert place_gang(snapshot, shuffled) == first
     assert place_gang(snapshot, members).reason == first.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(cluster=clusters(max_nodes=14), x=st.integers(1, 20), data=st.data())
+def test_the_bounded_exact_search_chooses_what_trying_every_domain_chooses(cluster, x, data):
+    """The exact search's bound (place._best_exact, docs/decisions/068-release-pipeline.md)
+    skips only domains that cannot win: its choice is the least key over every domain."""
+    from reconciler.engine.placement import place, selection
+
+    tree = cluster.snapshot.tree
+    node_caps = [data.draw(st.integers(0, 5)) for _ in cluster.snapshot.nodes]
+    caps = tree.caps_by_depth(node_caps)
+    for d in range(tree.leaf_depth + 1):
+        candidates = [j for j, c in enumerate(caps[d]) if c >= x]
+        if not candidates:
+            continue
+        everyone = min((s.vector, caps[d][j] - x, s.spare, j)
+                       for j in candidates for s in [selection.exact(tree, caps, d, j, x)])
+        for j in candidates:
+            assert selection.least_vector(tree, caps, d, j, x) <= selection.exact(tree, caps, d, j, x).vector
+        assert place._best_exact(tree, caps, d, x, candidates)[0] == everyone

@@ -34,7 +34,7 @@ from reconciler.engine.filters import noderesources, profile
 from reconciler.engine.filters.gang import GangFilters
 from reconciler.engine.filters.status import Code, Status
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.ledger.topology import sequence_cost
+from reconciler.engine.ledger.topology import TopologyTree, sequence_cost
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.text import plural
@@ -318,19 +318,47 @@ def _place_uniform(
             continue
         work = sum(selection.exact_work(fitting[d][j], x) for j in candidates)
         method = "exact" if work <= budget else "greedy"
-        spread = selection.Spread(tree, caps)
         best: tuple[tuple[tuple[int, ...], int, tuple[int, ...], int], selection.Selection] | None = None
-        for j in candidates:
-            if method == "exact":
-                sel = selection.exact(tree, caps, d, j, x)
-            else:
+        if method == "exact":
+            best = _best_exact(tree, caps, d, x, candidates)
+        else:
+            spread = selection.Spread(tree, caps)
+            for j in candidates:
                 sel = selection.greedy(tree, caps, d, j, x, spread)
-            key = (sel.vector, caps[d][j] - x, sel.spare, j)
-            if best is None or key < best[0]:
-                best = (key, sel)
+                key = (sel.vector, caps[d][j] - x, sel.spare, j)
+                if best is None or key < best[0]:
+                    best = (key, sel)
         assert best is not None
         return d, best[0][3], list(best[1].counts), method
     return None
+
+
+def _best_exact(tree: TopologyTree, caps: list[list[int]], d: int, x: int, candidates: Sequence[int],
+                ) -> tuple[tuple[tuple[int, ...], int, tuple[int, ...], int], selection.Selection]:
+    """The best exact selection among the domains ``candidates`` at depth ``d`` for ``x``
+    pods: the least ``(vector, room beyond the gang, spare, domain)``, as evaluating each
+    domain would give, at the cost of the domains that could win. Each domain's vector is
+    bounded below by :func:`selection.least_vector` (a domain cannot use fewer children at a
+    depth than it needs to hold ``x``); domains are tried in order of ``(bound, room,
+    index)``, and the search stops at the first whose bound and room cannot beat the best
+    found (on a tie of both, when the best's spare is all zeros and its index lower: no
+    domain after it beats that). The bound of branch and bound, exact: upstream kube-scheduler
+    bounds its placements scored by sampling (``PercentageOfPlacementsToScore``, KEP-5732);
+    this keeps every plan as it was (docs/decisions/068-release-pipeline.md)."""
+    order = sorted((selection.least_vector(tree, caps, d, j, x), caps[d][j] - x, j) for j in candidates)
+    best: tuple[tuple[tuple[int, ...], int, tuple[int, ...], int], selection.Selection] | None = None
+    for bound, room, j in order:
+        if best is not None:
+            vector, best_room, spare, best_j = best[0]
+            if (bound, room) > (vector, best_room) or \
+                    ((bound, room) == (vector, best_room) and not any(spare) and j > best_j):
+                break
+        sel = selection.exact(tree, caps, d, j, x)
+        key = (sel.vector, room, sel.spare, j)
+        if best is None or key < best[0]:
+            best = (key, sel)
+    assert best is not None
+    return best
 
 
 def _place_mixed(

@@ -187,6 +187,29 @@ def exact(tree: TopologyTree, caps: Caps, depth: int, j: int, x: int, leaf: int 
     return Selection(tuple(sorted(counts.items())), value[:width], tuple(s - x for s in value[width:]))
 
 
+def least_vector(tree: TopologyTree, caps: Caps, depth: int, j: int, x: int, leaf: int | None = None) -> tuple[int, ...]:
+    """A lower bound of the ``vector`` of any selection of ``x`` pods in domain ``j`` at
+    ``depth`` (:class:`Selection`): at each depth below it, the fewest of its domains whose
+    capacities add up to ``x``. ``leaf`` as for :func:`greedy`."""
+    leaf = tree.leaf_depth if leaf is None else leaf
+    lo, hi = tree.lo[depth][j], tree.hi[depth][j]
+    out = []
+    for e in range(depth + 1, leaf + 1):
+        owner = tree.domain_of[e]
+        inside = caps[e][owner[lo]:owner[hi - 1] + 1]
+        if max(inside) >= x:
+            out.append(1)
+            continue
+        total = k = 0
+        for c in sorted(inside, reverse=True):
+            total += c
+            k += 1
+            if total >= x:
+                break
+        out.append(k)
+    return tuple(out)
+
+
 def exact_work(fitting_nodes: int, x: int) -> int:
     """An upper estimate of :func:`exact`'s inner steps for a domain with this many nodes
     that can hold a pod: each node is merged into profiles of at most about ``x``
