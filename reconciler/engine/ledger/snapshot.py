@@ -273,6 +273,8 @@ class Snapshot:
         lower priority (kube-scheduler honours only nominations of equal or higher
         priority: its ``addNominatedPods``, Kubernetes docs "Pod Priority and Preemption").
         ``self`` when there is nothing to set aside."""
+        if not self._nominated:  # no nomination in the snapshot: nothing to set aside
+            return self
         own = {pod.key for pod in members if self.nominated_node(pod)}
         nominated = self.memo("nominated", lambda: sorted(
             (pod.priority, pod.key) for pod in self._gated

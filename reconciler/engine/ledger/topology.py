@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import sub
 
 from troupe.config import Config
 from troupe.contract import HOSTNAME_LABEL
@@ -194,13 +196,7 @@ class TopologyTree:
     def caps_by_depth(self, node_caps: Sequence[int]) -> list[list[int]]:
         """Per-depth domain capacities: each domain's sum of ``node_caps`` (per node, in
         node order), aggregated bottom-up with one prefix sum."""
-        pre = [0]
-        total = 0
-        for c in node_caps:
-            total += c
-            pre.append(total)
-        out = []
-        for d in range(self.leaf_depth):
-            out.append([pre[h] - pre[lo] for lo, h in zip(self.lo[d], self.hi[d], strict=True)])
+        at = list(accumulate(node_caps, initial=0)).__getitem__
+        out = [list(map(sub, map(at, self.hi[d]), map(at, self.lo[d]))) for d in range(self.leaf_depth)]
         out.append(list(node_caps))
         return out
