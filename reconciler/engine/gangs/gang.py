@@ -46,6 +46,7 @@ from functools import lru_cache
 
 import troupe.contract as contract
 import troupe.kueue as kueue
+from reconciler.engine.gangs.queued import beyond_queued_workload, group_fix
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.membership import (
@@ -290,30 +291,11 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
     gang = replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
                    min_size=specs[0].min_size)
-    return replace(gang, held=gang.held or _beyond_queued_workload(gang, gang_keys, workloads or wl.Workloads()))
-
-
-def _beyond_queued_workload(gang: Gang, keys: contract.GangKeys, workloads: wl.Workloads) -> str:
-    """Why a named gang is held because a workload queued in Kueue that makes members of it
-    runs fewer pods than the gang needs before its first release (its minimum, else its
-    size), ``""`` when none does: Kueue admits each workload alone, so the gang could never
-    complete and the workload would hold its quota while Troupe waits
-    (docs/decisions/058-kueue-for-quota.md; the chart's policy ``<release>-gang-fits-workload``
-    refuses such a workload at creation, and this holds one made where the policy is not
-    installed, or resized after). The reason names the workload, its count and the key."""
-    need = gang.min_size or gang.size
-    if need is None:
-        return ""
-    key = keys.min_size if gang.min_size else keys.size
-    for workload_key in sorted({found[1] for p in gang.members if (found := wl.group(p)) is not None}):
-        w = workloads.objects.get(workload_key)
-        if w is None or not w.queue or not 0 < w.most_pods < need:
-            continue
-        return (f"annotation {key}: {need} members, but {w.kind} {w.namespace}/{w.name} runs at most {w.most_pods} "
-                f"pods ({w.most_pods_from}); Kueue admits it alone (label {kueue.QUEUE_NAME_LABEL}: {w.queue}), so "
-                f"the gang can never complete and the workload holds its quota (held until it is fixed: give the "
-                f"gang at most {w.most_pods} members, or {keys.size}: {contract.AUTO_SIZE})")
-    return ""
+    key = gang_keys.min_size if gang.min_size else gang_keys.size
+    beyond = beyond_queued_workload(members, gang.min_size or gang.size, f"annotation {key}",
+                                    lambda most: f"give the gang at most {most} members, or {gang_keys.size}: "
+                                                 f"{contract.AUTO_SIZE}", workloads or wl.Workloads())
+    return replace(gang, held=gang.held or beyond)
 
 
 def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:
@@ -385,10 +367,11 @@ def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
     timeout = gang.timeout_seconds if spec.timeout_seconds is None else \
         min(spec.timeout_seconds, config.gang_schedule_timeout_seconds_limit)
     size_from = f"{spec.describe()} {_MIN_FIELD[ref.source]}" if spec.gang else f"{spec.describe()}: basic, no minimum"
+    held = _disagreement(gang.members, AGREE_ON_TOPOLOGY) or beyond_queued_workload(
+        gang.members, spec.min_count, f"{spec.describe()} {_MIN_FIELD[ref.source]}", group_fix, workloads)
     return replace(gang, size=max(len(gang.members), minimum), min_size=minimum, size_from=size_from,
                    topology=constrained(gang.topology, spec, config), timeout_seconds=timeout,
-                   priority=spec.priority if spec.priority is not None else gang.priority,
-                   held=_disagreement(gang.members, AGREE_ON_TOPOLOGY))
+                   priority=spec.priority if spec.priority is not None else gang.priority, held=held)
 
 
 def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
@@ -410,8 +393,9 @@ def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     spec = workloads.group(gang.namespace, ref)
     if spec is None:
         return replace(gang, workload_missing=gang.workload_missing or workloads.group_missing(gang.namespace, ref))
-    return replace(gang, held=gang.held or _group_problem(gang, spec),
-                   topology=constrained(gang.topology, spec, config),
+    held = gang.held or _group_problem(gang, spec) or beyond_queued_workload(
+        gang.members, spec.min_count, f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}", group_fix, workloads)
+    return replace(gang, held=held, topology=constrained(gang.topology, spec, config),
                    min_size=_raised_minimum(gang, spec))
 
 
