@@ -1,5 +1,7 @@
-"""A gang whose minimum no workload queued in Kueue can ever fill alone is held, whatever
-declares that minimum (docs/decisions/058-kueue-for-quota.md,
+"""What Kueue's queueing asks of a gang: it is held while a member waits behind one of Kueue's
+gates (:func:`kueue_gated`, docs/decisions/039-kueue-annotations.md), and when its minimum
+is one no workload queued in Kueue can ever fill alone, whatever declares that minimum
+(:func:`beyond_queued_workload`, docs/decisions/058-kueue-for-quota.md,
 docs/decisions/066-queued-minimum-by-every-source.md).
 
 Kueue admits each workload (label ``kueue.x-k8s.io/queue-name``) alone and holds its quota
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import troupe.contract as contract
 import troupe.kueue as kueue
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.pods import PodInfo
@@ -56,6 +59,28 @@ def beyond_queued_workload(members: Iterable[PodInfo], need: int | None, declare
     return ""
 
 
+def keys_fix(keys: contract.GangKeys) -> Callable[[int], str]:
+    """What to change when the gang's own keys (of ``keys``' prefix) declare the minimum no
+    queued workload fills."""
+    return lambda most: f"give the gang at most {most} members, or {keys.size}: {contract.AUTO_SIZE}"
+
+
 def group_fix(most: int) -> str:
     """What to change when a pod group's minimum is the one no queued workload fills."""
     return f"give the group a minimum of at most {most}"
+
+
+def kueue_gated(members: Iterable[PodInfo]) -> str:
+    """Why a gang with a member that carries one of Kueue's scheduling gates is held
+    (docs/decisions/039-kueue-annotations.md), or ``""``: Kueue's topology gate means
+    Kueue places the pod itself, and a release by Troupe would pin it elsewhere; its
+    admission gate means Kueue has not admitted the pod's workload yet, and a member
+    released behind it could not be bound."""
+    for pod in members:
+        if kueue.TOPOLOGY_GATE in pod.gates:
+            return (f"member {pod.name} carries Kueue's scheduling gate {kueue.TOPOLOGY_GATE}: Kueue's "
+                    f"topology-aware scheduling places it, so Troupe does not (held; use one of them for a workload)")
+        if kueue.ADMISSION_GATE in pod.gates:
+            return (f"member {pod.name} waits for Kueue to admit its workload (scheduling gate "
+                    f"{kueue.ADMISSION_GATE}); held until Kueue removes the gate")
+    return ""
