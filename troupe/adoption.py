@@ -116,6 +116,18 @@ def peer_source(scheduler_name: object) -> str | None:
     return GROUPING_PEERS.get(scheduler_name) if isinstance(scheduler_name, str) else None
 
 
+def reads_owners(adopted: tuple[str, ...]) -> bool:
+    """Whether the reconciler reads ReplicaSets, StatefulSets and DaemonSets, given the
+    scheduler names adopted (``adoptSchedulerNames``): only when one is Volcano's, whose
+    groups take their minimum from them."""
+    return any(peer_source(name) == VOLCANO for name in adopted)
+
+
+#: Why they are not read otherwise: the reason of a gang that would need one.
+OWNERS_UNREAD = (f"the reconciler reads ReplicaSets, StatefulSets and DaemonSets only when adoptSchedulerNames "
+                 f"names {VOLCANO_SCHEDULER}")
+
+
 def volcano_minimum(value: str | None) -> int:
     """The minimum of the group Volcano's controller makes, from its owner's
     :data:`VOLCANO_MIN_MEMBER` annotation (``value``; None without one): the value when it
