@@ -42,13 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from troupe.contract import (
-    JOBSET_NAME_LABEL,
-    LWS_GROUP_INDEX_LABEL,
-    LWS_NAME_LABEL,
-    pod_labels,
-    pod_meta,
-)
+from troupe.contract import JOBSET_NAME_LABEL, LWS_NAME_LABEL, pod_labels, pod_meta
 from troupe.podgroups import GROUP_ANNOTATIONS, KAI, ORIGINAL_SCHEDULER_NAME, VOLCANO
 
 #: Volcano's scheduler name, as its install names it.
@@ -163,7 +157,7 @@ def at_creation(source: str, pod: Mapping[str, Any]) -> Verdict:
     if source == VOLCANO:
         return GATE if any(o.get("kind") in VOLCANO_OWNER_KINDS for o in owners) else ALONE
     labels = pod_labels(pod)
-    if labels.get(JOBSET_NAME_LABEL) or (labels.get(LWS_NAME_LABEL) and labels.get(LWS_GROUP_INDEX_LABEL) is not None):
+    if labels.get(JOBSET_NAME_LABEL) or labels.get(LWS_NAME_LABEL):  # LWS's own webhook may add group-index later
         return GATE
     if not owners:
         return ALONE

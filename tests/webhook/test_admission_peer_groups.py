@@ -60,6 +60,8 @@ GATED = [
     ("KAI: a JobSet's pod", owned(KAI_SCHEDULER, "Job", "batch/v1", labels={"jobset.sigs.k8s.io/jobset-name": "js"})),
     ("KAI: a LeaderWorkerSet group's pod", owned(KAI_SCHEDULER, "StatefulSet", labels={
         "leaderworkerset.sigs.k8s.io/name": "serve", "leaderworkerset.sigs.k8s.io/group-index": "0"})),
+    ("KAI: a LeaderWorkerSet's pod before LWS's own webhook labels its group", owned(
+        KAI_SCHEDULER, "StatefulSet", labels={"leaderworkerset.sigs.k8s.io/name": "serve"})),
 ]
 
 ALONE = [
