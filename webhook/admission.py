@@ -54,12 +54,13 @@ CREATE of a pod (``DESIGN.md`` "The user contract"):
   Troupe key; the reference is read, not rewritten. One bound for another scheduler is
   that scheduler's: not gated. A name that cannot be a PodGroup's is denied (400) naming the
   field and the value; a pod naming several groups gets a warning naming those Troupe does
-  not read. With Troupe's gang keys too, Troupe's keys name the gang. Neither the namespace
-  opt-in nor Kueue's plain-pod rule stamps a gang on such a pod; a pod Kueue manages is
-  Kueue's, whatever group it names.
+  not read. Which declares the gang, Troupe's keys, a group or a peer's: :mod:`webhook.declared`.
 - *Adopted scheduler names* (``adoptSchedulerNames``): a pod created with one of them in
   ``spec.schedulerName`` gets ``default-scheduler`` there and the original in the
-  annotation ``troupe.io/original-scheduler-name``, whether or not Troupe gates it.
+  annotation ``troupe.io/original-scheduler-name``. Adopted from Volcano or KAI and naming
+  no gang or group, it is gated when the group its peer makes may need more than itself,
+  and not adopted (a warning says why) when Troupe cannot size that group
+  (:mod:`troupe.adoption`, ``docs/decisions/065-adopted-pods-join-their-peers-groups.md``).
 - *Namespace opt-in* (``gang_mode_auto``, the configuration's second webhook entry, which
   the API server calls only for pods of namespaces labelled ``troupe.io/gang-mode: auto``
   that a supported workload creates): a pod with neither ``<prefix>-name`` nor
@@ -114,12 +115,9 @@ from troupe.contract import (
     is_reserved_annotation,
     parse_gang,
     parse_topology_request,
-    pod_gates,
-    pod_labels,
 )
 from troupe.errors import ContractError
 from troupe.layers import TOPOLOGY_SLICE_SIZE, check_gang_size, check_min_size
-from troupe.podgroups import PodGroupRef, every_group_ref
 from troupe.policies import (
     AS_CREATED,
     FAILURE_POLICY,
@@ -129,24 +127,17 @@ from troupe.policies import (
     parse_release_mode,
 )
 from webhook.checks import API_VERSION, KIND, MAX_CONTAINERS, container_count_error, envelope_error
+from webhook.declared import read_declaration
 from webhook.patches import (
     Malformed,
     PatchOp,
-    auto_size,
     env_ops,
     gate_ops,
-    kueue_gang,
     pointer,
     shared_resource_requests,
     toleration_ops,
 )
-from webhook.podgroups import (
-    adoption_ops,
-    group_errors,
-    group_warnings,
-    kube_schedulers,
-    reference_changes,
-)
+from webhook.podgroups import group_errors, group_warnings, reference_changes
 
 __all__ = ["API_VERSION", "KIND", "MAX_CONTAINERS", "Admission", "admit", "container_count_error", "envelope_error",
            "mutate", "outcome_of", "patch_of"]
@@ -341,63 +332,10 @@ def _contract_errors(
     if DEVICE_GROUP in ann:
         group = ann[DEVICE_GROUP]
         if not isinstance(group, str) or len(group) > 253 or not _DNS_SUBDOMAIN.fullmatch(group):
-            errors.append(
-                str(
-                    ContractError(
-                        DEVICE_GROUP,
-                        group if isinstance(group, str) else str(group),
-                        "must name a SharedDeviceGroup (lower-case letters, digits, '-' and '.', "
-                        "at most 253 characters)",
-                    )
-                )
-            )
+            errors.append(str(ContractError(DEVICE_GROUP, group if isinstance(group, str) else str(group),
+                                            "must name a SharedDeviceGroup (lower-case letters, digits, '-' and '.', "
+                                            "at most 253 characters)")))
     return gang, errors
-
-
-class _Gang(NamedTuple):
-    """What declares a pod's gang at creation, as :func:`_read_gang` found it: the pod and
-    its annotations with any gang keys the webhook stamps, the ops that stamp them, the
-    Troupe keys it carries, whether its Kueue topology annotations are read, and the
-    pod groups it names (empty when Kueue places it)."""
-
-    pod: Mapping[str, Any]
-    ann: Mapping[str, Any]
-    ops: list[PatchOp]
-    troupe_keys: list[str]
-    asks_kueue: bool
-    groups: tuple[PodGroupRef, ...]
-
-
-def _read_gang(pod: Mapping[str, Any], ann: Mapping[str, Any], config: Config, gang_mode_auto: bool) -> _Gang | Admission:
-    """The pod's gang declaration (:class:`_Gang`), or the denial of a pod Kueue and Troupe
-    would both place. A pod naming a pod group: the group is its gang unless Troupe's keys
-    name one (docs/decisions/057-adopted-scheduler-names.md), so neither the namespace
-    opt-in nor Kueue's plain-pod rule stamps a gang on it; a group pod bound for a
-    scheduler that is not adopted is that scheduler's (no groups)."""
-    ops: list[PatchOp] = []
-    groups = every_group_ref(pod) if kube_schedulers(pod.get("spec"), config) else ()
-    if gang_mode_auto and not groups:
-        pod, ann, ops = auto_size(pod, ann, config)
-    troupe_keys = sorted(k for k in _keys(config).troupe if k in ann)
-    asks_kueue = kueue.asks(ann)
-    if asks_kueue:
-        managed = kueue.managed_by_kueue(ann, pod_labels(pod), pod_gates(pod))
-        if managed and troupe_keys:
-            asked = ", ".join(k for k in kueue.TOPOLOGY_KEYS if k in ann)
-            return _deny(400, f"annotation {asked}: Kueue manages this pod ({managed}) and its topology-aware "
-                              f"scheduling places it, and Troupe's keys ({', '.join(troupe_keys)}) would place it "
-                              f"too; keep one of them")
-        if managed:
-            asks_kueue, groups = False, ()  # Kueue's pod: Kueue places it, whatever group it names
-        elif any(k in ann for k in TOPOLOGY_KEYS):
-            asks_kueue = False  # Troupe's own topology keys win
-        elif not groups:
-            try:
-                pod, ann, kueue_ops = kueue_gang(pod, ann, config)
-            except ContractError as e:
-                return _deny(400, str(e))
-            ops.extend(kueue_ops)
-    return _Gang(pod, ann, ops, troupe_keys, asks_kueue, groups)
 
 
 def _review_create(
@@ -406,17 +344,17 @@ def _review_create(
     if user != config.reconciler_username and any(map(is_reserved_annotation, ann)):
         reserved = sorted(k for k in ann if is_reserved_annotation(k))
         return _deny(403, "; ".join(_protection_message(k, "set", user, config) for k in reserved))
-    read = _read_gang(pod, ann, config, gang_mode_auto)
-    if isinstance(read, Admission):
-        return read
-    pod, ann, auto_ops, groups = read.pod, read.ann, read.ops, read.groups
+    read = read_declaration(pod, ann, config, gang_mode_auto, _keys(config).troupe)
+    if isinstance(read, str):
+        return _deny(400, read)
+    pod, ann, auto_ops, groups, adopt_ops = read.pod, read.ann, read.ops, read.groups, read.adopt_ops
     spec = pod.get("spec")
-    adopt_ops = adoption_ops(spec, pod.get("metadata") or {}, config) if isinstance(spec, dict) else []
-    if not read.troupe_keys and not read.asks_kueue and not groups:
-        # No Troupe key and no group: untouched but for an adopted scheduler name, including
-        # pods created with a GKE topology gate, which the reconciler handles as they are
-        # (seeds/002), and the pods Kueue manages.
-        return Admission(True, ops=tuple(adopt_ops)) if adopt_ops else _ALLOW
+    refused = (read.peer.refused,) if read.peer.refused else ()
+    if not read.troupe_keys and not read.asks_kueue and not groups and not read.peer.gate:
+        # No Troupe key, no group, no peer's group to gang it by: untouched but for an adopted
+        # scheduler name, including pods created with a GKE topology gate, which the
+        # reconciler handles as they are (seeds/002), and the pods Kueue manages.
+        return Admission(True, ops=tuple(adopt_ops), warnings=refused) if adopt_ops or refused else _ALLOW
     gang, errors = _contract_errors(pod, ann, config)
     errors.extend(group_errors(groups))
     if errors:
@@ -434,7 +372,7 @@ def _review_create(
             if ann.get(key) != want:
                 op = "replace" if key in ann else "add"
                 ops.append({"op": op, "path": pointer("metadata", "annotations", key), "value": want})
-        warnings = group_warnings(groups)
+        warnings = [*group_warnings(groups), *refused]
         if DEVICE_GROUP in ann:
             requested = shared_resource_requests(spec, config)
             if requested:

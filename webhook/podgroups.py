@@ -22,11 +22,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from troupe.adoption import FIXED_WHILE_GATED
 from troupe.config import DEFAULT_SCHEDULER_NAME, Config
 from troupe.contract import GATE
 from troupe.errors import quoted
 from troupe.podgroups import (
-    GROUP_ANNOTATIONS,
     GROUP_LABELS,
     ORIGINAL_SCHEDULER_NAME,
     REF_FIELDS,
@@ -69,14 +69,15 @@ def _reference(values: object, key: str) -> str | None:
 
 def reference_changes(old: Mapping[str, Any], new: object) -> list[str]:
     """One message per group reference in metadata (Volcano's and KAI's annotations,
-    coscheduling's label) that an UPDATE from ``old`` to ``new`` (Pods as JSON) adds,
+    coscheduling's label, the scheduler the pod was adopted from:
+    :data:`troupe.adoption.FIXED_WHILE_GATED`) that an UPDATE from ``old`` to ``new`` (Pods as JSON) adds,
     changes or removes; the caller asks only while Troupe's gate holds the pod, whose gang
     the reference names (``spec.schedulingGroup`` is immutable: the API server refuses its
     changes itself). An empty value counts as none, as at creation."""
     old_meta = old.get("metadata")
     new_meta = new.get("metadata") if isinstance(new, Mapping) else None
     problems = []
-    for where, keys in (("annotations", GROUP_ANNOTATIONS), ("labels", GROUP_LABELS)):
+    for where, keys in (("annotations", FIXED_WHILE_GATED), ("labels", GROUP_LABELS)):
         before_all = old_meta.get(where) if isinstance(old_meta, Mapping) else None
         after_all = new_meta.get(where) if isinstance(new_meta, Mapping) else None
         for key in keys:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from troupe import kueue
+from troupe.adoption import FIXED_WHILE_GATED
 from troupe.config import DEFAULT_SCHEDULER_NAME, Config
 from troupe.contract import (
     DEVICE_ENV_PREFIX,
@@ -168,8 +169,9 @@ def _label_changed(key: str, old: str, new: str) -> str:
 
 def group_reference_changed_expression(old: str = "oldObject", new: str = "object") -> str:
     """CEL: an UPDATE adds, changes or removes a pod group reference in metadata (Volcano's
-    or KAI's annotation, coscheduling's label); ``spec.schedulingGroup`` is immutable."""
-    keys = ", ".join(cel_string(k) for k in GROUP_ANNOTATIONS)
+    or KAI's annotation, coscheduling's label, the scheduler the pod was adopted from:
+    :data:`troupe.adoption.FIXED_WHILE_GATED`); ``spec.schedulingGroup`` is immutable."""
+    keys = ", ".join(cel_string(k) for k in FIXED_WHILE_GATED)
     labels = " || ".join(_label_changed(k, old, new) for k in GROUP_LABELS)
     return f"({annotations_changed_expression(f'k in [{keys}]', old, new)} || {labels})"
 

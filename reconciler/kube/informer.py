@@ -96,6 +96,15 @@ def jobs(api: client.ApiClient) -> Resource:
     return Resource("jobs", client.BatchV1Api(api).list_job_for_all_namespaces)
 
 
+def apps_owners(api: client.ApiClient, kind: str) -> Resource:
+    """All ``apps/v1`` objects of ``kind`` (``ReplicaSet``, ``StatefulSet``, ``DaemonSet``), in
+    every namespace: what Volcano reads its groups' minimum from
+    (docs/decisions/065-adopted-pods-join-their-peers-groups.md)."""
+    apps = client.AppsV1Api(api)
+    plural = {"ReplicaSet": "replica_set", "StatefulSet": "stateful_set", "DaemonSet": "daemon_set"}[kind]
+    return Resource(f"{kind.lower()}s", getattr(apps, f"list_{plural}_for_all_namespaces"))
+
+
 def pod_disruption_budgets(api: client.ApiClient) -> Resource:
     """All policy/v1 PodDisruptionBudgets, in every namespace (atomic preemption counts
     them, docs/decisions/030-preemption-budgets-and-fences.md)."""

@@ -247,6 +247,15 @@ def _without_unlisted(lists: list[tuple[str, str, Callable[..., Any], dict[str, 
     return results
 
 
+#: The ``apps/v1`` owners read, with the client's name of them.
+APPS_OWNERS = (("ReplicaSet", "replica_set"), ("StatefulSet", "stateful_set"), ("DaemonSet", "daemon_set"))
+
+
+def _apps_owner_lists(apps: client.AppsV1Api) -> list[tuple[str, str, Callable[..., Any], dict[str, Any], Lister]]:
+    """The lists of the ``apps/v1`` owners Volcano reads its groups' minimum from
+    (docs/decisions/065-adopted-pods-join-their-peers-groups.md): none when this user may not list them."""
+    return [(kind, f"{kind.lower()}s", getattr(apps, f"list_{plural}_for_all_namespaces"), {}, _list_if_allowed)
+            for kind, plural in APPS_OWNERS]
 #: The DRA kinds read, with their resource names (``resource.k8s.io/v1``).
 DRA_RESOURCES = (("ResourceSlice", "resourceslices"), ("DeviceClass", "deviceclasses"),
                  ("ResourceClaim", "resourceclaims"), ("ResourceClaimTemplate", "resourceclaimtemplates"))
@@ -256,7 +265,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
                  timeout: float | None = None, leave_out: frozenset[str] = frozenset()
                  ) -> list[tuple[str, str, Mapping[str, Any]]]:
     """The objects a decision reads, listed once, read-only: Nodes, active Pods, Jobs,
-    SharedDeviceGroups, PodDisruptionBudgets, the DRA kinds (ResourceSlices, DeviceClasses,
+    SharedDeviceGroups, PodDisruptionBudgets, the apps owners (:func:`_apps_owner_lists`), the DRA kinds (ResourceSlices, DeviceClasses,
     ResourceClaims, ResourceClaimTemplates), pod groups (:func:`_one_version_each`), the
     workload kinds of :mod:`reconciler.engine.model.workloads` (a custom resource whose CRD is not installed, or that this user may not list, is left
     out: its gangs wait with that reason), what the reconciler's cache reads for the
@@ -269,8 +278,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
     :data:`~reconciler.kube.client.REQUEST_TIMEOUT`). Lists run in parallel. Returns ``(where, kind, object)`` triples
     in the order :func:`reconciler.tools.simulate.build` takes. Raises ``OSError`` (a
     ``PermissionError`` for a core list this user may not make)."""
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    custom = client.CustomObjectsApi(api)
+    core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
 
     def crd(group: str, version: str, plural: str) -> Callable[..., Any]:
         return functools.partial(custom.list_cluster_custom_object, group, version, plural)
@@ -280,6 +288,7 @@ def read_cluster(api: client.ApiClient, extra: tuple[str, ...] = (), notes: list
         ("Node", "nodes", core.list_node, {}, _list_all),
         ("Job", "jobs", batch.list_job_for_all_namespaces, {}, _list_all),
         *[(k.kind, k.crd, crd(k.group, k.version, k.plural), {}, _list_if_allowed) for k in wl.CUSTOM_KINDS],
+        *_apps_owner_lists(client.AppsV1Api(api)),
         ("SharedDeviceGroup", "shareddevicegroups", crd(*contract.DEVICE_GROUP_API), {}, _list_if_allowed),
         *[(kind, plural, crd("resource.k8s.io", "v1", plural), {}, _list_if_allowed)
           for kind, plural in DRA_RESOURCES],  # DRA (docs/decisions/044-dra.md); absent before 1.34

@@ -21,6 +21,8 @@ CONFIG_KIND = "ConfigMap"
 #: command (:data:`SNAPSHOT_COMMAND`) that the simulator and ``kubectl troupe`` both read whole.
 SNAPSHOT_RESOURCES = {
     "Node": "nodes", "Pod": "pods", "Job": "jobs", **{k.kind: k.plural for k in wl.CUSTOM_KINDS},
+    # The owners Volcano reads its groups' minimum from (docs/decisions/065-adopted-pods-join-their-peers-groups.md).
+    "ReplicaSet": "replicasets", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets",
     "SharedDeviceGroup": "shareddevicegroups", "PodDisruptionBudget": "poddisruptionbudgets",
     "PersistentVolumeClaim": "persistentvolumeclaims", "PersistentVolume": "persistentvolumes",
     "CSINode": "csinodes", "Namespace": "namespaces", "PriorityClass": "priorityclasses",

@@ -70,6 +70,7 @@ POD: Keep = {
     "spec": {
         "nodeName": True, "nodeSelector": True, "affinity": True, "tolerations": True,
         "schedulingGates": True, "schedulingGroup": True, "priority": True, "priorityClassName": True, "preemptionPolicy": True,
+        "schedulerName": True,  # a second scheduler's pod: what kubectl troupe says of it (decision 065)
         "overhead": True, "resources": True, "containers": _CONTAINER, "initContainers": _CONTAINER,
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
         # what the filters read that kube-scheduler's default profile applies (reconciler.engine.model.podterms)

@@ -33,6 +33,7 @@ from reconciler.engine.model.pods import TERMINAL_PHASES
 from reconciler.objects.retain import BUDGET, retain
 from reconciler.run.controllers import compose
 from troupe import contract
+from troupe.adoption import APPS_OWNER_KINDS, OWNERS_UNREAD, reads_owners
 from troupe.config import Config
 from troupe.podgroups import API_BY_SOURCE, PodGroupRef
 
@@ -137,6 +138,12 @@ class Reconciler:
         #: informer per API version; optional as the DRA kinds: read where served, looked
         #: for again where not (docs/decisions/056-pod-groups.md).
         self.pod_groups = [self._pod_group_informer(api, source, version) for source, version in POD_GROUP_VERSIONS]
+        #: ReplicaSets, StatefulSets and DaemonSets, only when a Volcano name is adopted: the
+        #: minimum of the group Volcano makes for their pods (docs/decisions/065-adopted-pods-join-their-peers-groups.md).
+        self.owners = [self._owner_informer(api, kind) for kind in APPS_OWNER_KINDS] \
+            if reads_owners(config.adopt_scheduler_names) else []
+        if not self.owners:
+            self.cache.workloads.owners_unread(OWNERS_UNREAD)
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
@@ -300,6 +307,17 @@ class Reconciler:
         resource.name = f"{api_of.plural}.{version}.{api_of.group}"  # one informer per version: named with it
         return kube.Informer(resource, listed, event, transform=index.retain)
 
+    def _owner_informer(self, api: Any, kind: str) -> kube.Informer:
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            self.cache.workloads.replace_owners(kind, items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(event: str, obj: Mapping[str, Any]) -> None:
+            self.cache.workloads.owner_event(kind, event, obj)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(kube.apps_owners(api, kind), listed, event, transform=self.cache.workloads.retain_owner)
+
     def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
         def listed(items: list[Mapping[str, Any]]) -> None:
             self.cache.replace_workloads(k.kind, items)
@@ -458,11 +476,11 @@ class Reconciler:
         self.jobs.start()
         self.groups.start()
         self.budgets.start()
-        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups):
+        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups, *self.owners):
             informer.start()
         self.pods.start()
         for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, *self.volumes, *self.dra,
-                         *self.pod_groups, self.pods):
+                         *self.pod_groups, *self.owners, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controllers.rollbacks.restore()
@@ -517,7 +535,7 @@ class Reconciler:
         self.groups.stop()
         self.budgets.stop()
         self.jobs.stop()
-        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups):
+        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups, *self.owners):
             informer.stop()
         self.nodes.stop()
         if self._worker.is_alive():

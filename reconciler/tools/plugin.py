@@ -295,6 +295,13 @@ def _status(args: argparse.Namespace, cluster: views.Cluster, namespace: str) ->
     note = ""
     if not gangs and not args.output.data:  # kubectl's "No resources found in ml namespace."
         note = f"no gangs found in namespace {chosen[0]}\n" if chosen else "no gangs found\n"
+    if not args.name:  # pods bound for a scheduler kube-scheduler is not (decision 065)
+        waiting: dict[str, list[str]] = {}
+        for key, why in cluster.unscheduled.items():
+            if not chosen or key.partition("/")[0] in chosen:
+                waiting.setdefault(why, []).append(key)
+        note += "".join(f"note: not Troupe's nor kube-scheduler's: {', '.join(keys)}: {why}\n"
+                        for why, keys in waiting.items())
     text = _printed(args, printers.gang_list(gangs),
                     lambda: render.render_status(gangs, wide=args.output.kind == "wide", headers=not args.no_headers),
                     lambda: printers.gang_names(gangs))

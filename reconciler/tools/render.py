@@ -261,18 +261,29 @@ def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -
         else:
             lines.append(f"{g.key} would wait ({g.phase}{place}): {g.reason}")
             lines += render_shortfall(views.room_shortfall(cluster, g), g, WHY_DOMAINS // 2)
-    if result.untouched:
-        lines.append(f"not Troupe's (no Troupe key; kube-scheduler places them alone): {', '.join(result.untouched)}")
+    fates = result.cluster.unscheduled
+    alone = [k for k in result.untouched if k not in fates]
+    if alone:
+        lines.append(f"not Troupe's (no Troupe key; kube-scheduler places them alone): {', '.join(alone)}")
+    waiting: dict[str, list[str]] = {}
+    for key in result.untouched:
+        if key in fates:
+            waiting.setdefault(fates[key], []).append(key)
+    lines += [f"not Troupe's nor kube-scheduler's: {', '.join(keys)}: {why}" for why, keys in waiting.items()]
     return "\n".join(lines) + "\n"
 
 
 def plan_json(result: views.PlanResult) -> dict[str, Any]:
-    """``plan --output json``: the manifest's pods, those left alone, each gang's decision
-    with its cost, placements and victims."""
+    """``plan --output json``: the manifest's pods, those left alone, what becomes of those
+    bound for a scheduler kube-scheduler is not (``unscheduled``: pod -> why,
+    :func:`reconciler.tools.peers.fate`), each gang's decision with its cost, placements and
+    victims."""
     rows = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
              "placements": g.outcome.placements if g.outcome is not None else [],
              "victims": g.outcome.victims if g.outcome is not None else []} for g in result.gangs]
-    return {"pods": list(result.pods), "untouched": list(result.untouched), "gangs": rows}
+    fates = result.cluster.unscheduled
+    return {"pods": list(result.pods), "untouched": list(result.untouched),
+            "unscheduled": {k: fates[k] for k in result.untouched if k in fates}, "gangs": rows}
 
 
 def node_names(d: DomainUsage) -> list[str]:

@@ -43,6 +43,7 @@ from reconciler.engine.model.timestamps import epoch
 from reconciler.engine.placement.shortfall import Shortfall, shortfall
 from reconciler.objects.snapshot_io import InputError
 from reconciler.tools import simulate as sim
+from reconciler.tools.peers import unscheduled
 from troupe import contract
 from troupe.config import Config
 
@@ -68,6 +69,9 @@ class Cluster:
     source: str = ""
     #: The Gang objects' statuses by gang key, when they were read (a live cluster).
     recorded: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: ``namespace/name`` -> what becomes of each pod bound for a scheduler kube-scheduler
+    #: is not and that is not bound (:func:`reconciler.tools.peers.unscheduled`).
+    unscheduled: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -88,7 +92,7 @@ def read(objects: Iterable[tuple[str, str, Mapping[str, Any]]], config: Config, 
     rest, namespaces, classes = split((w, k, o) for w, k, o in objects if k != GANG_KIND)
     built = sim.build(rest, TopologyLevels.from_config(config), config, absent_group)
     return Cluster(built, config, now, policy or Policy.from_config(config), namespaces, classes, source,
-                   recorded(o for _, _, o in gangs))
+                   recorded(o for _, _, o in gangs), unscheduled((o for _, k, o in objects if k == "Pod"), config))
 
 
 #: The kind of the reconciler's Gang objects (read by ``status`` on a live cluster).
@@ -351,8 +355,10 @@ def why(cluster: Cluster, pod: PodInfo, resource: str = "nvidia.com/gpu", ahead:
     Troupe does not manage the pod (no gang key, no Troupe gate)."""
     key = gang_key(pod, cluster.config)
     if key is None:
+        fate = cluster.unscheduled.get(str(pod.key))
         raise LookupError(f"pod {pod.key} is not managed by Troupe: it carries no gang annotation, no "
-                          f"{cluster.config.gang_annotation_prefix}-size and no Troupe scheduling gate")
+                          f"{cluster.config.gang_annotation_prefix}-size and no Troupe scheduling gate"
+                          + (f"; {fate}" if fate else ""))
     pods = [p for p in cluster.snapshot.pods.values() if gang_key(p, cluster.config) == key]
     waiting: list[GangStatus] = []
     if any(p.active and p.gated for p in pods):  # decided in queue order, behind the gangs ahead

@@ -34,3 +34,19 @@ def test_it_reads_the_gang_keys_of_the_configured_prefix() -> None:
     size, minimum = vap["validations"]
     assert "'gang-scheduling.preferred.jp/gang-size'" in size["messageExpression"]
     assert "'gang-scheduling.preferred.jp/gang-min-size'" in minimum["messageExpression"]
+
+
+def test_with_volcano_adopted_it_also_judges_a_jobs_volcano_minimum_and_not_otherwise() -> None:
+    """docs/decisions/066-queued-minimum-by-every-source.md: the minimum Volcano's controller
+    would give the group of a Job's adopted pods is the Job's own annotation, which the policy
+    sees; a PodGroup object's minimum it cannot."""
+    plain = one(render(), "ValidatingAdmissionPolicy", "troupe-gang-fits-workload")["spec"]
+    assert "volcano" not in str(plain) and len(plain["validations"]) == 2
+    vap = one(render("--set", "config.adoptSchedulerNames={volcano,kai-scheduler}"),
+              "ValidatingAdmissionPolicy", "troupe-gang-fits-workload")["spec"]
+    variables = {v["name"]: v["expression"] for v in vap["variables"]}
+    assert "object.spec.?template.?spec.?schedulerName.orValue('') == 'volcano'" in variables["volcanoMinimum"]
+    assert "object.metadata.?annotations[?'scheduling.volcano.sh/group-min-member']" in variables["volcanoMinimum"]
+    volcano = vap["validations"][2]
+    assert volcano["expression"] == "variables.pods == 0 || variables.volcanoMinimum <= variables.pods"
+    assert volcano["messageExpression"].startswith("'annotation scheduling.volcano.sh/group-min-member of Job '")

@@ -161,13 +161,14 @@ def test_kueue_admits_one_of_two_jobs_troupe_places_it_whole_and_the_other_waits
         p for p in admin_core.list_namespaced_pod(ns).items if not p.metadata.name.startswith("busy-")])
 
 
-@pytest.fixture
-def gang_fits_workload(cluster: Cluster) -> Iterator[str]:
+@pytest.fixture(params=[()], ids=["default"])
+def gang_fits_workload(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """The chart's policy troupe-kueue-gang-fits-workload (and its binding) applied alone, as
-    the chart renders it; removed after the test."""
+    the chart renders it (with the ``helm --set`` values of the fixture's parameter); removed
+    after the test."""
     rendered = subprocess.run(
         [str(cluster.binaries.helm), "template", "troupe-kueue", str(CHART), "--kube-version", "1.37.2",
-         "--show-only", "templates/admissionpolicy-gang-fits-workload.yaml"],
+         *request.param, "--show-only", "templates/admissionpolicy-gang-fits-workload.yaml"],
         capture_output=True, text=True, check=True).stdout
     cluster.kubectl("apply", "-f", "-", input=rendered)
     docs = [d for d in yaml.safe_load_all(rendered) if d]
@@ -260,6 +261,40 @@ def test_the_policy_counts_each_supported_workload_as_the_reconciler_does(
     body = e2e.wait_for(f"the policy refuses {case}", refused, timeout=30)
     key = "troupe.io/gang-min-size" if plural == "jobs" else "troupe.io/gang-size"
     assert f"annotation {key} of the pod template: 9 members, but {obj['kind']} w runs at most {want}" in body, body
+
+
+VOLCANO_ADOPTED = ("--set", "config.adoptSchedulerNames={volcano}")
+
+
+@pytest.mark.parametrize("gang_fits_workload", [VOLCANO_ADOPTED], ids=["volcano-adopted"], indirect=True)
+def test_a_queued_jobs_volcano_minimum_above_its_pods_is_refused_at_creation_when_volcano_is_adopted(
+        troupe, admin_api, queues, gang_fits_workload):
+    """docs/decisions/066-queued-minimum-by-every-source.md: the group Volcano's controller
+    would make for a Job's adopted pods takes its minimum from the Job's own annotation, which
+    the policy sees; a pod template naming a gang or a group is judged by those instead."""
+    ns, batch = queues.namespace, client.BatchV1Api(admin_api)
+    trap = e2e.indexed_job("volcano-trap", 4, {}, gpus=8)
+    trap["metadata"]["labels"] = {QUEUE_LABEL: queues.local_queue}
+    trap["metadata"]["annotations"] = {"scheduling.volcano.sh/group-min-member": "5"}
+    trap["spec"]["template"]["spec"]["schedulerName"] = "volcano"
+
+    def refused() -> str | None:
+        try:
+            batch.create_namespaced_job(ns, trap, dry_run="All")
+        except client.ApiException as e:
+            return str(e.body) if e.status == 422 else None
+        return None
+
+    body = e2e.wait_for("the policy refuses the Volcano trap", refused, timeout=30)
+    assert ("annotation scheduling.volcano.sh/group-min-member of Job volcano-trap: 5 members, but Job volcano-trap "
+            "runs at most 4 pods (min(spec.parallelism, spec.completions)); Kueue admits it alone") in body, body
+    assert "give the group a minimum of at most 4" in body
+    fits = dict(trap, metadata=dict(trap["metadata"], annotations={"scheduling.volcano.sh/group-min-member": "4"}))
+    batch.create_namespaced_job(ns, fits, dry_run="All")
+    named = e2e.indexed_job("named", 4, e2e.gang_annotations("named", 4), gpus=8)
+    named["metadata"] = dict(trap["metadata"], name="named")
+    named["spec"]["template"]["spec"]["schedulerName"] = "volcano"
+    batch.create_namespaced_job(ns, named, dry_run="All")  # Troupe's keys name the gang: they are judged
 
 
 def test_without_the_policy_the_admitted_trap_is_held_with_the_jobs_reason(troupe, admin_api, admin_core, queues):

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from reconciler.engine.decision.decide import decide
-from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.gangs.gang import all_gangs, build_gang
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.ledger.builder import build_snapshot
+from reconciler.engine.ledger.parts import located, read_parts
 from reconciler.engine.model import workloads as wl
 from tests.support.engine_builders import make_node, make_pod, snapshot_of
 from troupe.config import Config
@@ -96,3 +98,82 @@ def test_a_minimum_above_the_queued_job_names_the_minimum_key() -> None:
     workloads = wl.Workloads(wl.workloads_of("Job", [job("train", 2, None, QUEUE)]))
     gang = build_gang("ml/train", list(snapshot.pods.values()), CONFIG, {}, workloads)
     assert gang.held.startswith("annotation troupe.io/gang-min-size: 3 members, but Job ml/train runs at most 2 pods")
+
+
+# --- every way a minimum is declared (docs/decisions/066-queued-minimum-by-every-source.md) ---
+#: Each pod group source, a group object of minimum 5, how its pods name it, and the field
+#: the reason names.
+GROUPS_OF_5 = [
+    ("upstream", {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                  "metadata": {"name": "g", "namespace": "ml"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}}},
+     "workload:g", "PodGroup ml/g (scheduling.k8s.io) spec.schedulingPolicy.gang.minCount"),
+    ("volcano", {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                 "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": 5}},
+     "volcano:g", "PodGroup ml/g (scheduling.volcano.sh) spec.minMember"),
+    ("coscheduling", {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                      "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": 5}},
+     "coscheduling:g", "PodGroup ml/g (scheduling.x-k8s.io) spec.minMember"),
+    ("kai", {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+             "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": 5}},
+     "kai:g", "PodGroup ml/g (scheduling.run.ai) spec.minMember"),
+]
+
+
+def naming_group(pod: Any, source: str) -> Any:
+    """``pod`` (a builder) naming group ``g`` the way ``source``'s users write it."""
+    if source == "upstream":
+        built = pod.build()
+        built["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+        return built
+    if source == "coscheduling":
+        return pod.label("scheduling.x-k8s.io/pod-group", "g")
+    return pod.annotate({"volcano": "scheduling.k8s.io/group-name", "kai": "pod-group-name"}[source], "g")
+
+
+def group_cluster(pods: list[Any], group: dict[str, Any], jobs: list[dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
+    """The snapshot and gangs (by key) of ``pods``, ``group`` and the Jobs ``jobs``."""
+    read = read_parts([*located("nodes", "Node", [n.build() for n in NODES]),
+                       *located("pods", "Pod", [p if isinstance(p, dict) else p.build() for p in pods]),
+                       *located("groups", "PodGroup", [group]), *located("jobs", "Job", jobs)], CONFIG)
+    snapshot = build_snapshot(read.parts)
+    gangs = all_gangs(snapshot.pods.values(), CONFIG, read.parallelism, read.parts.workloads)
+    return snapshot, {g.key: g for g in gangs}
+
+
+@pytest.mark.parametrize(("source", "group", "gang_name", "field"), GROUPS_OF_5, ids=[g[0] for g in GROUPS_OF_5])
+def test_a_group_of_minimum_5_on_a_queued_job_of_4_is_held_naming_the_group_and_the_job(
+        source: str, group: dict[str, Any], gang_name: str, field: str) -> None:
+    pods = [naming_group(make_pod(f"train-{i}", "ml").owned_by("Job", "train").index(i).requests(gpu=1).gated(), source)
+            for i in range(4)]
+    snapshot, gangs = group_cluster(pods, group, [job("train", 4, 4, QUEUE)])
+    gang = gangs[f"ml/{gang_name}"]
+    want = (f"{field}: 5 members, but Job ml/train runs at most 4 pods (Job train: min(spec.parallelism, "
+            "spec.completions)); Kueue admits it alone (label kueue.x-k8s.io/queue-name: team-a), so the gang can "
+            "never complete and the workload holds its quota (held until it is fixed: give the group a minimum of at "
+            "most 4)")
+    assert gang.held == want
+    decision = decide(gang, snapshot, NOW)
+    assert (decision.phase, decision.reason) == (Phase.HELD, want), "not Waiting (MembersMissing) for good"
+
+
+def test_a_group_of_minimum_5_on_a_job_not_queued_waits_for_members_as_before() -> None:
+    source, group, gang_name, _ = GROUPS_OF_5[1]
+    pods = [naming_group(make_pod(f"train-{i}", "ml").owned_by("Job", "train").index(i).requests(gpu=1).gated(), source)
+            for i in range(4)]
+    snapshot, gangs = group_cluster(pods, group, [job("train", 4, 4)])
+    gang = gangs[f"ml/{gang_name}"]
+    assert gang.held == ""
+    assert decide(gang, snapshot, NOW).rule.name == "MembersMissing"
+
+
+def test_a_group_raising_a_troupe_gangs_minimum_above_its_queued_job_holds_it_naming_the_group() -> None:
+    # Gang train: 8 members over two queued Jobs of 4 (a and b), minimum 4: each Job alone
+    # fills that minimum, so Troupe's own keys pass; the group's minimum of 5 does not.
+    pods = [naming_group(make_pod(f"{j}-{i}", "ml").owned_by("Job", j).gang("train", 8).index(i)
+                         .annotate("troupe.io/gang-min-size", "4").requests(gpu=1).gated(), "volcano")
+            for j in "ab" for i in range(4)][:4]  # Kueue admitted a; b is suspended, no pods yet
+    snapshot, gangs = group_cluster(pods, GROUPS_OF_5[1][1], [job("a", 4, 4, QUEUE), job("b", 4, 4, QUEUE)])
+    gang = gangs["ml/train"]
+    assert gang.held.startswith("PodGroup ml/g (scheduling.volcano.sh) spec.minMember: 5 members, but Job ml/a runs "
+                                "at most 4 pods"), gang.held
+    assert decide(gang, snapshot, NOW).phase == Phase.HELD

@@ -283,3 +283,25 @@ def start_server(tmp: Path, extra_args: list[str] | None = None, config_yaml: st
             time.sleep(0.1)
     server.stop()
     raise RuntimeError(f"webhook did not answer /healthz in 30 s:\n{log_path.read_text()}")
+
+
+def exchange(conn: Any, method: str, path: str, body: bytes | None = None,
+             content_type: str = "application/json") -> tuple[int, bytes]:
+    """One HTTP exchange on ``conn``: the status and the body of the answer."""
+    headers = {"Content-Type": content_type} if body is not None else {}
+    conn.request(method, path, body=body, headers=headers)
+    r = conn.getresponse()
+    return r.status, r.read()
+
+
+def review_over_https(server: Server, review: dict[str, Any], conn: Any = None) -> dict[str, Any]:
+    """POST ``review`` to ``server``'s ``/mutate`` (on ``conn``, else a connection of its own) and
+    return the AdmissionReview it answers (asserting HTTP 200)."""
+    own = conn is None
+    conn = conn or server.connection()
+    status, body = exchange(conn, "POST", "/mutate", json.dumps(review).encode())
+    if own:
+        conn.close()
+    assert status == 200, body
+    answer: dict[str, Any] = json.loads(body)
+    return answer

@@ -23,9 +23,9 @@ from tests.support.webhook_builders import (
     admit,
     make_pod,
     make_review,
+    review_over_https,
     start_server,
 )
-from tests.webhook.test_serve_https import review_over_https
 from troupe.config import Config, ConfigError, from_mapping
 from troupe.podgroups import ORIGINAL_SCHEDULER_NAME
 from webhook.admission import mutate, patch_of
@@ -225,6 +225,10 @@ def relabelled(pod: dict[str, Any], where: str, key: str, value: str | None) -> 
      "annotation scheduling.k8s.io/group-name: cannot be removed (it is 'train')"),
     ("annotations", "pod-group-name", "second", "annotation pod-group-name: cannot be added, got 'second'"),
     ("labels", "scheduling.x-k8s.io/pod-group", "x", "label scheduling.x-k8s.io/pod-group: cannot be added, got 'x'"),
+    # The scheduler a pod was adopted from says whose group it joins when it names none
+    # (docs/decisions/065-adopted-pods-join-their-peers-groups.md).
+    ("annotations", ORIGINAL_SCHEDULER_NAME, "kai-scheduler",
+     f"annotation {ORIGINAL_SCHEDULER_NAME}: cannot be added, got 'kai-scheduler', while Troupe's gate"),
 ])
 def test_a_group_reference_is_fixed_while_troupes_gate_holds_the_pod(
     where: str, key: str, value: str | None, want: str
@@ -258,8 +262,8 @@ _updates = st.sampled_from([None, "train", "other", ""])
 
 
 @settings(max_examples=300, deadline=None)
-@given(old_refs=st.tuples(_updates, _updates, _updates), new_refs=st.tuples(_updates, _updates, _updates),
-       gate=st.booleans(), status=st.booleans())
+@given(old_refs=st.tuples(_updates, _updates, _updates, _updates),
+       new_refs=st.tuples(_updates, _updates, _updates, _updates), gate=st.booleans(), status=st.booleans())
 def test_an_update_not_sent_is_allowed_untouched_and_a_refused_one_is_sent(
     old_refs: tuple[str | None, ...], new_refs: tuple[str | None, ...], gate: bool, status: bool
 ) -> None:
@@ -267,7 +271,8 @@ def test_an_update_not_sent_is_allowed_untouched_and_a_refused_one_is_sent(
         pod = make_pod().container().obj()
         for (where, key), value in zip(
                 [("annotations", "scheduling.k8s.io/group-name"), ("annotations", "pod-group-name"),
-                 ("labels", "scheduling.x-k8s.io/pod-group")], refs, strict=True):
+                 ("labels", "scheduling.x-k8s.io/pod-group"), ("annotations", ORIGINAL_SCHEDULER_NAME)], refs,
+                strict=True):
             if value is not None:
                 pod = relabelled(pod, where, key, value)
         return gated(pod) if gate else pod

@@ -21,32 +21,15 @@ from devtools.devcluster.cluster import free_ports
 from tests.support.webhook_builders import (
     REPO,
     Server,
+    exchange,
     free_port,
     make_pod,
     make_review,
     make_tls,
+    review_over_https,
     start_server,
 )
 from webhook.admission import patch_of
-
-
-def exchange(conn: Any, method: str, path: str, body: bytes | None = None,
-             content_type: str = "application/json") -> tuple[int, bytes]:
-    headers = {"Content-Type": content_type} if body is not None else {}
-    conn.request(method, path, body=body, headers=headers)
-    r = conn.getresponse()
-    return r.status, r.read()
-
-
-def review_over_https(server: Server, review: dict[str, Any], conn: Any = None) -> dict[str, Any]:
-    own = conn is None
-    conn = conn or server.connection()
-    status, body = exchange(conn, "POST", "/mutate", json.dumps(review).encode())
-    if own:
-        conn.close()
-    assert status == 200, body
-    answer: dict[str, Any] = json.loads(body)
-    return answer
 
 
 def served_serial(conn: Any) -> int:

@@ -288,10 +288,10 @@ k in [{{ join ", " $keys }}]
 (has(object.spec) && has(object.spec.schedulerName) && object.spec.schedulerName in [{{ join ", " $names }}])
 {{- end -}}
 {{- end -}}
-{{/* An UPDATE adds, changes or removes a pod group reference in metadata: Volcano's or KAI's annotation, coscheduling's label. */}}
+{{/* An UPDATE adds, changes or removes a pod group reference in metadata: Volcano's or KAI's annotation, coscheduling's label, the scheduler the pod was adopted from (troupe/adoption.py FIXED_WHILE_GATED). */}}
 {{- define "troupe.celGroupReferenceChanged" -}}
 {{- $keys := list -}}
-{{- range (list "scheduling.k8s.io/group-name" "pod-group-name") -}}{{- $keys = append $keys (include "troupe.celString" .) -}}{{- end -}}
+{{- range (list "scheduling.k8s.io/group-name" "pod-group-name" "troupe.io/original-scheduler-name") -}}{{- $keys = append $keys (include "troupe.celString" .) -}}{{- end -}}
 {{- $labels := list -}}
 {{- range (list "scheduling.x-k8s.io/pod-group") -}}
 {{- $k := include "troupe.celString" . -}}

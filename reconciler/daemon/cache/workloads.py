@@ -22,6 +22,7 @@ from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.membership import auto_namespaces, planned_gangs
 from reconciler.engine.model.reservations import Record
 from troupe import contract
+from troupe.adoption import VOLCANO_MIN_MEMBER
 from troupe.config import Config
 
 Obj = Mapping[str, Any]
@@ -66,6 +67,11 @@ class WorkloadIndex:
         #: The pod groups (``() -> (version, groups, unavailable)``,
         #: :meth:`~reconciler.daemon.cache.podgroups.PodGroupIndex.view`) every view carries.
         self.pod_groups: Callable[[], tuple[int, Mapping[wl.GroupKey, Any], Mapping[str, str]]] | None = None
+        #: ReplicaSets, StatefulSets and DaemonSets (what Volcano reads its groups' minimum
+        #: from), and why they are not read (``""``: they are);
+        #: docs/decisions/065-adopted-pods-join-their-peers-groups.md.
+        self._owners: dict[WorkloadKey, wl.OwnerObject] = {}
+        self._owners_unread = ""
 
     def touch(self) -> None:
         """Something the slots depend on changed (the DRA objects): views are made again."""
@@ -87,7 +93,8 @@ class WorkloadIndex:
                 # Their slots ask for DRA devices as their pods will, counted as read_parts counts them.
                 workloads = count_slots(self._workloads, catalog) if catalog is not None else dict(self._workloads)
                 self._view = (version, dict(self._parallelism),
-                              wl.Workloads(workloads, dict(self._unavailable), groups, no_groups))
+                              wl.Workloads(workloads, dict(self._unavailable), groups, no_groups, dict(self._owners),
+                                           self._owners_unread))
             return self._view
 
     def planned(self, config: Config, namespaces_version: int,
@@ -187,3 +194,46 @@ class WorkloadIndex:
             if self._unavailable.get(kind) != why:
                 self._unavailable[kind] = why
                 self.version += 1
+
+    @staticmethod
+    def retain_owner(obj: Obj) -> Obj:
+        """What is kept of a ReplicaSet, StatefulSet or DaemonSet (its informer's
+        ``transform``): its name, namespace, uid, resourceVersion and Volcano's
+        ``scheduling.volcano.sh/group-min-member`` annotation, nothing of its spec."""
+        meta = contract.pod_meta(obj)
+        kept: dict[str, Any] = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+        annotations = meta.get("annotations")
+        if isinstance(annotations, Mapping) and VOLCANO_MIN_MEMBER in annotations:
+            kept["annotations"] = {VOLCANO_MIN_MEMBER: annotations[VOLCANO_MIN_MEMBER]}
+        return {"metadata": kept}
+
+    def replace_owners(self, kind: str, items: Iterable[Obj]) -> None:
+        """Replace every owner object of ``kind`` (``ReplicaSet``...) with a fresh list."""
+        fresh = {o.key: o for obj in items if (o := wl.owner_object(kind, obj)) is not None}
+        with self._lock:
+            self._owners = {k: v for k, v in self._owners.items() if k[0] != kind}
+            self._owners.update(fresh)
+            self._owners_unread = ""
+            self.version += 1
+
+    def owner_event(self, kind: str, event: str, obj: Obj) -> None:
+        """Apply a watch event (``ADDED``/``MODIFIED``/``DELETED``) of an owner object of
+        ``kind``; views are made again only when what is kept of it changed."""
+        new = wl.owner_object(kind, obj)
+        if new is None:
+            return
+        with self._lock:
+            before = self._owners.get(new.key)
+            if event == "DELETED":
+                self._owners.pop(new.key, None)
+            else:
+                self._owners[new.key] = new
+            if self._owners.get(new.key) != before:
+                self.version += 1
+
+    def owners_unread(self, why: str) -> None:
+        """Record that no owner object is read (``why``); Volcano's gangs whose owner is one
+        wait with that reason."""
+        with self._lock:
+            self._owners, self._owners_unread = {}, why
+            self.version += 1

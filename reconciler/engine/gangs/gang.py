@@ -46,6 +46,8 @@ from functools import lru_cache
 
 import troupe.contract as contract
 import troupe.kueue as kueue
+from reconciler.engine.gangs.queued import beyond_queued_workload, group_fix, keys_fix, kueue_gated
+from reconciler.engine.model import adopted
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.membership import (
@@ -59,7 +61,7 @@ from reconciler.engine.model.reservations import Record
 from reconciler.engine.model.timestamps import epoch
 from troupe.config import Config
 from troupe.errors import MAX_QUOTED, ContractError, quoted
-from troupe.podgroups import PodGroupSpec, constrained
+from troupe.podgroups import VOLCANO, PodGroupSpec, constrained
 from troupe.policies import (
     AS_CREATED,
     GANG_POLICY_KEYS,
@@ -170,8 +172,6 @@ class Gang:
         return self.release_mode == AS_CREATED and bool(self.slots)
 
 
-
-
 @dataclass(frozen=True)
 class MemberKeys:
     """What one member's annotations ask of its gang, parsed once: ``spec``, its gang
@@ -276,8 +276,12 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     group = members[0].pod_group
     if group is not None and not annotated and name == group.gang_name():
         return _group_sized(gang, config, workloads or wl.Workloads())
+    if not annotated and name == adopted.implicit_gang_id(members[0]):
+        return _adopted_sized(gang, config, workloads or wl.Workloads())
     if name.startswith("pod:") and not annotated:
-        return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
+        missing, problem = adopted.kai_job_problem(members[0], workloads or wl.Workloads())
+        return replace(gang, size=1, held=held or problem or _disagreement(members, AGREE_ON_TOPOLOGY),
+                       workload_missing=missing)
     specs = []
     for pod in members:
         read = member_keys(pod, config)
@@ -290,30 +294,9 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
     gang = replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
                    min_size=specs[0].min_size)
-    return replace(gang, held=gang.held or _beyond_queued_workload(gang, gang_keys, workloads or wl.Workloads()))
-
-
-def _beyond_queued_workload(gang: Gang, keys: contract.GangKeys, workloads: wl.Workloads) -> str:
-    """Why a named gang is held because a workload queued in Kueue that makes members of it
-    runs fewer pods than the gang needs before its first release (its minimum, else its
-    size), ``""`` when none does: Kueue admits each workload alone, so the gang could never
-    complete and the workload would hold its quota while Troupe waits
-    (docs/decisions/058-kueue-for-quota.md; the chart's policy ``<release>-gang-fits-workload``
-    refuses such a workload at creation, and this holds one made where the policy is not
-    installed, or resized after). The reason names the workload, its count and the key."""
-    need = gang.min_size or gang.size
-    if need is None:
-        return ""
-    key = keys.min_size if gang.min_size else keys.size
-    for workload_key in sorted({found[1] for p in gang.members if (found := wl.group(p)) is not None}):
-        w = workloads.objects.get(workload_key)
-        if w is None or not w.queue or not 0 < w.most_pods < need:
-            continue
-        return (f"annotation {key}: {need} members, but {w.kind} {w.namespace}/{w.name} runs at most {w.most_pods} "
-                f"pods ({w.most_pods_from}); Kueue admits it alone (label {kueue.QUEUE_NAME_LABEL}: {w.queue}), so "
-                f"the gang can never complete and the workload holds its quota (held until it is fixed: give the "
-                f"gang at most {w.most_pods} members, or {keys.size}: {contract.AUTO_SIZE})")
-    return ""
+    key = gang_keys.min_size if gang.min_size else gang_keys.size
+    return replace(gang, held=gang.held or beyond_queued_workload(
+        members, gang.min_size or gang.size, f"annotation {key}", keys_fix(gang_keys), workloads or wl.Workloads()))
 
 
 def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:
@@ -322,28 +305,12 @@ def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.Topo
     behind Kueue's gates, or a request that cannot be parsed."""
     malformed = next((p for p in members if p.malformed), None)
     held = f"member {malformed.name}: {malformed.malformed} (held until it is fixed)" if malformed else ""
-    held = held or _kueue_gated(members)
+    held = held or kueue_gated(members)
     first = members[0]
     read = member_keys(first, config)
     if read.request_error:
         held = held or f"member {first.name}: {read.request_error}"
     return read.topology, read.policy, held
-
-
-def _kueue_gated(members: Iterable[PodInfo]) -> str:
-    """Why a gang with a member that carries one of Kueue's scheduling gates is held
-    (docs/decisions/039-kueue-annotations.md), or ``""``: Kueue's topology gate means
-    Kueue places the pod itself, and a release by Troupe would pin it elsewhere; its
-    admission gate means Kueue has not admitted the pod's workload yet, and a member
-    released behind it could not be bound."""
-    for pod in members:
-        if kueue.TOPOLOGY_GATE in pod.gates:
-            return (f"member {pod.name} carries Kueue's scheduling gate {kueue.TOPOLOGY_GATE}: Kueue's "
-                    f"topology-aware scheduling places it, so Troupe does not (held; use one of them for a workload)")
-        if kueue.ADMISSION_GATE in pod.gates:
-            return (f"member {pod.name} waits for Kueue to admit its workload (scheduling gate "
-                    f"{kueue.ADMISSION_GATE}); held until Kueue removes the gate")
-    return ""
 
 
 def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str], int]) -> Gang:
@@ -365,7 +332,8 @@ _MIN_FIELD = {"workload": "spec.schedulingPolicy.gang.minCount", "volcano": "spe
               "coscheduling": "spec.minMember", "kai": "spec.minMember"}
 
 
-def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
+def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads, spec: PodGroupSpec | None = None,
+                 declared: str = "") -> Gang:
     """A gang its members declare by naming a pod group (docs/decisions/056-pod-groups.md):
     its minimum is the group's count (1 for upstream's ``basic`` policy, which is no
     gang: each member released as it fits), its size the members present, never below the
@@ -373,22 +341,38 @@ def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
     level the members ask (:func:`~troupe.podgroups.constrained`); its priority the group's
     ``priority`` when it states one; its timeout coscheduling's ``scheduleTimeoutSeconds``
     (capped as an annotation's is). It waits, with the reason, while the group object is
-    not known, and is held when it cannot be read."""
-    ref = gang.members[0].pod_group
-    assert ref is not None  # build_gang sends only such gangs here
-    spec = workloads.group(gang.namespace, ref)
+    not known, and is held when it cannot be read. ``spec``: the group no object declares
+    (a peer's, its minimum ``declared`` so: docs/decisions/065-adopted-pods-join-their-peers-groups.md)."""
     if spec is None:
-        return replace(gang, settle_at=float("inf"), workload_missing=workloads.group_missing(gang.namespace, ref))
+        ref = gang.members[0].pod_group
+        assert ref is not None  # build_gang sends only such gangs here
+        spec = workloads.group(gang.namespace, ref)
+        if spec is None:
+            return replace(gang, settle_at=float("inf"), workload_missing=workloads.group_missing(gang.namespace, ref))
     if spec.error or gang.held:
         return replace(gang, size=len(gang.members), held=gang.held or f"{spec.error} (held until it is fixed)")
     minimum = spec.min_count if spec.min_count is not None else 1
     timeout = gang.timeout_seconds if spec.timeout_seconds is None else \
         min(spec.timeout_seconds, config.gang_schedule_timeout_seconds_limit)
-    size_from = f"{spec.describe()} {_MIN_FIELD[ref.source]}" if spec.gang else f"{spec.describe()}: basic, no minimum"
-    return replace(gang, size=max(len(gang.members), minimum), min_size=minimum, size_from=size_from,
+    declared = declared or f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}"
+    held = _disagreement(gang.members, AGREE_ON_TOPOLOGY) or beyond_queued_workload(
+        gang.members, spec.min_count, declared, group_fix, workloads)
+    return replace(gang, size=max(len(gang.members), minimum), min_size=minimum, held=held,
+                   size_from=declared if spec.gang else f"{spec.describe()}: basic, no minimum",
                    topology=constrained(gang.topology, spec, config), timeout_seconds=timeout,
-                   priority=spec.priority if spec.priority is not None else gang.priority,
-                   held=_disagreement(gang.members, AGREE_ON_TOPOLOGY))
+                   priority=spec.priority if spec.priority is not None else gang.priority)
+
+
+def _adopted_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
+    """Pods adopted from Volcano or KAI that name no group, ganged as their peer's controller
+    groups them (:mod:`reconciler.engine.model.adopted`): a KAI workload's as a workload
+    gang; Volcano's with its owner's minimum, waiting while the owner is not known."""
+    if adopted.peer(gang.members[0]) != VOLCANO:
+        return _workload_sized(gang, config, workloads)
+    spec, declared, missing = adopted.volcano_group(gang.namespace, gang.members, workloads, config)
+    if spec is None:
+        return replace(gang, settle_at=float("inf"), workload_missing=missing)
+    return _group_sized(gang, config, workloads, spec, declared)
 
 
 def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
@@ -410,8 +394,9 @@ def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     spec = workloads.group(gang.namespace, ref)
     if spec is None:
         return replace(gang, workload_missing=gang.workload_missing or workloads.group_missing(gang.namespace, ref))
-    return replace(gang, held=gang.held or _group_problem(gang, spec),
-                   topology=constrained(gang.topology, spec, config),
+    held = gang.held or _group_problem(gang, spec) or beyond_queued_workload(
+        gang.members, spec.min_count, f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}", group_fix, workloads)
+    return replace(gang, held=held, topology=constrained(gang.topology, spec, config),
                    min_size=_raised_minimum(gang, spec))
 
 

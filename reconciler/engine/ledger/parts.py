@@ -34,6 +34,7 @@ from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.volumes import PARSERS, VOLUME_KINDS, VolumeCatalog
+from troupe.adoption import APPS_OWNER_KINDS
 from troupe.config import Config
 from troupe.podgroups import API_BY_SOURCE, GROUP_APIS, PodGroupSpec, parse_pod_group, source_of
 
@@ -46,7 +47,7 @@ Located = tuple[str, str, Mapping[str, Any]]
 POD_GROUP = GROUP_APIS[0].kind
 #: Every kind :func:`read_parts` reads.
 KINDS = ("Node", "Pod", "Job", *(k.kind for k in wl.CUSTOM_KINDS), "SharedDeviceGroup", "PodDisruptionBudget",
-         *PARSERS, *dra.KINDS, POD_GROUP)
+         *PARSERS, *dra.KINDS, POD_GROUP, *APPS_OWNER_KINDS)
 _KINDS = frozenset(KINDS)
 
 
@@ -149,6 +150,7 @@ class _Reader:
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.parallelism: dict[tuple[str, str], int] = {}
         self.workloads: dict[WorkloadKey, wl.Workload] = {}
+        self.owners: dict[WorkloadKey, wl.OwnerObject] = {}
         self.devices: list[dra.Device] = []
         self.classes: dict[str, tuple[str, ...]] = {}
         self.claims: dict[tuple[str, str], dra.Claim] = {}
@@ -171,6 +173,10 @@ class _Reader:
             self.budgets.append(Budget.from_object(obj))
         elif kind == POD_GROUP:
             self.read_pod_group(where, obj)
+        elif kind in APPS_OWNER_KINDS:  # their Volcano minimum (docs/decisions/065-adopted-pods-join-their-peers-groups.md)
+            owner = wl.owner_object(kind, obj)
+            if owner is not None:
+                self.owners[owner.key] = owner
         elif kind in dra.KINDS:
             one = dra.catalog([(kind, obj)])
             self.devices.extend(one.devices)
@@ -220,7 +226,8 @@ def read_parts(objects: Iterable[Located], config: Config | None = None, levels:
     claims, volumes and CSINodes make the volume catalog (None when the objects hold none
     of them: they were not read), Namespaces the namespaces' labels, the DRA kinds the
     device catalog, workloads their reservations (:func:`count_slots`), pod groups of any
-    source (``kind: PodGroup``, read by their ``apiVersion``) the workloads' ``groups``.
+    source (``kind: PodGroup``, read by their ``apiVersion``) the workloads' ``groups``,
+    ReplicaSets, StatefulSets and DaemonSets their ``owners``.
     ``absent_group``: why a SharedDeviceGroup a pod joins is not among the objects (a
     snapshot file's note; None: no reason is given and the gang's own rule says it).
 
@@ -258,7 +265,8 @@ def read_parts(objects: Iterable[Located], config: Config | None = None, levels:
     absent = {p.device_group: absent_group for p in reader.pods if p.device_group and p.device_group not in named} \
         if absent_group else {}
     parts = SnapshotParts(reader.nodes, reader.pods, reader.groups, absent, reader.budgets, catalog, reader.namespaces,
-                          devices, wl.Workloads(count_slots(reader.workloads, devices), groups=reader.pod_groups),
+                          devices, wl.Workloads(count_slots(reader.workloads, devices), groups=reader.pod_groups,
+                                                owners=reader.owners),
                           config, levels)
     return ReadParts(parts, reader.parallelism)
 

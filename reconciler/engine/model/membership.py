@@ -17,6 +17,7 @@ from functools import lru_cache
 import troupe.contract as contract
 import troupe.kueue as kueue
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.adopted import implicit_gang_id
 from reconciler.engine.model.pods import PodInfo
 from troupe.config import Config
 from troupe.errors import ContractError
@@ -44,6 +45,9 @@ def gang_key(pod: PodInfo, config: Config) -> str | None:
     ref = pod.pod_group
     if ref is not None and (pod.gated or pod.planned_at or pod.released_at):
         return f"{pod.namespace}/{ref.gang_name()}"  # docs/decisions/056-pod-groups.md
+    implicit = implicit_gang_id(pod) if a else None  # docs/decisions/065-adopted-pods-join-their-peers-groups.md
+    if implicit is not None and (pod.gated or pod.planned_at or pod.released_at):
+        return f"{pod.namespace}/{implicit}"
     if any(g.startswith(contract.GKE_GATE_PREFIX) for g in pod.gates):
         group = contract.auto_gang_group(pod.labels, pod.owner.uid if pod.owner else None)
         return f"{pod.namespace}/gke:{group}" if group else f"{pod.namespace}/pod:{pod.name}"

@@ -48,6 +48,7 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, Reservation, authentic
 from reconciler.engine.model.templates import MAX_SLOTS, members, slots
 from reconciler.engine.model.timestamps import epoch
+from troupe.adoption import VOLCANO_MIN_MEMBER
 from troupe.errors import quoted
 from troupe.podgroups import PodGroupRef, PodGroupSpec
 from troupe.policies import RELEASE_MODE
@@ -132,6 +133,13 @@ class Workload:
     #: Its ``kueue.x-k8s.io/queue-name`` label: the LocalQueue Kueue admits it from
     #: (``""`` without one; docs/decisions/058-kueue-for-quota.md).
     queue: str = ""
+    #: Its ``scheduling.volcano.sh/group-min-member`` annotation as written (None without
+    #: one): the minimum of the group Volcano's controller makes for its pods when they
+    #: name none (:mod:`troupe.adoption`, docs/decisions/065-adopted-pods-join-their-peers-groups.md).
+    min_member: str | None = None
+    #: Its own controlling owner, ``(apiVersion, kind, name)``, None without one: KAI groups a
+    #: Job's pods by the Job's top owner (docs/decisions/065-adopted-pods-join-their-peers-groups.md).
+    controller: tuple[str, str, str] | None = None
 
     @property
     def key(self) -> WorkloadKey:
@@ -143,6 +151,38 @@ class Workload:
         """Whether it carries a ``reconciler.troupe.io/reservation`` annotation, read as a
         record or not (unreadable, or not signed by this reconciler)."""
         return self.record is not None or bool(self.record_error)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerObject:
+    """What is kept of an object that controls pods and is no workload Troupe sizes (a
+    ReplicaSet, StatefulSet or DaemonSet): ``kind``, ``namespace``, ``name``, ``uid``, and
+    its ``scheduling.volcano.sh/group-min-member`` annotation as written (``min_member``,
+    None without one): the minimum of the group Volcano's controller makes for its pods
+    (:mod:`troupe.adoption`)."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    min_member: str | None = None
+
+    @property
+    def key(self) -> WorkloadKey:
+        """``(kind, namespace, name)``."""
+        return (self.kind, self.namespace, self.name)
+
+
+def owner_object(kind: str, obj: Mapping[str, Any]) -> OwnerObject | None:
+    """The :class:`OwnerObject` of an object of ``kind`` (a plain dict in the API shape), or
+    None without a name. Never raises."""
+    meta = _map(obj.get("metadata"))
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    value = _map(meta.get("annotations")).get(VOLCANO_MIN_MEMBER)
+    return OwnerObject(kind, str(meta.get("namespace") or "default"), name, str(meta.get("uid") or ""),
+                       value if isinstance(value, str) else None)
 
 
 @dataclass(frozen=True)
@@ -159,6 +199,12 @@ class Workloads:
     #: docs/decisions/056-pod-groups.md.
     groups: Mapping[GroupKey, PodGroupSpec] = field(default_factory=dict)
     groups_unavailable: Mapping[str, str] = field(default_factory=dict)
+    #: The ReplicaSets, StatefulSets and DaemonSets known (:class:`OwnerObject` by
+    #: ``(kind, namespace, name)``), read for the minimum of the group Volcano makes for their
+    #: pods; ``owners_unavailable``: why none is known (``""``: they are read):
+    #: docs/decisions/065-adopted-pods-join-their-peers-groups.md.
+    owners: Mapping[WorkloadKey, OwnerObject] = field(default_factory=dict)
+    owners_unavailable: str = ""
 
     def reservations(self, planned: Collection[WorkloadKey] | None = None) -> list[Reservation]:
         """The reservations of the workloads that still run pods (what a snapshot holds):
@@ -249,6 +295,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     most, most_from = most_pods(kind, obj)
     labels = _map(meta.get("labels"))
     queue = labels.get(kueue.QUEUE_NAME_LABEL)
+    min_member = annotations.get(VOLCANO_MIN_MEMBER)
     too_large = (f"{how}: {size} members, more than the {MAX_SLOTS} one gang may have (held)"
                  if size > MAX_SLOTS else "")
     return Workload(kind, namespace, name, max(size, 1), how, topology,
@@ -257,7 +304,8 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
                     active=_active(kind, meta, spec, _map(obj.get("status"))),
                     release=release if isinstance(release, str) else "", record=record, record_error=record_error,
                     owned=_owned(meta), uid=uid, most_pods=most, most_pods_from=most_from,
-                    queue=queue if isinstance(queue, str) else "")
+                    queue=queue if isinstance(queue, str) else "",
+                    min_member=min_member if isinstance(min_member, str) else None, controller=_controller(meta))
 
 
 def most_pods(kind: str, obj: Mapping[str, Any]) -> tuple[int, str]:
@@ -290,6 +338,16 @@ def _owned(meta: Mapping[str, Any]) -> bool:
         if ref.get("controller") is True and ref.get("kind") in _BY_KIND and ref.get("kind") != JOB.kind:
             return True
     return False
+
+
+def _controller(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The object's controlling owner as ``(apiVersion, kind, name)``, or None."""
+    owners = meta.get("ownerReferences")
+    for ref in owners if isinstance(owners, list) else []:
+        ref = _map(ref)
+        if ref.get("controller") is True:
+            return (str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""), str(ref.get("name") or ""))
+    return None
 
 
 #: Conditions that end a workload (Job: ``Complete``, ``Failed`` and the targets set before

@@ -1,0 +1,121 @@
+"""The gang of a pod Troupe adopted from Volcano or KAI that names no group: the group that
+peer's own controller would make for it (:mod:`troupe.adoption`,
+docs/decisions/065-adopted-pods-join-their-peers-groups.md), read by the reconciler from the
+pod (its :data:`~troupe.podgroups.ORIGINAL_SCHEDULER_NAME` annotation, which
+:attr:`~reconciler.engine.model.pods.PodInfo.gang_annotations` keeps, and its owner) and
+from the owner objects (:class:`~reconciler.engine.model.workloads.Workloads`):
+
+- **Volcano**: gang ``<namespace>/volcano:podgroup-<uid>``, ``<uid>`` the pod's controlling
+  owner's (the pod's own without one), the name Volcano gives that group. Its minimum is
+  the owner's ``scheduling.volcano.sh/group-min-member`` (a ReplicaSet, StatefulSet or
+  DaemonSet of :attr:`Workloads.owners <reconciler.engine.model.workloads.Workloads.owners>`,
+  a Job of its workloads), 1 for an owner of another kind; while the owner is not known,
+  the gang waits, with the reason (:func:`volcano_group`).
+- **KAI**: a JobSet's, a LeaderWorkerSet group's or a PyTorchJob's pod joins that workload's
+  gang, sized as Troupe sizes workload gangs (:func:`implicit_gang_id`); a Job's pod is a
+  gang of its own (KAI makes a group per pod of a Job, minimum 1), unless the Job's own top
+  owner is a kind KAI would group it by, which Troupe cannot size: then it is held
+  (:func:`kai_job_problem`).
+
+Pure: plain values in, plain values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.pods import PodInfo
+from troupe.adoption import VOLCANO_GROUP_PREFIX, VOLCANO_MIN_MEMBER, peer_source, volcano_minimum
+from troupe.config import Config
+from troupe.podgroups import (
+    API_BY_SOURCE,
+    KAI,
+    ORIGINAL_SCHEDULER_NAME,
+    VOLCANO,
+    PodGroupSpec,
+    parse_pod_group,
+)
+
+#: The workload kinds whose pods KAI groups as Troupe gangs them (all the workload's pods,
+#: or a LeaderWorkerSet group's), by the gang id prefix :func:`~reconciler.engine.model.workloads.group` gives.
+_KAI_WORKLOAD_GANGS = ("jobset:", "lws:", "pytorchjob:")
+#: The top owners of a Job under which KAI groups the Job's pods one by one, as Troupe does.
+_KAI_JOB_ALONE = frozenset({"", "CronJob"})
+
+
+def peer(pod: PodInfo) -> str | None:
+    """The source (:data:`~troupe.podgroups.VOLCANO`, :data:`~troupe.podgroups.KAI`) whose
+    grouping rule applies to ``pod``: the peer it was adopted from, when that peer groups the
+    pods that name no group and the pod names none; else None."""
+    if pod.pod_group is not None or not pod.gang_annotations:
+        return None
+    return peer_source(pod.gang_annotations.get(ORIGINAL_SCHEDULER_NAME))
+
+
+def implicit_gang_id(pod: PodInfo) -> str | None:
+    """The id (after ``<namespace>/``) of the gang the group ``pod``'s peer would make stands
+    for, or None (the pod's own rules decide): ``volcano:podgroup-<uid>``, or a KAI pod's
+    JobSet, LeaderWorkerSet group or PyTorchJob gang (``jobset:train:0``). A KAI Job's pod
+    gets None: it is a gang of its own (``pod:<name>``)."""
+    source = peer(pod)
+    if source == VOLCANO:
+        return f"{VOLCANO}:{VOLCANO_GROUP_PREFIX}{pod.owner.uid if pod.owner is not None else pod.uid}"
+    if source == KAI:
+        found = wl.group(pod)
+        if found is not None and found[0].startswith(_KAI_WORKLOAD_GANGS):
+            return found[0]
+    return None
+
+
+def volcano_group(namespace: str, members: Sequence[PodInfo], workloads: wl.Workloads,
+                  config: Config) -> tuple[PodGroupSpec | None, str, str]:
+    """The group Volcano's controller would make for ``members`` (of one gang
+    ``volcano:podgroup-<uid>``, in ``namespace``), as a
+    :class:`~troupe.podgroups.PodGroupSpec` read from the Volcano PodGroup it would write
+    (``minMember`` from the owner's annotation, :func:`troupe.adoption.volcano_minimum`);
+    what declared that minimum, for reasons (``annotation scheduling.volcano.sh/group-min-member
+    of ReplicaSet ml/web-7f9c``); and why the group cannot be made yet (``""``: it can): the
+    owner is not known. Returns ``(spec or None, declared, missing)``."""
+    first = members[0]
+    owner = first.owner
+    name = f"{VOLCANO_GROUP_PREFIX}{owner.uid if owner is not None else first.uid}"
+    value, declared = None, "Volcano's default minimum of a pod's group"
+    if owner is not None and owner.kind in ("ReplicaSet", "StatefulSet", "DaemonSet", "Job"):
+        key = (owner.kind, namespace, owner.name)
+        found: wl.Workload | wl.OwnerObject | None = (workloads.objects.get(key) if owner.kind == "Job"
+                                                      else workloads.owners.get(key))
+        if found is None or (found.uid and found.uid != owner.uid):
+            why = workloads.unavailable.get(owner.kind) if owner.kind == "Job" else workloads.owners_unavailable
+            what = f"{owner.kind} {namespace}/{owner.name}"
+            return None, "", (f"{what} cannot be read: {why}" if why else
+                              f"{what} not found (deleted, or not readable by the reconciler)")
+        value, declared = found.min_member, f"annotation {VOLCANO_MIN_MEMBER} of {owner.kind} {namespace}/{owner.name}"
+    api = API_BY_SOURCE[VOLCANO]
+    obj = {"apiVersion": f"{api.group}/{api.versions[0]}", "kind": api.kind,
+           "metadata": {"name": name, "namespace": namespace}, "spec": {"minMember": volcano_minimum(value)}}
+    return parse_pod_group(VOLCANO, obj, config), declared, ""
+
+
+def kai_job_problem(pod: PodInfo, workloads: wl.Workloads) -> tuple[str, str]:
+    """For ``pod``, adopted from KAI and made by a Job (a gang of its own, as KAI makes a group
+    per pod of a Job): ``(missing, held)``, why its gang waits (the Job is not known yet, so
+    its top owner is not) and why it is held (the Job's top owner is a kind KAI would group it
+    by, which Troupe cannot size: released alone it would not be what KAI does), each ``""``
+    when it does not. ``("", "")`` for any other pod."""
+    owner = pod.owner
+    if peer(pod) != KAI or owner is None or owner.kind != "Job" or not owner.api_version.startswith("batch/"):
+        return "", ""
+    key = ("Job", pod.namespace, owner.name)
+    job = workloads.objects.get(key)
+    if job is None:
+        return workloads.missing(key), ""
+    kind = job.controller[1] if job.controller is not None else ""
+    if kind in _KAI_JOB_ALONE or kind == wl.JOBSET.kind:
+        return "", ""
+    assert job.controller is not None
+    api_version, _, name = job.controller
+    return "", (f"adopted from kai-scheduler: KAI's pod-grouper groups the pods of Job {pod.namespace}/{owner.name} "
+                f"by its top owner, here {kind} {name} ({api_version}) or above it, a group Troupe cannot size yet, "
+                f"and released alone the pod would not run as KAI runs it (held: name the gang with Troupe's keys "
+                f"on the pod template, or leave such workloads to kai-scheduler, then create the pods again)")
