@@ -20,10 +20,11 @@ KAI          the pod's top owner (the last of its chain   per top owner kind (KA
 (``kai-      of owners; KAI's ``pkg/podgrouper``)         a JobSet, a LeaderWorkerSet group, a PyTorchJob:
 scheduler``)                                              all their pods (Troupe sizes them as workload
                                                           gangs, docs/decisions/014-workload-gangs.md); a
-                                                          Job, a Deployment's ReplicaSet, a StatefulSet,
-                                                          a DaemonSet, a pod without owner: 1 (a Job's
-                                                          pods are one group each); a RayCluster, an
-                                                          MPIJob, a TFJob...: kinds Troupe cannot size
+                                                          Job: 1 under KAI, its ``parallelism`` under
+                                                          Troupe (decision 065 says why); a Deployment's
+                                                          ReplicaSet, a StatefulSet, a DaemonSet, a pod
+                                                          without owner: 1; a RayCluster, an MPIJob, a
+                                                          TFJob...: kinds Troupe cannot size
 ===========  ===========================================  ==============================================
 
 What the webhook decides at creation, from the pod alone (:func:`at_creation`): the pod is
@@ -91,7 +92,7 @@ GATE = Verdict(True)
 ALONE = Verdict(False)
 
 #: KAI: the first owner a pod names (API group, kind) -> the verdict, for owners KAI groups
-#: as Troupe can: a Job (a group per pod, unless the Job's own top owner is a kind KAI
+#: as Troupe can: a Job (the Job's gang, unless the Job's own top owner is a kind KAI
 #: gangs, which the reconciler reads) and a PyTorchJob (all its pods) gated; the kinds
 #: KAI's default grouper gives a minimum of 1 (a Deployment's ReplicaSet: one group per
 #: pod) adopted alone. Pods of a JobSet or a LeaderWorkerSet are told by their labels.

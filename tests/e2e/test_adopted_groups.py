@@ -10,9 +10,8 @@ peer's own controller would make, whole or not at all, never one pod alone.
   only, none binds; with room, all three run, released together.
 - KAI: pods with ``schedulerName: kai-scheduler`` and no group, made by one PyTorchJob (KAI's
   pod-grouper makes one group of all its pods): with room for three of four, none binds;
-  with room, all four run. The pods of a plain Job are one group each under KAI (its
-  pod-grouper gives a Job's pods a group per pod, minimum 1): they run as they fit, as under
-  KAI. A KubeRay pod (owner a RayCluster, whose group Troupe cannot size yet) is not adopted.
+  with room, all four run. The same for the pods of a plain Job, one gang of its parallelism.
+  A KubeRay pod (owner a RayCluster, whose group Troupe cannot size yet) is not adopted.
 
 Room is made by cordoning nodes (a cluster of its own: nothing else runs on it)::
 
@@ -201,17 +200,17 @@ def test_a_kai_pytorchjobs_pods_bind_none_with_room_for_three_of_four_then_run_w
     assert len({p.spec.node_name for p in running}) == 4
 
 
-def test_a_kai_jobs_pods_run_as_kai_runs_them_one_group_each(stack, core, ns):
+def test_a_kai_jobs_pods_bind_none_with_room_for_two_of_four_then_run_whole(stack, core, ns):
     batch = client.BatchV1Api(stack.cluster.api_client("admin"))
     job = e2e.indexed_job("batch", 4, {}, gpus=8)
     job["spec"]["template"]["spec"]["schedulerName"] = "kai-scheduler"
     with room_on(core, ["gpu-b1-s1-h0", "gpu-b1-s1-h1"]):
         batch.create_namespaced_job(ns, job)
-        pods = e2e.wait_for("two of the Job's pods Running", lambda: (
-            p if len(p := e2e.job_pods(core, ns, "batch")) == 4
-            and sum(x.status.phase == "Running" for x in p) == 2 else None), timeout=90)
-        waiting = [p for p in pods if not p.spec.node_name]
-        assert len(waiting) == 2 and all(p.spec.scheduling_gates for p in waiting), "the others wait, gated"
+        pods = stays_unbound(core, ns, "job-name=batch", 4)
+        assert all(p.spec.scheduler_name == "default-scheduler" and p.spec.scheduling_gates for p in pods), \
+            "adopted and held, gated, as one gang of the Job's parallelism"
+    running = all_running(core, ns, "job-name=batch", 4)
+    assert len({p.spec.node_name for p in running}) == 4
 
 
 def test_a_kuberay_pod_for_kai_is_not_adopted(stack, core, ns):

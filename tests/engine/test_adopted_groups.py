@@ -4,7 +4,7 @@ groups them (docs/decisions/065-adopted-pods-join-their-peers-groups.md).
 Volcano: the group ``podgroup-<owner uid>`` of the pods' controlling owner, its minimum the
 owner's ``scheduling.volcano.sh/group-min-member`` (a Deployment's, copied to its
 ReplicaSet); KAI: the pods' top owner, a JobSet, LeaderWorkerSet group or PyTorchJob sized as
-Troupe sizes those workloads, a Job's pods one group each (KAI's minimum 1).
+Troupe sizes those workloads, a Job's pods one gang of its parallelism.
 
 Nodes: 4 hosts of 4 CPUs in one subblock; the tutorial's pods ask 1 CPU each::
 
@@ -202,28 +202,36 @@ def job_pods(name: str, count: int) -> list[dict[str, Any]]:
     return [adopted(f"{name}-{i}", "kai-scheduler", ("batch/v1", "Job", name, f"{name}-uid")) for i in range(count)]
 
 
-def test_a_kai_jobs_pods_are_each_a_gang_of_one_as_kai_groups_them() -> None:
+def test_a_kai_jobs_pods_are_one_gang_of_its_parallelism() -> None:
     snapshot, gangs = cluster(job_pods("batch", 4), [("Job", job("batch"))])
-    assert sorted(gangs) == [f"ml/pod:batch-{i}" for i in range(4)]
-    assert all(decide(g, snapshot, NOW).phase == Phase.PLACED for g in gangs.values())
+    assert sorted(gangs) == ["ml/job:batch"]
+    gang = gangs["ml/job:batch"]
+    assert (gang.size, gang.size_from) == (4, "Job batch parallelism")
+    assert decide(gang, snapshot, NOW).phase == Phase.PLACED
 
 
-def test_a_kai_job_under_a_cronjob_is_grouped_pod_by_pod_too() -> None:
+def test_a_kai_jobs_pods_are_never_released_fewer_than_the_job_runs() -> None:
+    snapshot, gangs = cluster(job_pods("batch", 3), [("Job", job("batch"))])
+    decision = decide(gangs["ml/job:batch"], snapshot, NOW)
+    assert decision.rule.name == "MembersMissing" and decision.release == (), "3 of 4: none alone"
+
+
+def test_a_kai_job_under_a_cronjob_is_its_own_gang_too() -> None:
     snapshot, gangs = cluster(job_pods("nightly", 2), [("Job", job("nightly", ("batch/v1", "CronJob")))])
-    assert all(g.held == "" and decide(g, snapshot, NOW).phase == Phase.PLACED for g in gangs.values())
+    assert sorted(gangs) == ["ml/job:nightly"] and gangs["ml/job:nightly"].held == ""
 
 
 def test_a_kai_job_whose_top_owner_troupe_cannot_size_is_held_naming_it() -> None:
     snapshot, gangs = cluster(job_pods("launcher", 1), [("Job", job("launcher", ("kubeflow.org/v2beta1", "MPIJob")))])
-    gang = gangs["ml/pod:launcher-0"]
+    gang = gangs["ml/job:launcher"]
     assert gang.held.startswith("adopted from kai-scheduler: KAI's pod-grouper groups the pods of Job ml/launcher by "
                                 "its top owner, here MPIJob launcher-owner (kubeflow.org/v2beta1)"), gang.held
     assert decide(gang, snapshot, NOW).phase == Phase.HELD
 
 
-def test_a_kai_jobs_pod_waits_while_its_job_is_not_known() -> None:
+def test_a_kai_jobs_gang_waits_while_its_job_is_not_known() -> None:
     snapshot, gangs = cluster(job_pods("batch", 1))
-    decision = decide(gangs["ml/pod:batch-0"], snapshot, NOW)
+    decision = decide(gangs["ml/job:batch"], snapshot, NOW)
     assert decision.rule.name == "WorkloadUnknown" and decision.release == ()
 
 

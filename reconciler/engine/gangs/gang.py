@@ -279,9 +279,7 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     if not annotated and name == adopted.implicit_gang_id(members[0]):
         return _adopted_sized(gang, config, workloads or wl.Workloads())
     if name.startswith("pod:") and not annotated:
-        missing, problem = adopted.kai_job_problem(members[0], workloads or wl.Workloads())
-        return replace(gang, size=1, held=held or problem or _disagreement(members, AGREE_ON_TOPOLOGY),
-                       workload_missing=missing)
+        return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
     specs = []
     for pod in members:
         read = member_keys(pod, config)
@@ -366,8 +364,13 @@ def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads, spec: PodG
 def _adopted_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
     """Pods adopted from Volcano or KAI that name no group, ganged as their peer's controller
     groups them (:mod:`reconciler.engine.model.adopted`): a KAI workload's as a workload
-    gang; Volcano's with its owner's minimum, waiting while the owner is not known."""
+    gang (held when a Job's top owner is one Troupe cannot size); Volcano's with its owner's
+    minimum, waiting while the owner is not known."""
     if adopted.peer(gang.members[0]) != VOLCANO:
+        missing, problem = adopted.kai_job_problem(gang.members[0], workloads)
+        if missing or problem:
+            return replace(gang, settle_at=float("inf") if missing else gang.settle_at, workload_missing=missing,
+                           held=gang.held or problem)
         return _workload_sized(gang, config, workloads)
     spec, declared, missing = adopted.volcano_group(gang.namespace, gang.members, workloads, config)
     if spec is None:

@@ -11,11 +11,13 @@ from the owner objects (:class:`~reconciler.engine.model.workloads.Workloads`):
   DaemonSet of :attr:`Workloads.owners <reconciler.engine.model.workloads.Workloads.owners>`,
   a Job of its workloads), 1 for an owner of another kind; while the owner is not known,
   the gang waits, with the reason (:func:`volcano_group`).
-- **KAI**: a JobSet's, a LeaderWorkerSet group's or a PyTorchJob's pod joins that workload's
-  gang, sized as Troupe sizes workload gangs (:func:`implicit_gang_id`); a Job's pod is a
-  gang of its own (KAI makes a group per pod of a Job, minimum 1), unless the Job's own top
-  owner is a kind KAI would group it by, which Troupe cannot size: then it is held
-  (:func:`kai_job_problem`).
+- **KAI**: a JobSet's, a LeaderWorkerSet group's, a PyTorchJob's or a Job's pod joins that
+  workload's gang, sized as Troupe sizes workload gangs (:func:`implicit_gang_id`): the
+  top-level owner KAI's pod-grouper groups by, all or nothing (a Job's gang is its
+  ``parallelism``, where KAI's pod-grouper gives a plain Job's group a minimum of 1:
+  docs/decisions/065-adopted-pods-join-their-peers-groups.md says why Troupe does not). A
+  Job whose own top owner is a kind KAI would group it by, which Troupe cannot size, is
+  held (:func:`kai_job_problem`).
 
 Pure: plain values in, plain values out.
 """
@@ -37,10 +39,10 @@ from troupe.podgroups import (
     parse_pod_group,
 )
 
-#: The workload kinds whose pods KAI groups as Troupe gangs them (all the workload's pods,
+#: The workload kinds whose pods a KAI-adopted pod's gang is made of (all the workload's pods,
 #: or a LeaderWorkerSet group's), by the gang id prefix :func:`~reconciler.engine.model.workloads.group` gives.
-_KAI_WORKLOAD_GANGS = ("jobset:", "lws:", "pytorchjob:")
-#: The top owners of a Job under which KAI groups the Job's pods one by one, as Troupe does.
+_KAI_WORKLOAD_GANGS = ("jobset:", "lws:", "pytorchjob:", "job:")
+#: The top owners of a Job under which the Job itself is the group (a CronJob makes one Job a run).
 _KAI_JOB_ALONE = frozenset({"", "CronJob"})
 
 
@@ -56,8 +58,7 @@ def peer(pod: PodInfo) -> str | None:
 def implicit_gang_id(pod: PodInfo) -> str | None:
     """The id (after ``<namespace>/``) of the gang the group ``pod``'s peer would make stands
     for, or None (the pod's own rules decide): ``volcano:podgroup-<uid>``, or a KAI pod's
-    JobSet, LeaderWorkerSet group or PyTorchJob gang (``jobset:train:0``). A KAI Job's pod
-    gets None: it is a gang of its own (``pod:<name>``)."""
+    JobSet, LeaderWorkerSet group, PyTorchJob or Job gang (``jobset:train:0``, ``job:train``)."""
     source = peer(pod)
     if source == VOLCANO:
         return f"{VOLCANO}:{VOLCANO_GROUP_PREFIX}{pod.owner.uid if pod.owner is not None else pod.uid}"
@@ -98,11 +99,11 @@ def volcano_group(namespace: str, members: Sequence[PodInfo], workloads: wl.Work
 
 
 def kai_job_problem(pod: PodInfo, workloads: wl.Workloads) -> tuple[str, str]:
-    """For ``pod``, adopted from KAI and made by a Job (a gang of its own, as KAI makes a group
-    per pod of a Job): ``(missing, held)``, why its gang waits (the Job is not known yet, so
-    its top owner is not) and why it is held (the Job's top owner is a kind KAI would group it
-    by, which Troupe cannot size: released alone it would not be what KAI does), each ``""``
-    when it does not. ``("", "")`` for any other pod."""
+    """For ``pod``, adopted from KAI and made by a Job (of the Job's gang): ``(missing,
+    held)``, why its gang waits (the Job is not known yet, so its top owner is not) and why it
+    is held (the Job's top owner is a kind KAI would group it by, which Troupe cannot size: the
+    Job alone is not the group KAI would make), each ``""`` when it does not. ``("", "")`` for
+    any other pod."""
     owner = pod.owner
     if peer(pod) != KAI or owner is None or owner.kind != "Job" or not owner.api_version.startswith("batch/"):
         return "", ""
@@ -117,5 +118,5 @@ def kai_job_problem(pod: PodInfo, workloads: wl.Workloads) -> tuple[str, str]:
     api_version, _, name = job.controller
     return "", (f"adopted from kai-scheduler: KAI's pod-grouper groups the pods of Job {pod.namespace}/{owner.name} "
                 f"by its top owner, here {kind} {name} ({api_version}) or above it, a group Troupe cannot size yet, "
-                f"and released alone the pod would not run as KAI runs it (held: name the gang with Troupe's keys "
+                f"and the Job alone is not that group (held: name the gang with Troupe's keys "
                 f"on the pod template, or leave such workloads to kai-scheduler, then create the pods again)")
