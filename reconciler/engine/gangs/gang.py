@@ -49,8 +49,8 @@ import troupe.kueue as kueue
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.membership import (
-    _gang_keys,
     auto_namespaces,
+    gang_keys,
     group_by_gang,
     planned_gangs,
 )
@@ -170,8 +170,6 @@ class Gang:
         return self.release_mode == AS_CREATED and bool(self.slots)
 
 
-
-
 @dataclass(frozen=True)
 class MemberKeys:
     """What one member's annotations ask of its gang, parsed once: ``spec``, its gang
@@ -248,8 +246,8 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     """:func:`build_gang` of a gang not released as created, before a pod group binds it."""
     namespace, _, name = key.partition("/")
     pods = list(pods)
-    gang_keys = _gang_keys(config.gang_annotation_prefix)
-    auto = [p for p in pods if p.gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE]
+    keys = gang_keys(config.gang_annotation_prefix)
+    auto = [p for p in pods if p.gang_annotations.get(keys.size) == contract.AUTO_SIZE]
     old = wl.superseded(p for p in auto if p.active) if auto else set()
     members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
@@ -265,12 +263,12 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
                 topology=topology, held=held, device_groups=groups, priority=priority, created=created,
                 failure_policy=policy, failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
-    annotated = any(k in members[0].gang_annotations for k in gang_keys.all())
+    annotated = any(k in members[0].gang_annotations for k in keys.all())
     if name.startswith("gke:"):
         return _auto_sized(gang, config, parallelism)
-    if members[0].gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE:
+    if members[0].gang_annotations.get(keys.size) == contract.AUTO_SIZE:
         if name.startswith("pod:") or wl.group(members[0]) is None:
-            return replace(gang, held=f"member {members[0].name}: {gang_keys.size}: {contract.AUTO_SIZE}, but no "
+            return replace(gang, held=f"member {members[0].name}: {keys.size}: {contract.AUTO_SIZE}, but no "
                                       f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
         return _workload_sized(gang, config, workloads or wl.Workloads())
     group = members[0].pod_group
@@ -287,10 +285,10 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
             specs.append(read.spec)
     if not specs:
         return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
-    disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
+    disagree = _disagreement(members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
     gang = replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
                    min_size=specs[0].min_size)
-    return replace(gang, held=gang.held or _beyond_queued_workload(gang, gang_keys, workloads or wl.Workloads()))
+    return replace(gang, held=gang.held or _beyond_queued_workload(gang, keys, workloads or wl.Workloads()))
 
 
 def _beyond_queued_workload(gang: Gang, keys: contract.GangKeys, workloads: wl.Workloads) -> str:
@@ -439,7 +437,7 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     found = wl.group(gang.members[0])
     if found is None:  # build_gang holds such a gang before it gets here
         return gang
-    keys = _gang_keys(config.gang_annotation_prefix)
+    keys = gang_keys(config.gang_annotation_prefix)
     disagree = _disagreement(gang.members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
     timeout, minimum = gang.timeout_seconds, None
     read = member_keys(gang.members[0], config)
