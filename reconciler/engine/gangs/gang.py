@@ -123,7 +123,8 @@ class Gang:
     templates make, in rank order, :mod:`reconciler.engine.model.templates`), ``release_mode``
     (:data:`troupe.policies.AS_CREATED`) and the ``reservation`` record its workload
     carries (None before one is made); ``reservation_stale`` says why that record no
-    longer fits the workload (suspended, finished, resized, another gang's), ``""``.
+    longer fits the workload (suspended, being deleted, resized, another gang's), ``""``;
+    ``ends_at`` when its workload's deadline runs out (seconds since the epoch; None: none).
     Other gangs have ``release_mode`` :data:`troupe.policies.WHEN_COMPLETE` and no slots.
 
     ``failure_policy``: the members' ``troupe.io/gang-failure-policy``; ``failed``: its
@@ -159,6 +160,7 @@ class Gang:
     release_mode: str = WHEN_COMPLETE
     reservation: Record | None = None
     reservation_stale: str = ""
+    ends_at: float | None = None
     min_size: int | None = None
     failure_policy: str = REPLACE_MEMBER
     failed: tuple[PodInfo, ...] = ()
@@ -472,19 +474,18 @@ def _as_created(key: str, pods: list[PodInfo], config: Config, parallelism: Mapp
     if not gang.members:
         from_slots = build_gang(key, planned.slots, config, parallelism, workloads)
         gang = replace(from_slots, members=(), device_groups=())
-    record = planned.record
-    stale = ""
+    record, stale = planned.record, ""
     if record is not None:
         gang_id = key.partition("/")[2]
         if record.gang != gang_id:
             stale = f"the reservation on {planned.kind} {planned.name} is for {record.gang}"
-        elif not planned.active:
-            stale = f"{planned.kind} {planned.name} is suspended, finished or being deleted"
+        elif not planned.active:  # a finished workload is not planned: suspended, or being deleted
+            stale = f"{planned.kind} {planned.name} is suspended or being deleted"
         elif len(record.nodes) not in (len(planned.slots), gang.min_size):
             stale = (f"{planned.kind} {planned.name} now runs {len(planned.slots)} member(s), "
                      f"the reservation holds {len(record.nodes)}")
     return replace(gang, workload=planned.key, slots=planned.slots, release_mode=AS_CREATED,
-                   reservation=record, reservation_stale=stale)
+                   reservation=record, reservation_stale=stale, ends_at=planned.ends_at)
 
 
 def all_gangs(pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],

@@ -74,7 +74,11 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
     one Troupe gang that takes all of its members, that releases as created (its
     template's ``troupe.io/release``, else the workload's, else ``releaseMode``), whose
     members join no SharedDeviceGroup, and that still runs pods; also any workload that
-    carries a reservation (so a stale one is dropped). A workload another supported
+    carries a reservation (so a stale one is dropped), unless a condition has ended it: a
+    finished workload is never planned, and its record, which holds nothing, goes with it
+    (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md; one whose
+    deadline has run out is planned, and :func:`~reconciler.engine.decision.decide.decide`,
+    which knows the time, neither reserves it nor writes to it). A workload another supported
     workload controls (a JobSet's child Job) makes no gang, nor do two workloads whose
     slots name one gang. In ``auto_namespaces`` (labelled
     ``troupe.io/gang-mode: auto``), and for a template that asks with Kueue's topology
@@ -85,7 +89,7 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
     claimed: dict[str, int] = {}
     for w in workloads.objects.values():
         slots = w.slots
-        if not slots or w.owned:
+        if not slots or w.owned or w.finished:
             continue
         first = slots[0]
         if not any(k in first.gang_annotations for k in keys.all()) and (
