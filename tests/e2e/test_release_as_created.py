@@ -14,9 +14,12 @@ examples/nodes.yaml, 8 GPUs each::
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from tests.support.e2e import (
     indexed_job,
@@ -111,3 +114,57 @@ def test_a_gang_whose_last_members_never_come_is_rolled_back_whole_at_its_timeou
     wait_for("the released members deleted with the reservation", gone, timeout=60)
     again = reservation(batch, namespace, "stuck")
     assert again is None or again["plannedAt"] > held["plannedAt"], "the rolled-back reservation is gone"
+
+
+def watch_job(batch: client.BatchV1Api, namespace: str, name: str, seen: list[dict[str, str]],
+              stop: threading.Event) -> threading.Thread:
+    """A thread appending the annotations of every version of Job ``name`` the API server
+    sends on a watch to ``seen``, until ``stop``."""
+    def follow() -> None:
+        while not stop.is_set():
+            w = watch.Watch()
+            for event in w.stream(batch.list_namespaced_job, namespace, field_selector=f"metadata.name={name}",
+                                  timeout_seconds=2):
+                seen.append(dict(event["object"].metadata.annotations or {}))
+                if stop.is_set():
+                    w.stop()
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_job_ended_by_its_deadline_is_never_reserved_again_nor_written_to(troupe, admin_api, admin_core, namespace):
+    """The Job controller deletes the members of a Job past ``activeDeadlineSeconds`` before it
+    writes its ``FailureTarget`` condition (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md):
+    the gang stays Released, no reservation is written on the dead Job, nothing is dropped
+    from it."""
+    batch = client.BatchV1Api(admin_api)
+    job = indexed_job("deadline", 2, {"troupe.io/gang-size": "auto"}, gpus=8)
+    job["spec"]["activeDeadlineSeconds"] = 15
+    batch.create_namespaced_job(namespace, job)
+    running_job_pods(admin_core, namespace, "deadline", 2)
+    wait_for("the reservation removed once both members are bound",
+             lambda: reservation(batch, namespace, "deadline") is None or None, timeout=30)
+    seen: list[dict[str, str]] = []
+    stop = threading.Event()
+    follower = watch_job(batch, namespace, "deadline", seen, stop)
+
+    def failed() -> bool | None:
+        conditions = batch.read_namespaced_job("deadline", namespace).status.conditions or []
+        done = any(c.type == "Failed" and c.status == "True" and c.reason == "DeadlineExceeded" for c in conditions)
+        return (done and not job_pods(admin_core, namespace, "deadline")) or None
+
+    wait_for("the Job failed at its deadline and its pods gone", failed, timeout=90)
+    time.sleep(3)  # a decision made on the last events has written by now, if it writes
+    stop.set()
+    follower.join(timeout=10)
+
+    assert seen, "the watch saw the Job's versions from the deadline on"
+    assert not [a for a in seen if contract.RESERVATION in a], "no reservation written on the dead Job"
+    reserved = admin_core.list_namespaced_event(namespace, field_selector="reason=GangReserved").items
+    assert sum(e.count or 1 for e in reserved) == 1, [e.message for e in reserved]
+    assert not admin_core.list_namespaced_event(namespace, field_selector="reason=GangReservationDropped").items
+    log = Path(troupe.process("troupe-reconciler").record.log).read_text().splitlines()
+    moves = [line for line in log if f"{namespace}/job:deadline" in line and " -> " in line]
+    assert moves and not [m for m in moves if "Released -> Placed" in m or "ReservationDropped" in m], moves
