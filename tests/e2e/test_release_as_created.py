@@ -116,16 +116,16 @@ def test_a_gang_whose_last_members_never_come_is_rolled_back_whole_at_its_timeou
     assert again is None or again["plannedAt"] > held["plannedAt"], "the rolled-back reservation is gone"
 
 
-def watch_job(batch: client.BatchV1Api, namespace: str, name: str, seen: list[dict[str, str]],
-              stop: threading.Event) -> threading.Thread:
-    """A thread appending the annotations of every version of Job ``name`` the API server
-    sends on a watch to ``seen``, until ``stop``."""
+def watch_jobs(batch: client.BatchV1Api, namespace: str, seen: list[tuple[str, dict[str, str]]],
+               stop: threading.Event) -> threading.Thread:
+    """A thread appending ``(name, annotations)`` of every version of a Job of ``namespace``
+    the API server sends on a watch to ``seen``, until ``stop``."""
     def follow() -> None:
         while not stop.is_set():
             w = watch.Watch()
-            for event in w.stream(batch.list_namespaced_job, namespace, field_selector=f"metadata.name={name}",
-                                  timeout_seconds=2):
-                seen.append(dict(event["object"].metadata.annotations or {}))
+            for event in w.stream(batch.list_namespaced_job, namespace, timeout_seconds=2):
+                meta = event["object"].metadata
+                seen.append((meta.name, dict(meta.annotations or {})))
                 if stop.is_set():
                     w.stop()
 
@@ -134,37 +134,44 @@ def watch_job(batch: client.BatchV1Api, namespace: str, name: str, seen: list[di
     return thread
 
 
-def test_a_job_ended_by_its_deadline_is_never_reserved_again_nor_written_to(troupe, admin_api, admin_core, namespace):
+#: Jobs of the deadline case: the Job controller's writes race Troupe's decisions, and about
+#: half of such Jobs were reserved again before decision 067, so six make the case.
+DEADLINE_JOBS = 6
+
+
+def test_jobs_ended_by_their_deadline_are_never_reserved_again_nor_written_to(troupe, admin_api, admin_core, namespace):
     """The Job controller deletes the members of a Job past ``activeDeadlineSeconds`` before it
     writes its ``FailureTarget`` condition (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md):
-    the gang stays Released, no reservation is written on the dead Job, nothing is dropped
-    from it."""
+    every gang stays Released, no reservation is written on a dead Job, nothing is dropped
+    from one."""
     batch = client.BatchV1Api(admin_api)
-    job = indexed_job("deadline", 2, {"troupe.io/gang-size": "auto"}, gpus=8)
-    job["spec"]["activeDeadlineSeconds"] = 15
-    batch.create_namespaced_job(namespace, job)
-    running_job_pods(admin_core, namespace, "deadline", 2)
-    wait_for("the reservation removed once both members are bound",
-             lambda: reservation(batch, namespace, "deadline") is None or None, timeout=30)
-    seen: list[dict[str, str]] = []
+    names = [f"deadline-{i}" for i in range(DEADLINE_JOBS)]
+    for name in names:
+        job = indexed_job(name, 2, {"troupe.io/gang-size": "auto"}, gpus=4)
+        job["spec"]["activeDeadlineSeconds"] = 20
+        batch.create_namespaced_job(namespace, job)
+    for name in names:
+        running_job_pods(admin_core, namespace, name, 2)
+        wait_for(f"{name}'s reservation removed once both members are bound",
+                 lambda name=name: reservation(batch, namespace, name) is None or None, timeout=30)
+    seen: list[tuple[str, dict[str, str]]] = []
     stop = threading.Event()
-    follower = watch_job(batch, namespace, "deadline", seen, stop)
+    follower = watch_jobs(batch, namespace, seen, stop)
 
     def failed() -> bool | None:
-        conditions = batch.read_namespaced_job("deadline", namespace).status.conditions or []
-        done = any(c.type == "Failed" and c.status == "True" and c.reason == "DeadlineExceeded" for c in conditions)
-        return (done and not job_pods(admin_core, namespace, "deadline")) or None
+        jobs = batch.list_namespaced_job(namespace).items
+        return all(any(c.type == "Failed" and c.status == "True" for c in j.status.conditions or []) for j in jobs) or None
 
-    wait_for("the Job failed at its deadline and its pods gone", failed, timeout=90)
+    wait_for("every Job failed", failed, timeout=120)
     time.sleep(3)  # a decision made on the last events has written by now, if it writes
     stop.set()
     follower.join(timeout=10)
 
-    assert seen, "the watch saw the Job's versions from the deadline on"
-    assert not [a for a in seen if contract.RESERVATION in a], "no reservation written on the dead Job"
+    assert {name for name, _ in seen} == set(names), "the watch saw every Job from before its deadline on"
+    assert not sorted({name for name, a in seen if contract.RESERVATION in a}), "no reservation written on a dead Job"
     reserved = admin_core.list_namespaced_event(namespace, field_selector="reason=GangReserved").items
-    assert sum(e.count or 1 for e in reserved) == 1, [e.message for e in reserved]
+    assert sum(e.count or 1 for e in reserved) == DEADLINE_JOBS, [e.message for e in reserved]
     assert not admin_core.list_namespaced_event(namespace, field_selector="reason=GangReservationDropped").items
     log = Path(troupe.process("troupe-reconciler").record.log).read_text().splitlines()
-    moves = [line for line in log if f"{namespace}/job:deadline" in line and " -> " in line]
+    moves = [line for line in log if f"{namespace}/job:deadline-" in line and " -> " in line]
     assert moves and not [m for m in moves if "Released -> Placed" in m or "ReservationDropped" in m], moves
