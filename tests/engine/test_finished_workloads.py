@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from reconciler.engine.decision import actions
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs import lifecycle
+from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.membership import planned_gangs
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
@@ -146,3 +147,21 @@ def test_no_job_past_its_deadline_is_ever_reserved_or_written(size, past, deleti
 
     assert decision is not None
     assert not any(isinstance(a, actions.Reserve | actions.DropReservation) for a in decision.actions), decision.reason
+
+
+def test_a_kubeflow_jobs_deadline_is_its_run_policys_counted_from_its_start():
+    """The training operator's ``PastActiveDeadline``: ``spec.runPolicy.activeDeadlineSeconds``
+    since ``status.startTime``."""
+    template = job_object("train", 1)["spec"]["template"]
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "pt", "namespace": NAMESPACE, "uid": "uid-pt"},
+           "spec": {"runPolicy": {"activeDeadlineSeconds": 300},
+                    "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}}},
+           "status": {"startTime": STARTED}}
+    found = wl.workload("PyTorchJob", job)
+    assert found is not None and found.ends_at == NOW + 300
+    job["spec"]["runPolicy"]["suspend"] = True
+    assert wl.workload("PyTorchJob", job).ends_at is None
+    del job["status"]
+    job["spec"]["runPolicy"]["suspend"] = False
+    assert wl.workload("PyTorchJob", job).ends_at is None, "not started"

@@ -115,6 +115,8 @@ class Workload:
     #: When its deadline runs out (seconds since the epoch): ``status.startTime`` plus a
     #: Job's ``spec.activeDeadlineSeconds`` or a Kubeflow job's
     #: ``spec.runPolicy.activeDeadlineSeconds``; None without one, not started, or suspended.
+    #: Past it the workload is finishing: its controller deletes the members before it
+    #: writes the condition that ends it (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md).
     ends_at: float | None = None
     #: Its ``troupe.io/release`` annotation (``""`` without one).
     release: str = ""
@@ -144,12 +146,6 @@ class Workload:
     def key(self) -> WorkloadKey:
         """``(kind, namespace, name)``."""
         return (self.kind, self.namespace, self.name)
-
-    def ended(self, now: float) -> bool:
-        """Whether it has finished, or is finishing at ``now`` (seconds since the epoch): a
-        condition ends it, or its deadline has run out (:attr:`ends_at`), which its
-        controller acts on before it writes the condition (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md)."""
-        return self.finished or (self.ends_at is not None and now >= self.ends_at)
 
     @property
     def carries_record(self) -> bool:
