@@ -1,6 +1,6 @@
 """The shape of the shipped code (:mod:`devtools.codeshape`): no function over 60 lines
-unless its docstring says why it is long; a module over 500 lines is only a warning, which
-``make lint`` prints."""
+unless its docstring says why it is long; no private name taken from another module; a
+module over 500 lines is only a warning, which ``make lint`` prints."""
 
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ from devtools.codeshape import (
     long_functions,
     long_modules,
     main,
+    private_imports,
+    shipped_module_names,
     shipped_modules,
 )
 
 MODULES = list(shipped_modules())
+NAMES = shipped_module_names()
 
 
 def test_the_shipped_packages_are_found() -> None:
@@ -40,6 +43,37 @@ def test_a_long_function_without_a_reason_is_found(tmp_path: Path) -> None:
     module.write_text(f'def short():\n    """Short."""\n\n\ndef long():\n    """Too long."""\n{body}\n\n\n'
                       f'def explained():\n    """{REASON} it must be.\n    """\n{body}\n')
     assert list(long_functions(module)) == [f"long:5 ({MAX_FUNCTION_LINES + 2} lines)"]
+
+
+def test_no_shipped_module_takes_a_private_name_of_another() -> None:
+    taken = [f"{path.relative_to(ROOT).as_posix()}:{found}" for path in MODULES for found in private_imports(path, NAMES)]
+    assert not taken, f"give these a public name where they are defined: {', '.join(taken)}"
+
+
+def test_a_private_name_taken_from_another_module_is_found_in_every_form(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    for name in ("__init__.py", "model.py", "sub/__init__.py"):
+        (package / name).write_text("")
+    (package / "model.py").write_text("_keys = {}\n\n\ndef _helper():\n    return _keys\n")
+    user = package / "sub" / "user.py"
+    user.write_text("import pkg.model\n"
+                    "import pkg.model as m\n"
+                    "from pkg import model\n"
+                    "from pkg.model import _keys\n"
+                    "from .. import model as up\n"
+                    "from ..model import _helper\n"
+                    "\n"
+                    "a = pkg.model._keys\n"
+                    "b = m._helper()\n"
+                    "c = model._keys\n"
+                    "d = up._keys\n"
+                    "e = m.__name__, _keys, _helper, object()._private\n")
+    names = frozenset({"pkg", "pkg.model", "pkg.sub", "pkg.sub.user"})
+    assert sorted(private_imports(user, names, tmp_path)) == sorted([
+        "4: pkg.model._keys", "6: pkg.model._helper", "8: pkg.model._keys", "9: pkg.model._helper",
+        "10: pkg.model._keys", "11: pkg.model._keys"])
+    assert list(private_imports(package / "model.py", names, tmp_path)) == [], "a module's own names are its own"
 
 
 def test_a_long_module_is_a_warning_not_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,8 @@ never a traceback (docs/decisions/037-operating.md).
 - :class:`OneLineParser`: argparse whose usage errors are one line too.
 - :func:`guarded`: runs a ``main``; a closed stdout (``| head``) ends it quietly with
   exit code 141 (a shell's code for SIGPIPE), Ctrl-C with 130 and no traceback.
+- :func:`interruptible`: Ctrl-C stops a command that waits for it even when it was
+  started with SIGINT ignored.
 - :func:`parse_bind` / :func:`check_bind`: a ``HOST:PORT`` flag, its port in range and
   free, the flag named in the error.
 - :func:`rfc3339`: a timestamp flag (RFC 3339, with a zone).
@@ -17,15 +19,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn
 
 from troupe.config import yaml_error
 
-__all__ = ["EXIT_CLOSED_PIPE", "EXIT_INTERRUPTED", "OneLineParser", "UsageError", "check_bind", "guarded", "parse_bind",
-           "rfc3339", "yaml_error"]
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_INTERRUPTED", "OneLineParser", "UsageError", "check_bind", "guarded",
+           "interruptible", "parse_bind", "rfc3339", "yaml_error"]
 
 #: Exit codes of a closed stdout (128 + SIGPIPE, what a shell reports for a process SIGPIPE
 #: killed) and of an interrupt (128 + SIGINT).
@@ -62,6 +66,22 @@ def guarded(main: Callable[[], int]) -> int:
         return EXIT_CLOSED_PIPE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def interruptible() -> None:
+    """Let SIGINT (Ctrl-C, ``kill -INT``) raise ``KeyboardInterrupt`` in this process even
+    when it was started with SIGINT ignored; a disposition other than ignored is left as it
+    is. Python installs its ``KeyboardInterrupt`` handler only when SIGINT is not ignored at
+    start (the ``signal`` module's documentation), and a non-interactive shell starts a job
+    put in the background with ``&`` with SIGINT ignored (POSIX Shell Command Language,
+    2.11 "Signals and Error Handling"), so without this a command that waits for Ctrl-C
+    (``kubectl troupe status -w``, ``topology --web``, the servers) would never stop on it;
+    kubectl's own ``-w`` stops either way (Go's ``signal.Notify`` takes the signal back).
+    Call it in a command that waits for Ctrl-C, before it waits; off the main thread (where
+    Python runs signal handlers, and alone may set them) it does nothing
+    (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def parse_bind(flag: str, value: str) -> tuple[str, int]:

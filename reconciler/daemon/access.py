@@ -12,8 +12,16 @@ asks). A caller who may list pods in every namespace sees everything.
 (:class:`reconciler.kube.access.KubeReviews` implements it) and keeps every answer for
 :data:`TTL_SECONDS`, so an open page that reads its data every few seconds costs one
 review a minute; it keeps at most :data:`MAX_ENTRIES` answers (the oldest go first), and
-reviews at most :data:`MAX_NAMESPACE_REVIEWS` namespaces of one caller a minute (one who may
+reviews at most :data:`MAX_NAMESPACE_REVIEWS` namespaces of one user a minute (one who may
 not list every namespace's pods sees the namespaces reviewed so far).
+
+An answer is kept for the whole review it answers: the caller's name, uid, groups and
+``extra`` (:class:`Caller`, compared whole), as kube-apiserver's webhook authorizer keys
+its cache by the whole SubjectAccessReview spec. ``extra`` narrows what a token may do
+(an OpenShift token scoped to ``user:info`` carries ``scopes.authorization.openshift.io``;
+an authorizer may decide by ``authentication.kubernetes.io/credential-id``), so a token of
+the same user with another ``extra`` is reviewed on its own, never given the answer its
+user's full token got (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 #: Seconds an answer of the API server (who a token is, what a caller may do) is kept.
@@ -37,12 +46,24 @@ MAX_TOKEN_LENGTH = 16384
 
 @dataclass(frozen=True)
 class Caller:
-    """Whom a token authenticates, as a TokenReview says (``status.user``)."""
+    """Whom a token authenticates, as a TokenReview says (``status.user``): ``username``,
+    ``uid``, ``groups`` and ``extra`` (key -> values, read-only once made; values given as
+    any sequence are kept as tuples). Two callers are equal only when all four are (module
+    docstring); the hash leaves ``extra`` out, which equality still compares."""
 
     username: str
     uid: str = ""
     groups: tuple[str, ...] = ()
-    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False, hash=False)
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extra", MappingProxyType({k: tuple(v) for k, v in self.extra.items()}))
+
+    @property
+    def identity(self) -> tuple[str, str, tuple[str, ...]]:
+        """``(username, uid, groups)``: the user, whatever its token's ``extra`` narrows; the
+        namespaces reviewed a minute are counted per user."""
+        return (self.username, self.uid, self.groups)
 
 
 class Reviews(Protocol):
@@ -85,7 +106,7 @@ class Access:
         self.max_entries, self.max_namespace_reviews = max_entries, max_namespace_reviews
         self._lock = threading.Lock()
         self._answers: OrderedDict[tuple[object, ...], tuple[float, object]] = OrderedDict()
-        self._reviewed: dict[Caller, tuple[float, int]] = {}
+        self._reviewed: dict[tuple[str, str, tuple[str, ...]], tuple[float, int]] = {}
         #: Reviews asked of the API server since start (TokenReviews and SubjectAccessReviews).
         self.asked = 0
 
@@ -134,12 +155,12 @@ class Access:
                 found = self._answers.get(key)
                 if found is not None and now - found[0] < self.ttl:
                     return bool(found[1])
-                since, count = self._reviewed.get(caller, (now, 0))
+                since, count = self._reviewed.get(caller.identity, (now, 0))
                 if now - since >= self.ttl:
                     since, count = now, 0
                 if count >= self.max_namespace_reviews:
                     return False
-                self._reviewed[caller] = (since, count + 1)
+                self._reviewed[caller.identity] = (since, count + 1)
                 if len(self._reviewed) > self.max_entries:  # callers of tokens long expired
                     self._reviewed = {c: v for c, v in self._reviewed.items() if now - v[0] < self.ttl}
             return bool(self._kept(key, lambda: self.reviews.may_list_pods(caller, namespace)))

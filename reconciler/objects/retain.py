@@ -95,7 +95,8 @@ NODE: Keep = {
 
 #: Jobs: identity, the annotations a workload may carry (topology, release mode, the
 #: reservation), the sizes a gang takes from its Job (parallelism capped by the completions
-#: still to go), whether it still runs pods (suspended, finished), and what of its pod
+#: still to go), whether it still runs pods (suspended, finished, past its deadline:
+#: ``activeDeadlineSeconds`` from ``status.startTime``, decision 067), and what of its pod
 #: template a member's slot is made of (docs/decisions/034-release-as-created.md).
 JOB: Keep = {
     "apiVersion": True, "kind": True,
@@ -103,9 +104,10 @@ JOB: Keep = {
                  "annotations": BULKY_ANNOTATIONS, "generation": True, "creationTimestamp": True,
                  "deletionTimestamp": True, "ownerReferences": True},
     "spec": {"parallelism": True, "completions": True, "completionMode": True, "suspend": True,
+             "activeDeadlineSeconds": True,
              "template": {"metadata": {"labels": True, "annotations": BULKY_ANNOTATIONS},
                           "spec": POD["spec"]}},
-    "status": {"succeeded": True, "conditions": {"type": True, "status": True}},
+    "status": {"succeeded": True, "startTime": True, "conditions": {"type": True, "status": True}},
 }
 
 #: SharedDeviceGroups: small objects, kept whole but for the server's bookkeeping.

@@ -19,6 +19,7 @@ from reconciler.daemon.election import Elector, LeaderElection
 from reconciler.daemon.writer import UNFENCED, Fence
 from reconciler.run.probes import Health, serve_http
 from reconciler.run.reconciler import LEADER, POOL_EXTRA, Reconciler
+from troupe.cli import interruptible
 from troupe.config import Config
 
 log = logging.getLogger("reconciler")
@@ -67,7 +68,9 @@ def run(
     state: tuple[str, str] | None = None,
     reservation_key: bytes | None = None,
 ) -> int:
-    """Run until SIGINT/SIGTERM; returns the exit code.
+    """Run until SIGINT/SIGTERM; returns the exit code. SIGINT stops it even when the process
+    was started with SIGINT ignored (:func:`troupe.cli.interruptible`; once running, its own
+    handler takes both signals).
 
     With ``election``, the reconciler acts only while it holds the Lease, and every write
     passes the elector's fence. A replica that loses the Lease stops acting at once (its
@@ -86,6 +89,7 @@ def run(
     Long because the start and the stop of the process share its locals (the elector, the
     reconciler, the exit code) with the election's callbacks; each step is one call.
     """
+    interruptible()  # Ctrl-C while starting, too, in a process started with SIGINT ignored
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     agent = f"troupe-reconciler ({identity})"
     try:

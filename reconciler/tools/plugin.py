@@ -68,7 +68,7 @@ from reconciler.tools.flags import (
     parser,
 )
 from reconciler.tools.manifests import Context, Expanded, ManifestError, expand
-from troupe.cli import guarded, yaml_error
+from troupe.cli import guarded, interruptible, yaml_error
 from troupe.config import Config, ConfigError, from_mapping, load_config
 
 __all__ = ["COMMANDS", "add_commands", "answer", "load", "main", "parser", "request_timeout", "run"]
@@ -345,17 +345,21 @@ def run(args: argparse.Namespace, changes: Callable[[argparse.Namespace], Iterat
     file's changes, at most once per ``--watch-interval``) and print the answer whenever it
     differs from the last one printed (a failed read prints its line on stderr and is tried
     again at the next change; bad input ends it), until interrupted (``KeyboardInterrupt``
-    reaches the caller)."""
+    reaches the caller; Ctrl-C interrupts ``--watch`` and ``--web`` even in a process
+    started with SIGINT ignored, :func:`troupe.cli.interruptible`)."""
     _NOTED.clear()
     if args.command == "completion":
         sys.stdout.write(completion_script(args.shell))
         return 0
     if getattr(args, "web", False):
+        interruptible()  # served until Ctrl-C, however the process was started
         return _web(args)
     watch = getattr(args, "watch", False)
     if watch and not args.watch_interval > 0:
         print(f"kubectl-troupe: --watch-interval {args.watch_interval:g}: must be seconds > 0", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if watch:
+        interruptible()  # watched until Ctrl-C, however the process was started
     last: tuple[str, str] | None = None
     batches: Iterator[None] | None = None
     if watch:  # watching from before the first read: no change between the two is missed

@@ -20,6 +20,7 @@ import yaml
 from devtools import krew
 from reconciler.objects import kinds
 from reconciler.tools import plugin
+from tests.support.signals import started
 from tests.support.snapshots import snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,12 +131,16 @@ def test_a_request_timeout_it_cannot_read_names_the_flag(raw):
         plugin.request_timeout(raw)
 
 
-def test_watch_prints_again_when_the_answer_changes_until_interrupted(snapshot_file, tmp_path):
+@pytest.mark.parametrize("ignored", [False, True], ids=["started-as-is", "started-with-sigint-ignored"])
+def test_watch_prints_again_when_the_answer_changes_until_interrupted(snapshot_file, tmp_path, ignored):
+    """Ctrl-C ends the watch however the process was started: also with SIGINT ignored, as a
+    non-interactive shell starts ``kubectl troupe status -w &`` (kubectl's own ``-w`` stops
+    either way)."""
     path = tmp_path / "snapshot.json"
     path.write_bytes(snapshot_file.read_bytes())
-    proc = subprocess.Popen([sys.executable, "-m", "reconciler", "status", "-n", "ml", "-o", "name", "-w",
-                             "--watch-interval", "0.2", "--snapshot", str(path), "--now", NOW],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    argv = [sys.executable, "-m", "reconciler", "status", "-n", "ml", "-o", "name", "-w", "--watch-interval", "0.2",
+            "--snapshot", str(path), "--now", NOW]
+    proc = subprocess.Popen(started(argv, ignored), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert proc.stdout is not None
         first = [proc.stdout.readline() for _ in range(4)]

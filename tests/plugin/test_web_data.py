@@ -27,6 +27,7 @@ from reconciler.tools import simulate as sim
 from reconciler.tools import views
 from reconciler.tools.web import data, local, server
 from tests.support.engine_builders import make_pod
+from tests.support.signals import started
 from tests.support.snapshots import member, snapshot, write_list
 from troupe import contract
 from troupe.config import Config
@@ -146,10 +147,13 @@ def test_the_server_answers_the_page_its_files_and_its_data_read_only(served):
     assert fetch(served + "/")[1]["Location"] == "topology/"
 
 
-def test_web_serves_a_snapshot_until_ctrl_c(tmp_path):
+@pytest.mark.parametrize("ignored", [False, True], ids=["started-as-is", "started-with-sigint-ignored"])
+def test_web_serves_a_snapshot_until_ctrl_c(tmp_path, ignored):
+    """Ctrl-C stops the server however it was started: also with SIGINT ignored, as a
+    non-interactive shell starts ``kubectl troupe topology --web &``."""
     path = write_list(tmp_path, cluster_objects())
-    proc = subprocess.Popen([str(PLUGIN), "topology", "--web", "--no-browser", "--snapshot", path, "--now", NOW],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [str(PLUGIN), "topology", "--web", "--no-browser", "--snapshot", path, "--now", NOW]
+    proc = subprocess.Popen(started(argv, ignored), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/topology/\?token=[A-Za-z0-9_-]{32}", line)
@@ -162,7 +166,12 @@ def test_web_serves_a_snapshot_until_ctrl_c(tmp_path):
                                     "mapDigest": json.loads(body)["mapDigest"]}
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=10)
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
     assert code == 130
     assert [line for line in proc.stderr.read().splitlines() if not line.startswith("note: ")] == []
 

@@ -75,3 +75,63 @@ def test_the_answers_kept_are_bounded():
     for i in range(50):
         access.scope(f"Bearer t{i}")
     assert len(access._answers) == 10
+
+
+#: The key of ``status.user.extra`` that narrows an OpenShift OAuth token to its scopes
+#: (``user:info`` may read who the user is and nothing else).
+SCOPES = "scopes.authorization.openshift.io"
+#: The key kube-apiserver puts the credential a token is (a service account token's JTI) under.
+CREDENTIAL = "authentication.kubernetes.io/credential-id"
+
+
+class ScopedReviews(Reviews):
+    """An authorizer that, as OpenShift's scope authorizer does, lets a token narrowed to
+    ``user:info`` list no pods, whatever its user may do; records the whole caller asked about."""
+
+    def __init__(self, tokens: dict[str, Caller]) -> None:
+        super().__init__(tokens, {"alice": {""}})
+        self.reviewed: list[tuple[Caller, str]] = []
+
+    def may_list_pods(self, caller: Caller, namespace: str) -> bool:
+        self.reviewed.append((caller, namespace))
+        if "user:info" in dict(caller.extra).get(SCOPES, ()):
+            return False
+        return super().may_list_pods(caller, namespace)
+
+
+def test_a_token_narrowed_by_its_extra_is_reviewed_for_itself_not_given_the_full_tokens_answer():
+    """The answers are kept by the whole review the API server is asked (user, uid, groups
+    and extra), as its own webhook authorizer keys its cache: a scoped token of a user whose
+    full token was just reviewed is asked about on its own (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md)."""
+    groups = ("system:authenticated:oauth", "system:authenticated")
+    full = Caller("alice", "uid-alice", groups)
+    scoped = Caller("alice", "uid-alice", groups, {SCOPES: ("user:info",)})
+    reviews = ScopedReviews({"full": full, "scoped": scoped})
+    access = Access(reviews)
+    assert access.scope("Bearer full").everything
+
+    narrowed = access.scope("Bearer scoped")
+
+    assert not narrowed.everything and not narrowed.sees("team-a")
+    assert reviews.reviewed == [(full, ""), (scoped, ""), (scoped, "team-a")], "each review asked once, for its own caller"
+    assert access.scope("Bearer full").everything and access.scope("Bearer scoped").sees("team-a") is False
+    assert len(reviews.reviewed) == 3, "and each kept for the minute"
+
+
+def test_two_credentials_of_one_user_are_reviewed_apart_and_share_its_namespace_budget():
+    """Two tokens of one service account differ by their credential id (``extra``): each is
+    a review of its own, while the namespaces reviewed for the user stay bounded as one."""
+    sa = "system:serviceaccount:team-a:reader"
+    one = Caller(sa, "uid-sa", ("system:serviceaccounts",), {CREDENTIAL: ("JTI=1",)})
+    two = Caller(sa, "uid-sa", ("system:serviceaccounts",), {CREDENTIAL: ("JTI=2",)})
+    reviews = ScopedReviews({"one": one, "two": two})
+    reviews.pods = {sa: {f"ns-{i}" for i in range(10)}}
+    access = Access(reviews, max_namespace_reviews=3)
+    first = access.scope("Bearer one")
+    assert [first.sees(f"ns-{i}") for i in range(2)] == [True, True]
+
+    second = access.scope("Bearer two")
+
+    assert [second.sees(f"ns-{i}") for i in range(3)] == [True, False, False], "one review left for the user"
+    assert [c for c, ns in reviews.reviewed if ns] == [one, one, two]
+    assert one != two and one == Caller(sa, "uid-sa", ("system:serviceaccounts",), {CREDENTIAL: ["JTI=1"]})

@@ -9,6 +9,7 @@ import json
 
 from reconciler.daemon.writer import WriteError
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.reservations import Record, authentic
 from tests.support.as_created import NAMESPACE, RESERVATION_KEY, job_object, member_pod
 from tests.support.controller_harness import NO_JITTER, Harness
@@ -147,3 +148,53 @@ def test_a_record_on_a_workload_troupe_does_not_plan_is_removed_and_the_workload
     assert "is not a reservation record" in told[1].message
     assert record(h) is not None, "the planned Job's own record stays"
     assert h.controllers.reservations.remove_stray(JOB) is False and record(h) is not None
+
+
+def deadline_job(record: Record | None = None, conditions: tuple[dict, ...] = ()) -> dict:
+    """Job ``train`` of 2, started at the harness's time with a 60 s ``activeDeadlineSeconds``."""
+    job = job_object("train", 2, record=record)
+    job["spec"]["activeDeadlineSeconds"] = 60
+    job["status"] = {"startTime": "2027-01-15T08:00:00Z", "active": 2, "conditions": list(conditions)}
+    return job
+
+
+def test_a_job_past_its_deadline_gets_nothing_written_while_its_controller_fails_it():
+    """The Job controller deletes the members of a Job past ``activeDeadlineSeconds`` before
+    it writes ``FailureTarget``: in between, and after, nothing is written to the Job: no
+    reservation from its template, no drop of one, no Event (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md)."""
+    job = deadline_job()
+    pods = [member_pod(job, i, gated=False, node=f"n{i}", planned_at="2027-01-15T08:00:01.000+00:00", bound=True,
+                       phase="Running") for i in range(2)]
+    for pod in pods:  # deleted by the Job controller; its finalizer keeps them until the condition is written
+        pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:01:00Z"
+        pod["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    h = Harness(eight_nodes(), pods, NO_JITTER, jobs=[job])
+    h.wall += 60
+
+    out = h.reconcile(KEY)
+
+    assert out is None or out.phase is not Phase.PLACED, out
+    assert h.cluster.workloads.patches == [] and h.cluster.workloads.events == []
+    assert record(h) is None
+
+    h.cluster.workloads.objects[JOB]["status"]["conditions"] = [
+        {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded"}]
+    for pod in pods:
+        h.cluster.pods.objects.pop(PodKey(NAMESPACE, pod["metadata"]["name"]))
+    h.sync()
+    assert h.reconcile(KEY) is None or record(h) is None
+    assert h.cluster.workloads.patches == [] and h.cluster.workloads.events == []
+
+
+def test_a_record_on_a_finished_job_is_left_with_it_not_dropped_nor_removed_as_stray():
+    """A record the gang still held when its Job finished holds nothing; it is deleted with the
+    Job, and nothing is written to the Job the Job controller is finishing."""
+    held = Record("job:train", "2027-01-15T08:00:01.000+00:00", ("n0", "n1"))
+    job = deadline_job(held, ({"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded"},))
+    h = Harness(eight_nodes(), [], NO_JITTER, jobs=[job])
+
+    h.reconcile(KEY)
+
+    assert h.cache.stray_records() == {} and h.controllers.reservations.remove_stray(JOB) is False
+    assert h.cluster.workloads.patches == [] and h.cluster.workloads.events == []
+    assert all(h.cache.snapshot().free(f"n{i}").get("nvidia.com/gpu") == 8 for i in range(8)), "it holds nothing"

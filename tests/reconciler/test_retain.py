@@ -164,6 +164,19 @@ def test_a_retained_job_gives_the_same_workload_as_the_whole_one():
     assert workload("Job", job).size == 5
 
 
+def test_a_retained_job_keeps_its_deadline_and_the_conditions_that_end_it():
+    """What says a Job is finishing (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md):
+    ``activeDeadlineSeconds`` counted from ``status.startTime``, and its conditions."""
+    job = bulky({"metadata": {"name": "train", "namespace": "team-a"},
+                 "spec": {"parallelism": 2, "completions": 2, "activeDeadlineSeconds": 60, "template": {}},
+                 "status": {"startTime": "2027-01-15T08:00:00Z", "active": 2, "conditions": [
+                     {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded", "message": "m",
+                      "lastProbeTime": "2027-01-15T08:01:00Z", "lastTransitionTime": "2027-01-15T08:01:00Z"}]}})
+    kept, whole = workload("Job", retain(JOB, job)), workload("Job", job)
+    assert kept == whole
+    assert kept is not None and kept.ends_at == 1_800_000_060.0 and kept.finished
+
+
 def test_a_retained_device_group_parses_exactly_as_the_whole_one():
     group = bulky({"apiVersion": "deviceshare.io/v1alpha1", "kind": "SharedDeviceGroup",
                    "metadata": {"name": "g", "uid": "u", "resourceVersion": "7", "deletionTimestamp": "2026-11-23T09:00:00Z"},

@@ -19,11 +19,13 @@ ADMIN = "admin-token"
 
 
 class Reviews:
-    """The API server's answers, as a table: ``tokens`` maps a bearer token to its user,
-    ``pods`` a user to the namespaces whose pods it may list (``""``: every namespace).
-    Records every question in ``asked``."""
+    """The API server's answers, as a table: ``tokens`` maps a bearer token to its user (a
+    user name, or the whole :class:`Caller` a TokenReview would give), ``pods`` a user name
+    to the namespaces whose pods it may list (``""``: every namespace). Records every
+    question in ``asked``."""
 
-    def __init__(self, tokens: Mapping[str, str] | None = None, pods: Mapping[str, set[str]] | None = None) -> None:
+    def __init__(self, tokens: Mapping[str, str | Caller] | None = None,
+                 pods: Mapping[str, set[str]] | None = None) -> None:
         self.tokens = dict(tokens if tokens is not None else {ADMIN: "admin"})
         self.pods = dict(pods if pods is not None else {"admin": {""}})
         self.asked: list[tuple[str, str]] = []
@@ -31,7 +33,7 @@ class Reviews:
     def authenticate(self, token: str) -> Caller | None:
         self.asked.append(("token", token))
         user = self.tokens.get(token)
-        return Caller(user) if user is not None else None
+        return Caller(user) if isinstance(user, str) else user
 
     def may_list_pods(self, caller: Caller, namespace: str) -> bool:
         self.asked.append((caller.username, namespace))

@@ -23,6 +23,7 @@ import jsonpatch
 
 from certs import KeyPair, create_ca, create_serving_cert
 from devtools.devcluster.cluster import free_ports
+from tests.support.signals import started
 from troupe.config import Config
 from webhook.admission import mutate, patch_of
 
@@ -254,8 +255,10 @@ class Server:
                 self.proc.wait(5)
 
 
-def start_server(tmp: Path, extra_args: list[str] | None = None, config_yaml: str | None = None) -> Server:
-    """Start the webhook under gunicorn and wait until ``/healthz`` answers."""
+def start_server(tmp: Path, extra_args: list[str] | None = None, config_yaml: str | None = None,
+                 sigint_ignored: bool = False) -> Server:
+    """Start the webhook under gunicorn and wait until ``/healthz`` answers; with
+    ``sigint_ignored``, as a non-interactive shell starts it with ``&`` (SIGINT ignored)."""
     tls = make_tls(tmp / "tls")
     port = free_port()
     args = [sys.executable, "-m", "webhook", "serve", "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
@@ -263,6 +266,7 @@ def start_server(tmp: Path, extra_args: list[str] | None = None, config_yaml: st
     if config_yaml is not None:
         (tmp / "troupe.yaml").write_text(config_yaml)
         args += ["--config", str(tmp / "troupe.yaml")]
+    args = started(args, sigint_ignored)
     log_path = tmp / "webhook.log"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)

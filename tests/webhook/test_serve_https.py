@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -162,6 +163,19 @@ def test_a_rotated_certificate_is_served_to_new_connections(tmp_path: Path) -> N
         assert exchange(old, "GET", "/healthz")[0] == 200, "an open connection keeps working"
         assert served_serial(old) == old_serial
         old.close()
+    finally:
+        s.stop()
+
+
+def test_ctrl_c_stops_the_server_even_when_it_was_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """A non-interactive shell starts ``python -m webhook serve &`` with SIGINT ignored;
+    gunicorn's arbiter sets its own SIGINT handler (a quick shutdown of the workers) and each
+    worker its own, so Ctrl-C stops it all the same, and SIGTERM (:meth:`Server.stop`) is a
+    graceful stop as before."""
+    s = start_server(tmp_path, sigint_ignored=True)
+    try:
+        s.proc.send_signal(signal.SIGINT)
+        assert s.proc.wait(20) == 0
     finally:
         s.stop()
 

@@ -425,10 +425,10 @@ class ClusterCache:
         return self.workloads.planned(self.config, version, namespaces)
 
     def stray_records(self) -> dict[WorkloadKey, Workload]:
-        """The workloads that carry a reservation annotation (a record, or a value that is
-        none) but whose gang Troupe does not plan (not :meth:`planned`): the annotation holds
-        nothing and the reconciler removes it (docs/decisions/049-hostile-tenants-third-round.md)."""
-        carrying = {k: w for k, w in self.workloads.view()[2].objects.items() if w.carries_record}
+        """The unfinished workloads that carry a reservation annotation (a record or not) but whose gang Troupe
+        does not plan (not :meth:`planned`): it holds nothing and the reconciler removes it (decision 049); a
+        finished workload's goes with it, as nothing is written to a finished workload (decision 067)."""
+        carrying = {k: w for k, w in self.workloads.view()[2].objects.items() if w.carries_record and not w.finished}
         if not carrying:
             return {}
         planned = {w.key for w in self.planned().values()}
@@ -437,7 +437,7 @@ class ClusterCache:
     def stray_record(self, key: WorkloadKey) -> Workload | None:
         """The workload ``key`` if its record is stray (:meth:`stray_records`), else None."""
         found = self.workloads.view()[2].objects.get(key)
-        if found is None or not found.carries_record:
+        if found is None or not found.carries_record or found.finished:
             return None
         return None if any(w.key == key for w in self.planned().values()) else found
 

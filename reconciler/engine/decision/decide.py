@@ -111,7 +111,11 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         if pod.gated:
             r.reserved.append(pod)
     clocks = {rid: c for rid, r in sorted(releases.items()) if (c := release_clock(gang, r, snapshot, now))}
-    reservation = gang.reservation if gang.as_created else None
+    # A workload past its deadline is failing: its controller deletes the members before it
+    # writes the condition that ends it. Nothing is reserved for it, released onto its
+    # reservation or written to it (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md).
+    ending = gang.ends_at is not None and now >= gang.ends_at
+    reservation = gang.reservation if gang.as_created and not ending else None
     if reservation is not None:  # its own clock: all of it bound, from the reservation (docs/decisions/034)
         clocks.pop(reservation.planned_at, None)
         if (held := reservation_clock(gang, released, snapshot, now)) is not None:
@@ -129,7 +133,7 @@ def _see(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
         settle_left = gang.settle_at - now
         if settle_left <= 0:
             size = len(gang.members)
-    as_created = (gang.as_created and reservation is None and not released and size is not None
+    as_created = (gang.as_created and not ending and reservation is None and not released and size is not None
                   and len(gang.members) < size)
     obs = Observation(
         gang=gang.key, active=len(gang.members), size=size, gated=len(gated), reserved=len(reserved),

@@ -51,8 +51,8 @@ from reconciler.engine.model import adopted
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.membership import (
-    _gang_keys,
     auto_namespaces,
+    gang_keys,
     group_by_gang,
     planned_gangs,
 )
@@ -125,7 +125,8 @@ class Gang:
     templates make, in rank order, :mod:`reconciler.engine.model.templates`), ``release_mode``
     (:data:`troupe.policies.AS_CREATED`) and the ``reservation`` record its workload
     carries (None before one is made); ``reservation_stale`` says why that record no
-    longer fits the workload (suspended, finished, resized, another gang's), ``""``.
+    longer fits the workload (suspended, being deleted, resized, another gang's), ``""``;
+    ``ends_at`` when its workload's deadline runs out (seconds since the epoch; None: none).
     Other gangs have ``release_mode`` :data:`troupe.policies.WHEN_COMPLETE` and no slots.
 
     ``failure_policy``: the members' ``troupe.io/gang-failure-policy``; ``failed``: its
@@ -161,6 +162,7 @@ class Gang:
     release_mode: str = WHEN_COMPLETE
     reservation: Record | None = None
     reservation_stale: str = ""
+    ends_at: float | None = None
     min_size: int | None = None
     failure_policy: str = REPLACE_MEMBER
     failed: tuple[PodInfo, ...] = ()
@@ -248,8 +250,8 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     """:func:`build_gang` of a gang not released as created, before a pod group binds it."""
     namespace, _, name = key.partition("/")
     pods = list(pods)
-    gang_keys = _gang_keys(config.gang_annotation_prefix)
-    auto = [p for p in pods if p.gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE]
+    keys = gang_keys(config.gang_annotation_prefix)
+    auto = [p for p in pods if p.gang_annotations.get(keys.size) == contract.AUTO_SIZE]
     old = wl.superseded(p for p in auto if p.active) if auto else set()
     members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
@@ -265,12 +267,12 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
                 topology=topology, held=held, device_groups=groups, priority=priority, created=created,
                 failure_policy=policy, failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
-    annotated = any(k in members[0].gang_annotations for k in gang_keys.all())
+    annotated = any(k in members[0].gang_annotations for k in keys.all())
     if name.startswith("gke:"):
         return _auto_sized(gang, config, parallelism)
-    if members[0].gang_annotations.get(gang_keys.size) == contract.AUTO_SIZE:
+    if members[0].gang_annotations.get(keys.size) == contract.AUTO_SIZE:
         if name.startswith("pod:") or wl.group(members[0]) is None:
-            return replace(gang, held=f"member {members[0].name}: {gang_keys.size}: {contract.AUTO_SIZE}, but no "
+            return replace(gang, held=f"member {members[0].name}: {keys.size}: {contract.AUTO_SIZE}, but no "
                                       f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
         return _workload_sized(gang, config, workloads or wl.Workloads())
     group = members[0].pod_group
@@ -289,12 +291,12 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
             specs.append(read.spec)
     if not specs:
         return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
-    disagree = _disagreement(members, (gang_keys.size, gang_keys.timeout, gang_keys.min_size, *AGREE_ON_TOPOLOGY))
+    disagree = _disagreement(members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
     gang = replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
                    min_size=specs[0].min_size)
-    key = gang_keys.min_size if gang.min_size else gang_keys.size
+    key = keys.min_size if gang.min_size else keys.size
     return replace(gang, held=gang.held or beyond_queued_workload(
-        members, gang.min_size or gang.size, f"annotation {key}", keys_fix(gang_keys), workloads or wl.Workloads()))
+        members, gang.min_size or gang.size, f"annotation {key}", keys_fix(keys), workloads or wl.Workloads()))
 
 
 def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:
@@ -427,7 +429,7 @@ def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     found = wl.group(gang.members[0])
     if found is None:  # build_gang holds such a gang before it gets here
         return gang
-    keys = _gang_keys(config.gang_annotation_prefix)
+    keys = gang_keys(config.gang_annotation_prefix)
     disagree = _disagreement(gang.members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
     timeout, minimum = gang.timeout_seconds, None
     read = member_keys(gang.members[0], config)
@@ -462,19 +464,18 @@ def _as_created(key: str, pods: list[PodInfo], config: Config, parallelism: Mapp
     if not gang.members:
         from_slots = build_gang(key, planned.slots, config, parallelism, workloads)
         gang = replace(from_slots, members=(), device_groups=())
-    record = planned.record
-    stale = ""
+    record, stale = planned.record, ""
     if record is not None:
         gang_id = key.partition("/")[2]
         if record.gang != gang_id:
             stale = f"the reservation on {planned.kind} {planned.name} is for {record.gang}"
-        elif not planned.active:
-            stale = f"{planned.kind} {planned.name} is suspended, finished or being deleted"
+        elif not planned.active:  # a finished workload is not planned: suspended, or being deleted
+            stale = f"{planned.kind} {planned.name} is suspended or being deleted"
         elif len(record.nodes) not in (len(planned.slots), gang.min_size):
             stale = (f"{planned.kind} {planned.name} now runs {len(planned.slots)} member(s), "
                      f"the reservation holds {len(record.nodes)}")
     return replace(gang, workload=planned.key, slots=planned.slots, release_mode=AS_CREATED,
-                   reservation=record, reservation_stale=stale)
+                   reservation=record, reservation_stale=stale, ends_at=planned.ends_at)
 
 
 def all_gangs(pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],

@@ -23,14 +23,19 @@ from troupe.config import Config
 from troupe.errors import ContractError
 from troupe.policies import AS_CREATED, WHEN_COMPLETE, parse_release_mode
 
-#: The annotation keys of a prefix, made once (every pod of every snapshot asks).
-_gang_keys = lru_cache(maxsize=16)(contract.GangKeys.for_prefix)
+
+@lru_cache(maxsize=16)
+def gang_keys(prefix: str) -> contract.GangKeys:
+    """The gang annotation keys of ``prefix`` (``gangAnnotationPrefix``: ``troupe.io/gang``
+    gives ``troupe.io/gang-name``, ``-size``, ``-schedule-timeout-seconds``, ``-min-size``;
+    ``seeds/001``), made once per prefix: every pod of every snapshot asks."""
+    return contract.GangKeys.for_prefix(prefix)
 
 
 def gang_key(pod: PodInfo, config: Config) -> str | None:
     """The key of the gang ``pod`` belongs to (:mod:`reconciler.engine.gangs.gang`'s docstring), or None when Troupe
     does not manage the pod."""
-    keys = _gang_keys(config.gang_annotation_prefix)
+    keys = gang_keys(config.gang_annotation_prefix)
     a = pod.gang_annotations
     if a and (keys.name in a or keys.size in a or keys.timeout in a):
         if a.get(keys.size) == contract.AUTO_SIZE and keys.name not in a:
@@ -73,18 +78,22 @@ def planned_gangs(workloads: wl.Workloads, config: Config,
     one Troupe gang that takes all of its members, that releases as created (its
     template's ``troupe.io/release``, else the workload's, else ``releaseMode``), whose
     members join no SharedDeviceGroup, and that still runs pods; also any workload that
-    carries a reservation (so a stale one is dropped). A workload another supported
+    carries a reservation (so a stale one is dropped), unless a condition has ended it: a
+    finished workload is never planned, and its record, which holds nothing, goes with it
+    (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md; one whose
+    deadline has run out is planned, and :func:`~reconciler.engine.decision.decide.decide`,
+    which knows the time, neither reserves it nor writes to it). A workload another supported
     workload controls (a JobSet's child Job) makes no gang, nor do two workloads whose
     slots name one gang. In ``auto_namespaces`` (labelled
     ``troupe.io/gang-mode: auto``), and for a template that asks with Kueue's topology
     annotations and is not Kueue's (:func:`kueue_topology_template`), a template without
     gang keys counts as ``<prefix>-size: auto``, as the webhook stamps its pods."""
-    keys = _gang_keys(config.gang_annotation_prefix)
+    keys = gang_keys(config.gang_annotation_prefix)
     out: dict[str, wl.Workload] = {}
     claimed: dict[str, int] = {}
     for w in workloads.objects.values():
         slots = w.slots
-        if not slots or w.owned:
+        if not slots or w.owned or w.finished:
             continue
         first = slots[0]
         if not any(k in first.gang_annotations for k in keys.all()) and (

@@ -110,6 +110,15 @@ class Workload:
     generation: int = 0
     #: Whether it still runs pods: not suspended, not finished, not being deleted.
     active: bool = True
+    #: Whether a condition ends it (:data:`FINISHING_CONDITIONS`): it runs no pod again,
+    #: is never planned and nothing is written to it, a record it carries included.
+    finished: bool = False
+    #: When its deadline runs out (seconds since the epoch): ``status.startTime`` plus a
+    #: Job's ``spec.activeDeadlineSeconds`` or a Kubeflow job's
+    #: ``spec.runPolicy.activeDeadlineSeconds``; None without one, not started, or suspended.
+    #: Past it the workload is finishing: its controller deletes the members before it
+    #: writes the condition that ends it (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md).
+    ends_at: float | None = None
     #: Its ``troupe.io/release`` annotation (``""`` without one).
     release: str = ""
     #: The reservation it carries (``reconciler.troupe.io/reservation``), None without one
@@ -273,7 +282,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     if not isinstance(name, str) or not name:
         return None
     namespace = str(meta.get("namespace") or "default")
-    spec = _map(obj.get("spec"))
+    spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     annotations = _map(meta.get("annotations"))
     topology = {k: str(annotations[k]) for k in contract.TOPOLOGY_KEYS if k in annotations}
     if kind == LEADER_WORKER_SET.kind:
@@ -301,7 +310,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     return Workload(kind, namespace, name, max(size, 1), how, topology,
                     slots=slots(kind, obj) if 0 < size <= MAX_SLOTS else (), too_large=too_large,
                     generation=generation if isinstance(generation, int) else 0,
-                    active=_active(kind, meta, spec, _map(obj.get("status"))),
+                    active=_active(meta, spec, status), finished=_finished(status), ends_at=_ends_at(kind, spec, status),
                     release=release if isinstance(release, str) else "", record=record, record_error=record_error,
                     owned=_owned(meta), uid=uid, most_pods=most, most_pods_from=most_from,
                     queue=queue if isinstance(queue, str) else "",
@@ -351,23 +360,43 @@ def _controller(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 
 #: Conditions that end a workload (Job: ``Complete``, ``Failed`` and the targets set before
-#: them; JobSet: ``Completed``, ``Failed``; Kubeflow: ``Succeeded``, ``Failed``).
-_FINISHED = frozenset({"Complete", "Completed", "Failed", "Succeeded", "FailureTarget", "SuccessCriteriaMet"})
+#: them, ``SuccessCriteriaMet`` and ``FailureTarget``; JobSet: ``Completed``, ``Failed``;
+#: Kubeflow: ``Succeeded``, ``Failed``).
+FINISHING_CONDITIONS = frozenset({"Complete", "Completed", "Failed", "Succeeded", "FailureTarget", "SuccessCriteriaMet"})
 
 
-def _active(kind: str, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    """Whether a workload still runs pods: not being deleted, not suspended (``spec.suspend``,
-    a Kubeflow job's ``spec.runPolicy.suspend``), without a condition that ends it."""
-    if meta.get("deletionTimestamp") is not None:
-        return False
-    if spec.get("suspend") is True or _map(spec.get("runPolicy")).get("suspend") is True:
-        return False
+def _suspended(spec: Mapping[str, Any]) -> bool:
+    """``spec.suspend``, or a Kubeflow job's ``spec.runPolicy.suspend``."""
+    return spec.get("suspend") is True or _map(spec.get("runPolicy")).get("suspend") is True
+
+
+def _finished(status: Mapping[str, Any]) -> bool:
+    """Whether a condition of :data:`FINISHING_CONDITIONS` is ``True`` in ``status``."""
     conditions = status.get("conditions")
-    for condition in conditions if isinstance(conditions, list) else []:
-        condition = _map(condition)
-        if condition.get("type") in _FINISHED and condition.get("status") == "True":
-            return False
-    return True
+    return any(_map(c).get("type") in FINISHING_CONDITIONS and _map(c).get("status") == "True"
+               for c in (conditions if isinstance(conditions, list) else []))
+
+
+def _active(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a workload still runs pods: not being deleted, not suspended, without a
+    condition that ends it."""
+    return meta.get("deletionTimestamp") is None and not _suspended(spec) and not _finished(status)
+
+
+def _ends_at(kind: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:
+    """When a workload's ``activeDeadlineSeconds`` runs out, counted from ``status.startTime``
+    as its controller counts it (a Job's ``spec.activeDeadlineSeconds``: the Job controller's
+    ``pastActiveDeadline``, which a suspended Job never is; a Kubeflow job's
+    ``spec.runPolicy.activeDeadlineSeconds``), None without a deadline or a start."""
+    if _suspended(spec):
+        return None
+    seconds = _map(spec.get("runPolicy")).get("activeDeadlineSeconds") if kind != JOB.kind else spec.get(
+        "activeDeadlineSeconds")
+    started = status.get("startTime")
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0 or not isinstance(started, str):
+        return None
+    at = epoch(started)
+    return None if at is None else at + seconds
 
 
 def workloads_of(kind: str, objects: Iterable[Mapping[str, Any]],
