@@ -84,7 +84,7 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     policy = Policy.from_config(config)
     notices = handlers.Notices(conditions, writes.pods, memories)
     rollbacks = handlers.Rollbacks(cache, writes.pods, writes.state, memories, notices, waves, wall_clock)
-    reservations = handlers.Reservations(cache, writes.workloads)
+    reservations = handlers.Reservations(cache, writes.workloads, waves)
     gangs = GangController(
         cache=cache, memories=memories, policy=policy, queue=QueueState(config.queueing_strategy), notices=notices,
         releases=handlers.Releases(cache, writes.pods, waves, conditions, groups, notices, wall_clock, memories),

@@ -198,3 +198,47 @@ def test_a_record_on_a_finished_job_is_left_with_it_not_dropped_nor_removed_as_s
     assert h.cache.stray_records() == {} and h.controllers.reservations.remove_stray(JOB) is False
     assert h.cluster.workloads.patches == [] and h.cluster.workloads.events == []
     assert all(h.cache.snapshot().free(f"n{i}").get("nvidia.com/gpu") == 8 for i in range(8)), "it holds nothing"
+
+
+# --- the reservation in flight (docs/decisions/068-release-pipeline.md) ----------------------------
+def test_a_reservation_in_flight_holds_its_nodes_and_the_worker_decides_on():
+    job, other = job_object("train", 4), job_object("other", 4)
+    h = Harness(eight_nodes(), [], NO_JITTER, jobs=[job, other])
+    h.cluster.workloads.gate.clear()  # the reservation's write waits on its way
+    first = h.controller.reconcile(KEY, wait=False)
+    assert first is not None and first.pending is not None and not first.pending.done()
+    assumed = h.cache.workloads.view()[2].objects[JOB].record
+    assert assumed is not None and len(assumed.nodes) == 4, "held as carrying the record it is writing"
+    second = h.controller.reconcile(f"{NAMESPACE}/job:other", wait=False)
+    h.cluster.workloads.gate.set()
+    assert first.pending.result(timeout=10).requeue_after == 0.0
+    second.pending.result(timeout=10)
+    nodes = [json.loads(h.cluster.workloads.objects[("Job", NAMESPACE, n)]["metadata"]["annotations"]
+                        [contract.RESERVATION])["nodes"] for n in ("train", "other")]
+    assert not set(nodes[0]) & set(nodes[1]), "the second gang is not reserved where the first one's record goes"
+    assert nodes[0] == list(assumed.nodes)
+
+
+def test_an_event_of_the_job_before_its_reservation_lands_keeps_the_record_assumed():
+    job = job_object("train", 4)
+    h = Harness(eight_nodes(), [], NO_JITTER, jobs=[job])
+    h.cluster.workloads.gate.clear()
+    pending = h.controller.reconcile(KEY, wait=False).pending
+    status = json.loads(json.dumps(job))
+    status["metadata"]["resourceVersion"] = "5000"
+    status["status"] = {"active": 0}  # the Job controller's status write, before the record lands
+    h.cache.job_event("MODIFIED", status)
+    assert h.cache.workloads.view()[2].objects[JOB].record is not None
+    h.cluster.workloads.gate.set()
+    pending.result(timeout=10)
+    h.sync()
+    assert h.cache.workloads.view()[2].objects[JOB].record is not None, "landed: the Job itself carries it now"
+
+
+def test_a_refused_reservation_in_flight_is_forgotten():
+    job = job_object("train", 4)
+    h = Harness(eight_nodes(), [], NO_JITTER, jobs=[job])
+    h.cluster.workloads.fail["train"] = WriteError("patch Job ml/train: 403 forbidden")
+    out = h.controller.reconcile(KEY, wait=False).pending.result(timeout=10)
+    assert out.retry and h.cache.workloads.view()[2].objects[JOB].record is None
+    assert all(h.cache.snapshot().free(f"n{i}").get("nvidia.com/gpu") == 8 for i in range(8))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from reconciler.daemon.cache.unreadable import Unreadable
@@ -72,6 +73,11 @@ class WorkloadIndex:
         #: docs/decisions/065-adopted-pods-join-their-peers-groups.md.
         self._owners: dict[WorkloadKey, wl.OwnerObject] = {}
         self._owners_unread = ""
+        #: Reservations written whose write the index has not seen land, by workload: the
+        #: workload is held as carrying it (:meth:`assume_record`,
+        #: docs/decisions/068-release-pipeline.md), its object as received in ``_real``.
+        self._assumed: dict[WorkloadKey, tuple[Record, str]] = {}
+        self._real: dict[WorkloadKey, wl.Workload] = {}
 
     def touch(self) -> None:
         """Something the slots depend on changed (the DRA objects): views are made again."""
@@ -142,7 +148,7 @@ class WorkloadIndex:
         fresh = {w.key: w for obj in items if (w := self._read(kind, obj)) is not None}
         with self._lock:
             self._workloads = {k: v for k, v in self._workloads.items() if k[0] != kind}
-            self._workloads.update(fresh)
+            self._workloads.update({k: self._with_assumed(w) for k, w in fresh.items()})
             self._rv = {k: v for k, v in self._rv.items() if k[0] != kind}
             self._unavailable.pop(kind, None)
             self.version += 1
@@ -161,14 +167,59 @@ class WorkloadIndex:
             if event == "DELETED":
                 self._workloads.pop(new.key, None)
                 self._rv.pop(new.key, None)
+                self._assumed.pop(new.key, None)
+                self._real.pop(new.key, None)
             elif rv is not None and held is not None and rv < held:
                 return
             else:
-                self._workloads[new.key] = new
+                self._workloads[new.key] = self._with_assumed(new)
                 if rv is not None:
                     self._rv[new.key] = rv
             if self._workloads.get(new.key) != before:
                 self.version += 1
+
+    def _with_assumed(self, real: wl.Workload) -> wl.Workload:
+        """``real`` (a workload as received) as the index holds it: carrying the reservation
+        assumed for it until it shows that one itself (the write landed) or another UID
+        (a new object, which the record was not signed for). Called with the lock held."""
+        found = self._assumed.get(real.key)
+        if found is None:
+            return real
+        assumed, uid = found
+        if real.record == assumed or (real.uid and real.uid != uid):
+            del self._assumed[real.key]
+            self._real.pop(real.key, None)
+            return real
+        self._real[real.key] = real
+        return replace(real, record=assumed, record_error="")
+
+    def assume_record(self, key: WorkloadKey, record: Record) -> bool:
+        """Hold workload ``key`` as carrying ``record`` (signed for it: :meth:`signed`) from
+        now on, while its write is in flight (:meth:`forget_record` ends it when the write is
+        refused; the workload received with the record ends it when it lands). False when
+        the index holds no such workload."""
+        with self._lock:
+            found = self._workloads.get(key)
+            if found is None:
+                return False
+            self._real[key] = self._real.get(key, found)
+            self._assumed[key] = (record, found.uid)
+            self._workloads[key] = replace(found, record=record, record_error="")
+            self.version += 1
+            return True
+
+    def forget_record(self, key: WorkloadKey, record: Record) -> None:
+        """End the assumption of ``record`` on workload ``key`` (its write was refused, or
+        its outcome is unknown and the next decision will look again): the workload is
+        held as last received."""
+        with self._lock:
+            if self._assumed.get(key, (None, ""))[0] != record:
+                return
+            del self._assumed[key]
+            real = self._real.pop(key, None)
+            if real is not None and key in self._workloads:
+                self._workloads[key] = real
+            self.version += 1
 
     def _read(self, kind: str, obj: Obj) -> wl.Workload | None:
         """:func:`~reconciler.engine.model.workloads.workload` of ``obj``, or None (also when

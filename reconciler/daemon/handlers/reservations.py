@@ -10,6 +10,7 @@ import logging
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.handlers.done import Done
+from reconciler.daemon.handlers.waves import Waves
 from reconciler.daemon.memory import Memory
 from reconciler.daemon.writer.base import Conflict, Gone, WriteError
 from reconciler.daemon.writer.workloads import WorkloadWrites
@@ -17,6 +18,7 @@ from reconciler.engine.decision.actions import DropReservation, Reserve
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.model.keys import WorkloadKey
+from reconciler.engine.model.reservations import Record
 from troupe import contract
 
 log = logging.getLogger("reconciler.daemon.controller")
@@ -24,23 +26,38 @@ log = logging.getLogger("reconciler.daemon.controller")
 
 class Reservations:
     """The handlers of ``Reserve`` and ``DropReservation``: the record and its Events written
-    through ``workloads``, each workload written fed back to ``cache``."""
+    through ``workloads`` (a reservation on a release driver thread of ``waves``), each
+    workload written fed back to ``cache``."""
 
-    def __init__(self, cache: ClusterCache, workloads: WorkloadWrites) -> None:
+    def __init__(self, cache: ClusterCache, workloads: WorkloadWrites, waves: Waves) -> None:
         self.cache = cache
         self.workloads = workloads
+        self.waves = waves
 
     def reserve(self, gang: Gang, decision: Decision, action: Reserve, memory: Memory, now: float) -> Done:
         """Write the reservation on the workload (docs/decisions/034-release-as-created.md),
         signed with the cache's key for that workload's UID
-        (docs/decisions/049-hostile-tenants-third-round.md): from then on its ranks' nodes are held. Tell the workload with the rule's Event,
-        and look again at once: members already created are released by the next decision."""
+        (docs/decisions/049-hostile-tenants-third-round.md): from then on its ranks' nodes are
+        held. The cache holds the workload as carrying it at once, and the write goes out on
+        a release driver thread while the worker decides on (docs/decisions/068-release-pipeline.md);
+        the :class:`Done` of the write is ``pending``."""
         signed = self.cache.workloads.signed(action.workload, action.record)
         if signed is None:  # deleted since the decision: the next one says so
             return Done(note="reservation not written: the workload is gone", retry=True)
+        record, uid = signed
+        self.cache.workloads.assume_record(action.workload, record)
+        return Done(pending=self.waves.start(lambda: self.write(gang, decision, action, record, uid)))
+
+    def write(self, gang: Gang, decision: Decision, action: Reserve, record: Record, uid: str) -> Done:
+        """Write ``record`` on the action's workload of UID ``uid``; tell the workload with the
+        rule's Event, and look again at once: members already created are released by the
+        next decision. A write that fails ends the cache's assumption of the record (a
+        reservation is one annotation: the next decision writes it anew over whatever is
+        there) and is retried."""
         try:
-            self.cache.assume_workload(action.workload[0], self.workloads.set_reservation(action.workload, *signed))
+            self.cache.assume_workload(action.workload[0], self.workloads.set_reservation(action.workload, record, uid))
         except WriteError as e:  # LostLeadership included; Conflict: replaced by another UID. Nothing is reserved
+            self.cache.workloads.forget_record(action.workload, record)
             log.warning("gang %s: reservation not written: %s", gang.key, e)
             return Done(note=f"reservation not written: {e}", retry=True)
         notice = decision.rule.notice

@@ -37,6 +37,7 @@ class FakeWorkloadWrites(FakeStore[WorkloadKey], WorkloadWrites):
 
     def _patch_workload(self, workload: WorkloadKey,
                         patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        self._admit()
         with self._lock:
             obj = copy.deepcopy(self._writable(workload, workload[2], f"{workload[0]} {workload[1]}/{workload[2]} not found"))
             annotations = obj["metadata"].setdefault("annotations", {})
