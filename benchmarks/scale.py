@@ -64,51 +64,46 @@ so, and such numbers are not comparable.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from control_plane import (
+    BLOCKS,
+    HOSTS,
+    SUBBLOCKS,
+    add_control_plane_flags,
+    check_control_plane_flags,
+    clear,
+    client_rate,
+    follow,
+    nodes_file,
+    not_ready_count,
+    parse_topology,
+    rates_text,
+    rss_peak_mib,
+)
+from kubernetes import client
 from scale_inprocess import ROWS, SCALES
 from scale_inprocess import measure as measure_inprocess
 from scale_inprocess import table as targets_table
 from scale_report import MODES, PLAIN, Run, SizeResult, size_lines, summary_table, target_rows
 from timeline import PodMarks, median_timeline, stage_table, stages
 
-from devtools.devcluster.cluster import ClientRate, Cluster
+from devtools.devcluster.cluster import Cluster
 from devtools.devcluster.stack import Stack
 from troupe.contract import PLANNED_AT, RESERVATION
 
-BLOCKS, SUBBLOCKS, HOSTS = 4, 8, 64
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 TROUPE_GATE = "troupe.io/placement"
-JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
-
-
-def nodes_file(directory: Path, topology: tuple[int, int, int] = (BLOCKS, SUBBLOCKS, HOSTS)) -> Path:
-    """A FakeNodes file of ``topology`` (blocks x subblocks x hosts) nodes with 8 GPUs each."""
-    blocks, subblocks, hosts = topology
-    path = directory / "nodes.yaml"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "troupe.dev/devcluster/v1", "kind": "FakeNodes",
-        "groups": [{"name": "gpu",
-                    "topology": {"blocks": blocks, "subblocksPerBlock": subblocks, "hostsPerSubblock": hosts},
-                    "resources": {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}}],
-    }))
-    return path
 
 
 def indexed_job(name: str, n: int, annotations: dict[str, str], gpus: int) -> dict[str, Any]:
@@ -141,36 +136,6 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
         "troupe.io/gang-name": name, "troupe.io/gang-size": str(n),
         "troupe.io/topology-preferred-level": SUBBLOCK_LABEL, "troupe.io/release": mode}
     return indexed_job(name, n, annotations, gpus=8)
-
-
-def follow(list_call: Any, namespace: str, on_list: Any, on_event: Any, stop: threading.Event,
-           errors: list[str], raw: bool = False, **selectors: str) -> None:
-    """List then watch ``list_call`` in ``namespace`` until ``stop`` is set, calling
-    ``on_list(items, received)`` on each (re-)list and ``on_event(type, object, received)``
-    on each event (``received``: ``time.monotonic()`` when the client got it). ``raw``:
-    the objects are plain JSON dicts, not the client's models (4-5 events a pod: building
-    models would lag a watch of thousands of pods). The watch is resumed from a fresh list
-    when the API server drops it; errors are appended to ``errors``."""
-    while not stop.is_set():
-        try:
-            if raw:
-                listing = json.loads(list_call(namespace, _preload_content=False, **selectors).data)
-                items, version = listing.get("items") or [], listing["metadata"]["resourceVersion"]
-            else:
-                models = list_call(namespace, **selectors)
-                items, version = models.items, models.metadata.resource_version
-            on_list(items, time.monotonic())
-            w = watch.Watch()
-            for event in w.stream(list_call, namespace, resource_version=version, timeout_seconds=60,
-                                  **({"deserialize": False} if raw else {}), **selectors):
-                if raw and event["type"] == "ERROR":
-                    raise RuntimeError(f"watch error: {event['object']}")
-                on_event(event["type"], event["object"], time.monotonic())
-                if stop.is_set():
-                    w.stop()
-        except Exception as e:  # noqa: BLE001  resumed from a fresh list
-            errors.append(f"{type(e).__name__}: {e}")
-            time.sleep(0.2)
 
 
 def _rfc3339(value: str | None) -> float | None:
@@ -279,80 +244,6 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
     return Run(marks["running"] - t0, release, tuple(p.spec.node_name for p in seen.values()), len(uids) - n, timeline)
 
 
-def rss_peak_mib(pid: int) -> float:
-    """Peak resident memory of process ``pid`` (``VmHWM``), MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def not_ready_count(core: client.CoreV1Api) -> int:
-    """How many nodes are not Ready now (their Ready condition is not True)."""
-    return sum(1 for node in core.list_node().items
-               if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()))
-
-
-def _until_done(delete: Any, end: float) -> None:
-    """``delete()`` (a DeleteCollection), again while the API server answers 504: a
-    collection of thousands (a stream's 2,000 Jobs) outlasts its 60 s request timeout,
-    and each call deletes what it reached before it timed out. Raises the last error at
-    ``end`` (monotonic seconds)."""
-    while True:
-        try:
-            delete()
-            return
-        except ApiException as e:
-            if e.status != 504 or time.monotonic() > end:
-                raise
-
-
-def clear(api: Any, namespace: str, name: str | None = None, timeout: float = 300.0) -> None:
-    """Delete Job ``name`` and its pods (every Job and pod of ``namespace`` when ``name`` is
-    None; grace 0: kwok runs no containers), take the Job controller's
-    ``batch.kubernetes.io/job-tracking`` finalizer off them (else they linger until
-    kube-controller-manager, at its client rate, removes it: N/20 s), wait until no pod of
-    them is left (their nodes are free again), then delete ``namespace`` without waiting for
-    it. Raises ``RuntimeError`` after ``timeout`` s."""
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    selector = {"label_selector": f"job-name={name}"} if name else {}
-    end = time.monotonic() + timeout
-    if name:
-        batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
-    else:
-        _until_done(lambda: batch.delete_collection_namespaced_job(namespace, propagation_policy="Background",
-                                                                   grace_period_seconds=0), end)
-    _until_done(lambda: core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, **selector), end)
-    unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
-
-    def release(pod: str) -> None:
-        try:
-            core.patch_namespaced_pod(pod, namespace, unfinalize, _content_type="application/strategic-merge-patch+json")
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
-    while pods := json.loads(core.list_namespaced_pod(namespace, _preload_content=False, **selector).data).get("items"):
-        held = [p["metadata"]["name"] for p in pods if JOB_TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ())]
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(release, held))
-        if time.monotonic() > end:
-            raise RuntimeError(f"{len(pods)} pods of {f'Job {namespace}/{name}' if name else f'namespace {namespace}'} "
-                               f"not gone after {timeout:.0f}s")
-        time.sleep(0.5)
-    core.delete_namespace(namespace, grace_period_seconds=0)
-
-
-def parse_topology(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int]:
-    """``--topology BxSxH`` as (blocks, subblocks, hosts); exits 2 through ``p`` when it is not
-    three integers."""
-    try:
-        blocks, subblocks, hosts = (int(part) for part in text.split("x"))
-    except ValueError:
-        p.error(f"--topology: expected BxSxH (three integers, e.g. 4x8x64), got {text!r}")
-    return blocks, subblocks, hosts
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module's docstring); exits 2 on an unknown mode."""
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
@@ -385,24 +276,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.topology = parse_topology(p, args.topology)
     check_control_plane_flags(p, args)
     return args
-
-
-def add_control_plane_flags(p: argparse.ArgumentParser) -> None:
-    """``--component-qps``, ``--component-burst`` and ``--run-dir``: the control plane's
-    flags of this benchmark and of ``benchmarks/stream.py``."""
-    p.add_argument("--component-qps", type=float, default=None, metavar="QPS",
-                   help="start kube-controller-manager and kube-scheduler with --kube-api-qps=QPS "
-                        "(default: their own defaults, 20 and 50)")
-    p.add_argument("--component-burst", type=int, default=None, metavar="B",
-                   help="with --component-qps: their --kube-api-burst (default 2 x QPS)")
-    p.add_argument("--run-dir", metavar="DIR", default=None,
-                   help="keep the control plane's run directory (logs of every component) here")
-
-
-def check_control_plane_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Exit 2 (``p.error``) on ``--component-burst`` without ``--component-qps``."""
-    if args.component_burst is not None and args.component_qps is None:
-        p.error("--component-burst needs --component-qps")
 
 
 def median_run(runs: list[Run]) -> Run:
@@ -458,21 +331,13 @@ def timeline_text(runs: dict[str, Run]) -> str:
                        {mode: run.timeline for mode, run in runs.items() if mode != PLAIN})
 
 
-def rates_text(rate: ClientRate | None) -> str:
-    """How kube-controller-manager and kube-scheduler were started, for the header."""
-    if rate is None:
-        return "kube-controller-manager and kube-scheduler at their default client rates (20/30, 50/100)"
-    return f"kube-controller-manager and kube-scheduler at --kube-api-qps={rate.qps:g} --kube-api-burst={rate.burst}"
-
-
 def main() -> int:
     args = parse_args()
     inprocess = [] if args.only == "cluster" else measure_inprocess(SCALES, ROWS, repeat=1)
     if args.only == "inprocess":
         print(targets_table(inprocess))
         return 0
-    rate = None if args.component_qps is None else ClientRate(
-        args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
+    rate = client_rate(args)
     blocks, subblocks, hosts = args.topology
     title = (f"{blocks * subblocks * hosts} kwok nodes ({blocks} blocks x {subblocks} subblocks x {hosts} hosts, "
              f"8 GPUs), indexed Job of N whole-node pods; {rates_text(rate)}")

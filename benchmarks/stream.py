@@ -54,23 +54,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-from scale import (
+from control_plane import (
     add_control_plane_flags,
     check_control_plane_flags,
     clear,
+    client_rate,
     follow,
-    indexed_job,
     nodes_file,
     not_ready_count,
     parse_topology,
     rates_text,
     rss_peak_mib,
 )
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from scale import indexed_job
 from stream_report import StreamResult, summary_table
 
-from devtools.devcluster.cluster import ClientRate, Cluster
+from devtools.devcluster.cluster import Cluster
 from devtools.devcluster.stack import Stack
 
 MODES = ("plain", "gang")
@@ -249,8 +250,7 @@ def main() -> int:
     nodes = blocks * subblocks * hosts
     title = (f"{args.gangs} Jobs of {args.members} one-GPU pods created evenly over {args.seconds:g} s, "
              f"{nodes} kwok nodes ({blocks}x{subblocks}x{hosts}, 8 GPUs each), per mode: {', '.join(args.modes)}")
-    rate = None if args.component_qps is None else ClientRate(
-        args.component_qps, args.component_burst if args.component_burst is not None else int(2 * args.component_qps))
+    rate = client_rate(args)
     title += f"; {rates_text(rate)}"
     results = []
     with tempfile.TemporaryDirectory(prefix="troupe-bench-stream-") as tmp:
