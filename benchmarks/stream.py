@@ -54,18 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from control_plane import (
-    add_control_plane_flags,
-    check_control_plane_flags,
-    clear,
-    client_rate,
-    follow,
-    nodes_file,
-    not_ready_count,
-    parse_topology,
-    rates_text,
-    rss_peak_mib,
-)
+import control_plane as plane
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from scale import indexed_job
@@ -173,8 +162,8 @@ def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, se
     stop = threading.Event()
     errors: list[str] = []
     tracker = Tracker(members, 0.0)
-    watcher = threading.Thread(target=follow, args=(core.list_namespaced_pod, namespace, tracker.listed, tracker.event,
-                                                    stop, errors, True), daemon=True)
+    watcher = threading.Thread(target=plane.follow, daemon=True, args=(
+        core.list_namespaced_pod, namespace, tracker.listed, tracker.event, stop, errors, True))
     watcher.start()
     time.sleep(1.0)
     start = time.monotonic()
@@ -225,7 +214,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="which streams to run, in this order: plain, gang (default %(default)s)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="give up on a stream S seconds after its last Job was created (default %(default)s)")
-    add_control_plane_flags(p)
+    plane.add_control_plane_flags(p)
     args = p.parse_args(argv)
     args.modes = args.modes.split(",")
     unknown = [mode for mode in args.modes if mode not in MODES]
@@ -236,8 +225,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{flag}: expected a positive count, got {getattr(args, flag)}")
     if args.seconds < 0:
         p.error(f"--seconds: expected zero or more, got {args.seconds:g}")
-    blocks, subblocks, hosts = args.topology = parse_topology(p, args.topology)
-    check_control_plane_flags(p, args)
+    blocks, subblocks, hosts = args.topology = plane.parse_topology(p, args.topology)
+    plane.check_control_plane_flags(p, args)
     if args.gangs * args.members > blocks * subblocks * hosts * 8:
         p.error(f"--gangs x --members: {args.gangs * args.members} pods of one GPU do not fit on "
                 f"{blocks * subblocks * hosts} nodes of 8 GPUs (every Job must fit at once)")
@@ -250,8 +239,8 @@ def main() -> int:
     nodes = blocks * subblocks * hosts
     title = (f"{args.gangs} Jobs of {args.members} one-GPU pods created evenly over {args.seconds:g} s, "
              f"{nodes} kwok nodes ({blocks}x{subblocks}x{hosts}, 8 GPUs each), per mode: {', '.join(args.modes)}")
-    rate = client_rate(args)
-    title += f"; {rates_text(rate)}"
+    rate = plane.client_rate(args)
+    title += f"; {plane.rates_text(rate)}"
     results = []
     with tempfile.TemporaryDirectory(prefix="troupe-bench-stream-") as tmp:
         directory = Path(tmp)
@@ -260,7 +249,7 @@ def main() -> int:
         print(f"starting the control plane with {nodes} kwok nodes...", file=sys.stderr)
         began = time.monotonic()
         with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
-            cluster.apply_nodes(nodes_file(directory, args.topology), timeout=600.0)
+            cluster.apply_nodes(plane.nodes_file(directory, args.topology), timeout=600.0)
             with Stack(cluster, config) as stack:
                 print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
                 print(title, flush=True)
@@ -268,7 +257,7 @@ def main() -> int:
                 core = client.CoreV1Api(api)
                 pid = stack.process("troupe-reconciler").popen.pid
                 for mode in args.modes:
-                    unready = not_ready_count(core)
+                    unready = plane.not_ready_count(core)
                     if unready:
                         print(f"  warning: {unready} nodes not Ready before the {mode} stream; "
                               "its numbers are not comparable", flush=True)
@@ -281,10 +270,10 @@ def main() -> int:
                           f"{result.stat(50) or float('nan'):.2f} s, p99 {result.stat(99) or float('nan'):.2f} s; "
                           f"{result.inversions} inversions", flush=True)
                     cleared = time.monotonic()
-                    clear(api, namespace, timeout=900.0)
+                    plane.clear(api, namespace, timeout=900.0)
                     print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
                     stack.check()
-                peak = rss_peak_mib(pid)
+                peak = plane.rss_peak_mib(pid)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all; reconciler peak memory {peak:.0f} MiB\n")
     print(summary_table(results))
     return 0
