@@ -8,10 +8,13 @@ readiness. Each needs a control plane (``devtools/devcluster``) but none starts 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,13 +23,15 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from devtools.devcluster.cluster import ClientRate
+from devtools.devcluster.cluster import ClientRate, Cluster
 
 #: The default kwok cluster: 4 blocks x 8 subblocks x 64 hosts, 2,048 nodes.
 BLOCKS, SUBBLOCKS, HOSTS = 4, 8, 64
 #: A node of 8 GPUs (allocatable = capacity).
 GPU_NODE = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+#: Seconds between two progress lines of :func:`wait_done`.
+PROGRESS_SECONDS = 5.0
 
 
 def nodes_file(directory: Path, topology: tuple[int, int, int] = (BLOCKS, SUBBLOCKS, HOSTS),
@@ -181,3 +186,69 @@ def rates_text(rate: ClientRate | None) -> str:
     if rate is None:
         return "kube-controller-manager and kube-scheduler at their default client rates (20/30, 50/100)"
     return f"kube-controller-manager and kube-scheduler at --kube-api-qps={rate.qps:g} --kube-api-burst={rate.burst}"
+
+
+def wait_done(state: Callable[[], tuple[int, int, str]], creator: threading.Thread, start: float, mode: str,
+              timeout: float, errors: list[str], poll: float = 0.5) -> None:
+    """Return once ``state()`` says every object is done and ``creator`` (the thread that
+    creates them) has ended, or ``timeout`` s after it ended; every ``poll`` s ``state()``
+    gives (done, of how many, a progress text), the text printed on stderr every
+    :data:`PROGRESS_SECONDS` as ``<mode> <seconds since start>s: <text>``, and at the
+    timeout how many are not done with the last watch errors."""
+    last_progress, deadline = time.monotonic(), None
+    while True:
+        time.sleep(poll)
+        done, total, text = state()
+        now = time.monotonic()
+        if not creator.is_alive() and deadline is None:
+            deadline = now + timeout
+        if now - last_progress >= PROGRESS_SECONDS:
+            last_progress = now
+            print(f"  {mode} {now - start:6.1f}s: {text}", file=sys.stderr, flush=True)
+        if done >= total and not creator.is_alive():
+            return
+        if deadline is not None and now > deadline:
+            print(f"  {mode}: {total - done} of {total} not done {timeout:.0f}s after the last was created; "
+                  f"watch errors: {errors[-3:]}", file=sys.stderr, flush=True)
+            return
+
+
+def open_namespace(core: client.CoreV1Api, namespace: str, what: str) -> None:
+    """Create ``namespace`` for the run named ``what`` (``the plain stream``), after a warning
+    line on stdout when some nodes are not Ready (kwok renews its nodes' leases late on a busy
+    machine: that run's numbers are not comparable), and say on stderr that it starts."""
+    unready = not_ready_count(core)
+    if unready:
+        print(f"  warning: {unready} nodes not Ready before {what} (kwok renews its nodes' leases late on a busy "
+              "machine); its numbers are not comparable", flush=True)
+    core.create_namespace({"metadata": {"name": namespace}})
+    print(f"{what}...", file=sys.stderr, flush=True)
+
+
+def clear_namespace(api: Any, namespace: str, timeout: float = 900.0) -> None:
+    """:func:`clear` every Job and pod of ``namespace``, then the namespace, saying on stderr
+    how long its pods took to go."""
+    cleared = time.monotonic()
+    clear(api, namespace, timeout=timeout)
+    print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def started(run_dir: str | None, topology: tuple[int, int, int], resources: Mapping[str, str] = GPU_NODE,
+            **options: Any) -> Iterator[tuple[Cluster, Path]]:
+    """A local control plane (``Cluster(run_dir, **options)``, ``client_rate``,
+    ``feature_gates``... as :class:`devtools.devcluster.cluster.Cluster` takes them) with
+    :func:`nodes_file`'s kwok nodes Ready, and an empty Troupe configuration file for a
+    ``Stack``; the start and its seconds said on stderr. Thousands of nodes take more than
+    the default minute to start and be Ready on a busy machine: both wait up to 10 minutes."""
+    nodes = topology[0] * topology[1] * topology[2]
+    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
+        directory = Path(tmp)
+        config = directory / "config.yaml"
+        config.write_text("")
+        print(f"starting the control plane with {nodes} kwok nodes...", file=sys.stderr)
+        began = time.monotonic()
+        with Cluster(run_dir, start_timeout=600.0, **options) as cluster:
+            cluster.apply_nodes(nodes_file(directory, topology, resources), timeout=600.0)
+            print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
+            yield cluster, config

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -60,11 +59,9 @@ from kubernetes.client.rest import ApiException
 from scale import indexed_job
 from stream_report import StreamResult, summary_table
 
-from devtools.devcluster.cluster import Cluster
 from devtools.devcluster.stack import Stack
 
 MODES = ("plain", "gang")
-PROGRESS_SECONDS = 5.0
 
 
 def stream_job(name: str, members: int, gang: bool) -> dict[str, Any]:
@@ -125,28 +122,16 @@ def wait_running(tracker: Tracker, creator: threading.Thread, created: list[floa
                  timeout: float, errors: list[str]) -> None:
     """Return once every Job of the stream (``created``: one entry per Job, None until its
     create call is sent) has all its pods Running and ``creator`` is done, or ``timeout``
-    seconds after ``creator`` ended; a progress line on stderr every
-    :data:`PROGRESS_SECONDS`."""
+    seconds after ``creator`` ended; a progress line on stderr every 5 s
+    (:func:`control_plane.wait_done`)."""
     gangs = len(created)
-    last_progress = tracker.start
-    deadline: float | None = None
-    while True:
-        time.sleep(0.5)
+
+    def state() -> tuple[int, int, str]:
         done, pods = tracker.counts()
-        now = time.monotonic()
-        if not creator.is_alive() and deadline is None:
-            deadline = now + timeout
-        if now - last_progress >= PROGRESS_SECONDS:
-            last_progress = now
-            made = sum(1 for c in created if c is not None)
-            print(f"  {mode} {now - tracker.start:6.1f}s: {made}/{gangs} Jobs created, {done}/{gangs} all Running, "
-                  f"{pods} pods Running", file=sys.stderr, flush=True)
-        if done >= gangs and not creator.is_alive():
-            return
-        if deadline is not None and now > deadline:
-            print(f"  {mode}: {gangs - done} Jobs not all Running {timeout:.0f}s after the last was created; "
-                  f"watch errors: {errors[-3:]}", file=sys.stderr, flush=True)
-            return
+        made = sum(1 for c in created if c is not None)
+        return done, gangs, f"{made}/{gangs} Jobs created, {done}/{gangs} all Running, {pods} pods Running"
+
+    plane.wait_done(state, creator, tracker.start, mode, timeout, errors)
 
 
 def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, seconds: float,
@@ -242,38 +227,24 @@ def main() -> int:
     rate = plane.client_rate(args)
     title += f"; {plane.rates_text(rate)}"
     results = []
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-stream-") as tmp:
-        directory = Path(tmp)
-        config = directory / "config.yaml"
-        config.write_text("")
-        print(f"starting the control plane with {nodes} kwok nodes...", file=sys.stderr)
-        began = time.monotonic()
-        with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate) as cluster:
-            cluster.apply_nodes(plane.nodes_file(directory, args.topology), timeout=600.0)
-            with Stack(cluster, config) as stack:
-                print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
-                print(title, flush=True)
-                api = cluster.api_client("admin")
-                core = client.CoreV1Api(api)
-                pid = stack.process("troupe-reconciler").popen.pid
-                for mode in args.modes:
-                    unready = plane.not_ready_count(core)
-                    if unready:
-                        print(f"  warning: {unready} nodes not Ready before the {mode} stream; "
-                              "its numbers are not comparable", flush=True)
-                    namespace = f"stream-{mode}"
-                    core.create_namespace({"metadata": {"name": namespace}})
-                    print(f"{mode} stream...", file=sys.stderr, flush=True)
-                    result = run_stream(api, namespace, mode, args.gangs, args.members, args.seconds, args.timeout)
-                    results.append(result)
-                    print(f"  {mode}: {result.all_running} of {len(result.created)} Jobs all Running; median "
-                          f"{result.stat(50) or float('nan'):.2f} s, p99 {result.stat(99) or float('nan'):.2f} s; "
-                          f"{result.inversions} inversions", flush=True)
-                    cleared = time.monotonic()
-                    plane.clear(api, namespace, timeout=900.0)
-                    print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
-                    stack.check()
-                peak = plane.rss_peak_mib(pid)
+    began = time.monotonic()
+    with plane.started(args.run_dir, args.topology, client_rate=rate) as (cluster, config), \
+            Stack(cluster, config) as stack:
+        print(title, flush=True)
+        api = cluster.api_client("admin")
+        core = client.CoreV1Api(api)
+        pid = stack.process("troupe-reconciler").popen.pid
+        for mode in args.modes:
+            namespace = f"stream-{mode}"
+            plane.open_namespace(core, namespace, f"the {mode} stream")
+            result = run_stream(api, namespace, mode, args.gangs, args.members, args.seconds, args.timeout)
+            results.append(result)
+            print(f"  {mode}: {result.all_running} of {len(result.created)} Jobs all Running; median "
+                  f"{result.stat(50) or float('nan'):.2f} s, p99 {result.stat(99) or float('nan'):.2f} s; "
+                  f"{result.inversions} inversions", flush=True)
+            plane.clear_namespace(api, namespace)
+            stack.check()
+        peak = plane.rss_peak_mib(pid)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all; reconciler peak memory {peak:.0f} MiB\n")
     print(summary_table(results))
     return 0

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -74,18 +73,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import control_plane as plane
+import throughput_report as report
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from throughput_report import (
-    MODES,
-    NATIVE,
-    TROUPE,
-    ModeRun,
-    mode_lines,
-    shape_text,
-    summary_table,
-    verdict_lines,
-)
 
 from devtools.devcluster.cluster import TOPOLOGY_AWARE_WORKLOADS, WORKLOAD_API, Cluster
 from devtools.devcluster.stack import Stack
@@ -93,7 +83,6 @@ from devtools.devcluster.toolchain import control_plane_version
 
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 TROUPE_GATE = "troupe.io/placement"
-PROGRESS_SECONDS = 5.0
 WORKLOAD_GROUP, WORKLOAD_VERSION = "scheduling.k8s.io", "v1beta1"
 
 
@@ -126,13 +115,13 @@ def pod_body(gang: int, member: int, shape: Shape, mode: str) -> dict[str, Any]:
     Troupe's gang keys (troupe), or naming PodGroup ``g<gang>`` (native)."""
     name = f"g{gang}"
     annotations = {"troupe.io/gang-name": name, "troupe.io/gang-size": str(shape.members),
-                   "troupe.io/topology-required-level": SUBBLOCK_LABEL} if mode == TROUPE else {}
+                   "troupe.io/topology-required-level": SUBBLOCK_LABEL} if mode == report.TROUPE else {}
     resources: dict[str, Any] = {"requests": dict(shape.requests)}
     if shape.limits:
         resources["limits"] = dict(shape.limits)
     spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                             "containers": [{"name": "train", "image": "trainer:latest", "resources": resources}]}
-    if mode == NATIVE:
+    if mode == report.NATIVE:
         spec["schedulingGroup"] = {"podGroupName": name}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-{member}", "annotations": annotations},
             "spec": spec}
@@ -204,35 +193,11 @@ def create_all(clients: list[Any], bodies: list[tuple[str, Any]], create: Callab
     return time.monotonic() - start, refused
 
 
-def wait_running(tracker: Tracker, total: int, gangs: int, creating: threading.Thread, sent: Mapping[str, float],
-                 mode: str, timeout: float, errors: list[str]) -> None:
-    """Return once ``total`` pods are Running and ``creating`` is done, or ``timeout`` s after
-    it ended; a progress line on stderr every :data:`PROGRESS_SECONDS`."""
-    last_progress, deadline = time.monotonic(), None
-    while True:
-        time.sleep(0.25)
-        now = time.monotonic()
-        with tracker.lock:
-            running = len(tracker.running)
-        if not creating.is_alive() and deadline is None:
-            deadline = now + timeout
-        if now - last_progress >= PROGRESS_SECONDS:
-            last_progress = now
-            print(f"  {mode} {now - tracker.start:6.1f}s: {len(sent)}/{total} pods created, {running}/{total} "
-                  f"Running ({gangs} gangs)", file=sys.stderr, flush=True)
-        if running >= total and not creating.is_alive():
-            return
-        if deadline is not None and now > deadline:
-            print(f"  {mode}: {total - running} pods not Running {timeout:.0f}s after the last was created; "
-                  f"watch errors: {errors[-3:]}", file=sys.stderr, flush=True)
-            return
-
-
-def run_mode(cluster: Cluster, namespace: str, mode: str, shape: Shape, threads: int, timeout: float) -> ModeRun:
+def run_mode(cluster: Cluster, namespace: str, mode: str, shape: Shape, threads: int, timeout: float) -> report.ModeRun:
     """Create ``shape``'s pods as ``mode`` writes them in ``namespace`` (the native mode's
     PodGroups first), all at once on ``threads`` client threads, and watch until every one
     is Running or ``timeout`` s after the last was created. The reconciler's memory is not
-    read here (:class:`ModeRun` ``reconciler_peak_mib`` None). Raises ``RuntimeError`` when
+    read here (``reconciler_peak_mib`` None). Raises ``RuntimeError`` when
     a PodGroup is refused."""
     core = client.CoreV1Api(cluster.api_client("admin"))
     clients = [cluster.api_client("admin") for _ in range(threads)]
@@ -244,7 +209,7 @@ def run_mode(cluster: Cluster, namespace: str, mode: str, shape: Shape, threads:
     def create_pod(api: Any, body: Any) -> object:
         return client.CoreV1Api(api).create_namespaced_pod(namespace, body, _preload_content=False)
 
-    if mode == NATIVE:
+    if mode == report.NATIVE:
         groups = [(f"g{i}", pod_group_body(i, shape)) for i in range(shape.gangs)]
         _, refused = create_all(clients, groups, create_group, time.monotonic(), {})
         if refused:
@@ -262,7 +227,13 @@ def run_mode(cluster: Cluster, namespace: str, mode: str, shape: Shape, threads:
     creating = threading.Thread(daemon=True, target=lambda: answered.append(
         create_all(clients, bodies, create_pod, tracker.start, sent)))
     creating.start()
-    wait_running(tracker, len(bodies), shape.gangs, creating, sent, mode, timeout, errors)
+
+    def state() -> tuple[int, int, str]:
+        with tracker.lock:
+            running = len(tracker.running)
+        return running, len(bodies), f"{len(sent)}/{len(bodies)} pods created, {running} Running"
+
+    plane.wait_done(state, creating, tracker.start, mode, timeout, errors, poll=0.25)
     creating.join()
     stop.set()
     created_by, refused = answered[0]
@@ -271,7 +242,7 @@ def run_mode(cluster: Cluster, namespace: str, mode: str, shape: Shape, threads:
     if refused:
         print(f"  {len(refused)} creates refused, e.g. {refused[:3]}", file=sys.stderr, flush=True)
     with tracker.lock:
-        return ModeRun(mode, dict(sent), created_by, dict(tracker.running), dict(tracker.nodes), threads,
+        return report.ModeRun(mode, dict(sent), created_by, dict(tracker.running), dict(tracker.nodes), threads,
                        failed_creates=len(refused))
 
 
@@ -280,7 +251,7 @@ def troupe_off(cluster: Cluster, shape: Shape, timeout: float = 30.0) -> None:
     API server drops a removed webhook registration asynchronously. Raises ``RuntimeError``
     after ``timeout`` s."""
     core = client.CoreV1Api(cluster.api_client("admin"))
-    probe = pod_body(0, 0, shape, NATIVE)
+    probe = pod_body(0, 0, shape, report.NATIVE)
     probe["metadata"] = {"generateName": "troupe-off-probe-"}
     end = time.monotonic() + timeout
     while True:
@@ -310,7 +281,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--members", type=int, default=None, metavar="M", help="pods per gang (default: the shape's)")
     p.add_argument("--topology", default=None, metavar="BxSxH",
                    help="kwok nodes as blocks x subblocks x hosts (default: the shape's, 4x8x64 or 1x50x100)")
-    p.add_argument("--modes", default=",".join(MODES),
+    p.add_argument("--modes", default=",".join(report.MODES),
                    help="which modes to run, in this order: plain, troupe, native (default %(default)s)")
     p.add_argument("--threads", type=int, default=16, metavar="T",
                    help="client threads creating the pods (default %(default)s)")
@@ -319,10 +290,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     plane.add_control_plane_flags(p)
     args = p.parse_args(argv)
     modes = args.modes.split(",")
-    unknown = [mode for mode in modes if mode not in MODES]
+    unknown = [mode for mode in modes if mode not in report.MODES]
     if unknown:
-        p.error(f"--modes: unknown mode(s) {', '.join(unknown)}; choose among {', '.join(MODES)}")
-    args.modes = [mode for mode in MODES if mode in modes]
+        p.error(f"--modes: unknown mode(s) {', '.join(unknown)}; choose among {', '.join(report.MODES)}")
+    args.modes = [mode for mode in report.MODES if mode in modes]
     for flag in ("gangs", "members", "threads"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             p.error(f"--{flag}: expected a positive count, got {getattr(args, flag)}")
@@ -330,7 +301,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.shape = replace(shape, gangs=args.gangs or shape.gangs, members=args.members or shape.members,
                          topology=shape.topology if args.topology is None else plane.parse_topology(p, args.topology))
     plane.check_control_plane_flags(p, args)
-    if NATIVE in args.modes and control_plane_version().startswith("v1.36."):
+    if report.NATIVE in args.modes and control_plane_version().startswith("v1.36."):
         p.error("--modes native: kube-scheduler's gang plugin with the v1beta1 PodGroup needs Kubernetes 1.37 "
                 f"(TROUPE_KUBERNETES_VERSION is {control_plane_version()})")
     return args
@@ -342,61 +313,47 @@ def main() -> int:
     blocks, subblocks, hosts = shape.topology
     nodes = blocks * subblocks * hosts
     rate = plane.client_rate(args)
-    native = NATIVE in args.modes
-    title = (f"{shape_text(shape.gangs, shape.members, shape.requests, nodes, shape.topology)}; "
+    native = report.NATIVE in args.modes
+    title = (f"{report.shape_text(shape.gangs, shape.members, shape.requests, nodes, shape.topology)}; "
              f"{plane.rates_text(rate)}; per mode: {', '.join(args.modes)}")
     gates = ("kube-scheduler and kube-apiserver with GenericWorkload and TopologyAwareWorkloadScheduling on and "
              "scheduling.k8s.io/v1beta1 served, for every mode; the plain and troupe pods name no pod group"
              if native else "the stock components (no feature gates)")
-    runs: dict[str, ModeRun] = {}
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-throughput-") as tmp:
-        directory = Path(tmp)
-        config = directory / "config.yaml"
-        config.write_text("")
-        print(f"starting the control plane with {nodes} kwok nodes...", file=sys.stderr)
-        began = time.monotonic()
-        with Cluster(args.run_dir, start_timeout=600.0, client_rate=rate,
-                     feature_gates=TOPOLOGY_AWARE_WORKLOADS if native else None,
-                     runtime_config=WORKLOAD_API if native else ()) as cluster:
-            cluster.apply_nodes(plane.nodes_file(directory, shape.topology, shape.node), timeout=600.0)
-            print(f"  ready in {time.monotonic() - began:.0f}s", file=sys.stderr)
-            print(f"{title}\n{gates}", flush=True)
-            if [mode for mode in args.modes if mode != NATIVE]:
-                with Stack(cluster, config) as stack:
-                    pid = stack.process("troupe-reconciler").popen.pid
-                    for mode in (m for m in args.modes if m != NATIVE):
-                        run = measure(cluster, mode, shape, args)
-                        runs[mode] = replace(run, reconciler_peak_mib=plane.rss_peak_mib(pid))
-                        print("\n".join(mode_lines(runs[mode])), flush=True)
-                        stack.check()
-            if native:
-                troupe_off(cluster, shape)
-                runs[NATIVE] = measure(cluster, NATIVE, shape, args)
-                print("\n".join(mode_lines(runs[NATIVE])), flush=True)
+    runs: dict[str, report.ModeRun] = {}
+    began = time.monotonic()
+    with plane.started(args.run_dir, shape.topology, shape.node, client_rate=rate,
+                       feature_gates=TOPOLOGY_AWARE_WORKLOADS if native else None,
+                       runtime_config=WORKLOAD_API if native else ()) as (cluster, config):
+        print(f"{title}\n{gates}", flush=True)
+        if [mode for mode in args.modes if mode != report.NATIVE]:
+            with Stack(cluster, config) as stack:
+                pid = stack.process("troupe-reconciler").popen.pid
+                for mode in (m for m in args.modes if m != report.NATIVE):
+                    run = measure(cluster, mode, shape, args)
+                    runs[mode] = replace(run, reconciler_peak_mib=plane.rss_peak_mib(pid))
+                    print("\n".join(report.mode_lines(runs[mode])), flush=True)
+                    stack.check()
+        if native:
+            troupe_off(cluster, shape)
+            runs[report.NATIVE] = measure(cluster, report.NATIVE, shape, args)
+            print("\n".join(report.mode_lines(runs[report.NATIVE])), flush=True)
     print(f"\n{title}; {time.monotonic() - began:.0f} s in all\n{gates}\n")
     for run in runs.values():
-        print("\n".join(mode_lines(run)))
-    print("\n".join(verdict_lines(runs)) + "\n")
-    print(summary_table(runs, shape_text(shape.gangs, shape.members, shape.requests, nodes, shape.topology)))
+        print("\n".join(report.mode_lines(run)))
+    print("\n".join(report.verdict_lines(runs)) + "\n")
+    print(report.summary_table(runs, report.shape_text(shape.gangs, shape.members, shape.requests, nodes, shape.topology)))
     return 0
 
 
-def measure(cluster: Cluster, mode: str, shape: Shape, args: argparse.Namespace) -> ModeRun:
+def measure(cluster: Cluster, mode: str, shape: Shape, args: argparse.Namespace) -> report.ModeRun:
     """One mode in a namespace of its own (``throughput-<mode>``), then its pods deleted and
     gone and the namespace deleted; a warning line first when nodes are not Ready."""
     api = cluster.api_client("admin")
     core = client.CoreV1Api(api)
-    unready = plane.not_ready_count(core)
-    if unready:
-        print(f"  warning: {unready} nodes not Ready before the {mode} mode (kwok renews its nodes' leases late "
-              "on a busy machine); its numbers are not comparable", flush=True)
     namespace = f"throughput-{mode}"
-    core.create_namespace({"metadata": {"name": namespace}})
-    print(f"{mode}...", file=sys.stderr, flush=True)
+    plane.open_namespace(core, namespace, f"the {mode} mode")
     run = run_mode(cluster, namespace, mode, shape, args.threads, args.timeout)
-    cleared = time.monotonic()
-    plane.clear(api, namespace, timeout=900.0)
-    print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr, flush=True)
+    plane.clear_namespace(api, namespace)
     return run
 
 
