@@ -14,7 +14,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-throughput bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -187,6 +187,19 @@ bench-stream: $(BIN)/.installed cluster-build
 PREEMPTION_ARGS ?=
 bench-preemption-cluster: $(BIN)/.installed cluster-build
 	$(BIN)/python benchmarks/preemption_cluster.py $(PREEMPTION_ARGS)
+# 500 gangs of 4 two-GPU pods created at once on 2,048 kwok nodes, each gang required in one
+# subblock (issue 45): placed by kube-scheduler alone (the same pods, no gang keys), by Troupe,
+# and by kube-scheduler's own gang plugin (v1beta1 PodGroups; GenericWorkload and
+# TopologyAwareWorkloadScheduling on, Troupe off), one after the other on one cluster; prints
+# each mode's pods Running per second, a gang's median and p90, the creation rate, the gangs
+# over more than one subblock, troupe/plain and native/plain, and a table for
+# docs/guide/results.md (benchmarks/throughput.py). About 10 minutes on two quiet cores.
+# THROUGHPUT_ARGS="--shape perf-750x4" (or perf-3x1000): scheduler_perf's shapes of KEP-5732 on
+# 5,000 kwok nodes in 50 racks; "--gangs 40 --members 4 --topology 1x4x16": a small run (about
+# 3 minutes).
+THROUGHPUT_ARGS ?=
+bench-throughput: $(BIN)/.installed cluster-build
+	$(BIN)/python benchmarks/throughput.py $(THROUGHPUT_ARGS)
 
 cluster-build: $(BIN)/.installed
 	$(BIN)/python -m devtools.devcluster build

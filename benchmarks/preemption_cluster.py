@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import control_plane
+from control_plane import clear, follow
 from kubernetes import client
 from preemption_cluster_report import (
     MODES,
@@ -72,7 +73,7 @@ from preemption_cluster_report import (
     summary_table,
     timeline_text,
 )
-from scale import SUBBLOCK_LABEL, clear, follow, indexed_job
+from scale import SUBBLOCK_LABEL, indexed_job
 
 from devtools.devcluster.cluster import Cluster
 from devtools.devcluster.workloads import wait_for_dry_run

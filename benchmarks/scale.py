@@ -64,11 +64,9 @@ so, and such numbers are not comparable.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -78,8 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import control_plane
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
 from scale_inprocess import ROWS, SCALES
 from scale_inprocess import measure as measure_inprocess
 from scale_inprocess import table as targets_table
@@ -90,10 +87,8 @@ from devtools.devcluster.cluster import Cluster
 from devtools.devcluster.stack import Stack
 from troupe.contract import PLANNED_AT, RESERVATION
 
-BLOCKS, SUBBLOCKS, HOSTS = 4, 8, 64
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 TROUPE_GATE = "troupe.io/placement"
-JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 
 def indexed_job(name: str, n: int, annotations: dict[str, str], gpus: int) -> dict[str, Any]:
@@ -126,38 +121,6 @@ def job(name: str, n: int, mode: str) -> dict[str, Any]:
         "troupe.io/gang-name": name, "troupe.io/gang-size": str(n),
         "troupe.io/topology-preferred-level": SUBBLOCK_LABEL, "troupe.io/release": mode}
     return indexed_job(name, n, annotations, gpus=8)
-
-
-def follow(list_call: Any, namespace: str | None, on_list: Any, on_event: Any, stop: threading.Event,
-           errors: list[str], raw: bool = False, **selectors: str) -> None:
-    """List then watch ``list_call`` in ``namespace`` (a cluster-scoped kind, such as nodes,
-    when None) until ``stop`` is set, calling ``on_list(items, received)`` on each (re-)list
-    and ``on_event(type, object, received)`` on each event (``received``:
-    ``time.monotonic()`` when the client got it). ``raw``: the objects are plain JSON dicts,
-    not the client's models (4-5 events a pod: building models would lag a watch of
-    thousands of pods). The watch is resumed from a fresh list when the API server drops
-    it; errors are appended to ``errors``."""
-    scope = () if namespace is None else (namespace,)
-    while not stop.is_set():
-        try:
-            if raw:
-                listing = json.loads(list_call(*scope, _preload_content=False, **selectors).data)
-                items, version = listing.get("items") or [], listing["metadata"]["resourceVersion"]
-            else:
-                models = list_call(*scope, **selectors)
-                items, version = models.items, models.metadata.resource_version
-            on_list(items, time.monotonic())
-            w = watch.Watch()
-            for event in w.stream(list_call, *scope, resource_version=version, timeout_seconds=60,
-                                  **({"deserialize": False} if raw else {}), **selectors):
-                if raw and event["type"] == "ERROR":
-                    raise RuntimeError(f"watch error: {event['object']}")
-                on_event(event["type"], event["object"], time.monotonic())
-                if stop.is_set():
-                    w.stop()
-        except Exception as e:  # noqa: BLE001  resumed from a fresh list
-            errors.append(f"{type(e).__name__}: {e}")
-            time.sleep(0.2)
 
 
 def _rfc3339(value: str | None) -> float | None:
@@ -236,10 +199,10 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
             reservation.append(now)
 
     threads = [
-        threading.Thread(target=follow, daemon=True, args=(
+        threading.Thread(target=control_plane.follow, daemon=True, args=(
             core.list_namespaced_pod, namespace, pods_listed, pod_event, stop, errors),
             kwargs={"label_selector": f"job-name={name}"}),
-        threading.Thread(target=follow, daemon=True, args=(
+        threading.Thread(target=control_plane.follow, daemon=True, args=(
             batch.list_namespaced_job, namespace, lambda items, now: [job_seen(j, now) for j in items],
             lambda kind, j, now: job_seen(j, now), stop, errors),
             kwargs={"field_selector": f"metadata.name={name}"}),
@@ -266,71 +229,13 @@ def measure(api: Any, namespace: str, name: str, n: int, mode: str, timeout: flo
     return Run(marks["running"] - t0, release, tuple(p.spec.node_name for p in seen.values()), len(uids) - n, timeline)
 
 
-def rss_peak_mib(pid: int) -> float:
-    """Peak resident memory of process ``pid`` (``VmHWM``), MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _until_done(delete: Any, end: float) -> None:
-    """``delete()`` (a DeleteCollection), again while the API server answers 504: a
-    collection of thousands (a stream's 2,000 Jobs) outlasts its 60 s request timeout,
-    and each call deletes what it reached before it timed out. Raises the last error at
-    ``end`` (monotonic seconds)."""
-    while True:
-        try:
-            delete()
-            return
-        except ApiException as e:
-            if e.status != 504 or time.monotonic() > end:
-                raise
-
-
-def clear(api: Any, namespace: str, name: str | None = None, timeout: float = 300.0) -> None:
-    """Delete Job ``name`` and its pods (every Job and pod of ``namespace`` when ``name`` is
-    None; grace 0: kwok runs no containers), take the Job controller's
-    ``batch.kubernetes.io/job-tracking`` finalizer off them (else they linger until
-    kube-controller-manager, at its client rate, removes it: N/20 s), wait until no pod of
-    them is left (their nodes are free again), then delete ``namespace`` without waiting for
-    it. Raises ``RuntimeError`` after ``timeout`` s."""
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    selector = {"label_selector": f"job-name={name}"} if name else {}
-    end = time.monotonic() + timeout
-    if name:
-        batch.delete_namespaced_job(name, namespace, propagation_policy="Background", grace_period_seconds=0)
-    else:
-        _until_done(lambda: batch.delete_collection_namespaced_job(namespace, propagation_policy="Background",
-                                                                   grace_period_seconds=0), end)
-    _until_done(lambda: core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, **selector), end)
-    unfinalize = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
-
-    def release(pod: str) -> None:
-        try:
-            core.patch_namespaced_pod(pod, namespace, unfinalize, _content_type="application/strategic-merge-patch+json")
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
-    while pods := json.loads(core.list_namespaced_pod(namespace, _preload_content=False, **selector).data).get("items"):
-        held = [p["metadata"]["name"] for p in pods if JOB_TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ())]
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(release, held))
-        if time.monotonic() > end:
-            raise RuntimeError(f"{len(pods)} pods of {f'Job {namespace}/{name}' if name else f'namespace {namespace}'} "
-                               f"not gone after {timeout:.0f}s")
-        time.sleep(0.5)
-    core.delete_namespace(namespace, grace_period_seconds=0)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module's docstring); exits 2 on an unknown mode."""
     p = control_plane.parser(__doc__)
     p.add_argument("--sizes", default="64,256,512,1024", help="gang sizes N, comma-separated (default %(default)s)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="which of plain, AsCreated, WhenComplete to run, comma-separated (default all)")
-    control_plane.add_flags(p, f"{BLOCKS}x{SUBBLOCKS}x{HOSTS}",
+    control_plane.add_flags(p, f"{control_plane.BLOCKS}x{control_plane.SUBBLOCKS}x{control_plane.HOSTS}",
                             "; a small cluster, e.g. 1x2x64, shows a small gang's fixed costs at little load")
     p.add_argument("--release-concurrency", type=int, default=None, metavar="C",
                    help="the reconciler's releaseConcurrency (default: the built-in default)")
@@ -357,7 +262,7 @@ def median_run(runs: list[Run]) -> Run:
 
 
 def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[str],
-                  hosts: int = HOSTS, repeat: int = 1) -> list[SizeResult]:
+                  hosts: int = control_plane.HOSTS, repeat: int = 1) -> list[SizeResult]:
     """Each size in turn, each mode of it in turn (``repeat`` times over, the modes taking
     turns), each Job in a namespace of its own, deleted with its pods (and the pods gone)
     before the next; a size's lines and its timeline by stage (the median of the runs)
@@ -380,11 +285,11 @@ def measure_sizes(cluster: Cluster, stack: Stack, sizes: list[int], modes: list[
                 measured[mode].append(run)
                 print(f"  {run.to_running:.2f}s to all Running", file=sys.stderr)
                 cleared = time.monotonic()
-                clear(api, namespace, name)
+                control_plane.clear(api, namespace, name)
                 print(f"  its pods deleted in {time.monotonic() - cleared:.1f}s", file=sys.stderr)
                 stack.check()
         runs = {mode: median_run(measured[mode]) for mode in modes}
-        results.append(SizeResult(n, runs, rss_peak_mib(pid)))
+        results.append(SizeResult(n, runs, control_plane.rss_peak_mib(pid)))
         print("\n".join(size_lines(results[-1], hosts)), flush=True)
         print(f"\nN={n}: seconds from the Job's creation to each stage, as the watch received it"
               f"{'' if repeat == 1 else f' (median of {repeat} runs)'}:\n", flush=True)

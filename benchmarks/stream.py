@@ -54,13 +54,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import control_plane
+from control_plane import clear, follow, rss_peak_mib
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from scale import clear, follow, indexed_job, rss_peak_mib
+from scale import indexed_job
 from stream_report import StreamResult, summary_table
 
 MODES = ("plain", "gang")
-PROGRESS_SECONDS = 5.0
 
 
 def stream_job(name: str, members: int, gang: bool) -> dict[str, Any]:
@@ -121,28 +121,16 @@ def wait_running(tracker: Tracker, creator: threading.Thread, created: list[floa
                  timeout: float, errors: list[str]) -> None:
     """Return once every Job of the stream (``created``: one entry per Job, None until its
     create call is sent) has all its pods Running and ``creator`` is done, or ``timeout``
-    seconds after ``creator`` ended; a progress line on stderr every
-    :data:`PROGRESS_SECONDS`."""
+    seconds after ``creator`` ended; a progress line on stderr every 5 s
+    (:func:`control_plane.wait_done`)."""
     gangs = len(created)
-    last_progress = tracker.start
-    deadline: float | None = None
-    while True:
-        time.sleep(0.5)
+
+    def state() -> tuple[int, int, str]:
         done, pods = tracker.counts()
-        now = time.monotonic()
-        if not creator.is_alive() and deadline is None:
-            deadline = now + timeout
-        if now - last_progress >= PROGRESS_SECONDS:
-            last_progress = now
-            made = sum(1 for c in created if c is not None)
-            print(f"  {mode} {now - tracker.start:6.1f}s: {made}/{gangs} Jobs created, {done}/{gangs} all Running, "
-                  f"{pods} pods Running", file=sys.stderr, flush=True)
-        if done >= gangs and not creator.is_alive():
-            return
-        if deadline is not None and now > deadline:
-            print(f"  {mode}: {gangs - done} Jobs not all Running {timeout:.0f}s after the last was created; "
-                  f"watch errors: {errors[-3:]}", file=sys.stderr, flush=True)
-            return
+        made = sum(1 for c in created if c is not None)
+        return done, gangs, f"{made}/{gangs} Jobs created, {done}/{gangs} all Running, {pods} pods Running"
+
+    control_plane.wait_done(state, creator, tracker.start, mode, timeout, errors)
 
 
 def run_stream(api: Any, namespace: str, mode: str, gangs: int, members: int, seconds: float,
