@@ -192,6 +192,11 @@ class GangController:
         """The last phase of every gang seen, by key."""
         return self.memories.phases()
 
+    def phase(self, key: str) -> Phase | None:
+        """The phase of gang ``key`` at its last decision (None when never decided)."""
+        memory = self.memories.get(key)
+        return None if memory is None else memory.phase
+
     def priority(self, key: str) -> int:
         """The priority of gang ``key`` at its last decision (0 when never decided)."""
         return self.memories.priority(key)

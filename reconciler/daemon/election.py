@@ -150,6 +150,8 @@ class Elector:
         self._observed_at = 0.0
         self._renewed_at: float | None = None
         self._confirmed_at: float | None = None
+        #: Held while a read-back of :meth:`confirm` is in flight (one at a time).
+        self._reading = threading.Lock()
         self._leading = False
         self._ended = False
         self._stopped_called = False
@@ -203,22 +205,32 @@ class Elector:
         :class:`~reconciler.daemon.writer.LostLeadership` otherwise, or when the read fails:
         a batch that cannot be confirmed does not start."""
         self.check()
-        sent = self.clock()
-        with self._lock:
-            if self._confirmed_at is not None and sent - self._confirmed_at < CONFIRM_FRESH_SECONDS:
+        started = self.clock()
+        if self._fresh(started):
+            return
+        with self._reading:  # one read-back at a time: confirmations that start meanwhile take its answer
+            if self._fresh(started):
+                self.check()
                 return
-        try:
-            lease = self.api.get(self._request_timeout())
-        except LeaseError as e:
-            raise LostLeadership(f"{self.identity}: the Lease could not be read back: {e}") from e
-        holder = _spec(lease).get("holderIdentity")
-        if lease is None or holder != self.identity:
-            self._lose(f"the Lease is held by {holder or 'no one'}" if lease is not None else "the Lease is gone")
-            raise LostLeadership(f"{self.identity}: the Lease {self.election.namespace}/{self.election.name} is "
-                                 f"now held by {holder or 'no one'}")
-        self.check()
+            sent = self.clock()
+            try:
+                lease = self.api.get(self._request_timeout())
+            except LeaseError as e:
+                raise LostLeadership(f"{self.identity}: the Lease could not be read back: {e}") from e
+            holder = _spec(lease).get("holderIdentity")
+            if lease is None or holder != self.identity:
+                self._lose(f"the Lease is held by {holder or 'no one'}" if lease is not None else "the Lease is gone")
+                raise LostLeadership(f"{self.identity}: the Lease {self.election.namespace}/{self.election.name} is "
+                                     f"now held by {holder or 'no one'}")
+            self.check()
+            with self._lock:
+                self._confirmed_at = sent
+
+    def _fresh(self, started: float) -> bool:
+        """Whether a read-back sent less than :data:`CONFIRM_FRESH_SECONDS` before ``started``
+        (monotonic seconds) found this replica the holder."""
         with self._lock:
-            self._confirmed_at = sent
+            return self._confirmed_at is not None and started - self._confirmed_at < CONFIRM_FRESH_SECONDS
 
     # --- one step: client-go's tryAcquireOrRenew ---------------------------------------
     def _request_timeout(self) -> float:

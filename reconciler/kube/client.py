@@ -172,6 +172,16 @@ def whoami(api: client.ApiClient) -> str:
     return str(user.username)
 
 
+def read_whole(resp: Any) -> Any:
+    """``resp``, its body read whole when it is a raw response (``_preload_content=False``)
+    that the caller may not read: an unread response closes its connection when it is let
+    go, and the next request opens another (a TLS handshake on both sides), where a read
+    one goes back to the pool. The body stays with the response (``resp.data``)."""
+    if callable(getattr(resp, "release_conn", None)):
+        _ = resp.data
+    return resp
+
+
 def error_message(e: ApiException) -> str:
     """What the API server said of a failed request: the ``message`` of its ``Status``
     body, else the body as text, else the HTTP reason."""

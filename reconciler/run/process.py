@@ -16,6 +16,7 @@ from reconciler import kube
 from reconciler.daemon import certificates
 from reconciler.daemon.access import Access
 from reconciler.daemon.election import Elector, LeaderElection
+from reconciler.daemon.handlers.waves import default_in_flight
 from reconciler.daemon.writer import UNFENCED, Fence
 from reconciler.run.probes import Health, serve_http
 from reconciler.run.reconciler import LEADER, POOL_EXTRA, Reconciler
@@ -131,7 +132,11 @@ def run(
                                  election.namespace, election.name)
         elector = Elector(leases, election, identity, started, stopped)
         fence = elector
-    writer_api = kube.api_client(kubeconfig, pool_size=config.release_concurrency + 2, user_agent=agent,
+    # One connection per write that may be in flight at once, so none is opened (a TLS handshake on both
+    # sides) and dropped per request: the release threads, the release drivers' first writes, and the
+    # Event sender, the condition and Gang object sinks and a spare (docs/decisions/068-release-pipeline.md).
+    writers = config.release_concurrency + default_in_flight(config.release_concurrency) + 4
+    writer_api = kube.api_client(kubeconfig, pool_size=writers, user_agent=agent,
                                  fence=fence.check if elector is not None else None,
                                  fence_remaining=elector.remaining if elector is not None else None)
     if reservation_key is None:

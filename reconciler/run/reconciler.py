@@ -66,9 +66,16 @@ INFORMER_FAILING = Gauge("troupe_informer_failing_seconds",
                          ["resource"])
 
 #: Connections of the informers' client: a watch or a list per informer (pods, nodes,
-#: Jobs, SharedDeviceGroups, PodDisruptionBudgets, three workload kinds), with room for more. The writer's client
-#: has ``releaseConcurrency`` + 2 (the Event sender and a spare), the Lease's 2.
-POOL_EXTRA = 12
+#: Jobs, SharedDeviceGroups, PodDisruptionBudgets, claims, volumes, CSINodes, namespaces,
+#: the DRA kinds, the pod group APIs, three workload kinds, the owners Volcano's groups
+#: read), so that no watch opens and drops a connection of its own. The writer's client has
+#: one per write in flight (:func:`reconciler.run.process.run`), the Lease's 2.
+POOL_EXTRA = 32
+#: Seconds a gang released whole waits to be decided again after an event of one of its
+#: released members (bound, Running, a condition): such events change nothing it acts on at
+#: once (a timeout, a refusal, a failure are acted on a second later), and a gang of N makes
+#: N of each (docs/decisions/068-release-pipeline.md).
+SETTLED_SECONDS = 1.0
 #: Keys taken from the work queue in one pass of the worker, at most: the gangs among them
 #: are decided on one snapshot (docs/decisions/068-release-pipeline.md). A gang of higher
 #: priority that becomes ready meanwhile waits for the pass to end.
@@ -177,8 +184,13 @@ class Reconciler:
         self._enqueue(self.cache.replace_pods(items))
 
     def _pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
-        self._enqueue(self.cache.pod_event(kind, pod))
         phase = (pod.get("status") or {}).get("phase")
+        keys = self.cache.pod_event(kind, pod)
+        if kind == "DELETED" or phase in TERMINAL_PHASES or (pod.get("metadata") or {}).get("deletionTimestamp") \
+                or any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod)):
+            self._enqueue(keys)
+        else:  # a released member bound, Running, its conditions: its gang, if released whole, can wait a little
+            self._enqueue_settled(keys)
         if kind == "DELETED" or phase in TERMINAL_PHASES:  # room may have been freed on its node
             spec = pod.get("spec") or {}
             node = spec.get("nodeName") or contract.pod_annotations(pod).get(contract.ASSIGNED_NODE)
@@ -186,6 +198,19 @@ class Reconciler:
                 self._enqueue(self.controllers.gangs.helped_by(self.cache.node_info(str(node))))
             elif any(contract.is_troupe_gate(g) for g in contract.pod_gates(pod)):
                 self._enqueue(self.controllers.gangs.helped_by(None))  # a gated member's reservation, if any
+
+    def _enqueue_settled(self, keys: Iterable[str]) -> None:
+        """Queue ``keys`` after an event of a released, still active member: a gang released
+        whole (phase ``Released``) is decided again :data:`SETTLED_SECONDS` later, so that
+        its members' bindings and starts, which change nothing it must act on at once,
+        make one decision between them, not one each (docs/decisions/068-release-pipeline.md);
+        any other gang at once."""
+        gangs = self.controllers.gangs
+        for key in keys:
+            if gangs.phase(key) is Phase.RELEASED:
+                self.queue.add_after(key, SETTLED_SECONDS)
+            else:
+                self.queue.add(key)
 
     def _nodes_listed(self, items: Iterable[Mapping[str, Any]]) -> None:
         self.cache.replace_nodes(items)

@@ -230,6 +230,35 @@ def test_confirmations_within_a_second_share_one_read_and_a_later_one_reads_agai
         a.check()
 
 
+def test_confirmations_that_start_while_a_read_is_in_flight_take_its_answer():
+    """Releases written at once (docs/decisions/068-release-pipeline.md) confirm at once: one
+    read-back goes out, the others wait for it and take its answer."""
+    store, clock = Leases(), Clock()
+    a = elector(store, "a", clock)
+    a.try_acquire_or_renew()
+    store.calls.clear()
+    entered, go = threading.Event(), threading.Event()
+    client = a.api
+    plain_get = client.get
+
+    def slow_get(timeout: float) -> dict | None:
+        entered.set()
+        go.wait(5)
+        return plain_get(timeout)
+
+    client.get = slow_get
+    first = threading.Thread(target=a.confirm)
+    first.start()
+    assert entered.wait(5)
+    others = [threading.Thread(target=a.confirm) for _ in range(8)]
+    for t in others:
+        t.start()
+    go.set()
+    for t in (first, *others):
+        t.join(5)
+    assert [verb for _, verb, _ in store.calls] == ["get"], "one read for nine confirmations"
+
+
 def test_confirm_refuses_when_the_lease_cannot_be_read():
     store, clock = Leases(), Clock()
     a = elector(store, "a", clock)

@@ -8,10 +8,11 @@ import datetime as dt
 import json
 
 import pytest
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.daemon.writer import Conflict, Gone, LostLeadership, Refused, WriteError
+from reconciler.daemon.writer import Conflict, Gone, LostLeadership, Refused, Unsure, WriteError
 from reconciler.engine.model.keys import PodKey
 from reconciler.kube.client import JSON_PATCH, MERGE_PATCH, RateLimiter
 from reconciler.kube.writer import APF_RETRIES, EventSink, KubeWrites, event_body
@@ -206,3 +207,43 @@ def test_the_nominated_taint_is_added_and_removed_by_a_merge_patch_of_the_whole_
     assert writes.nodes.untaint_node("n1") == {"metadata": {"name": "n1"}}
     assert removal.calls[0][0][1]["spec"] == {"taints": [other]}
     assert writes.nodes.untaint_node("n1") is None, "nothing to remove: nothing written"
+
+
+class RawResponse:
+    """What a call with ``_preload_content=False`` returns: its body read only on ``data``."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    @property
+    def data(self) -> bytes:
+        self.reads += 1
+        return b"{}"
+
+    def release_conn(self) -> None:
+        """Part of urllib3's response."""
+
+
+def test_every_raw_response_is_read_whole_so_its_connection_goes_back_to_the_pool():
+    """An unread raw response closes its connection when let go, and the next request opens
+    another (a TLS handshake on both sides: docs/decisions/068-release-pipeline.md)."""
+    calls = kube_calls.Calls(RateLimiter(1000, 1000))
+    resp = RawResponse()
+    assert calls.call("patch status of pod a/b", lambda **_: resp) is resp
+    assert resp.reads == 1
+    model = client.V1ConfigMap(data={"k": "v"})  # a model (preloaded) is returned as it is
+    assert calls.call("read configmap", lambda **_: model) is model
+
+
+def test_api_errors_of_unknown_outcome_are_unsure():
+    calls = kube_calls.Calls(RateLimiter(1000, 1000))
+    for status in (500, 503, 504):
+        def fail(status: int = status, **_: object) -> None:
+            raise ApiException(status=status, reason="timeout")
+        with pytest.raises(Unsure):
+            calls.call("patch pod a/b", fail)
+
+    def dropped(**_: object) -> None:
+        raise urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out")
+    with pytest.raises(Unsure, match="ReadTimeoutError"):
+        calls.call("patch pod a/b", dropped)

@@ -32,7 +32,7 @@ from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.nodes import NodeInfo
-from reconciler.engine.model.pods import PodInfo, unreadable_pod
+from reconciler.engine.model.pods import PodInfo, same_for_decisions, unreadable_pod
 from reconciler.engine.model.workloads import Workload
 from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
 from troupe import contract
@@ -231,6 +231,7 @@ class ClusterCache:
                 self.version += 1
             return set()
         pod = self._retain(POD, pod, None)
+        was = self._gang_of.get(ref)
         touched = self._unindex(ref)
         # An unreadable pod is still a member of its gang, which it holds with why.
         read, why = self.unreadable.read("pod", str(ref), self._read_pod, pod,
@@ -260,6 +261,9 @@ class ClusterCache:
             self._touch(key)
             touched.add(key)
         self.version += 1
+        if (current is not None and current.info is not None and not current.partial and info is not None
+                and not why and was == key and same_for_decisions(current.info, info)):
+            return set()  # nothing a decision reads changed (the reconciler's own condition, say): none to queue
         return touched
 
     def _read_pod(self, pod: Obj, info: PodInfo | None = None) -> tuple[PodInfo, str | None]:

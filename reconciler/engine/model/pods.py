@@ -9,7 +9,7 @@ them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -481,3 +481,17 @@ def _controller_owner(meta: Mapping[str, Any]) -> Owner | None:
                     and isinstance(name, str) and name and isinstance(uid, str) and uid):
                 return _owner(str(api_version), str(kind), str(name), str(uid))
     return None
+
+
+#: The fields of :class:`PodInfo` no decision reads: its version, and the ``troupe.io/Gang``
+#: condition the reconciler itself writes (what it told the pod, not what it decides on).
+_NOT_DECIDED_ON = frozenset({"resource_version", "condition"})
+_DECIDED_ON = tuple(f.name for f in fields(PodInfo) if f.name not in _NOT_DECIDED_ON)
+
+
+def same_for_decisions(a: PodInfo, b: PodInfo) -> bool:
+    """Whether two parses of a pod agree on everything a decision reads (all but
+    :data:`_NOT_DECIDED_ON`): a new version that changes none of it (the reconciler's own
+    condition written, say) gives its gang nothing to decide again
+    (docs/decisions/068-release-pipeline.md)."""
+    return all(getattr(a, name) == getattr(b, name) for name in _DECIDED_ON)

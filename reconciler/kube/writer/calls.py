@@ -21,7 +21,7 @@ from reconciler.daemon.writer.base import (
     Unsure,
     WriteError,
 )
-from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message
+from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message, read_whole
 
 #: Attempts of a request that API Priority and Fairness rejects (429), each after the
 #: ``Retry-After`` it gives (at most :data:`APF_MAX_WAIT` seconds).
@@ -50,7 +50,7 @@ class Calls:
         self.limiter.wait()
         self.fence.check()
         try:
-            return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+            return read_whole(fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs))
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise Unsure(f"no response: {type(e).__name__}: {e}") from e
 

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from reconciler.daemon.writer.base import UNFENCED, Fence, LostLeadership
 from reconciler.engine.model.keys import PodKey
-from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message
+from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message, read_whole
 
 log = logging.getLogger("reconciler.kube.writer")
 
@@ -62,8 +62,8 @@ class EventSink:
             self.limiter.wait()
             try:
                 self.fence.check()
-                self.core.create_namespaced_event(ref.namespace or "default", body, _request_timeout=REQUEST_TIMEOUT,
-                                                  _preload_content=False)
+                read_whole(self.core.create_namespaced_event(ref.namespace or "default", body,
+                                                             _request_timeout=REQUEST_TIMEOUT, _preload_content=False))
             except LostLeadership:
                 self.fenced += 1
             except ApiException as e:
