@@ -18,6 +18,7 @@ from reconciler.engine.decision import actions
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.run.reconciler import Reconciler
@@ -195,4 +196,41 @@ def test_pending_outcomes_carry_what_a_synchronous_reconcile_returns():
     assert final.pending is None and final.released == 4 and final.phase is Phase.PLACED
     for i in range(4):
         assert h.pod(f"a-{i}")["metadata"]["annotations"][contract.ASSIGNED_NODE]
+    h.controllers.close()
+
+
+def test_a_pod_event_that_changes_nothing_a_decision_reads_queues_nothing():
+    """The reconciler's own condition written on a member (a new resourceVersion, a new
+    troupe.io/Gang condition) gives its gang nothing to decide again; a label change does."""
+    h = harness("a")
+    pod = h.pod("a-0")
+    pod["metadata"]["resourceVersion"] = "9000"
+    pod["status"]["conditions"] = [{"type": contract.GANG_CONDITION, "status": "False", "reason": "WaitingForMembers",
+                                    "message": "3 of 4 members present"}]
+    assert h.cache.pod_event("MODIFIED", pod) == set()
+    assert h.cache.pod_info(PodKey("team-a", "a-0")).resource_version == "9000", "the new version is kept"
+    pod["metadata"]["resourceVersion"] = "9001"
+    pod["metadata"]["labels"]["tier"] = "x"
+    assert h.cache.pod_event("MODIFIED", pod) == {"team-a/a"}
+
+
+def test_a_released_gangs_member_events_are_decided_once_a_second_later():
+    h = harness("a")
+    reconciler = Reconciler(client.ApiClient(), NO_JITTER, writes=h.cluster, wall_clock=lambda: h.wall)
+    reconciler.cache, reconciler.controllers = h.cache, h.controllers
+    assert h.controller.reconcile("team-a/a").released == 4
+    h.sync()
+    for i in range(4):
+        h.bind(f"a-{i}")
+    assert h.controller.reconcile("team-a/a").phase is Phase.RELEASED
+    bound = h.pod("a-1")
+    bound["metadata"]["resourceVersion"] = str(int(bound["metadata"]["resourceVersion"]) + 1)
+    bound["metadata"]["labels"]["restarts"] = "1"  # a member's own change, nothing to act on at once
+    reconciler._pod_event("MODIFIED", bound)
+    assert reconciler.queue.get(timeout=0) is None, "not at once"
+    assert reconciler.queue.get(timeout=3) == "team-a/a", "a second later"
+    reconciler.queue.done("team-a/a")
+    gated = make_pod("a-4").gang("a", 4).index(4).gpus(2).gated().build()  # a replacement, gated: at once
+    reconciler._pod_event("ADDED", h.cluster.pods.add(gated))
+    assert reconciler.queue.get(timeout=0) == "team-a/a"
     h.controllers.close()
