@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 import troupe.contract as contract
 import troupe.kueue as kueue
+from reconciler.engine.gangs.memberkeys import member_keys
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.membership import (
@@ -65,7 +65,6 @@ from troupe.policies import (
     GANG_POLICY_KEYS,
     REPLACE_MEMBER,
     WHEN_COMPLETE,
-    parse_failure_policy,
 )
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
@@ -170,49 +169,6 @@ class Gang:
         return self.release_mode == AS_CREATED and bool(self.slots)
 
 
-
-
-@dataclass(frozen=True)
-class MemberKeys:
-    """What one member's annotations ask of its gang, parsed once: ``spec``, its gang
-    annotations (:class:`troupe.contract.GangSpec`; None when it carries none), or
-    ``spec_error``, why they cannot be read; ``topology``, its topology request (level,
-    slices, placement, exclusive level: :class:`troupe.contract.TopologyRequest`) and
-    ``policy``, its failure policy, or ``request_error``, why one of those cannot be read
-    (then both are the defaults, or the topology alone when only the policy is wrong).
-    Error texts are :class:`troupe.errors.ContractError` messages, naming the key and
-    the value. The members of a gang carry the same annotations, so one parse serves
-    them all (:func:`member_keys`); placement, layers and preemption read the gang's
-    :attr:`Gang.topology`, never the annotations again."""
-
-    spec: contract.GangSpec | None = None
-    spec_error: str = ""
-    topology: contract.TopologyRequest = field(default_factory=contract.TopologyRequest)
-    policy: str = REPLACE_MEMBER
-    request_error: str = ""
-
-
-@lru_cache(maxsize=4096)
-def _parse_keys(annotations: tuple[tuple[str, str], ...], namespace: str, config: Config) -> MemberKeys:
-    a = dict(annotations)
-    spec, spec_error = None, ""
-    try:
-        spec = contract.parse_gang_annotations(a, namespace, config)
-    except ContractError as e:
-        spec_error = str(e)
-    topology, policy, request_error = contract.TopologyRequest(), REPLACE_MEMBER, ""
-    try:
-        topology = contract.parse_topology_annotations(a, config)
-        policy = parse_failure_policy(a)
-    except ContractError as e:
-        request_error = str(e)
-    return MemberKeys(spec, spec_error, topology, policy, request_error)
-
-
-def member_keys(pod: PodInfo, config: Config) -> MemberKeys:
-    """:class:`MemberKeys` of ``pod`` under ``config``: parsed once per distinct set of
-    annotations, namespace and configuration (a gang's members share one parse)."""
-    return _parse_keys(tuple(sorted(pod.gang_annotations.items())), pod.namespace, config)
 
 
 def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
