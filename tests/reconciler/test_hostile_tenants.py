@@ -9,7 +9,9 @@ thousands of anti-affinity terms), fed to the reconciler's cache by the informer
 and decided by ``step()`` in queue order beside an ordinary tenant's gang, the ordinary
 gang's decision (its phase, reason and nodes) is the one it gets without the attacker, the
 whole of it stays within a few seconds of CPU, and the cache's and the decisions' memory
-within a bound.
+within a bound. And whatever pods the attacker creates and deletes one after another
+(distinct specs of up to and past the spec memo's 8 KiB, or one template), what they leave
+behind once gone stays within a bound (docs/decisions/063-memos-held-by-their-users.md).
 """
 
 from __future__ import annotations
@@ -17,15 +19,19 @@ from __future__ import annotations
 from typing import Any
 
 import celpy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine.decision.seen import Decision
+from reconciler.daemon.cache import ClusterCache
 from tests.support.hostile_tenants import (
+    churn_bound,
+    churn_pod,
     decide_beside,
     hostile_claims,
     hostile_terms_pod,
     hostile_workload,
+    kept_after_churn,
     uuid_slice,
 )
 from tests.support.reconciler_builders import make_node, make_pod
@@ -82,3 +88,19 @@ def test_no_tenant_changes_another_tenants_decision_or_costs_it_more_than_a_boun
     assert seen(decision) == BASELINE, decision.reason
     assert spent < CPU_BOUND, f"{spent:.1f} s of CPU"
     assert peak < MEMORY_BOUND, f"{peak / 2**20:.0f} MiB"
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(count=st.integers(64, 200), spec_bytes=st.sampled_from([600, 4_000, 8_180, 8_300]), distinct=st.booleans())
+@example(count=200, spec_bytes=8_180, distinct=True)  # the issue's tenant, at a twenty-fifth of its count
+def test_pods_a_tenant_creates_and_deletes_leave_no_more_than_a_bound(count: int, spec_bytes: int,
+                                                                      distinct: bool) -> None:
+    pods = [churn_pod(n if distinct else 0, spec_bytes) for n in range(count)]
+    for n, pod in enumerate(pods):  # one template: the pods differ in name and version alone
+        pod["metadata"].update(name=f"churn-{n}", uid=f"uid-churn-{n}", resourceVersion=str(2 * n + 10))
+    cache = ClusterCache(Config())
+
+    kept = kept_after_churn(cache, pods)
+
+    assert cache.pod_refs() == []
+    assert kept < churn_bound(count), f"{kept / 2**20:.1f} MiB kept after {count} pods"
