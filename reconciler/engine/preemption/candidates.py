@@ -23,6 +23,7 @@ from reconciler.engine.model.budgets import budget_refusal
 from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption.capacity import CapacityModel, SearchPod
+from reconciler.engine.preemption.naming import elsewhere, namespace_of
 from troupe.config import Config
 
 #: A priority above every pod's (``spec.priority`` is an int32).
@@ -134,15 +135,21 @@ def held_by_budgets(snapshot: Snapshot, prefix: str, preemptor: str, priority: i
             if may_be_victim(key, gangs[key].priority, preemptor, priority)}
 
 
-def budget_note(held: Mapping[str, str], shown: int = 3) -> str:
-    """``held`` (:func:`held_by_budgets`) for a reason: ``"; left whole by their budgets:
-    team-a/a (PodDisruptionBudget team-a/keep allows 1 ...)"``, at most ``shown`` gangs
-    named; ``""`` for none."""
+def budget_note(held: Mapping[str, str], namespace: str, shown: int = 3) -> str:
+    """``held`` (:func:`held_by_budgets`) for a reason in ``namespace`` (the preemptor's):
+    ``"; left whole by their budgets: team-a/a (PodDisruptionBudget team-a/keep allows 1
+    ...)"``, at most ``shown`` gangs of ``namespace`` named, those of other namespaces
+    counted (``and 2 gangs of other namespaces``, :mod:`.naming`); ``""`` for none."""
     if not held:
         return ""
-    named = [f"{key} ({why})" for key, why in sorted(held.items())[:shown]]
-    more = f" and {len(held) - shown} more" if len(held) > shown else ""
-    return f"; left whole by their budgets: {', '.join(named)}{more}"
+    own = sorted((key, why) for key, why in held.items() if namespace_of(key) == namespace)
+    named = [f"{key} ({why})" for key, why in own[:shown]]
+    rest = [f"{len(own) - shown} more"] if len(own) > shown else []
+    others = len(held) - len(own)
+    rest += [elsewhere(others)] if others else []
+    if not named:
+        return f"; left whole by their budgets: {' and '.join(rest)}"
+    return f"; left whole by their budgets: {', '.join(named)}{''.join(f' and {r}' for r in rest)}"
 
 
 def leaving(snapshot: Snapshot) -> list[str]:

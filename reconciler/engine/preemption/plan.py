@@ -26,6 +26,7 @@ from reconciler.engine.preemption.exact import (
     relevant_pods,
 )
 from reconciler.engine.preemption.greedy import greedy
+from reconciler.engine.preemption.naming import evicting
 from reconciler.engine.preemption.search import (
     PLACEMENT_BUDGET,
     Budget,
@@ -54,7 +55,9 @@ class PreemptionPlan:
     (``placed`` is true). The objective: ``max_priority`` (1), ``len(gangs)`` (2), ``pods``
     (3, ``len(victims)``) and ``overage`` (4): ``(resource, units)`` pairs in comparison
     order (package docstring). ``method``: ``exact`` or ``greedy``; ``reason``: one line
-    for Events, e.g. ``evict 2 gangs (5 pods, priority <= 10) to place 4 members in
+    for the preemptor's conditions and Events, naming the victim gangs of its own
+    namespace and counting the others (:func:`~.naming.evicting`), e.g. ``evict 2 gangs
+    (5 pods, priority <= 10: ml/a and 1 gang of another namespace) to place 4 members in
     cloud.google.com/gce-topology-subblock=b0/b0s1, freeing 4 nvidia.com/gpu beyond the
     need``. ``nodes``: victim pod key -> node.
     """
@@ -241,9 +244,9 @@ def _plan(search: Search, pods: Sequence[SearchPod], placement: PlacementResult,
     members = plural(len(placement.assignments), "member")
     if not pods:
         reason = f"fits without evicting anything: placed {members} in {where}"
-    else:
-        reason = (f"evict {plural(len(gang_keys), 'gang')} ({plural(len(pods), 'pod')}, priority <= {top}: "
-                  f"{', '.join(gang_keys)}) to place {members} in {where}")
+    else:  # told as the preemptor's namespace may read it: other namespaces' gangs counted
+        namespace = search.members[0].namespace if search.members else ""
+        reason = f"{evicting(gang_keys, len(pods), top, namespace)} to place {members} in {where}"
         extra = [_amount(resource, amount) for resource, amount in overage if amount]
         if extra:
             reason += f", freeing {', '.join(extra)} beyond the need"
