@@ -402,7 +402,8 @@ def _preempt(s: Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination |
         return None
     going = victims.leaving(snapshot)
     view = snapshot.with_removed(going) if going else snapshot
-    plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology, near=near, gang=gang.key)
+    plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology, near=near, gang=gang.key,
+                                       priority=gang.priority)
     if plan is None or not plan.victims:
         return None
     by_key = {p.key: p for p in s.free}

@@ -104,8 +104,10 @@ class Gang:
     effective timeout (defaulted and capped, ``seeds/001``); ``jitter_seconds`` the bound
     of the jitter added to it. ``topology``: the members' level request. ``held``: why the
     members cannot be released as they are (malformed or disagreeing keys), else ``""``.
-    ``device_groups``: the SharedDeviceGroups its members join. ``priority``: the highest
-    ``spec.priority`` of its members. ``created``: the earliest creation timestamp
+    ``device_groups``: the SharedDeviceGroups its members join. ``priority``: the priority
+    the pod group its members name states, else the highest ``spec.priority`` of its
+    members: its one priority, in the queue and in preemption, as preemptor and as victim
+    (:meth:`~reconciler.engine.ledger.snapshot.Snapshot.priority_of`). ``created``: the earliest creation timestamp
     (RFC 3339). ``not_before`` (seconds since the epoch) and ``timeouts``: the backoff
     after consecutive rollbacks, and ``rolled_back``: the releases (their ``planned-at``)
     rolled back whose owned members must still be deleted: what the caller knows (the
@@ -352,8 +354,10 @@ def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     members name, if any (docs/decisions/056-pod-groups.md): its level intersected with
     the group's (:func:`~troupe.podgroups.constrained`), its minimum raised to the
     group's count (held when that is above the gang's size: kube-scheduler would never
-    schedule fewer). It waits while the group is not known; it is held when its members
-    name different groups or the group cannot be read."""
+    schedule fewer), its priority the group's when it states one (a gang's one priority, in
+    the queue and in preemption: docs/decisions/064-preemption-names-no-other-tenant.md). It
+    waits while the group is not known; it is held when its members name different groups
+    or the group cannot be read."""
     if not gang.members:
         return gang
     ref = gang.members[0].pod_group
@@ -368,7 +372,8 @@ def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
         return replace(gang, workload_missing=gang.workload_missing or workloads.group_missing(gang.namespace, ref))
     return replace(gang, held=gang.held or _group_problem(gang, spec),
                    topology=constrained(gang.topology, spec, config),
-                   min_size=_raised_minimum(gang, spec))
+                   min_size=_raised_minimum(gang, spec),
+                   priority=spec.priority if spec.priority is not None and not spec.error else gang.priority)
 
 
 def _group_problem(gang: Gang, spec: PodGroupSpec) -> str:

@@ -86,6 +86,7 @@ def plan_preemption(
     *,
     near: Sequence[str] = (),
     gang: str = "",
+    priority: int | None = None,
     exact: bool = True,
 ) -> PreemptionPlan | None:
     """The victims that let ``members`` be placed, least by the package docstring's
@@ -93,7 +94,8 @@ def plan_preemption(
     placeable, or ``mode`` is ``off``.
 
     ``members``: the preemptor gang's unplaced pods, as :func:`~reconciler.engine.placement.place.place_gang` takes them
-    (their highest ``spec.priority`` is the preemptor's); ``request`` (its level, slices,
+    (``priority``, the preemptor gang's one priority, :attr:`~reconciler.engine.gangs.gang.Gang.priority`;
+    default: their highest :meth:`Snapshot.priority_of`); ``request`` (its level, slices,
     placement and exclusive level: every plan is one that placement, layers and all,
     accepts) and ``near`` as for :func:`~reconciler.engine.placement.place.place_gang`. ``candidates``: gangs of
     lower priority (:class:`VictimGang`); ``gang``: the preemptor's own gang key, never a
@@ -111,7 +113,7 @@ def plan_preemption(
         raise ValueError(f"gangPreemptionMode: expected one of {', '.join(PREEMPTION_MODES)}, got {mode!r}")
     if mode == "off":
         return None
-    search = new_search(snapshot, members, candidates, Mode(mode), request, near, gang)
+    search = new_search(snapshot, members, candidates, Mode(mode), request, near, gang, priority)
     if search is None:
         return None
     model = search.model
@@ -200,7 +202,7 @@ def _fallback(search: Search, relevant: Mapping[int, list[SearchGang]]) -> Settl
 
 
 def new_search(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], mode: Mode,
-               request: TopologyRequest, near: Sequence[str], gang: str) -> Search | None:
+               request: TopologyRequest, near: Sequence[str], gang: str, priority: int | None = None) -> Search | None:
     """The search's state for one call; None when no domain is allowed (an unknown level,
     ``near`` nodes none of which exist) or there are no members."""
     members = list(members)
@@ -211,7 +213,7 @@ def new_search(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Seque
         return None
     depth, domains = allowed
     model = CapacityModel(snapshot, members, depth, domains)
-    pool = CandidatePool(snapshot, members, candidates, gang, model)
+    pool = CandidatePool(snapshot, members, candidates, gang, model, priority)
     return Search(snapshot, members, pool, mode, request, near, model)
 
 
