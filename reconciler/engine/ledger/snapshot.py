@@ -149,7 +149,8 @@ class Snapshot:
     ``usage``: the bound pods' use of the nodes, counted already on ``nodes`` (a copy of a
     cache's :class:`~reconciler.engine.ledger.usage.BoundUsage`, which the snapshot then owns):
     those pods are not counted again (docs/decisions/061-bound-usage.md); ignored unless it
-    was made on this very table.
+    was made on this very table. ``group_priorities``: pod key -> the priority its pod group
+    states, for the pods whose group states one (:meth:`priority_of`).
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
@@ -187,8 +188,6 @@ class Snapshot:
         #: Gang keys evicted only whole, even by ``minimal`` preemption: their members name a
         #: pod group whose ``disruptionMode`` is ``all`` (docs/decisions/056-pod-groups.md).
         self.whole_victims: frozenset[str] = frozenset(whole_victims)
-        #: Pod key -> the priority its pod group states, for the pods whose group states one
-        #: (:meth:`priority_of`).
         self.group_priorities: Mapping[PodKey, int] = group_priorities or {}
         #: Keys of the pods that carry :class:`~reconciler.engine.model.podterms.PodTerms`.
         self.terms_keys = tuple(indexed.terms_keys)
