@@ -26,8 +26,9 @@ import celpy
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.decision.seen import Decision
 from reconciler.daemon.cache import ClusterCache
+from reconciler.engine.decision.seen import Decision
+from tests.support.controller_harness import Harness, four_nodes, written_in
 from tests.support.hostile_tenants import (
     churn_bound,
     churn_pod,
@@ -38,7 +39,6 @@ from tests.support.hostile_tenants import (
     kept_after_churn,
     uuid_slice,
 )
-from tests.support.controller_harness import Harness, four_nodes, written_in
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
