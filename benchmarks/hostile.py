@@ -12,24 +12,47 @@ ordinary tenant's gang instead), then decides every gang in queue order as the w
 (:func:`tests.support.hostile_tenants.decide_beside`). Printed per kind: the CPU seconds of
 it all, the victim's own decision in milliseconds, the peak memory allocated (tracemalloc),
 their ratios to the ordinary row, and whether the victim's decision is the ordinary row's.
+
+Then the churn rows (docs/decisions/063-memos-held-by-their-users.md): a tenant with room
+for one pod creates and deletes ``--churn`` pods (default 5,000) one after another, each of
+a distinct spec just under the spec memo's 8 KiB (about 420 short tolerations), fed to a
+fresh cache by the informers' path; printed, the memory the process keeps once they are
+gone, as resident memory after a garbage collection and as tracemalloc counts it (each in
+a run of its own), against the stated bound
+(:func:`tests.support.hostile_tenants.churn_bound`). The second row is the baseline, in the
+same process: every parse also held by a memo of the last 4,096 specs, as before.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import sys
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import msgspec
+
+from reconciler.daemon.cache import ClusterCache
+from reconciler.engine.model import pods as pods_module
+from reconciler.engine.model import specs
 from tests.support.dra_builders import DRIVER, claim_template, with_claim
 from tests.support.hostile_tenants import (
     ATTACKER,
     INT32,
     NESTED,
     Outcome,
+    churn,
+    churn_bound,
+    churn_pod,
     decide_beside,
+    kept_after_churn,
     uuid_slice,
 )
 from tests.support.reconciler_builders import make_node, make_pod
@@ -110,11 +133,70 @@ def seen(outcome: Outcome) -> tuple[object, ...]:
     return d.phase, d.reason, tuple(sorted((m.pod, m.node) for m in d.release))
 
 
+def rss() -> int:
+    """This process's resident memory, in bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@contextmanager
+def former_spec_memo() -> Iterator[None]:
+    """Meanwhile, every spec's parse is also held by a memo of the last 4,096 specs (of at
+    most 8 KiB), as the spec memo held them before it kept a parse only for its pods."""
+    held: OrderedDict[bytes, specs.SpecValues] = OrderedDict()
+    fixed: Callable[[Mapping[str, object]], specs.SpecValues] = specs.spec_values
+
+    def remembered(spec: Mapping[str, object]) -> specs.SpecValues:
+        values = fixed(spec)
+        key = msgspec.json.encode({k: v for k, v in spec.items() if k != "nodeName"})
+        if len(key) <= specs.SPEC_MEMO_MAX_BYTES:
+            held[key] = values
+            held.move_to_end(key)
+            if len(held) > 4096:
+                held.popitem(last=False)
+        return values
+
+    vars(pods_module)["spec_values"] = remembered  # what PodInfo.from_object calls
+    try:
+        yield
+    finally:
+        vars(pods_module)["spec_values"] = fixed
+        held.clear()
+
+
+def churn_rows(count: int) -> None:
+    """The churn rows (module docstring)."""
+    config, bound = Config(), churn_bound(count)
+    print(f"\n# churn: {count} pods of distinct specs of about 8 KiB created and deleted one after another "
+          f"(a tenant with room for one pod); bound {bound / 2**20:.1f} MiB", flush=True)
+    print(f"{'memory kept once the pods are gone':50} {'RSS after gc (MiB)':>18} {'tracemalloc (MiB)':>17}  within the bound")
+    runs: tuple[tuple[str, Callable[[], AbstractContextManager[None]]], ...] = (
+        ("spec memo held by its pods", nullcontext), ("baseline: a memo of the last 4,096 specs", former_spec_memo))
+    for label, memo in runs:
+        with memo():
+            pods = [churn_pod(n) for n in range(count)]
+            gc.collect()
+            before = rss()
+            churn(ClusterCache(config), pods)
+            gc.collect()
+            resident = rss() - before
+            pods = [churn_pod(n) for n in range(count, 2 * count)]  # specs the first run did not see
+            traced = kept_after_churn(ClusterCache(config), pods)
+        within = "yes" if max(resident, traced) < bound else "NO"
+        print(f"{label:50} {resident / 2**20:18.1f} {traced / 2**20:17.1f}  {within}", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=1024, help="GPU nodes (default %(default)s)")
     p.add_argument("--pods", type=int, default=2000, help="running pods of other tenants (default %(default)s)")
+    p.add_argument("--churn", type=int, default=5000, help="pods created and deleted in the churn rows "
+                                                           "(default %(default)s; 0: no churn rows)")
+    p.add_argument("--only-churn", action="store_true", help="print the churn rows alone")
     args = p.parse_args()
+    if args.only_churn:
+        churn_rows(args.churn)
+        return 0
     config = Config(gang_schedule_timeout_jitter_seconds=0)
     names = [f"n{i:05d}" for i in range(args.nodes)]
     nodes = [make_node(n).topology(f"b{i // 256}", f"s{i // 32}", f"h{i}").gpus(4).build() for i, n in enumerate(names)]
@@ -142,6 +224,8 @@ def main() -> int:
               flush=True)
     print(f"# worst ratio to the ordinary gang: all {worst[0]:.2f}x, the victim's decision {worst[1]:.2f}x, "
           f"peak memory {worst[2]:.2f}x")
+    if args.churn:
+        churn_rows(args.churn)
     return 0
 
 

@@ -75,8 +75,8 @@ def test_turning_preemption_on_would_evict_the_low_priority_sweep_for_urgent(cap
                                     "--gang-preemption-mode", mode], capsys))
     urgent = next(g for g in out["gangs"] if g["name"] == "urgent")
     assert urgent["phase"] == "Preempting"
-    assert urgent["reason"].startswith(f"evict 1 gang ({want_victims} pods, priority <= 10: research/sweep)")
-    assert len(urgent["victims"]) == want_victims
+    assert urgent["reason"].startswith(f"evict 1 gang of another namespace ({want_victims} pods, priority <= 10)")
+    assert len(urgent["victims"]) == want_victims, "the snapshot's own pods are named"
     assert {v["namespace"] for v in urgent["victims"]} == {"research"}
 
 

@@ -172,6 +172,29 @@ def test_a_high_priority_gang_of_4_preempts_and_runs_and_the_victims_come_back_g
     assert preempting and victim in preempting[0].message
 
 
+def test_a_preemption_across_namespaces_names_neither_namespace_to_the_other(stack, api, core, ns):
+    """A gang of another namespace evicts this one's gangs: its Events, its pods and its Gang
+    object count them without naming this namespace or their gangs, and the victims'
+    Preempted Events do not name its namespace (docs/decisions/064-preemption-names-no-other-tenant.md)."""
+    reconfigure(stack, "minimal")
+    fill(api, core, ns, {"low-a": 8, "low-b": 8})  # every node busy
+    with temporary_namespace(core, "urgent", timeout=90) as other:
+        client.BatchV1Api(api).create_namespaced_job(other, gang_job("high", 4, "troupe-e2e-high"))
+        wait_for("gang high running", lambda: running(core, other, "high", 4), timeout=120)
+        evicted_at_least(core, ns, 4)
+        told = [e.message for e in core.list_namespaced_event(other).items if e.reason == "GangPreempting"]
+        assert told and "evict 1 gang of another namespace (4 pods, priority <= 10)" in told[0], told
+        gangs = json.loads(stack.cluster.kubectl("get", "gangs", "-n", other, "-o", "json").stdout)["items"]
+        written = json.dumps([[e.message for e in core.list_namespaced_event(other).items],
+                              [(p.metadata.annotations, [c.message for c in p.status.conditions or []])
+                               for p in core.list_namespaced_pod(other).items], gangs], default=str)
+        for name in (ns, "low-a", "low-b"):
+            assert name not in written, f"{name} written in {other}"
+        preempted = [e.message for e in core.list_namespaced_event(ns).items if e.reason == "Preempted"]
+        assert preempted and all("to make room for a gang of another namespace (priority 1000)" in m
+                                 and other not in m for m in preempted), preempted
+
+
 def test_a_budget_that_forbids_evicting_one_gang_makes_troupe_pick_another(stack, api, core, ns):
     reconfigure(stack, "minimal")
     fill(api, core, ns, {"low-a": 8, "low-b": 8})

@@ -243,3 +243,43 @@ def test_a_group_listed_twice_is_refused_naming_where_it_was_first() -> None:
         cluster([], [upstream(), {**upstream(), "apiVersion": "scheduling.k8s.io/v1alpha2"}])
     _, gangs = cluster([member(0)], [upstream(min_count=1), peer("scheduling.x-k8s.io/v1alpha1", minMember=1)])
     assert "team/workload:train" in gangs  # the same name in another source's API is another group
+
+
+def _preempting(low_priority: int, low_group_priority: int | None, high_priority: int,
+                high_group_priority: int | None) -> Any:
+    """The decision of gang ``high`` (2 members of 4 GPUs) on a cluster whose every node
+    runs gang ``low``: members of the given ``spec.priority``, in pod groups stating the
+    given priority (None: none)."""
+    low = [running(i, f"n{i}") for i in range(8)]
+    for pod in low:
+        pod["spec"]["priority"] = low_priority
+    high = [member(i, gpus=4, group="high") for i in range(2)]
+    for pod in high:
+        pod["spec"]["priority"] = high_priority
+    stated = [{} if p is None else {"priority": p} for p in (low_group_priority, high_group_priority)]
+    groups = [upstream("low", min_count=8, key=None, **stated[0]), upstream("high", min_count=2, **stated[1])]
+    snapshot, gangs = cluster([*low, *high], groups)
+    return decide(gangs["team/workload:high"], snapshot, NOW, Policy("minimal"))
+
+
+def test_preemption_compares_the_gangs_one_priority_that_of_their_group_when_it_states_one() -> None:
+    """KEP-5710 gives a pod the priority of its workload's group, as preemptor and as
+    victim (docs/decisions/064-preemption-names-no-other-tenant.md)."""
+    assert _preempting(0, None, 100, None).phase is Phase.PREEMPTING, "by the pods' own priorities"
+    # The preemptor's group says 100 over members of priority 0: it preempts the gang of 50.
+    preemptor = _preempting(50, None, 0, 100)
+    assert preemptor.phase is Phase.PREEMPTING, preemptor.reason
+    assert "priority <= 50" in preemptor.reason
+    # The victims' group says 200 over members of priority 0: no gang of 100 evicts them.
+    victim = _preempting(0, 200, 100, None)
+    assert (victim.phase, victim.victims) == (Phase.UNSCHEDULABLE, ()), victim.reason
+    # The group's priority wins either way: a group of 10 over members of 1000 is a victim.
+    assert _preempting(1000, 10, 100, None).phase is Phase.PREEMPTING
+
+
+def test_a_gang_of_troupes_keys_naming_a_group_takes_the_priority_the_group_states() -> None:
+    pods = [member(i) for i in range(2)]
+    for pod in pods:
+        pod["metadata"].setdefault("annotations", {}).update({"troupe.io/gang-name": "named", "troupe.io/gang-size": "2"})
+    _, gangs = cluster(pods, [upstream(min_count=2, priority=300)])
+    assert gangs["team/named"].priority == 300, "one priority per gang, whoever declares it"

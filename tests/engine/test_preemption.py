@@ -111,8 +111,9 @@ def test_the_review_example_fewest_gangs_come_before_overage() -> None:
         assert plan.overage == ((WIDGET, 20),)
         assert plan.objective() == (0, 2, 2, (20,))
     assert plan.method == "greedy"
-    assert plan.reason == ("evict 2 gangs (2 pods, priority <= 0: batch/g0, batch/g1) to place 1 member in "
-                           "node n1, freeing 20 example/com-widget beyond the need")
+    assert plan.gangs == ("batch/g0", "batch/g1")
+    assert plan.reason == ("evict 2 gangs of other namespaces (2 pods, priority <= 0) to place 1 member in "
+                           "node n1, freeing 20 example/com-widget beyond the need"), "the ml preemptor reads no batch name"
 
 
 #   b0
@@ -153,7 +154,7 @@ def test_a_required_subblock_takes_its_victims_from_one_subblock(mode: str) -> N
     assert plan.gangs == ("batch/a", "batch/w")
     assert names(plan) == (["a-0", "w-0"] if mode == "minimal" else ["a-0", "w-0", "w-1"])
     assert str(plan.placement.domain) == f"{SUBBLOCK}=b0/s1"
-    assert plan.reason == (f"evict 2 gangs ({plan.pods} pods, priority <= 0: batch/a, batch/w) to place 2 members "
+    assert plan.reason == (f"evict 2 gangs of other namespaces ({plan.pods} pods, priority <= 0) to place 2 members "
                            f"in {SUBBLOCK}=b0/s1"
                            + (", freeing 8 nvidia.com/gpu beyond the need" if mode == "atomic" else ""))
     assert {a.node for a in plan.placement.assignments} == {"n1", "n2"}

@@ -67,7 +67,7 @@ def test_a_high_priority_gang_evicts_a_whole_lower_priority_gang_and_nominates_i
     assert d.victims == ("default/low-0", "default/low-1"), "the lowest priority goes first"
     assert d.find(Preempt).nomination is not None and sorted(d.find(Preempt).nomination.nodes.values()) == ["n0", "n1"]
     assert d.find(Preempt).nominee == "default/high-0"
-    assert d.find(Preempt).nomination.victims == d.victims
+    assert d.find(Preempt).nomination.victims == ("uid-default-low-0", "uid-default-low-1"), "the victims by UID"
     assert d.release == (), "nothing is released before the victims are gone"
 
 
@@ -161,7 +161,7 @@ def test_a_higher_priority_gang_takes_the_room_a_lower_priority_nomination_holds
     nominations of equal or higher priority: high is placed, every time."""
     low = waiting("low", 1, priority=50)
     low[0].annotate(NOMINATION, Nomination("2024-01-01T00:00:00.000+00:00", {"uid-default-low-0": "n1"},
-                                           ("default/x-0",), ("default/x",)).encode())
+                                           ("uid-default-x-0",), ("uid-default-x-0",)).encode())
     blocker = running("x", 0, "n2", priority=10, size=1)
     high = waiting("high", 2, priority=100)
     snap = snapshot_of(nodes()[:3], [*low, blocker, *high])
@@ -179,22 +179,24 @@ def test_a_refused_gang_is_not_chosen_again_and_another_one_is():
     high = waiting("high", 1)
     first = decide_key(snapshot_of(nodes()[:2], [*pods, *high]), "default/high")
     assert first.victims == ("default/pdb-0",)
-    refused = Nomination(first.find(Preempt).nomination.at, first.find(Preempt).nomination.nodes, first.victims, ("default/pdb",))
+    nominated = first.find(Preempt).nomination
+    refused = Nomination(nominated.at, nominated.nodes, nominated.victims, ("uid-default-pdb-0",))
     high[0].annotate(NOMINATION, refused.encode())
     second = decide_key(snapshot_of(nodes()[:2], [*pods, *high]), "default/high")
     assert (second.phase, second.rule.name, second.victims) == (Phase.PREEMPTING, "Preempting", ("default/spare-0",))
-    assert second.find(Preempt).nomination.refused == ("default/pdb",)
+    assert second.find(Preempt).nomination.refused == ("uid-default-pdb-0",), "the refused pod is kept by UID"
 
 
 def test_a_refused_eviction_with_no_other_plan_waits():
     pods = [running("pdb", 0, "n0", size=1)]
     high = waiting("high", 1)
     first = decide_key(snapshot_of(nodes()[:1], [*pods, *high]), "default/high")
-    high[0].annotate(NOMINATION, Nomination(first.find(Preempt).nomination.at, first.find(Preempt).nomination.nodes, first.victims,
-                                            ("default/pdb",)).encode())
+    nominated = first.find(Preempt).nomination
+    high[0].annotate(NOMINATION, Nomination(nominated.at, nominated.nodes, nominated.victims, ("uid-default-pdb-0",)).encode())
     d = decide_key(snapshot_of(nodes()[:1], [*pods, *high]), "default/high")
     assert (d.phase, d.rule.name) == (Phase.PREEMPTING, "EvictionRefused")
     assert d.victims == ()
+    assert d.reason.startswith("eviction of default/pdb refused (PodDisruptionBudget)"), "its own namespace: named"
 
 
 # --- the queue ---------------------------------------------------------------------------

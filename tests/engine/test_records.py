@@ -27,11 +27,19 @@ def test_a_plan_record_with_groups_round_trips_and_names_its_holdings_after_the_
 
 
 def test_a_nomination_round_trips():
-    nomination = Nomination("2026-11-22T10:00:00.000+00:00", {"u1": "n1"}, ("ml/v-0",), ("ml/other",))
+    nomination = Nomination("2026-11-22T10:00:00.000+00:00", {"u1": "n1"}, ("u-v0",), ("u-other",))
     assert Nomination.decode(nomination.encode()) == nomination
     assert nomination.encode() == ('{"at":"2026-11-22T10:00:00.000+00:00","nodes":{"u1":"n1"},'
-                                   '"refused":["ml/other"],"victims":["ml/v-0"]}')
+                                   '"refused":["u-other"],"victims":["u-v0"]}')
     assert Nomination.decode('{"at": "x", "nodes": {}}') == Nomination("x", {})
     for bad in ("{not json", "[]", '{"at": 1, "nodes": {}}', '{"at": "x", "nodes": {}, "victims": "v"}',
                 '{"at": "x", "nodes": {}, "refused": [1]}', '{"plannedAt": "x", "nodes": {}}'):
         assert Nomination.decode(bad) is None
+
+
+def test_a_nomination_written_before_victims_were_kept_by_uid_keeps_its_nodes_and_drops_their_names():
+    """A record of the former format named its victims ``namespace/name`` and its refused
+    gangs by key: read, it still holds its nodes; the names are left out (docs/decisions/064)."""
+    old = ('{"at":"2026-11-22T10:00:00.000+00:00","nodes":{"u1":"n1"},'
+           '"refused":["team-a/train"],"victims":["team-a/train-0","team-a/train-1"]}')
+    assert Nomination.decode(old) == Nomination("2026-11-22T10:00:00.000+00:00", {"u1": "n1"})

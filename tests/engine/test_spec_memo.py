@@ -1,19 +1,23 @@
 """A pod's spec is parsed once per distinct spec (docs/decisions/060-pod-spec-memo.md): the
 pods of one template share what was read from it, and a pod parses exactly as it would
-without the memo, whatever its spec, name, namespace, labels or node."""
+without the memo, whatever its spec, name, namespace, labels or node. The memo keeps a
+parse while a parsed pod holds it and no longer (docs/decisions/063-memos-held-by-their-users.md)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.engine.model import pods as pods_module
+from reconciler.engine.model import specs
 from reconciler.engine.model.fields import ObjectError
-from reconciler.engine.model.pods import SPEC_MEMO_MAX_BYTES, PodInfo, spec_values
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.specs import SPEC_MEMO_MAX_BYTES, spec_values
 from tests.support.reconciler_builders import make_pod
 
 
@@ -23,7 +27,7 @@ def _fields(info: PodInfo) -> list[object]:
 
 def _unmemoized(obj: dict, monkeypatch: pytest.MonkeyPatch) -> PodInfo:
     with monkeypatch.context() as m:
-        m.setattr(pods_module, "spec_values", pods_module._parse_spec)
+        m.setattr(pods_module, "spec_values", specs._parse_spec)
         return PodInfo.from_object(obj)
 
 
@@ -95,9 +99,9 @@ def test_terms_that_read_the_pods_labels_namespace_and_name_are_each_pods_own():
 def test_a_spec_larger_than_the_bound_is_parsed_each_time_not_remembered():
     big = {"nodeSelector": {f"key-{k}": "x" * 64 for k in range(SPEC_MEMO_MAX_BYTES // 64)}}
     pod = _pod("w-0", "ml", "a", None, 0, big)
-    before = pods_module._remembered_spec.cache_info().currsize
+    before = specs.remembered()
     first, second = PodInfo.from_object(pod), PodInfo.from_object(copy.deepcopy(pod))
-    assert pods_module._remembered_spec.cache_info().currsize == before
+    assert specs.remembered() == before
     assert first.node_filter == second.node_filter and first.node_filter is not second.node_filter
 
 
@@ -105,3 +109,15 @@ def test_a_spec_json_cannot_carry_is_parsed_as_it_is():
     spec = _pod("w-0", "ml", "a", None, 2, {})["spec"]
     spec["annotationsOfMine"] = {1, 2}  # a set: no JSON text, so no key
     assert spec_values(spec).requests["nvidia.com/gpu"] == 2
+
+
+def test_a_spec_is_remembered_while_a_pod_of_it_is_held_and_forgotten_with_the_last_one():
+    pod = _pod("w-0", "ml", "a", None, 3, {"nodeSelector": {"pool": "only-this-test"}})
+    first = PodInfo.from_object(pod)
+    held = specs.remembered()
+    second = PodInfo.from_object(copy.deepcopy(pod))
+    assert second.spec_values is first.spec_values, "one parse while a pod holds it"
+    assert specs.remembered() == held
+    del first, second
+    gc.collect()
+    assert specs.remembered() == held - 1

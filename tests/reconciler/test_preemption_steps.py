@@ -59,7 +59,7 @@ def test_a_budget_that_refuses_an_eviction_makes_the_controller_choose_another_g
     assert out.retry and "eviction refused for team-a/pod:a" in out.reason
     assert h.cluster.pods.evicted == []
     nomination = json.loads(h.pod("train-0")["metadata"]["annotations"][contract.NOMINATION])
-    assert nomination["refused"] == ["team-a/pod:a"]
+    assert nomination["refused"] == ["uid-a"], "the refused pod, by UID"
     h.sync()
     out = h.reconcile()
     assert (out.phase, out.decision.victims) == (Phase.PREEMPTING, ("team-a/b",))

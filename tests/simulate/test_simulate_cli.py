@@ -315,8 +315,11 @@ def test_a_gang_that_needs_victims_is_preempting_with_its_placements_and_victims
 
 def test_atomic_counts_the_budgets_of_the_snapshot_as_the_reconciler_does(tmp_path, capsys):
     """A budget allowing one disruption over the two pods of gang ``low`` (priority 0):
-    ``atomic`` leaves it whole and evicts ``mid`` (priority 50), naming the budget
-    (docs/decisions/030-preemption-budgets-and-fences.md)."""
+    ``atomic`` leaves it whole and evicts ``mid`` (priority 50), saying so
+    (docs/decisions/030-preemption-budgets-and-fences.md); the reason is the one the
+    reconciler writes on the ``ml`` preemptor, so it counts the ``batch`` gang without
+    naming it, while the victims come from the snapshot's own pods
+    (docs/decisions/064-preemption-names-no-other-tenant.md)."""
     low = [make_pod(f"low-{n}", "batch").requests(gpu=8).gang("low", 2).label("app", "low").on(n).build()
            for n in ("a1", "a2")]
     mid = [make_pod(f"mid-{n}", "batch").requests(gpu=8).gang("mid", 2).priority(50).on(n).build()
@@ -329,7 +332,7 @@ def test_atomic_counts_the_budgets_of_the_snapshot_as_the_reconciler_does(tmp_pa
     [gang] = out["gangs"]
     assert gang["phase"] == "Preempting", gang["reason"]
     assert sorted(v["pod"] for v in gang["victims"]) == ["mid-c1", "mid-c2"]
-    assert "left whole by their budgets: batch/low (PodDisruptionBudget batch/keep-low allows 1" in gang["reason"]
+    assert gang["reason"].endswith("; left whole by their budgets: 1 gang of another namespace"), gang["reason"]
 
 
 def test_bad_preemption_mode_is_refused_by_the_flag(tmp_path, capsys):

@@ -4,6 +4,8 @@ by :meth:`Harness.sync`) and the small cluster most of those tests use."""
 
 from __future__ import annotations
 
+import json
+
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
 from reconciler.daemon.writer import UNFENCED
@@ -99,3 +101,16 @@ def own(pods, job="train"):
         p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
                                              "uid": f"uid-job-{job}", "controller": True}]
     return pods
+
+
+def written_in(h: Harness, namespace: str) -> str:
+    """Everything the controllers wrote in ``namespace`` so far, as one text: pod patches,
+    pod conditions, Events about its objects, and its Gang objects (after a flush)."""
+    h.controllers.conditions.flush(everything=True)
+    h.controllers.gang_objects.flush(everything=True)
+    pods = h.cluster.pods
+    out = [json.dumps(patch) for ref, patch in pods.patches if ref.namespace == namespace]
+    out += [json.dumps(condition) for ref, condition in pods.conditions if ref.namespace == namespace]
+    out += [f"{e.reason}: {e.message}" for e in h.cluster.events if e.regarding.namespace == namespace]
+    out += [json.dumps(obj) for (ns, _), obj in h.cluster.gang_objects.objects.items() if ns == namespace]
+    return "\n".join(out)

@@ -3,7 +3,9 @@ PyTorchJobs, LeaderWorkerSets, pods, ResourceClaims and ResourceClaimTemplates i
 namespace (``attacker``) may make (docs/decisions/049-hostile-tenants-third-round.md):
 counts up to int32's, forged reservation records naming every node, far-future stamps,
 DRA selectors the API server accepts that cost seconds, selectors that read each device's
-uuid, and pods with thousands of pod-affinity terms.
+uuid, and pods with thousands of pod-affinity terms; and pods created and deleted one
+after another, each of a distinct large spec (:func:`churn_pod`, :func:`kept_after_churn`;
+docs/decisions/063-memos-held-by-their-users.md).
 
 The objects keep within what the API server admits (names, shapes, string maps); what the
 chart's admission policies would refuse (a tenant's ``reconciler.troupe.io/*``) is made
@@ -12,12 +14,14 @@ anyway, as on a cluster that runs without them.
 
 from __future__ import annotations
 
+import gc
 import time
 import tracemalloc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
@@ -179,3 +183,58 @@ def decide_beside(config: Config, nodes: Sequence[dict[str, Any]], slices: Seque
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return Outcome(decisions[watched], spent, own, peak)
+
+
+def churn_pod(n: int, spec_bytes: int = 8180, tenant: str = ATTACKER) -> dict[str, Any]:
+    """Pod ``n`` of a tenant that creates and deletes pods one after another: a spec of
+    about ``spec_bytes`` bytes of JSON (the spec memo's key, ``nodeName`` aside) made of
+    short tolerations of keys no other pod has (~450 for 8 KiB), its own label value, gang
+    name and controlling owner; everything the cache parses is distinct from pod to pod."""
+    pod = make_pod(f"churn-{n}", tenant).gang(f"churn-{n}", 1).label("churn", f"value-{n}").build()
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": f"churn-{n}",
+                                           "uid": f"uid-job-{n}", "controller": True}]
+    pod["metadata"]["resourceVersion"] = str(2 * n + 10)
+    tolerations = pod["spec"]["tolerations"]
+    while len(msgspec.json.encode(pod["spec"])) + 18 <= spec_bytes:
+        tolerations.append({"key": f"{n:05x}{len(tolerations):03x}"[-8:]})
+    return pod
+
+
+def churn(cache: ClusterCache, pods: Sequence[dict[str, Any]]) -> None:
+    """Feed ``cache`` each of ``pods`` created, then deleted, by the informers' path (the
+    ``transform``, then the watch event), one pod at a time: a tenant with room for one pod."""
+    for pod in pods:
+        cache.pod_event("ADDED", cache.retain_pod(pod))
+        gone = {**pod, "metadata": {**pod["metadata"], "resourceVersion": str(int(pod["metadata"]["resourceVersion"]) + 1)}}
+        cache.pod_event("DELETED", cache.retain_pod(gone))
+
+
+def kept_after_churn(cache: ClusterCache, pods: Sequence[dict[str, Any]]) -> int:
+    """Bytes still allocated (tracemalloc) after :func:`churn` of ``pods`` through ``cache``
+    and a garbage collection: what the pods left behind in the process, the cache's own
+    tombstones of their deletions included. The objects themselves are made before it
+    starts counting."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        churn(cache, pods)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+#: What each deleted pod may leave (docs/decisions/063-memos-held-by-their-users.md): its
+#: gang keys' memo entry (2 KiB and its annotations' text; the memo at most 8 MiB in all)
+#: and the cache's tombstone of its deletion (its name and about 200 bytes; at most 50,000).
+CHURN_PER_POD = 3 * 1024
+#: What churn leaves once, whatever the count: the last 1,024 tolerations remembered (each
+#: at most 1 KiB: a key of at most 317 characters, a value of at most 63).
+CHURN_ONCE = 1024 * 1024
+
+
+def churn_bound(count: int) -> int:
+    """The most :func:`kept_after_churn` may find after ``count`` pods of a tenant were
+    created and deleted, in bytes."""
+    return CHURN_ONCE + count * CHURN_PER_POD

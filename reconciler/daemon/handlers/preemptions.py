@@ -67,14 +67,15 @@ class Preemptions:
         preempted = action.plan is not None
         if not refused:
             return Done(preempted=preempted, evicted=len(action.evict))
-        updated = replace(action.nomination, refused=tuple(sorted({*action.nomination.refused, *refused})))
+        uids = {uid for pods in refused.values() for uid in pods}
+        updated = replace(action.nomination, refused=tuple(sorted({*action.nomination.refused, *uids})))
         current = self.cache.pod_info(nominee.key)
         rv = current.resource_version if current is not None else nominee.resource_version
         try:
             self.cache.assume(self.pods.set_nomination(nominee.key, updated, rv))
         except WriteError as e:
             log.warning("gang %s: refused gangs not recorded: %s", gang.key, e)
-        return Done(note=f"eviction refused for {', '.join(refused)}", retry=True, evicted=len(action.evict))
+        return Done(note=f"eviction refused for {', '.join(sorted(refused))}", retry=True, evicted=len(action.evict))
 
     def clear_nominations(self, gang: Gang, decision: Decision, action: ClearNominations, memory: Memory,
                           now: float) -> Done:
@@ -91,11 +92,14 @@ class Preemptions:
                 log.warning("gang %s: nomination on %s not removed: %s", gang.key, key, e)
         return Done()
 
-    def _evict(self, gang: Gang, action: Preempt, reason: str) -> list[str]:
-        """Evict the action's victims; returns the gangs whose eviction was refused. In
-        ``atomic`` mode a victim gang goes whole or not at all: every pod of it is first
-        asked about by a dry-run eviction, and a gang with one refusal is left untouched
-        (the next plan chooses another); only then are the others evicted."""
+    def _evict(self, gang: Gang, action: Preempt, reason: str) -> dict[str, list[str]]:
+        """Evict the action's victims; returns the gangs whose eviction was refused, each
+        with the UIDs of its pods refused (what the nomination keeps). In ``atomic`` mode a
+        victim gang goes whole or not at all: every pod of it is first asked about by a
+        dry-run eviction, and a gang with one refusal is left untouched (the next plan
+        chooses another); only then are the others evicted. Each victim's Preempted Event
+        names the preemptor only when it is of the victim's namespace; the log names both
+        (docs/decisions/064-preemption-names-no-other-tenant.md)."""
         snapshot = self.cache.snapshot()
         gang_of = victim_gangs.gang_of_pod(snapshot, self.policy.gang_prefix)
         why = action.plan.reason if action.plan is not None else reason
@@ -105,7 +109,7 @@ class Preemptions:
             return gang_of.get(key, f"{pod.namespace}/pod:{pod.name}")
 
         def attempt(key: PodKey, write: Callable[[PodKey, str], None]) -> str | None:
-            """``write`` one victim; returns its gang when a budget refused it, ``""`` when it
+            """``write`` one victim; returns its key when a budget refused it, ``""`` when it
             was written, None when it failed otherwise or the pod is gone."""
             pod = snapshot.pods.get(key)
             if pod is None:
@@ -114,7 +118,7 @@ class Preemptions:
                 write(key, pod.uid)
             except Refused as e:
                 log.warning("gang %s: eviction of %s refused: %s", gang.key, key, e)
-                return gang_key(key)
+                return key
             except Gone:
                 return None
             except WriteError as e:
@@ -127,18 +131,30 @@ class Preemptions:
             if refused == "":
                 self.cache.assume_deleting(key)  # the next decision waits for it, not evicts it again
                 self.pods.emit_event(key, snapshot.pods[key].uid or None, "Warning", "Preempted",
-                                     f"evicted from node {snapshot.using(key) or '-'} by Troupe "
-                                     f"({self.policy.preemption}) to make room for gang {gang.key} "
-                                     f"(priority {gang.priority}): {why}")
+                                     _told_victim(key, gang, self.policy.preemption, snapshot.using(key), why))
             return refused
 
         victims = [k for k in action.evict if k in snapshot.pods]
         refused: set[str] = set()
         if self.policy.preemption == "atomic":
-            refused = {g for g in self.waves.map(lambda k: attempt(k, self.pods.may_evict), victims) if g}
-            victims = [k for k in victims if gang_key(k) not in refused]
-        refused |= {g for g in self.waves.map(evict, victims) if g}
+            refused = {k for k in self.waves.map(lambda k: attempt(k, self.pods.may_evict), victims) if k}
+            held = {gang_key(PodKey.parse(k)) for k in refused}
+            victims = [k for k in victims if gang_key(k) not in held]
+        refused |= {k for k in self.waves.map(evict, victims) if k}
         if action.evict:
-            log.info("gang %s: evicting %d pod(s) of %s: %s", gang.key, len(victims),
-                     ", ".join(action.plan.gangs) if action.plan else "its victims", reason)
-        return sorted(refused)
+            log.info("gang %s: evicting %d pod(s) of %s (%s): %s", gang.key, len(victims),
+                     ", ".join(action.plan.gangs) if action.plan else "its victims", ", ".join(victims), reason)
+        by_gang: dict[str, list[str]] = {}
+        for key in sorted(refused):
+            by_gang.setdefault(gang_key(PodKey.parse(key)), []).append(snapshot.pods[PodKey.parse(key)].uid)
+        return by_gang
+
+
+def _told_victim(key: PodKey, gang: Gang, mode: str, node: str | None, why: str) -> str:
+    """The message of a victim's Preempted Event: the preemptor and why by name when it is
+    of the victim's namespace, else only that a gang of another namespace took the room."""
+    if gang.namespace == key.namespace:
+        return (f"evicted from node {node or '-'} by Troupe ({mode}) to make room for gang {gang.key} "
+                f"(priority {gang.priority}): {why}")
+    return (f"evicted from node {node or '-'} by Troupe ({mode}) to make room for a gang of another namespace "
+            f"(priority {gang.priority})")

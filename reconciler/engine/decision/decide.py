@@ -78,7 +78,7 @@ from reconciler.engine.gangs.failures import failures
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.lifecycle import Observation, Rule
 from reconciler.engine.gangs.minimum import at_minimum
-from reconciler.engine.gangs.nominating import held_note, nomination_deadline, nomination_of
+from reconciler.engine.gangs.nominating import by_uid, held_note, nomination_deadline, nomination_of
 from reconciler.engine.gangs.queueing import Policy, QueueView
 from reconciler.engine.gangs.refusals import Refusal, avoid_note, avoiding, refusals
 from reconciler.engine.ledger.snapshot import Snapshot
@@ -89,6 +89,7 @@ from reconciler.engine.placement.allocation import DevicePlacement, group_proble
 from reconciler.engine.placement.place import PlacementResult
 from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.preemption.budgeted import plan_within_budgets
+from reconciler.engine.preemption.naming import gangs_told, namespace_of
 
 __all__ = ["Decision", "MemberRelease", "decide", "epoch", "jitter", "rfc3339"]
 
@@ -308,8 +309,8 @@ def _awaiting_victims(s: Seen, nom: Nomination, nominee: PodKey, subject: str, w
     """``AwaitingVictims`` while victims of the gang's nomination still run and none of
     their gangs refused an eviction; None otherwise (the gang is placed on what is left)."""
     snapshot = s.snapshot
-    remaining = [v for v in nom.victims if (p := snapshot.pods.get(v)) is not None and not p.terminal]
-    refused = frozenset(nom.refused)
+    remaining = [p.key for p in by_uid(snapshot, nom.victims) if not p.terminal]
+    refused = _refused_gangs(s, nom)
     gang_of = victims.gang_of_pod(snapshot, s.policy.gang_prefix) if refused else {}
     if not remaining or any(gang_of.get(v) in refused for v in remaining):
         return None
@@ -318,6 +319,15 @@ def _awaiting_victims(s: Seen, nom: Nomination, nominee: PodKey, subject: str, w
               f"({len(remaining) - len(evict)} terminating); their room is held for the gang")
     return s.made(lifecycle.AWAITING_VICTIMS, (Preempt(nominee, nom, evict), wait),
                   Status.of(reason, Code.UNSCHEDULABLE, subject))
+
+
+def _refused_gangs(s: Seen, nom: Nomination) -> frozenset[str]:
+    """The keys of the gangs whose eviction a PodDisruptionBudget refused for ``nom``: the
+    gangs of its refused victims (by UID) that the snapshot still holds."""
+    if not nom.refused:
+        return frozenset()
+    gang_of = victims.gang_of_pod(s.snapshot, s.policy.gang_prefix)
+    return frozenset(g for p in by_uid(s.snapshot, nom.refused) if (g := gang_of.get(p.key)) is not None)
 
 
 def _unplaced(s: Seen, view: Snapshot, result: PlacementResult, near: Sequence[str], nom: Nomination | None,
@@ -330,12 +340,14 @@ def _unplaced(s: Seen, view: Snapshot, result: PlacementResult, near: Sequence[s
         if preempted is not None:
             return preempted
         if nom is not None and nominee is not None:  # a refused eviction and no other plan: hold what is freed, retry later
-            reason = (f"eviction of {', '.join(sorted(nom.refused))} refused (PodDisruptionBudget) and no other "
+            refused = gangs_told(_refused_gangs(s, nom), namespace_of(s.gang.key)) or "its victims"
+            reason = (f"eviction of {refused} refused (PodDisruptionBudget) and no other "
                       f"lower-priority gangs make room; retrying when the nomination runs out")
             return s.made(lifecycle.EVICTION_REFUSED, (Preempt(nominee, nom, ()), wait),
                           Status.of(reason, result.code, subject))
         held = victims.held_by_budgets(view, s.policy.gang_prefix, s.gang.key, s.gang.priority, s.policy.preemption)
-        reasons.append(f"no lower-priority gangs whose eviction makes room{victims.budget_note(held)}")
+        reasons.append(f"no lower-priority gangs whose eviction makes room"
+                       f"{victims.budget_note(held, namespace_of(s.gang.key))}")
     return s.made(lifecycle.UNPLACED, _with_clear((wait,), clear), Status(tuple(reasons), result.code, subject),
                   placement=result)
 
@@ -387,20 +399,22 @@ def _preempt(s: Seen, snapshot: Snapshot, near: Sequence[str], nom: Nomination |
                 return None
             p = replace(p, node_filter=p.node_filter.on_node(holdings[p.device_group].node))
         members.append(p)
-    refused = frozenset(nom.refused) if nom is not None else frozenset()
+    refused = _refused_gangs(s, nom) if nom is not None else frozenset()
     held = victims.held_by_budgets(snapshot, policy.gang_prefix, gang.key, gang.priority, policy.preemption)
     found = victims.candidates(snapshot, policy.gang_prefix, gang.key, gang.priority, refused | held.keys())
     if not found:
         return None
     going = victims.leaving(snapshot)
     view = snapshot.with_removed(going) if going else snapshot
-    plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology, near=near, gang=gang.key)
+    plan, shared = plan_within_budgets(view, members, found, policy.preemption, gang.topology, near=near, gang=gang.key,
+                                       priority=gang.priority)
     if plan is None or not plan.victims:
         return None
     by_key = {p.key: p for p in s.free}
+    uids = tuple(sorted(uid for v in plan.victims if (uid := snapshot.pods[v].uid)))
     nomination = Nomination(rfc3339(s.now), {by_key[a.pod_key].uid: a.node for a in plan.placement.assignments},
-                            plan.victims, tuple(sorted(refused)))
-    nominee, note = nomination_of(gang)[0], victims.budget_note({**held, **shared})
+                            uids, nom.refused if nom is not None else ())
+    nominee, note = nomination_of(gang)[0], victims.budget_note({**held, **shared}, namespace_of(gang.key))
     if nominee is None:  # no member is gated: nothing to carry the nomination
         return None
     return s.made(lifecycle.PREEMPTING, (Preempt(nominee, nomination, plan.victims, plan), wait),

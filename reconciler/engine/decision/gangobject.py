@@ -28,6 +28,7 @@ from reconciler.engine.decision.actions import Preempt
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.gangs.nominating import by_uid
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.timestamps import epoch, rfc3339
 
@@ -123,7 +124,7 @@ def gang_status(gang: Gang, decision: Decision, snapshot: Snapshot) -> dict[str,
         status["domain"] = domain
     if domains:
         status["domains"] = list(domains)
-    status.update(_preempting(decision))
+    status.update(_preempting(gang, decision, snapshot))
     devices = {p.name: ", ".join(f"{r} {','.join(map(str, ids))}" for r, ids in sorted(p.devices.items()))
                for p in gang.members if p.devices}
     if devices:
@@ -135,13 +136,23 @@ def gang_status(gang: Gang, decision: Decision, snapshot: Snapshot) -> dict[str,
     return status
 
 
-def _preempting(decision: Decision) -> dict[str, Any]:
+def _preempting(gang: Gang, decision: Decision, snapshot: Snapshot) -> dict[str, Any]:
+    """``nominatedNodes`` and the victims while preempting: ``victims``, those of the gang's
+    own namespace (``namespace/name``), and ``victimsElsewhere``, how many are in other
+    namespaces (the object is read by whoever reads the gang's namespace:
+    docs/decisions/064-preemption-names-no-other-tenant.md)."""
     preempt = decision.find(Preempt)
     if preempt is None:
         return {}
     nodes = sorted(set(preempt.nomination.nodes.values()))
-    victims = sorted(set(preempt.nomination.victims) | set(preempt.evict))
-    return {"nominatedNodes": nodes[:MAX_LISTED], "victims": victims[:MAX_LISTED]}
+    keys = {p.key for p in by_uid(snapshot, preempt.nomination.victims)} | set(preempt.evict)
+    own = sorted(k for k in keys if k.namespace == gang.namespace)
+    out: dict[str, Any] = {"nominatedNodes": nodes[:MAX_LISTED]}
+    if own:
+        out["victims"] = own[:MAX_LISTED]
+    if len(keys) > len(own):
+        out["victimsElsewhere"] = len(keys) - len(own)
+    return out
 
 
 def placed_domains(gang: Gang, snapshot: Snapshot) -> tuple[str, tuple[str, ...]]:

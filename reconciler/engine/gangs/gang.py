@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 import troupe.contract as contract
 import troupe.kueue as kueue
+from reconciler.engine.gangs.memberkeys import member_keys
 from reconciler.engine.gangs.queued import beyond_queued_workload, group_fix, keys_fix, kueue_gated
 from reconciler.engine.model import adopted
 from reconciler.engine.model import workloads as wl
@@ -67,7 +67,6 @@ from troupe.policies import (
     GANG_POLICY_KEYS,
     REPLACE_MEMBER,
     WHEN_COMPLETE,
-    parse_failure_policy,
 )
 
 #: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
@@ -107,8 +106,10 @@ class Gang:
     effective timeout (defaulted and capped, ``seeds/001``); ``jitter_seconds`` the bound
     of the jitter added to it. ``topology``: the members' level request. ``held``: why the
     members cannot be released as they are (malformed or disagreeing keys), else ``""``.
-    ``device_groups``: the SharedDeviceGroups its members join. ``priority``: the highest
-    ``spec.priority`` of its members. ``created``: the earliest creation timestamp
+    ``device_groups``: the SharedDeviceGroups its members join. ``priority``: the priority
+    the pod group its members name states, else the highest ``spec.priority`` of its
+    members: its one priority, in the queue and in preemption, as preemptor and as victim
+    (:meth:`~reconciler.engine.ledger.snapshot.Snapshot.priority_of`). ``created``: the earliest creation timestamp
     (RFC 3339). ``not_before`` (seconds since the epoch) and ``timeouts``: the backoff
     after consecutive rollbacks, and ``rolled_back``: the releases (their ``planned-at``)
     rolled back whose owned members must still be deleted: what the caller knows (the
@@ -174,47 +175,6 @@ class Gang:
         return self.release_mode == AS_CREATED and bool(self.slots)
 
 
-@dataclass(frozen=True)
-class MemberKeys:
-    """What one member's annotations ask of its gang, parsed once: ``spec``, its gang
-    annotations (:class:`troupe.contract.GangSpec`; None when it carries none), or
-    ``spec_error``, why they cannot be read; ``topology``, its topology request (level,
-    slices, placement, exclusive level: :class:`troupe.contract.TopologyRequest`) and
-    ``policy``, its failure policy, or ``request_error``, why one of those cannot be read
-    (then both are the defaults, or the topology alone when only the policy is wrong).
-    Error texts are :class:`troupe.errors.ContractError` messages, naming the key and
-    the value. The members of a gang carry the same annotations, so one parse serves
-    them all (:func:`member_keys`); placement, layers and preemption read the gang's
-    :attr:`Gang.topology`, never the annotations again."""
-
-    spec: contract.GangSpec | None = None
-    spec_error: str = ""
-    topology: contract.TopologyRequest = field(default_factory=contract.TopologyRequest)
-    policy: str = REPLACE_MEMBER
-    request_error: str = ""
-
-
-@lru_cache(maxsize=4096)
-def _parse_keys(annotations: tuple[tuple[str, str], ...], namespace: str, config: Config) -> MemberKeys:
-    a = dict(annotations)
-    spec, spec_error = None, ""
-    try:
-        spec = contract.parse_gang_annotations(a, namespace, config)
-    except ContractError as e:
-        spec_error = str(e)
-    topology, policy, request_error = contract.TopologyRequest(), REPLACE_MEMBER, ""
-    try:
-        topology = contract.parse_topology_annotations(a, config)
-        policy = parse_failure_policy(a)
-    except ContractError as e:
-        request_error = str(e)
-    return MemberKeys(spec, spec_error, topology, policy, request_error)
-
-
-def member_keys(pod: PodInfo, config: Config) -> MemberKeys:
-    """:class:`MemberKeys` of ``pod`` under ``config``: parsed once per distinct set of
-    annotations, namespace and configuration (a gang's members share one parse)."""
-    return _parse_keys(tuple(sorted(pod.gang_annotations.items())), pod.namespace, config)
 
 
 def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
@@ -385,8 +345,10 @@ def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     members name, if any (docs/decisions/056-pod-groups.md): its level intersected with
     the group's (:func:`~troupe.podgroups.constrained`), its minimum raised to the
     group's count (held when that is above the gang's size: kube-scheduler would never
-    schedule fewer). It waits while the group is not known; it is held when its members
-    name different groups or the group cannot be read."""
+    schedule fewer), its priority the group's when it states one (a gang's one priority, in
+    the queue and in preemption: docs/decisions/064-preemption-names-no-other-tenant.md). It
+    waits while the group is not known; it is held when its members name different groups
+    or the group cannot be read."""
     if not gang.members:
         return gang
     ref = gang.members[0].pod_group
@@ -402,7 +364,8 @@ def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     held = gang.held or _group_problem(gang, spec) or beyond_queued_workload(
         gang.members, spec.min_count, f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}", group_fix, workloads)
     return replace(gang, held=held, topology=constrained(gang.topology, spec, config),
-                   min_size=_raised_minimum(gang, spec))
+                   min_size=_raised_minimum(gang, spec),
+                   priority=spec.priority if spec.priority is not None and not spec.error else gang.priority)
 
 
 def _group_problem(gang: Gang, spec: PodGroupSpec) -> str:

@@ -5,11 +5,14 @@ and what the room held for the gangs ahead in the queue says (docs/decisions/020
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from reconciler.engine.gangs.clocks import jitter
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.queueing import QueueView
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.records import Nomination
 from reconciler.engine.model.timestamps import epoch
 
@@ -30,8 +33,16 @@ def nomination_deadline(gang: Gang, nom: Nomination, snapshot: Snapshot, cap: in
     start = epoch(nom.at)
     if start is None:
         return 0.0
-    grace = max((p.grace_seconds for v in nom.victims if (p := snapshot.pods.get(v)) is not None), default=0)
+    grace = max((p.grace_seconds for p in by_uid(snapshot, nom.victims)), default=0)
     return start + min(gang.timeout_seconds + jitter(gang, nom.at) + grace, cap)
+
+
+def by_uid(snapshot: Snapshot, uids: Iterable[str]) -> list[PodInfo]:
+    """The pods of ``snapshot`` with these UIDs (a nomination's victims or refusals), in the
+    order given; a UID no pod of the snapshot has is left out (the pod is gone, or the
+    reader may not see it). The index is made once per snapshot."""
+    index = snapshot.memo("pods-by-uid", lambda: {p.uid: p for p in snapshot.pods.values() if p.uid})
+    return [p for uid in uids if (p := index.get(uid)) is not None]
 
 
 def held_note(queue: QueueView, held: frozenset[int]) -> str:

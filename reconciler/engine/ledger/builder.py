@@ -16,7 +16,8 @@ parsed objects themselves is done here, once:
 - SharedDeviceGroups and PodDisruptionBudgets in name order, the volume catalog and the
   namespaces' labels;
 - the gangs evicted only whole, named by the pod groups their members join
-  (:func:`whole_victims`, docs/decisions/056-pod-groups.md).
+  (:func:`whole_victims`, docs/decisions/056-pod-groups.md), and the priorities those
+  groups state (:func:`group_priorities`).
 
 :func:`snapshot_of_objects` is the same for lists of plain objects (parsed by
 :func:`~reconciler.engine.ledger.parts.read_parts`), what tests and benchmarks build on.
@@ -32,7 +33,7 @@ from reconciler.engine.ledger.parts import SnapshotParts, located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import dra
-from reconciler.engine.model.keys import WorkloadKey
+from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import auto_namespaces, gang_key, planned_gangs
 from reconciler.engine.model.podterms import DO_NOT_SCHEDULE, SpreadConstraint
 from troupe.config import Config
@@ -73,7 +74,7 @@ def build_snapshot(parts: SnapshotParts, devices: dra.NodesMemo | None = None) -
                     sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,
                     volumes=parts.volumes, spread_defaults=spread_defaults(config),
                     reservations=parts.workloads.reservations(planned_workloads(parts)),
-                    whole_victims=whole_victims(parts), usage=parts.usage)
+                    whole_victims=whole_victims(parts), group_priorities=group_priorities(parts), usage=parts.usage)
 
 
 def whole_victims(parts: SnapshotParts) -> frozenset[str]:
@@ -89,6 +90,22 @@ def whole_victims(parts: SnapshotParts) -> frozenset[str]:
         if spec is not None and spec.whole_victim:
             out.add(gang_key(pod, parts.config) or f"{pod.namespace}/pod:{pod.name}")
     return frozenset(out)
+
+
+def group_priorities(parts: SnapshotParts) -> dict[PodKey, int]:
+    """Pod key -> the priority its pod group states, for the pods of ``parts`` whose group
+    states one: the priority each counts with, as a preemptor's member and as a victim
+    (:meth:`~reconciler.engine.ledger.snapshot.Snapshot.priority_of`)."""
+    groups = parts.workloads.groups
+    if not any(spec.priority is not None for spec in groups.values()):
+        return {}
+    out = {}
+    for pod in parts.pods:
+        ref = pod.pod_group
+        spec = parts.workloads.group(pod.namespace, ref) if ref is not None else None
+        if spec is not None and spec.priority is not None and not spec.error:
+            out[pod.key] = spec.priority
+    return out
 
 
 def planned_workloads(parts: SnapshotParts) -> frozenset[WorkloadKey]:

@@ -149,7 +149,8 @@ class Snapshot:
     ``usage``: the bound pods' use of the nodes, counted already on ``nodes`` (a copy of a
     cache's :class:`~reconciler.engine.ledger.usage.BoundUsage`, which the snapshot then owns):
     those pods are not counted again (docs/decisions/061-bound-usage.md); ignored unless it
-    was made on this very table.
+    was made on this very table. ``group_priorities``: pod key -> the priority its pod group
+    states, for the pods whose group states one (:meth:`priority_of`).
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
@@ -158,7 +159,7 @@ class Snapshot:
                  namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
                  spread_defaults: Sequence[SpreadConstraint] = (),
                  reservations: Iterable[Reservation] = (), whole_victims: Iterable[str] = (),
-                 usage: UsageCopy | None = None) -> None:
+                 group_priorities: Mapping[PodKey, int] | None = None, usage: UsageCopy | None = None) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -187,6 +188,7 @@ class Snapshot:
         #: Gang keys evicted only whole, even by ``minimal`` preemption: their members name a
         #: pod group whose ``disruptionMode`` is ``all`` (docs/decisions/056-pod-groups.md).
         self.whole_victims: frozenset[str] = frozenset(whole_victims)
+        self.group_priorities: Mapping[PodKey, int] = group_priorities or {}
         #: Keys of the pods that carry :class:`~reconciler.engine.model.podterms.PodTerms`.
         self.terms_keys = tuple(indexed.terms_keys)
         #: Keys of the pods that ask an exclusive level (:mod:`reconciler.engine.placement.layers`).
@@ -267,6 +269,13 @@ class Snapshot:
             return self._nominated.get((pod.namespace, pod.uid), "")
         return ""
 
+    def priority_of(self, pod: PodInfo) -> int:
+        """The priority ``pod`` counts with as its gang's member: the priority its pod
+        group states, else its own ``spec.priority``. A gang's priority is the highest of
+        its members' (:attr:`~reconciler.engine.gangs.gang.Gang.priority`, the same rule),
+        as KEP-5710 gives a pod its workload's (docs/decisions/064-preemption-names-no-other-tenant.md)."""
+        return self.group_priorities.get(pod.key, pod.priority) if self.group_priorities else pod.priority
+
     def planned_from(self, members: Iterable[PodInfo], priority: int) -> Snapshot:
         """The snapshot a gang of ``priority`` plans on for its gated ``members``: the room
         their own nomination holds is theirs, and so is the room held by nominations of
@@ -277,7 +286,7 @@ class Snapshot:
             return self
         own = {pod.key for pod in members if self.nominated_node(pod)}
         nominated = self.memo("nominated", lambda: sorted(
-            (pod.priority, pod.key) for pod in self._gated
+            (self.priority_of(pod), pod.key) for pod in self._gated
             if pod.active and self.nominated_node(pod) and not self.committed_node(pod)))
         aside = sorted(own | {key for held_at, key in nominated if held_at < priority})
         return self.with_removed(aside) if aside else self

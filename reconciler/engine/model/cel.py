@@ -12,7 +12,11 @@ or yields anything but a boolean raises :class:`SelectorError` quoting it: the c
 the gang with that reason rather than guessing (docs/decisions/044-dra.md).
 
 Evaluation is pure (no clock, no I/O) and memoized per (expression, device): cel-python
-takes about half a millisecond per evaluation, and devices change rarely.
+takes about half a millisecond per evaluation, and devices change rarely. A selector is
+compiled once while it stays in a memo bounded by the bytes its parse holds
+(:data:`COMPILED_MEMO_BYTES`; a compiled selector takes about 700 bytes per node of its
+parse tree, so one of more than :data:`MAX_PARSE_NODES` is refused), and an answer is kept by the compiled
+selector's ident, never by a copy of its text (docs/decisions/063-memos-held-by-their-users.md).
 
 A selector is a tenant's program run by the reconciler, so its work is bounded before it
 runs (docs/decisions/049-hostile-tenants-third-round.md):
@@ -33,10 +37,10 @@ runs (docs/decisions/049-hostile-tenants-third-round.md):
 
 from __future__ import annotations
 
-import functools
-import threading
-from collections import OrderedDict
+import itertools
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -44,7 +48,9 @@ import celpy
 import lark
 from celpy import celtypes
 
+from reconciler.engine.model.memo import ChargedMemo
 from reconciler.engine.model.quantity import QuantityError, parse_quantity
+from troupe.errors import quoted
 
 #: One device as a selector sees it: ``(driver, attributes, capacity)`` with attributes
 #: ``((qualified name, value), ...)`` (value: int, bool or str) and capacity ``((qualified
@@ -63,8 +69,6 @@ DEVICE_MAP_SIZE = 32
 UNKNOWN_SIZE = 1_000
 #: Comprehension macros: their body runs once per element of what they walk.
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-#: Memoized evaluations kept (least recently used dropped first).
-MEMO_SIZE = 262_144
 
 
 class SelectorError(ValueError):
@@ -106,14 +110,8 @@ _FUNCTIONS: dict[str, Any] = {
 }
 
 
-@functools.lru_cache(maxsize=1024)
 def _program(expression: str) -> Any:
-    try:
-        return celpy.Environment().program(_parsed(expression), functions=_FUNCTIONS)
-    except SelectorError:
-        raise
-    except Exception as e:  # noqa: BLE001  cel-python raises its own and parser errors alike
-        raise SelectorError(f"CEL selector {expression!r} does not compile: {_short(e)}") from None
+    return _compiled(expression).program
 
 
 def _short(e: BaseException) -> str:
@@ -192,20 +190,91 @@ def _units(tree: Any) -> int:
     return 1 + sum(_units(child) for child in tree.children)
 
 
-@functools.lru_cache(maxsize=1024)
-def _parsed(expression: str) -> Any:
+@dataclass(frozen=True, eq=False, slots=True)
+class _Compiled:
+    """One selector compiled, with what is read from its parse once: ``program``
+    (cel-python's), ``units`` (:func:`cost`), ``reads`` (:func:`reads`), ``nodes`` (the
+    parse tree's nodes and tokens: what it takes in memory), ``ident`` (what the memo of
+    answers knows it by, so an answer holds no copy of the expression), or ``error``, why
+    it cannot be compiled (then nothing else)."""
+
+    ident: int
+    program: Any = None
+    units: int = 0
+    reads: frozenset[tuple[str, str, str]] | None = None
+    nodes: int = 0
+    error: str = ""
+
+
+#: Bytes a compiled selector holds per node of its parse tree (lark's trees and tokens with
+#: their positions: measured 626 to 645 on selectors from 88 characters to 10 KiB).
+NODE_BYTES = 700
+#: What the memo of compiled selectors holds at most, in bytes: about 1,600 selectors of 100
+#: characters (40 KiB each), or 11 of the largest kept (:data:`MAX_PARSE_NODES`)
+#: (docs/decisions/063-memos-held-by-their-users.md). Bounded by count (1,024), it held 1,024
+#: times the largest a tenant wrote: a selector of 10 KiB (the API's limit) takes up to
+#: 36 MiB compiled (a list literal of 5,000 items, 56,000 nodes).
+COMPILED_MEMO_BYTES = 64 * 2**20
+#: Nodes and tokens the parse of one selector may have (about 5.6 MiB compiled, an eleventh
+#: of :data:`COMPILED_MEMO_BYTES`): a selector of 100 characters has about 60, a chain of
+#: 20 attribute comparisons about 1,300. A larger one is refused, and the refusal kept.
+MAX_PARSE_NODES = 8192
+_idents = itertools.count()
+
+
+def _charge(expression: str, compiled: _Compiled) -> int:
+    """What ``compiled`` holds, in bytes: its tree's nodes, the expression (the key, the
+    source the program keeps), the error message."""
+    return NODE_BYTES * compiled.nodes + 4 * sys.getsizeof(expression) + sys.getsizeof(compiled.error)
+
+
+_compiled_memo: ChargedMemo[str, _Compiled] = ChargedMemo(COMPILED_MEMO_BYTES, _charge)
+
+
+def _compiled(expression: str) -> _Compiled:
+    """``expression`` compiled (kept in a memo of :data:`COMPILED_MEMO_BYTES`, an error as
+    well as a program); raises :class:`SelectorError` when it does not compile."""
+    found = _compiled_memo.get(expression)
+    if found is None:
+        found = _compiled_memo.put(expression, _compile(expression))
+    if found.error:
+        raise SelectorError(found.error)
+    return found
+
+
+def _compile(expression: str) -> _Compiled:
+    ident = next(_idents)
     try:
-        return celpy.Environment().compile(expression)
+        tree = celpy.Environment().compile(expression)
+        program = celpy.Environment().program(tree, functions=_FUNCTIONS)
     except Exception as e:  # noqa: BLE001  cel-python raises its own and parser errors alike
-        raise SelectorError(f"CEL selector {expression!r} does not compile: {_short(e)}") from None
+        return _Compiled(ident, error=f"CEL selector {expression!r} does not compile: {_short(e)}")
+    nodes = _nodes(tree)
+    if nodes > MAX_PARSE_NODES:
+        return _Compiled(ident, error=f"CEL selector {quoted(expression)} is larger than Troupe keeps compiled "
+                                      f"({nodes} parse nodes, at most {MAX_PARSE_NODES})")
+    try:
+        return _Compiled(ident, program, _units(tree), _reads(tree), nodes)
+    except RecursionError:  # a tree deeper than the interpreter's stack: read as one that cannot be
+        return _Compiled(ident, error=f"CEL selector {quoted(expression)} nests too deeply to be read")
 
 
-@functools.lru_cache(maxsize=1024)
+def _nodes(tree: Any) -> int:
+    """How many nodes and tokens ``tree`` has (counted without recursion)."""
+    count, stack = 0, [tree]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, lark.Tree):
+            stack.extend(node.children)
+    return count
+
+
 def cost(expression: str) -> int:
     """The estimated units of one evaluation of ``expression`` (module docstring): about
     0.3 microseconds of cel-python each beyond a fixed quarter of a millisecond. Raises
     :class:`SelectorError` when it does not compile."""
-    return _units(_parsed(expression))
+    return _compiled(expression).units
 
 
 def check(expression: str) -> None:
@@ -218,13 +287,17 @@ def check(expression: str) -> None:
                             f"(estimated {estimated} units, at most {MAX_COST})")
 
 
-@functools.lru_cache(maxsize=1024)
 def reads(expression: str) -> frozenset[tuple[str, str, str]] | None:
     """What of a device ``expression`` reads: ``(map, domain, name)`` for each
     ``device.attributes["<domain>"].<name>`` (or ``["<name>"]``), ``(map, domain, "*")``
     for a whole domain's map, ``("driver", "", "")``; None when it reads the device any
     other way (a computed key, ``device`` bound by a comprehension, another field), so
     the whole device matters. Raises :class:`SelectorError` when it does not compile."""
+    return _compiled(expression).reads
+
+
+def _reads(tree: Any) -> frozenset[tuple[str, str, str]] | None:
+    """:func:`reads` of a parse tree."""
     found: set[tuple[str, str, str]] = set()
 
     def literal(tree: Any) -> str | None:
@@ -263,7 +336,7 @@ def reads(expression: str) -> frozenset[tuple[str, str, str]] | None:
             return False
         return all(visit(child) for child in tree.children)
 
-    return frozenset(found) if visit(_parsed(expression)) else None
+    return frozenset(found) if visit(tree) else None
 
 
 def project(expression: str, device: DeviceView) -> DeviceView:
@@ -289,22 +362,35 @@ def project(expression: str, device: DeviceView) -> DeviceView:
     return (driver, kept("attributes", attributes), kept("capacity", capacity))
 
 
-_memo: OrderedDict[tuple[str, DeviceView], bool | str] = OrderedDict()
-#: The memo is shared by the threads that decide (the reconciler's worker, a page's data).
-_memo_lock = threading.Lock()
+#: Bytes one kept answer holds beside the pairs of its device's projection (its key, the
+#: projection's tuples, the memo's entry), and per pair: measured 240 bytes for a device
+#: read whole (its own tuples), 340 for one attribute read, 1,290 for 17.
+ANSWER_BYTES, PAIR_BYTES = 256, 64
+#: What the memo of answers holds at most, in bytes: about 100,000 answers on one attribute
+#: each (docs/decisions/063-memos-held-by-their-users.md). Bounded by count (262,144), it held
+#: that many times the largest answer, an error message quoting its selector whole.
+ANSWERS_MEMO_BYTES = 32 * 2**20
+
+
+def _answer_charge(key: tuple[int, DeviceView], answer: bool | str) -> int:
+    _, (_, attributes, capacity) = key
+    return ANSWER_BYTES + PAIR_BYTES * (len(attributes) + len(capacity)) + (
+        sys.getsizeof(answer) if isinstance(answer, str) else 0)
+
+
+#: Answers by the compiled selector's ident (:class:`_Compiled`) and the device as it reads
+#: it, or the error's message; shared by the threads that decide (the worker, a page's data).
+_memo: ChargedMemo[tuple[int, DeviceView], bool | str] = ChargedMemo(ANSWERS_MEMO_BYTES, _answer_charge)
 
 
 def evaluate(expression: str, device: DeviceView) -> tuple[bool, bool]:
     """``(matches, evaluated)``: whether the selector ``expression`` accepts ``device``
-    (:func:`matches`), and whether that took an evaluation (False: the memo of
-    :data:`MEMO_SIZE` answers, keyed by :func:`project`, had it). Raises
+    (:func:`matches`), and whether that took an evaluation (False: the memo of answers,
+    :data:`ANSWERS_MEMO_BYTES`, keyed by :func:`project`, had it). Raises
     :class:`SelectorError` as :func:`matches` does, also when the memo holds the error."""
     check(expression)
-    key = (expression, project(expression, device))
-    with _memo_lock:
-        found = _memo.get(key)
-        if found is not None:
-            _memo.move_to_end(key)
+    key = (_compiled(expression).ident, project(expression, device))
+    found = _memo.get(key)
     if found is not None:
         if isinstance(found, str):
             raise SelectorError(found)
@@ -313,10 +399,7 @@ def evaluate(expression: str, device: DeviceView) -> tuple[bool, bool]:
         answer: bool | str = _evaluated(expression, key[1])
     except SelectorError as e:
         answer = str(e)
-    with _memo_lock:
-        _memo[key] = answer
-        if len(_memo) > MEMO_SIZE:
-            _memo.popitem(last=False)
+    _memo.put(key, answer)
     if isinstance(answer, str):
         raise SelectorError(answer)
     return answer, True
@@ -324,22 +407,18 @@ def evaluate(expression: str, device: DeviceView) -> tuple[bool, bool]:
 
 def forget() -> None:
     """Empty the memo of evaluations (what a cold start has; benchmarks measure it)."""
-    with _memo_lock:
-        _memo.clear()
+    _memo.clear()
 
 
 def memoized() -> int:
-    """How many answers the memo holds (at most :data:`MEMO_SIZE`)."""
-    with _memo_lock:
-        return len(_memo)
+    """How many answers the memo holds (within :data:`ANSWERS_MEMO_BYTES`)."""
+    return len(_memo)
 
 
 def known(expression: str, device: DeviceView) -> bool | None:
     """The memo's answer for ``expression`` on ``device`` (as :func:`evaluate` keys it),
     None when it holds none; raises :class:`SelectorError` when it holds the error."""
-    key = (expression, project(expression, device))
-    with _memo_lock:
-        found = _memo.get(key)
+    found = _memo.get((_compiled(expression).ident, project(expression, device)))
     if isinstance(found, str):
         raise SelectorError(found)
     return found

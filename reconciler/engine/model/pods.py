@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from typing import Any, TypeVar
-
-import msgspec
+from weakref import WeakValueDictionary
 
 import troupe.kueue as kueue
 from reconciler.engine.model.devices import Devices, parse_selected
 from reconciler.engine.model.fields import (
-    ObjectError,
     filled,
     item,
     mapping,
@@ -31,9 +28,9 @@ from reconciler.engine.model.fields import (
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.podterms import PodTerms, parse_pod_terms
 from reconciler.engine.model.records import Nomination, Plan
-from reconciler.engine.model.resources import PODS, pod_requests
-from reconciler.engine.model.selectors import NodeFilter, parse_node_filter
-from troupe.bounds import pod_terms_error
+from reconciler.engine.model.resources import PODS
+from reconciler.engine.model.selectors import NodeFilter
+from reconciler.engine.model.specs import SpecValues, scheduling_group, spec_values
 from troupe.contract import (
     ASSIGNED_NODE,
     DEVICE_GROUP,
@@ -153,6 +150,10 @@ class PodInfo:
     #: Volcano's, coscheduling's or KAI's key: :func:`troupe.podgroups.pod_group_ref`), None
     #: when it names none (docs/decisions/056-pod-groups.md).
     pod_group: PodGroupRef | None = None
+    #: What its ``requests``, ``node_filter``, ``gates``, ``priority`` and ``grace_seconds``
+    #: were read from (:func:`~.specs.spec_values`), held so that the spec memo keeps them
+    #: while the pod is held, and no longer; None for a pod not parsed from an object.
+    spec_values: SpecValues | None = field(default=None, repr=False)
     #: ``namespace/name`` (:class:`~.keys.PodKey`), made once.
     key: PodKey = field(init=False, repr=False)
 
@@ -222,101 +223,13 @@ class PodInfo:
             "malformed": "; ".join(problems),
             "claims": _resource_claims(spec, status),
             "pod_group": group_ref_from_meta(annotations, labels, of_spec.scheduling_group),
+            "spec_values": of_spec,
         })
-
-
-@dataclass(frozen=True, slots=True)
-class SpecValues:
-    """What :meth:`PodInfo.from_object` reads from a pod's ``spec`` alone, the node it is
-    bound to aside: its requests (units, one ``pods`` included), node filter, scheduling
-    gates (names), priority, ``terminationGracePeriodSeconds`` (seconds), the pod group it
-    names (``spec.schedulingGroup.podGroupName``), why its term lists are over
-    :data:`troupe.bounds.MAX_POD_TERMS` (None when they are not), and whether it may carry
-    :class:`~reconciler.engine.model.podterms.PodTerms`, which also read the pod's
-    namespace, name and labels and so are parsed per pod (False: they are None)."""
-
-    requests: Mapping[str, int]
-    node_filter: NodeFilter
-    gates: tuple[str, ...]
-    priority: int
-    grace_seconds: int
-    scheduling_group: str | None
-    terms_error: str | None
-    may_have_terms: bool
-
-
-_ENCODE = msgspec.json.Encoder().encode
-_DECODE = msgspec.json.Decoder().decode
-
-
-def spec_values(spec: Mapping[str, Any]) -> SpecValues:
-    """The :class:`SpecValues` of a pod ``spec`` (a JSON object), parsed once per distinct
-    spec: the pods of one template (a Job's, a DaemonSet's) differ in ``nodeName`` and in
-    nothing else that is read here, so 100,000 pods have a few hundred specs between them
-    (docs/decisions/060-pod-spec-memo.md). The spec less ``nodeName`` is encoded as JSON and
-    that text is the memo's key (about 2 µs); equal texts are equal JSON values, which the
-    parse below reads alike, and the parse reads the value decoded from the text, so a spec
-    holding values JSON cannot hold (a tuple, a set) is read as JSON would carry it or,
-    when it cannot be encoded at all, parsed as it is. The memo keeps the last
-    :data:`SPEC_MEMO_SIZE` specs of at most :data:`SPEC_MEMO_MAX_BYTES`. Raises :class:`~reconciler.engine.model.fields.ObjectError`
-    naming the bad field (not remembered: a bad spec is parsed, and refused, each time)."""
-    try:
-        key = _ENCODE({k: v for k, v in spec.items() if k != "nodeName"})
-    except (TypeError, ValueError, OverflowError):  # not JSON: parsed as it is, not remembered
-        return _parse_spec(spec)
-    return _remembered_spec(key) if len(key) <= SPEC_MEMO_MAX_BYTES else _parse_spec(spec)
-
-
-#: How many distinct pod specs :func:`spec_values` remembers.
-SPEC_MEMO_SIZE = 4096
-#: The largest spec :func:`spec_values` remembers, in bytes of JSON (a pod's spec as the
-#: cache keeps it is about 1 KB): a tenant's pods of huge distinct specs are parsed each
-#: time instead of growing the memo past :data:`SPEC_MEMO_SIZE` x this (32 MiB).
-SPEC_MEMO_MAX_BYTES = 8192
-
-
-@lru_cache(maxsize=SPEC_MEMO_SIZE)
-def _remembered_spec(key: bytes) -> SpecValues:
-    return _parse_spec(_DECODE(key))
-
-
-def _parse_spec(spec: Mapping[str, Any]) -> SpecValues:
-    priority = 0 if spec.get("priority") is None else spec["priority"]
-    if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
-        raise ObjectError("spec.priority", f"expected an int32, got {type(priority).__name__}")
-    requests = pod_requests(spec)
-    node_filter = parse_node_filter(spec)
-    gates = tuple(shared(gate) for gate in _gates(spec))
-    terms_error = pod_terms_error(spec)
-    # Whether a pod has terms does not hang on its namespace, name or labels, only what they say.
-    may_have_terms = terms_error is not None or parse_pod_terms("default", "pod", {}, spec) is not None
-    return SpecValues(requests, node_filter, gates, priority, _grace(spec), _scheduling_group(spec), terms_error,
-                      may_have_terms)
-
-
-def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
-    """``spec.schedulingGroup.podGroupName`` (KEP-4671), None when absent or not a string."""
-    group = spec.get("schedulingGroup")
-    name = group.get("podGroupName") if isinstance(group, Mapping) else None
-    return name if isinstance(name, str) and name else None
-
-
-def _gates(spec: Mapping[str, Any]) -> list[str]:
-    """The names of ``spec.schedulingGates``; raises :class:`ObjectError` naming a bad one."""
-    gates = []
-    raw_gates = spec.get("schedulingGates") or []
-    if not isinstance(raw_gates, list):
-        raise ObjectError("spec.schedulingGates", f"expected a list, got {type(raw_gates).__name__}")
-    for i, gate in enumerate(raw_gates):
-        if not isinstance(gate, Mapping) or not isinstance(gate.get("name"), str):
-            raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
-        gates.append(gate["name"])
-    return gates
 
 
 def _resource_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
     """``spec.resourceClaims`` as ``(entry, claim, template)`` triples (see
-    :attr:`PodInfo.claims`). Raises :class:`ObjectError` naming the bad field."""
+    :attr:`PodInfo.claims`). Raises :class:`~reconciler.engine.model.fields.ObjectError` naming the bad field."""
     raw = sequence(spec, "resourceClaims", "spec")
     if not raw:
         return ()
@@ -355,7 +268,7 @@ def unreadable_pod(obj: Mapping[str, Any], why: str) -> PodInfo:
                    resource_version=_text(meta.get("resourceVersion")),
                    deleting=meta.get("deletionTimestamp") is not None, owner=_controller_owner(meta),
                    condition=_condition(status, GANG_CONDITION), malformed=f"the pod cannot be read: {why}",
-                   pod_group=group_ref_from_meta(annotations, labels, _scheduling_group(spec)))
+                   pod_group=group_ref_from_meta(annotations, labels, scheduling_group(spec)))
 
 
 def _plain(value: Any) -> Mapping[Any, Any]:
@@ -458,13 +371,17 @@ def _disruption(conditions: Mapping[str, tuple[str, str, str]]) -> str:
     return (found[1] or "DisruptionTarget") if found is not None and found[0] == "True" else ""
 
 
-def _grace(spec: Mapping[str, Any]) -> int:
-    value = spec.get("terminationGracePeriodSeconds")
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else 30
+#: Equal owners are one value: a Job's or a ReplicaSet's pods all name it. Held weakly:
+#: an owner is remembered while a parsed pod names it (docs/decisions/063-memos-held-by-their-users.md).
+_owners: WeakValueDictionary[tuple[str, str, str, str], Owner] = WeakValueDictionary()
 
 
-#: Equal owners are one value: a Job's or a ReplicaSet's pods all name it.
-_owner = lru_cache(maxsize=1024)(Owner)
+def _owner(api_version: str, kind: str, name: str, uid: str) -> Owner:
+    key = (api_version, kind, name, uid)
+    found = _owners.get(key)
+    if found is None:
+        found = _owners[key] = Owner(api_version, kind, name, uid)
+    return found
 
 
 def _controller_owner(meta: Mapping[str, Any]) -> Owner | None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.engine.model.devices import Holding, format_ids, parse_ids
-from reconciler.engine.model.keys import PodKey
 
 
 @dataclass(frozen=True)
@@ -87,13 +86,15 @@ def _stamped_node_map(raw: str, stamp: str) -> tuple[dict[str, Any], str, dict[s
 class Nomination:
     """A preemptor gang's nomination (``reconciler.troupe.io/nomination``): when it was
     made (``at``, RFC 3339), the node each member will go to (pod UID -> node: capacity
-    held for the gang from the moment it is written), the victim pods to evict
-    (``namespace/name``), and the victim gangs whose eviction a PodDisruptionBudget refused
-    (not chosen again while this nomination stands)."""
+    held for the gang from the moment it is written), the victim pods to evict and the
+    victim pods whose eviction a PodDisruptionBudget refused (their gangs are not chosen
+    again while this nomination stands), both by UID: the record is on the preemptor's pod,
+    where whoever reads that namespace reads it, and names no pod of another
+    (docs/decisions/064-preemption-names-no-other-tenant.md)."""
 
     at: str
     nodes: Mapping[str, str]
-    victims: tuple[PodKey, ...] = ()
+    victims: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
 
     def encode(self) -> str:
@@ -104,7 +105,10 @@ class Nomination:
     @classmethod
     def decode(cls, raw: str) -> Nomination | None:
         """The nomination in an annotation value, or None when it is not one (only the
-        reconciler writes it: an unreadable value holds nothing)."""
+        reconciler writes it: an unreadable value holds nothing). A record written before
+        victims were kept by UID named them ``namespace/name`` and its refused gangs by gang
+        key; such entries (a UID has no ``/``) are left out: the record still holds its
+        nodes, and the next decision plans its victims again."""
         read = _stamped_node_map(raw, "at")
         if read is None:
             return None
@@ -114,4 +118,4 @@ class Nomination:
             return None
         if not all(isinstance(entry, str) for entry in (*victims, *refused)):
             return None
-        return cls(at, nodes, tuple(PodKey.parse(v) for v in victims), tuple(refused))
+        return cls(at, nodes, tuple(v for v in victims if "/" not in v), tuple(r for r in refused if "/" not in r))

@@ -38,7 +38,7 @@ def _exceeded(chosen: Sequence[VictimGang], budgets: Sequence[Budget]) -> tuple[
 
 def plan_within_budgets(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang],
                         mode: str, request: TopologyRequest = NO_REQUEST, *, near: Sequence[str] = (),
-                        gang: str = "") -> tuple[PreemptionPlan | None, dict[str, str]]:
+                        gang: str = "", priority: int | None = None) -> tuple[PreemptionPlan | None, dict[str, str]]:
     """:func:`~.plan.plan_preemption` with the same arguments, then, in ``atomic`` mode
     with budgets in ``snapshot``, the plan's victim gangs held to the budgets together.
     Returns the plan (None: no plan, or none within the budgets after :data:`ATTEMPTS`
@@ -48,7 +48,7 @@ def plan_within_budgets(snapshot: Snapshot, members: Sequence[PodInfo], candidat
     left_out: dict[str, str] = {}
     pool = list(candidates)
     for _ in range(ATTEMPTS):
-        plan = plan_preemption(snapshot, members, pool, mode, request, near=near, gang=gang)
+        plan = plan_preemption(snapshot, members, pool, mode, request, near=near, gang=gang, priority=priority)
         if plan is None or mode != "atomic" or not snapshot.budgets or len(plan.gangs) < 2:
             return plan, left_out
         found = _exceeded([victim for victim in pool if victim.key in plan.gangs], snapshot.budgets)

@@ -23,6 +23,7 @@ from reconciler.engine.model.budgets import budget_refusal
 from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption.capacity import CapacityModel, SearchPod
+from reconciler.engine.preemption.naming import elsewhere, namespace_of
 from troupe.config import Config
 
 #: A priority above every pod's (``spec.priority`` is an int32).
@@ -32,7 +33,7 @@ _ANY = 1 << 32
 def may_be_victim(gang: str, priority: int, preemptor: str, preemptor_priority: int,
                   refused: Collection[str] = ()) -> bool:
     """The victim rule (DESIGN.md "Gang-aware preemption"): gang ``gang`` of
-    ``priority`` (the highest ``spec.priority`` of its pods) may be evicted for the gang
+    ``priority`` (its one priority: :meth:`Snapshot.priority_of` its pods) may be evicted for the gang
     ``preemptor`` of ``preemptor_priority`` when it is of strictly lower priority, is not
     the preemptor's own gang, and its eviction was not refused (``refused``: gang keys)."""
     return priority < preemptor_priority and gang != preemptor and gang not in refused
@@ -43,7 +44,8 @@ class VictimGang:
     """A candidate victim gang.
 
     ``key``: the gang key (``namespace/name``, or ``namespace/pod:<name>`` for a pod
-    outside any gang); ``priority``: the highest ``spec.priority`` of its pods; ``pods``:
+    outside any gang); ``priority``: the gang's, the highest :meth:`Snapshot.priority_of`
+    its pods (the priority their pod group states, else their ``spec.priority``); ``pods``:
     its pods that use a node in the snapshot (``snapshot.using(pod.key) is not None``).
     """
 
@@ -54,9 +56,9 @@ class VictimGang:
     @classmethod
     def of(cls, key: str, pods: Iterable[PodInfo], snapshot: Snapshot) -> VictimGang:
         """The gang ``key`` of ``pods``: those that use a node in ``snapshot``, priority
-        the highest among all of them (0 for none)."""
+        the highest :meth:`Snapshot.priority_of` all of them (0 for none)."""
         pods = list(pods)
-        return cls(key, max((pod.priority for pod in pods), default=0),
+        return cls(key, max((snapshot.priority_of(pod) for pod in pods), default=0),
                    tuple(pod for pod in pods if snapshot.using(pod.key) is not None))
 
 
@@ -80,7 +82,7 @@ def candidate_gangs(snapshot: Snapshot, gang_of: Callable[[PodInfo], str | None]
     out = []
     for key in sorted(by_gang):
         pods = by_gang[key]
-        priority = max(pod.priority for pod in pods)
+        priority = max(snapshot.priority_of(pod) for pod in pods)
         if may_be_victim(key, priority, exclude, below):
             out.append(VictimGang(key, priority, tuple(sorted(pods, key=lambda pod: pod.key))))
     return out
@@ -134,15 +136,21 @@ def held_by_budgets(snapshot: Snapshot, prefix: str, preemptor: str, priority: i
             if may_be_victim(key, gangs[key].priority, preemptor, priority)}
 
 
-def budget_note(held: Mapping[str, str], shown: int = 3) -> str:
-    """``held`` (:func:`held_by_budgets`) for a reason: ``"; left whole by their budgets:
-    team-a/a (PodDisruptionBudget team-a/keep allows 1 ...)"``, at most ``shown`` gangs
-    named; ``""`` for none."""
+def budget_note(held: Mapping[str, str], namespace: str, shown: int = 3) -> str:
+    """``held`` (:func:`held_by_budgets`) for a reason in ``namespace`` (the preemptor's):
+    ``"; left whole by their budgets: team-a/a (PodDisruptionBudget team-a/keep allows 1
+    ...)"``, at most ``shown`` gangs of ``namespace`` named, those of other namespaces
+    counted (``and 2 gangs of other namespaces``, :mod:`.naming`); ``""`` for none."""
     if not held:
         return ""
-    named = [f"{key} ({why})" for key, why in sorted(held.items())[:shown]]
-    more = f" and {len(held) - shown} more" if len(held) > shown else ""
-    return f"; left whole by their budgets: {', '.join(named)}{more}"
+    own = sorted((key, why) for key, why in held.items() if namespace_of(key) == namespace)
+    named = [f"{key} ({why})" for key, why in own[:shown]]
+    rest = [f"{len(own) - shown} more"] if len(own) > shown else []
+    others = len(held) - len(own)
+    rest += [elsewhere(others)] if others else []
+    if not named:
+        return f"; left whole by their budgets: {' and '.join(rest)}"
+    return f"; left whole by their budgets: {', '.join(named)}{''.join(f' and {r}' for r in rest)}"
 
 
 def leaving(snapshot: Snapshot) -> list[str]:
@@ -175,15 +183,16 @@ class CandidatePool:
     only when the sweep reaches it, so gangs above objective (1) cost almost nothing.
 
     Defensively, the caller's ``candidates`` are held to :func:`may_be_victim` for the
-    preemptor ``gang`` (priority: the highest of ``members``), counting every pod's
-    priority. Raises ``ValueError`` for a candidate gang given twice."""
+    preemptor ``gang`` of ``priority`` (the gang's one priority; default: the highest
+    :meth:`Snapshot.priority_of` its ``members``), counting every pod's
+    :meth:`Snapshot.priority_of`. Raises ``ValueError`` for a candidate gang given twice."""
 
     def __init__(self, snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang],
-                 gang: str, model: CapacityModel) -> None:
+                 gang: str, model: CapacityModel, priority: int | None = None) -> None:
         self.snapshot = snapshot
         self.model = model
         self.member_keys = {pod.key for pod in members}
-        ceiling = max(pod.priority for pod in members)
+        ceiling = max(snapshot.priority_of(pod) for pod in members) if priority is None else priority
         seen: set[str] = set()
         #: priority -> the candidate gangs of that priority not yet admitted
         self.levels: dict[int, list[VictimGang]] = {}
@@ -193,8 +202,8 @@ class CandidatePool:
             seen.add(candidate.key)
             priority = candidate.priority
             for pod in candidate.pods:
-                if pod.priority > priority:
-                    priority = pod.priority
+                if (counted := snapshot.priority_of(pod)) > priority:
+                    priority = counted
             if may_be_victim(candidate.key, priority, gang, ceiling):
                 self.levels.setdefault(priority, []).append(candidate)
         self.gangs: list[SearchGang] = []

@@ -26,6 +26,7 @@ from reconciler.engine.preemption.exact import (
     relevant_pods,
 )
 from reconciler.engine.preemption.greedy import greedy
+from reconciler.engine.preemption.naming import evicting
 from reconciler.engine.preemption.search import (
     PLACEMENT_BUDGET,
     Budget,
@@ -54,7 +55,9 @@ class PreemptionPlan:
     (``placed`` is true). The objective: ``max_priority`` (1), ``len(gangs)`` (2), ``pods``
     (3, ``len(victims)``) and ``overage`` (4): ``(resource, units)`` pairs in comparison
     order (package docstring). ``method``: ``exact`` or ``greedy``; ``reason``: one line
-    for Events, e.g. ``evict 2 gangs (5 pods, priority <= 10) to place 4 members in
+    for the preemptor's conditions and Events, naming the victim gangs of its own
+    namespace and counting the others (:func:`~.naming.evicting`), e.g. ``evict 2 gangs
+    (5 pods, priority <= 10: ml/a and 1 gang of another namespace) to place 4 members in
     cloud.google.com/gce-topology-subblock=b0/b0s1, freeing 4 nvidia.com/gpu beyond the
     need``. ``nodes``: victim pod key -> node.
     """
@@ -83,6 +86,7 @@ def plan_preemption(
     *,
     near: Sequence[str] = (),
     gang: str = "",
+    priority: int | None = None,
     exact: bool = True,
 ) -> PreemptionPlan | None:
     """The victims that let ``members`` be placed, least by the package docstring's
@@ -90,7 +94,8 @@ def plan_preemption(
     placeable, or ``mode`` is ``off``.
 
     ``members``: the preemptor gang's unplaced pods, as :func:`~reconciler.engine.placement.place.place_gang` takes them
-    (their highest ``spec.priority`` is the preemptor's); ``request`` (its level, slices,
+    (``priority``, the preemptor gang's one priority, :attr:`~reconciler.engine.gangs.gang.Gang.priority`;
+    default: their highest :meth:`Snapshot.priority_of`); ``request`` (its level, slices,
     placement and exclusive level: every plan is one that placement, layers and all,
     accepts) and ``near`` as for :func:`~reconciler.engine.placement.place.place_gang`. ``candidates``: gangs of
     lower priority (:class:`VictimGang`); ``gang``: the preemptor's own gang key, never a
@@ -108,7 +113,7 @@ def plan_preemption(
         raise ValueError(f"gangPreemptionMode: expected one of {', '.join(PREEMPTION_MODES)}, got {mode!r}")
     if mode == "off":
         return None
-    search = new_search(snapshot, members, candidates, Mode(mode), request, near, gang)
+    search = new_search(snapshot, members, candidates, Mode(mode), request, near, gang, priority)
     if search is None:
         return None
     model = search.model
@@ -197,7 +202,7 @@ def _fallback(search: Search, relevant: Mapping[int, list[SearchGang]]) -> Settl
 
 
 def new_search(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Sequence[VictimGang], mode: Mode,
-               request: TopologyRequest, near: Sequence[str], gang: str) -> Search | None:
+               request: TopologyRequest, near: Sequence[str], gang: str, priority: int | None = None) -> Search | None:
     """The search's state for one call; None when no domain is allowed (an unknown level,
     ``near`` nodes none of which exist) or there are no members."""
     members = list(members)
@@ -208,7 +213,7 @@ def new_search(snapshot: Snapshot, members: Sequence[PodInfo], candidates: Seque
         return None
     depth, domains = allowed
     model = CapacityModel(snapshot, members, depth, domains)
-    pool = CandidatePool(snapshot, members, candidates, gang, model)
+    pool = CandidatePool(snapshot, members, candidates, gang, model, priority)
     return Search(snapshot, members, pool, mode, request, near, model)
 
 
@@ -241,9 +246,9 @@ def _plan(search: Search, pods: Sequence[SearchPod], placement: PlacementResult,
     members = plural(len(placement.assignments), "member")
     if not pods:
         reason = f"fits without evicting anything: placed {members} in {where}"
-    else:
-        reason = (f"evict {plural(len(gang_keys), 'gang')} ({plural(len(pods), 'pod')}, priority <= {top}: "
-                  f"{', '.join(gang_keys)}) to place {members} in {where}")
+    else:  # told as the preemptor's namespace may read it: other namespaces' gangs counted
+        namespace = search.members[0].namespace if search.members else ""
+        reason = f"{evicting(gang_keys, len(pods), top, namespace)} to place {members} in {where}"
         extra = [_amount(resource, amount) for resource, amount in overage if amount]
         if extra:
             reason += f", freeing {', '.join(extra)} beyond the need"
