@@ -217,7 +217,7 @@ def test_a_kai_jobs_pods_are_never_released_fewer_than_the_job_runs() -> None:
 
 
 def test_a_kai_job_under_a_cronjob_is_its_own_gang_too() -> None:
-    snapshot, gangs = cluster(job_pods("nightly", 2), [("Job", job("nightly", ("batch/v1", "CronJob")))])
+    _, gangs = cluster(job_pods("nightly", 2), [("Job", job("nightly", ("batch/v1", "CronJob")))])
     assert sorted(gangs) == ["ml/job:nightly"] and gangs["ml/job:nightly"].held == ""
 
 
