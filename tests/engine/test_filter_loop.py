@@ -136,13 +136,29 @@ def test_the_first_refusal_follows_the_profile_with_the_callers_resources_at_the
 
 
 RULES = ["none", "anti-host", "anti-zone", "affinity-zone", "affinity-host", "spread-zone", "spread-host", "port",
-         "avoid-zone"]
+         "avoid-zone", "claim-shared", "claim-own"]
+DRIVER = "csi.example.com"
+GANG_SIZE = 5
+
+
+def cluster(zones: list[str], pods: list[Any]) -> Snapshot:
+    """``zones`` as nodes (each attaching one CSI volume at most) with ``pods``, and the
+    claims members mount: ``shared`` (``ReadWriteOncePod``, a volume in zone ``a``) and one
+    ``own-<i>`` per member."""
+    claims = [claim_object("shared", "pv-shared", modes=("ReadWriteOncePod",))]
+    claims += [claim_object(f"own-{i}", f"pv-own-{i}") for i in range(GANG_SIZE)]
+    volumes = [volume_object("pv-shared", zone="a", driver=DRIVER)]
+    volumes += [volume_object(f"pv-own-{i}", driver=DRIVER) for i in range(GANG_SIZE)]
+    return snapshot_with(nodes(*zones), pods, claims=claims, volumes=volumes,
+                         csinodes=[csinode_object(f"n{i}", DRIVER, 1) for i in range(len(zones))])
 
 
 def member(i: int, rule: str, app: str) -> Any:
     """Member ``w-<i>`` labelled ``app`` with ``rule``, as a fresh builder."""
     pod = make_pod(f"w-{i}").requests(gpu=1).label("app", app).index(i)
     kind, _, level = rule.partition("-")
+    if kind == "claim":
+        pod.claim("shared" if level == "shared" else f"own-{i}")
     if kind == "anti":
         pod.pod_affinity(KEYS[level], TRAIN, anti=True)
     elif kind == "affinity":
@@ -173,7 +189,8 @@ def answers(loop: GangFilters, members: list[int], count: int) -> list[Status | 
     return [loop.first(m, i) for m in members for i in range(count)]
 
 
-GANGS = st.lists(st.tuples(st.sampled_from(RULES), st.sampled_from(["train", "db"])), min_size=2, max_size=5)
+GANGS = st.lists(st.tuples(st.sampled_from(RULES), st.sampled_from(["train", "db"])), min_size=2,
+                max_size=GANG_SIZE)
 RUNNING = st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["db", "web", "train"]),
                              st.sampled_from(["", "host", "zone"])), max_size=4)
 
@@ -187,14 +204,13 @@ def test_a_member_placed_counts_as_the_same_pod_using_its_node_would(
     exactly as a loop made afresh on a snapshot where those members already use those nodes
     (every state counts a placed member as its PreFilter counts a pod using a node)."""
     placed = placed[:len(rules) - 1]
-    snapshot = snapshot_with(nodes(*zones), running(around, zones))
+    snapshot = cluster(zones, running(around, zones))
     loop = GangFilters(snapshot, [member(i, rule, app).gated().info() for i, (rule, app) in enumerate(rules)])
     where = {m: at % len(zones) for m, at in enumerate(placed)}
     for m, i in where.items():
         loop.place(m, i)
     rest = [m for m in range(len(rules)) if m not in where]
-    after = snapshot_with(nodes(*zones), running(around, zones)
-                          + [member(m, *rules[m]).on(f"n{i}") for m, i in where.items()])
+    after = cluster(zones, running(around, zones) + [member(m, *rules[m]).on(f"n{i}") for m, i in where.items()])
     order = [member(m, *rules[m]).gated().info() for m in rest]
     if needed(after, order):
         fresh = answers(GangFilters(after, order), list(range(len(rest))), len(zones))
@@ -210,7 +226,7 @@ def test_taking_members_back_leaves_every_state_as_it_was(
         zones: list[str], around: list[tuple[int, str, str]], rules: list[tuple[str, str]], placed: list[int]) -> None:
     """RemovePod undoes AddPod: after members are placed and taken back, every member is
     refused on every node as before any was placed."""
-    snapshot = snapshot_with(nodes(*zones), running(around, zones))
+    snapshot = cluster(zones, running(around, zones))
     loop = GangFilters(snapshot, [member(i, rule, app).gated().info() for i, (rule, app) in enumerate(rules)])
     everyone = list(range(len(rules)))
     before = answers(loop, everyone, len(zones))

@@ -78,11 +78,13 @@ class AttachedVolumes(PreFilterState):
 
     def add_pod(self, m: int, i: int) -> None:
         """Member ``m``'s volumes are attached to node ``i``."""
-        tally(self.used.setdefault(i, []), self.attached[m], 1)
+        if self.attached[m]:
+            tally(self.used.setdefault(i, []), self.attached[m], 1)
 
     def remove_pod(self, m: int, i: int) -> None:
         """Member ``m``'s volumes are no longer attached to node ``i`` for it."""
-        tally(self.used.setdefault(i, []), self.attached[m], -1)
+        if self.attached[m]:
+            tally(self.used.setdefault(i, []), self.attached[m], -1)
 
 
 REGISTERED = Registered(PLUGIN, (MAX_VOLUMES,), "pkg/scheduler/framework/plugins/nodevolumelimits",
