@@ -287,8 +287,8 @@ def test_the_issues_indexed_job_runs_one_member_per_node() -> None:
 def test_node_name_is_the_only_node_a_pod_naming_one_fits() -> None:
     snapshot = snapshot_with(zoned("a", "a"))
     filters = GangFilters(snapshot, [make_pod("w-0").node_name("n1").info()])
-    assert filters.early(0, snapshot.index["n0"]) is nodename.MISMATCH
-    assert filters.early(0, snapshot.index["n1"]) is None
+    assert filters.first(0, snapshot.index["n0"]) is nodename.MISMATCH
+    assert filters.first(0, snapshot.index["n1"]) is None
 
 
 def test_what_is_not_modeled_is_named() -> None:

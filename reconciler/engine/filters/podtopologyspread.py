@@ -7,8 +7,9 @@ one when the pod matches its own selector, minus the fewest in any domain (0 whe
 fewer domains than ``minDomains``) is at most ``maxSkew``. Only nodes that carry every
 constraint's key and pass the pod's node affinity (``nodeAffinityPolicy: Honor``) and
 taints (``nodeTaintsPolicy: Honor``) make domains (:func:`domains`); terminating pods do
-not count. The counts per domain are :class:`~reconciler.engine.filters.counters.DomainCounts`,
-kept by :class:`~reconciler.engine.filters.gang.GangFilters`.
+not count. Its PreFilter state (:class:`SpreadCounts`) keeps, per constraint of members
+alike (:class:`SpreadGroup`), the matching pods per domain and the fewest
+(:class:`DomainCounts`; kube-scheduler's ``TpPairToMatchNum`` with its critical paths).
 
 The cluster's default constraints (``PodTopologySpreadArgs.defaultConstraints``) apply to a
 pod with no constraints of its own; kube-scheduler selects, for them, the pods the
@@ -24,14 +25,16 @@ spread constraints`` (``Unschedulable``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from reconciler.engine.filters.counters import DomainCounts, SpreadGroup
-from reconciler.engine.filters.status import Code, Plugin, Registered, Status
+from reconciler.engine.filters.status import Code, Cycle, Plugin, PreFilterState, Registered, Status
+from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.podterms import LabelSelector, SpreadConstraint
-from reconciler.engine.model.selectors import Requirement
+from reconciler.engine.model.selectors import NodeFilter, Requirement
 
 SPREAD_MISMATCH = "node(s) didn't match pod topology spread constraints"
 SPREAD_MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
@@ -42,6 +45,40 @@ SERVICE_LABELS = ("jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io
 PLUGIN = Plugin("PodTopologySpread")
 MISSING_LABEL = Status(Code.UNRESOLVABLE, PLUGIN, (SPREAD_MISSING_LABEL,))
 SKEWED = Status(Code.UNSCHEDULABLE, PLUGIN, (SPREAD_MISMATCH,))
+
+
+class DomainCounts:
+    """Matching pods per domain value of one spread constraint, over a fixed set of
+    domains, with the smallest count kept by a histogram of counts (O(1) per change)."""
+
+    def __init__(self, domains: set[str]) -> None:
+        self.count = dict.fromkeys(domains, 0)
+        self.histogram: Counter[int] = Counter({0: len(domains)})
+        self.low = 0
+
+    def change(self, value: str, sign: int) -> None:
+        """One more (``sign`` 1) or one fewer (-1) matching pod in domain ``value``."""
+        before = self.count.get(value)
+        if before is None:
+            return
+        after = before + sign
+        self.count[value] = after
+        self.histogram[before] -= 1
+        self.histogram[after] += 1
+        if after < self.low:
+            self.low = after
+        while self.histogram[self.low] == 0 and self.low < before + 1:
+            self.low += 1
+
+
+@dataclass(frozen=True)
+class SpreadGroup:
+    """The DoNotSchedule constraints of members alike: their namespace, constraints and
+    node filter (which nodes make domains)."""
+
+    namespace: str
+    constraints: tuple[SpreadConstraint, ...]
+    flt: NodeFilter
 
 
 def default_constraints(pod: PodInfo, defaults: Sequence[SpreadConstraint]) -> tuple[SpreadConstraint, ...]:
@@ -95,4 +132,89 @@ def check(group: SpreadGroup, counts: Sequence[DomainCounts], values: Sequence[s
     return None
 
 
-REGISTERED = Registered(PLUGIN, (SPREAD_MISSING_LABEL, SPREAD_MISMATCH), "pkg/scheduler/framework/plugins/podtopologyspread")
+Hits = list[tuple[SpreadGroup, int]]
+"""The constraints (a group, a constraint's index in it) whose selector a pod matches."""
+
+
+class SpreadCounts(PreFilterState):
+    """Each member's :class:`SpreadGroup` (None: no DoNotSchedule constraint) and whether it
+    matches each of its constraints' selectors; per group, its constraints' domains
+    (:func:`domains`) with the matching pods counted (those using nodes, then the members
+    placed)."""
+
+    __slots__ = ("counted", "domains", "groups", "hits", "self_match", "snapshot", "spread_of")
+
+    def __init__(self, snapshot: Snapshot, spread_of: list[SpreadGroup | None]) -> None:
+        self.snapshot, self.spread_of = snapshot, spread_of
+        self.groups = list(dict.fromkeys(g for g in spread_of if g is not None))
+        self.domains: dict[SpreadGroup, list[DomainCounts]] = {}
+        self.counted: dict[SpreadGroup, list[bool]] = {}
+        for group in self.groups:
+            self.domains[group], self.counted[group] = domains(snapshot.nodes, group)
+        self.hits: list[Hits] = []
+        self.self_match: list[tuple[bool, ...]] = []
+
+    @classmethod
+    def wanted(cls, snapshot: Snapshot, members: Sequence[PodInfo]) -> bool:
+        """Whether the cluster's default constraints apply to a member."""
+        return bool(snapshot.spread_defaults) and any(default_constraints(m, snapshot.spread_defaults)
+                                                      for m in members)
+
+    @classmethod
+    def prefilter(cls, cycle: Cycle) -> SpreadCounts | None:
+        """None when no member has a DoNotSchedule constraint, of its own or by default."""
+        defaults = cycle.snapshot.spread_defaults
+        spread_of: list[SpreadGroup | None] = []
+        for m in cycle.order:
+            constraints = m.terms.spread if m.terms is not None and m.terms.spread else default_constraints(m, defaults)
+            spread_of.append(SpreadGroup(m.namespace, constraints, m.node_filter) if constraints else None)
+        if not any(spread_of):
+            return None
+        state = cls(cycle.snapshot, spread_of)
+        state.hits = [state.matched(m) for m in cycle.order]
+        state.self_match = [tuple(c.selector is not None and c.selector.matches(m.labels) for c in g.constraints)
+                            if g is not None else () for m, g in zip(cycle.order, spread_of, strict=True)]
+        for pod, i in cycle.existing:
+            state.update(state.matched(pod), i, 1)
+        return state
+
+    def matched(self, pod: PodInfo) -> Hits:
+        """The constraints of the gang's groups whose selector ``pod`` matches, in its
+        namespace; none for a pod being deleted (it does not count)."""
+        if pod.deleting:
+            return []
+        return [(g, k) for g in self.groups if g.namespace == pod.namespace for k, c in enumerate(g.constraints)
+                if c.selector is not None and c.selector.matches(pod.labels)]
+
+    def update(self, hits: Hits, i: int, sign: int) -> None:
+        """Count (``sign`` 1) or uncount (-1) a pod matching ``hits`` on node ``i``, where
+        the node makes a domain of the group."""
+        for group, k in hits:
+            if self.counted[group][i]:
+                value = self.snapshot.table.label_column(group.constraints[k].topology_key)[i]
+                self.domains[group][k].change(value or "", sign)
+
+    def filter(self, m: int, i: int) -> Status | None:
+        """:func:`check` for member ``m`` on node ``i``."""
+        group = self.spread_of[m]
+        if group is None:
+            return None
+        column = self.snapshot.table.label_column
+        values = [column(c.topology_key)[i] for c in group.constraints]
+        return check(group, self.domains[group], values, self.self_match[m])
+
+    def add_pod(self, m: int, i: int) -> None:
+        """Member ``m`` counts on node ``i``."""
+        self.update(self.hits[m], i, 1)
+
+    def remove_pod(self, m: int, i: int) -> None:
+        """Member ``m`` no longer counts on node ``i``."""
+        self.update(self.hits[m], i, -1)
+
+    def signature(self, m: int) -> tuple[object, ...]:
+        """Member ``m``'s group and whether it matches each constraint's selector."""
+        return (self.spread_of[m], self.self_match[m])
+
+
+REGISTERED = Registered(PLUGIN, (SPREAD_MISSING_LABEL, SPREAD_MISMATCH),
+                        "pkg/scheduler/framework/plugins/podtopologyspread", state=SpreadCounts)

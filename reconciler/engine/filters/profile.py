@@ -14,10 +14,12 @@ NodeResourcesFit's.
 kube-scheduler stops at a node's first failing plugin. Troupe evaluates the plugins that
 read only the node and the pod's node filter (:func:`node_status`: NodeUnschedulable,
 TaintToleration, NodeAffinity) once per node filter, cached
-(:meth:`~reconciler.engine.ledger.snapshot.Snapshot.eligible`), and ``NodeName`` with the
-plugins that read the pods around a member (:class:`~reconciler.engine.filters.gang.GangFilters`),
-so a pod naming its node on a tainted node is refused for the taint; a gated member never
-names its node, so it never meets that difference.
+(:meth:`~reconciler.engine.ledger.snapshot.Snapshot.eligible`); then the gang's loop
+(:class:`~reconciler.engine.filters.gang.GangFilters`) runs, in this order, the plugins that
+register a PreFilter state (:attr:`~reconciler.engine.filters.status.Registered.state`:
+``NodeName`` and those that read the pods around a member), with the caller's
+``NodeResourcesFit`` at its place. So a pod naming its node on a tainted node is refused for
+the taint; a gated member never names its node, so it never meets that difference.
 """
 
 from __future__ import annotations

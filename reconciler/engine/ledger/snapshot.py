@@ -143,7 +143,7 @@ class Snapshot:
     ``namespaceSelector``); ``volumes``: the claims, volumes and CSINodes
     (:class:`~reconciler.engine.model.volumes.VolumeCatalog`; None when they were not read, as by
     the simulator: the volume filters are then skipped); ``spread_defaults``: the cluster's
-    default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`reconciler.engine.filters.gang`);
+    default ``DoNotSchedule`` spread constraints, selectors unset (:mod:`reconciler.engine.filters.podtopologyspread`);
     ``reservations``: of gangs released as created; their free ranks hold their nodes
     (:mod:`reconciler.engine.model.reservations`; :attr:`reservations` by ``namespace/gang id``).
     ``usage``: the bound pods' use of the nodes, counted already on ``nodes`` (a copy of a

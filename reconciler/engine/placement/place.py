@@ -473,11 +473,13 @@ def _refused(snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shap
 
 def _status(snapshot: Snapshot, filters: GangFilters | None, shape: Shape, i: int) -> Status | None:
     """Why node ``i`` takes no member of ``shape``: the first failing plugin, in
-    kube-scheduler's order (:mod:`reconciler.engine.filters.profile`), or None."""
-    node = snapshot.nodes[i]
-    found = profile.node_status(shape.flt, node)
-    if filters is None:
-        return found or noderesources.check(snapshot.free(i), shape.requests)
-    m = shape.members[0]
-    return (found or filters.early(m, i) or noderesources.check(snapshot.free(i), shape.requests)
-            or filters.late(m, i))
+    kube-scheduler's order (:mod:`reconciler.engine.filters.profile`): the node's own, then
+    the gang's loop (:meth:`GangFilters.first`) with ``NodeResourcesFit`` at its place; or None."""
+    found = profile.node_status(shape.flt, snapshot.nodes[i])
+    if found is not None:
+        return found
+
+    def fit() -> Status | None:
+        return noderesources.check(snapshot.free(i), shape.requests)
+
+    return fit() if filters is None else filters.first(shape.members[0], i, fit)

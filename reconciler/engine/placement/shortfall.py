@@ -272,21 +272,23 @@ class _FilterFill:
 
     def _reason(self, m: int, i: int, free: Mapping[str, int]) -> Key | None:
         """The first reason node ``i`` refuses member ``m`` with ``free`` units left, in
-        kube-scheduler's profile order (the node's plugins, ``NodeName``, ``NodePorts``,
-        resources, then the volume, spread and inter-pod plugins); None when it takes it."""
+        kube-scheduler's profile order: the node's plugins, a hold, then the gang's loop
+        (:meth:`GangFilters.first`, as placement runs it) with resources (``full``, ``too
+        small``) at ``NodeResourcesFit``'s place; None when it takes it."""
         pod = self.order[m]
         why = _node_key(self.snapshot, i, pod.node_filter)
         if why is None and i in self.held:
             why = held_key(self.held[i])
-        if why is None:
-            early = self.filters.early(m, i)
-            why = None if early is None else status_key(early)
-        if why is None and noderesources.short(free, pod.requests):
-            why = FULL_KEY if not noderesources.short(self.empty.free(i), pod.requests) else TOO_SMALL_KEY
-        if why is None:
-            late = self.filters.late(m, i)
-            why = None if late is None else status_key(late)
-        return why
+        if why is not None:
+            return why
+
+        def fit() -> Key | None:
+            if not noderesources.short(free, pod.requests):
+                return None
+            return FULL_KEY if not noderesources.short(self.empty.free(i), pod.requests) else TOO_SMALL_KEY
+
+        found = self.filters.first(m, i, fit)
+        return status_key(found) if isinstance(found, Status) else found
 
 
 class _SliceCheck:
