@@ -208,7 +208,7 @@ def _cycle(snapshot, policy, now=NOW):
     gangs = sorted((gang_of(snapshot, k) for k in keys), key=lambda g: queue_order(g.key, g.priority, g.created))
     for gang in gangs:
         order = queue_order(gang.key, gang.priority, gang.created)
-        d = decide(gang, snapshot, now, policy, state.view(order))
+        d = decide(gang, snapshot, now, policy, state.view(order, gang.namespace))
         e = queue_effect(gang, d, snapshot, policy, now)
         state.note(gang.key, order, e.standing, e.what, e.hold)
         out[gang.key] = (d, e)
@@ -255,3 +255,17 @@ def test_queue_order_is_priority_then_creation_then_name():
     keys = [queue_order("ns/b", 0, "2024-01-01T00:00:00Z"), queue_order("ns/a", 0, "2024-01-01T00:00:00Z"),
             queue_order("ns/old", 0, "2023-01-01T00:00:00Z"), queue_order("ns/vip", 10, "2025-01-01T00:00:00Z")]
     assert [k[2] for k in sorted(keys)] == ["ns/vip", "ns/old", "ns/a", "ns/b"]
+
+
+def test_a_gang_ahead_of_another_namespace_is_not_named_in_the_reason():
+    """What the queue tells a waiting gang names a gang ahead of it only in its own namespace
+    (docs/decisions/064-preemption-names-no-other-tenant.md): StrictFIFO's blocker and
+    BestEffortFIFO's hold alike."""
+    from reconciler.engine.gangs.queueing import QueueState, gang_of_namespace
+
+    queue = QueueState("StrictFIFO")
+    queue.note("team-a/big", (-50, "2027-01-15T08:00:00Z", "team-a/big"), True, "priority 50, waiting 4m")
+    later = (0, "2027-01-15T09:00:00Z", "x")
+    assert queue.view(later, "team-a").blocked_by == "gang team-a/big (priority 50, waiting 4m)"
+    assert queue.view(later, "team-c").blocked_by == "a gang of another namespace (priority 50, waiting 4m)"
+    assert gang_of_namespace("team-a/big", "team-c") == "a gang of another namespace"

@@ -27,7 +27,7 @@ def test_pods_of_distinct_large_specs_created_and_deleted_leave_no_more_than_the
     kept = kept_after_churn(cache, pods)
 
     assert cache.pod_refs() == []
-    assert specs.remembered() == before, "no parse outlives its pods"
+    assert specs.remembered() <= before, "no parse outlives its pods (those of earlier tests may go meanwhile)"
     assert kept < churn_bound(COUNT), f"{kept / 2**20:.1f} MiB kept after {COUNT} pods were deleted"
 
 

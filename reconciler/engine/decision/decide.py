@@ -298,7 +298,7 @@ def _place(s: Seen) -> Decision:
     minimum = None if s.released or s.reserved else at_minimum(gang, s.free, view, near)
     if minimum is not None:
         return _placed(s, minimum, subject, clear, waiting=len(s.free) - len(minimum.result.assignments))
-    return _unplaced(s, view, found.result, near, nom, nominee, subject, wait, clear, held_note(s.queue, held))
+    return _unplaced(s, view, found.result, near, nom, nominee, subject, wait, clear, held_note(s.queue, held, s.gang.namespace))
 
 
 def _with_clear(actions: tuple[Action, ...], clear: tuple[PodKey, ...]) -> tuple[Action, ...]:

@@ -50,7 +50,7 @@ def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Pol
         return QueueEffect(False)
     since = complete_since(gang.members) or now
     waited = now - since
-    what = f"gang {gang.key} (priority {gang.priority}, waiting {_duration(waited)})"
+    what = f"priority {gang.priority}, waiting {_duration(waited)}"
     if policy.queueing != "BestEffortFIFO" or decision.rule is not lifecycle.UNPLACED:
         return QueueEffect(True, what)
     if waited < policy.head_of_line_seconds:
@@ -79,7 +79,7 @@ def step(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
     what it means for the gangs behind it: the one call the reconciler, its warm-up and
     the simulator all make. ``now`` in seconds since the epoch."""
     order = queue_order(gang.key, gang.priority, gang.created)
-    view = queue.view(order)
+    view = queue.view(order, gang.namespace)
     decision = decide(gang, snapshot, now, policy, view)
     effect = queue_effect(gang, decision, snapshot, policy, now)
     others = queue.note(gang.key, order, effect.standing, effect.what, effect.hold)

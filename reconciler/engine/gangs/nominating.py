@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from reconciler.engine.gangs.clocks import jitter
 from reconciler.engine.gangs.gang import Gang
-from reconciler.engine.gangs.queueing import QueueView
+from reconciler.engine.gangs.queueing import QueueView, gang_of_namespace
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
@@ -45,11 +45,13 @@ def by_uid(snapshot: Snapshot, uids: Iterable[str]) -> list[PodInfo]:
     return [p for uid in uids if (p := index.get(uid)) is not None]
 
 
-def held_note(queue: QueueView, held: frozenset[int]) -> str:
+def held_note(queue: QueueView, held: frozenset[int], namespace: str) -> str:
     """The part of a reason that says ``held`` node indices are held for the gangs ahead in
-    ``queue`` (``""`` when none is)."""
+    ``queue`` (``""`` when none is), for a gang of ``namespace``: the first of them named
+    only when it is of that namespace (:func:`~reconciler.engine.gangs.queueing.gang_of_namespace`)."""
     if not held:
         return ""
     first = min(queue.holds, key=lambda h: h.order)
+    who = gang_of_namespace(first.gang, namespace).removeprefix("gang ")
     return (f"; {len(held)} node(s) held for {len(queue.holds)} gang(s) ahead in the queue "
-            f"({first.gang}, priority {first.priority}, in {first.domain})")
+            f"({who}, priority {first.priority}, in {first.domain})")

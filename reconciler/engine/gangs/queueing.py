@@ -138,9 +138,17 @@ class QueueView:
 
 @dataclass(frozen=True)
 class _Entry:
+    key: str
     order: Order
     what: str
     hold: Hold | None
+
+
+def gang_of_namespace(key: str, namespace: str) -> str:
+    """How a gang of key ``key`` is named to a gang of ``namespace``: ``gang <key>`` in the
+    same namespace, else ``a gang of another namespace``: nothing the reconciler writes in
+    one namespace names another's objects (docs/decisions/064-preemption-names-no-other-tenant.md)."""
+    return f"gang {key}" if key.partition("/")[0] == namespace else "a gang of another namespace"
 
 
 class QueueState:
@@ -157,10 +165,11 @@ class QueueState:
         self._entries: dict[str, _Entry] = {}
 
     def note(self, key: str, order: Order, standing: bool, what: str = "", hold: Hold | None = None) -> bool:
-        """Record gang ``key``'s decision; returns True when what it means for the gangs
-        behind it changed (they may need deciding again)."""
+        """Record gang ``key``'s decision (``what``: how it stands, for the reasons of the
+        gangs behind it, its key left out: ``priority 5, waiting 3m``); returns True when
+        what it means for the gangs behind it changed (they may need deciding again)."""
         before = self._entries.get(key)
-        entry = _Entry(order, what, hold) if standing else None
+        entry = _Entry(key, order, what, hold) if standing else None
         if entry is None:
             self._entries.pop(key, None)
         else:
@@ -171,13 +180,16 @@ class QueueState:
         """Drop gang ``key``; True when it stood in the way of others."""
         return self._entries.pop(key, None) is not None
 
-    def view(self, order: Order) -> QueueView:
-        """What the gangs ahead of a gang of queue order ``order`` mean for it."""
+    def view(self, order: Order, namespace: str) -> QueueView:
+        """What the gangs ahead of a gang of queue order ``order`` and of ``namespace`` mean
+        for it; the gang blocking it is named only when it is of that namespace
+        (:func:`gang_of_namespace`)."""
         ahead = sorted((e for e in self._entries.values() if e.order < order), key=lambda e: e.order)
         if not ahead:
             return QueueView()
         if self.strategy == "StrictFIFO":
-            return QueueView(blocked_by=ahead[0].what)
+            first = ahead[0]
+            return QueueView(blocked_by=f"{gang_of_namespace(first.key, namespace)} ({first.what})")
         return QueueView(holds=tuple(e.hold for e in ahead if e.hold is not None))
 
     def holds(self) -> Mapping[str, Hold]:
