@@ -15,7 +15,8 @@ gone), in a namespace of its own:
 
 1. ``--victims`` indexed Jobs ``low-<i>`` of ``--victim-size`` whole-node pods (8 GPUs
    each), PriorityClass ``low``, fill the cluster, and the benchmark waits for every pod
-   to run (kwok pods run until deleted);
+   to run (kwok pods run until deleted) and every Job's ``status.ready`` to count it (the
+   Job controller caught up, so the preemptor's Job does not queue behind status updates);
 2. ``high``, an indexed Job of ``--preemptor`` whole-node pods, PriorityClass ``high``, is
    created; the benchmark waits for all its pods to run, then ``--settle`` seconds more.
 
@@ -131,6 +132,15 @@ def wait_until(what: str, ready: Any, progress: Any, timeout: float) -> float:
     return time.monotonic() - began
 
 
+def jobs_ready(batch: Any, namespace: str, pods: int) -> bool:
+    """Whether the Jobs of ``namespace`` count ``pods`` ready pods in their status: the Job
+    controller has caught up with its victims' pods, so its work queue (and its client's
+    token bucket, 20 requests/s by default) is as free for the preemptor's Job in every
+    mode: a mode whose victims ran later must not start the preemptor behind their status
+    updates."""
+    return sum(job.status.ready or 0 for job in batch.list_namespaced_job(namespace).items) >= pods
+
+
 def run(api: Any, mode: str, args: argparse.Namespace) -> Outcome:
     """One run of ``mode`` in namespace ``preempt-<mode>``: fill, preempt, settle, measure;
     then its Jobs and pods deleted (and gone). Raises ``RuntimeError`` when the victims do
@@ -150,6 +160,9 @@ def run(api: Any, mode: str, args: argparse.Namespace) -> Outcome:
     took = wait_until(f"{mode}: filling", lambda: watch.active() >= pods,
                       lambda: f"{watch.active()} of {pods} victim pods Running", args.timeout)
     print(f"  {mode}: {pods} victim pods Running in {took:.1f}s", file=sys.stderr, flush=True)
+    caught_up = wait_until(f"{mode}: the Job controller's statuses", lambda: jobs_ready(batch, namespace, pods),
+                           lambda: "victim Jobs' status.ready short of their pods", args.timeout)
+    print(f"  {mode}: every victim Job's status ready {caught_up:.1f}s later", file=sys.stderr, flush=True)
     time.sleep(1.0)
     start = time.monotonic()
     batch.create_namespaced_job(namespace, preemption_job(PREEMPTOR, args.preemptor, "high", gang, required=True))

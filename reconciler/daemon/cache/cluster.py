@@ -625,7 +625,8 @@ class ClusterCache:
         the last one while the nodes are the same and DRA changes none of them; callers
         must not change it (decisions do not)."""
         budget_version, budgets = self.budgets.values()
-        jobs_version, _, workloads = self.workloads.view()
+        jobs_view = self.workloads.view()
+        jobs_version, _, workloads = jobs_view
         dra_version, devices = self.dra.view()
         volumes_version, catalog, namespaces = self.volumes.view()
         with self._lock:
@@ -645,8 +646,10 @@ class ClusterCache:
             errors = {n: e.info for n, e in self._groups.items() if isinstance(e.info, str)}
         if table is None:  # the nodes changed: their table, kept while they stay (DRA counts on it)
             table = NodeTable(listed, self.levels)
+        planned = frozenset(w.key for w in self.workloads.planned(self.config, volumes_version, namespaces,
+                                                                  jobs_view).values())
         parts = SnapshotParts(table, pods, groups, errors, budgets, catalog, namespaces, devices, workloads,
-                              self.config, self.levels, usage)
+                              self.config, self.levels, usage, planned)
         snapshot = build_snapshot(parts, self._devices)
         with self._lock:
             self._snapshot = (version, snapshot)

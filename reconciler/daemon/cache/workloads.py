@@ -20,7 +20,7 @@ from reconciler.engine.ledger.parts import count_slots
 from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import WorkloadKey
-from reconciler.engine.model.membership import auto_namespaces, planned_gangs
+from reconciler.engine.model.membership import PlannedMemo, auto_namespaces, planned_gangs
 from reconciler.engine.model.reservations import Record
 from troupe import contract
 from troupe.adoption import VOLCANO_MIN_MEMBER
@@ -59,6 +59,9 @@ class WorkloadIndex:
         self._unavailable: dict[str, str] = {}
         self._view: tuple[int, dict[tuple[str, str], int], wl.Workloads] | None = None
         self._planned: tuple[tuple[int, int], dict[str, wl.Workload]] | None = None
+        # What planned_gangs found of each workload, for the config it was found with.
+        self._planned_memo: tuple[Config | None, PlannedMemo] = (None, {})
+        self._planning = threading.Lock()
         #: resourceVersion of each workload: an event older than what is held (a write of
         #: ours overtook it) is ignored, so a reservation written is never lost again.
         self._rv: dict[WorkloadKey, int] = {}
@@ -103,18 +106,21 @@ class WorkloadIndex:
                                            self._owners_unread))
             return self._view
 
-    def planned(self, config: Config, namespaces_version: int,
-                namespaces: Mapping[str, Mapping[str, str]]) -> dict[str, wl.Workload]:
+    def planned(self, config: Config, namespaces_version: int, namespaces: Mapping[str, Mapping[str, str]],
+                view: tuple[int, dict[tuple[str, str], int], wl.Workloads] | None = None) -> dict[str, wl.Workload]:
         """Gang key -> the workload it is released as created from
         (:func:`~reconciler.engine.gangs.gang.planned_gangs`; ``namespaces``: name -> labels, of
-        version ``namespaces_version``), made again only after a change; callers must not
-        change it."""
-        version, _, workloads = self.view()
+        version ``namespaces_version``) of :meth:`view`, or of ``view`` (one the caller read
+        before), made again only after a change; callers must not change it."""
+        version, _, workloads = self.view() if view is None else view
         stamp = (version, namespaces_version)
         with self._lock:
             if self._planned is not None and self._planned[0] == stamp:
                 return self._planned[1]
-        planned = planned_gangs(workloads, config, auto_namespaces(namespaces))
+        with self._planning:  # one caller at a time reads and fills the memo; events go on
+            if self._planned_memo[0] is not config:
+                self._planned_memo = (config, {})
+            planned = planned_gangs(workloads, config, auto_namespaces(namespaces), self._planned_memo[1])
         with self._lock:
             self._planned = (stamp, planned)
         return planned

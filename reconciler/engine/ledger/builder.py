@@ -110,7 +110,9 @@ def group_priorities(parts: SnapshotParts) -> dict[PodKey, int]:
 
 def planned_workloads(parts: SnapshotParts) -> frozenset[WorkloadKey]:
     """The workloads of ``parts`` whose gangs are released as created (their reservations
-    are the ones a snapshot holds)."""
+    are the ones a snapshot holds): ``parts.planned`` when the caller gave them."""
+    if parts.planned is not None:
+        return parts.planned
     planned = planned_gangs(parts.workloads, parts.config, auto_namespaces(parts.namespaces))
     return frozenset(w.key for w in planned.values())
 

@@ -68,7 +68,9 @@ class SnapshotParts:
     :class:`TopologyLevels`, when the caller has them made already (None: made from ``config``);
     ``usage``: what the bound pods among ``pods`` use, counted already on the table in
     ``nodes`` (a cache's :class:`~reconciler.engine.ledger.usage.BoundUsage`, copied; None:
-    every pod is counted by the snapshot).
+    every pod is counted by the snapshot); ``planned``: the keys of the workloads released
+    as created (:func:`~reconciler.engine.model.membership.planned_gangs` of ``workloads``),
+    when the caller keeps them already (None: found by the snapshot).
     """
 
     nodes: Sequence[NodeInfo] | NodeTable
@@ -83,6 +85,7 @@ class SnapshotParts:
     config: Config = field(default_factory=Config)
     levels: TopologyLevels | None = None
     usage: UsageCopy | None = None
+    planned: frozenset[WorkloadKey] | None = None
 
     @property
     def topology(self) -> TopologyLevels:
