@@ -52,43 +52,17 @@ from troupe.adoption import VOLCANO_MIN_MEMBER
 from troupe.errors import quoted
 from troupe.podgroups import PodGroupRef, PodGroupSpec
 from troupe.policies import RELEASE_MODE
+from troupe.workloadkinds import CUSTOM_KINDS as CUSTOM_KINDS
+from troupe.workloadkinds import JOB as JOB
+from troupe.workloadkinds import JOBSET as JOBSET
+from troupe.workloadkinds import KIND_OF as KIND_OF
+from troupe.workloadkinds import KINDS as KINDS
+from troupe.workloadkinds import LEADER_WORKER_SET as LEADER_WORKER_SET
+from troupe.workloadkinds import PYTORCH_JOB as PYTORCH_JOB
+from troupe.workloadkinds import Kind as Kind
 
 GroupKey = tuple[str, str, str]
 """A pod group's ``(source, namespace, name)`` (docs/decisions/056-pod-groups.md)."""
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A supported workload kind: ``kind``, API ``group`` and ``version``, and ``plural``
-    (the resource name: what RBAC rules and list URLs name)."""
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-
-    @property
-    def api_version(self) -> str:
-        """``group/version`` (``batch/v1``)."""
-        return f"{self.group}/{self.version}"
-
-    @property
-    def crd(self) -> str:
-        """The CustomResourceDefinition's name (``jobsets.jobset.x-k8s.io``)."""
-        return f"{self.plural}.{self.group}"
-
-
-JOB = Kind("Job", "batch", "v1", "jobs")
-JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets")
-LEADER_WORKER_SET = Kind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
-PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs")
-#: Every supported kind; all but Job are custom resources whose CRD may be absent.
-KINDS: tuple[Kind, ...] = (JOB, JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
-CUSTOM_KINDS: tuple[Kind, ...] = (JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
-_BY_KIND = {k.kind: k for k in KINDS}
-#: Each supported kind by its ``kind``.
-KIND_OF: Mapping[str, Kind] = _BY_KIND
-
 
 
 @dataclass(frozen=True)
@@ -275,7 +249,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     (:func:`~reconciler.engine.model.reservations.authentic`; ``record_error`` says so, and
     the gang, when Troupe plans it, reserves anew over it); None (the simulator and
     ``kubectl troupe``, which do not hold the key) reads every record as the reconciler's."""
-    if kind not in _BY_KIND:
+    if kind not in KIND_OF:
         return None
     meta = _map(obj.get("metadata"))
     name = meta.get("name")
@@ -331,7 +305,7 @@ def most_pods(kind: str, obj: Mapping[str, Any]) -> tuple[int, str]:
     if kind == LEADER_WORKER_SET.kind:
         replicas, size = _int(spec.get("replicas"), 1), _int(_map(spec.get("leaderWorkerTemplate")).get("size"), 1)
         return replicas * size, f"LeaderWorkerSet {name}: spec.replicas {replicas} x spec.leaderWorkerTemplate.size {size}"
-    if kind not in _BY_KIND:
+    if kind not in KIND_OF:
         return 0, ""
     count, how = members(kind, {"metadata": meta, "spec": spec})
     if kind == JOB.kind:
@@ -344,7 +318,7 @@ def _owned(meta: Mapping[str, Any]) -> bool:
     owners = meta.get("ownerReferences")
     for ref in owners if isinstance(owners, list) else []:
         ref = _map(ref)
-        if ref.get("controller") is True and ref.get("kind") in _BY_KIND and ref.get("kind") != JOB.kind:
+        if ref.get("controller") is True and ref.get("kind") in KIND_OF and ref.get("kind") != JOB.kind:
             return True
     return False
 
