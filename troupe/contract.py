@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from troupe import kueue, layers
+from troupe import kueue, layers, workloadkinds
 from troupe.config import Config
 from troupe.errors import ContractError
 from troupe.layers import (
@@ -143,22 +143,18 @@ GANG_CONDITION = "troupe.io/Gang"
 
 # --- Labels read --------------------------------------------------------------------------
 HOSTNAME_LABEL = layers.HOSTNAME_LABEL
-JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-JOB_NAME_LABEL = "job-name"
-KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-#: Labels the JobSet controller (sigs.k8s.io/jobset) puts on its pods: the JobSet, the
-#: index of the pod's Job across the replicated Jobs in spec order, and the restart count.
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_GLOBAL_INDEX_LABEL = "jobset.sigs.k8s.io/job-global-index"
-JOBSET_RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-#: Labels the LeaderWorkerSet controller (sigs.k8s.io/lws) puts on its pods: the set, the
-#: group, and the pod's index in its group (the leader is 0).
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-#: The Kubeflow training operator's replica type label (``master``, ``worker``...).
-KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+#: The labels workloads' controllers put on their pods (:mod:`troupe.workloadkinds`).
+JOB_COMPLETION_INDEX = workloadkinds.JOB_COMPLETION_INDEX
+KUBEFLOW_REPLICA_INDEX = workloadkinds.KUBEFLOW_REPLICA_INDEX
+JOB_NAME_LABEL = workloadkinds.JOB_NAME_LABEL
+KUBEFLOW_JOB_NAME_LABEL = workloadkinds.KUBEFLOW_JOB_NAME_LABEL
+JOBSET_NAME_LABEL = workloadkinds.JOBSET_NAME_LABEL
+JOBSET_GLOBAL_INDEX_LABEL = workloadkinds.JOBSET_GLOBAL_INDEX_LABEL
+JOBSET_RESTART_LABEL = workloadkinds.JOBSET_RESTART_LABEL
+LWS_NAME_LABEL = workloadkinds.LWS_NAME_LABEL
+LWS_GROUP_INDEX_LABEL = workloadkinds.LWS_GROUP_INDEX_LABEL
+LWS_WORKER_INDEX_LABEL = workloadkinds.LWS_WORKER_INDEX_LABEL
+KUBEFLOW_REPLICA_TYPE = workloadkinds.KUBEFLOW_REPLICA_TYPE
 #: Replica types that come before the workers at the same index (rank 0 is the master).
 #: kubelet's annotation on mirror pods (static pods): never mutated.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
@@ -422,17 +418,12 @@ def is_reserved_annotation(key: str) -> bool:
     return key == SELECTED_DEVICES or key.startswith(DEVICE_ENV_PREFIX) or key.startswith(RESERVED_PREFIX)
 
 
-#: Controller owners whose pods a namespace's ``troupe.io/gang-mode: auto`` makes gang
-#: members, as ``(API group, kind)``: a Job (also each Job of a JobSet) and a Kubeflow
-#: PyTorchJob. A LeaderWorkerSet's pods are owned by StatefulSets and are recognised by
-#: their :data:`LWS_NAME_LABEL` instead.
-WORKLOAD_OWNERS = (("batch", "Job"), ("kubeflow.org", "PyTorchJob"))
-
-
 def created_by_workload(pod: Mapping[str, Any]) -> bool:
     """True when a workload Troupe sizes gangs from created the pod: its controller owner
-    is one of :data:`WORKLOAD_OWNERS`, or it carries a LeaderWorkerSet's name label."""
-    if isinstance(pod_labels(pod).get(LWS_NAME_LABEL), str):
+    is one of :data:`troupe.workloadkinds.POD_OWNERS`, or it carries one of
+    :data:`troupe.workloadkinds.MEMBER_LABELS` (a LeaderWorkerSet's name label)."""
+    labels = pod_labels(pod)
+    if any(isinstance(labels.get(key), str) for key in workloadkinds.MEMBER_LABELS):
         return True
     owners = pod_meta(pod).get("ownerReferences")
     if not isinstance(owners, Sequence) or isinstance(owners, str):
@@ -440,7 +431,7 @@ def created_by_workload(pod: Mapping[str, Any]) -> bool:
     for o in owners:
         if isinstance(o, Mapping) and o.get("controller") is True:
             api_version, kind = o.get("apiVersion"), o.get("kind")
-            if isinstance(api_version, str) and (api_version.split("/", 1)[0], kind) in WORKLOAD_OWNERS:
+            if isinstance(api_version, str) and (api_version.split("/", 1)[0], kind) in workloadkinds.POD_OWNERS:
                 return True
     return False
 

@@ -26,15 +26,14 @@ from troupe.contract import (
     GANG_MODE_LABEL,
     GATE,
     GKE_GATE_PREFIX,
-    LWS_NAME_LABEL,
     RESERVED_PREFIX,
     SELECTED_DEVICES,
     TOPOLOGY_KEYS,
-    WORKLOAD_OWNERS,
     GangKeys,
 )
 from troupe.podgroups import GROUP_ANNOTATIONS, GROUP_LABELS
 from troupe.policies import GANG_POLICY_KEYS
+from troupe.workloadkinds import MEMBER_LABELS, POD_OWNERS
 
 #: The webhook's name inside the configuration (must be a fully qualified name).
 WEBHOOK_NAME = "pods.troupe.io"
@@ -241,19 +240,21 @@ def match_conditions(config: Config) -> list[dict[str, str]]:
 def workload_pod_expression(config: Config, var: str = "object") -> str:
     """CEL: ``var`` names neither a gang nor a size of the configured prefix, and a
     supported workload created it: its controller owner is one of
-    :data:`troupe.contract.WORKLOAD_OWNERS`, or it carries a LeaderWorkerSet's name label
-    (mirrors :func:`troupe.contract.created_by_workload`)."""
+    :data:`troupe.workloadkinds.POD_OWNERS`, or it carries one of
+    :data:`troupe.workloadkinds.MEMBER_LABELS`, a LeaderWorkerSet's name label (mirrors
+    :func:`troupe.contract.created_by_workload`)."""
     keys = GangKeys.for_prefix(config.gang_annotation_prefix)
     named = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in (keys.name, keys.size))
     owners = " || ".join(
         f"(o.apiVersion.startsWith({cel_string(group + '/')}) && o.kind == {cel_string(kind)})"
-        for group, kind in WORKLOAD_OWNERS
+        for group, kind in POD_OWNERS
     )
     return (
         f"!({_has_annotations(var)} && ({named})) && ("
         f"(has({var}.metadata.ownerReferences) && {var}.metadata.ownerReferences.exists(o, "
         f"has(o.controller) && o.controller && ({owners}))) || "
-        f"(has({var}.metadata.labels) && {cel_string(LWS_NAME_LABEL)} in {var}.metadata.labels))"
+        + " || ".join(f"(has({var}.metadata.labels) && {cel_string(label)} in {var}.metadata.labels)"
+                      for label in MEMBER_LABELS) + ")"
     )
 
 

@@ -44,51 +44,26 @@ from typing import Any
 import troupe.contract as contract
 import troupe.kueue as kueue
 from reconciler.engine.model.keys import WorkloadKey
+from reconciler.engine.model.kinds import MODULE_OF, REGISTRY
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, Reservation, authentic
-from reconciler.engine.model.templates import MAX_SLOTS, members, slots
+from reconciler.engine.model.templates import MAX_SLOTS, slots
 from reconciler.engine.model.timestamps import epoch
 from troupe.adoption import VOLCANO_MIN_MEMBER
 from troupe.errors import quoted
 from troupe.podgroups import PodGroupRef, PodGroupSpec
 from troupe.policies import RELEASE_MODE
+from troupe.workloadkinds import CUSTOM_KINDS as CUSTOM_KINDS
+from troupe.workloadkinds import JOB as JOB
+from troupe.workloadkinds import JOBSET as JOBSET
+from troupe.workloadkinds import KIND_OF as KIND_OF
+from troupe.workloadkinds import KINDS as KINDS
+from troupe.workloadkinds import LEADER_WORKER_SET as LEADER_WORKER_SET
+from troupe.workloadkinds import PYTORCH_JOB as PYTORCH_JOB
+from troupe.workloadkinds import Kind as Kind
 
 GroupKey = tuple[str, str, str]
 """A pod group's ``(source, namespace, name)`` (docs/decisions/056-pod-groups.md)."""
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A supported workload kind: ``kind``, API ``group`` and ``version``, and ``plural``
-    (the resource name: what RBAC rules and list URLs name)."""
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-
-    @property
-    def api_version(self) -> str:
-        """``group/version`` (``batch/v1``)."""
-        return f"{self.group}/{self.version}"
-
-    @property
-    def crd(self) -> str:
-        """The CustomResourceDefinition's name (``jobsets.jobset.x-k8s.io``)."""
-        return f"{self.plural}.{self.group}"
-
-
-JOB = Kind("Job", "batch", "v1", "jobs")
-JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets")
-LEADER_WORKER_SET = Kind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
-PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs")
-#: Every supported kind; all but Job are custom resources whose CRD may be absent.
-KINDS: tuple[Kind, ...] = (JOB, JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
-CUSTOM_KINDS: tuple[Kind, ...] = (JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
-_BY_KIND = {k.kind: k for k in KINDS}
-#: Each supported kind by its ``kind``.
-KIND_OF: Mapping[str, Kind] = _BY_KIND
-
 
 
 @dataclass(frozen=True)
@@ -251,10 +226,6 @@ class Workloads:
 _MAX_COUNT = 2**31 - 1
 
 
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT else default
-
-
 def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -275,7 +246,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     (:func:`~reconciler.engine.model.reservations.authentic`; ``record_error`` says so, and
     the gang, when Troupe plans it, reserves anew over it); None (the simulator and
     ``kubectl troupe``, which do not hold the key) reads every record as the reconciler's."""
-    if kind not in _BY_KIND:
+    if kind not in KIND_OF:
         return None
     meta = _map(obj.get("metadata"))
     name = meta.get("name")
@@ -285,11 +256,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     annotations = _map(meta.get("annotations"))
     topology = {k: str(annotations[k]) for k in contract.TOPOLOGY_KEYS if k in annotations}
-    if kind == LEADER_WORKER_SET.kind:
-        size = _int(_map(spec.get("leaderWorkerTemplate")).get("size"), 1)
-        how = f"LeaderWorkerSet {name} group size"
-    else:
-        size, how = members(kind, obj)
+    size, how = MODULE_OF[kind].size(obj)
     record, record_error, uid = None, "", str(meta.get("uid") or "")
     raw = annotations.get(contract.RESERVATION)
     if isinstance(raw, str):
@@ -326,17 +293,8 @@ def most_pods(kind: str, obj: Mapping[str, Any]) -> tuple[int, str]:
     :func:`~reconciler.engine.model.templates.members` reads them, the Job's completed pods
     not taken off. The chart's policy ``<release>-gang-fits-workload`` counts the same
     (docs/decisions/058-kueue-for-quota.md). ``(0, "")`` for another kind."""
-    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
-    name = str(meta.get("name") or "")
-    if kind == LEADER_WORKER_SET.kind:
-        replicas, size = _int(spec.get("replicas"), 1), _int(_map(spec.get("leaderWorkerTemplate")).get("size"), 1)
-        return replicas * size, f"LeaderWorkerSet {name}: spec.replicas {replicas} x spec.leaderWorkerTemplate.size {size}"
-    if kind not in _BY_KIND:
-        return 0, ""
-    count, how = members(kind, {"metadata": meta, "spec": spec})
-    if kind == JOB.kind:
-        how = f"Job {name}: min(spec.parallelism, spec.completions)"
-    return count, how
+    module = MODULE_OF.get(kind)
+    return module.most_pods(obj) if module is not None else (0, "")
 
 
 def _owned(meta: Mapping[str, Any]) -> bool:
@@ -344,7 +302,7 @@ def _owned(meta: Mapping[str, Any]) -> bool:
     owners = meta.get("ownerReferences")
     for ref in owners if isinstance(owners, list) else []:
         ref = _map(ref)
-        if ref.get("controller") is True and ref.get("kind") in _BY_KIND and ref.get("kind") != JOB.kind:
+        if ref.get("controller") is True and (k := KIND_OF.get(str(ref.get("kind")))) is not None and k.custom:
             return True
     return False
 
@@ -390,8 +348,7 @@ def _ends_at(kind: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> f
     ``spec.runPolicy.activeDeadlineSeconds``), None without a deadline or a start."""
     if _suspended(spec):
         return None
-    seconds = _map(spec.get("runPolicy")).get("activeDeadlineSeconds") if kind != JOB.kind else spec.get(
-        "activeDeadlineSeconds")
+    seconds = MODULE_OF[kind].deadline(spec)
     started = status.get("startTime")
     if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0 or not isinstance(started, str):
         return None
@@ -413,24 +370,15 @@ def workloads_of(kind: str, objects: Iterable[Mapping[str, Any]],
 
 def group(pod: PodInfo) -> tuple[str, WorkloadKey] | None:
     """The gang id (the part of the gang key after ``namespace/``) and the workload of a
-    pod, or None when no supported workload created it. Checked in this order, since a
+    pod, or None when no supported workload created it: the first kind's
+    :meth:`~reconciler.engine.model.kinds.base.WorkloadKind.gang_of` of
+    :data:`~reconciler.engine.model.kinds.REGISTRY` that gives one, in its order, since a
     JobSet's pods are also owned by its Jobs: LeaderWorkerSet labels, JobSet labels, a
     Kubeflow owner, a Job owner."""
-    lab, ns, owner = pod.labels, pod.namespace, pod.owner
-    lws, index = lab.get(contract.LWS_NAME_LABEL), lab.get(contract.LWS_GROUP_INDEX_LABEL)
-    if lws and index is not None:
-        return f"lws:{lws}:{index}", (LEADER_WORKER_SET.kind, ns, lws)
-    jobset = lab.get(contract.JOBSET_NAME_LABEL)
-    if jobset:
-        attempt = lab.get(contract.JOBSET_RESTART_LABEL) or "0"
-        return f"jobset:{jobset}:{attempt}", (JOBSET.kind, ns, jobset)
-    if owner is None:
-        return None
-    group_name = owner.api_version.split("/", 1)[0]
-    if owner.kind == PYTORCH_JOB.kind and group_name == PYTORCH_JOB.group:
-        return f"{owner.kind.lower()}:{owner.name}", (owner.kind, ns, owner.name)
-    if owner.kind == JOB.kind and group_name == JOB.group:
-        return f"job:{owner.name}", (JOB.kind, ns, owner.name)
+    for module in REGISTRY:
+        found = module.gang_of(pod)
+        if found is not None:
+            return found
     return None
 
 
@@ -438,11 +386,7 @@ def superseded(members: Iterable[PodInfo]) -> set[str]:
     """Keys of the members of a LeaderWorkerSet group created before its current leader
     (worker index 0, the newest one): pods of the group as it was before it was
     recreated, on their way out. Creation timestamps have one-second resolution, so a
-    pod created in the same second as the leader is kept. Empty for other workloads."""
+    pod created in the same second as the leader is kept. Empty for other workloads: each
+    kind's :meth:`~reconciler.engine.model.kinds.base.WorkloadKind.superseded`, together."""
     members = list(members)
-    leaders = [t for p in members if p.labels.get(contract.LWS_WORKER_INDEX_LABEL) == "0"
-               and (t := epoch(p.creation_timestamp)) is not None]
-    if not leaders:
-        return set()
-    newest = max(leaders)
-    return {p.key for p in members if (t := epoch(p.creation_timestamp)) is not None and t < newest}
+    return set().union(*(module.superseded(members) for module in REGISTRY))

@@ -31,11 +31,11 @@ class KubeWorkloadWrites(WorkloadWrites):
         kind, namespace, name = workload
         content = MERGE_PATCH if isinstance(patch, Mapping) else JSON_PATCH
         what = f"patch {kind} {namespace}/{name}"
-        if kind == wl.JOB.kind:
+        k = wl.KIND_OF[kind]
+        if not k.custom:
             resp = self.calls.call(what, self.batch.patch_namespaced_job, name, namespace, patch, _content_type=content,
                                    _preload_content=False)
         else:
-            k = wl.KIND_OF[kind]
             resp = self.calls.call(what, self.custom.patch_namespaced_custom_object, k.group, k.version, namespace,
                                    k.plural, name, patch, _content_type=content, _preload_content=False)
         return dict(json.loads(resp.data))
