@@ -155,7 +155,6 @@ LWS_NAME_LABEL = workloadkinds.LWS_NAME_LABEL
 LWS_GROUP_INDEX_LABEL = workloadkinds.LWS_GROUP_INDEX_LABEL
 LWS_WORKER_INDEX_LABEL = workloadkinds.LWS_WORKER_INDEX_LABEL
 KUBEFLOW_REPLICA_TYPE = workloadkinds.KUBEFLOW_REPLICA_TYPE
-#: Replica types that come before the workers at the same index (rank 0 is the master).
 #: kubelet's annotation on mirror pods (static pods): never mutated.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 

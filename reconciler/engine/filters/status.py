@@ -24,6 +24,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.selectors import NodeFilter
+from reconciler.engine.model.volumes import VolumeCatalog
 
 T = TypeVar("T")
 
@@ -153,6 +154,41 @@ class PreFilterState:
         """What :meth:`filter_unplaced` reads of member ``m`` besides its pod terms, node
         name and namespace: members of equal signatures pass on the same nodes."""
         return ()
+
+
+class MemberClaimChecks(PreFilterState):
+    """The state of a plugin that counts no pods and checks the claims a member mounts
+    (``VolumeBinding``, ``VolumeZone``): made only when the snapshot has a volume catalog
+    and a member mounts a claim, it keeps each member's result per node, since several
+    fills ask again. A subclass gives :meth:`check`."""
+
+    __slots__ = ("catalog", "known", "order", "snapshot")
+
+    def __init__(self, catalog: VolumeCatalog, snapshot: Snapshot, order: list[PodInfo]) -> None:
+        self.catalog, self.snapshot, self.order = catalog, snapshot, order
+        self.known: dict[tuple[int, int], Status | None] = {}
+
+    @classmethod
+    def prefilter(cls, cycle: Cycle) -> Self | None:
+        """None without a volume catalog or when no member mounts a claim."""
+        volumes = cycle.snapshot.volumes
+        if volumes is None or not any(m.terms is not None and m.terms.claims for m in cycle.order):
+            return None
+        return cls(volumes, cycle.snapshot, list(cycle.order))
+
+    def filter(self, m: int, i: int) -> Status | None:
+        """:meth:`check` of member ``m``'s claims on node ``i``, worked out once."""
+        pod = self.order[m]
+        if pod.terms is None or not pod.terms.claims:
+            return None
+        key = (m, i)
+        if key not in self.known:
+            self.known[key] = self.check(pod.namespace, pod.terms.claims, self.snapshot.nodes[i])
+        return self.known[key]
+
+    def check(self, namespace: str, claims: Sequence[str], node: NodeInfo) -> Status | None:
+        """The plugin's verdict on claims ``claims`` (names in ``namespace``) on ``node``."""
+        raise NotImplementedError
 
 
 def tally(items: list[T], values: Sequence[T], sign: int) -> None:

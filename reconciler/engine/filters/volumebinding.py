@@ -14,11 +14,10 @@ volume node affinity conflict``; all ``UnschedulableAndUnresolvable``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from reconciler.engine.filters.status import Code, Cycle, Plugin, PreFilterState, Registered, Status
-from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.filters.status import Code, MemberClaimChecks, Plugin, Registered, Status
+from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.volumes import VolumeCatalog
 
 MISSING_VOLUME = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
@@ -67,35 +66,16 @@ def check(catalog: VolumeCatalog, namespace: str, claims: Iterable[str], node: s
     return None
 
 
-class ClaimChecks(PreFilterState):
+class ClaimChecks(MemberClaimChecks):
     """:func:`prefilter` then :func:`check` for each member that mounts claims, on each node
     asked, worked out once."""
 
-    __slots__ = ("catalog", "known", "order", "snapshot")
+    __slots__ = ()
 
-    def __init__(self, catalog: VolumeCatalog, snapshot: Snapshot, order: list[PodInfo]) -> None:
-        self.catalog, self.snapshot, self.order = catalog, snapshot, order
-        self.known: dict[tuple[int, int], Status | None] = {}
-
-    @classmethod
-    def prefilter(cls, cycle: Cycle) -> ClaimChecks | None:
-        """None without a volume catalog or when no member mounts a claim."""
-        volumes = cycle.snapshot.volumes
-        if volumes is None or not any(m.terms is not None and m.terms.claims for m in cycle.order):
-            return None
-        return cls(volumes, cycle.snapshot, list(cycle.order))
-
-    def filter(self, m: int, i: int) -> Status | None:
-        """Member ``m``'s claims on node ``i``."""
-        pod = self.order[m]
-        if pod.terms is None or not pod.terms.claims:
-            return None
-        key = (m, i)
-        if key not in self.known:
-            node, claims = self.snapshot.nodes[i], pod.terms.claims
-            self.known[key] = (prefilter(self.catalog, pod.namespace, claims)
-                               or check(self.catalog, pod.namespace, claims, node.name, node.labels))
-        return self.known[key]
+    def check(self, namespace: str, claims: Sequence[str], node: NodeInfo) -> Status | None:
+        """:func:`prefilter`, then the module's :func:`check` on ``node``."""
+        return prefilter(self.catalog, namespace, claims) or check(self.catalog, namespace, claims, node.name,
+                                                                      node.labels)
 
 
 REGISTERED = Registered(PLUGIN, _FIXED, "pkg/scheduler/framework/plugins/volumebinding", _order, state=ClaimChecks)

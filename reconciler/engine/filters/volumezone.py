@@ -12,11 +12,10 @@ Reason: ``node(s) had no available volume zone`` (``UnschedulableAndUnresolvable
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from reconciler.engine.filters.status import Code, Cycle, Plugin, PreFilterState, Registered, Status
-from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.filters.status import Code, MemberClaimChecks, Plugin, Registered, Status
+from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.volumes import ZONE_LABELS, VolumeCatalog
 
 VOLUME_ZONE = "node(s) had no available volume zone"
@@ -36,32 +35,14 @@ def check(catalog: VolumeCatalog, namespace: str, claims: Iterable[str], labels:
     return None
 
 
-class ZoneChecks(PreFilterState):
+class ZoneChecks(MemberClaimChecks):
     """:func:`check` for each member that mounts claims, on each node asked, worked out once."""
 
-    __slots__ = ("catalog", "known", "order", "snapshot")
+    __slots__ = ()
 
-    def __init__(self, catalog: VolumeCatalog, snapshot: Snapshot, order: list[PodInfo]) -> None:
-        self.catalog, self.snapshot, self.order = catalog, snapshot, order
-        self.known: dict[tuple[int, int], Status | None] = {}
-
-    @classmethod
-    def prefilter(cls, cycle: Cycle) -> ZoneChecks | None:
-        """None without a volume catalog or when no member mounts a claim."""
-        volumes = cycle.snapshot.volumes
-        if volumes is None or not any(m.terms is not None and m.terms.claims for m in cycle.order):
-            return None
-        return cls(volumes, cycle.snapshot, list(cycle.order))
-
-    def filter(self, m: int, i: int) -> Status | None:
-        """Member ``m``'s bound volumes on node ``i``."""
-        pod = self.order[m]
-        if pod.terms is None or not pod.terms.claims:
-            return None
-        key = (m, i)
-        if key not in self.known:
-            self.known[key] = check(self.catalog, pod.namespace, pod.terms.claims, self.snapshot.nodes[i].labels)
-        return self.known[key]
+    def check(self, namespace: str, claims: Sequence[str], node: NodeInfo) -> Status | None:
+        """The module's :func:`check` of the claims' bound volumes on ``node``'s labels."""
+        return check(self.catalog, namespace, claims, node.labels)
 
 
 REGISTERED = Registered(PLUGIN, (VOLUME_ZONE,), "pkg/scheduler/framework/plugins/volumezone", state=ZoneChecks)
