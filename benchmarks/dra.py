@@ -7,7 +7,7 @@ On N nodes (4 blocks, subblocks of 64 hosts) with 8 GPUs each, once as ``nvidia.
 allocatable and once as 8 devices per node in ResourceSlices (a DeviceClass selecting the
 driver by CEL, a ResourceClaimTemplate of 8 devices): a waiting gang of P whole-node members
 (each one GPU request of 8, or one claim of 8 devices). Timed in this process: the DRA
-counting (:func:`reconciler.engine.model.dra.apply`) cold (every CEL selector evaluated once per
+counting (:func:`reconciler.engine.ledger.draunits.apply`) cold (every CEL selector evaluated once per
 device with cel-python) and warm (memoized), the snapshot built, and the gang's decision; the
 ratios against extended resources.
 """
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import build_gang
+from reconciler.engine.ledger import draunits
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
@@ -61,8 +62,8 @@ def main() -> int:
                                                     *(b.resource_slice(n.name) for n in dra_nodes)])
     print(f"# {args.nodes} nodes x 8 GPUs, a waiting gang of {args.gang} whole-node members", flush=True)
     cel.forget()
-    (counted_nodes, counted_pods), cold = timed(lambda: dra.apply(dra_nodes, dra_pods, catalog))
-    _, warm = timed(lambda: dra.apply(dra_nodes, dra_pods, catalog))
+    (counted_nodes, counted_pods), cold = timed(lambda: draunits.apply(dra_nodes, dra_pods, catalog))
+    _, warm = timed(lambda: draunits.apply(dra_nodes, dra_pods, catalog))
     plain_snapshot, plain_build = timed(lambda: Snapshot(plain_nodes, plain_pods, levels))
     dra_snapshot, dra_build = timed(lambda: Snapshot(counted_nodes, counted_pods, levels))
     plain_gang = build_gang("team-a/train", plain_pods, config, {})
@@ -81,9 +82,9 @@ def main() -> int:
     # The reconciler's cache keeps its node table while the nodes stay, and DRA's counted
     # nodes and their table while the nodes, the DRA objects and the demand stay (a pod
     # without claims changed, say): what each of its snapshots then pays.
-    memo = dra.NodesMemo()
-    dra.apply(dra_nodes, dra_pods, catalog, memo=memo)
-    (kept_nodes, kept_pods), kept = timed(lambda: dra.apply(dra_nodes, dra_pods, catalog, memo=memo))
+    memo = draunits.NodesMemo()
+    draunits.apply(dra_nodes, dra_pods, catalog, memo=memo)
+    (kept_nodes, kept_pods), kept = timed(lambda: draunits.apply(dra_nodes, dra_pods, catalog, memo=memo))
     kept_table = memo.derived(kept_nodes, lambda: NodeTable(kept_nodes, levels))
     _, kept_build = timed(lambda: Snapshot(kept_table, kept_pods, levels))
     plain_table = NodeTable(plain_nodes, levels)

@@ -1,4 +1,4 @@
-"""DRA devices counted as units (reconciler.engine.model.dra): what a node offers, what a pod
+"""DRA devices counted as units (reconciler.engine.ledger.draunits): what a node offers, what a pod
 asks, what holds a gang, and the property that no plan names a node with fewer free
 matching devices than its members there need."""
 
@@ -15,9 +15,9 @@ from reconciler.engine.decision.actions import Release
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
+from reconciler.engine.ledger import draunits
 from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model import dra
 from tests.support import dra_builders as b
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config
@@ -100,7 +100,7 @@ def test_an_allocated_claim_holds_its_consumer_to_the_node_it_is_on():
     gang, decision, snapshot = decided(nodes(), [pod], objs)
     assert gang.members[0].requests == {"pods": 1, "cpu": 1000, "resourceclaim/team-a/mine": 1, KIND: 2}, \
         "its devices stay counted on it: evicting it frees them"
-    assert [n.allocatable.get("resourceclaim/team-a/mine", 0) for n in snapshot.nodes] == [0, 0, dra.MAX_CONSUMERS, 0]
+    assert [n.allocatable.get("resourceclaim/team-a/mine", 0) for n in snapshot.nodes] == [0, 0, draunits.MAX_CONSUMERS, 0]
     assert [n.allocatable[KIND] for n in snapshot.nodes] == [8, 8, 8, 8]
     release = decision.find(Release)
     assert release is not None and [m.node for m in release.members] == ["n3"]
@@ -185,7 +185,7 @@ def test_a_sharer_decided_before_the_one_its_claim_is_counted_on_goes_only_where
     objs = [b.device_class(), b.claim("shared", 4), b.resource_slice("n3", 2), b.resource_slice("n4")]
     gang, decision, snapshot = decided(nodes(), pods, objs, key="team-a/second")
     assert gang.members[0].requests.get(KIND, 0) == 0, "the devices are counted once, on first-0"
-    assert [n.allocatable.get("resourceclaim/team-a/shared", 0) for n in snapshot.nodes] == [0, 0, 0, dra.MAX_CONSUMERS]
+    assert [n.allocatable.get("resourceclaim/team-a/shared", 0) for n in snapshot.nodes] == [0, 0, 0, draunits.MAX_CONSUMERS]
     release = decision.find(Release)
     assert release is not None and [m.node for m in release.members] == ["n4"]
 
@@ -217,15 +217,15 @@ def test_a_device_attribute_all_of_a_nodes_devices_share_is_a_topology_level():
 def test_counting_with_a_memo_gives_what_counting_afresh_gives_and_keeps_the_nodes_for_the_same_demand(one, two):
     from reconciler.engine.ledger.parts import located, read_parts
 
-    memo = dra.NodesMemo()
+    memo = draunits.NodesMemo()
     for node_objs, pods, objs in (one, two, one):
         listed = [*located("nodes", "Node", node_objs), *located("pods", "Pod", pods),
                   *[(f"objects[{i}]", o["kind"], o) for i, o in enumerate(objs)]]
         parts = read_parts(listed, CONFIG, None).parts
-        fresh_nodes, fresh_pods = dra.apply(parts.nodes, parts.pods, parts.devices)
-        kept_nodes, kept_pods = dra.apply(parts.nodes, parts.pods, parts.devices, memo=memo)
+        fresh_nodes, fresh_pods = draunits.apply(parts.nodes, parts.pods, parts.devices)
+        kept_nodes, kept_pods = draunits.apply(parts.nodes, parts.pods, parts.devices, memo=memo)
         assert [(n.name, n.allocatable) for n in kept_nodes] == [(n.name, n.allocatable) for n in fresh_nodes]
         assert [(p.key, p.requests, p.malformed) for p in kept_pods] == [(p.key, p.requests, p.malformed)
                                                                          for p in fresh_pods]
-        again, _ = dra.apply(parts.nodes, [dataclasses.replace(p) for p in parts.pods], parts.devices, memo=memo)
+        again, _ = draunits.apply(parts.nodes, [dataclasses.replace(p) for p in parts.pods], parts.devices, memo=memo)
         assert again is kept_nodes, "the same nodes, catalog and demand: the nodes counted before"

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.engine.ledger import draunits
 from reconciler.engine.model import cel, dra
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
@@ -52,7 +53,7 @@ def test_a_selector_costlier_than_troupe_evaluates_holds_only_its_own_gang_and_q
     c = catalog(2, 4, claim_template("costly", 1, "attacker", selectors=(NESTED,)),
                 claim_template("plain", 1, "victim"))
     started = time.process_time()
-    _, pods = dra.apply(node_infos(2), [pod("a", "attacker", "costly"), pod("v", "victim", "plain")], c)
+    _, pods = draunits.apply(node_infos(2), [pod("a", "attacker", "costly"), pod("v", "victim", "plain")], c)
     assert time.process_time() - started < 0.5
     attacker, victim = pods
     assert "costs more than Troupe evaluates per device" in attacker.malformed
@@ -64,7 +65,7 @@ def test_the_memo_serves_every_device_of_one_model_however_many_uuids() -> None:
     c = catalog(64, 8)
     kinds = {"devices/x": (selector,)}
     cel.forget()
-    units, broken = dra.node_units(c.devices, kinds, {}, {"devices/x": ["ml"]})
+    units, broken = draunits.node_units(c.devices, kinds, {}, {"devices/x": ["ml"]})
     assert broken == {} and sum(u["devices/x"] for u in units.values()) == 512
     assert cel.memoized() == 1, "one evaluation for 512 devices that agree on the model"
 
@@ -75,25 +76,25 @@ def test_a_namespace_past_its_budget_holds_only_its_own_shapes() -> None:
     c = catalog(16, 8)
     kinds = {"devices/a": (reads_uuid,), "devices/b": (cheap,)}
     cel.forget()
-    budget = 40 * dra.EVALUATION_FLOOR  # 40 evaluations: fewer than the 128 uuids
-    units, broken = dra.node_units(c.devices, kinds, {}, {"devices/a": ["attacker"], "devices/b": ["victim"]}, budget)
+    budget = 40 * draunits.EVALUATION_FLOOR  # 40 evaluations: fewer than the 128 uuids
+    units, broken = draunits.node_units(c.devices, kinds, {}, {"devices/a": ["attacker"], "devices/b": ["victim"]}, budget)
     assert "devices/a" in broken and "namespace attacker may spend" in broken["devices/a"]
     assert "devices/b" not in broken and sum(u.get("devices/b", 0) for u in units.values()) == 128
     # The evaluations made are kept: the next decisions go on where this one stopped.
     for _ in range(3):
-        units, broken = dra.node_units(c.devices, kinds, {}, {"devices/a": ["attacker"], "devices/b": ["victim"]},
+        units, broken = draunits.node_units(c.devices, kinds, {}, {"devices/a": ["attacker"], "devices/b": ["victim"]},
                                        budget)
     assert broken == {} and sum(u.get("devices/a", 0) for u in units.values()) == 128
 
 
 def test_a_shape_whose_short_name_another_shape_has_gets_the_whole_digest() -> None:
     mine = dra.Request("gpus", CLASS, 1, (f'device.attributes["{DRIVER}"].model == "H100"',))
-    short = dra.kind_of(mine)
+    short = draunits.kind_of(mine)
     assert len(short.rpartition("~")[2]) == 16
     taken = {short: ("class", 'device.attributes["x"].model == "evil"')}
-    full = dra.kind_of(mine, taken)
+    full = draunits.kind_of(mine, taken)
     assert full != short and len(full.rpartition("~")[2]) == 64
-    assert dra.kind_of(mine, {short: ("class", *mine.selectors)}) == short
+    assert draunits.kind_of(mine, {short: ("class", *mine.selectors)}) == short
 
 
 @settings(max_examples=50, deadline=None)
@@ -102,7 +103,7 @@ def test_two_different_shapes_of_one_snapshot_never_share_a_name(values: list[st
     templates = [claim_template(f"t{i}", 1, f"ns{i}", selectors=(f'device.attributes["{DRIVER}"].model == "{v}"',))
                  for i, v in enumerate(values)]
     c = catalog(1, 1, *templates)
-    _, pods = dra.apply(node_infos(1), [pod(f"p{i}", f"ns{i}", f"t{i}") for i in range(len(values))], c)
+    _, pods = draunits.apply(node_infos(1), [pod(f"p{i}", f"ns{i}", f"t{i}") for i in range(len(values))], c)
     names = [next(k for k in p.requests if k.startswith("devices/")) for p in pods]
     assert len(set(names)) == len(values)
 

@@ -297,7 +297,7 @@ def test_what_is_not_modeled_is_named() -> None:
     pod["spec"]["volumes"].append({"name": "inline", "csi": {"driver": "x"}})
     info = PodInfo.from_object(pod)
     snapshot = snapshot_with(zoned("a"), claims=[claim_object("scratch")])
-    assert unmodeled(info) == ("inline csi volume inline",), "DRA claims are counted (reconciler/engine/model/dra.py)"
+    assert unmodeled(info) == ("inline csi volume inline",), "DRA claims are counted (reconciler/engine/ledger/draunits.py)"
     assert unmodeled(info, snapshot.volumes)[-1] == "unbound PersistentVolumeClaim scratch (volume provisioning)"
     assert unmodeled(make_pod("plain").info()) == ()
 

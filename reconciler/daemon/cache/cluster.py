@@ -27,7 +27,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.ledger.usage import BoundUsage
 from reconciler.engine.model.devices import DeviceGroup
-from reconciler.engine.model.dra import NodesMemo
+from reconciler.engine.ledger.draunits import NodesMemo
 from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import gang_key
@@ -147,7 +147,7 @@ class ClusterCache:
         self._usage: BoundUsage | None = None
         #: The parsed pods a snapshot holds (readable ones), in the order they came.
         self._readable_pods: dict[PodKey, PodInfo] = {}
-        #: DRA's counted nodes and their table, kept across snapshots (:class:`~reconciler.engine.model.dra.NodesMemo`).
+        #: DRA's counted nodes and their table, kept across snapshots (:class:`~reconciler.engine.ledger.draunits.NodesMemo`).
         self._devices = NodesMemo()
         self._gang_version: dict[str, int] = {}
         self._gangs: dict[str, tuple[tuple[int, int], Gang]] = {}

@@ -3,7 +3,7 @@ and a claim already allocated is on it (``pkg/scheduler/framework/plugins/dynami
 Kubernetes docs "Dynamic Resource Allocation"; KEP-4381). kube-scheduler runs it after
 ``InterPodAffinity`` (its default profile inserts it before ``DefaultPreemption``).
 
-Troupe counts claims as units before any filter runs (:mod:`reconciler.engine.model.dra`,
+Troupe counts claims as units before any filter runs (:mod:`reconciler.engine.ledger.draunits`,
 docs/decisions/044-dra.md): a node offers ``devices/<class>`` units for its free matching
 devices and a ``resourceclaim/<namespace>/<name>`` unit where a claim is allocated, and a
 pod requests them as it requests ``nvidia.com/gpu``. So this plugin's check is made by
@@ -15,7 +15,7 @@ module says which of those units no freed room can give.
 from __future__ import annotations
 
 from reconciler.engine.filters.status import Plugin, Registered
-from reconciler.engine.model.dra import CLAIM
+from reconciler.engine.ledger.draunits import CLAIM
 
 PLUGIN = Plugin("DynamicResources")
 

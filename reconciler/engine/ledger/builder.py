@@ -6,7 +6,7 @@ call it, so what the simulator decides is what the reconciler decides on the sam
 (docs/decisions/047-one-snapshot-builder.md). Everything a snapshot is made of besides the
 parsed objects themselves is done here, once:
 
-- DRA counted as units (:func:`reconciler.engine.model.dra.apply`, decision 044): nodes offer
+- DRA counted as units (:func:`reconciler.engine.ledger.draunits.apply`, decision 044): nodes offer
   their devices, pods ask for their claims, device attributes become topology labels, when
   the catalog holds any DRA object (a cluster that serves none counts no claim);
 - the configuration's default spread constraints (:func:`spread_defaults`);
@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reconciler.engine.ledger import draunits
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.parts import SnapshotParts, located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
@@ -58,17 +59,17 @@ def counts_devices(parts: SnapshotParts) -> bool:
                               or bool(dra.level_attributes(devices, parts.config.all_levels)))
 
 
-def build_snapshot(parts: SnapshotParts, devices: dra.NodesMemo | None = None) -> Snapshot:
+def build_snapshot(parts: SnapshotParts, devices: draunits.NodesMemo | None = None) -> Snapshot:
     """The snapshot of ``parts`` (module docstring). A prebuilt :class:`NodeTable` in
     ``parts.nodes`` is used as it is unless DRA changes the nodes (:func:`counts_devices`),
     which then get a table of their own: kept in ``devices`` (a cache's, across its
     snapshots) with the counted nodes it is made of, and used again while the nodes, the
-    DRA objects and the demand for devices stay the same (:class:`~reconciler.engine.model.dra.NodesMemo`).
+    DRA objects and the demand for devices stay the same (:class:`~reconciler.engine.ledger.draunits.NodesMemo`).
     Raises ``ValueError`` on two nodes or two pods of one name."""
     nodes, pods, config = parts.nodes, parts.pods, parts.config
     if counts_devices(parts):  # nodes offer, and pods ask, DRA devices (docs/decisions/044-dra.md)
         plain = nodes.nodes if isinstance(nodes, NodeTable) else nodes
-        counted, pods = dra.apply(plain, pods, parts.devices, config.all_levels, devices)
+        counted, pods = draunits.apply(plain, pods, parts.devices, config.all_levels, devices)
         nodes = counted if devices is None else devices.derived(counted, lambda: NodeTable(counted, parts.topology))
     return Snapshot(nodes, pods, parts.topology, sorted(parts.groups, key=lambda g: g.name), parts.group_errors,
                     sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.engine.ledger import draunits
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.ledger.usage import UsageCopy
@@ -126,11 +127,11 @@ def describe(obj: Mapping[str, Any], kind: str) -> str:
 
 def count_slots(workloads: Mapping[WorkloadKey, wl.Workload], devices: dra.Catalog) -> dict[WorkloadKey, wl.Workload]:
     """``workloads`` with their slots' DRA claims counted as their pods' will be
-    (:func:`reconciler.engine.model.dra.convert_slots`), when ``devices`` holds any DRA
+    (:func:`reconciler.engine.ledger.draunits.convert_slots`), when ``devices`` holds any DRA
     object; as they are otherwise (a cluster that serves no DRA objects counts no claim)."""
     if not devices:
         return dict(workloads)
-    return {k: dataclasses.replace(w, slots=dra.convert_slots(w.slots, devices)) for k, w in workloads.items()}
+    return {k: dataclasses.replace(w, slots=draunits.convert_slots(w.slots, devices)) for k, w in workloads.items()}
 
 
 def duplicate(first: str) -> ObjectError:

@@ -32,7 +32,7 @@ runs (docs/decisions/049-hostile-tenants-third-round.md):
   selector on ``model`` is evaluated once per model, not once per device (every device
   carries its own ``uuid``), so the memo holds what the cluster's selectors need.
 - :func:`evaluate` says whether it evaluated or found the answer, so a caller can charge
-  each evaluation's cost to a budget (:func:`reconciler.engine.model.dra.node_units`).
+  each evaluation's cost to a budget (:func:`reconciler.engine.ledger.draunits.node_units`).
 """
 
 from __future__ import annotations
