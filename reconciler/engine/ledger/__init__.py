@@ -9,7 +9,8 @@ Built from the model (:mod:`reconciler.engine.model`) and nothing above it:
   (the objects parsed by :mod:`reconciler.engine.model.dra`);
 - :mod:`.recordindex`: the nodes the reconciler's plan and nomination records hold;
 - :mod:`.snapshot`: :class:`~.snapshot.Snapshot`, the capacity ledger every plan is made
-  on (free units per node and resource, plans applied with an undo);
+  on (free units per node and resource, plans applied with an undo), over
+  :mod:`.podindex`, the one pass that sorts out the pods it looks at again;
 - :mod:`.occupancy`: the same ledger as a tree of domains, for ``kubectl troupe topology``
   and the map.
 """

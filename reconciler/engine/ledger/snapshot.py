@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 from reconciler.engine.ledger.nodetable import NodeTable
+from reconciler.engine.ledger.podindex import PodIndex
 from reconciler.engine.ledger.recordindex import nomination_record, plan_record, records
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.ledger.usage import UsageCopy, give_back, take
@@ -54,7 +55,6 @@ from reconciler.engine.model.reservations import Reservation, fill
 from reconciler.engine.model.selectors import NodeFilter, Taint
 from reconciler.engine.model.volumes import VolumeCatalog
 from reconciler.engine.model.workloads import group
-from troupe.layers import TOPOLOGY_EXCLUSIVE_LEVEL
 
 T = TypeVar("T")
 #: The capacity of a node for a pod that requests nothing at all (not even ``pods``).
@@ -87,43 +87,6 @@ class Placement(Protocol):
     @property
     def assignments(self) -> Sequence[Placed]:
         """Every placed member, on its node."""
-
-
-class _PodIndex:
-    """One pass over a snapshot's pods (100,000 in a large cluster): ``pods`` by key, and the
-    few that carry pod terms or an exclusive level (their keys), a plan or a nomination
-    record, scheduling gates or a ``planned-at`` stamp, or are not among the pods
-    ``counted`` already (:class:`~.usage.BoundUsage`).
-    Raises ``ValueError`` on two pods of one key."""
-
-    def __init__(self, pods: Iterable[PodInfo], counted: Mapping[str, Any]) -> None:
-        self.pods: dict[PodKey, PodInfo] = {}
-        self.terms_keys: list[PodKey] = []
-        self.exclusive: list[PodKey] = []
-        self.planned: list[PodInfo] = []
-        self.nominating: list[PodInfo] = []
-        self.uncounted: list[PodInfo] = []
-        self.gated: list[PodInfo] = []
-        self.stamped: list[PodInfo] = []
-        for pod in pods:
-            key = pod.key
-            if key in self.pods:
-                raise ValueError(f"duplicate pod {key!r}")
-            self.pods[key] = pod
-            if key not in counted:
-                self.uncounted.append(pod)
-            if pod.terms is not None:
-                self.terms_keys.append(key)
-            if pod.gang_annotations and TOPOLOGY_EXCLUSIVE_LEVEL in pod.gang_annotations:
-                self.exclusive.append(key)
-            if pod.plan is not None:
-                self.planned.append(pod)
-            if pod.nomination is not None:
-                self.nominating.append(pod)
-            if pod.gates:
-                self.gated.append(pod)
-            if pod.planned_at:
-                self.stamped.append(pod)
 
 
 class Snapshot:
@@ -177,7 +140,7 @@ class Snapshot:
         else:
             self._free = {resource: list(col) for resource, col in table.allocatable.items()}
             self._using = {}
-        indexed = _PodIndex(pods, counted)
+        indexed = PodIndex(pods, counted)
         self.pods: dict[PodKey, PodInfo] = indexed.pods
         self.groups: dict[str, DeviceGroup] = {group.name: group for group in groups}
         self.group_errors: dict[str, str] = dict(group_errors or {})
