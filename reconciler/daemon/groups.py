@@ -1,11 +1,11 @@
 """The SharedDeviceGroup controller: a group's finalizer and status follow its pods.
 
 A group's devices are chosen by the gang decision that releases its first pod (the
-engine's :mod:`~reconciler.engine.placement.allocation`); this controller only keeps the object in
+engine's :mod:`~reconciler.engine.placement.devicegroups`); this controller only keeps the object in
 line with the cluster (docs/decisions/018-shared-device-groups.md): Troupe's finalizer on a
 live group, removed once none of its pods runs when the group is deleted (which frees its
 devices), and its ``status`` (phase, nodeName, selectedDevices, the ``Allocated``
-condition) as :func:`~reconciler.engine.placement.allocation.group_view` computes it.
+condition) as :func:`~reconciler.engine.placement.devicegroups.group_view` computes it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.writer.base import Gone, WriteError
 from reconciler.daemon.writer.groups import GroupWrites
-from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.devicegroups import DeviceGroup
 from reconciler.engine.model.timestamps import rfc3339
-from reconciler.engine.placement.allocation import GroupView, group_view
+from reconciler.engine.placement.devicegroups import GroupView, group_view
 from troupe import contract
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class GroupController:
         group being deleted, removes it once none of its pods runs (gated pods never ran;
         a pod being deleted still runs until it is gone), which frees its devices; writes
         its status (phase, nodeName, selectedDevices and the ``Allocated`` condition) when
-        it differs from :func:`~reconciler.engine.placement.allocation.group_view`."""
+        it differs from :func:`~reconciler.engine.placement.devicegroups.group_view`."""
         found = self.cache.group(name)
         if found is None:
             return False

@@ -17,7 +17,7 @@ from reconciler.engine.decision import actions
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model.devices import Holding
+from reconciler.engine.model.devicegroups import Holding
 
 
 def topology_of(snapshot: Snapshot, node: str) -> str:

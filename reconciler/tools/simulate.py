@@ -77,9 +77,9 @@ from reconciler.engine.ledger.parts import BadObject, Located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import workloads as wl
-from reconciler.engine.model.devices import Holding
+from reconciler.engine.model.devicegroups import Holding
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.placement.allocation import group_view
+from reconciler.engine.placement.devicegroups import group_view
 from reconciler.engine.placement.layers import Balance
 from reconciler.objects.kinds import (
     CONFIG_KIND,

@@ -22,7 +22,7 @@ from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model.devices import (
+from reconciler.engine.model.devicegroups import (
     DeviceGroup,
     DeviceInventory,
     Holding,
@@ -32,7 +32,7 @@ from reconciler.engine.model.devices import (
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.placement.allocation import group_candidates, group_view
+from reconciler.engine.placement.devicegroups import group_candidates, group_view
 from tests.support.engine_builders import GPU, make_group, make_node, make_pod, snapshot_of
 from troupe.config import Config
 

@@ -1,7 +1,7 @@
 """The plan and nomination records the reconciler keeps in pod annotations: what they
 encode to, and that a value which is not one reads as none."""
 
-from reconciler.engine.model.devices import Holding
+from reconciler.engine.model.devicegroups import Holding
 from reconciler.engine.model.records import Nomination, Plan
 
 GPU = "nvidia.com/gpu"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.engine.model.budgets import Budget
-from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.devicegroups import DeviceGroup
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo

@@ -21,13 +21,13 @@ from reconciler.daemon.cache.volumes import VolumeIndex
 from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
 from reconciler.engine.gangs.gang import Gang, build_gang
 from reconciler.engine.ledger.builder import build_snapshot
+from reconciler.engine.ledger.draunits import NodesMemo
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.ledger.usage import BoundUsage
-from reconciler.engine.model.devices import DeviceGroup
-from reconciler.engine.ledger.draunits import NodesMemo
+from reconciler.engine.model.devicegroups import DeviceGroup
 from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.membership import gang_key

@@ -16,7 +16,7 @@ from typing import Any
 
 from reconciler.daemon.writer.base import Conflict, Fenced, Gone
 from reconciler.engine.decision.decide import MemberRelease
-from reconciler.engine.model.devices import encode_selected, format_ids
+from reconciler.engine.model.devicegroups import encode_selected, format_ids
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination, Plan
 from troupe import contract

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from reconciler.engine.filters.status import Code
 from reconciler.engine.gangs.avoidance import NodeFailure
 from reconciler.engine.gangs.refusals import Refusal
-from reconciler.engine.model.devices import Devices, Holding
+from reconciler.engine.model.devicegroups import Devices, Holding
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.records import Nomination, Plan

@@ -49,7 +49,7 @@ from reconciler.engine.gangs.clocks import Clock, jitter
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.refusals import avoid_note, avoiding
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model.devices import Devices
+from reconciler.engine.model.devicegroups import Devices
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, assign, fill
 from reconciler.engine.model.timestamps import epoch, rfc3339

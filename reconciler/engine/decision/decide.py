@@ -85,7 +85,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination, Plan
 from reconciler.engine.model.timestamps import epoch, rfc3339
-from reconciler.engine.placement.allocation import DevicePlacement, group_problem
+from reconciler.engine.placement.devicegroups import DevicePlacement, group_problem
 from reconciler.engine.placement.place import PlacementResult
 from reconciler.engine.preemption import candidates as victims
 from reconciler.engine.preemption.budgeted import plan_within_budgets

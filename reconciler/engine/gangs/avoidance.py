@@ -26,7 +26,7 @@ from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import epoch, rfc3339
-from reconciler.engine.placement.allocation import DevicePlacement, place_with_devices
+from reconciler.engine.placement.devicegroups import DevicePlacement, place_with_devices
 from troupe.config import Config
 from troupe.contract import NODE_FAILURES_KEPT, TopologyRequest
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.placement.allocation import DevicePlacement, place_with_devices
+from reconciler.engine.placement.devicegroups import DevicePlacement, place_with_devices
 
 
 def at_minimum(gang: Gang, free: Sequence[PodInfo], view: Snapshot, near: Sequence[str]) -> DevicePlacement | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from reconciler.engine.ledger.topology import TopologyLevels, TopologyTree
-from reconciler.engine.model.devices import is_shared
+from reconciler.engine.model.devicegroups import is_shared
 from reconciler.engine.model.nodes import NodeInfo
 
 

@@ -29,7 +29,7 @@ from reconciler.engine.ledger.usage import UsageCopy
 from reconciler.engine.model import dra
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.budgets import Budget
-from reconciler.engine.model.devices import DeviceGroup
+from reconciler.engine.model.devicegroups import DeviceGroup
 from reconciler.engine.model.fields import ObjectError, mapping, string
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.nodes import NodeInfo

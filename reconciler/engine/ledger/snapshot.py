@@ -46,7 +46,7 @@ from reconciler.engine.ledger.recordindex import nomination_record, plan_record,
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.ledger.usage import UsageCopy, give_back, take
 from reconciler.engine.model.budgets import Budget
-from reconciler.engine.model.devices import DeviceGroup, DeviceInventory, Holding
+from reconciler.engine.model.devicegroups import DeviceGroup, DeviceInventory, Holding
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
@@ -100,7 +100,7 @@ class Snapshot:
     why a group object could not be read; ``budgets``: the PodDisruptionBudgets
     (:class:`~reconciler.engine.model.budgets.Budget`) that ``atomic`` preemption counts.
     :attr:`devices` is the device inventory
-    (:class:`~reconciler.engine.model.devices.DeviceInventory`): the IDs groups hold count as
+    (:class:`~reconciler.engine.model.devicegroups.DeviceInventory`): the IDs groups hold count as
     used on their nodes, so no ordinary gang is planned onto them. Raises ``ValueError``
     on a duplicate node or pod. ``namespaces``: namespace name -> its labels (for
     ``namespaceSelector``); ``volumes``: the claims, volumes and CSINodes

@@ -13,8 +13,8 @@ from a Kubernetes object (a dict in the JSON shape) or a rule of one, never a pl
 - :mod:`.nodes` and :mod:`.pods`: :class:`~.nodes.NodeInfo` and :class:`~.pods.PodInfo`;
 - :mod:`.volumes`: PersistentVolumeClaims, PersistentVolumes and CSINodes;
   :mod:`.dra` (with :mod:`.cel`): ResourceSlices, DeviceClasses, ResourceClaims and their
-  templates (counted as units by the ledger); :mod:`.devices`: SharedDeviceGroups and device IDs; :mod:`.budgets`:
-  PodDisruptionBudgets;
+  templates (counted as units by the ledger); :mod:`.devicegroups`: SharedDeviceGroups
+  and device IDs; :mod:`.budgets`: PodDisruptionBudgets;
 - :mod:`.records` and :mod:`.reservations`: what the reconciler writes and reads back (a
   release's plan, a preemptor's nomination, a gang's reservation on its workload);
 - :mod:`.templates` and :mod:`.workloads`: Jobs, JobSets, LeaderWorkerSets and PyTorchJobs,

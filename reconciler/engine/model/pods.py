@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from weakref import WeakValueDictionary
 
 import troupe.kueue as kueue
-from reconciler.engine.model.devices import Devices, parse_selected
+from reconciler.engine.model.devicegroups import Devices, parse_selected
 from reconciler.engine.model.fields import (
     filled,
     item,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.engine.model.devices import Holding, format_ids, parse_ids
+from reconciler.engine.model.devicegroups import Holding, format_ids, parse_ids
 
 
 @dataclass(frozen=True)

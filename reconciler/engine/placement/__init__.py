@@ -7,6 +7,6 @@ Above the filters (:mod:`reconciler.engine.filters`), below gangs:
 - :mod:`.shapes`, :mod:`.selection`, :mod:`.fill`: members grouped by shape, nodes chosen
   inside one domain (exact and greedy), and the member-by-member fill;
 - :mod:`.layers`: slices, balanced spread and exclusive domains;
-- :mod:`.allocation`: gangs whose members share devices (SharedDeviceGroups);
+- :mod:`.devicegroups`: gangs whose members share devices (SharedDeviceGroups);
 - :mod:`.shortfall`: why a gang does not fit, domain by domain.
 """

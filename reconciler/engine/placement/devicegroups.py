@@ -6,7 +6,7 @@ IDs (DESIGN.md "Shared device groups", ``seeds/000``). For the gated members of 
 
 1. A member's group must exist and not be being deleted (:func:`group_problem`; otherwise
    the gang is held).
-2. A group that already holds devices (:class:`~reconciler.engine.model.devices.DeviceInventory`)
+2. A group that already holds devices (:class:`~reconciler.engine.model.devicegroups.DeviceInventory`)
    keeps its node and IDs: its members may go only there (their node filter is narrowed to
    that node, :meth:`~reconciler.engine.model.selectors.NodeFilter.on_node`).
 3. A group that holds nothing is bound now: its candidate nodes, best first by its
@@ -33,7 +33,7 @@ from reconciler.engine.filters import noderesources, profile
 from reconciler.engine.filters.nodeaffinity import SELECTOR_MISMATCH
 from reconciler.engine.filters.status import Code, Status
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model.devices import (
+from reconciler.engine.model.devicegroups import (
     BOUND,
     PENDING,
     Candidate,
@@ -280,7 +280,7 @@ class GroupView:
 def group_view(snapshot: Snapshot, group: DeviceGroup, pods: Sequence[PodInfo]) -> GroupView:
     """The status ``group`` should have on ``snapshot``; ``pods`` are the pods that join it.
 
-    Bound while it holds devices on an existing node (:class:`~reconciler.engine.model.devices.DeviceInventory`). Otherwise
+    Bound while it holds devices on an existing node (:class:`~reconciler.engine.model.devicegroups.DeviceInventory`). Otherwise
     Pending, and why: its node is gone (it is bound again by its next pod); no shared node
     fits its gated pods (the shortage, with numbers); a node fits and its pods wait for
     their gangs; or no pod waits to join it."""

@@ -16,7 +16,7 @@ the same devices of one node (DESIGN.md "Shared device groups"; the intent of
   are still gated), then the group's ``status``. So a restarted reconciler, and the
   simulator, see exactly the IDs in use before it allocates anything, and never hand one
   out twice. A holding whose node no longer exists holds nothing.
-- :func:`~reconciler.engine.placement.allocation.group_candidates`: where an unbound group may go, best first: nodes opted in that match
+- :func:`~reconciler.engine.placement.devicegroups.group_candidates`: where an unbound group may go, best first: nodes opted in that match
   the group's ``nodeSelector``, pass every member's own filters (taints, affinity) and hold
   every member's cpu/memory/pods at once, with enough free IDs of every resource the group
   asks for. ``binpack`` (the default) puts the group on the fitting node with the fewest
