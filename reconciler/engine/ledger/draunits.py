@@ -27,7 +27,7 @@ So placement, preemption (evicting a victim frees its claim's devices only once 
 is deallocated, which the snapshot then shows), the simulator and ``kubectl troupe`` count
 DRA devices as they count ``nvidia.com/gpu``, and a plan never names a node with fewer free
 matching devices than its members there need (a hypothesis property,
-``tests/engine/test_dra.py``). What cannot be counted so (an unknown class, a
+``tests/engine/ledger/test_dra.py``). What cannot be counted so (an unknown class, a
 selector cel-python cannot evaluate, ``allocationMode: All``, a claim or template that does
 not exist) holds the pod's gang with a reason that quotes it.
 
