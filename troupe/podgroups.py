@@ -56,23 +56,26 @@ KAI_GROUP_ANNOTATION = "pod-group-name"
 
 @dataclass(frozen=True, slots=True)
 class GroupAPI:
-    """Where one source's group objects are served: API ``group``, resource ``plural``,
-    the ``versions`` Troupe reads (preferred first; the first one the API server serves is
-    used) and the ``kind``."""
+    """Where one source's group objects are served, and what its messages name: API
+    ``group``, resource ``plural``, the ``versions`` Troupe reads (preferred first; the first
+    one the API server serves is used), the ``kind``, and ``min_field``, the field of the
+    object holding the gang's minimum count (what a gang's ``size_from`` and its held
+    messages name; docs/decisions/072-the-ways-a-gang-is-declared-are-one-room.md)."""
 
     source: str
     group: str
     versions: tuple[str, ...]
+    min_field: str
     plural: str = "podgroups"
     kind: str = "PodGroup"
 
 
 #: Every source's API, in the order a pod's references are read.
 GROUP_APIS: tuple[GroupAPI, ...] = (
-    GroupAPI(WORKLOAD, "scheduling.k8s.io", ("v1beta1", "v1alpha3", "v1alpha2")),
-    GroupAPI(VOLCANO, "scheduling.volcano.sh", ("v1beta1",)),
-    GroupAPI(COSCHEDULING, "scheduling.x-k8s.io", ("v1alpha1",)),
-    GroupAPI(KAI, "scheduling.run.ai", ("v2alpha2",)),
+    GroupAPI(WORKLOAD, "scheduling.k8s.io", ("v1beta1", "v1alpha3", "v1alpha2"), "spec.schedulingPolicy.gang.minCount"),
+    GroupAPI(VOLCANO, "scheduling.volcano.sh", ("v1beta1",), "spec.minMember"),
+    GroupAPI(COSCHEDULING, "scheduling.x-k8s.io", ("v1alpha1",), "spec.minMember"),
+    GroupAPI(KAI, "scheduling.run.ai", ("v2alpha2",), "spec.minMember"),
 )
 
 #: Source name -> its :class:`GroupAPI`.

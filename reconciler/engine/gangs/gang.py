@@ -287,11 +287,6 @@ def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str]
     return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
 
 
-#: Where each source's minimum count is written (``size_from`` names it).
-_MIN_FIELD = {"workload": "spec.schedulingPolicy.gang.minCount", "volcano": "spec.minMember",
-              "coscheduling": "spec.minMember", "kai": "spec.minMember"}
-
-
 def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads, spec: PodGroupSpec | None = None,
                  declared: str = "") -> Gang:
     """A gang its members declare by naming a pod group (docs/decisions/056-pod-groups.md):
@@ -314,7 +309,7 @@ def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads, spec: PodG
     minimum = spec.min_count if spec.min_count is not None else 1
     timeout = gang.timeout_seconds if spec.timeout_seconds is None else \
         min(spec.timeout_seconds, config.gang_schedule_timeout_seconds_limit)
-    declared = declared or f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}"
+    declared = declared or f"{spec.describe()} {spec.ref.api.min_field}"
     held = _disagreement(gang.members, AGREE_ON_TOPOLOGY) or beyond_queued_workload(
         gang.members, spec.min_count, declared, group_fix, workloads)
     return replace(gang, size=max(len(gang.members), minimum), min_size=minimum, held=held,
@@ -362,7 +357,7 @@ def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang
     if spec is None:
         return replace(gang, workload_missing=gang.workload_missing or workloads.group_missing(gang.namespace, ref))
     held = gang.held or _group_problem(gang, spec) or beyond_queued_workload(
-        gang.members, spec.min_count, f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}", group_fix, workloads)
+        gang.members, spec.min_count, f"{spec.describe()} {spec.ref.api.min_field}", group_fix, workloads)
     return replace(gang, held=held, topology=constrained(gang.topology, spec, config),
                    min_size=_raised_minimum(gang, spec),
                    priority=spec.priority if spec.priority is not None and not spec.error else gang.priority)
@@ -372,7 +367,7 @@ def _group_problem(gang: Gang, spec: PodGroupSpec) -> str:
     if spec.error:
         return f"{spec.error} (held until it is fixed)"
     if spec.min_count is not None and gang.size is not None and spec.min_count > gang.size:
-        return (f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}: {spec.min_count} is more than the gang's "
+        return (f"{spec.describe()} {spec.ref.api.min_field}: {spec.min_count} is more than the gang's "
                 f"{gang.size} members: kube-scheduler would never schedule it (held until it is fixed)")
     return ""
 
