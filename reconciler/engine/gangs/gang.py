@@ -23,7 +23,7 @@ Pure: plain data in (:class:`~reconciler.engine.model.pods.PodInfo`), a :class:`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import troupe.contract as contract
 from reconciler.engine.model import workloads as wl
@@ -169,20 +169,20 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
     failed = tuple(p for p in pods if member_failed(p))
-    base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
-                failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
     if not members:
-        return base
+        return Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
+                    failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
     created = min((p.creation_timestamp for p in members if p.creation_timestamp), default="")
     groups = tuple(sorted({p.device_group for p in members if p.device_group}))
     priority = max(p.priority for p in members)
     topology, policy, held = _requests(members, config)
-    gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
-                topology=topology, held=held, device_groups=groups, priority=priority, created=created,
-                failure_policy=policy, failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
-    shape = shaped(Shape(namespace, name, members, timeout, topology, held, priority),
-                   Sizing(config, parallelism, workloads or wl.Workloads()))
-    return replace(gang, **{f.name: getattr(shape, f.name) for f in fields(Shape)})
+    s = shaped(Shape(namespace, name, members, timeout, topology, held, priority),
+               Sizing(config, parallelism, workloads or wl.Workloads()))
+    return Gang(key, namespace, name, members, s.size, s.timeout_seconds, config.gang_schedule_timeout_jitter_seconds,
+                topology=s.topology, size_from=s.size_from, settle_at=s.settle_at, held=s.held,
+                device_groups=groups, priority=s.priority, created=created, workload_missing=s.workload_missing,
+                min_size=s.min_size, failure_policy=policy, failed=failed,
+                failure_grace_seconds=config.node_failure_grace_seconds)
 
 
 def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:
