@@ -18,7 +18,10 @@ source             the group object                             how a pod joins 
 =================  ==========================================  ===============================================
 
 A pod naming several is read by the first row it matches, in this order (kube-scheduler
-itself acts on the upstream reference, so it wins).
+itself acts on the upstream reference, so it wins). Each row is one :class:`GroupAPI` of
+:data:`GROUP_APIS`, which holds everything Troupe knows of a source (its API, how a pod
+names a group, its reader, its minimum's field); the reference lists, the webhook's match
+keys and the reconciler's informers are derived from it.
 
 The group objects themselves are read by :func:`parse_pod_group` into one
 :class:`PodGroupSpec` whatever their source: the minimum count, the topology level asked
@@ -31,7 +34,7 @@ call :func:`pod_group_ref`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,31 +55,6 @@ VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 #: KAI scheduler's pod annotation naming the PodGroup.
 KAI_GROUP_ANNOTATION = "pod-group-name"
-
-
-@dataclass(frozen=True, slots=True)
-class GroupAPI:
-    """Where one source's group objects are served: API ``group``, resource ``plural``,
-    the ``versions`` Troupe reads (preferred first; the first one the API server serves is
-    used) and the ``kind``."""
-
-    source: str
-    group: str
-    versions: tuple[str, ...]
-    plural: str = "podgroups"
-    kind: str = "PodGroup"
-
-
-#: Every source's API, in the order a pod's references are read.
-GROUP_APIS: tuple[GroupAPI, ...] = (
-    GroupAPI(WORKLOAD, "scheduling.k8s.io", ("v1beta1", "v1alpha3", "v1alpha2")),
-    GroupAPI(VOLCANO, "scheduling.volcano.sh", ("v1beta1",)),
-    GroupAPI(COSCHEDULING, "scheduling.x-k8s.io", ("v1alpha1",)),
-    GroupAPI(KAI, "scheduling.run.ai", ("v2alpha2",)),
-)
-
-#: Source name -> its :class:`GroupAPI`.
-API_BY_SOURCE: Mapping[str, GroupAPI] = {api.source: api for api in GROUP_APIS}
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -278,7 +256,58 @@ def _kai(spec: Mapping[str, Any], config: Config) -> dict[str, Any]:
     return out
 
 
-_READERS = {WORKLOAD: _workload, VOLCANO: _volcano, COSCHEDULING: _coscheduling, KAI: _kai}
+#: Where a pod names its group: in its spec (``spec.schedulingGroup.podGroupName``), in an
+#: annotation, or in a label.
+IN_SPEC, IN_ANNOTATION, IN_LABEL = "spec", "annotation", "label"
+
+#: A group object's reader: its ``spec`` and the configuration -> the :class:`PodGroupSpec`
+#: fields it declares; raises :class:`_Bad` naming a field it cannot read.
+Reader = Callable[[Mapping[str, Any], Config], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAPI:
+    """One source of pod groups: where its group objects are served, how a pod names one,
+    how the object is read, and what messages name
+    (docs/decisions/072-the-ways-a-gang-is-declared-are-one-room.md).
+
+    ``source``: the name in a gang key; API ``group``, resource ``plural``, the
+    ``versions`` Troupe reads (preferred first; the first one the API server serves is
+    used) and the ``kind``. ``ref_in`` / ``ref_key``: where a pod names its group
+    (:data:`IN_SPEC`, the key ``schedulingGroup.podGroupName``; :data:`IN_ANNOTATION` or
+    :data:`IN_LABEL`, the annotation or label key). ``read``: the object's reader.
+    ``min_field``: the field of the object holding the gang's minimum count (what a gang's
+    ``size_from`` and its held messages name)."""
+
+    source: str
+    group: str
+    versions: tuple[str, ...]
+    ref_in: str
+    ref_key: str
+    read: Reader
+    min_field: str = "spec.minMember"
+    plural: str = "podgroups"
+    kind: str = "PodGroup"
+
+    @property
+    def ref_field(self) -> str:
+        """Where a pod names this source's group, as an admission message names it:
+        ``spec.schedulingGroup.podGroupName``, ``annotation scheduling.k8s.io/group-name``."""
+        return f"spec.{self.ref_key}" if self.ref_in == IN_SPEC else f"{self.ref_in} {self.ref_key}"
+
+
+#: Every source, in the order a pod's references are read (kube-scheduler itself acts on the
+#: upstream reference, so it comes first). A new peer's PodGroup is its row (and its reader).
+GROUP_APIS: tuple[GroupAPI, ...] = (
+    GroupAPI(WORKLOAD, "scheduling.k8s.io", ("v1beta1", "v1alpha3", "v1alpha2"), IN_SPEC,
+             "schedulingGroup.podGroupName", _workload, min_field="spec.schedulingPolicy.gang.minCount"),
+    GroupAPI(VOLCANO, "scheduling.volcano.sh", ("v1beta1",), IN_ANNOTATION, VOLCANO_GROUP_ANNOTATION, _volcano),
+    GroupAPI(COSCHEDULING, "scheduling.x-k8s.io", ("v1alpha1",), IN_LABEL, COSCHEDULING_GROUP_LABEL, _coscheduling),
+    GroupAPI(KAI, "scheduling.run.ai", ("v2alpha2",), IN_ANNOTATION, KAI_GROUP_ANNOTATION, _kai),
+)
+
+#: Source name -> its :class:`GroupAPI`.
+API_BY_SOURCE: Mapping[str, GroupAPI] = {api.source: api for api in GROUP_APIS}
 
 
 def source_of(api_version: str) -> str | None:
@@ -299,7 +328,7 @@ def parse_pod_group(source: str, obj: Mapping[str, Any], config: Config) -> PodG
     2147483647, got 0``. Raises ``KeyError`` for an unknown ``source``. Sources:
     KEP-4671 (Workload API), Volcano's ``PodGroup`` and network topology-aware scheduling
     docs, scheduler-plugins' coscheduling KEP, KAI scheduler's ``PodGroup`` CRD."""
-    reader = _READERS[source]
+    reader = API_BY_SOURCE[source].read
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     name, namespace = _text(meta.get("name")) or "", _text(meta.get("namespace")) or "default"
@@ -345,53 +374,46 @@ def _text(value: Any) -> str | None:
 def pod_group_ref(pod: Mapping[str, Any]) -> PodGroupRef | None:
     """The group ``pod`` (a Pod as JSON) names, or None.
 
-    Reads, in order: ``spec.schedulingGroup.podGroupName`` (KEP-4671, core/v1
-    ``PodSchedulingGroup``), Volcano's annotation :data:`VOLCANO_GROUP_ANNOTATION`,
-    coscheduling's label :data:`COSCHEDULING_GROUP_LABEL`, KAI's annotation
-    :data:`KAI_GROUP_ANNOTATION`. Values that are not non-empty strings are ignored (never
-    raises)."""
+    Reads, in the order of :data:`GROUP_APIS`: ``spec.schedulingGroup.podGroupName``
+    (KEP-4671, core/v1 ``PodSchedulingGroup``), Volcano's annotation
+    :data:`VOLCANO_GROUP_ANNOTATION`, coscheduling's label :data:`COSCHEDULING_GROUP_LABEL`,
+    KAI's annotation :data:`KAI_GROUP_ANNOTATION`. Values that are not non-empty strings are
+    ignored (never raises)."""
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     spec = pod.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     group = spec.get("schedulingGroup")
-    if isinstance(group, Mapping) and (name := _text(group.get("podGroupName"))):
-        return PodGroupRef(WORKLOAD, name)
+    scheduling_group = _text(group.get("podGroupName")) if isinstance(group, Mapping) else None
     annotations = meta.get("annotations")
     annotations = annotations if isinstance(annotations, Mapping) else {}
     labels = meta.get("labels")
     labels = labels if isinstance(labels, Mapping) else {}
-    return group_ref_from_meta(annotations, labels)
+    return group_ref_from_meta(annotations, labels, scheduling_group)
 
 
 def group_ref_from_meta(annotations: Mapping[str, Any], labels: Mapping[str, Any],
                         scheduling_group: str | None = None) -> PodGroupRef | None:
     """:func:`pod_group_ref` on parts already read: ``scheduling_group`` is the pod's
     ``spec.schedulingGroup.podGroupName`` (or None)."""
-    if scheduling_group:
-        return PodGroupRef(WORKLOAD, scheduling_group)
-    if name := _text(annotations.get(VOLCANO_GROUP_ANNOTATION)):
-        return PodGroupRef(VOLCANO, name)
-    if name := _text(labels.get(COSCHEDULING_GROUP_LABEL)):
-        return PodGroupRef(COSCHEDULING, name)
-    if name := _text(annotations.get(KAI_GROUP_ANNOTATION)):
-        return PodGroupRef(KAI, name)
+    for api in GROUP_APIS:
+        if api.ref_in == IN_SPEC:
+            name = scheduling_group or None
+        else:
+            name = _text((annotations if api.ref_in == IN_ANNOTATION else labels).get(api.ref_key))
+        if name:
+            return PodGroupRef(api.source, name)
     return None
 
 
 #: Where each source's reference is written on a pod, as an admission message names it.
-REF_FIELDS: Mapping[str, str] = {
-    WORKLOAD: "spec.schedulingGroup.podGroupName",
-    VOLCANO: f"annotation {VOLCANO_GROUP_ANNOTATION}",
-    COSCHEDULING: f"label {COSCHEDULING_GROUP_LABEL}",
-    KAI: f"annotation {KAI_GROUP_ANNOTATION}",
-}
+REF_FIELDS: Mapping[str, str] = {api.source: api.ref_field for api in GROUP_APIS}
 
-#: The annotation keys that name a group (Volcano's and KAI's), and the label key
+#: The annotation keys that name a group (Volcano's and KAI's), and the label keys
 #: (coscheduling's): what the webhook's match conditions look for besides
 #: ``spec.schedulingGroup``.
-GROUP_ANNOTATIONS: tuple[str, ...] = (VOLCANO_GROUP_ANNOTATION, KAI_GROUP_ANNOTATION)
-GROUP_LABELS: tuple[str, ...] = (COSCHEDULING_GROUP_LABEL,)
+GROUP_ANNOTATIONS: tuple[str, ...] = tuple(api.ref_key for api in GROUP_APIS if api.ref_in == IN_ANNOTATION)
+GROUP_LABELS: tuple[str, ...] = tuple(api.ref_key for api in GROUP_APIS if api.ref_in == IN_LABEL)
 
 #: The annotation in which the webhook keeps the ``spec.schedulerName`` a pod was created
 #: with when it hands the pod to kube-scheduler (configuration ``adoptSchedulerNames``,
@@ -412,10 +434,7 @@ def every_group_ref(pod: Mapping[str, Any]) -> tuple[PodGroupRef, ...]:
     annotations = annotations if isinstance(annotations, Mapping) else {}
     labels = meta.get("labels")
     labels = labels if isinstance(labels, Mapping) else {}
-    found = (
-        (WORKLOAD, group.get("podGroupName") if isinstance(group, Mapping) else None),
-        (VOLCANO, annotations.get(VOLCANO_GROUP_ANNOTATION)),
-        (COSCHEDULING, labels.get(COSCHEDULING_GROUP_LABEL)),
-        (KAI, annotations.get(KAI_GROUP_ANNOTATION)),
-    )
+    scheduling_group = group.get("podGroupName") if isinstance(group, Mapping) else None
+    found = ((api.source, scheduling_group if api.ref_in == IN_SPEC else
+              (annotations if api.ref_in == IN_ANNOTATION else labels).get(api.ref_key)) for api in GROUP_APIS)
     return tuple(PodGroupRef(source, name) for source, value in found if (name := _text(value)))

@@ -4,81 +4,18 @@
 and the :class:`~troupe.config.Config`, and returns the AdmissionReview v1 to send back. It
 does no I/O, makes no API calls, reads no clock and never raises: a malformed review gets
 a denial, an unexpected bug an ``error`` denial (HTTP-level framing is the Flask adapter's
-job, ``webhook/app.py``). The rules, and where they come from:
+job, ``webhook/app.py``).
 
-CREATE of a pod (``DESIGN.md`` "The user contract"):
-
-- *Protected keys*: an annotation that only the reconciler may write
-  (:func:`troupe.contract.is_reserved_annotation`) is denied (403) unless the requester is
-  ``config.reconciler_username``.
-- *Gangs* (``seeds/001``, prefix ``gangAnnotationPrefix``): name a valid label value, size
-  an integer >= 1, timeout a positive integer, ``<prefix>-min-size`` an integer from 1 to
-  the size (and a multiple of the outermost slice size), else denied (400) naming key and
-  value. The
-  effective timeout (defaulted, capped by the limit) is written back into
-  ``<prefix>-schedule-timeout-seconds`` so the reconciler never re-derives it.
-- *Topology* (``seeds/002``): ``troupe.io/topology-required-level`` /
-  ``-preferred-level`` must name a configured level, else denied listing the levels; the
-  slice, placement and exclusive keys (:mod:`troupe.layers`) are checked the same way, and
-  a gang size the outermost slice size does not divide is denied. Pods created with a ``gke.io/topology-aware-auto-*`` gate and no Troupe key are left alone.
-- *Shared device groups* (``seeds/000``): ``deviceshare.io/group`` must be a valid object
-  name; every container and init container gets one env var per resource of
-  ``sharedDeviceResources`` (name from :func:`troupe.contract.device_env_var`), read by the
-  Downward API from ``deviceshare.io/env.<VAR>``. An existing variable of that name is not
-  overwritten; it produces an admission warning. A group pod that requests one of those
-  resources itself (a container's, an init container's or the pod-level ``resources``) is
-  denied (400) naming the container and the resource: the device plugin would hand it
-  other devices than the group's. It gets the toleration of the shared-node taint
-  ``deviceshare.io/mode=shared:NoSchedule`` unless one already tolerates it.
-- A pod with any Troupe key (gang, topology, device group) gets the gate
-  ``troupe.io/placement``.
-- *Containers*: such a pod may have at most :data:`MAX_CONTAINERS` containers, init
-  containers and ephemeral containers in all, else it is denied (400) naming the fields and
-  the count: the patch grows with them (one env operation per container of a device-group
-  pod), and Kubernetes itself sets no bound
-  (``docs/decisions/028-webhook-bounds-and-server.md``).
-- *Kueue's topology annotations* (:mod:`troupe.kueue`,
-  ``docs/decisions/039-kueue-annotations.md``): a pod that asks for a placement with
-  ``kueue.x-k8s.io/podset-*-topology`` annotations and carries none of Troupe's topology
-  keys is read as if it asked with Troupe's (an error names the Kueue key) and is gated;
-  if it names no gang, a Kueue plain-pod group becomes the gang of that name and size and
-  a workload's pod gets ``<prefix>-size: auto``. A pod Kueue manages
-  (:func:`troupe.kueue.managed_by_kueue`) is Kueue's: untouched, or denied (400) when it
-  also carries Troupe's keys, since both would place it.
-- *Pod groups* (:mod:`troupe.podgroups`, :mod:`webhook.podgroups`,
-  ``docs/decisions/057-adopted-scheduler-names.md``): a pod that names a group (the upstream
-  Workload API's ``spec.schedulingGroup.podGroupName``, Volcano's annotation
-  ``scheduling.k8s.io/group-name``, coscheduling's label ``scheduling.x-k8s.io/pod-group``,
-  KAI's annotation ``pod-group-name``) and that kube-scheduler will schedule
-  (``spec.schedulerName`` ``default-scheduler`` or adopted, below) is gated like a pod with a
-  Troupe key; the reference is read, not rewritten. One bound for another scheduler is
-  that scheduler's: not gated. A name that cannot be a PodGroup's is denied (400) naming the
-  field and the value; a pod naming several groups gets a warning naming those Troupe does
-  not read. Which declares the gang, Troupe's keys, a group or a peer's: :mod:`webhook.declared`.
-- *Adopted scheduler names* (``adoptSchedulerNames``): a pod created with one of them in
-  ``spec.schedulerName`` gets ``default-scheduler`` there and the original in the
-  annotation ``troupe.io/original-scheduler-name``. Adopted from Volcano or KAI and naming
-  no gang or group, it is gated when the group its peer makes may need more than itself,
-  and not adopted (a warning says why) when Troupe cannot size that group
-  (:mod:`troupe.adoption`, ``docs/decisions/065-adopted-pods-join-their-peers-groups.md``).
-- *Namespace opt-in* (``gang_mode_auto``, the configuration's second webhook entry, which
-  the API server calls only for pods of namespaces labelled ``troupe.io/gang-mode: auto``
-  that a supported workload creates): a pod with neither ``<prefix>-name`` nor
-  ``<prefix>-size`` gets ``<prefix>-size: auto`` (the reconciler sizes its gang from its
-  workload), then the rules above. A pod's own gang keys win; nothing is looked up.
-- *Mirror pods* (``kubernetes.io/config.mirror``) made by a kubelet (``system:node:*`` in
-  group ``system:nodes``) are not gated or mutated, but may not carry a protected
-  annotation; anyone else's pod with that annotation is an ordinary pod.
-
-UPDATE of a pod or of its ``pods/status`` (which can change annotations too): any change
-(add, modify, remove) to a protected annotation, or the removal of Troupe's gate, by anyone
-but the reconciler is denied (403): a user who lifted one member's gate would release a
-gang piecemeal. A Troupe key (gang, topology, device group) added, changed or removed after
-creation is denied (400): the reconciler groups and places pods by them
-(``docs/decisions/013-update-rules.md``); so is a pod group reference in metadata (Volcano's,
-KAI's, coscheduling's) while Troupe's gate holds the pod (decision 057). Nothing is ever
-patched on UPDATE, so the
-reconciler's own writes pass unchanged.
+What it admits, denies, gates and stamps is the contract's, and ``docs/contract.md`` is its
+authority: "Pod annotations a user sets" and "Limits of the webhook" (the keys of
+``seeds/001`` and ``seeds/002``, the updates refused), "Which pods form a gang" (Kueue's
+topology annotations and Kueue for quota, pod groups at admission, groups a peer scheduler
+makes), "Gates", "What the reconciler writes" (the protected keys, mirror pods), "Shared
+device groups" (``seeds/000``) and "Bounds on what one tenant's objects may cost". This module reads a CREATE of a pod in that order: protected
+keys, then what declares its gang (:mod:`webhook.declared`, with :mod:`webhook.podgroups`),
+then the gang, topology and device-group keys (:mod:`webhook.checks`, the parsers of
+:mod:`troupe.contract` the reconciler shares), then the gate and the patch; an UPDATE is only
+checked, never patched, so the reconciler's own writes pass unchanged.
 
 Always untouched: pods in ``excludedNamespaces``, other resources, subresources and
 operations. Idempotent: calling :func:`mutate` again on the patched pod

@@ -46,8 +46,8 @@ from typing import Any
 import yaml
 
 from reconciler.engine.gangs.queueing import Policy
+from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.keys import PodKey
-from reconciler.engine.model.membership import gang_key
 from reconciler.engine.placement.shortfall import short_level
 from reconciler.objects import kinds
 from reconciler.objects.snapshot_io import (

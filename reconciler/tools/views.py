@@ -34,8 +34,9 @@ from reconciler.engine.gangs.refusals import is_refused
 from reconciler.engine.ledger.occupancy import DomainUsage, occupancy
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.keys import PodKey
-from reconciler.engine.model.membership import gang_key, group_by_gang
+from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.podterms import LabelSelector
 from reconciler.engine.model.selectors import Requirement

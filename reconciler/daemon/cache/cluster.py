@@ -27,10 +27,10 @@ from reconciler.engine.ledger.parts import SnapshotParts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.ledger.usage import BoundUsage
+from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.devicegroups import DeviceGroup
 from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
-from reconciler.engine.model.membership import gang_key
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo, same_for_decisions, unreadable_pod
 from reconciler.engine.model.workloads import Workload

@@ -2,8 +2,8 @@
 
 Above placement (:mod:`reconciler.engine.placement`), below preemption:
 
-- :mod:`.memberkeys`: what one member's annotations ask, parsed once per distinct set;
-- :mod:`.gang`: :class:`~.gang.Gang`, parsed once from its pods and its workload;
+- :mod:`.gang`: :class:`~.gang.Gang`, parsed once from its pods and its workload, shaped
+  by the source that declares it (:mod:`reconciler.engine.model.declared`);
 - :mod:`.lifecycle`: the phases and the ordered rules that pick one (the table);
 - :mod:`.clocks`, :mod:`.failures`, :mod:`.refusals`, :mod:`.avoidance`: release clocks,
   members that failed, kube-scheduler's refusals read back, and nodes a gang avoids;

@@ -1,33 +1,15 @@
 """A gang, parsed once: which pods form it, how many members it needs, and what it asks.
 
-Membership and size are decided together, here, for the reconciler's cache and the
-simulator alike (DESIGN.md "Gangs" and "Topology"; ``docs/contract.md``, "Which pods form
-a gang"):
+Membership and size are decided together, for the reconciler's cache and the simulator
+alike (DESIGN.md "Gangs" and "Topology"; ``docs/contract.md``, "Which pods form a gang"):
+the ways a gang is declared (Troupe's annotations, a workload's size, a pod group, a peer's
+implicit group, GKE's gate, Troupe's gate alone) are the sources of
+:mod:`reconciler.engine.model.declared`, each giving the gang's key and its shape, tried in
+the order of :data:`~reconciler.engine.model.declared.SOURCES`; whatever declares the gang,
+the pod group its members name binds it (docs/decisions/056-pod-groups.md). Here the gang
+is built around that shape: its members, their requests, priority, device groups, failures
+and, for a gang released as created, its workload's slots and reservation.
 
-- **Troupe's gang annotations** (``<prefix>-name``, ``-size``, ``-schedule-timeout-seconds``,
-  ``seeds/001``): gang ``<namespace>/<name>`` of the annotated size.
-- **A ``gke.io/topology-aware-auto-*`` gate** and no gang annotations (``seeds/002``):
-  gang ``<namespace>/gke:<group>``, grouped as the GKE daemon groups them (``job-name``,
-  ``training.kubeflow.org/job-name``, owner UID, ``name`` label). Its size is the owning
-  Job's ``parallelism`` when the Job is known, else the members present once none has been
-  created for ``autoGangSettleSeconds`` (read from creation timestamps, so a restarted
-  reconciler and the simulator agree).
-- **``<prefix>-size: auto``** (set by the user, or by the webhook in a namespace labelled
-  ``troupe.io/gang-mode: auto``): gang ``<namespace>/<workload id>``, one per Job, JobSet
-  restart attempt, LeaderWorkerSet group or Kubeflow job, sized from the workload object
-  (:mod:`reconciler.engine.model.workloads`). Until that object is known the gang waits, with the reason.
-- **A pod group** named by the member (the upstream Workload API's
-  ``spec.schedulingGroup.podGroupName``, Volcano's, coscheduling's or KAI's key,
-  :mod:`troupe.podgroups`) and no gang annotations: gang ``<namespace>/<source>:<group>``
-  (:func:`_group_sized`): its minimum is the group's, its size the members as they come
-  (docs/decisions/038-minimum-size.md), its level, priority and timeout the group's. Until
-  the group object is known the gang waits, with the reason. Whatever else names the
-  gang, the group's constraints bind it (:func:`_bound_by_group`,
-  docs/decisions/056-pod-groups.md).
-- **Troupe's gate and nothing else** (a topology or device-group request alone): a gang of
-  one, ``<namespace>/pod:<pod name>``, placed on its own. Pods are never grouped by their
-  owner without being asked: a Job whose pods carry only a topology request gets each pod
-  placed alone, never a wait for peers it did not name.
 - **Malformed gang annotations** (the pod got past admission while the webhook was out of
   the path): the pod still belongs to its gang (or to a gang of one when even the name is
   unreadable), and the gang is *held*, the parse error its reason, instead of the pod
@@ -44,35 +26,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import troupe.contract as contract
-import troupe.kueue as kueue
-from reconciler.engine.gangs.memberkeys import member_keys
-from reconciler.engine.gangs.queued import beyond_queued_workload, group_fix, keys_fix, kueue_gated
-from reconciler.engine.model import adopted
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.declared import shaped
+from reconciler.engine.model.declared.base import Shape, Sizing
+from reconciler.engine.model.declared.memberkeys import gang_keys, member_keys
+from reconciler.engine.model.declared.queued import kueue_gated
 from reconciler.engine.model.keys import WorkloadKey
-from reconciler.engine.model.membership import (
-    auto_namespaces,
-    gang_keys,
-    group_by_gang,
-    planned_gangs,
-)
+from reconciler.engine.model.membership import auto_namespaces, group_by_gang, planned_gangs
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record
-from reconciler.engine.model.timestamps import epoch
 from troupe.config import Config
-from troupe.errors import MAX_QUOTED, ContractError, quoted
-from troupe.podgroups import VOLCANO, PodGroupSpec, constrained
-from troupe.policies import (
-    AS_CREATED,
-    GANG_POLICY_KEYS,
-    REPLACE_MEMBER,
-    WHEN_COMPLETE,
-)
-
-#: Annotation keys whose values every member must share (DESIGN.md "Gangs": members
-#: whose size or timeout disagree are held; a topology request is the gang's, too).
-AGREE_ON_TOPOLOGY = (*contract.TOPOLOGY_KEYS, *GANG_POLICY_KEYS, *kueue.TOPOLOGY_KEYS)
-
+from troupe.policies import AS_CREATED, REPLACE_MEMBER, WHEN_COMPLETE
 
 #: The disruptions that say a member's node was lost (the taint manager's eviction of a
 #: NoExecute or unreachable node, the pod garbage collector's of a node that is gone): a
@@ -177,17 +141,6 @@ class Gang:
 
 
 
-def _disagreement(members: Iterable[PodInfo], keys: Iterable[str]) -> str:
-    """A message naming the keys the members disagree on (values sorted), or ``""``."""
-    values: dict[str, set[str]] = {}
-    for pod in members:
-        for k in keys:
-            value = pod.gang_annotations.get(k, "<unset>")
-            values.setdefault(k, set()).add(value if len(value) <= MAX_QUOTED else quoted(value))
-    differing = [f"{k}: {', '.join(sorted(v))}" for k, v in values.items() if len(v) > 1]
-    return "members disagree on " + "; ".join(differing) + " (held until they agree)" if differing else ""
-
-
 def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
                workloads: wl.Workloads | None = None, planned: wl.Workload | None = None) -> Gang:
     """The :class:`Gang` ``key`` of ``pods`` (every pod with that key, active or not).
@@ -201,13 +154,13 @@ def build_gang(key: str, pods: Iterable[PodInfo], config: Config, parallelism: M
     """
     if planned is not None:
         return _as_created(key, list(pods), config, parallelism, workloads, planned)
-    gang = _build(key, pods, config, parallelism, workloads)
-    return _bound_by_group(gang, config, workloads or wl.Workloads())
+    return _build(key, pods, config, parallelism, workloads)
 
 
 def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],
            workloads: wl.Workloads | None) -> Gang:
-    """:func:`build_gang` of a gang not released as created, before a pod group binds it."""
+    """:func:`build_gang` of a gang not released as created: its members and what they ask,
+    shaped by the source that declares it (:func:`~reconciler.engine.model.declared.shaped`)."""
     namespace, _, name = key.partition("/")
     pods = list(pods)
     keys = gang_keys(config.gang_annotation_prefix)
@@ -216,47 +169,20 @@ def _build(key: str, pods: Iterable[PodInfo], config: Config, parallelism: Mappi
     members = tuple(sorted((p for p in pods if p.active and p.key not in old), key=lambda p: (p.rank, p.key)))
     timeout = min(config.gang_schedule_default_timeout_seconds, config.gang_schedule_timeout_seconds_limit)
     failed = tuple(p for p in pods if member_failed(p))
-    base = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
-                failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
     if not members:
-        return base
+        return Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
+                    failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
     created = min((p.creation_timestamp for p in members if p.creation_timestamp), default="")
     groups = tuple(sorted({p.device_group for p in members if p.device_group}))
     priority = max(p.priority for p in members)
     topology, policy, held = _requests(members, config)
-    gang = Gang(key, namespace, name, members, None, timeout, config.gang_schedule_timeout_jitter_seconds,
-                topology=topology, held=held, device_groups=groups, priority=priority, created=created,
-                failure_policy=policy, failed=failed, failure_grace_seconds=config.node_failure_grace_seconds)
-    annotated = any(k in members[0].gang_annotations for k in keys.all())
-    if name.startswith("gke:"):
-        return _auto_sized(gang, config, parallelism)
-    if members[0].gang_annotations.get(keys.size) == contract.AUTO_SIZE:
-        if name.startswith("pod:") or wl.group(members[0]) is None:
-            return replace(gang, held=f"member {members[0].name}: {keys.size}: {contract.AUTO_SIZE}, but no "
-                                      f"supported workload ({', '.join(k.kind for k in wl.KINDS)}) created it")
-        return _workload_sized(gang, config, workloads or wl.Workloads())
-    group = members[0].pod_group
-    if group is not None and not annotated and name == group.gang_name():
-        return _group_sized(gang, config, workloads or wl.Workloads())
-    if not annotated and name == adopted.implicit_gang_id(members[0]):
-        return _adopted_sized(gang, config, workloads or wl.Workloads())
-    if name.startswith("pod:") and not annotated:
-        return replace(gang, size=1, held=held or _disagreement(members, AGREE_ON_TOPOLOGY))
-    specs = []
-    for pod in members:
-        read = member_keys(pod, config)
-        if read.spec_error:
-            return replace(gang, held=held or f"member {pod.name}: {read.spec_error} (held until it is fixed)")
-        if read.spec is not None:
-            specs.append(read.spec)
-    if not specs:
-        return replace(gang, held=f"member {members[0].name} carries none of the gang annotations")
-    disagree = _disagreement(members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
-    gang = replace(gang, size=specs[0].size, timeout_seconds=specs[0].timeout_seconds, held=held or disagree,
-                   min_size=specs[0].min_size)
-    key = keys.min_size if gang.min_size else keys.size
-    return replace(gang, held=gang.held or beyond_queued_workload(
-        members, gang.min_size or gang.size, f"annotation {key}", keys_fix(keys), workloads or wl.Workloads()))
+    s = shaped(Shape(namespace, name, members, timeout, topology, held, priority),
+               Sizing(config, parallelism, workloads or wl.Workloads()))
+    return Gang(key, namespace, name, members, s.size, s.timeout_seconds, config.gang_schedule_timeout_jitter_seconds,
+                topology=s.topology, size_from=s.size_from, settle_at=s.settle_at, held=s.held,
+                device_groups=groups, priority=s.priority, created=created, workload_missing=s.workload_missing,
+                min_size=s.min_size, failure_policy=policy, failed=failed,
+                failure_grace_seconds=config.node_failure_grace_seconds)
 
 
 def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.TopologyRequest, str, str]:
@@ -271,151 +197,6 @@ def _requests(members: Sequence[PodInfo], config: Config) -> tuple[contract.Topo
     if read.request_error:
         held = held or f"member {first.name}: {read.request_error}"
     return read.topology, read.policy, held
-
-
-def _auto_sized(gang: Gang, config: Config, parallelism: Mapping[tuple[str, str], int]) -> Gang:
-    """A GKE auto-gang's size (``seeds/002``): the owning Job's parallelism when the Job
-    is known, else the members present once ``autoGangSettleSeconds`` have passed since
-    the newest one was created (``settle_at``)."""
-    owner = gang.members[0].owner
-    if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch/"):
-        size = parallelism.get((gang.namespace, owner.name))
-        if size is not None:
-            return replace(gang, size=max(size, 1), size_from=f"Job {owner.name} parallelism")
-    stamps = [t for p in gang.members if (t := epoch(p.creation_timestamp)) is not None]
-    newest = max(stamps, default=0.0)
-    return replace(gang, settle_at=newest + config.auto_gang_settle_seconds)
-
-
-#: Where each source's minimum count is written (``size_from`` names it).
-_MIN_FIELD = {"workload": "spec.schedulingPolicy.gang.minCount", "volcano": "spec.minMember",
-              "coscheduling": "spec.minMember", "kai": "spec.minMember"}
-
-
-def _group_sized(gang: Gang, config: Config, workloads: wl.Workloads, spec: PodGroupSpec | None = None,
-                 declared: str = "") -> Gang:
-    """A gang its members declare by naming a pod group (docs/decisions/056-pod-groups.md):
-    its minimum is the group's count (1 for upstream's ``basic`` policy, which is no
-    gang: each member released as it fits), its size the members present, never below the
-    minimum (docs/decisions/038-minimum-size.md); its level the group's, bound with any
-    level the members ask (:func:`~troupe.podgroups.constrained`); its priority the group's
-    ``priority`` when it states one; its timeout coscheduling's ``scheduleTimeoutSeconds``
-    (capped as an annotation's is). It waits, with the reason, while the group object is
-    not known, and is held when it cannot be read. ``spec``: the group no object declares
-    (a peer's, its minimum ``declared`` so: docs/decisions/065-adopted-pods-join-their-peers-groups.md)."""
-    if spec is None:
-        ref = gang.members[0].pod_group
-        assert ref is not None  # build_gang sends only such gangs here
-        spec = workloads.group(gang.namespace, ref)
-        if spec is None:
-            return replace(gang, settle_at=float("inf"), workload_missing=workloads.group_missing(gang.namespace, ref))
-    if spec.error or gang.held:
-        return replace(gang, size=len(gang.members), held=gang.held or f"{spec.error} (held until it is fixed)")
-    minimum = spec.min_count if spec.min_count is not None else 1
-    timeout = gang.timeout_seconds if spec.timeout_seconds is None else \
-        min(spec.timeout_seconds, config.gang_schedule_timeout_seconds_limit)
-    declared = declared or f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}"
-    held = _disagreement(gang.members, AGREE_ON_TOPOLOGY) or beyond_queued_workload(
-        gang.members, spec.min_count, declared, group_fix, workloads)
-    return replace(gang, size=max(len(gang.members), minimum), min_size=minimum, held=held,
-                   size_from=declared if spec.gang else f"{spec.describe()}: basic, no minimum",
-                   topology=constrained(gang.topology, spec, config), timeout_seconds=timeout,
-                   priority=spec.priority if spec.priority is not None else gang.priority)
-
-
-def _adopted_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
-    """Pods adopted from Volcano or KAI that name no group, ganged as their peer's controller
-    groups them (:mod:`reconciler.engine.model.adopted`): a KAI workload's as a workload
-    gang (held when a Job's top owner is one Troupe cannot size); Volcano's with its owner's
-    minimum, waiting while the owner is not known."""
-    if adopted.peer(gang.members[0]) != VOLCANO:
-        missing, problem = adopted.kai_job_problem(gang.members[0], workloads)
-        if missing or problem:
-            return replace(gang, settle_at=float("inf") if missing else gang.settle_at, workload_missing=missing,
-                           held=gang.held or problem)
-        return _workload_sized(gang, config, workloads)
-    spec, declared, missing = adopted.volcano_group(gang.namespace, gang.members, workloads, config)
-    if spec is None:
-        return replace(gang, settle_at=float("inf"), workload_missing=missing)
-    return _group_sized(gang, config, workloads, spec, declared)
-
-
-def _bound_by_group(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
-    """``gang``, declared by Troupe's own keys (or a workload), bound by the pod group its
-    members name, if any (docs/decisions/056-pod-groups.md): its level intersected with
-    the group's (:func:`~troupe.podgroups.constrained`), its minimum raised to the
-    group's count (held when that is above the gang's size: kube-scheduler would never
-    schedule fewer), its priority the group's when it states one (a gang's one priority, in
-    the queue and in preemption: docs/decisions/064-preemption-names-no-other-tenant.md). It
-    waits while the group is not known; it is held when its members name different groups
-    or the group cannot be read."""
-    if not gang.members:
-        return gang
-    ref = gang.members[0].pod_group
-    if ref is None or gang.name == ref.gang_name():
-        return gang
-    names = sorted({p.pod_group.gang_name() if p.pod_group else "<none>" for p in gang.members})
-    if len(names) > 1:
-        return replace(gang, held=gang.held or f"members name different pod groups: {', '.join(names)} (held until "
-                                               f"they agree)")
-    spec = workloads.group(gang.namespace, ref)
-    if spec is None:
-        return replace(gang, workload_missing=gang.workload_missing or workloads.group_missing(gang.namespace, ref))
-    held = gang.held or _group_problem(gang, spec) or beyond_queued_workload(
-        gang.members, spec.min_count, f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}", group_fix, workloads)
-    return replace(gang, held=held, topology=constrained(gang.topology, spec, config),
-                   min_size=_raised_minimum(gang, spec),
-                   priority=spec.priority if spec.priority is not None and not spec.error else gang.priority)
-
-
-def _group_problem(gang: Gang, spec: PodGroupSpec) -> str:
-    if spec.error:
-        return f"{spec.error} (held until it is fixed)"
-    if spec.min_count is not None and gang.size is not None and spec.min_count > gang.size:
-        return (f"{spec.describe()} {_MIN_FIELD[spec.ref.source]}: {spec.min_count} is more than the gang's "
-                f"{gang.size} members: kube-scheduler would never schedule it (held until it is fixed)")
-    return ""
-
-
-def _raised_minimum(gang: Gang, spec: PodGroupSpec) -> int | None:
-    """The gang's minimum, never below the group's count (None: the gang's size, which is
-    not below it, :func:`_group_problem`)."""
-    if gang.min_size is None or spec.min_count is None:
-        return gang.min_size
-    return max(gang.min_size, spec.min_count)
-
-
-def _workload_sized(gang: Gang, config: Config, workloads: wl.Workloads) -> Gang:
-    """A gang of ``<prefix>-size: auto`` members: sized by its workload object, with the
-    workload's topology request when the members make none; waiting, with the reason,
-    while the workload is not known (docs/decisions/014-workload-gangs.md)."""
-    found = wl.group(gang.members[0])
-    if found is None:  # build_gang holds such a gang before it gets here
-        return gang
-    keys = gang_keys(config.gang_annotation_prefix)
-    disagree = _disagreement(gang.members, (keys.size, keys.timeout, keys.min_size, *AGREE_ON_TOPOLOGY))
-    timeout, minimum = gang.timeout_seconds, None
-    read = member_keys(gang.members[0], config)
-    if read.spec_error:
-        return replace(gang, held=f"member {gang.members[0].name}: {read.spec_error} (held until it is fixed)")
-    spec = read.spec
-    if spec is not None:
-        timeout, minimum = spec.timeout_seconds, spec.min_size
-    gang = replace(gang, timeout_seconds=timeout, held=gang.held or disagree, min_size=minimum)
-    workload = workloads.objects.get(found[1])
-    if workload is None:
-        return replace(gang, settle_at=float("inf"), workload_missing=workloads.missing(found[1]))
-    topology, held = gang.topology, gang.held or workload.too_large
-    member_asks = any(k in gang.members[0].gang_annotations for k in AGREE_ON_TOPOLOGY)
-    if workload.topology and not member_asks:
-        try:
-            topology = contract.parse_topology_annotations(workload.topology, config)
-        except ContractError as e:
-            held = held or f"{workload.kind} {workload.name}: {e}"
-    if minimum is not None and minimum > workload.size and not held:
-        held = (f"annotation {keys.min_size}: {minimum} is more than the gang's {workload.size} members "
-                f"({workload.size_from}) (held until it is fixed)")
-    return replace(gang, size=workload.size, size_from=workload.size_from, topology=topology, held=held)
 
 
 def _as_created(key: str, pods: list[PodInfo], config: Config, parallelism: Mapping[tuple[str, str], int],

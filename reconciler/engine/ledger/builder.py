@@ -34,8 +34,9 @@ from reconciler.engine.ledger.parts import SnapshotParts, located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import dra
+from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.keys import PodKey, WorkloadKey
-from reconciler.engine.model.membership import auto_namespaces, gang_key, planned_gangs
+from reconciler.engine.model.membership import auto_namespaces, planned_gangs
 from reconciler.engine.model.podterms import DO_NOT_SCHEDULE, SpreadConstraint
 from troupe.config import Config
 

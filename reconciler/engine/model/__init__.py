@@ -18,5 +18,7 @@ from a Kubernetes object (a dict in the JSON shape) or a rule of one, never a pl
 - :mod:`.records` and :mod:`.reservations`: what the reconciler writes and reads back (a
   release's plan, a preemptor's nomination, a gang's reservation on its workload);
 - :mod:`.templates` and :mod:`.workloads`: Jobs, JobSets, LeaderWorkerSets and PyTorchJobs,
-  and the members their pod templates will make.
+  and the members their pod templates will make;
+- :mod:`.declared` and :mod:`.membership`: the ways a gang is declared, one module each
+  (each gives a pod's gang key and its gang's shape), and which pods form which gang.
 """

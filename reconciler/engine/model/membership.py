@@ -2,7 +2,8 @@
 gang membership, read from the objects and the configuration alone (DESIGN.md "Gangs";
 ``docs/contract.md``, "Which pods form a gang"), so that the snapshot builder
 (:mod:`reconciler.engine.ledger.builder`) and the gangs room
-(:mod:`reconciler.engine.gangs.gang`) read it alike.
+(:mod:`reconciler.engine.gangs.gang`) read it alike. A pod's key is its declaring source's
+(:func:`reconciler.engine.model.declared.gang_key`).
 
 Pure: plain data in (:class:`~reconciler.engine.model.pods.PodInfo`,
 :class:`~reconciler.engine.model.workloads.Workloads`), keys out.
@@ -12,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from functools import lru_cache
 
 import troupe.contract as contract
 import troupe.kueue as kueue
 from reconciler.engine.model import workloads as wl
-from reconciler.engine.model.adopted import implicit_gang_id
+from reconciler.engine.model.declared import gang_key
+from reconciler.engine.model.declared.memberkeys import gang_keys
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
 from troupe.config import Config
@@ -25,45 +26,8 @@ from troupe.errors import ContractError
 from troupe.policies import AS_CREATED, WHEN_COMPLETE, parse_release_mode
 
 
-@lru_cache(maxsize=16)
-def gang_keys(prefix: str) -> contract.GangKeys:
-    """The gang annotation keys of ``prefix`` (``gangAnnotationPrefix``: ``troupe.io/gang``
-    gives ``troupe.io/gang-name``, ``-size``, ``-schedule-timeout-seconds``, ``-min-size``;
-    ``seeds/001``), made once per prefix: every pod of every snapshot asks."""
-    return contract.GangKeys.for_prefix(prefix)
-
-
-def gang_key(pod: PodInfo, config: Config) -> str | None:
-    """The key of the gang ``pod`` belongs to (:mod:`reconciler.engine.gangs.gang`'s docstring), or None when Troupe
-    does not manage the pod."""
-    keys = gang_keys(config.gang_annotation_prefix)
-    a = pod.gang_annotations
-    if a and (keys.name in a or keys.size in a or keys.timeout in a):
-        if a.get(keys.size) == contract.AUTO_SIZE and keys.name not in a:
-            found = wl.group(pod)
-            return f"{pod.namespace}/{found[0]}" if found else f"{pod.namespace}/pod:{pod.name}"
-        name = a.get(keys.name, "")
-        try:
-            contract.parse_gang_annotations({keys.name: name, keys.size: "1"}, pod.namespace, config)
-        except ContractError:
-            return f"{pod.namespace}/pod:{pod.name}"
-        return f"{pod.namespace}/{name}"
-    ref = pod.pod_group
-    if ref is not None and (pod.gated or pod.planned_at or pod.released_at):
-        return f"{pod.namespace}/{ref.gang_name()}"  # docs/decisions/056-pod-groups.md
-    implicit = implicit_gang_id(pod) if a else None  # docs/decisions/065-adopted-pods-join-their-peers-groups.md
-    if implicit is not None and (pod.gated or pod.planned_at or pod.released_at):
-        return f"{pod.namespace}/{implicit}"
-    if any(g.startswith(contract.GKE_GATE_PREFIX) for g in pod.gates):
-        group = contract.auto_gang_group(pod.labels, pod.owner.uid if pod.owner else None)
-        return f"{pod.namespace}/gke:{group}" if group else f"{pod.namespace}/pod:{pod.name}"
-    if contract.GATE in pod.gates:
-        return f"{pod.namespace}/pod:{pod.name}"
-    return None
-
-
 def group_by_gang(pods: Iterable[PodInfo], config: Config) -> dict[str, list[PodInfo]]:
-    """Every pod Troupe manages, by gang key (:func:`gang_key`)."""
+    """Every pod Troupe manages, by gang key (:func:`~reconciler.engine.model.declared.gang_key`)."""
     out: dict[str, list[PodInfo]] = {}
     for pod in pods:
         key = gang_key(pod, config)

@@ -6,7 +6,7 @@ lower priority than the preemptor, grouped by gang (a pod outside any gang is a 
 one, ``namespace/pod:<name>``), never terminal pods, never the preemptor's own gang.
 :func:`may_be_victim` is that rule for a gang, the one place it is written; the caller's
 list (:func:`candidates`, :func:`candidate_gangs`) and the planner (:class:`CandidatePool`)
-both apply it. :func:`victim_gangs` groups as :func:`~reconciler.engine.model.membership.gang_key`
+both apply it. :func:`victim_gangs` groups as :func:`~reconciler.engine.model.declared.gang_key`
 groups Troupe's pods, once per snapshot (:meth:`Snapshot.memo`); the filters per
 preemptor.
 """
@@ -20,7 +20,7 @@ from operator import attrgetter
 
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.budgets import budget_refusal
-from reconciler.engine.model.membership import gang_key
+from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption.capacity import CapacityModel, SearchPod
 from reconciler.engine.preemption.naming import elsewhere, namespace_of
@@ -69,7 +69,7 @@ def candidate_gangs(snapshot: Snapshot, gang_of: Callable[[PodInfo], str | None]
     comes back without an eviction), nor gated (a member of a release still in progress,
     or of another preemptor's nomination: running or released pods only, DESIGN.md),
     grouped by ``gang_of(pod)`` (e.g.
-    :func:`reconciler.engine.model.membership.gang_key` with the configuration), a pod outside any gang
+    :func:`reconciler.engine.model.declared.gang_key` with the configuration), a pod outside any gang
     being the gang of one ``namespace/pod:<name>``; gangs that :func:`may_be_victim`
     refuses for the gang ``exclude`` (the preemptor's own) of priority ``below`` are left
     out."""

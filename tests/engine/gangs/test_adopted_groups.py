@@ -25,7 +25,7 @@ from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.parts import located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
-from reconciler.engine.model.membership import gang_key
+from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.pods import PodInfo
 from tests.support.engine_builders import make_node, make_pod
 from troupe.config import Config

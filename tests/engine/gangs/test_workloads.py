@@ -15,7 +15,8 @@ from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model import workloads as wl
-from reconciler.engine.model.membership import gang_key, group_by_gang
+from reconciler.engine.model.declared import gang_key
+from reconciler.engine.model.membership import group_by_gang
 from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from troupe import contract
 from troupe.config import Config

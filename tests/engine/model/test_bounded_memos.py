@@ -12,9 +12,9 @@ from collections.abc import Callable
 import celpy
 import pytest
 
-from reconciler.engine.gangs import memberkeys
 from reconciler.engine.model import cel
 from reconciler.engine.model import pods as pods_module
+from reconciler.engine.model.declared import memberkeys
 from reconciler.engine.model.memo import ChargedMemo
 from reconciler.engine.model.pods import PodInfo
 from tests.support.reconciler_builders import make_pod

@@ -13,7 +13,7 @@ workload, its count and its queue, instead of waiting for members that never com
 minimum may be declared by Troupe's keys (``<prefix>-min-size``, else ``<prefix>-size``), by
 a pod group the members name (its ``minCount`` or ``minMember``), by a group that raises a
 Troupe gang's minimum, or by the group a peer scheduler's controller would make for an
-adopted pod (:mod:`reconciler.engine.model.adopted`): :func:`beyond_queued_workload` judges
+adopted pod (:mod:`reconciler.engine.model.declared.adopted`): :func:`beyond_queued_workload` judges
 them all alike.
 
 Pure: plain values in, a reason out.

@@ -19,14 +19,26 @@ from the owner objects (:class:`~reconciler.engine.model.workloads.Workloads`):
   Job whose own top owner is a kind KAI would group it by, which Troupe cannot size, is
   held (:func:`kai_job_problem`).
 
+:class:`Adopted` is this source of gangs (docs/decisions/072-the-ways-a-gang-is-declared-are-one-room.md).
+
 Pure: plain values in, plain values out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from reconciler.engine.model import workloads as wl
+from reconciler.engine.model.declared.base import (
+    Shape,
+    Sizing,
+    Source,
+    annotated,
+    keyed,
+    workload_sized,
+)
+from reconciler.engine.model.declared.groups import group_sized
 from reconciler.engine.model.pods import PodInfo
 from troupe.adoption import VOLCANO_GROUP_PREFIX, VOLCANO_MIN_MEMBER, peer_source, volcano_minimum
 from troupe.config import Config
@@ -120,3 +132,36 @@ def kai_job_problem(pod: PodInfo, workloads: wl.Workloads) -> tuple[str, str]:
                 f"by its top owner, here {kind} {name} ({api_version}) or above it, a group Troupe cannot size yet, "
                 f"and the Job alone is not that group (held: name the gang with Troupe's keys "
                 f"on the pod template, or leave such workloads to kai-scheduler, then create the pods again)")
+
+
+class Adopted(Source):
+    """The gang of the group a peer's controller would make for a pod adopted from it."""
+
+    name = "adopted"
+
+    def key(self, pod: PodInfo, config: Config) -> str | None:
+        """``<namespace>/<id>`` (:func:`implicit_gang_id`) of an adopted pod naming no group
+        that Troupe holds or placed, else None."""
+        implicit = implicit_gang_id(pod) if pod.gang_annotations else None
+        if implicit is None or not (pod.gated or pod.planned_at or pod.released_at):
+            return None
+        return f"{pod.namespace}/{implicit}"
+
+    def shape(self, shape: Shape, sizing: Sizing) -> Shape:
+        """Ganged as the peer's controller groups them: a KAI workload's as a workload
+        gang (held when a Job's top owner is one Troupe cannot size); Volcano's with its
+        owner's minimum, waiting while the owner is not known. By Troupe's keys when the
+        first member carries one (a ``<prefix>-min-size`` alone)."""
+        first = shape.members[0]
+        if annotated(first, sizing.config):
+            return keyed(shape, sizing)
+        if peer(first) != VOLCANO:
+            missing, problem = kai_job_problem(first, sizing.workloads)
+            if missing or problem:
+                return replace(shape, settle_at=float("inf") if missing else shape.settle_at,
+                               workload_missing=missing, held=shape.held or problem)
+            return workload_sized(shape, sizing)
+        spec, declared, missing = volcano_group(shape.namespace, shape.members, sizing.workloads, sizing.config)
+        if spec is None:
+            return replace(shape, settle_at=float("inf"), workload_missing=missing)
+        return group_sized(shape, sizing, spec, declared)

@@ -1,14 +1,18 @@
 """What one member's annotations ask of its gang, parsed once per distinct set of them
-(:class:`MemberKeys`, :func:`member_keys`): its gang annotations (seeds/001), its topology
-request and its failure policy. The members of a gang carry the same annotations, so one
-parse serves them all; the memo is bounded by what it holds
-(docs/decisions/063-memos-held-by-their-users.md).
+(:class:`MemberKeys`, :func:`member_keys`): the gang it names, its gang annotations
+(seeds/001), its topology request and its failure policy. The members of a gang carry the
+same annotations, so one parse serves them all, and serves both the gang's key (the
+sources of :mod:`reconciler.engine.model.declared`) and its sizing
+(docs/decisions/072-the-ways-a-gang-is-declared-are-one-room.md); the memo is bounded by
+what it holds (docs/decisions/063-memos-held-by-their-users.md). The parsers are
+:mod:`troupe.contract`'s, the webhook's own.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import troupe.contract as contract
 from reconciler.engine.model.memo import ChargedMemo
@@ -16,6 +20,14 @@ from reconciler.engine.model.pods import PodInfo
 from troupe.config import Config
 from troupe.errors import ContractError
 from troupe.policies import REPLACE_MEMBER, parse_failure_policy
+
+
+@lru_cache(maxsize=16)
+def gang_keys(prefix: str) -> contract.GangKeys:
+    """The gang annotation keys of ``prefix`` (``gangAnnotationPrefix``: ``troupe.io/gang``
+    gives ``troupe.io/gang-name``, ``-size``, ``-schedule-timeout-seconds``, ``-min-size``;
+    ``seeds/001``), made once per prefix: every pod of every snapshot asks."""
+    return contract.GangKeys.for_prefix(prefix)
 
 
 @dataclass(frozen=True)
@@ -29,13 +41,17 @@ class MemberKeys:
     Error texts are :class:`troupe.errors.ContractError` messages, naming the key and
     the value. The members of a gang carry the same annotations, so one parse serves
     them all (:func:`member_keys`); placement, layers and preemption read the gang's
-    :attr:`~reconciler.engine.gangs.gang.Gang.topology`, never the annotations again."""
+    :attr:`~reconciler.engine.gangs.gang.Gang.topology`, never the annotations again.
+    ``named``: whether ``<prefix>-name`` (absent: ``""``) is a gang name the contract
+    accepts, the value alone checked (a gang whose size is wrong is still that gang, held):
+    the gang's key is ``<namespace>/<name>`` when it is, the pod's own gang of one when not."""
 
     spec: contract.GangSpec | None = None
     spec_error: str = ""
     topology: contract.TopologyRequest = field(default_factory=contract.TopologyRequest)
     policy: str = REPLACE_MEMBER
     request_error: str = ""
+    named: bool = False
 
 
 _Keys = tuple[tuple[tuple[str, str], ...], str, Config]
@@ -78,7 +94,13 @@ def _read_keys(annotations: tuple[tuple[str, str], ...], namespace: str, config:
         policy = parse_failure_policy(a)
     except ContractError as e:
         request_error = str(e)
-    return MemberKeys(spec, spec_error, topology, policy, request_error)
+    keys = gang_keys(config.gang_annotation_prefix)
+    try:
+        contract.parse_gang_annotations({keys.name: a.get(keys.name, ""), keys.size: "1"}, namespace, config)
+        named = True
+    except ContractError:
+        named = False
+    return MemberKeys(spec, spec_error, topology, policy, request_error, named)
 
 
 def member_keys(pod: PodInfo, config: Config) -> MemberKeys:
