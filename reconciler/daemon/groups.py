@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer.base import Gone, WriteError
-from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.engine.model.devices import DeviceGroup
 from reconciler.engine.model.timestamps import rfc3339
 from reconciler.engine.placement.allocation import GroupView, group_view
+from reconciler.ports.base import Gone, WriteError
+from reconciler.ports.groups import GroupWrites
 from troupe import contract
 
 log = logging.getLogger(__name__)

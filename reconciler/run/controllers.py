@@ -19,11 +19,11 @@ from reconciler.daemon.gangobjects import GangObjects
 from reconciler.daemon.groups import GroupController
 from reconciler.daemon.memory import Memories
 from reconciler.daemon.taints import NominatedTaints
-from reconciler.daemon.writer import Writes
 from reconciler.engine.gangs.avoidance import Avoidance
 from reconciler.engine.gangs.queueing import Policy, QueueState
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.ports import Writes
 from troupe.config import Config
 
 
@@ -71,7 +71,7 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     the configuration's ``releaseConcurrency`` (the release threads); ``condition_delay``
     (seconds) is how long a member's new condition waits to be written
     (:mod:`reconciler.daemon.conditions`). Tests pass a fake clock and a
-    :class:`~reconciler.daemon.writer.fake.FakeCluster`."""
+    :class:`~reconciler.ports.fake.FakeCluster`."""
     memories = Memories()
     waves = handlers.Waves(release_concurrency or config.release_concurrency, writes.fence)
     conditions = ConditionSink(writes.pods, _condition_of(cache), delay=condition_delay,

@@ -22,11 +22,11 @@ from reconciler.daemon.cache import ClusterCache, group_of_key, record_key, work
 from reconciler.daemon.cache.dra import KINDS as DRA_KINDS
 from reconciler.daemon.cache.podgroups import VERSIONS as POD_GROUP_VERSIONS
 from reconciler.daemon.queue import WorkQueue
-from reconciler.daemon.writer import UNFENCED, Fence, Writes
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.pods import TERMINAL_PHASES
 from reconciler.objects.retain import BUDGET, retain
+from reconciler.ports import UNFENCED, Fence, Writes
 from reconciler.run.controllers import compose
 from reconciler.run.worker import GangWorker
 from troupe import contract
@@ -75,7 +75,7 @@ class Reconciler(GangWorker):
     through ``writer_api`` (default ``api``) and pass ``fence`` (the leader's Lease); ``state``
     is the ``(namespace, name)`` of the ConfigMap keeping what a new leader must know
     (rollback backoffs; None: memory only). ``writes`` replaces the API server's writer ports
-    (tests pass a :class:`~reconciler.daemon.writer.fake.FakeCluster`); ``wall_clock``
+    (tests pass a :class:`~reconciler.ports.fake.FakeCluster`); ``wall_clock``
     returns seconds since the epoch, the ``now`` of every decision. ``reservation_key``
     (bytes): what reservations are signed with (:class:`~reconciler.daemon.cache.ClusterCache`)."""
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.daemon.writer import Conflict, Gone, Refused, WriteError
-from reconciler.daemon.writer.fake import (
+from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.records import Nomination
+from reconciler.engine.model.reservations import Record
+from reconciler.ports import Conflict, Gone, Refused, WriteError
+from reconciler.ports.fake import (
     FakeCluster,
     FakeGangObjectWrites,
     FakeGroupWrites,
@@ -17,11 +20,8 @@ from reconciler.daemon.writer.fake import (
     FakeStateStore,
     FakeWorkloadWrites,
 )
-from reconciler.daemon.writer.fake.state import CONFIG_MAP_MAX_BYTES
-from reconciler.daemon.writer.state import state_key
-from reconciler.engine.model.keys import PodKey
-from reconciler.engine.model.records import Nomination
-from reconciler.engine.model.reservations import Record
+from reconciler.ports.fake.state import CONFIG_MAP_MAX_BYTES
+from reconciler.ports.state import state_key
 from tests.support.as_created import job_object
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract

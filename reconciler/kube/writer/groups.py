@@ -8,14 +8,14 @@ from typing import Any
 
 from kubernetes import client
 
-from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.kube.client import JSON_PATCH, MERGE_PATCH
 from reconciler.kube.writer.calls import Calls
+from reconciler.ports.groups import GroupWrites
 from troupe import contract
 
 
 class KubeGroupWrites(GroupWrites):
-    """The :class:`~reconciler.daemon.writer.groups.GroupWrites` primitives against a real API
+    """The :class:`~reconciler.ports.groups.GroupWrites` primitives against a real API
     server, through ``calls`` (``fence`` is its fence): patches of a cluster-scoped
     SharedDeviceGroup and of its ``status`` subresource."""
 

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~reconciler.daemon.writer.groups.GroupWrites` (:class:`FakeGroupWrites`),
+"""An in-memory :class:`~reconciler.ports.groups.GroupWrites` (:class:`FakeGroupWrites`),
 with the API server's rules for the patches Troupe sends a SharedDeviceGroup."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, WriteError
-from reconciler.daemon.writer.fake.base import FakeStore
-from reconciler.daemon.writer.groups import GroupWrites
+from reconciler.ports.base import Conflict, WriteError
+from reconciler.ports.fake.base import FakeStore
+from reconciler.ports.groups import GroupWrites
 
 
 @dataclass
