@@ -9,7 +9,7 @@ one port per kind of object, each in its own module over its own primitives:
 - :class:`~reconciler.ports.workloads.WorkloadWrites`: a gang's reservation on its
   Job, JobSet or PyTorchJob, Events about a workload;
 - :class:`~reconciler.ports.gangobjects.GangObjectWrites`: the Gang objects;
-- :class:`~reconciler.ports.groups.GroupWrites`: a SharedDeviceGroup's status and
+- :class:`~reconciler.ports.devicegroups.DeviceGroupWrites`: a SharedDeviceGroup's status and
   finalizer;
 - :class:`~reconciler.ports.state.StateStore`: the state ConfigMap of rollback
   backoffs.
@@ -52,8 +52,8 @@ from reconciler.ports.base import (
     Unsure,
     WriteError,
 )
+from reconciler.ports.devicegroups import DeviceGroupWrites
 from reconciler.ports.gangobjects import GangObjectWrites
-from reconciler.ports.groups import GroupWrites
 from reconciler.ports.nodes import NodeWrites
 from reconciler.ports.pods import CONFLICT_RETRIES, PodWrites, release_patch
 from reconciler.ports.state import StateStore, state_key
@@ -63,11 +63,11 @@ __all__ = [
     "CONFLICT_RETRIES",
     "UNFENCED",
     "Conflict",
+    "DeviceGroupWrites",
     "Fence",
     "Fenced",
     "GangObjectWrites",
     "Gone",
-    "GroupWrites",
     "LostLeadership",
     "NodeWrites",
     "PodWrites",
@@ -95,7 +95,7 @@ class Writes(Protocol):
     nodes: NodeWrites
     workloads: WorkloadWrites
     gang_objects: GangObjectWrites
-    groups: GroupWrites
+    groups: DeviceGroupWrites
     state: StateStore
     fence: Fence
 

@@ -13,8 +13,8 @@ from reconciler.engine.model.reservations import Record
 from reconciler.ports import Conflict, Gone, Refused, WriteError
 from reconciler.ports.fake import (
     FakeCluster,
+    FakeDeviceGroupWrites,
     FakeGangObjectWrites,
-    FakeGroupWrites,
     FakeNodeWrites,
     FakePodWrites,
     FakeStateStore,
@@ -111,7 +111,7 @@ def test_gang_objects_refuse_a_name_taken_and_writes_to_an_object_that_is_gone()
 
 
 def test_groups_refuse_a_stale_version_an_unsupported_operation_and_a_group_that_does_not_exist():
-    groups = FakeGroupWrites()
+    groups = FakeDeviceGroupWrites()
     stored = groups.add({"metadata": {"name": "g", "finalizers": []}, "spec": {}})
     groups.set_group_finalizers("g", [contract.DEVICE_GROUP_FINALIZER], stored["metadata"]["resourceVersion"])
     with pytest.raises(Conflict):
@@ -124,7 +124,7 @@ def test_groups_refuse_a_stale_version_an_unsupported_operation_and_a_group_that
 
 
 def test_a_group_being_deleted_is_gone_once_its_last_finalizer_is():
-    groups = FakeGroupWrites()
+    groups = FakeDeviceGroupWrites()
     stored = groups.add({"metadata": {"name": "g", "finalizers": [contract.DEVICE_GROUP_FINALIZER],
                                       "deletionTimestamp": "2027-01-15T08:00:00Z"}})
     groups.set_group_finalizers("g", [], stored["metadata"]["resourceVersion"])

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import ConditionSink
-from reconciler.daemon.groups import GroupController
+from reconciler.daemon.devicegroups import DeviceGroupController
 from reconciler.daemon.handlers.done import Done
 from reconciler.daemon.handlers.notices import Notices
 from reconciler.daemon.handlers.waves import Waves
@@ -48,7 +48,7 @@ class Releases:
     ``memories``. ``wall_clock`` gives seconds since the epoch (``released-at``)."""
 
     def __init__(self, cache: ClusterCache, pods: PodWrites, waves: Waves, conditions: ConditionSink,
-                 groups: GroupController, notices: Notices, wall_clock: Callable[[], float],
+                 groups: DeviceGroupController, notices: Notices, wall_clock: Callable[[], float],
                  memories: Memories) -> None:
         self.cache, self.pods, self.waves, self.conditions = cache, pods, waves, conditions
         self.groups, self.notices, self.wall_clock, self.memories = groups, notices, wall_clock, memories

@@ -10,9 +10,9 @@ from kubernetes import client
 from reconciler import ports
 from reconciler.kube.client import RateLimiter
 from reconciler.kube.writer.calls import APF_MAX_WAIT, APF_RETRIES, Calls
+from reconciler.kube.writer.devicegroups import KubeDeviceGroupWrites
 from reconciler.kube.writer.events import EventSink, event_body
 from reconciler.kube.writer.gangobjects import KubeGangObjectWrites
-from reconciler.kube.writer.groups import KubeGroupWrites
 from reconciler.kube.writer.nodes import KubeNodeWrites
 from reconciler.kube.writer.pods import KubePodWrites
 from reconciler.kube.writer.state import KubeStateStore
@@ -24,8 +24,8 @@ __all__ = [
     "APF_RETRIES",
     "Calls",
     "EventSink",
+    "KubeDeviceGroupWrites",
     "KubeGangObjectWrites",
-    "KubeGroupWrites",
     "KubeNodeWrites",
     "KubePodWrites",
     "KubeStateStore",
@@ -53,7 +53,7 @@ class KubeWrites:
         self.nodes: ports.NodeWrites = KubeNodeWrites(api, calls, self.events)
         self.workloads: ports.WorkloadWrites = KubeWorkloadWrites(api, calls, self.events)
         self.gang_objects: ports.GangObjectWrites = KubeGangObjectWrites(api, calls)
-        self.groups: ports.GroupWrites = KubeGroupWrites(api, calls)
+        self.groups: ports.DeviceGroupWrites = KubeDeviceGroupWrites(api, calls)
         self.state: ports.StateStore = KubeStateStore(api, calls, state)
 
     def close(self) -> None:

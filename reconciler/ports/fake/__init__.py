@@ -4,7 +4,7 @@ per port, each in its own module with the API server's rules for its kind
 :class:`~reconciler.ports.fake.nodes.FakeNodeWrites`,
 :class:`~reconciler.ports.fake.workloads.FakeWorkloadWrites`,
 :class:`~reconciler.ports.fake.gangobjects.FakeGangObjectWrites`,
-:class:`~reconciler.ports.fake.groups.FakeGroupWrites`,
+:class:`~reconciler.ports.fake.devicegroups.FakeDeviceGroupWrites`,
 :class:`~reconciler.ports.fake.state.FakeStateStore`), and :class:`FakeCluster`, the
 six over one resourceVersion counter, one list of Events and one fence."""
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from reconciler import ports
 from reconciler.ports.base import UNFENCED, Fence
 from reconciler.ports.fake.base import RecordedEvent, Versions
+from reconciler.ports.fake.devicegroups import FakeDeviceGroupWrites
 from reconciler.ports.fake.gangobjects import FakeGangObjectWrites
-from reconciler.ports.fake.groups import FakeGroupWrites
 from reconciler.ports.fake.nodes import FakeNodeWrites
 from reconciler.ports.fake.pods import FakePodWrites
 from reconciler.ports.fake.state import FakeStateStore
@@ -22,8 +22,8 @@ from reconciler.ports.fake.workloads import FakeWorkloadWrites
 
 __all__ = [
     "FakeCluster",
+    "FakeDeviceGroupWrites",
     "FakeGangObjectWrites",
-    "FakeGroupWrites",
     "FakeNodeWrites",
     "FakePodWrites",
     "FakeStateStore",
@@ -47,7 +47,7 @@ class FakeCluster:
         self.nodes: ports.NodeWrites = FakeNodeWrites(fence=fence, versions=versions, events=self.events)
         self.workloads: ports.WorkloadWrites = FakeWorkloadWrites(fence=fence, versions=versions, events=self.events)
         self.gang_objects: ports.GangObjectWrites = FakeGangObjectWrites(fence=fence, versions=versions)
-        self.groups: ports.GroupWrites = FakeGroupWrites(fence=fence, versions=versions)
+        self.groups: ports.DeviceGroupWrites = FakeDeviceGroupWrites(fence=fence, versions=versions)
         self.state: ports.StateStore = FakeStateStore(fence=fence)
 
     def close(self) -> None:

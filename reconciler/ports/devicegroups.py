@@ -1,10 +1,10 @@
 """The writer port of SharedDeviceGroups (cluster-scoped custom objects): their status and
 Troupe's finalizer.
 
-:class:`GroupWrites` makes them over two primitives an implementation provides
+:class:`DeviceGroupWrites` makes them over two primitives an implementation provides
 (``_patch_group`` and ``_patch_group_status``):
-:class:`reconciler.kube.writer.groups.KubeGroupWrites` against the API server,
-:class:`reconciler.ports.fake.groups.FakeGroupWrites` in memory.
+:class:`reconciler.kube.writer.devicegroups.KubeDeviceGroupWrites` against the API server,
+:class:`reconciler.ports.fake.devicegroups.FakeDeviceGroupWrites` in memory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from reconciler.ports.base import Fenced
 
 
-class GroupWrites(Fenced, abc.ABC):
+class DeviceGroupWrites(Fenced, abc.ABC):
     """A SharedDeviceGroup's status (through its ``status`` subresource) and finalizers."""
 
     @abc.abstractmethod

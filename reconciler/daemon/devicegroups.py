@@ -21,7 +21,7 @@ from reconciler.engine.model.devices import DeviceGroup
 from reconciler.engine.model.timestamps import rfc3339
 from reconciler.engine.placement.allocation import GroupView, group_view
 from reconciler.ports.base import Gone, WriteError
-from reconciler.ports.groups import GroupWrites
+from reconciler.ports.devicegroups import DeviceGroupWrites
 from troupe import contract
 
 log = logging.getLogger(__name__)
@@ -30,11 +30,11 @@ log = logging.getLogger(__name__)
 GROUP_CONDITION = "Allocated"
 
 
-class GroupController:
+class DeviceGroupController:
     """Reconciles one SharedDeviceGroup at a time from the cache, writing through
     ``groups``; ``wall_clock`` gives seconds since the epoch (condition times)."""
 
-    def __init__(self, cache: ClusterCache, groups: GroupWrites, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cache: ClusterCache, groups: DeviceGroupWrites, wall_clock: Callable[[], float] = time.time) -> None:
         self.cache = cache
         self.groups = groups
         self.wall_clock = wall_clock
