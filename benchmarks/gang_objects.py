@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.gangobjects import GangObjects
-from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision import gangobject
 from reconciler.engine.decision.decide import decide
+from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config

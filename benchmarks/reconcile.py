@@ -4,7 +4,7 @@
 
 What a reconcile costs besides the engine: turning the cluster into the engine's
 snapshot, deciding, then releasing every member (one update per member, here to
-:class:`reconciler.daemon.writer.fake.pods.FakePodWrites`, so the API server's latency is not in the numbers).
+:class:`reconciler.ports.fake.pods.FakePodWrites`, so the API server's latency is not in the numbers).
 
 Timed in this process, on the same cluster:
 
@@ -28,11 +28,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe.config import Config

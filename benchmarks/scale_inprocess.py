@@ -22,7 +22,7 @@ row's heap is not another's:
   and the same decision after one pod changed (the snapshot rebuilt, its node table kept:
   what the next decision pays after any event).
 - **release**: the whole reconcile of that gang, its decision and 1,024 member writes to
-  in-memory fakes (:class:`reconciler.daemon.writer.fake.FakeCluster`, so the API server's
+  in-memory fakes (:class:`reconciler.ports.fake.FakeCluster`, so the API server's
   latency is not in it); the baseline: the gang without slices, released after it. A gang
   of 8 is released first: the first release in a process took 140-230 ms more than the
   next, whichever gang it was (512 against 372 ms with the two swapped, at 100,000 pods).
@@ -85,10 +85,10 @@ def child_decision(nodes: int, pods: int) -> dict[str, Any]:
     from reconcile import best_of
 
     from reconciler.daemon.cache import ClusterCache
-    from reconciler.daemon.writer.fake import FakeCluster
     from reconciler.engine.decision.decide import decide
     from reconciler.engine.gangs.lifecycle import Phase
     from reconciler.engine.model.keys import PodKey
+    from reconciler.ports.fake import FakeCluster
     from reconciler.run.controllers import compose
     from troupe.config import Config
     from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL, TOPOLOGY_SLICE_SIZE

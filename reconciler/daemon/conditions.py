@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reconciler.daemon.writer.base import Gone, WriteError
-from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.decision.conditions import RELEASED, GangCondition
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports.base import Gone, WriteError
+from reconciler.ports.pods import PodWrites
 from troupe import contract
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from reconciler.daemon.writer import LostLeadership
+from reconciler.ports import LostLeadership
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Elector:
         return True
 
     def check(self) -> None:
-        """Raise :class:`~reconciler.daemon.writer.LostLeadership` unless this replica leads and
+        """Raise :class:`~reconciler.ports.LostLeadership` unless this replica leads and
         sent its last successful renew less than ``renew_seconds`` ago. No I/O: cheap
         enough to call just before every request."""
         with self._lock:
@@ -202,7 +202,7 @@ class Elector:
         there (no one took it over, no one deleted or edited it). A read sent less than
         :data:`CONFIRM_FRESH_SECONDS` ago that found this replica the holder stands for this
         one (the fence is still checked). Raises
-        :class:`~reconciler.daemon.writer.LostLeadership` otherwise, or when the read fails:
+        :class:`~reconciler.ports.LostLeadership` otherwise, or when the read fails:
         a batch that cannot be confirmed does not start."""
         self.check()
         started = self.clock()

@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, WriteError
-from reconciler.daemon.writer.gangobjects import GangObjectWrites
 from reconciler.engine.decision.gangobject import same_status, with_times
+from reconciler.ports.base import Conflict, Gone, LostLeadership, WriteError
+from reconciler.ports.gangobjects import GangObjectWrites
 from troupe import contract
 
 log = logging.getLogger(__name__)

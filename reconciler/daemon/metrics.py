@@ -8,7 +8,7 @@ timestamps rather than ages (https://prometheus.io/docs/practices/instrumentatio
 ``docs/decisions/022-metrics.md``.
 
 Gang timings are derived from what the controller returns (:class:`GangMetrics`, fed by
-``reconciler/run/reconciler.py`` with each reconcile's ``Outcome`` and ``Decision``), never from extra
+``reconciler/run/worker.py`` with each reconcile's ``Outcome`` and ``Decision``), never from extra
 API calls:
 
 - *complete to released*: from the gang's completion (its newest member's creation,

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer.base import Gone, LostLeadership, WriteError
-from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.engine.gangs import nominated
+from reconciler.ports.base import Gone, LostLeadership, WriteError
+from reconciler.ports.nodes import NodeWrites
 
 log = logging.getLogger("reconciler.daemon.controller")
 

@@ -3,8 +3,8 @@
 This is the only package of Troupe that imports the ``kubernetes`` client (enforced by
 import-linter). Everything above it sees pods and nodes as plain dicts in the API's JSON
 shape (camelCase keys), and writes through the writer ports of
-:mod:`reconciler.daemon.writer`, which :mod:`.writer` implements against a real API server
-(and :mod:`reconciler.daemon.writer.fake` in memory). One module per adapter:
+:mod:`reconciler.ports`, which :mod:`.writer` implements against a real API server
+(and :mod:`reconciler.ports.fake` in memory). One module per adapter:
 
 - :mod:`.client`: the API client (TCP keepalive, the leader's fence at the socket), the
   rate limiter, the one pager of list requests;

@@ -101,7 +101,7 @@ def fence_connections(api: client.ApiClient, fence: Callable[[], None],
                       remaining: Callable[[], float] | None = None) -> None:
     """Make every request of ``api`` that is not a GET/HEAD/OPTIONS call ``fence()`` just
     before its first byte is sent; what ``fence`` raises
-    (:class:`~reconciler.daemon.writer.LostLeadership`) reaches the caller and nothing is
+    (:class:`~reconciler.ports.LostLeadership`) reaches the caller and nothing is
     sent. ``remaining()`` (seconds until the fence closes; None: never) bounds the wait for
     such a request's response: past it the read times out (urllib3's ``ReadTimeoutError``,
     not retried for a write). Call before the first request."""

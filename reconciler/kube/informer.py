@@ -28,8 +28,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from reconciler.daemon import metrics
-from reconciler.daemon.writer import Gone
 from reconciler.kube.client import REQUEST_TIMEOUT, list_pages
+from reconciler.ports import Gone
 from troupe import contract
 
 log = logging.getLogger(__name__)

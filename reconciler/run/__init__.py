@@ -27,8 +27,8 @@ With leader election, every write passes the elector's fence, and a clean shutdo
 closes it, drains the writes in flight and releases the Lease
 (docs/decisions/016-bounded-failure-detection.md).
 
-Its parts: :mod:`~reconciler.run.reconciler` (the informers, the queue, the worker
-and the metrics of each reconcile), :mod:`~reconciler.run.controllers` (the controllers,
+Its parts: :mod:`~reconciler.run.reconciler` (the informers, the queue and the threads),
+:mod:`~reconciler.run.worker` (the worker's passes and the metrics of each reconcile), :mod:`~reconciler.run.controllers` (the controllers,
 each wired to the writer ports it writes through), :mod:`~reconciler.run.probes` (the HTTP
 server) and :mod:`~reconciler.run.process` (the process: clients, election, signals). Each is
 imported from its module: the controllers' wiring, which the controller tests and the

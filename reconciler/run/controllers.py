@@ -15,15 +15,15 @@ from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import DELAY_SECONDS as CONDITION_DELAY_SECONDS
 from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.controller import GangController
+from reconciler.daemon.devicegroups import DeviceGroupController
 from reconciler.daemon.gangobjects import GangObjects
-from reconciler.daemon.groups import GroupController
 from reconciler.daemon.memory import Memories
 from reconciler.daemon.taints import NominatedTaints
-from reconciler.daemon.writer import Writes
 from reconciler.engine.gangs.avoidance import Avoidance
 from reconciler.engine.gangs.queueing import Policy, QueueState
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.ports import Writes
 from troupe.config import Config
 
 
@@ -38,7 +38,7 @@ class Controllers:
     does not plan (:meth:`~reconciler.daemon.handlers.reservations.Reservations.remove_stray`)."""
 
     gangs: GangController
-    groups: GroupController
+    groups: DeviceGroupController
     conditions: ConditionSink
     gang_objects: GangObjects
     taints: NominatedTaints
@@ -71,7 +71,7 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     the configuration's ``releaseConcurrency`` (the release threads); ``condition_delay``
     (seconds) is how long a member's new condition waits to be written
     (:mod:`reconciler.daemon.conditions`). Tests pass a fake clock and a
-    :class:`~reconciler.daemon.writer.fake.FakeCluster`."""
+    :class:`~reconciler.ports.fake.FakeCluster`."""
     memories = Memories()
     waves = handlers.Waves(release_concurrency or config.release_concurrency, writes.fence)
     conditions = ConditionSink(writes.pods, _condition_of(cache), delay=condition_delay,
@@ -79,7 +79,7 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
     # A fifth of the API budget at most: releases never wait behind a flood of status writes (decision 043).
     gang_objects = GangObjects(writes.gang_objects, config.gang_objects, budget=config.kube_api_qps / 5,
                                wall=wall_clock)
-    groups = GroupController(cache, writes.groups, wall_clock)
+    groups = DeviceGroupController(cache, writes.groups, wall_clock)
     taints = NominatedTaints(cache, writes.nodes, config.nomination_max_seconds, wall_clock)
     policy = Policy.from_config(config)
     notices = handlers.Notices(conditions, writes.pods, memories)

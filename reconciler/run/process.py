@@ -17,7 +17,7 @@ from reconciler.daemon import certificates
 from reconciler.daemon.access import Access
 from reconciler.daemon.election import Elector, LeaderElection
 from reconciler.daemon.handlers.waves import default_in_flight
-from reconciler.daemon.writer import UNFENCED, Fence
+from reconciler.ports import UNFENCED, Fence
 from reconciler.run.probes import Health, serve_http
 from reconciler.run.reconciler import LEADER, POOL_EXTRA, Reconciler
 from troupe.cli import interruptible

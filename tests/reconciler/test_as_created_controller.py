@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from reconciler.daemon.writer import WriteError
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.reservations import Record, authentic
+from reconciler.ports import WriteError
 from tests.support.as_created import NAMESPACE, RESERVATION_KEY, job_object, member_pod
 from tests.support.controller_harness import NO_JITTER, Harness
 from tests.support.reconciler_builders import make_node

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.cache.assumed import UNKNOWN_OUTCOME_SECONDS
-from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision.actions import MemberRelease
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.records import Plan
+from reconciler.ports.fake import FakeCluster
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.daemon.writer import WriteError, state_key
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports import WriteError, state_key
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods
 from troupe import contract
 
@@ -183,7 +183,7 @@ def test_a_gang_forgotten_after_its_backoff_takes_its_recorded_entry_with_it():
 
 
 def test_the_state_config_map_keeps_at_most_its_bound_dropping_the_longest_expired_first(monkeypatch):
-    from reconciler.daemon.writer import state
+    from reconciler.ports import state
     monkeypatch.setattr(state, "MAX_STATE_ENTRIES", 3)
     h = Harness(four_nodes(), [], NO_JITTER)
     for i, deadline in enumerate((50.0, 10.0, 30.0, 40.0)):
@@ -196,7 +196,7 @@ def test_one_tenant_rolling_back_many_gangs_evicts_its_own_entries_before_anothe
     """Past the bound, entries go from the namespace that holds the most: a tenant that
     rolls back gang after gang does not push another tenant's backoff out, even one that
     runs out sooner (docs/decisions/049-hostile-tenants-third-round.md)."""
-    from reconciler.daemon.writer import state
+    from reconciler.ports import state
     monkeypatch.setattr(state, "MAX_STATE_ENTRIES", 4)
     h = Harness(four_nodes(), [], NO_JITTER)
     h.cluster.state.save_backoff("victim/train", 1, 10.0)

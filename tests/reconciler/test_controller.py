@@ -8,10 +8,10 @@ import typing
 
 import pytest
 
-from reconciler.daemon.writer import WriteError
 from reconciler.engine.decision import actions
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports import WriteError
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract

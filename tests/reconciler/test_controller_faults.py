@@ -20,7 +20,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from reconciler.daemon.writer import WriteError
+from reconciler.ports import WriteError
 from tests.support.fault_world import GANGS, MEMBERS, GangWorld
 
 

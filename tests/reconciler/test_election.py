@@ -16,7 +16,7 @@ from reconciler.daemon.election import (
     LeaseConflict,
     LeaseError,
 )
-from reconciler.daemon.writer import LostLeadership
+from reconciler.ports import LostLeadership
 
 ELECTION = LeaderElection("troupe-system", "troupe-reconciler", lease_seconds=15, renew_seconds=10, retry_seconds=2)
 

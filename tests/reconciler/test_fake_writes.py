@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.daemon.writer import Conflict, Gone, Refused, WriteError
-from reconciler.daemon.writer.fake import (
+from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.records import Nomination
+from reconciler.engine.model.reservations import Record
+from reconciler.ports import Conflict, Gone, Refused, WriteError
+from reconciler.ports.fake import (
     FakeCluster,
+    FakeDeviceGroupWrites,
     FakeGangObjectWrites,
-    FakeGroupWrites,
     FakeNodeWrites,
     FakePodWrites,
     FakeStateStore,
     FakeWorkloadWrites,
 )
-from reconciler.daemon.writer.fake.state import CONFIG_MAP_MAX_BYTES
-from reconciler.daemon.writer.state import state_key
-from reconciler.engine.model.keys import PodKey
-from reconciler.engine.model.records import Nomination
-from reconciler.engine.model.reservations import Record
+from reconciler.ports.fake.state import CONFIG_MAP_MAX_BYTES
+from reconciler.ports.state import state_key
 from tests.support.as_created import job_object
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
@@ -111,7 +111,7 @@ def test_gang_objects_refuse_a_name_taken_and_writes_to_an_object_that_is_gone()
 
 
 def test_groups_refuse_a_stale_version_an_unsupported_operation_and_a_group_that_does_not_exist():
-    groups = FakeGroupWrites()
+    groups = FakeDeviceGroupWrites()
     stored = groups.add({"metadata": {"name": "g", "finalizers": []}, "spec": {}})
     groups.set_group_finalizers("g", [contract.DEVICE_GROUP_FINALIZER], stored["metadata"]["resourceVersion"])
     with pytest.raises(Conflict):
@@ -124,7 +124,7 @@ def test_groups_refuse_a_stale_version_an_unsupported_operation_and_a_group_that
 
 
 def test_a_group_being_deleted_is_gone_once_its_last_finalizer_is():
-    groups = FakeGroupWrites()
+    groups = FakeDeviceGroupWrites()
     stored = groups.add({"metadata": {"name": "g", "finalizers": [contract.DEVICE_GROUP_FINALIZER],
                                       "deletionTimestamp": "2027-01-15T08:00:00Z"}})
     groups.set_group_finalizers("g", [], stored["metadata"]["resourceVersion"])

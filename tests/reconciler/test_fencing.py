@@ -19,12 +19,12 @@ from kubernetes import client
 from reconciler import kube
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import LostLeadership
-from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.decision.actions import MemberRelease
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination
 from reconciler.engine.model.reservations import Record
+from reconciler.ports import LostLeadership
+from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import compose
 from tests.support.as_created import job_object
 from tests.support.reconciler_builders import make_node, make_pod

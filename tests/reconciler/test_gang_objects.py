@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 
 from reconciler.daemon.gangobjects import KEY_ANNOTATION, TAKEN_BACKOFF_SECONDS, GangObjects
-from reconciler.daemon.writer import LostLeadership, WriteError
-from reconciler.daemon.writer.fake import FakeGangObjectWrites
 from reconciler.engine.decision.gangobject import object_name, same_status, with_times
+from reconciler.ports import LostLeadership, WriteError
+from reconciler.ports.fake import FakeGangObjectWrites
 from tests.support.controller_harness import CONFIG, Harness, four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_pod
 

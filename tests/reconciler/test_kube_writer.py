@@ -12,11 +12,11 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.daemon.writer import Conflict, Gone, LostLeadership, Refused, Unsure, WriteError
 from reconciler.engine.model.keys import PodKey
 from reconciler.kube.client import JSON_PATCH, MERGE_PATCH, RateLimiter
 from reconciler.kube.writer import APF_RETRIES, EventSink, KubeWrites, event_body
 from reconciler.kube.writer import calls as kube_calls
+from reconciler.ports import Conflict, Gone, LostLeadership, Refused, Unsure, WriteError
 
 
 class Response:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from reconciler.daemon.writer.base import UNFENCED, LostLeadership
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.ports.base import UNFENCED, LostLeadership
 from tests.support.controller_harness import Harness, four_nodes
 from tests.support.reconciler_builders import make_pod
 from troupe import contract

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
 from reconciler.daemon.controller import Outcome
-from reconciler.daemon.writer import LostLeadership, Unsure, WriteError
+from reconciler.ports import LostLeadership, Unsure, WriteError
 from tests.support.fault_world import GANGS, MEMBERS, NODES, GangWorld
 
 

@@ -90,7 +90,7 @@ def test_a_new_leader_reads_the_avoided_node_back_and_the_exclusion_ends_when_th
 
 
 def test_the_state_config_map_keeps_its_byte_bound_dropping_what_runs_out_first(monkeypatch):
-    from reconciler.daemon.writer import state
+    from reconciler.ports import state
     h = Harness(four_nodes(), [], NO_JITTER)
     reason = "kube-scheduler refused member w-1 on node n: " + "x" * 200
     for i, until in enumerate((500.0, 100.0, 300.0)):

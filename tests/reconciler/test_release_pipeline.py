@@ -13,7 +13,6 @@ from kubernetes import client
 
 from reconciler.daemon.controller import Outcome
 from reconciler.daemon.cycle import Cycle
-from reconciler.daemon.writer import LostLeadership, Unsure, WriteError
 from reconciler.engine.decision import actions
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.snapshot import Snapshot
@@ -21,6 +20,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
+from reconciler.ports import LostLeadership, Unsure, WriteError
 from reconciler.run.reconciler import Reconciler
 from tests.support.controller_harness import NO_JITTER, Harness
 from tests.support.reconciler_builders import make_node, make_pod

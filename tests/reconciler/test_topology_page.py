@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from reconciler.daemon.writer.fake import FakeCluster
+from reconciler.ports.fake import FakeCluster
 from reconciler.run import topology as reconciler_map
 from reconciler.run.probes import Health
 from reconciler.run.reconciler import Reconciler

@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
-from reconciler.daemon.writer import WriteError
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports import WriteError
 from tests.support.as_created import NAMESPACE, job_object, member_pod
 from tests.support.controller_harness import NO_JITTER, Harness, four_nodes, gang_pods, own
 from tests.support.reconciler_builders import make_node, make_pod

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.objects.snapshot_io import read_file, read_retained
+from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import compose
 from reconciler.tools import plugin, simulate, views
 from tests.support.engine_builders import (

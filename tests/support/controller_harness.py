@@ -8,9 +8,9 @@ import json
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.controller import GangController
-from reconciler.daemon.writer import UNFENCED
-from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports import UNFENCED
+from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import Controllers, compose
 from tests.support.as_created import RESERVATION_KEY
 from tests.support.reconciler_builders import make_node, make_pod

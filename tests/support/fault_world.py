@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer.fake import FakeCluster
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
+from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import Controllers, compose
 from tests.support.reconciler_builders import make_node, make_pod
 from troupe import contract
@@ -34,7 +34,7 @@ MEMBERS = [f"{g}-{i}" for g, n in GANGS.items() for i in range(n)]
 
 
 class GangWorld(RuleBasedStateMachine):
-    """The cluster (a :class:`~reconciler.daemon.writer.fake.FakeCluster`), its pods and the
+    """The cluster (a :class:`~reconciler.ports.fake.FakeCluster`), its pods and the
     wall clock; a subclass starts its reconciler in :meth:`_start` (``self.cache``,
     ``self.controllers``, ``self.controller``) and adds its faults."""
 

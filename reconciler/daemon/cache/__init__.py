@@ -1,6 +1,8 @@
 """The reconciler's in-memory view of the cluster: each pod and node with its parsed form,
 the index of gangs, SharedDeviceGroups and their pods (:class:`ClusterCache`, in
-:mod:`~reconciler.daemon.cache.cluster`), and what sizes gangs of ``<prefix>-size: auto``:
+:mod:`~reconciler.daemon.cache.cluster`, over its tables and the versions they compare in
+:mod:`~reconciler.daemon.cache.entries`, with the handlers of nodes and of SharedDeviceGroups in
+:mod:`~reconciler.daemon.cache.nodes` and :mod:`~reconciler.daemon.cache.devicegroups`), and what sizes gangs of ``<prefix>-size: auto``:
 Jobs' parallelism and the workload objects (Jobs, JobSets, LeaderWorkerSets, PyTorchJobs,
 kept as :class:`~reconciler.engine.model.workloads.Workload` values, not as objects;
 :class:`WorkloadIndex`, in :mod:`~reconciler.daemon.cache.workloads`), and the
@@ -33,7 +35,8 @@ resourceVersion the cache already holds is neither cut, parsed nor indexed again
 from __future__ import annotations
 
 from reconciler.daemon.cache.budgets import BudgetIndex
-from reconciler.daemon.cache.cluster import ClusterCache, Entry
+from reconciler.daemon.cache.cluster import ClusterCache
+from reconciler.daemon.cache.entries import Entry
 from reconciler.daemon.cache.keys import (
            GroupKey,
            RecordKey,

@@ -3,22 +3,29 @@ docstring of :mod:`reconciler.daemon.cache` says how it is fed and what it keeps
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from reconciler.daemon.cache.assumed import UNKNOWN_OUTCOME_SECONDS, Assumptions
 from reconciler.daemon.cache.budgets import BudgetIndex
+from reconciler.daemon.cache.devicegroups import DeviceGroupHandlers
 from reconciler.daemon.cache.dra import DraIndex
+from reconciler.daemon.cache.entries import (
+    Entry,
+    object_version,
+    older,
+    resource_version,
+    same_version,
+)
 from reconciler.daemon.cache.keys import group_key
+from reconciler.daemon.cache.nodes import NodeHandlers
 from reconciler.daemon.cache.podgroups import PodGroupIndex
 from reconciler.daemon.cache.tombstones import Tombstones
 from reconciler.daemon.cache.unreadable import Unreadable
 from reconciler.daemon.cache.volumes import VolumeIndex
-from reconciler.daemon.cache.workloads import Obj, WorkloadIndex, namespace_and_name
+from reconciler.daemon.cache.workloads import Obj, WorkloadIndex
 from reconciler.engine.gangs.gang import Gang, build_gang
 from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.draunits import NodesMemo
@@ -31,72 +38,15 @@ from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.devicegroups import DeviceGroup
 from reconciler.engine.model.fields import shared
 from reconciler.engine.model.keys import PodKey, WorkloadKey
-from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo, same_for_decisions, unreadable_pod
 from reconciler.engine.model.workloads import Workload
-from reconciler.objects.retain import DEVICE_GROUP, JOB, NODE, POD, Keep, retain
-from troupe import contract
+from reconciler.objects.retain import JOB, POD, retain
 from troupe.config import Config
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A cached object's parsed form (``info``; None when it could not be parsed) and its
-    ``version``, ``(uid, resourceVersion)`` as the object gave them (``""`` when absent).
-    ``obj``: the object itself, kept for SharedDeviceGroups (their writers read it) and by a
-    cache that keeps objects whole (a benchmark's baseline); None for a pod or a node of a
-    retaining cache, whose readers read the parsed form alone
-    (docs/decisions/059-cache-keeps-parsed-forms.md). ``partial``: the form is a pod's
-    :func:`~reconciler.engine.model.pods.unreadable_pod`, for its gang only (kept out of
-    snapshots)."""
-
-    obj: Obj | None
-    info: Any
-    partial: bool = False
-    version: tuple[str, str] = ("", "")
-
-
-#: A resourceVersion the cache compares: etcd's revision, a uint64 (20 ASCII digits at most).
-_RESOURCE_VERSION = re.compile(r"[0-9]{1,20}")
-
-
-def _rv(raw: str) -> int | None:
-    """A resourceVersion as the number it is, None when it is not one (absent: ``""``)."""
-    return int(raw) if _RESOURCE_VERSION.fullmatch(raw) else None
-
-
-def _version(obj: Obj) -> tuple[str, str]:
-    """An object's ``(uid, resourceVersion)``, ``""`` for either when absent or not a string."""
-    meta = contract.pod_meta(obj)
-    uid, rv = meta.get("uid"), meta.get("resourceVersion")
-    return (uid if isinstance(uid, str) else "", rv if isinstance(rv, str) else "")
-
 
 __all__ = ["ClusterCache", "Entry"]
 
 
-def _same_node(a: NodeInfo | None, b: NodeInfo | None) -> bool:
-    """Whether two parses of a node agree on everything the engine reads."""
-    if a is None or b is None:
-        return a is b
-    return (a.labels == b.labels and a.allocatable == b.allocatable and a.taints == b.taints
-            and a.ready == b.ready and a.unschedulable == b.unschedulable
-            and a.not_ready_since == b.not_ready_since and a.failures == b.failures)
-
-
-def _older(obj: Obj, current: Entry | None) -> bool:
-    """Whether ``obj`` is older (a lower resourceVersion) than the cached ``current``: an
-    event or a list that a write of ours overtook."""
-    new_rv, cur_rv = _rv(_version(obj)[1]), _rv(current.version[1]) if current else None
-    return new_rv is not None and cur_rv is not None and new_rv < cur_rv
-
-
-def _same_version(current: Entry | None, obj: Obj) -> bool:
-    """``obj`` is the version ``current`` was made of: same uid and resourceVersion."""
-    return current is not None and bool(current.version[1]) and current.version == _version(obj)
-
-
-class ClusterCache:
+class ClusterCache(NodeHandlers, DeviceGroupHandlers):
     """Pods by :class:`PodKey`, nodes by name, gang key -> member refs, Jobs'
     parallelism, SharedDeviceGroups by name (and their pods). Thread-safe.
 
@@ -159,17 +109,7 @@ class ClusterCache:
         #: count them as written (:mod:`.assumed`, docs/decisions/068-release-pipeline.md).
         self._assumed = Assumptions(clock)
 
-    # --- retaining ---------------------------------------------------------------------
-    def _retain(self, policy: Keep, obj: Obj, current: Entry | None) -> Obj:
-        if _same_version(current, obj):
-            return obj  # the cache keeps its entry and lets this copy go: no cut
-        return retain(policy, obj) if self.retained else obj
-
-    def _kept(self, obj: Obj) -> Obj | None:
-        """What an entry of a pod or a node holds of its object: nothing, unless the cache
-        keeps objects whole."""
-        return None if self.retained else obj
-
+    # --- retaining (nodes' and groups' in :mod:`.nodes`, :mod:`.devicegroups`) -----------
     def retain_pod(self, pod: Obj) -> Obj:
         """What the cache parses of ``pod`` (:data:`reconciler.objects.retain.POD`), or ``pod``
         as it is when the cache holds this version already (it will not be read again):
@@ -178,13 +118,6 @@ class ClusterCache:
             current = self._pods.get(PodKey.of(pod))
         return self._retain(POD, pod, current)
 
-    def retain_node(self, node: Obj) -> Obj:
-        """What the cache parses of ``node`` (:data:`reconciler.objects.retain.NODE`), or ``node``
-        as it is when the cache holds this version already: the nodes informer's ``transform``."""
-        with self._lock:
-            current = self._nodes.get(namespace_and_name(node)[1])
-        return self._retain(NODE, node, current)
-
     def retain_job(self, job: Obj) -> Obj:
         """What is read of a Job (:data:`reconciler.objects.retain.JOB`): the jobs informer's ``transform``."""
         return retain(JOB, job) if self.retained else job
@@ -192,11 +125,6 @@ class ClusterCache:
     def assume_workload(self, kind: str, obj: Obj) -> None:
         """Apply a workload as a write of ours returned it, ahead of its watch event."""
         self.workloads.workload_event(kind, "MODIFIED", self.retain_job(obj) if kind == "Job" else obj)
-
-    def retain_group(self, group: Obj) -> Obj:
-        """What is kept of a SharedDeviceGroup (:data:`reconciler.objects.retain.DEVICE_GROUP`): the
-        groups informer's ``transform``, and what the controller's writes return."""
-        return retain(DEVICE_GROUP, group) if self.retained else group
 
     # --- pods ------------------------------------------------------------------------
     def _touch(self, key: str) -> None:
@@ -224,7 +152,7 @@ class ClusterCache:
     def _put_pod(self, pod: Obj) -> set[str]:
         ref = PodKey.of(pod)
         current = self._pods.get(ref)
-        if _same_version(current, pod):  # this very version is stored, parsed and indexed already
+        if same_version(current, pod):  # this very version is stored, parsed and indexed already
             if ref in self._assumed and current is not None and \
                     self._assumed.settled_by(ref, None if current.partial else current.info):
                 self._restore(ref)  # a write's response that the watch delivered first
@@ -241,7 +169,7 @@ class ClusterCache:
             ref = info.key  # one key object for the pod's entry, its info and the indexes
         if key is not None:
             key = shared(key)  # the gang's members hold one string
-        self._pods[ref] = Entry(self._kept(pod), info, bool(why), _version(pod))
+        self._pods[ref] = Entry(self._kept(pod), info, bool(why), object_version(pod))
         if self._usage is not None:
             self._usage.remove(ref)
         if info is not None and not why:  # what a snapshot holds (an unreadable pod counts for nothing)
@@ -301,7 +229,7 @@ class ClusterCache:
             with self._lock:
                 ref = PodKey.of(pod)
                 seen.add(ref)
-                if _older(pod, self._pods.get(ref)):
+                if older(pod, self._pods.get(ref)):
                     continue  # the controller assumed a newer version while the list was on its way
                 self._put_pod(pod)
         with self._lock:
@@ -319,12 +247,12 @@ class ClusterCache:
         with self._lock:
             ref = PodKey.of(pod)
             if kind == "DELETED":
-                self._gone.bury(("pod", str(ref)), _rv(_version(pod)[1]))
+                self._gone.bury(("pod", str(ref)), resource_version(object_version(pod)[1]))
                 return self._drop_pod(ref)
             current = self._pods.get(ref)
-            if _older(pod, current):
+            if older(pod, current):
                 return set()
-            if current is None and self._gone.buried(("pod", str(ref)), _rv(_version(pod)[1])):
+            if current is None and self._gone.buried(("pod", str(ref)), resource_version(object_version(pod)[1])):
                 return set()
             return self._put_pod(pod)
 
@@ -400,13 +328,6 @@ class ClusterCache:
             self._readable_pods[ref] = entry.info
         else:
             self._readable_pods.pop(ref, None)
-
-    def _lookup(self, table: Mapping[Any, Entry], key: object) -> tuple[Obj | None, Any]:
-        """The object of ``key`` in ``table`` (one of the cache's) and its parsed form, or
-        ``(None, None)``."""
-        with self._lock:
-            entry = table.get(key)
-        return (None, None) if entry is None else (entry.obj, entry.info)
 
     def pod_info(self, ref: PodKey) -> PodInfo | None:
         """The parsed cached pod, or None (unknown, or unreadable)."""
@@ -509,113 +430,6 @@ class ClusterCache:
     def workload_unavailable(self, kind: str, why: str) -> None:
         """:meth:`WorkloadIndex.workload_unavailable`."""
         self.workloads.workload_unavailable(kind, why)
-
-    # --- SharedDeviceGroups ------------------------------------------------------------
-    def _parse_group(self, obj: Obj) -> Entry:
-        group, why = self.unreadable.read("SharedDeviceGroup", namespace_and_name(obj)[1], DeviceGroup.from_object, obj)
-        return Entry(obj, group if group is not None else why, False, _version(obj))
-
-    def replace_groups(self, items: Iterable[Obj]) -> set[str]:
-        """Replace every SharedDeviceGroup with a fresh list; returns the group keys
-        (:func:`group_key`) before or after."""
-        with self._lock:
-            before = set(self._groups)
-            self._groups = {namespace_and_name(g)[1]: self._parse_group(self.retain_group(g)) for g in items}
-            self.version += 1
-            return {group_key(g) for g in before | set(self._groups)}
-
-    def group_event(self, kind: str, obj: Obj) -> set[str]:
-        """Apply a SharedDeviceGroup watch event; returns its group key."""
-        with self._lock:
-            name = namespace_and_name(obj)[1]
-            if kind == "DELETED":
-                self.unreadable.forget("SharedDeviceGroup", name)
-                self._gone.bury(("group", name), _rv(_version(obj)[1]))
-                self._groups.pop(name, None)
-            else:
-                current = self._groups.get(name)
-                if _older(obj, current):
-                    return set()
-                if current is None and self._gone.buried(("group", name), _rv(_version(obj)[1])):
-                    return set()
-                self._groups[name] = self._parse_group(self.retain_group(obj))
-            self.version += 1
-            return {group_key(name)}
-
-    def assume_group(self, obj: Obj) -> None:
-        """Record the group a write of ours returned, ahead of its watch event."""
-        self.group_event("MODIFIED", obj)
-
-    def group(self, name: str) -> tuple[Obj, DeviceGroup | str] | None:
-        """The cached group object and its parsed form (or why it cannot be read), or None."""
-        with self._lock:
-            entry = self._groups.get(name)
-            return None if entry is None or entry.obj is None else (entry.obj, entry.info)
-
-    def group_keys(self) -> set[str]:
-        """The work-queue keys of every cached group."""
-        with self._lock:
-            return {group_key(g) for g in self._groups}
-
-    def group_pods(self, name: str) -> list[PodInfo]:
-        """Every parsed pod that joins group ``name`` (``deviceshare.io/group``)."""
-        with self._lock:
-            return [i for r in self._group_pods.get(name, ()) if (i := self._pods[r].info) is not None]
-
-    def group_gangs(self, name: str) -> set[str]:
-        """The keys of the gangs with a gated member in group ``name``."""
-        with self._lock:
-            return {k for r in self._group_pods.get(name, ()) if (i := self._pods[r].info) is not None
-                    and i.gated and i.active and (k := self._gang_of.get(r)) is not None}
-
-    # --- nodes -----------------------------------------------------------------------
-    def replace_nodes(self, items: Iterable[Obj]) -> None:
-        """Replace every node with a fresh list, applied as it comes (``items`` may be a
-        stream, as for :meth:`replace_pods`); a node of the same version as the stored
-        one keeps its entry; nodes absent from the list are dropped."""
-        with self._lock:
-            self._snapshot = self._table = self._usage = None
-        seen: set[str] = set()
-        for n in items:
-            with self._lock:
-                name = namespace_and_name(n)[1]
-                seen.add(name)
-                if not _same_version(self._nodes.get(name), n):
-                    n = self._retain(NODE, n, None)
-                    self._nodes[name] = Entry(self._kept(n), self.unreadable.read("node", name, NodeInfo.from_object, n)[0],
-                                              False, _version(n))
-        with self._lock:
-            for name in [k for k in self._nodes if k not in seen]:
-                del self._nodes[name]
-            self._node_version += 1
-            self.version += 1
-
-    def node_event(self, kind: str, node: Obj) -> bool:
-        """Apply a node watch event; returns whether anything a decision reads changed
-        (a status heartbeat changes nothing)."""
-        with self._lock:
-            name = namespace_and_name(node)[1]
-            if kind == "DELETED":
-                self.unreadable.forget("node", name)
-                if self._nodes.pop(name, None) is None:
-                    return False
-            else:
-                current = self._nodes.get(name)
-                if _same_version(current, node):
-                    return False  # the same version again
-                node = self._retain(NODE, node, None)
-                info = self.unreadable.read("node", name, NodeInfo.from_object, node)[0]
-                self._nodes[name] = Entry(self._kept(node), info, False, _version(node))
-                if current is not None and _same_node(current.info, info):
-                    return False  # a status heartbeat: nothing a decision reads has changed
-            self._node_version += 1
-            self.version += 1
-            return True
-
-    def node_info(self, name: str) -> NodeInfo | None:
-        """The parsed node, or None (unknown, or unreadable)."""
-        info: NodeInfo | None = self._lookup(self._nodes, name)[1]
-        return info
 
     # --- snapshots -------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

@@ -10,14 +10,14 @@ import logging
 from reconciler.daemon.handlers.done import Done
 from reconciler.daemon.memory import Memory
 from reconciler.daemon.metrics import NODE_AVOIDANCES, NODE_FAILURES_RECORDED
-from reconciler.daemon.writer.base import Gone, WriteError
-from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.engine.decision.actions import RecordNodeFailures
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.avoidance import Avoidance, NodeFailure, merged
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.model.nodes import NodeInfo, node_failures
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.ports.base import Gone, WriteError
+from reconciler.ports.nodes import NodeWrites
 
 log = logging.getLogger("reconciler.daemon.controller")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from reconciler.daemon.conditions import ConditionSink
 from reconciler.daemon.memory import Memories
-from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.decision import actions
 from reconciler.engine.decision.conditions import MAX_MESSAGE
 from reconciler.engine.decision.conditions import conditions as gang_conditions
@@ -15,6 +14,7 @@ from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.lifecycle import Audience
 from reconciler.engine.model.pods import PodInfo
+from reconciler.ports.pods import PodWrites
 
 
 class Notices:

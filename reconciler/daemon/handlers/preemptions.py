@@ -15,8 +15,6 @@ from reconciler.daemon.handlers.notices import Notices
 from reconciler.daemon.handlers.waves import Waves
 from reconciler.daemon.memory import Memory
 from reconciler.daemon.taints import NominatedTaints
-from reconciler.daemon.writer.base import Conflict, Gone, Refused, WriteError
-from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.decision.actions import ClearNominations, Preempt
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs import nominated
@@ -24,6 +22,8 @@ from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.preemption import candidates as victim_gangs
+from reconciler.ports.base import Conflict, Gone, Refused, WriteError
+from reconciler.ports.pods import PodWrites
 
 log = logging.getLogger("reconciler.daemon.controller")
 

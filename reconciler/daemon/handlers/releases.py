@@ -21,13 +21,11 @@ from collections.abc import Callable
 
 from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.conditions import ConditionSink
-from reconciler.daemon.groups import GroupController
+from reconciler.daemon.devicegroups import DeviceGroupController
 from reconciler.daemon.handlers.done import Done
 from reconciler.daemon.handlers.notices import Notices
 from reconciler.daemon.handlers.waves import Waves
 from reconciler.daemon.memory import Memories, Memory
-from reconciler.daemon.writer.base import Conflict, Gone, LostLeadership, Unsure, WriteError
-from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.decision.actions import MemberRelease, Release
 from reconciler.engine.decision.conditions import released as released_condition
 from reconciler.engine.decision.seen import Decision
@@ -35,6 +33,8 @@ from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.records import Plan
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.ports.base import Conflict, Gone, LostLeadership, Unsure, WriteError
+from reconciler.ports.pods import PodWrites
 from troupe import contract
 
 log = logging.getLogger("reconciler.daemon.controller")
@@ -48,7 +48,7 @@ class Releases:
     ``memories``. ``wall_clock`` gives seconds since the epoch (``released-at``)."""
 
     def __init__(self, cache: ClusterCache, pods: PodWrites, waves: Waves, conditions: ConditionSink,
-                 groups: GroupController, notices: Notices, wall_clock: Callable[[], float],
+                 groups: DeviceGroupController, notices: Notices, wall_clock: Callable[[], float],
                  memories: Memories) -> None:
         self.cache, self.pods, self.waves, self.conditions = cache, pods, waves, conditions
         self.groups, self.notices, self.wall_clock, self.memories = groups, notices, wall_clock, memories

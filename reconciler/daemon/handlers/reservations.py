@@ -12,13 +12,13 @@ from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.handlers.done import Done
 from reconciler.daemon.handlers.waves import Waves
 from reconciler.daemon.memory import Memory
-from reconciler.daemon.writer.base import Conflict, Gone, WriteError
-from reconciler.daemon.writer.workloads import WorkloadWrites
 from reconciler.engine.decision.actions import DropReservation, Reserve
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.reservations import Record
+from reconciler.ports.base import Conflict, Gone, WriteError
+from reconciler.ports.workloads import WorkloadWrites
 from troupe import contract
 
 log = logging.getLogger("reconciler.daemon.controller")

@@ -15,15 +15,15 @@ from reconciler.daemon.handlers.done import Done
 from reconciler.daemon.handlers.notices import Notices
 from reconciler.daemon.handlers.waves import Waves
 from reconciler.daemon.memory import Memories, Memory
-from reconciler.daemon.writer.base import Gone, WriteError
-from reconciler.daemon.writer.pods import PodWrites
-from reconciler.daemon.writer.state import StateStore
 from reconciler.engine.decision.actions import ClearPlans, ForgetBackoff, RollBack
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.refusals import AVOID_SECONDS
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.ports.base import Gone, WriteError
+from reconciler.ports.pods import PodWrites
+from reconciler.ports.state import StateStore
 
 log = logging.getLogger("reconciler.daemon.controller")
 
@@ -49,7 +49,7 @@ class Rollbacks:
     def roll_back(self, gang: Gang, decision: Decision, action: RollBack, memory: Memory, now: float) -> Done:
         """Delete the owned members of the timed-out (or refused) release (their owner
         recreates them), tell the ownerless ones, and back off. The backoff is recorded
-        (:meth:`~reconciler.daemon.writer.state.StateStore.save_backoff`) before any member
+        (:meth:`~reconciler.ports.state.StateStore.save_backoff`) before any member
         is deleted, so a new leader keeps it even if this one dies mid-rollback. One Event
         (the rule's: ``GangTimedOut``, ``GangRefused``) tells the gang. A refusal does not
         back off: its nodes are recorded as avoided instead

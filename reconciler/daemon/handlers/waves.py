@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from reconciler.daemon.writer.base import Fence, LostLeadership
+from reconciler.ports.base import Fence, LostLeadership
 
 log = logging.getLogger("reconciler.daemon.controller")
 

@@ -94,7 +94,7 @@ class MemberRelease:
 
     def applied(self, pod: PodInfo, released_at: str, plan: Plan | None = None) -> PodInfo:
         """``pod`` (this member as the decision saw it) as its release's one update leaves it
-        (:func:`reconciler.daemon.writer.pods.release_patch`): pinned to :attr:`node`,
+        (:func:`reconciler.ports.pods.release_patch`): pinned to :attr:`node`,
         stamped with :attr:`planned_at` and ``released_at`` (RFC 3339), carrying ``plan``
         (the record of the first member of a release of several) and its devices, its
         nomination ended and Troupe's gates gone (other components' gates stay). What a

@@ -1,5 +1,5 @@
 """The writer ports against a real API server, one module per port
-(:mod:`reconciler.daemon.writer` says what each writes), over what they share: each request's
+(:mod:`reconciler.ports` says what each writes), over what they share: each request's
 rate limit, fence and retries (:mod:`.calls`) and the Events sent from a background thread
 (:mod:`.events`). :class:`KubeWrites` makes the six of one reconciler."""
 
@@ -7,25 +7,25 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from reconciler.daemon import writer as ports
-from reconciler.daemon.writer.base import UNFENCED, Fence
+from reconciler import ports
 from reconciler.kube.client import RateLimiter
 from reconciler.kube.writer.calls import APF_MAX_WAIT, APF_RETRIES, Calls
+from reconciler.kube.writer.devicegroups import KubeDeviceGroupWrites
 from reconciler.kube.writer.events import EventSink, event_body
 from reconciler.kube.writer.gangobjects import KubeGangObjectWrites
-from reconciler.kube.writer.groups import KubeGroupWrites
 from reconciler.kube.writer.nodes import KubeNodeWrites
 from reconciler.kube.writer.pods import KubePodWrites
 from reconciler.kube.writer.state import KubeStateStore
 from reconciler.kube.writer.workloads import KubeWorkloadWrites
+from reconciler.ports.base import UNFENCED, Fence
 
 __all__ = [
     "APF_MAX_WAIT",
     "APF_RETRIES",
     "Calls",
     "EventSink",
+    "KubeDeviceGroupWrites",
     "KubeGangObjectWrites",
-    "KubeGroupWrites",
     "KubeNodeWrites",
     "KubePodWrites",
     "KubeStateStore",
@@ -36,7 +36,7 @@ __all__ = [
 
 
 class KubeWrites:
-    """The six writer ports of one reconciler (a :class:`~reconciler.daemon.writer.Writes`)
+    """The six writer ports of one reconciler (a :class:`~reconciler.ports.Writes`)
     over the API client ``api``: their requests share ``limiter`` (the configuration's
     ``kubeAPIQPS``/``kubeAPIBurst``) and pass ``fence`` (checked again at the socket when
     ``api`` was made with :func:`~reconciler.kube.client.api_client`'s ``fence``); the pods',
@@ -53,7 +53,7 @@ class KubeWrites:
         self.nodes: ports.NodeWrites = KubeNodeWrites(api, calls, self.events)
         self.workloads: ports.WorkloadWrites = KubeWorkloadWrites(api, calls, self.events)
         self.gang_objects: ports.GangObjectWrites = KubeGangObjectWrites(api, calls)
-        self.groups: ports.GroupWrites = KubeGroupWrites(api, calls)
+        self.groups: ports.DeviceGroupWrites = KubeDeviceGroupWrites(api, calls)
         self.state: ports.StateStore = KubeStateStore(api, calls, state)
 
     def close(self) -> None:

@@ -12,7 +12,8 @@ from typing import Any, NoReturn
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.daemon.writer.base import (
+from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message, read_whole
+from reconciler.ports.base import (
     UNFENCED,
     Conflict,
     Fence,
@@ -21,7 +22,6 @@ from reconciler.daemon.writer.base import (
     Unsure,
     WriteError,
 )
-from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message, read_whole
 
 #: Attempts of a request that API Priority and Fairness rejects (429), each after the
 #: ``Retry-After`` it gives (at most :data:`APF_MAX_WAIT` seconds).
@@ -44,7 +44,7 @@ class Calls:
 
     def send(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One request: a token of the rate limit, the fence, then ``fn``. Raises
-        ``ApiException``, what the fence raises, and :class:`~reconciler.daemon.writer.base.Unsure`
+        ``ApiException``, what the fence raises, and :class:`~reconciler.ports.base.Unsure`
         when the request may have gone out and no response came (a timeout, a connection
         dropped: urllib3's errors)."""
         self.limiter.wait()
@@ -58,9 +58,9 @@ class Calls:
         """``fn(*args, **kwargs)`` through :meth:`send`, retried after the wait a 429 of
         API Priority and Fairness asks for (``Retry-After``, at most :data:`APF_MAX_WAIT`
         seconds, up to :data:`APF_RETRIES` times). Raises
-        :class:`~reconciler.daemon.writer.base.Conflict`,
-        :class:`~reconciler.daemon.writer.base.Gone`,
-        :class:`~reconciler.daemon.writer.base.WriteError` naming ``what``."""
+        :class:`~reconciler.ports.base.Conflict`,
+        :class:`~reconciler.ports.base.Gone`,
+        :class:`~reconciler.ports.base.WriteError` naming ``what``."""
         for attempt in range(APF_RETRIES + 1):
             try:
                 return self.send(fn, *args, **kwargs)
@@ -73,7 +73,7 @@ class Calls:
 
     def call_eviction(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """An eviction through :meth:`send`, not retried: its 429 is a
-        PodDisruptionBudget's refusal (:class:`~reconciler.daemon.writer.base.Refused`).
+        PodDisruptionBudget's refusal (:class:`~reconciler.ports.base.Refused`).
         Raises as :meth:`call` too."""
         try:
             return self.send(fn, *args, **kwargs)

@@ -12,9 +12,9 @@ import threading
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.daemon.writer.base import UNFENCED, Fence, LostLeadership
 from reconciler.engine.model.keys import PodKey
 from reconciler.kube.client import REQUEST_TIMEOUT, RateLimiter, error_message, read_whole
+from reconciler.ports.base import UNFENCED, Fence, LostLeadership
 
 log = logging.getLogger("reconciler.kube.writer")
 

@@ -8,15 +8,15 @@ from typing import Any
 
 from kubernetes import client
 
-from reconciler.daemon.writer.base import Conflict, Gone
-from reconciler.daemon.writer.gangobjects import GangObjectWrites
 from reconciler.kube.client import JSON_PATCH
 from reconciler.kube.writer.calls import Calls
+from reconciler.ports.base import Conflict, Gone
+from reconciler.ports.gangobjects import GangObjectWrites
 from troupe import contract
 
 
 class KubeGangObjectWrites(GangObjectWrites):
-    """The :class:`~reconciler.daemon.writer.gangobjects.GangObjectWrites` primitives against
+    """The :class:`~reconciler.ports.gangobjects.GangObjectWrites` primitives against
     a real API server, through ``calls`` (``fence`` is its fence): the paged list of every
     namespace's Gang objects, a get of one, a create, a JSON patch of the ``status`` subresource, a delete
     under a UID precondition."""

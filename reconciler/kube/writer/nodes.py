@@ -8,15 +8,15 @@ from typing import Any
 
 from kubernetes import client
 
-from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.engine.model.keys import PodKey
 from reconciler.kube.client import MERGE_PATCH
 from reconciler.kube.writer.calls import Calls
 from reconciler.kube.writer.events import EventSink
+from reconciler.ports.nodes import NodeWrites
 
 
 class KubeNodeWrites(NodeWrites):
-    """The :class:`~reconciler.daemon.writer.nodes.NodeWrites` primitives against a real API
+    """The :class:`~reconciler.ports.nodes.NodeWrites` primitives against a real API
     server, through ``calls`` (``fence`` is its fence): a node read, and a JSON merge patch of
     a node. Events go out on ``events``'s thread."""
 

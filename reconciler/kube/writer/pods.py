@@ -8,16 +8,16 @@ from typing import Any
 
 from kubernetes import client
 
-from reconciler.daemon.writer.base import Conflict, Gone
-from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.model.keys import PodKey
 from reconciler.kube.client import SMP
 from reconciler.kube.writer.calls import Calls
 from reconciler.kube.writer.events import EventSink
+from reconciler.ports.base import Conflict, Gone
+from reconciler.ports.pods import PodWrites
 
 
 class KubePodWrites(PodWrites):
-    """The :class:`~reconciler.daemon.writer.pods.PodWrites` primitives against a real API
+    """The :class:`~reconciler.ports.pods.PodWrites` primitives against a real API
     server, through ``calls`` (their rate limit, fence and retries; ``fence`` is its fence):
     reads and writes of ``pods``, strategic-merge patches of a pod and of ``pods/status``,
     deletions and evictions (policy/v1) under a UID precondition. Events go out on
@@ -56,8 +56,8 @@ class KubePodWrites(PodWrites):
 
     def _send_eviction(self, ref: PodKey, uid: str, what: str, **options: str) -> None:
         """POST ``pods/eviction`` for the pod of UID ``uid`` (``options``: query options such
-        as ``dry_run``). Raises :class:`~reconciler.daemon.writer.base.Refused`,
-        :class:`~reconciler.daemon.writer.base.Gone` (also for another UID)."""
+        as ``dry_run``). Raises :class:`~reconciler.ports.base.Refused`,
+        :class:`~reconciler.ports.base.Gone` (also for another UID)."""
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=ref.name, namespace=ref.namespace),
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),

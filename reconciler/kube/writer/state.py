@@ -7,14 +7,14 @@ from collections.abc import Mapping
 
 from kubernetes import client
 
-from reconciler.daemon.writer.base import Gone
-from reconciler.daemon.writer.state import StateStore
 from reconciler.kube.client import MERGE_PATCH
 from reconciler.kube.writer.calls import Calls
+from reconciler.ports.base import Gone
+from reconciler.ports.state import StateStore
 
 
 class KubeStateStore(StateStore):
-    """The :class:`~reconciler.daemon.writer.state.StateStore` primitives against a real API
+    """The :class:`~reconciler.ports.state.StateStore` primitives against a real API
     server, through ``calls`` (``fence`` is its fence). ``location`` is the ``(namespace,
     name)`` of the ConfigMap that keeps the reconciler's own state (rollback backoffs), so a
     new leader continues where the last one stopped; None keeps nothing (a read finds it

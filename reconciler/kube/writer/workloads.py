@@ -8,16 +8,16 @@ from typing import Any
 
 from kubernetes import client
 
-from reconciler.daemon.writer.workloads import WorkloadWrites
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.keys import PodKey, WorkloadKey
 from reconciler.kube.client import JSON_PATCH, MERGE_PATCH
 from reconciler.kube.writer.calls import Calls
 from reconciler.kube.writer.events import EventSink
+from reconciler.ports.workloads import WorkloadWrites
 
 
 class KubeWorkloadWrites(WorkloadWrites):
-    """The :class:`~reconciler.daemon.writer.workloads.WorkloadWrites` primitive against a
+    """The :class:`~reconciler.ports.workloads.WorkloadWrites` primitive against a
     real API server, through ``calls`` (``fence`` is its fence): a patch of a batch/v1 Job, or
     of a custom workload object (JobSet, LeaderWorkerSet, PyTorchJob) by its kind's group,
     version and plural. Events go out on ``events``'s thread."""

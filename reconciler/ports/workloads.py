@@ -5,7 +5,7 @@ about a workload.
 :class:`WorkloadWrites` makes them over one primitive an implementation provides
 (``_patch_workload``) and :meth:`~WorkloadWrites.emit_event`:
 :class:`reconciler.kube.writer.workloads.KubeWorkloadWrites` against the API server,
-:class:`reconciler.daemon.writer.fake.workloads.FakeWorkloadWrites` in memory. The record is
+:class:`reconciler.ports.fake.workloads.FakeWorkloadWrites` in memory. The record is
 written with a JSON merge patch of the one annotation (a Job's status changes all the
 time; a precondition on its resourceVersion would refuse most writes for nothing, and only
 the leader writes the annotation). It is removed with a JSON patch that first tests the
@@ -19,9 +19,9 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reconciler.daemon.writer.base import Fenced
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.reservations import Record
+from reconciler.ports.base import Fenced
 from troupe import contract
 
 
@@ -36,9 +36,9 @@ class WorkloadWrites(Fenced, abc.ABC):
     @abc.abstractmethod
     def _patch_workload(self, workload: WorkloadKey, patch: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Apply ``patch`` to the workload (a mapping: a JSON merge patch; a list: a JSON
-        patch); returns the object. Raises :class:`~reconciler.daemon.writer.base.Conflict`
-        (a JSON patch's ``test`` failed), :class:`~reconciler.daemon.writer.base.Gone`,
-        :class:`~reconciler.daemon.writer.base.WriteError`."""
+        patch); returns the object. Raises :class:`~reconciler.ports.base.Conflict`
+        (a JSON patch's ``test`` failed), :class:`~reconciler.ports.base.Gone`,
+        :class:`~reconciler.ports.base.WriteError`."""
 
     @abc.abstractmethod
     def emit_event(self, workload: WorkloadKey, kind: str, reason: str, message: str) -> None:
@@ -51,7 +51,7 @@ class WorkloadWrites(Fenced, abc.ABC):
         ``reconciler.troupe.io/reservation`` if the workload's UID is still ``uid`` (the
         patch carries ``metadata.uid``, which kube-apiserver refuses with 409 Conflict on an
         object of another UID: a record is never written on a workload it was not signed
-        for); returns the object. Raises :class:`~reconciler.daemon.writer.base.LostLeadership`
+        for); returns the object. Raises :class:`~reconciler.ports.base.LostLeadership`
         and as ``_patch_workload``."""
         self.fence.check()
         return self._patch_workload(workload, {"metadata": {"uid": uid, "annotations": {contract.RESERVATION: record.encode()}}})
@@ -66,7 +66,7 @@ class WorkloadWrites(Fenced, abc.ABC):
 
     def drop_reservation(self, workload: WorkloadKey, record: Record) -> dict[str, Any]:
         """Remove the workload's reservation if it is still ``record``; returns the object.
-        Raises :class:`~reconciler.daemon.writer.base.Conflict` when it is not (another
+        Raises :class:`~reconciler.ports.base.Conflict` when it is not (another
         reservation, or none), and as :meth:`set_reservation`."""
         self.fence.check()
         path = _pointer(contract.RESERVATION)

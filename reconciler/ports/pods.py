@@ -4,8 +4,8 @@ condition, emit an Event about a pod; each intent builds its own patch and handl
 
 :class:`PodWrites` makes them over the pod primitives an implementation provides:
 :class:`reconciler.kube.writer.pods.KubePodWrites` against the API server,
-:class:`reconciler.daemon.writer.fake.pods.FakePodWrites` in memory. Errors: those of
-:mod:`reconciler.daemon.writer.base`; ``emit_event`` never raises.
+:class:`reconciler.ports.fake.pods.FakePodWrites` in memory. Errors: those of
+:mod:`reconciler.ports.base`; ``emit_event`` never raises.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import abc
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, Fenced, Gone
 from reconciler.engine.decision.decide import MemberRelease
 from reconciler.engine.model.devicegroups import encode_selected, format_ids
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.records import Nomination, Plan
+from reconciler.ports.base import Conflict, Fenced, Gone
 from troupe import contract
 
 #: Writes retried on conflict, each after a fresh read.

@@ -1,22 +1,22 @@
 """The writer ports: every write the reconciler makes to the cluster, at the level of intent,
 one port per kind of object, each in its own module over its own primitives:
 
-- :class:`~reconciler.daemon.writer.pods.PodWrites`: release a member, write or clear a
+- :class:`~reconciler.ports.pods.PodWrites`: release a member, write or clear a
   nomination, clear a plan record, mark a member disrupted and delete it, evict, set a pod
   condition, emit an Event about a pod;
-- :class:`~reconciler.daemon.writer.nodes.NodeWrites`: Troupe's taint on nominated nodes,
+- :class:`~reconciler.ports.nodes.NodeWrites`: Troupe's taint on nominated nodes,
   the record of the members that failed on a node, Events about a node;
-- :class:`~reconciler.daemon.writer.workloads.WorkloadWrites`: a gang's reservation on its
+- :class:`~reconciler.ports.workloads.WorkloadWrites`: a gang's reservation on its
   Job, JobSet or PyTorchJob, Events about a workload;
-- :class:`~reconciler.daemon.writer.gangobjects.GangObjectWrites`: the Gang objects;
-- :class:`~reconciler.daemon.writer.groups.GroupWrites`: a SharedDeviceGroup's status and
+- :class:`~reconciler.ports.gangobjects.GangObjectWrites`: the Gang objects;
+- :class:`~reconciler.ports.devicegroups.DeviceGroupWrites`: a SharedDeviceGroup's status and
   finalizer;
-- :class:`~reconciler.daemon.writer.state.StateStore`: the state ConfigMap of rollback
+- :class:`~reconciler.ports.state.StateStore`: the state ConfigMap of rollback
   backoffs.
 
 Each port has two implementations: one against a real API server in
 :mod:`reconciler.kube.writer`, one in memory for controller tests beside it in
-:mod:`reconciler.daemon.writer.fake`, with the API server's rules that matter here
+:mod:`reconciler.ports.fake`, with the API server's rules that matter here
 (resourceVersion and UID preconditions, strategic merge of annotations, ``nodeSelector`` and
 ``schedulingGates``, additions only to a gated pod's node selection, PodDisruptionBudgets
 refusing evictions, a JSON patch's ``test``, names taken, a ConfigMap's keys and size). A
@@ -24,7 +24,7 @@ controller is given only the ports it writes through; :class:`Writes` holds the 
 side for the composition root (:mod:`reconciler.run.controllers`).
 
 Every method may be called from several threads at once (a release writes its members in
-parallel). Errors (:mod:`~reconciler.daemon.writer.base`): :class:`Conflict` (the object
+parallel). Errors (:mod:`~reconciler.ports.base`): :class:`Conflict` (the object
 changed in a way that forbids the write), :class:`Gone` (it no longer exists, or was
 replaced by one of another UID), :class:`Refused` (an eviction a PodDisruptionBudget
 forbids), :class:`LostLeadership` (this replica may no longer write: its :class:`Fence` is
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from reconciler.daemon.writer.base import (
+from reconciler.ports.base import (
     UNFENCED,
     Conflict,
     Fence,
@@ -52,22 +52,22 @@ from reconciler.daemon.writer.base import (
     Unsure,
     WriteError,
 )
-from reconciler.daemon.writer.gangobjects import GangObjectWrites
-from reconciler.daemon.writer.groups import GroupWrites
-from reconciler.daemon.writer.nodes import NodeWrites
-from reconciler.daemon.writer.pods import CONFLICT_RETRIES, PodWrites, release_patch
-from reconciler.daemon.writer.state import StateStore, state_key
-from reconciler.daemon.writer.workloads import WorkloadWrites
+from reconciler.ports.devicegroups import DeviceGroupWrites
+from reconciler.ports.gangobjects import GangObjectWrites
+from reconciler.ports.nodes import NodeWrites
+from reconciler.ports.pods import CONFLICT_RETRIES, PodWrites, release_patch
+from reconciler.ports.state import StateStore, state_key
+from reconciler.ports.workloads import WorkloadWrites
 
 __all__ = [
     "CONFLICT_RETRIES",
     "UNFENCED",
     "Conflict",
+    "DeviceGroupWrites",
     "Fence",
     "Fenced",
     "GangObjectWrites",
     "Gone",
-    "GroupWrites",
     "LostLeadership",
     "NodeWrites",
     "PodWrites",
@@ -88,14 +88,14 @@ class Writes(Protocol):
     :data:`UNFENCED` without one): what the composition root
     (:func:`reconciler.run.controllers.compose`) hands out, each controller getting only the
     ports it writes through. :class:`reconciler.kube.writer.KubeWrites` and
-    :class:`reconciler.daemon.writer.fake.FakeCluster` are two; each types its ports as
+    :class:`reconciler.ports.fake.FakeCluster` are two; each types its ports as
     these."""
 
     pods: PodWrites
     nodes: NodeWrites
     workloads: WorkloadWrites
     gang_objects: GangObjectWrites
-    groups: GroupWrites
+    groups: DeviceGroupWrites
     state: StateStore
     fence: Fence
 

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~reconciler.daemon.writer.gangobjects.GangObjectWrites`
+"""An in-memory :class:`~reconciler.ports.gangobjects.GangObjectWrites`
 (:class:`FakeGangObjectWrites`), with the API server's rules for Gang objects that matter
 here."""
 
@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, Gone
-from reconciler.daemon.writer.fake.base import FakeStore
-from reconciler.daemon.writer.gangobjects import GangObjectWrites
+from reconciler.ports.base import Conflict, Gone
+from reconciler.ports.fake.base import FakeStore
+from reconciler.ports.gangobjects import GangObjectWrites
 
 
 @dataclass

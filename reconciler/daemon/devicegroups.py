@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.daemon.cache import ClusterCache
-from reconciler.daemon.writer.base import Gone, WriteError
-from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.engine.model.devicegroups import DeviceGroup
 from reconciler.engine.model.timestamps import rfc3339
 from reconciler.engine.placement.devicegroups import GroupView, group_view
+from reconciler.ports.base import Gone, WriteError
+from reconciler.ports.devicegroups import DeviceGroupWrites
 from troupe import contract
 
 log = logging.getLogger(__name__)
@@ -30,11 +30,11 @@ log = logging.getLogger(__name__)
 GROUP_CONDITION = "Allocated"
 
 
-class GroupController:
+class DeviceGroupController:
     """Reconciles one SharedDeviceGroup at a time from the cache, writing through
     ``groups``; ``wall_clock`` gives seconds since the epoch (condition times)."""
 
-    def __init__(self, cache: ClusterCache, groups: GroupWrites, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cache: ClusterCache, groups: DeviceGroupWrites, wall_clock: Callable[[], float] = time.time) -> None:
         self.cache = cache
         self.groups = groups
         self.wall_clock = wall_clock

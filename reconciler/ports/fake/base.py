@@ -12,8 +12,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from reconciler.daemon.writer.base import UNFENCED, Fence, Gone, LostLeadership, WriteError
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports.base import UNFENCED, Fence, Gone, LostLeadership, WriteError
 
 K = TypeVar("K", bound=Hashable)
 

@@ -1,4 +1,4 @@
-"""The SharedDeviceGroups' writer port against the API server (:class:`KubeGroupWrites`)."""
+"""The SharedDeviceGroups' writer port against the API server (:class:`KubeDeviceGroupWrites`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any
 
 from kubernetes import client
 
-from reconciler.daemon.writer.groups import GroupWrites
 from reconciler.kube.client import JSON_PATCH, MERGE_PATCH
 from reconciler.kube.writer.calls import Calls
+from reconciler.ports.devicegroups import DeviceGroupWrites
 from troupe import contract
 
 
-class KubeGroupWrites(GroupWrites):
-    """The :class:`~reconciler.daemon.writer.groups.GroupWrites` primitives against a real API
+class KubeDeviceGroupWrites(DeviceGroupWrites):
+    """The :class:`~reconciler.ports.devicegroups.DeviceGroupWrites` primitives against a real API
     server, through ``calls`` (``fence`` is its fence): patches of a cluster-scoped
     SharedDeviceGroup and of its ``status`` subresource."""
 

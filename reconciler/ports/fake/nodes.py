@@ -1,4 +1,4 @@
-"""An in-memory :class:`~reconciler.daemon.writer.nodes.NodeWrites` (:class:`FakeNodeWrites`),
+"""An in-memory :class:`~reconciler.ports.nodes.NodeWrites` (:class:`FakeNodeWrites`),
 with the API server's rules for nodes that matter here."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict
-from reconciler.daemon.writer.fake.base import FakeStore, RecordedEvent, record_event
-from reconciler.daemon.writer.nodes import NodeWrites
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports.base import Conflict
+from reconciler.ports.fake.base import FakeStore, RecordedEvent, record_event
+from reconciler.ports.nodes import NodeWrites
 
 
 @dataclass

@@ -6,7 +6,7 @@ and the Events about a node.
 :class:`NodeWrites` makes them over two primitives an implementation provides (``_get_node``
 and ``_patch_node``) and :meth:`~NodeWrites.emit_event`:
 :class:`reconciler.kube.writer.nodes.KubeNodeWrites` against the API server,
-:class:`reconciler.daemon.writer.fake.nodes.FakeNodeWrites` in memory.
+:class:`reconciler.ports.fake.nodes.FakeNodeWrites` in memory.
 ``spec.taints`` has no merge key, so a patch replaces the whole list: each write reads the
 node, changes only Troupe's taint, and sends the list back with the node's
 ``resourceVersion`` as its precondition, retried on a conflict after a fresh read.
@@ -18,7 +18,7 @@ import abc
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, Fenced
+from reconciler.ports.base import Conflict, Fenced
 from troupe import contract
 
 #: Writes of a node's taints retried on conflict, each after a fresh read.
@@ -40,15 +40,15 @@ class NodeWrites(Fenced, abc.ABC):
 
     @abc.abstractmethod
     def _get_node(self, name: str) -> dict[str, Any]:
-        """The node as it is now. Raises :class:`~reconciler.daemon.writer.base.Gone`,
-        :class:`~reconciler.daemon.writer.base.WriteError`."""
+        """The node as it is now. Raises :class:`~reconciler.ports.base.Gone`,
+        :class:`~reconciler.ports.base.WriteError`."""
 
     @abc.abstractmethod
     def _patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Apply the JSON merge patch ``patch`` to node ``name``; returns the node. Raises
-        :class:`~reconciler.daemon.writer.base.Conflict` (a stale
-        ``metadata.resourceVersion``), :class:`~reconciler.daemon.writer.base.Gone`,
-        :class:`~reconciler.daemon.writer.base.WriteError`."""
+        :class:`~reconciler.ports.base.Conflict` (a stale
+        ``metadata.resourceVersion``), :class:`~reconciler.ports.base.Gone`,
+        :class:`~reconciler.ports.base.WriteError`."""
 
     @abc.abstractmethod
     def emit_event(self, name: str, kind: str, reason: str, message: str) -> None:
@@ -81,9 +81,9 @@ class NodeWrites(Fenced, abc.ABC):
     def taint_node(self, name: str) -> dict[str, Any] | None:
         """Add :func:`troupe.contract.nominated_taint` to node ``name`` unless it carries it;
         returns the node written, or None when nothing had to be written. Raises
-        :class:`~reconciler.daemon.writer.base.Gone` (no such node),
-        :class:`~reconciler.daemon.writer.base.LostLeadership`,
-        :class:`~reconciler.daemon.writer.base.WriteError` (a conflict on every attempt
+        :class:`~reconciler.ports.base.Gone` (no such node),
+        :class:`~reconciler.ports.base.LostLeadership`,
+        :class:`~reconciler.ports.base.WriteError` (a conflict on every attempt
         included)."""
         return self._rewrite_taints(name, lambda taints: None if any(map(_is_ours, taints))
                                     else [*taints, contract.nominated_taint()])

@@ -1,29 +1,29 @@
 """In-memory fakes of the writer ports, for tests and benchmarks without an API server: one
 per port, each in its own module with the API server's rules for its kind
-(:class:`~reconciler.daemon.writer.fake.pods.FakePodWrites`,
-:class:`~reconciler.daemon.writer.fake.nodes.FakeNodeWrites`,
-:class:`~reconciler.daemon.writer.fake.workloads.FakeWorkloadWrites`,
-:class:`~reconciler.daemon.writer.fake.gangobjects.FakeGangObjectWrites`,
-:class:`~reconciler.daemon.writer.fake.groups.FakeGroupWrites`,
-:class:`~reconciler.daemon.writer.fake.state.FakeStateStore`), and :class:`FakeCluster`, the
+(:class:`~reconciler.ports.fake.pods.FakePodWrites`,
+:class:`~reconciler.ports.fake.nodes.FakeNodeWrites`,
+:class:`~reconciler.ports.fake.workloads.FakeWorkloadWrites`,
+:class:`~reconciler.ports.fake.gangobjects.FakeGangObjectWrites`,
+:class:`~reconciler.ports.fake.devicegroups.FakeDeviceGroupWrites`,
+:class:`~reconciler.ports.fake.state.FakeStateStore`), and :class:`FakeCluster`, the
 six over one resourceVersion counter, one list of Events and one fence."""
 
 from __future__ import annotations
 
-from reconciler.daemon import writer as ports
-from reconciler.daemon.writer.base import UNFENCED, Fence
-from reconciler.daemon.writer.fake.base import RecordedEvent, Versions
-from reconciler.daemon.writer.fake.gangobjects import FakeGangObjectWrites
-from reconciler.daemon.writer.fake.groups import FakeGroupWrites
-from reconciler.daemon.writer.fake.nodes import FakeNodeWrites
-from reconciler.daemon.writer.fake.pods import FakePodWrites
-from reconciler.daemon.writer.fake.state import FakeStateStore
-from reconciler.daemon.writer.fake.workloads import FakeWorkloadWrites
+from reconciler import ports
+from reconciler.ports.base import UNFENCED, Fence
+from reconciler.ports.fake.base import RecordedEvent, Versions
+from reconciler.ports.fake.devicegroups import FakeDeviceGroupWrites
+from reconciler.ports.fake.gangobjects import FakeGangObjectWrites
+from reconciler.ports.fake.nodes import FakeNodeWrites
+from reconciler.ports.fake.pods import FakePodWrites
+from reconciler.ports.fake.state import FakeStateStore
+from reconciler.ports.fake.workloads import FakeWorkloadWrites
 
 __all__ = [
     "FakeCluster",
+    "FakeDeviceGroupWrites",
     "FakeGangObjectWrites",
-    "FakeGroupWrites",
     "FakeNodeWrites",
     "FakePodWrites",
     "FakeStateStore",
@@ -34,7 +34,7 @@ __all__ = [
 
 
 class FakeCluster:
-    """The six fakes side by side (a :class:`~reconciler.daemon.writer.Writes`, typed as its
+    """The six fakes side by side (a :class:`~reconciler.ports.Writes`, typed as its
     ports; each is the fake of its module): every object they make gets its resourceVersion
     from one counter, as from one etcd; every Event any of them records goes to ``events``,
     in order; each passes ``fence``."""
@@ -47,7 +47,7 @@ class FakeCluster:
         self.nodes: ports.NodeWrites = FakeNodeWrites(fence=fence, versions=versions, events=self.events)
         self.workloads: ports.WorkloadWrites = FakeWorkloadWrites(fence=fence, versions=versions, events=self.events)
         self.gang_objects: ports.GangObjectWrites = FakeGangObjectWrites(fence=fence, versions=versions)
-        self.groups: ports.GroupWrites = FakeGroupWrites(fence=fence, versions=versions)
+        self.groups: ports.DeviceGroupWrites = FakeDeviceGroupWrites(fence=fence, versions=versions)
         self.state: ports.StateStore = FakeStateStore(fence=fence)
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~reconciler.daemon.writer.workloads.WorkloadWrites`
+"""An in-memory :class:`~reconciler.ports.workloads.WorkloadWrites`
 (:class:`FakeWorkloadWrites`), with the API server's rules for the patches Troupe sends."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict
-from reconciler.daemon.writer.fake.base import FakeStore, RecordedEvent, record_event
-from reconciler.daemon.writer.workloads import WorkloadWrites
 from reconciler.engine.model.keys import PodKey, WorkloadKey
+from reconciler.ports.base import Conflict
+from reconciler.ports.fake.base import FakeStore, RecordedEvent, record_event
+from reconciler.ports.workloads import WorkloadWrites
 from troupe import contract
 
 

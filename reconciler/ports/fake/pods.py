@@ -1,4 +1,4 @@
-"""An in-memory :class:`~reconciler.daemon.writer.pods.PodWrites` (:class:`FakePodWrites`),
+"""An in-memory :class:`~reconciler.ports.pods.PodWrites` (:class:`FakePodWrites`),
 with the API server's rules for pods that matter here."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, Gone, Refused, WriteError
-from reconciler.daemon.writer.fake.base import FakeStore, RecordedEvent, record_event
-from reconciler.daemon.writer.pods import PodWrites
 from reconciler.engine.model.keys import PodKey
+from reconciler.ports.base import Conflict, Gone, Refused, WriteError
+from reconciler.ports.fake.base import FakeStore, RecordedEvent, record_event
+from reconciler.ports.pods import PodWrites
 
 #: What kube-apiserver says to an eviction a PodDisruptionBudget forbids.
 BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget"

@@ -6,7 +6,7 @@ avoids after kube-scheduler refused a member there (docs/decisions/032-scheduler
 :class:`StateStore` is the writer port that reads and writes it, over two primitives an
 implementation provides (``_read_state``, ``_write_state``):
 :class:`reconciler.kube.writer.state.KubeStateStore` against the API server,
-:class:`reconciler.daemon.writer.fake.state.FakeStateStore` in memory.
+:class:`reconciler.ports.fake.state.FakeStateStore` in memory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from reconciler.daemon.writer.base import Fenced
+from reconciler.ports.base import Fenced
 
 #: The most gangs the state ConfigMap records (about 150 bytes each: well under the API
 #: server's 1 MiB object limit). Past it, entries go from the namespace that has the most,
@@ -71,18 +71,18 @@ class StateStore(Fenced, abc.ABC):
     @abc.abstractmethod
     def _read_state(self) -> dict[str, str]:
         """The data of the reconciler's state ConfigMap (``{}`` when it does not exist).
-        Raises :class:`~reconciler.daemon.writer.base.WriteError` when it cannot be read."""
+        Raises :class:`~reconciler.ports.base.WriteError` when it cannot be read."""
 
     @abc.abstractmethod
     def _write_state(self, changes: Mapping[str, str | None]) -> None:
         """Merge ``changes`` into the state ConfigMap's data (None removes a key), creating
-        it when absent. Raises :class:`~reconciler.daemon.writer.base.WriteError`."""
+        it when absent. Raises :class:`~reconciler.ports.base.WriteError`."""
 
     def load_backoffs(self) -> dict[str, tuple[int, float, tuple[str, ...], Avoided]]:
         """The rollbacks a reconciler recorded (:meth:`save_backoff`): gang key ->
         ``(consecutive timeouts, not before (seconds since the epoch), releases rolled back,
         nodes avoided)``. Unreadable entries are skipped. Raises
-        :class:`~reconciler.daemon.writer.base.WriteError` when the state cannot be read."""
+        :class:`~reconciler.ports.base.WriteError` when the state cannot be read."""
         self._copy = None  # a new leader reads what the last one left
         out = {}
         for raw in self._state().values():
@@ -101,7 +101,7 @@ class StateStore(Fenced, abc.ABC):
         ``planned-at``, whose members must all go) and the nodes it avoids (``timeouts`` 0
         and no node avoided: forget it), so that a new leader keeps the same deadline,
         finishes a rollback cut short and plans off the same nodes. Raises
-        :class:`~reconciler.daemon.writer.base.WriteError`."""
+        :class:`~reconciler.ports.base.WriteError`."""
         self.fence.check()
         key = state_key(gang)
         if timeouts <= 0 and not avoid:

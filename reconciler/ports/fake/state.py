@@ -1,4 +1,4 @@
-"""An in-memory :class:`~reconciler.daemon.writer.state.StateStore` (:class:`FakeStateStore`),
+"""An in-memory :class:`~reconciler.ports.state.StateStore` (:class:`FakeStateStore`),
 with the API server's rules for a ConfigMap's data."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from reconciler.daemon.writer.base import UNFENCED, Fence, WriteError
-from reconciler.daemon.writer.state import StateStore
+from reconciler.ports.base import UNFENCED, Fence, WriteError
+from reconciler.ports.state import StateStore
 
 #: A ConfigMap's data key: kube-apiserver's ``IsConfigMapKey`` (at most 253 characters of
 #: these, and not ``.``, ``..`` nor starting with ``..``).

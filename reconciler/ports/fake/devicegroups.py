@@ -1,4 +1,4 @@
-"""An in-memory :class:`~reconciler.daemon.writer.groups.GroupWrites` (:class:`FakeGroupWrites`),
+"""An in-memory :class:`~reconciler.ports.devicegroups.DeviceGroupWrites` (:class:`FakeDeviceGroupWrites`),
 with the API server's rules for the patches Troupe sends a SharedDeviceGroup."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.daemon.writer.base import Conflict, WriteError
-from reconciler.daemon.writer.fake.base import FakeStore
-from reconciler.daemon.writer.groups import GroupWrites
+from reconciler.ports.base import Conflict, WriteError
+from reconciler.ports.devicegroups import DeviceGroupWrites
+from reconciler.ports.fake.base import FakeStore
 
 
 @dataclass
-class FakeGroupWrites(FakeStore[str], GroupWrites):
-    """In-memory :class:`GroupWrites` over SharedDeviceGroups by name (``objects``, filled by
+class FakeDeviceGroupWrites(FakeStore[str], DeviceGroupWrites):
+    """In-memory :class:`DeviceGroupWrites` over SharedDeviceGroups by name (``objects``, filled by
     :meth:`add`; one copy of a group, status included). A JSON patch may only ``add
     /status`` (anything else is refused with :class:`~..base.WriteError`, as an unsupported
     operation would be); a JSON merge patch of ``metadata.finalizers`` applies under a
