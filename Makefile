@@ -14,7 +14,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-throughput bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check
+.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-throughput bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check chart-kinds
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -200,6 +200,11 @@ bench-preemption-cluster: $(BIN)/.installed cluster-build
 THROUGHPUT_ARGS ?=
 bench-throughput: $(BIN)/.installed cluster-build
 	$(BIN)/python benchmarks/throughput.py $(THROUGHPUT_ARGS)
+
+# The chart's per-kind and per-pod-group parts, rendered from troupe/workloadkinds.py and
+# troupe/podgroups.py (docs/decisions/071-the-chart-is-rendered-from-the-registries.md).
+chart-kinds: $(BIN)/.installed
+	$(BIN)/python -m devtools.chartkinds
 
 cluster-build: $(BIN)/.installed
 	$(BIN)/python -m devtools.devcluster build

@@ -26,7 +26,7 @@ plain values (the contract imports it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,7 +60,18 @@ class Kind:
     ``plural`` (the resource name: what RBAC rules and list URLs name), how its pods are
     known (``owns_pods``, :data:`OwnsPods`), the label naming the object on its pods
     (``name_label``, ``""`` for none) and the labels giving a pod's rank (``rank_labels``,
-    most significant first)."""
+    most significant first).
+
+    What the chart renders from it (``python -m devtools.chartkinds`` writes
+    ``charts/troupe/templates/_registry.tpl`` and the kinds' rules of
+    ``charts/troupe/files/reconciler-rules.yaml``;
+    docs/decisions/071-the-chart-is-rendered-from-the-registries.md):
+    ``verbs``, the reconciler's RBAC verbs on it (``list``, ``watch``; ``patch`` for a kind
+    whose reservation it writes on the object, which the write policies then guard);
+    ``templates_cel``, a CEL list of its pod templates (each a ``PodTemplateSpec`` map) over
+    ``object``; ``pods_cel``, a CEL int, the pods the whole object runs at once, counted as
+    the engine counts it (``reconciler/engine/model/kinds/``); ``pods_words``, that count in
+    words for the gang-fits-workload policy's message."""
 
     kind: str
     group: str
@@ -69,6 +80,10 @@ class Kind:
     owns_pods: OwnsPods = "controller"
     name_label: str = ""
     rank_labels: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ("list", "watch")
+    templates_cel: str = "[]"
+    pods_cel: str = "0"
+    pods_words: str = ""
 
     @property
     def api_version(self) -> str:
@@ -86,13 +101,48 @@ class Kind:
         return self.group != "batch"
 
 
-JOB = Kind("Job", "batch", "v1", "jobs", "controller", JOB_NAME_LABEL, (JOB_COMPLETION_INDEX,))
+def _job_pods(spec: str) -> str:
+    """CEL: the pods a Job's ``spec`` (a CEL expression of a JobSpec map) runs at once,
+    ``min(parallelism, completions)`` with Kubernetes' defaults (parallelism 1, completions
+    parallelism; https://kubernetes.io/docs/concepts/workloads/controllers/job/)."""
+    return f"[{spec}.?parallelism.orValue(1), {spec}.?completions.orValue({spec}.?parallelism.orValue(1))].min()"
+
+
+_PATCHED = ("list", "watch", "patch")
+
+JOB = Kind("Job", "batch", "v1", "jobs", "controller", JOB_NAME_LABEL, (JOB_COMPLETION_INDEX,), _PATCHED,
+           templates_cel="[object.spec.?template.orValue({})]", pods_cel=_job_pods("object.spec"),
+           pods_words="min(spec.parallelism, spec.completions)")
 JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", "jobs", JOBSET_NAME_LABEL,
-              (JOBSET_GLOBAL_INDEX_LABEL, JOB_COMPLETION_INDEX))
+              (JOBSET_GLOBAL_INDEX_LABEL, JOB_COMPLETION_INDEX), _PATCHED,
+              templates_cel="object.spec.?replicatedJobs.orValue([]).map(r, r.?template.?spec.?template.orValue({}))",
+              pods_cel="object.spec.?replicatedJobs.orValue([]).map(r, r.?replicas.orValue(1) * "
+                       f"{_job_pods('r.?template.?spec.orValue({})')}).sum()",
+              pods_words="the sum over spec.replicatedJobs of replicas x min(parallelism, completions)")
 LEADER_WORKER_SET = Kind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "labels",
-                         LWS_NAME_LABEL, (LWS_WORKER_INDEX_LABEL,))
+                         LWS_NAME_LABEL, (LWS_WORKER_INDEX_LABEL,),
+                         templates_cel="[object.spec.?leaderWorkerTemplate.?leaderTemplate.orValue({}), "
+                                       "object.spec.?leaderWorkerTemplate.?workerTemplate.orValue({})]",
+                         pods_cel="object.spec.?replicas.orValue(1) * object.spec.?leaderWorkerTemplate.?size.orValue(1)",
+                         pods_words="spec.replicas x spec.leaderWorkerTemplate.size")
 PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", "controller", KUBEFLOW_JOB_NAME_LABEL,
-                   (KUBEFLOW_REPLICA_TYPE, KUBEFLOW_REPLICA_INDEX))
+                   (KUBEFLOW_REPLICA_TYPE, KUBEFLOW_REPLICA_INDEX), _PATCHED,
+                   templates_cel="object.spec.?pytorchReplicaSpecs.orValue({})"
+                                 ".map(t, object.spec.pytorchReplicaSpecs[t].?template.orValue({}))",
+                   pods_cel="object.spec.?pytorchReplicaSpecs.orValue({})"
+                            ".map(t, object.spec.pytorchReplicaSpecs[t].?replicas.orValue(1)).sum()",
+                   pods_words="the sum of spec.pytorchReplicaSpecs[*].replicas")
+
+def pod_owners(kinds: Sequence[Kind]) -> tuple[tuple[str, str], ...]:
+    """``(API group, kind)`` of each of ``kinds`` that controls its pods (``owns_pods``
+    ``controller``)."""
+    return tuple((k.group, k.kind) for k in kinds if k.owns_pods == "controller")
+
+
+def member_labels(kinds: Sequence[Kind]) -> tuple[str, ...]:
+    """The name labels of ``kinds`` known by their labels only (``owns_pods`` ``labels``)."""
+    return tuple(k.name_label for k in kinds if k.owns_pods == "labels")
+
 
 #: Every supported kind, in the order they are listed (and their informers started).
 KINDS: tuple[Kind, ...] = (JOB, JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
@@ -103,7 +153,7 @@ KIND_OF: Mapping[str, Kind] = {k.kind: k for k in KINDS}
 #: Controller owners whose pods a namespace's ``troupe.io/gang-mode: auto`` makes gang
 #: members, as ``(API group, kind)``: the kinds that control their pods (a JobSet's pods
 #: are its Jobs').
-POD_OWNERS: tuple[tuple[str, str], ...] = tuple((k.group, k.kind) for k in KINDS if k.owns_pods == "controller")
+POD_OWNERS: tuple[tuple[str, str], ...] = pod_owners(KINDS)
 #: Labels that make a pod a workload's member whatever its controller (a LeaderWorkerSet's
 #: pods are owned by StatefulSets).
-MEMBER_LABELS: tuple[str, ...] = tuple(k.name_label for k in KINDS if k.owns_pods == "labels")
+MEMBER_LABELS: tuple[str, ...] = member_labels(KINDS)

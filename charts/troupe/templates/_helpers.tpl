@@ -271,11 +271,11 @@ k in [{{ join ", " $keys }}]
 {{/* The pod in "object" names a pod group (troupe/podgroups.py): spec.schedulingGroup.podGroupName, Volcano's or KAI's annotation, coscheduling's label, not empty. */}}
 {{- define "troupe.celPodGroup" -}}
 {{- $annotations := list -}}
-{{- range (list "scheduling.k8s.io/group-name" "pod-group-name") -}}
+{{- range (include "troupe.registry.groupAnnotations" . | fromYamlArray) -}}
 {{- $annotations = append $annotations (printf "(%s in object.metadata.annotations && object.metadata.annotations[%s] != '')" (include "troupe.celString" .) (include "troupe.celString" .)) -}}
 {{- end -}}
 {{- $labels := list -}}
-{{- range (list "scheduling.x-k8s.io/pod-group") -}}
+{{- range (include "troupe.registry.groupLabels" . | fromYamlArray) -}}
 {{- $labels = append $labels (printf "(%s in object.metadata.labels && object.metadata.labels[%s] != '')" (include "troupe.celString" .) (include "troupe.celString" .)) -}}
 {{- end -}}
 ((has(object.spec) && has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName) && object.spec.schedulingGroup.podGroupName != '') || ({{ include "troupe.celHasAnnotations" "object" }} && ({{ join " || " $annotations }})) || (has(object.metadata) && has(object.metadata.labels) && ({{ join " || " $labels }})))
@@ -291,9 +291,9 @@ k in [{{ join ", " $keys }}]
 {{/* An UPDATE adds, changes or removes a pod group reference in metadata: Volcano's or KAI's annotation, coscheduling's label, the scheduler the pod was adopted from (troupe/adoption.py FIXED_WHILE_GATED). */}}
 {{- define "troupe.celGroupReferenceChanged" -}}
 {{- $keys := list -}}
-{{- range (list "scheduling.k8s.io/group-name" "pod-group-name" "troupe.io/original-scheduler-name") -}}{{- $keys = append $keys (include "troupe.celString" .) -}}{{- end -}}
+{{- range (include "troupe.registry.groupReferenceKeys" . | fromYamlArray) -}}{{- $keys = append $keys (include "troupe.celString" .) -}}{{- end -}}
 {{- $labels := list -}}
-{{- range (list "scheduling.x-k8s.io/pod-group") -}}
+{{- range (include "troupe.registry.groupLabels" . | fromYamlArray) -}}
 {{- $k := include "troupe.celString" . -}}
 {{- $old := printf "(has(oldObject.metadata) && has(oldObject.metadata.labels) && %s in oldObject.metadata.labels)" $k -}}
 {{- $new := printf "(has(object.metadata) && has(object.metadata.labels) && %s in object.metadata.labels)" $k -}}
@@ -324,11 +324,7 @@ request.operation == 'CREATE' ? ({{ $onCreate }}) : ({{ $onUpdate }})
 {{- range (list (printf "%s-name" $prefix) (printf "%s-size" $prefix)) -}}
 {{- $named = append $named (printf "%s in object.metadata.annotations" (include "troupe.celString" .)) -}}
 {{- end -}}
-{{- $owners := list -}}
-{{- range (list (list "batch" "Job") (list "kubeflow.org" "PyTorchJob")) -}}
-{{- $owners = append $owners (printf "(o.apiVersion.startsWith(%s) && o.kind == %s)" (include "troupe.celString" (printf "%s/" (index . 0))) (include "troupe.celString" (index . 1))) -}}
-{{- end -}}
-request.operation == 'CREATE' && !({{ include "troupe.celHasAnnotations" "object" }} && ({{ join " || " $named }})) && ((has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller && ({{ join " || " $owners }}))) || (has(object.metadata.labels) && {{ include "troupe.celString" "leaderworkerset.sigs.k8s.io/name" }} in object.metadata.labels))
+request.operation == 'CREATE' && !({{ include "troupe.celHasAnnotations" "object" }} && ({{ join " || " $named }})) && ((has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller && ({{ include "troupe.registry.podOwners" . }}))) || {{ include "troupe.registry.memberLabels" . }})
 {{- end -}}
 {{- define "troupe.celNotReconcilerUpdate" -}}
 request.operation != 'UPDATE' || request.userInfo.username != {{ include "troupe.celString" (include "troupe.reconcilerUsername" .) }}
