@@ -36,8 +36,8 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.templates import slots
-from tests.support.as_created import gangs_of, job_object, member_pod, workloads_of
-from tests.support.engine_builders import make_node
+from testbed.as_created import gangs_of, job_object, member_pod, workloads_of
+from testbed.engine_builders import make_node
 from troupe.config import Config
 
 NOW = 1_800_000_000.0

@@ -31,8 +31,8 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import cel, dra
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
-from tests.support import dra_builders as b
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed import dra_builders as b
+from testbed.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 

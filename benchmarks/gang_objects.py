@@ -36,7 +36,7 @@ from reconciler.engine.decision import gangobject
 from reconciler.engine.decision.decide import decide
 from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import compose
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 

@@ -9,7 +9,7 @@ other tenants, 16 DRA nodes publishing 64 devices each with a uuid of their own,
 victim: a waiting gang of 4 members of 4 GPUs. Each row feeds a fresh reconciler cache
 everything by the informers' path, plus one kind of hostile object (the first row: an
 ordinary tenant's gang instead), then decides every gang in queue order as the worker does
-(:func:`tests.support.hostile_tenants.decide_beside`). Printed per kind: the CPU seconds of
+(:func:`testbed.hostile_tenants.decide_beside`). Printed per kind: the CPU seconds of
 it all, the victim's own decision in milliseconds, the peak memory allocated (tracemalloc),
 their ratios to the ordinary row, and whether the victim's decision is the ordinary row's.
 
@@ -19,7 +19,7 @@ a distinct spec just under the spec memo's 8 KiB (about 420 short tolerations), 
 fresh cache by the informers' path; printed, the memory the process keeps once they are
 gone, as resident memory after a garbage collection and as tracemalloc counts it (each in
 a run of its own), against the stated bound
-(:func:`tests.support.hostile_tenants.churn_bound`). The second row is the baseline, in the
+(:func:`testbed.hostile_tenants.churn_bound`). The second row is the baseline, in the
 same process: every parse also held by a memo of the last 4,096 specs, as before.
 """
 
@@ -42,8 +42,8 @@ import msgspec
 from reconciler.daemon.cache import ClusterCache
 from reconciler.engine.model import pods as pods_module
 from reconciler.engine.model import specs
-from tests.support.dra_builders import DRIVER, claim_template, with_claim
-from tests.support.hostile_tenants import (
+from testbed.dra_builders import DRIVER, claim_template, with_claim
+from testbed.hostile_tenants import (
     ATTACKER,
     INT32,
     NESTED,
@@ -55,7 +55,7 @@ from tests.support.hostile_tenants import (
     kept_after_churn,
     uuid_slice,
 )
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 

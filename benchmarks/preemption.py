@@ -25,7 +25,7 @@ Compared on the same instances, in this process, in both modes (``minimal``, ``a
 Each victim set is scored by decision 009's objective: (highest victim priority, gangs
 disrupted, pods evicted, overage in GPUs), the overage from the placement engine's
 placement on the snapshot without the victims. On instances of at most 12 candidate pods
-a brute force over every subset (``tests/support/preemption_oracle.py``) gives the optimum.
+a brute force over every subset (``testbed/preemption_oracle.py``) gives the optimum.
 
 Targets (issue "Gang-aware preemption"): Troupe optimal on every brute-forceable
 instance, never worse than the baseline on the lexicographic objective, and under 50 ms
@@ -55,8 +55,8 @@ from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import VictimGang, candidate_gangs, plan_preemption
-from tests.support.engine_builders import BLOCK, GPU, HOST, SUBBLOCK
-from tests.support.preemption_oracle import Instance, Objective, brute_force, objective
+from testbed.engine_builders import BLOCK, GPU, HOST, SUBBLOCK
+from testbed.preemption_oracle import Instance, Objective, brute_force, objective
 
 SUBBLOCKS_PER_BLOCK = 32
 NODES_PER_SUBBLOCK = 16

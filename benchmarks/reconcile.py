@@ -34,7 +34,7 @@ from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import compose
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 

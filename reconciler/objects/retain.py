@@ -16,7 +16,7 @@ an object already cut down from one that is whole (a write's response, say).
 To cache a new kind: declare its policy here with every field any reader of the cache
 uses (the engine's parser, the controller, the writers, the debug endpoints), cut its
 objects with :func:`retain` in the informer's ``transform`` and wherever the cache
-stores one, and add it to ``tests/reconciler/test_retain.py``, which checks that what a
+stores one, and add it to ``tests/reconciler/objects/test_retain.py``, which checks that what a
 reader gets from a retained object is what it gets from the whole one. A field not listed
 is gone: a reader that needs one more adds it here, nowhere else.
 """

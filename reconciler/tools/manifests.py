@@ -38,16 +38,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.engine.model.kinds.jobset import child_jobs
 from troupe import contract
 from troupe.config import Config
+from troupe.workloadkinds import JOBSET
 from webhook.admission import admit as webhook_admit
 from webhook.patches import apply_ops
 
 #: The kinds a manifest may hold (``PodGroup``: of any source Troupe reads,
 #: docs/decisions/056-pod-groups.md).
 KINDS = ("Pod", "Job", "JobSet", "PodGroup")
-JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-JOBSET_LABELS = "jobset.sigs.k8s.io/"
 
 
 class ManifestError(ValueError):
@@ -175,45 +175,47 @@ def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context)
 
 
 def _jobset_jobs(jobset: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    """The Jobs of ``jobset`` as its controller makes them (their names, order and labels are
+    the engine's JobSet kind's, :func:`~reconciler.engine.model.kinds.jobset.child_jobs`),
+    after checking the fields it reads. Raises :class:`ManifestError` naming the field."""
     meta = jobset["metadata"]
     spec = _map(jobset.get("spec"), f"{where}: spec")
     name, namespace = meta["name"], meta["namespace"]
-    jobs: list[dict[str, Any]] = []
-    global_index = 0
     replicated = spec.get("replicatedJobs")
     if not isinstance(replicated, list) or not replicated:
         raise ManifestError(f"{where}: spec.replicatedJobs: expected a non-empty list")
     for r, rj in enumerate(replicated):
         at = f"{where}: spec.replicatedJobs[{r}]"
         rj = _map(rj, at)
-        rname = rj.get("name")
-        if not isinstance(rname, str) or not rname:
+        if not isinstance(rj.get("name"), str) or not rj.get("name"):
             raise ManifestError(f"{at}.name: missing field")
-        replicas = _count(rj, "replicas", at, 1) or 0
+        _count(rj, "replicas", at, 1)
         template = _map(rj.get("template"), f"{at}.template")
         tmeta = _map(template.get("metadata"), f"{at}.template.metadata")
-        for i in range(replicas):
-            job_name = f"{name}-{rname}-{i}"
-            labels = {
-                JOBSET_LABELS + "jobset-name": name, JOBSET_LABELS + "replicatedjob-name": rname,
-                JOBSET_LABELS + "replicatedjob-replicas": str(replicas), JOBSET_LABELS + "job-index": str(i),
-                JOBSET_LABELS + "job-global-index": str(global_index), JOBSET_LABELS + "restart-attempt": "0",
-            }
-            global_index += 1
-            job_spec = copy.deepcopy(_map(template.get("spec"), f"{at}.template.spec"))
-            pod_template = _map(job_spec.get("template"), f"{at}.template.spec.template")
-            pod_meta = _map(pod_template.get("metadata"), f"{at}.template.spec.template.metadata")
-            pod_meta["labels"] = {**_map(pod_meta.get("labels"), f"{at}: labels"), **labels}
-            pod_meta["annotations"] = {**_map(pod_meta.get("annotations"), f"{at}: annotations"), **labels}
-            job_spec["template"] = {**pod_template, "metadata": pod_meta}
-            jobs.append({
-                "apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {**tmeta, "name": job_name, "namespace": namespace, "uid": _uid(namespace, "Job", job_name),
-                             "labels": {**_map(tmeta.get("labels"), f"{at}: labels"), **labels},
-                             "ownerReferences": [{"apiVersion": JOBSET_API, "kind": "JobSet", "name": name,
-                                                  "uid": meta["uid"], "controller": True}]},
-                "spec": job_spec,
-            })
+        pod_template = _map(_map(template.get("spec"), f"{at}.template.spec").get("template"), f"{at}.template.spec.template")
+        pod_meta = _map(pod_template.get("metadata"), f"{at}.template.spec.template.metadata")
+        for part in (tmeta.get("labels"), pod_meta.get("labels")):
+            _map(part, f"{at}: labels")
+        _map(pod_meta.get("annotations"), f"{at}: annotations")
+    jobs: list[dict[str, Any]] = []
+    for child in child_jobs(jobset, name):
+        labels = child.labels(name)
+        tmeta = dict(child.template.get("metadata") or {})
+        job_spec = copy.deepcopy(dict(child.template.get("spec") or {}))
+        pod_template = dict(job_spec.get("template") or {})
+        pod_meta = dict(pod_template.get("metadata") or {})
+        pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **labels}
+        pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **labels}
+        job_spec["template"] = {**pod_template, "metadata": pod_meta}
+        jobs.append({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {**tmeta, "name": child.name, "namespace": namespace,
+                         "uid": _uid(namespace, "Job", child.name),
+                         "labels": {**(tmeta.get("labels") or {}), **labels},
+                         "ownerReferences": [{"apiVersion": JOBSET.api_version, "kind": JOBSET.kind, "name": name,
+                                              "uid": meta["uid"], "controller": True}]},
+            "spec": job_spec,
+        })
     return jobs
 
 

@@ -1,7 +1,7 @@
 """The reconciler's list+watch against a real kube-apiserver: events, and dead connections.
 
 (``410 Gone`` cannot be provoked on demand on a fresh cluster, whose etcd has compacted
-nothing yet: tests/reconciler/test_informer.py drives it through a fake transport.)
+nothing yet: tests/reconciler/kube/test_informer.py drives it through a fake transport.)
 """
 
 from __future__ import annotations

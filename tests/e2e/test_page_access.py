@@ -10,7 +10,7 @@ read of ``/debug/gangs`` sends SubjectAccessReviews of its own (counted by the r
 ``troupe_kube_api_requests_total``), and a second read of the same token sends none. An
 authorizer that decides by ``extra`` (OpenShift's scopes, a webhook keyed on the credential)
 then answers each token for itself, which the unit tests show with such an authorizer
-(tests/reconciler/test_access.py).
+(tests/reconciler/daemon/test_access.py).
 """
 
 from __future__ import annotations

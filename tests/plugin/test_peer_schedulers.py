@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from reconciler.tools import plugin
-from tests.support.engine_builders import make_pod
+from testbed.engine_builders import make_pod
 from tests.support.snapshots import node, write_list
 
 NOW = "2026-03-01T10:00:00Z"

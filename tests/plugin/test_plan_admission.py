@@ -35,7 +35,7 @@ from reconciler.engine.model.membership import group_by_gang, planned_gangs
 from reconciler.engine.model.pods import PodInfo
 from reconciler.tools import plugin
 from reconciler.tools.manifests import Context, created
-from tests.support.engine_builders import make_group, make_node
+from testbed.engine_builders import make_group, make_node
 from tests.support.snapshots import node, write_list
 from troupe import contract
 from troupe.config import Config, from_mapping

@@ -26,7 +26,7 @@ from reconciler.objects.snapshot_io import read_objects
 from reconciler.tools import simulate as sim
 from reconciler.tools import views
 from reconciler.tools.web import data, local, server
-from tests.support.engine_builders import make_pod
+from testbed.engine_builders import make_pod
 from tests.support.signals import started
 from tests.support.snapshots import member, snapshot, write_list
 from troupe import contract

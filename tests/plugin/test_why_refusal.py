@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from reconciler.tools import plugin
+from testbed.reconciler_builders import make_pod
 from tests.support.controller_harness import four_nodes, own
-from tests.support.reconciler_builders import make_pod
 from troupe import contract
 
 NOW = "2027-01-15T08:00:10Z"

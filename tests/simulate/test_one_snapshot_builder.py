@@ -21,9 +21,9 @@ from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.reservations import Record
 from reconciler.objects.snapshot_io import InputError, read_file, read_objects, read_retained
 from reconciler.tools import simulate, views
-from tests.support import dra_builders as dra
-from tests.support.as_created import RESERVATION_KEY, job_object, member_pod
-from tests.support.engine_builders import (
+from testbed import dra_builders as dra
+from testbed.as_created import RESERVATION_KEY, job_object, member_pod
+from testbed.engine_builders import (
     budget,
     claim_object,
     csinode_object,

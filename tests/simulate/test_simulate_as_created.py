@@ -7,8 +7,8 @@ import json
 
 from reconciler.engine.model.reservations import Record
 from reconciler.tools import simulate
-from tests.support.as_created import job_object, member_pod
-from tests.support.engine_builders import make_node
+from testbed.as_created import job_object, member_pod
+from testbed.engine_builders import make_node
 from tests.support.snapshots import write_list
 
 NODES = [make_node(f"b0-s{s}-h{h}").topology("b0", f"b0-s{s}", f"b0-s{s}-h{h}").allocatable(cpu="32", gpu=8).build()

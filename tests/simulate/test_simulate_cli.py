@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from reconciler.tools import simulate
-from tests.support.engine_builders import budget, make_node, make_pod
+from testbed.engine_builders import budget, make_node, make_pod
 from tests.support.snapshots import write_list
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from reconciler.objects.snapshot_io import read_file, read_retained
 from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import compose
 from reconciler.tools import plugin, simulate, views
-from tests.support.engine_builders import (
+from testbed.engine_builders import (
     HOSTNAME,
     SUBBLOCK,
     budget,

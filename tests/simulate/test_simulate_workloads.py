@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from reconciler.tools import simulate
-from tests.support.engine_builders import make_node, make_pod
+from testbed.engine_builders import make_node, make_pod
 from tests.support.snapshots import write_list
 from troupe import contract
 

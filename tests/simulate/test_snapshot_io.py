@@ -19,7 +19,7 @@ from reconciler.objects.snapshot_io import (
     yaml_loader,
 )
 from reconciler.tools import simulate
-from tests.support.engine_builders import make_node, make_pod
+from testbed.engine_builders import make_node, make_pod
 
 NODE = make_node("a1").topology("b1", "s1", "a1").allocatable(gpu=8).build()
 POD = make_pod("w-0", "ml").requests(gpu=8).gang("g", 1).gated().build()

@@ -12,8 +12,8 @@ from reconciler.engine.model.keys import PodKey
 from reconciler.ports import UNFENCED
 from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import Controllers, compose
-from tests.support.as_created import RESERVATION_KEY
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed.as_created import RESERVATION_KEY
+from testbed.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 

@@ -1,4 +1,4 @@
-"""The world of the all-or-nothing state machines (tests/reconciler/test_controller_faults.py,
+"""The world of the all-or-nothing state machines (tests/reconciler/daemon/test_controller_faults.py,
 test_pipeline_faults.py): 4 nodes of 4 GPUs in two subblocks, three gangs of 4 Job-owned
 members of 2 GPUs each (room for two of them) that their Jobs recreate when deleted,
 kube-scheduler binding every released pod that fits its pinned node, and time passing; the
@@ -20,7 +20,7 @@ from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.ports.fake import FakeCluster
 from reconciler.run.controllers import Controllers, compose
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed.reconciler_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption import PreemptionPlan, VictimGang
-from tests.support.engine_builders import make_node, make_pod, snapshot_of
+from testbed.engine_builders import make_node, make_pod, snapshot_of
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from tests.support.engine_builders import SUBBLOCK, make_node, make_pod
+from testbed.engine_builders import SUBBLOCK, make_node, make_pod
 
 
 def write_list(tmp_path, objects, name="snapshot.yaml"):

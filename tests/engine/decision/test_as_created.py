@@ -20,7 +20,7 @@ from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record
 from reconciler.engine.placement.place import place_gang as place
-from tests.support.as_created import (
+from testbed.as_created import (
     NAMESPACE,
     gangs_of,
     job_object,
@@ -28,7 +28,7 @@ from tests.support.as_created import (
     snapshot_of,
     workloads_of,
 )
-from tests.support.engine_builders import make_node
+from testbed.engine_builders import make_node
 from troupe import contract
 from troupe.config import Config
 from troupe.policies import RELEASE_MODE, WHEN_COMPLETE

@@ -28,7 +28,7 @@ from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record
 from reconciler.engine.model.timestamps import rfc3339
-from tests.support.as_created import (
+from testbed.as_created import (
     NAMESPACE,
     gangs_of,
     job_object,
@@ -36,7 +36,7 @@ from tests.support.as_created import (
     snapshot_of,
     workloads_of,
 )
-from tests.support.engine_builders import make_node
+from testbed.engine_builders import make_node
 from troupe.config import Config
 
 CONFIG = Config(gang_schedule_timeout_jitter_seconds=0)

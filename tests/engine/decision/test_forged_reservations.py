@@ -17,8 +17,8 @@ from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, authentic, sign
 from reconciler.engine.placement.place import place_gang as place
-from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, snapshot_of
-from tests.support.engine_builders import make_node, make_pod
+from testbed.as_created import NAMESPACE, gangs_of, job_object, member_pod, snapshot_of
+from testbed.engine_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 

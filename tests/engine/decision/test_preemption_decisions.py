@@ -21,7 +21,7 @@ from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.records import Nomination
-from tests.support.engine_builders import make_node, make_pod, snapshot_of
+from testbed.engine_builders import make_node, make_pod, snapshot_of
 from troupe.config import Config
 from troupe.contract import NOMINATION
 

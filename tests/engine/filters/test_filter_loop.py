@@ -26,7 +26,7 @@ from reconciler.engine.filters import (
 from reconciler.engine.filters.gang import GangFilters, needed
 from reconciler.engine.filters.status import Status
 from reconciler.engine.ledger.snapshot import Snapshot
-from tests.support.engine_builders import (
+from testbed.engine_builders import (
     claim_object,
     csinode_object,
     make_node,

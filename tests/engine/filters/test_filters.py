@@ -10,7 +10,7 @@ from reconciler.engine.filters.profile import node_status, rank
 from reconciler.engine.filters.status import Code
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.selectors import parse_node_filter
-from tests.support.engine_builders import expr, make_node, make_pod
+from testbed.engine_builders import expr, make_node, make_pod
 
 
 def reason(node_builder, pod_builder):

@@ -16,7 +16,7 @@ from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import PlacementResult, place_gang
-from tests.support.engine_builders import (
+from testbed.engine_builders import (
     claim_object,
     counts,
     csinode_object,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.podterms import PodAffinityTerm
 from reconciler.engine.placement.place import place_gang
-from tests.support.engine_builders import make_node, make_pod, snapshot_with
+from testbed.engine_builders import make_node, make_pod, snapshot_with
 
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"

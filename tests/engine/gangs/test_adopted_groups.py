@@ -27,7 +27,7 @@ from reconciler.engine.ledger.parts import located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.pods import PodInfo
-from tests.support.engine_builders import make_node, make_pod
+from testbed.engine_builders import make_node, make_pod
 from troupe.config import Config
 from troupe.podgroups import ORIGINAL_SCHEDULER_NAME
 

@@ -22,7 +22,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import rfc3339
-from tests.support.engine_builders import make_node, make_pod
+from testbed.engine_builders import make_node, make_pod
 from troupe.config import Config
 from troupe.contract import NODE_FAILURES, NODE_FAILURES_KEPT, TopologyRequest
 

@@ -14,7 +14,7 @@ from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.parts import located, read_parts
 from reconciler.engine.model import workloads as wl
-from tests.support.engine_builders import make_node, make_pod, snapshot_of
+from testbed.engine_builders import make_node, make_pod, snapshot_of
 from troupe.config import Config
 
 CONFIG = Config()

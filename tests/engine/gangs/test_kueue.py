@@ -17,8 +17,8 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.membership import planned_gangs
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
-from tests.support.as_created import NAMESPACE, gangs_of, job_object, member_pod, workloads_of
-from tests.support.engine_builders import make_node
+from testbed.as_created import NAMESPACE, gangs_of, job_object, member_pod, workloads_of
+from testbed.engine_builders import make_node
 from troupe.config import Config
 from troupe.layers import SliceLayer
 

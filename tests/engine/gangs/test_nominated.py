@@ -11,7 +11,7 @@ from reconciler.engine.gangs import nominated
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import rfc3339
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed.reconciler_builders import make_node, make_pod
 from troupe import contract
 
 NOW = 1_800_000_000.0

@@ -26,7 +26,7 @@ from reconciler.engine.gangs.queueing import Policy
 from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.parts import BadObject, located, read_parts
 from reconciler.engine.ledger.snapshot import Snapshot
-from tests.support.engine_builders import make_node, make_pod
+from testbed.engine_builders import make_node, make_pod
 from troupe.config import Config
 from troupe.contract import PLANNED_AT
 

@@ -14,8 +14,8 @@ from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.gangs.refusals import MAX_AVOIDED_NODES, REFUSAL_GRACE_SECONDS, Refusal
 from reconciler.engine.ledger.builder import snapshot_of_objects
+from testbed.reconciler_builders import make_pod
 from tests.support.controller_harness import four_nodes, gang_pods, own
-from tests.support.reconciler_builders import make_pod
 from troupe import contract
 from troupe.config import Config
 

@@ -17,7 +17,7 @@ from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.membership import group_by_gang
-from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
+from testbed.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
 from troupe import contract
 from troupe.config import Config
 from troupe.layers import TOPOLOGY_SLICE_REQUIRED_LEVEL, TOPOLOGY_SLICE_SIZE, SliceLayer

@@ -18,8 +18,8 @@ from reconciler.engine.gangs.lifecycle import Phase
 from reconciler.engine.ledger import draunits
 from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.snapshot import Snapshot
-from tests.support import dra_builders as b
-from tests.support.reconciler_builders import make_node, make_pod
+from testbed import dra_builders as b
+from testbed.reconciler_builders import make_node, make_pod
 from troupe.config import Config
 
 CONFIG = Config(gang_schedule_timeout_jitter_seconds=0)

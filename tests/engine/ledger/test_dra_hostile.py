@@ -16,8 +16,8 @@ from reconciler.engine.ledger import draunits
 from reconciler.engine.model import cel, dra
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
-from tests.support.dra_builders import CLASS, DRIVER, claim_template, device_class, with_claim
-from tests.support.engine_builders import make_node, make_pod
+from testbed.dra_builders import CLASS, DRIVER, claim_template, device_class, with_claim
+from testbed.engine_builders import make_node, make_pod
 
 LIST = "[" + ",".join(map(str, range(100))) + "]"
 #: The issue's selector: nested comprehensions over 101 x 101 (what the API server accepts).

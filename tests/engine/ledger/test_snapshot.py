@@ -8,7 +8,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.records import Plan
 from reconciler.engine.placement.place import place_gang
-from tests.support.engine_builders import (
+from testbed.engine_builders import (
     GPU,
     HOSTNAME,
     expr,
@@ -219,8 +219,8 @@ def test_a_release_assumed_in_place_of_a_nomination_is_undone_back_to_the_nomina
     from dataclasses import dataclass as _dc
 
     from reconciler.engine.model.records import Nomination
-    from tests.support.reconciler_builders import make_node as node
-    from tests.support.reconciler_builders import make_pod as pod_
+    from testbed.reconciler_builders import make_node as node
+    from testbed.reconciler_builders import make_pod as pod_
     from troupe import contract as c
 
     @_dc(frozen=True)

@@ -3,7 +3,7 @@
 import pytest
 
 from reconciler.engine.ledger.topology import TopologyLevels, TopologyTree, distance, sequence_cost
-from tests.support.engine_builders import BLOCK, HOST, SUBBLOCK
+from testbed.engine_builders import BLOCK, HOST, SUBBLOCK
 from troupe.config import Config
 
 LEVELS = TopologyLevels.default()

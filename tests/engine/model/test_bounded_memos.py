@@ -17,7 +17,7 @@ from reconciler.engine.model import pods as pods_module
 from reconciler.engine.model.declared import memberkeys
 from reconciler.engine.model.memo import ChargedMemo
 from reconciler.engine.model.pods import PodInfo
-from tests.support.reconciler_builders import make_pod
+from testbed.reconciler_builders import make_pod
 from troupe.config import Config
 
 celpy.Environment()  # cel-python raises the recursion limit on its first environment

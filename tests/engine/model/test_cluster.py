@@ -8,7 +8,7 @@ import pytest
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.records import Plan
-from tests.support.engine_builders import GPU, make_node, make_pod
+from testbed.engine_builders import GPU, make_node, make_pod
 from troupe.contract import (
     ASSIGNED_NODE,
     ASSIGNED_RANK,

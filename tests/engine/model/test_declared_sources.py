@@ -15,7 +15,7 @@ from reconciler.engine.model.declared import SOURCES, declaring, gang_key
 from reconciler.engine.model.declared.memberkeys import member_keys
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.workloads import Workloads
-from tests.support.engine_builders import PodBuilder, make_pod
+from testbed.engine_builders import PodBuilder, make_pod
 from troupe.config import Config
 from troupe.contract import GKE_GATE_PREFIX
 from troupe.podgroups import (

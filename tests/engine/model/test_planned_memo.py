@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.membership import PlannedMemo, planned_gangs
-from tests.support.as_created import NAMESPACE, job_object
+from testbed.as_created import NAMESPACE, job_object
 from troupe.config import Config
 
 CONFIG = Config()

@@ -14,7 +14,7 @@ from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
-from tests.support.engine_builders import make_node, make_pod
+from testbed.engine_builders import make_node, make_pod
 from troupe.bounds import MAX_POD_TERMS, pod_terms_error
 from troupe.config import Config
 

@@ -4,7 +4,7 @@ import pytest
 
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.resources import node_allocatable, pod_requests, resource_order
-from tests.support.engine_builders import make_pod
+from testbed.engine_builders import make_pod
 
 
 def cpu_of(builder):

@@ -18,7 +18,7 @@ from reconciler.engine.model import specs
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.specs import SPEC_MEMO_MAX_BYTES, spec_values
-from tests.support.reconciler_builders import make_pod
+from testbed.reconciler_builders import make_pod
 
 
 def _fields(info: PodInfo) -> list[object]:

@@ -33,7 +33,7 @@ from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.devicegroups import group_candidates, group_view
-from tests.support.engine_builders import GPU, make_group, make_node, make_pod, snapshot_of
+from testbed.engine_builders import GPU, make_group, make_node, make_pod, snapshot_of
 from troupe.config import Config
 
 CONFIG = Config()

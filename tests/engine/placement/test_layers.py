@@ -12,7 +12,7 @@ from reconciler.engine.gangs.gang import build_gang
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.placement.layers import water_fill
 from reconciler.engine.placement.place import place_gang
-from tests.support.engine_builders import (
+from testbed.engine_builders import (
     BLOCK,
     GPU,
     SUBBLOCK,

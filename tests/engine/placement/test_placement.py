@@ -8,7 +8,7 @@ import pytest
 from reconciler.engine.filters.status import Code
 from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.placement.place import DomainRef, place_gang
-from tests.support.engine_builders import (
+from testbed.engine_builders import (
     BLOCK,
     GPU,
     HOSTNAME,

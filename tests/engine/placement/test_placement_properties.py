@@ -18,7 +18,7 @@ from reconciler.engine.filters.profile import node_status
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
-from tests.support.engine_builders import GPU, make_node, make_pod, snapshot_of
+from testbed.engine_builders import GPU, make_node, make_pod, snapshot_of
 from troupe.contract import TopologyRequest
 
 WEIGHTS = (1e6, 1e4, 100.0)

@@ -33,7 +33,7 @@ from reconciler.engine.placement.shortfall import (
     status_key,
     target_depth,
 )
-from tests.support.engine_builders import (
+from testbed.engine_builders import (
     BLOCK,
     HOSTNAME,
     SUBBLOCK,

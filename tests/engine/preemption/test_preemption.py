@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import VictimGang, plan_preemption
-from tests.support.engine_builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
+from testbed.engine_builders import GPU, SUBBLOCK, make_node, make_pod, snapshot_of
 from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
 from troupe.contract import TopologyRequest
 from troupe.layers import SliceLayer

@@ -22,7 +22,7 @@ from reconciler.engine.model.budgets import Budget, budget_refusal
 from reconciler.engine.model.fields import ObjectError
 from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
-from tests.support.engine_builders import budget, make_node, make_pod, snapshot_of
+from testbed.engine_builders import budget, make_node, make_pod, snapshot_of
 from troupe.config import Config
 
 CONFIG = Config()

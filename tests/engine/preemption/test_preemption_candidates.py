@@ -10,7 +10,7 @@ from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.preemption import VictimGang, candidate_gangs, may_be_victim, plan_preemption
 from reconciler.engine.preemption.candidates import candidates as gangs_for
 from reconciler.engine.preemption.candidates import gang_of_pod, leaving, victim_gangs
-from tests.support.engine_builders import make_node, make_pod, snapshot_of
+from testbed.engine_builders import make_node, make_pod, snapshot_of
 from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
 
 

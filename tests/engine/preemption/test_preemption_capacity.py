@@ -13,7 +13,7 @@ from reconciler.engine.preemption.capacity import (
 )
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Mode
-from tests.support.engine_builders import GPU, SUBBLOCK, make_pod
+from testbed.engine_builders import GPU, SUBBLOCK, make_pod
 from tests.support.preemption_cases import Running, candidates, cluster, preemptor
 from troupe.contract import TopologyRequest
 

@@ -10,7 +10,7 @@ from reconciler.engine.preemption import plan_preemption
 from reconciler.engine.preemption.exact import exact, exact_work
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode, OutOfBudget
-from tests.support.engine_builders import GPU, make_pod
+from testbed.engine_builders import GPU, make_pod
 from tests.support.preemption_cases import Running, candidates, cluster, names, preemptor
 from troupe.contract import TopologyRequest
 

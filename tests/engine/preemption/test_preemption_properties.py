@@ -1,5 +1,5 @@
 """Properties of the preemption planner on random small clusters, and its optimality
-against the brute force of :mod:`tests.support.preemption_oracle` (every subset).
+against the brute force of :mod:`testbed.preemption_oracle` (every subset).
 
 Clusters: 1-4 nodes of 8 GPUs in two subblocks, full or nearly, running gangs of 1-4 pods
 (1, 2, 4 or 8 GPUs) with priorities 0-12; the preemptor: 1-3 members of 2, 4 or 8 GPUs at
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption import PreemptionPlan, VictimGang, plan_preemption
-from tests.support.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
-from tests.support.preemption_oracle import Instance, brute_force
+from testbed.engine_builders import SUBBLOCK, make_node, make_pod, snapshot_of
+from testbed.preemption_oracle import Instance, brute_force
 from troupe.contract import TopologyRequest
 
 PRIORITY = 10

@@ -7,7 +7,7 @@ from reconciler.engine.placement.place import place_gang
 from reconciler.engine.preemption.plan import new_search
 from reconciler.engine.preemption.search import Budget, Mode
 from reconciler.engine.preemption.settle import can_drop, cover, settle
-from tests.support.engine_builders import GPU
+from testbed.engine_builders import GPU
 from tests.support.preemption_cases import Running, candidates, cluster, preemptor
 from troupe.contract import TopologyRequest
 

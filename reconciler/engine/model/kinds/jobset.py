@@ -8,6 +8,7 @@ current restart attempt, as the JobSet controller (sigs.k8s.io/jobset) labels th
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import troupe.contract as contract
@@ -22,6 +23,47 @@ from reconciler.engine.model.kinds.base import (
 )
 from reconciler.engine.model.pods import Owner, PodInfo
 from troupe.workloadkinds import JOBSET
+
+#: The prefix of the labels the JobSet controller puts on its Jobs and their pods.
+LABELS = "jobset.sigs.k8s.io/"
+
+
+@dataclass(frozen=True, slots=True)
+class ChildJob:
+    """One Job a JobSet makes: ``name`` ``<jobset>-<replicated Job>-<index>``, its
+    replicated Job's ``replicated`` name and ``replicas``, its ``index`` there and its
+    ``global_index`` (replicated-Job order, then index), and the replicated Job's
+    ``template`` (a JobTemplateSpec mapping)."""
+
+    name: str
+    replicated: str
+    replicas: int
+    index: int
+    global_index: int
+    template: Mapping[str, Any]
+
+    def labels(self, jobset: str, attempt: str = "0") -> dict[str, str]:
+        """The labels (also annotations) the JobSet controller puts on this Job and its pods
+        at restart ``attempt`` (sigs.k8s.io/jobset ``pkg/controllers``)."""
+        return {contract.JOBSET_NAME_LABEL: jobset, LABELS + "replicatedjob-name": self.replicated,
+                LABELS + "replicatedjob-replicas": str(self.replicas), LABELS + "job-index": str(self.index),
+                contract.JOBSET_GLOBAL_INDEX_LABEL: str(self.global_index), contract.JOBSET_RESTART_LABEL: attempt}
+
+
+def child_jobs(obj: Mapping[str, Any], name: str | None = None) -> Iterator[ChildJob]:
+    """The Jobs of JobSet ``obj`` (named ``name``, default its ``metadata.name``), in the
+    order its controller makes them: per replicated Job of ``spec.replicatedJobs`` in order,
+    ``replicas`` (default 1) Jobs. Lenient: a field of the wrong type reads as absent
+    (``kubectl troupe plan`` checks them first, reconciler/tools/manifests.py)."""
+    name = str(as_map(obj.get("metadata")).get("name") or "") if name is None else name
+    replicated = as_map(obj.get("spec")).get("replicatedJobs")
+    global_index = 0
+    for rj in replicated if isinstance(replicated, list) else []:
+        rj = as_map(rj)
+        rj_name, replicas = str(rj.get("name") or ""), count(rj.get("replicas"), 1)
+        for j in range(replicas):
+            yield ChildJob(f"{name}-{rj_name}-{j}", rj_name, replicas, j, global_index, as_map(rj.get("template")))
+            global_index += 1
 
 
 class JobSetKind(WorkloadKind):
@@ -49,30 +91,21 @@ class JobSetKind(WorkloadKind):
     def slots(self, obj: Mapping[str, Any], name: str, namespace: str, created: str,
               uid: str) -> Iterator[PodInfo]:
         """Per child Job ``<name>-<replicated job>-<j>``, per completion index, of the current attempt."""
-        spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
-        attempt = str(count(status.get("restarts"), 0))
-        replicated = spec.get("replicatedJobs")
-        global_index = 0
-        for rj in replicated if isinstance(replicated, list) else []:
-            rj = as_map(rj)
-            rj_name = str(rj.get("name") or "")
-            job_spec = as_map(as_map(rj.get("template")).get("spec"))
-            base = template_pod(as_map(job_spec.get("template")), namespace, created)
+        attempt = str(count(as_map(obj.get("status")).get("restarts"), 0))
+        for child in child_jobs(obj, name):
+            job_spec = as_map(child.template.get("spec"))
             pods = job_pods(job_spec)
             if pods == 0:  # no pods, however many Jobs: nothing to make one by one
-                global_index += count(rj.get("replicas"), 1)
                 continue
-            for j in range(count(rj.get("replicas"), 1)):
-                job = f"{name}-{rj_name}-{j}"
-                for k in range(pods):
-                    if base is None:
-                        return
-                    labels = {contract.JOBSET_NAME_LABEL: name, contract.JOBSET_RESTART_LABEL: attempt,
-                              contract.JOBSET_GLOBAL_INDEX_LABEL: str(global_index),
-                              contract.JOB_COMPLETION_INDEX: str(k)}
-                    yield slot(base, f"{job}[{k}]", f"slot:{uid}:{attempt}:{global_index}:{k}", labels,
-                               Owner("batch/v1", "Job", job, f"slot:{uid}:{j}"))
-                global_index += 1
+            base = template_pod(as_map(job_spec.get("template")), namespace, created)
+            if base is None:
+                return
+            for k in range(pods):
+                labels = {contract.JOBSET_NAME_LABEL: name, contract.JOBSET_RESTART_LABEL: attempt,
+                          contract.JOBSET_GLOBAL_INDEX_LABEL: str(child.global_index),
+                          contract.JOB_COMPLETION_INDEX: str(k)}
+                yield slot(base, f"{child.name}[{k}]", f"slot:{uid}:{attempt}:{child.global_index}:{k}", labels,
+                           Owner("batch/v1", "Job", child.name, f"slot:{uid}:{child.index}"))
 
     def gang_of(self, pod: PodInfo) -> tuple[str, WorkloadKey] | None:
         """``jobset:<name>:<restart attempt>`` of its labels (attempt ``0`` without one)."""
