@@ -332,7 +332,10 @@ def test_the_simulator_and_kubectl_troupe_decide_every_gang_as_the_reconciler_di
         def standing() -> dict[str, dict[str, Any]] | None:
             objects = gang_objects(cluster)
             phases = {key: objects[key].get("status", {}).get("phase") for key in expected if key in objects}
-            return objects if phases == expected else None
+            # The preemptor's Gang object tells the evictions first and then, at its next
+            # status write (at most one a second, decision 043), the wait for its victims.
+            waiting = "to terminate" in objects.get(f"{ns}/urgent", {}).get("status", {}).get("message", "")
+            return objects if phases == expected and waiting else None
 
         wait_for(f"the Gang objects in their phases {expected}", standing, timeout=240)
         assert len([p for p in core.list_namespaced_pod(ns, label_selector="gang=low").items
