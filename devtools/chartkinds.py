@@ -28,7 +28,7 @@ from pathlib import Path
 
 from troupe.podgroups import GROUP_ANNOTATIONS, GROUP_APIS, GROUP_LABELS, ORIGINAL_SCHEDULER_NAME
 from troupe.workloadkinds import KINDS, Kind, member_labels, pod_owners
-from webhook.registration import cel_string
+from webhook.registration import cel_string, member_labels_expression, owners_expression
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "troupe"
@@ -89,10 +89,6 @@ def render_tpl(kinds: Sequence[Kind] = KINDS) -> str:
     if not kinds:
         raise ValueError("no workload kinds to render")
     names = ", ".join(f"{cel_string(k.plural)}: {cel_string(k.kind)}" for k in kinds)
-    owners = " || ".join(f"(o.apiVersion.startsWith({cel_string(group + '/')}) && o.kind == {cel_string(kind)})"
-                         for group, kind in pod_owners(kinds))
-    labels = " || ".join(f"(has(object.metadata.labels) && {cel_string(label)} in object.metadata.labels)"
-                         for label in member_labels(kinds))
     parts = [
         _define("gangFitsRules", _rules(kinds, "CREATE", exact_version=True)),
         _define("recordRules", _rules(kinds, "CREATE, UPDATE")),
@@ -101,8 +97,8 @@ def render_tpl(kinds: Sequence[Kind] = KINDS) -> str:
         _define("templates", _chain(kinds, [k.templates_cel for k in kinds])),
         _define("pods", _chain(kinds, [k.pods_cel for k in kinds])),
         _define("counted", _chain(kinds, [cel_string(k.pods_words) for k in kinds])),
-        _define("podOwners", owners or "false"),
-        _define("memberLabels", labels or "false"),
+        _define("podOwners", owners_expression(pod_owners(kinds))),
+        _define("memberLabels", member_labels_expression(member_labels(kinds))),
         _define("groupAnnotations", json.dumps(list(GROUP_ANNOTATIONS))),
         _define("groupLabels", json.dumps(list(GROUP_LABELS))),
         _define("groupReferenceKeys", json.dumps([*GROUP_ANNOTATIONS, ORIGINAL_SCHEDULER_NAME])),

@@ -13,7 +13,7 @@ field: ``object.metadata.annotations`` may be absent, and ``oldObject`` is null 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from troupe import kueue
@@ -245,17 +245,26 @@ def workload_pod_expression(config: Config, var: str = "object") -> str:
     :func:`troupe.contract.created_by_workload`)."""
     keys = GangKeys.for_prefix(config.gang_annotation_prefix)
     named = " || ".join(f"{cel_string(k)} in {var}.metadata.annotations" for k in (keys.name, keys.size))
-    owners = " || ".join(
-        f"(o.apiVersion.startsWith({cel_string(group + '/')}) && o.kind == {cel_string(kind)})"
-        for group, kind in POD_OWNERS
-    )
     return (
         f"!({_has_annotations(var)} && ({named})) && ("
         f"(has({var}.metadata.ownerReferences) && {var}.metadata.ownerReferences.exists(o, "
-        f"has(o.controller) && o.controller && ({owners}))) || "
-        + " || ".join(f"(has({var}.metadata.labels) && {cel_string(label)} in {var}.metadata.labels)"
-                      for label in MEMBER_LABELS) + ")"
+        f"has(o.controller) && o.controller && ({owners_expression(POD_OWNERS)}))) || "
+        f"{member_labels_expression(MEMBER_LABELS, var)})"
     )
+
+
+def owners_expression(owners: Sequence[tuple[str, str]]) -> str:
+    """CEL over an owner reference ``o``: it is one of ``owners`` (``(API group, kind)``);
+    ``false`` for none. The chart renders the same (devtools/chartkinds.py)."""
+    return " || ".join(f"(o.apiVersion.startsWith({cel_string(group + '/')}) && o.kind == {cel_string(kind)})"
+                       for group, kind in owners) or "false"
+
+
+def member_labels_expression(labels: Sequence[str], var: str = "object") -> str:
+    """CEL: ``var`` carries one of ``labels``; ``false`` for none. The chart renders the
+    same (devtools/chartkinds.py)."""
+    return " || ".join(f"(has({var}.metadata.labels) && {cel_string(label)} in {var}.metadata.labels)"
+                       for label in labels) or "false"
 
 
 def auto_match_conditions(config: Config) -> list[dict[str, str]]:
