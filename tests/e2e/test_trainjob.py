@@ -5,7 +5,7 @@ Kubeflow Trainer v2's controller manager (``trainer``: built from its module, wi
 webhooks and the ``torch-distributed`` ClusterTrainingRuntime it ships) turns a TrainJob into
 a JobSet; the JobSet controller (``workload_controllers``) makes its Jobs and pods. The
 namespace is labelled ``troupe.io/gang-mode: auto`` and nothing else names a gang. Each pod
-asks for a whole node of examples/nodes.yaml (8 GPUs, 30 of 32 CPUs)::
+asks for a whole node of examples/nodes.yaml (8 GPUs, 30 of 32 CPUs, 200 of 256 GiB)::
 
     block      gpu-b0                               gpu-b1
     subblock   gpu-b0-s0          gpu-b0-s1         gpu-b1-s0          gpu-b1-s1
@@ -124,3 +124,28 @@ def test_a_trainjob_with_no_subblock_big_enough_binds_nothing_and_its_gang_says_
     pods = pods_of(admin_core, opted_in, "wide")
     assert len(pods) == 5
     assert all(p.spec.scheduling_gates and not p.spec.node_name for p in pods), "nothing bound, every member gated"
+
+
+def test_a_trainjob_larger_than_the_free_nodes_binds_nothing_beside_a_running_one(trainer, troupe, admin_api,
+                                                                                admin_core, opted_in):
+    create_trainjob(admin_api, opted_in, trainjob("small", 4))
+    wait_for("the first TrainJob's 4 pods Running",
+             lambda: len(pods := pods_of(admin_core, opted_in, "small")) == 4 and all(p.status.phase == "Running" for p in pods),
+             timeout=180)
+    # 13 whole nodes where 12 are free: too little room anywhere, and no one to preempt
+    # (gangPreemptionMode off, the default).
+    create_trainjob(admin_api, opted_in, trainjob("big", 13))
+
+    def told() -> dict[str, Any] | None:
+        gang = gang_object(admin_api, opted_in, "jobset:big:0")
+        status = (gang or {}).get("status") or {}
+        return status if status.get("present") == 13 and status.get("phase") == "Unschedulable" else None
+
+    status = wait_for("the second JobSet gang's object Unschedulable with its 13 members", told, timeout=180)
+    assert (status["size"], status["gated"], status["released"], status["bound"]) == (13, 13, 0, 0), status
+    assert status["reason"] == "Unschedulable", status
+    # e.g. "fits 12 of 13 members; 4 nodes excluded: insufficient cpu: 4, ... nvidia.com/gpu: 4"
+    assert status["message"].startswith("fits 12 of 13 members"), status
+    time.sleep(3)  # a decision made meanwhile would have released someone
+    assert all(p.spec.scheduling_gates and not p.spec.node_name for p in pods_of(admin_core, opted_in, "big"))
+    assert all(p.status.phase == "Running" for p in pods_of(admin_core, opted_in, "small")), "the first runs on"
