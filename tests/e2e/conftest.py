@@ -26,6 +26,7 @@ from kubernetes import client
 from devtools.devcluster import Cluster
 from devtools.devcluster.build import built_binaries, ensure_built
 from devtools.devcluster.stack import Stack
+from devtools.devcluster.trainer import Trainer
 from devtools.devcluster.workloads import WorkloadControllers, install_crds
 from tests.support.e2e import temporary_namespace
 
@@ -131,11 +132,21 @@ def workload_controllers(cluster: Cluster) -> Iterator[WorkloadControllers]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def trainer(cluster: Cluster, workload_controllers: WorkloadControllers) -> Iterator[Trainer]:
+    """Kubeflow Trainer v2's controller manager, built from its module, running on ``cluster``
+    beside the JobSet controller its TrainJobs need, with its CRDs, webhooks and the
+    ``torch-distributed`` ClusterTrainingRuntime (devtools/devcluster/trainer.py); stopped
+    by its pid after the module."""
+    with Trainer(cluster) as running:
+        yield running
+
+
 @pytest.fixture(autouse=True)
 def _everything_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test, with the dead process's log tail, if a control-plane component, the
-    webhook, the reconciler or a workload controller exits around it."""
-    running = [request.getfixturevalue(f) for f in ("cluster", "troupe", "workload_controllers")
+    webhook, the reconciler, a workload controller or the trainer exits around it."""
+    running = [request.getfixturevalue(f) for f in ("cluster", "troupe", "workload_controllers", "trainer")
                if f in request.fixturenames]
     for r in running:
         r.check()
