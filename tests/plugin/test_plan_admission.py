@@ -337,7 +337,7 @@ def test_a_job_with_only_kueues_required_topology_is_planned_as_one_gang_not_lef
     code = plugin.main(["plan", "-f", str(manifest), "--snapshot", write_list(tmp_path, NODES), "--now", NOW])
     out = capsys.readouterr().out
     assert code == 0
-    assert "not Troupe's" not in out
+    assert "not Troupe's" not in out and "left to kube-scheduler" not in out
     assert re.search(rf"^ml/job:train +Placed +2/2 +\S+ +{re.escape(SUBBLOCK)}=gpu-b0/gpu-b0-s\d$", out, re.M), out
     assert "ml/job:train would be released now" in out
 
