@@ -39,6 +39,7 @@ from testbed.engine_builders import make_group, make_node
 from tests.support.snapshots import node, write_list
 from troupe import contract
 from troupe.config import Config, from_mapping
+from troupe.podgroups import parse_pod_group, source_of
 from webhook.admission import mutate, patch_of
 
 NOW = "2026-03-01T10:00:00Z"
@@ -249,12 +250,13 @@ def _admitted_by_the_webhook(pod: dict[str, Any], config: Config, opted_in: bool
     return pod
 
 
-def webhook_gangs(case: Case) -> dict[str, tuple[int | None, list[str]]]:
-    """The gangs the reconciler makes of the pods the webhook admitted: key -> (size, members)."""
+def webhook_gangs(case: Case, namespace: str = "ml") -> dict[str, tuple[int | None, list[str]]]:
+    """The gangs the reconciler makes of the pods the webhook admitted: key -> (size, members);
+    objects that name no namespace are created in ``namespace``."""
     config = _config(case)
     namespaces = {o["metadata"]["name"]: o["metadata"].get("labels", {}) for o in case.cluster
                   if o["kind"] == "Namespace"}
-    pods, workloads = created([("manifest", o["kind"], o) for o in case.objects], Context(config, "ml"))
+    pods, workloads = created([("manifest", o["kind"], o) for o in case.objects], Context(config, namespace))
     admitted = [_admitted_by_the_webhook(
         p, config, namespaces.get(p["metadata"]["namespace"], {}).get(contract.GANG_MODE_LABEL) == "auto")
         for p in pods]
@@ -263,7 +265,11 @@ def webhook_gangs(case: Case) -> dict[str, tuple[int | None, list[str]]]:
         known.update(wl.workloads_of(kind, [obj]))
     parallelism = {(j["metadata"]["namespace"], j["metadata"]["name"]): wl.job_parallelism(j)
                    for kind, j in workloads if kind == "Job"}
-    known_workloads = wl.Workloads(known)
+    groups = {}
+    for kind, obj in workloads:
+        if kind == "PodGroup" and (source := source_of(obj["apiVersion"])) is not None:
+            groups[(source, obj["metadata"]["namespace"], obj["metadata"]["name"])] = parse_pod_group(source, obj, config)
+    known_workloads = wl.Workloads(known, groups=groups)
     planned = planned_gangs(known_workloads, config, frozenset(n for n, labels in namespaces.items()
                                                                if labels.get(contract.GANG_MODE_LABEL) == "auto"))
     members = group_by_gang((PodInfo.from_object(p) for p in admitted), config)
