@@ -94,7 +94,22 @@ def pods_of(sets: Iterable[PodSet]) -> list[dict[str, Any]]:
             for s in sets for i in range(s.count)]
 
 
-def _within(where: str, what: str) -> str:
+def constant(labels: Mapping[str, str]) -> Callable[[int], Mapping[str, str]]:
+    """The same ``labels`` for every pod of a :class:`PodSet`."""
+    return lambda i: labels
+
+
+def numbered(prefix: str) -> Callable[[int], str]:
+    """Pod ``i`` named ``<prefix>-<i>``."""
+    return lambda i: f"{prefix}-{i}"
+
+
+def indexed(labels: Mapping[str, str], key: str) -> Callable[[int], Mapping[str, str]]:
+    """``labels`` and ``key: i`` for pod ``i``."""
+    return lambda i: {**labels, key: str(i)}
+
+
+def within(where: str, what: str) -> str:
     """``where`` (``manifest: document 1 (Deployment d)``) naming ``what`` inside it."""
     return f"{where[:-1]}, {what})" if where.endswith(")") else f"{where} ({what})"
 
@@ -162,7 +177,7 @@ def jobset(obj: dict[str, Any], where: str) -> Made:
         one = child("batch/v1", "Job", c.name, {**obj, "apiVersion": JOBSET.api_version, "kind": JOBSET.kind},
                     {**(tmeta.get("labels") or {}), **labels}, job_spec)
         one["metadata"]["ownerReferences"][0].pop("blockOwnerDeletion")
-        made.add(job(one, _within(where, f"Job {c.name}")))
+        made.add(job(one, within(where, f"Job {c.name}")))
     return made
 
 
@@ -187,7 +202,7 @@ def deployment(obj: dict[str, Any], where: str) -> Made:
     rs_template = {**template, "metadata": {**tmeta, "labels": labels}}
     rs = child("apps/v1", "ReplicaSet", f"{obj['metadata']['name']}-{hashed}", obj, labels,
                {"replicas": replicas(spec, f"{where}: spec"), "template": rs_template})
-    return replicaset(rs, _within(where, f"ReplicaSet {rs['metadata']['name']}"))
+    return replicaset(rs, within(where, f"ReplicaSet {rs['metadata']['name']}"))
 
 
 def _ordinal_start(spec: Mapping[str, Any], where: str) -> int:
@@ -232,7 +247,7 @@ def leaderworkerset(obj: dict[str, Any], where: str) -> Made:
                     {"replicas": replicas(spec, f"{where}: spec"), "serviceName": name,
                      "podManagementPolicy": "Parallel", "template": stamped(leader, leader_labels, annotations)})
     made = Made(workloads=[(LEADER_WORKER_SET.kind, obj)])
-    leader_made = statefulset(leaders, _within(where, f"StatefulSet {name}"))
+    leader_made = statefulset(leaders, within(where, f"StatefulSet {name}"))
     made.workloads += leader_made.workloads
     for g, pod in enumerate(leader_made.pods):
         key = hashlib.sha1(f"{namespace}/{pod['metadata']['name']}".encode()).hexdigest()
@@ -245,7 +260,7 @@ def leaderworkerset(obj: dict[str, Any], where: str) -> Made:
                         {"replicas": size - 1, "serviceName": name, "podManagementPolicy": "Parallel",
                          "ordinals": {"start": 1},
                          "template": stamped(worker, group, {**annotations, LWS_LEADER_NAME: pod["metadata"]["name"]})})
-        worker_made = statefulset(workers, _within(where, f"StatefulSet {workers['metadata']['name']}"))
+        worker_made = statefulset(workers, within(where, f"StatefulSet {workers['metadata']['name']}"))
         for w, one in enumerate(worker_made.pods, start=1):
             one["metadata"]["labels"][contract.LWS_WORKER_INDEX_LABEL] = str(w)
         made.add(worker_made)

@@ -2,10 +2,11 @@
 
 A manifest (YAML or JSON: one object, a ``List``, or several documents) holds what users
 apply: Pods, the workloads whose controllers make pods (every kind of
-:data:`reconciler.tools.controllers.EXPANDERS`: Jobs, JobSets, Deployments, ReplicaSets,
-StatefulSets, LeaderWorkerSets, and the operators' kinds the registry knows), and the
+:data:`EXPANDERS`: Jobs, JobSets, Deployments, ReplicaSets, StatefulSets,
+LeaderWorkerSets, and the operators' kinds the registry knows: RayClusters, RayJobs, MPIJobs), and the
 objects of the gang APIs Troupe reads. :func:`expand` makes the pods their controllers
-would create, as those controllers make them (:mod:`reconciler.tools.controllers`):
+would create, as those controllers make them (:mod:`reconciler.tools.controllers`,
+:mod:`reconciler.tools.operators`):
 
 - a **Pod** is itself;
 - a **PodGroup** (the upstream Workload API's, Volcano's, coscheduling's or KAI's) is
@@ -35,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.tools.controllers import EXPANDERS
+from reconciler.tools import controllers, operators
 from reconciler.tools.expansion import ManifestError, mapping, suffix, uid
 from troupe import contract
 from troupe.adoption import APPS_OWNER_KINDS
@@ -46,6 +47,9 @@ from webhook.patches import apply_ops
 
 __all__ = ["KINDS", "Context", "Expanded", "ManifestError", "admit", "created", "expand"]
 
+#: Each kind's expansion, by ``kind``: Kubernetes' and the workload projects' controllers
+#: (:mod:`reconciler.tools.controllers`), then the operators' (:mod:`reconciler.tools.operators`).
+EXPANDERS = {**controllers.EXPANDERS, **operators.EXPANDERS}
 #: The gang APIs' objects a manifest may hold besides workloads: ``PodGroup`` (of any
 #: source Troupe reads, docs/decisions/056-pod-groups.md) and the upstream ``Workload``.
 GROUP_KINDS = ("PodGroup", "Workload")

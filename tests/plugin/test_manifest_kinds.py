@@ -11,11 +11,11 @@ import re
 
 import yaml
 
-from reconciler.engine.model.kinds import MODULE_OF
+from reconciler.engine.model.kinds import MODULE_OF, REGISTRY
 from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.pods import PodInfo
 from reconciler.tools.expansion import ALPHABET
-from reconciler.tools.manifests import Context, expand
+from reconciler.tools.manifests import EXPANDERS, Context, expand
 from troupe.config import Config
 
 NOW = 1772359200.0  # 2026-03-01T10:00:00Z
@@ -164,3 +164,119 @@ spec:
     assert out.notes == ("Workload default/training-policy (scheduling.k8s.io/v1alpha2) (templates worker): a policy "
                          "template; Troupe, as kube-scheduler, reads the PodGroups made from it and the pods naming "
                          "them, not the Workload",)
+
+
+def test_every_kind_of_the_registry_expands():
+    assert {m.facts.kind for m in REGISTRY} <= set(EXPANDERS)
+
+
+RAYCLUSTER = f"""\
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {{name: rc, namespace: ml}}
+spec:
+  headGroupSpec:
+    rayStartParams: {{}}
+    template: {{spec: {{containers: [{{name: ray-head, image: rayproject/ray:2.46.0}}]}}}}
+  workerGroupSpecs:
+  - groupName: gpu
+    replicas: 2
+    minReplicas: 1
+    maxReplicas: 4
+    template: {{spec: {{containers: {CONTAINERS}}}}}
+  - groupName: cpu
+    replicas: 5
+    maxReplicas: 1
+    numOfHosts: 2
+    template: {{spec: {{containers: {CONTAINERS}}}}}
+"""
+OPTED = {"ml": {"troupe.io/gang-mode": "auto"}}
+
+
+def gangs_of(out, config: Config) -> dict[str, list[str]]:
+    return {k: [p.name for p in v] for k, v in group_by_gang((PodInfo.from_object(p) for p in out.pods), config).items()}
+
+
+def test_a_raycluster_makes_its_head_and_workers_as_kuberay_names_and_labels_them():
+    config = Config()
+    out = expand(objects(RAYCLUSTER), Context(config, namespaces=OPTED, now=NOW))
+    cluster = next(o for k, o in out.workloads if k == "RayCluster")
+    assert len(out.pods) == MODULE_OF["RayCluster"].size(cluster)[0] == 1 + 2 + 2
+    head, *workers = out.pods
+    assert re.fullmatch(rf"rc-head-[{ALPHABET}]{{5}}", head["metadata"]["name"])
+    assert [re.sub(r"-[^-]+$", "", p["metadata"]["name"]) for p in workers] == ["rc-gpu-worker"] * 2 + ["rc-cpu-worker"] * 2
+    assert {k: v for k, v in head["metadata"]["labels"].items() if k.startswith("ray.io/")} == {
+        "ray.io/is-ray-node": "yes", "ray.io/cluster": "rc", "ray.io/node-type": "head", "ray.io/group": "headgroup",
+        "ray.io/identifier": "rc-head"}
+    assert workers[3]["metadata"]["labels"]["ray.io/group"] == "cpu"
+    assert {p["metadata"]["ownerReferences"][0]["kind"] for p in out.pods} == {"RayCluster"}
+    assert gangs_of(out, config) == {"ml/raycluster:rc": [p["metadata"]["name"] for p in out.pods]}
+
+
+def test_a_rayjob_makes_its_cluster_a_gang_and_its_submitter_a_pod_outside_it():
+    config = Config()
+    spec = yaml.safe_load(RAYCLUSTER)["spec"]
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj", "namespace": "ml"},
+              "spec": {"entrypoint": "python x.py", "rayClusterSpec": spec}}
+    out = expand([("manifest: document 1", "RayJob", rayjob)], Context(config, namespaces=OPTED, now=NOW))
+    cluster = next(o for k, o in out.workloads if k == "RayCluster")
+    assert cluster["metadata"]["labels"] == {"ray.io/originated-from-cr-name": "rj", "ray.io/originated-from-crd": "RayJob"}
+    assert cluster["metadata"]["ownerReferences"][0]["kind"] == "RayJob"
+    submitter = out.pods[-1]
+    assert submitter["metadata"]["labels"]["job-name"] == "rj"
+    assert submitter["spec"]["containers"][0]["image"] == "rayproject/ray:2.46.0"
+    gangs = gangs_of(out, config)
+    assert gangs[f"ml/raycluster:{cluster['metadata']['name']}"] == names(out)[:5]
+    # The opt-in makes the submitter's pod, a Job's, a gang of its Job: not the cluster's.
+    assert gangs["ml/job:rj"] == [submitter["metadata"]["name"]]
+    elsewhere = expand([("manifest: document 1", "RayJob", {**rayjob, "metadata": {"name": "rj"}})],
+                       Context(config, now=NOW))
+    assert [(o, len(keys)) for o, keys, _ in elsewhere.left] == [("RayJob default/rj", 6)]
+
+
+MPIJOB = f"""\
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {{name: pi, namespace: ml}}
+spec:
+  slotsPerWorker: 1
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template: {{spec: {{containers: {CONTAINERS}}}}}
+    Worker:
+      replicas: 2
+      template: {{spec: {{containers: {CONTAINERS}}}}}
+"""
+
+
+def test_an_mpijob_makes_its_launcher_job_and_its_workers_one_gang_launcher_first():
+    config = Config()
+    out = expand(objects(MPIJOB), Context(config, namespaces=OPTED, now=NOW))
+    launcher_job = next(o for k, o in out.workloads if k == "Job")
+    assert launcher_job["metadata"]["name"] == "pi-launcher" and launcher_job["metadata"]["labels"] == {"app": "pi"}
+    assert launcher_job["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+    assert [n.rsplit("-", 1)[0] if n.startswith("pi-launcher") else n for n in names(out)] == [
+        "pi-launcher", "pi-worker-0", "pi-worker-1"]
+    assert out.pods[0]["metadata"]["labels"]["training.kubeflow.org/job-role"] == "launcher"
+    assert out.pods[2]["metadata"]["labels"]["training.kubeflow.org/replica-index"] == "1"
+    mpijob = next(o for k, o in out.workloads if k == "MPIJob")
+    assert MODULE_OF["MPIJob"].size(mpijob)[0] == len(out.pods)
+    assert gangs_of(out, config) == {"ml/mpijob:pi": names(out)}
+
+
+def test_a_pytorchjob_makes_its_master_then_its_workers():
+    manifest = f"""\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {{name: pt, namespace: ml}}
+spec:
+  pytorchReplicaSpecs:
+    Worker: {{replicas: 2, template: {{spec: {{containers: {CONTAINERS}}}}}}}
+    Master: {{replicas: 1, template: {{spec: {{containers: {CONTAINERS}}}}}}}
+"""
+    config = Config()
+    out = expand(objects(manifest), Context(config, namespaces=OPTED, now=NOW))
+    assert names(out) == ["pt-master-0", "pt-worker-0", "pt-worker-1"]
+    assert out.pods[0]["metadata"]["labels"]["training.kubeflow.org/job-role"] == "master"
+    assert gangs_of(out, config) == {"ml/pytorchjob:pt": names(out)}
