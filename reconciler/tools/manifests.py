@@ -13,6 +13,7 @@ would create, as those controllers make them (:mod:`reconciler.tools.controllers
   itself, read with the pods that name it (docs/decisions/056-pod-groups.md);
 - an upstream **Workload** (``scheduling.k8s.io``) is a policy template: kube-scheduler
   and Troupe read the PodGroups made from it, not it, so it is taken and said so;
+- a ConfigMap, Service and the like (:data:`PODLESS_KINDS`) make no pod: passed over, said so;
 - an object with ``metadata.generateName`` and no name is named as the API server names
   it (the prefix and five characters; deterministic here), and said so.
 
@@ -53,8 +54,12 @@ EXPANDERS = {**controllers.EXPANDERS, **operators.EXPANDERS}
 #: The gang APIs' objects a manifest may hold besides workloads: ``PodGroup`` (of any
 #: source Troupe reads, docs/decisions/056-pod-groups.md) and the upstream ``Workload``.
 GROUP_KINDS = ("PodGroup", "Workload")
+#: Kinds a manifest may hold beside its workloads that make no pod and that no decision
+#: reads (a RayJob's sample ships its script as a ConfigMap): passed over, and said so.
+PODLESS_KINDS = ("ConfigMap", "Secret", "Service", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy",
+                 "PersistentVolumeClaim", "ResourceClaimTemplate")
 #: The kinds a manifest may hold.
-KINDS = ("Pod", *EXPANDERS, *GROUP_KINDS)
+KINDS = ("Pod", *EXPANDERS, *GROUP_KINDS, *PODLESS_KINDS)
 #: The kinds the reconciler reads of what a manifest creates (the rest are only expanded).
 READ_KINDS = frozenset({*KIND_OF, "PodGroup", *APPS_OWNER_KINDS})
 
@@ -185,6 +190,9 @@ def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context,
         whole = {**copy.deepcopy(dict(obj)), "metadata": {**meta, "uid": uid(namespace, kind, name)}}
         if kind == "Workload":
             notes.append(_workload_note(whole, name, namespace))
+            continue
+        if kind in PODLESS_KINDS:
+            notes.append(f"{kind} {namespace}/{name}: makes no pod; passed over")
             continue
         if kind == "PodGroup":
             workloads.append(("PodGroup", whole))

@@ -131,7 +131,7 @@ def test_priority_comes_from_the_priority_class_or_the_global_default():
 @pytest.mark.parametrize(("manifest", "message"), [
     ("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: d}\n",
      "manifest: document 1: kind 'DaemonSet' cannot be planned (supported: Pod, Job, JobSet, Deployment, ReplicaSet, "
-     "StatefulSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob, PodGroup, Workload)"),
+     "StatefulSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob, PodGroup, Workload, ConfigMap, "),
     ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
      "manifest: document 1 (Deployment d, ReplicaSet d-"),
     ("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {generateName: s-}\nspec: {replicas: two}\n",

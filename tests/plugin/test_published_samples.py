@@ -52,13 +52,15 @@ class Want:
     """What ``plan`` decides of a sample: ``gangs`` (key -> (phase, size, members present)),
     ``left`` (object left to kube-scheduler -> its pods), ``elsewhere`` (pods waiting for
     another scheduler), ``notes`` (how many), and ``levels``: the two upper topology level
-    keys the sample asks, which the cluster is given (default GKE's block and subblock)."""
+    keys the sample asks, which the cluster is given (default GKE's block and subblock);
+    ``opted``: namespace ``default`` opts its workloads in (``troupe.io/gang-mode: auto``)."""
 
     gangs: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     left: dict[str, int] = field(default_factory=dict)
     elsewhere: int = 0
     notes: int = 0
     levels: tuple[str, str] | None = None
+    opted: bool = False
 
 
 WANT = {
@@ -81,7 +83,16 @@ WANT = {
     "kueue-tas-preferred": Want({"default/job:tas-sample-preferred": ("Placed", 40, 40)}, notes=1,
                                 levels=KUEUE_LEVELS),
     "kueue-jobset": Want(left={"JobSet default/sleep-job-": 2}, notes=1),
+    # The operators' samples, in a namespace that opts its workloads in, and in one that does not.
+    "kuberay-raycluster": Want({"default/raycluster:raycluster-kuberay": ("Placed", 2, 2)}, opted=True),
+    # KubeRay names a RayJob's cluster <rayjob>-<five random characters>: deterministic here.
+    "kuberay-rayjob": Want({"default/raycluster:rayjob-sample-q2vzx": ("Placed", 2, 2),
+                            "default/job:rayjob-sample": ("Placed", 1, 1)}, notes=1, opted=True),
+    "mpi-operator-pi": Want({"default/mpijob:pi": ("Placed", 3, 3)}, opted=True),
 }
+#: The operators' samples where nothing opts them in: left to kube-scheduler whole.
+NOT_OPTED = {"kuberay-raycluster": {"RayCluster default/raycluster-kuberay": 2},
+             "kuberay-rayjob": {"RayJob default/rayjob-sample": 3}, "mpi-operator-pi": {"MPIJob default/pi": 3}}
 
 
 def sample_objects(name: str) -> list[dict[str, Any]]:
@@ -89,12 +100,17 @@ def sample_objects(name: str) -> list[dict[str, Any]]:
     return [d for f in SOURCES[name]["files"] for d in yaml.safe_load_all((SAMPLES / f).read_text()) if d]
 
 
+OPTED_IN = {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "default", "labels": {contract.GANG_MODE_LABEL: contract.GANG_MODE_AUTO}}}
+
+
 def cluster(want: Want) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Nodes (2 subblocks x 4 hosts) and the configuration, with ``want.levels`` as the upper levels."""
-    nodes = [node(0, s, h).build() for s in (0, 1) for h in range(4)]
+    """Nodes (2 subblocks x 4 hosts; with ``want.opted``, namespace ``default`` opted in) and
+    the configuration, with ``want.levels`` as the upper levels."""
+    nodes = [node(0, s, h).build() for s in (0, 1) for h in range(4)] + ([OPTED_IN] if want.opted else [])
     if want.levels is None:
         return nodes, {}
-    for n in nodes:
+    for n in nodes[:8]:
         labels = n["metadata"]["labels"]
         labels[want.levels[0]], labels[want.levels[1]] = labels[BLOCK], labels[SUBBLOCK]
     return nodes, {"topologyLevels": [*want.levels, HOST]}
@@ -151,7 +167,7 @@ def test_plan_decides_the_published_sample_as_the_webhook_and_the_engine_do(name
 
     # The webhook's and the reconciler's path gives the same gangs, sizes and members.
     objects = sample_objects(name)
-    case = Case(objects, {}, config=config)
+    case = Case(objects, {}, cluster=[OPTED_IN] if want.opted else [], config=config)
     by_webhook = webhook_gangs(case, "default")
     assert {k: size for k, (size, _) in by_webhook.items()} == {f"{g['namespace']}/{g['name']}": g["size"]
                                                                   for g in answer["gangs"]}
@@ -161,7 +177,7 @@ def test_plan_decides_the_published_sample_as_the_webhook_and_the_engine_do(name
     # The engine (the simulator) decides each gang as plan does, on the admitted pods.
     cfg = from_mapping(config)
     pods, workloads = created([("manifest", o["kind"], o) for o in objects], Context(cfg, "default"))
-    admitted = [_admitted_by_the_webhook(p, cfg, False) for p in pods]
+    admitted = [_admitted_by_the_webhook(p, cfg, want.opted) for p in pods]
     snapshot = write_list(tmp_path, [*nodes, *admitted, *(o for _, o in workloads)])
     simulated = run([str(snapshot), "--output", "json", "--now", NOW,
                      *(["--config", str(tmp_path / "config.yaml")] if config else [])], simulate.main)
@@ -175,3 +191,13 @@ def test_plan_decides_the_published_sample_as_the_webhook_and_the_engine_do(name
                 == {p["pod"]: p["node"] for p in g["placements"]}), key
     assert all(contract.GATE in json.dumps(p["spec"].get("schedulingGates", [])) for p in admitted
                if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in managed)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_OPTED))
+def test_an_operators_sample_nothing_opts_in_is_left_to_kube_scheduler_whole(name, tmp_path):
+    nodes, _ = cluster(Want())
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text("\n---\n".join((SAMPLES / f).read_text() for f in SOURCES[name]["files"]))
+    answer = run(["plan", "-f", str(manifest), "--snapshot", write_list(tmp_path, nodes), "--now", NOW, "-o", "json"])
+    assert answer["gangs"] == []
+    assert {x["object"]: len(x["pods"]) for x in answer["leftToKubeScheduler"]} == NOT_OPTED[name]
