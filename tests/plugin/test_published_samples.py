@@ -9,7 +9,7 @@ kube-scheduler (object -> pods), the pods that wait for another scheduler, and t
 
 - **the webhook**: the pods the controllers make (``created``) go through the webhook's
   ``mutate`` as AdmissionReview JSON, entry by entry as the API server calls them, and the
-  reconciler groups them into gangs (``webhook_gangs`` of tests/plugin/test_plan_admission.py):
+  reconciler groups them into gangs (``webhook_gangs`` of tests/support/admission_path.py):
   the same gangs, sizes and members;
 - **the engine**: the simulator (``python -m reconciler.tools.simulate``), on a snapshot of
   the nodes, the webhook-admitted pods and the workloads, makes the same decision per
@@ -33,7 +33,7 @@ import yaml
 
 from reconciler.tools import plugin, simulate
 from reconciler.tools.manifests import Context, created
-from tests.plugin.test_plan_admission import Case, _admitted_by_the_webhook, webhook_gangs
+from tests.support.admission_path import Case, admitted_by_the_webhook, webhook_gangs
 from tests.support.snapshots import node, write_list
 from troupe import contract
 from troupe.config import from_mapping
@@ -177,7 +177,7 @@ def test_plan_decides_the_published_sample_as_the_webhook_and_the_engine_do(name
     # The engine (the simulator) decides each gang as plan does, on the admitted pods.
     cfg = from_mapping(config)
     pods, workloads = created([("manifest", o["kind"], o) for o in objects], Context(cfg, "default"))
-    admitted = [_admitted_by_the_webhook(p, cfg, want.opted) for p in pods]
+    admitted = [admitted_by_the_webhook(p, cfg, want.opted) for p in pods]
     snapshot = write_list(tmp_path, [*nodes, *admitted, *(o for _, o in workloads)])
     simulated = run([str(snapshot), "--output", "json", "--now", NOW,
                      *(["--config", str(tmp_path / "config.yaml")] if config else [])], simulate.main)
