@@ -30,7 +30,8 @@ to :class:`~reconciler.tools.expansion.Made`, registered once in :data:`EXPANDER
   (``<lws>-<g>-<w>``); every pod carries ``leaderworkerset.sigs.k8s.io/name``,
   ``group-index``, ``worker-index``, ``group-key`` (the SHA-1 of ``<namespace>/<leader>``)
   and the annotation ``leaderworkerset.sigs.k8s.io/size``; a worker
-  ``leaderworkerset.sigs.k8s.io/leader-name``.
+  ``leaderworkerset.sigs.k8s.io/leader-name`` (the ``template-revision-hash`` label, a hash
+  of the LWS's template that no decision reads, is left out).
 
 Several pod sets of one kind are one :class:`PodSet` each, made into pods by one function
 (:func:`pods_of`), so a kind's function only says what its controller names and labels.

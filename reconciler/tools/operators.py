@@ -72,22 +72,49 @@ def _worker_name(namespace: str, cluster: str, group: str) -> Callable[[int], st
     return lambda i: f"{f'{cluster}-{group}'[:50]}-worker-{suffix(namespace, cluster, group, i)}"
 
 
+def _with_container(template: dict[str, Any], where: str, key: str, container: dict[str, Any]) -> dict[str, Any]:
+    """``template`` with ``container`` appended to its spec's ``key`` (``containers``,
+    ``initContainers``); ``container`` takes the image of the template's first container
+    when it names none."""
+    spec = mapping(template.get("spec"), f"{where}.spec")
+    first = (spec.get("containers") or [{}])[0]
+    image = mapping(first, f"{where}.spec.containers[0]").get("image", "")
+    return {**template, "spec": {**spec, key: [*(spec.get(key) or []), {"image": image, **container}]}}
+
+
+def _requests(cpu: str, memory: str) -> dict[str, Any]:
+    return {"limits": {"cpu": cpu, "memory": memory}, "requests": {"cpu": cpu, "memory": memory}}
+
+
 def raycluster(obj: dict[str, Any], where: str) -> Made:
-    """A RayCluster's head and workers (see the module). Raises ManifestError naming the field."""
+    """A RayCluster's head and workers (see the module). What KubeRay adds that takes room is
+    added too (``common/pod.go``): with ``enableInTreeAutoscaling`` the head's ``autoscaler``
+    container (500m CPU, 512Mi, or ``autoscalerOptions.resources``), and each worker's
+    ``wait-gcs-ready`` init container (200m CPU, 256Mi; on by default). Raises ManifestError
+    naming the field."""
     meta, spec = obj["metadata"], mapping(obj.get("spec"), f"{where}: spec")
     name, namespace = meta["name"], meta["namespace"]
     head = mapping(spec.get("headGroupSpec"), f"{where}: spec.headGroupSpec")
     owner_obj = {**obj, "apiVersion": obj.get("apiVersion") or RAY_CLUSTER.api_version, "kind": RAY_CLUSTER.kind}
     prefix = name[:50]  # utils.PodName and CheckName keep 50 characters
-    sets = [PodSet(mapping(head.get("template"), f"{where}: spec.headGroupSpec.template"),
-                   f"{where}: spec.headGroupSpec.template", 1, owner_obj,
+    at = f"{where}: spec.headGroupSpec.template"
+    head_template = mapping(head.get("template"), at)
+    if spec.get("enableInTreeAutoscaling") is True:
+        options = mapping(spec.get("autoscalerOptions"), f"{where}: spec.autoscalerOptions")
+        resources = mapping(options.get("resources"), f"{where}: spec.autoscalerOptions.resources") or _requests(
+            "500m", "512Mi")
+        head_template = _with_container(head_template, at, "containers", {"name": "autoscaler", "resources": resources,
+                                        **({"image": options["image"]} if options.get("image") else {})})
+    sets = [PodSet(head_template, at, 1, owner_obj,
                    lambda i: f"{prefix}-head-{suffix(namespace, name, 'head', i)}",
                    lambda i: _ray_labels(name, "head", HEAD_GROUP))]
     for g, (group, gspec) in enumerate(worker_groups(spec)):
         at = f"{where}: spec.workerGroupSpecs[{g}]"
         if not group:
             raise ManifestError(f"{at}.groupName: missing field")
-        sets.append(PodSet(mapping(gspec.get("template"), f"{at}.template"), f"{at}.template", group_workers(gspec),
+        template = _with_container(mapping(gspec.get("template"), f"{at}.template"), f"{at}.template",
+                                   "initContainers", {"name": "wait-gcs-ready", "resources": _requests("200m", "256Mi")})
+        sets.append(PodSet(template, f"{at}.template", group_workers(gspec),
                            owner_obj, _worker_name(namespace, name, group),
                            constant(_ray_labels(name, "worker", group))))
     return Made(pods_of(sets), [(RAY_CLUSTER.kind, owner_obj)])

@@ -280,3 +280,17 @@ spec:
     assert names(out) == ["pt-master-0", "pt-worker-0", "pt-worker-1"]
     assert out.pods[0]["metadata"]["labels"]["training.kubeflow.org/job-role"] == "master"
     assert gangs_of(out, config) == {"ml/pytorchjob:pt": names(out)}
+
+
+def test_what_kuberay_adds_that_takes_room_is_added():
+    """The autoscaler sidecar of an autoscaling cluster's head and each worker's init
+    container (KubeRay v1.5.0 ``common/pod.go``) count where the pods go."""
+    cluster = yaml.safe_load(RAYCLUSTER)
+    cluster["spec"]["enableInTreeAutoscaling"] = True
+    out = expand([("manifest: document 1", "RayCluster", cluster)], Context(Config(), now=NOW))
+    head, worker = out.pods[0]["spec"], out.pods[1]["spec"]
+    assert [c["name"] for c in head["containers"]] == ["ray-head", "autoscaler"]
+    assert head["containers"][1]["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
+    assert head["containers"][1]["image"] == "rayproject/ray:2.46.0"
+    assert [(c["name"], c["resources"]["requests"]["cpu"]) for c in worker["initContainers"]] == [
+        ("wait-gcs-ready", "200m")]
