@@ -169,12 +169,15 @@ def add_commands(sub: Any) -> None:
     _common(topo)
     plan = sub.add_parser(
         "plan", help="where a manifest's gang would go, what it waits for, whom it would evict",
-        description="Add the pods a manifest would create (Pods, Jobs, JobSets; admitted as Troupe's webhook "
-        "admits them: gated, timeout defaulted, gang-size auto in opted-in namespaces) to the cluster as it "
-        "is, and decide every waiting gang in queue order: where the new gangs would go, what they wait for, "
-        "and, with preemption on, which gangs they would evict. Nothing is created.")
+        description="Add the pods a manifest would create (Pods, and the pods the controllers of its Jobs, "
+        "JobSets, Deployments, ReplicaSets, StatefulSets, LeaderWorkerSets, PyTorchJobs, MPIJobs, RayClusters and "
+        "RayJobs make, read with its PodGroups; admitted as Troupe's webhook admits them: gated, timeout "
+        "defaulted, gang-size auto in opted-in namespaces) to the cluster as it is, and decide every waiting "
+        "gang in queue order: where the new gangs would go, what they wait for, and, with preemption on, which "
+        "gangs they would evict; the pods left to kube-scheduler are listed per object, with why. Nothing is "
+        "created.")
     plan.add_argument("-f", "--filename", required=True, metavar="MANIFEST",
-                      help="YAML or JSON of Pods, Jobs and JobSets (- for stdin)")
+                      help="YAML or JSON of what you apply: Pods, workloads, PodGroups, Workloads (- for stdin)")
     plan.add_argument("-n", "--namespace", help="namespace of objects that name none (default: the context's)")
     _common(plan, watch=False)
 

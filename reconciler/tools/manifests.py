@@ -1,30 +1,30 @@
 """The pods a manifest would create, as they would reach the reconciler: ``kubectl troupe plan``.
 
-A manifest (YAML or JSON: one object, a ``List``, or several documents) holds Pods, Jobs
-(``batch/v1``) and JobSets (``jobset.x-k8s.io/v1alpha2``). :func:`expand` makes the pods
-their controllers would create, as those controllers make them:
+A manifest (YAML or JSON: one object, a ``List``, or several documents) holds what users
+apply: Pods, the workloads whose controllers make pods (every kind of
+:data:`EXPANDERS`: Jobs, JobSets, Deployments, ReplicaSets, StatefulSets,
+LeaderWorkerSets, and the operators' kinds the registry knows: RayClusters, RayJobs, MPIJobs), and the
+objects of the gang APIs Troupe reads. :func:`expand` makes the pods their controllers
+would create, as those controllers make them (:mod:`reconciler.tools.controllers`,
+:mod:`reconciler.tools.operators`):
 
-- a **Job** runs ``parallelism`` pods (default 1), capped by ``completions``; an
-  ``Indexed`` Job's pod ``i`` is named ``<job>-<i>-<suffix>`` and carries
-  ``batch.kubernetes.io/job-completion-index`` (label and annotation); every pod carries
-  ``job-name``, ``batch.kubernetes.io/job-name``, ``controller-uid`` and
-  ``batch.kubernetes.io/controller-uid``, and the Job as its controlling owner
-  (https://kubernetes.io/docs/concepts/workloads/controllers/job/);
-- a **JobSet** makes ``replicas`` Jobs ``<jobset>-<replicatedJob>-<i>`` of each replicated
-  Job, in order, labelled ``jobset.sigs.k8s.io/jobset-name``, ``replicatedjob-name``,
-  ``job-index``, ``job-global-index`` (replicated-job order, then index) and
-  ``restart-attempt: "0"`` (sigs.k8s.io/jobset's ``pkg/controllers``), then each Job its pods;
-- a **Pod** is itself (``generateName`` gets a suffix);
+- a **Pod** is itself;
 - a **PodGroup** (the upstream Workload API's, Volcano's, coscheduling's or KAI's) is
-  itself, read with the pods that name it (docs/decisions/056-pod-groups.md).
+  itself, read with the pods that name it (docs/decisions/056-pod-groups.md);
+- an upstream **Workload** (``scheduling.k8s.io``) is a policy template: kube-scheduler
+  and Troupe read the PodGroups made from it, not it, so it is taken and said so;
+- a ConfigMap, Service and the like (:data:`PODLESS_KINDS`) make no pod: passed over, said so;
+- an object with ``metadata.generateName`` and no name is named as the API server names
+  it (the prefix and five characters; deterministic here), and said so.
 
-Names made here end in a suffix derived from the owner and index (deterministic: the same
-manifest gives the same plan). Then what the API server does at creation that the
-decision reads: the namespace (the manifest's, else the one given), ``spec.priority``
-from ``priorityClassName`` or the global default PriorityClass, ``creationTimestamp`` (now),
-a ``uid``; and the webhook's admission, by the webhook's own function, its patch applied
-(:func:`admit`: the pods are exactly those the webhook would let through, as it would
-mutate them; docs/decisions/051-plan-admits-with-the-webhook.md).
+Then what the API server does at creation that the decision reads: the namespace (the
+manifest's, else the one given), ``spec.priority`` from ``priorityClassName`` or the global
+default PriorityClass, ``creationTimestamp`` (now), a ``uid``; and the webhook's admission,
+by the webhook's own function, its patch applied (:func:`admit`: the pods are exactly those
+the webhook would let through, as it would mutate them;
+docs/decisions/051-plan-admits-with-the-webhook.md). The pods the webhook leaves alone are
+said to be left to kube-scheduler, per object, with why (:attr:`Expanded.left`;
+docs/decisions/077-plan-takes-what-users-apply.md).
 
 Pure: objects and a clock value in, objects out; nothing is created anywhere.
 """
@@ -33,39 +33,53 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.engine.model.kinds.jobset import child_jobs
+from reconciler.tools import controllers, operators
+from reconciler.tools.expansion import ManifestError, mapping, suffix, uid
 from troupe import contract
+from troupe.adoption import APPS_OWNER_KINDS
 from troupe.config import Config
-from troupe.workloadkinds import JOBSET
+from troupe.workloadkinds import KIND_OF
 from webhook.admission import admit as webhook_admit
 from webhook.patches import apply_ops
 
-#: The kinds a manifest may hold (``PodGroup``: of any source Troupe reads,
-#: docs/decisions/056-pod-groups.md).
-KINDS = ("Pod", "Job", "JobSet", "PodGroup")
+__all__ = ["KINDS", "Context", "Expanded", "ManifestError", "admit", "created", "expand"]
 
-
-class ManifestError(ValueError):
-    """A manifest that cannot be planned, or a pod the webhook or the API server would
-    refuse; the message names the object and the field (and the key and value)."""
+#: Each kind's expansion, by ``kind``: Kubernetes' and the workload projects' controllers
+#: (:mod:`reconciler.tools.controllers`), then the operators' (:mod:`reconciler.tools.operators`).
+EXPANDERS = {**controllers.EXPANDERS, **operators.EXPANDERS}
+#: The gang APIs' objects a manifest may hold besides workloads: ``PodGroup`` (of any
+#: source Troupe reads, docs/decisions/056-pod-groups.md) and the upstream ``Workload``.
+GROUP_KINDS = ("PodGroup", "Workload")
+#: Kinds a manifest may hold beside its workloads that make no pod and that no decision
+#: reads (a RayJob's sample ships its script as a ConfigMap): passed over, and said so.
+PODLESS_KINDS = ("ConfigMap", "Secret", "Service", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy",
+                 "PersistentVolumeClaim", "ResourceClaimTemplate")
+#: The kinds a manifest may hold.
+KINDS = ("Pod", *EXPANDERS, *GROUP_KINDS, *PODLESS_KINDS)
+#: The kinds the reconciler reads of what a manifest creates (the rest are only expanded).
+READ_KINDS = frozenset({*KIND_OF, "PodGroup", *APPS_OWNER_KINDS})
 
 
 @dataclass(frozen=True)
 class Expanded:
     """What a manifest creates: ``pods`` (admitted: as the reconciler would see them),
-    ``workloads`` (``(kind, object)`` of its Jobs and JobSets, which size gangs, and its
-    PodGroups, which declare them), and
-    ``managed``: the keys (``namespace/name``) of the pods that carry a Troupe gate once
-    admitted (the reconciler manages them)."""
+    ``workloads`` (``(kind, object)`` of the objects the reconciler reads: its Jobs,
+    JobSets, the registry's kinds, ReplicaSets and StatefulSets, and its PodGroups, which
+    declare gangs), ``managed``: the keys (``namespace/name``) of the pods that carry a
+    Troupe gate once admitted (the reconciler manages them); ``notes``: lines saying what
+    was done with objects that make no pod of their own (a ``Workload``) and which names
+    were generated; ``left``: per manifest object (``Deployment ml/web``), its pods the
+    webhook leaves alone and why (kube-scheduler places them, one by one)."""
 
     pods: tuple[dict[str, Any], ...]
     workloads: tuple[tuple[str, dict[str, Any]], ...]
     managed: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    left: tuple[tuple[str, tuple[str, ...], str], ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -85,36 +99,8 @@ class Context:
     user: str = ""
 
 
-def _suffix(*parts: object) -> str:
-    """Five characters of [a-z0-9], from a hash of ``parts`` (as generateName's five)."""
-    digest = int.from_bytes(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), "big")
-    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
-    out = ""
-    for _ in range(5):
-        digest, k = divmod(digest, len(alphabet))
-        out += alphabet[k]
-    return out
-
-
-def _uid(*parts: object) -> str:
-    return "plan-" + hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=12).hexdigest()
-
-
-def _map(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ManifestError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return dict(value)
-
-
-def _count(spec: Mapping[str, Any], key: str, where: str, default: int | None) -> int | None:
-    value = spec.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ManifestError(f"{where}.{key}: expected an integer >= 0, got {value!r}")
-    return value
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
 def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> Expanded:
@@ -122,132 +108,101 @@ def expand(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) 
     :func:`reconciler.objects.snapshot_io.read_objects` gives them): :func:`created`, each
     pod then admitted (:func:`admit`). Raises :class:`ManifestError` naming the object: an
     unsupported kind, a malformed field, a pod admission refuses."""
-    pods, workloads = created(objects, ctx)
+    notes: list[str] = []
+    origins: dict[str, str] = {}
+    pods, workloads = created(objects, ctx, notes, origins)
     admitted, managed = [], []
+    left: dict[str, list[str]] = {}
     for pod in pods:
         done, gated = admit(pod, ctx)
         admitted.append(done)
         if gated:
-            managed.append(f"{done['metadata']['namespace']}/{done['metadata']['name']}")
-    return Expanded(tuple(admitted), tuple(workloads), tuple(managed))
+            managed.append(_key(done))
+        else:
+            left.setdefault(origins.get(_key(done), f"Pod {_key(done)}"), []).append(_key(done))
+    return Expanded(tuple(admitted), tuple(workloads), tuple(managed), tuple(notes),
+                    tuple((origin, tuple(keys), _left_why(origin, keys, ctx)) for origin, keys in left.items()))
 
 
-def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context) -> tuple[
+def _left_why(origin: str, keys: Sequence[str], ctx: Context) -> str:
+    """Why the webhook leaves the pods ``keys`` of ``origin`` (``Kind namespace/name``) alone."""
+    kind = origin.partition(" ")[0]
+    namespace = keys[0].partition("/")[0]
+    opted = ctx.namespaces.get(namespace, {}).get(contract.GANG_MODE_LABEL) == contract.GANG_MODE_AUTO
+    if not opted:
+        return (f"no Troupe gang key or pod group names them, and namespace {namespace} is not opted in "
+                f"({contract.GANG_MODE_LABEL}: {contract.GANG_MODE_AUTO})")
+    return (f"no Troupe gang key or pod group names them, and the opt-in of namespace {namespace} makes members "
+            f"only of the pods of {', '.join(KIND_OF)} (a {kind}'s are not)")
+
+
+def _named(where: str, kind: str, meta: dict[str, Any], namespace: str, k: int, notes: list[str]) -> str:
+    """``meta``'s name, or the name the API server makes of its ``generateName`` (noted)."""
+    name = meta.get("name")
+    if isinstance(name, str) and name:
+        return name
+    prefix = meta.get("generateName")
+    if not isinstance(prefix, str) or not prefix:
+        raise ManifestError(f"{where} ({kind}): metadata.name or metadata.generateName is required")
+    name = prefix + suffix(namespace, kind, prefix, k)
+    notes.append(f"{kind} {namespace}/{name}: named from metadata.generateName {prefix!r} as the API server "
+                 f"names it (five random characters: each `kubectl create` makes another)")
+    return name
+
+
+def _workload_note(obj: Mapping[str, Any], name: str, namespace: str) -> str:
+    """What ``plan`` does with an upstream ``Workload`` (https://kubernetes.io/docs/concepts/workloads/workload-api/)."""
+    spec = obj.get("spec")
+    templates = spec.get("podGroupTemplates") if isinstance(spec, Mapping) else None
+    named = [str(t.get("name")) for t in templates if isinstance(t, Mapping)] if isinstance(templates, list) else []
+    listed = f" (templates {', '.join(named)})" if named else ""
+    return (f"Workload {namespace}/{name} ({obj.get('apiVersion', 'scheduling.k8s.io')}){listed}: a policy template; "
+            f"Troupe, as kube-scheduler, reads the PodGroups made from it and the pods naming them, not the Workload")
+
+
+def created(objects: Sequence[tuple[str, str, Mapping[str, Any]]], ctx: Context,
+            notes: list[str] | None = None, origins: dict[str, str] | None = None) -> tuple[
         list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """The pods of a manifest's objects as their controllers send them to the API server
-    (named and namespaced, not yet admitted), and its workloads (``(kind, object)``, the
-    JobSets' Jobs included, and its PodGroups). Raises :class:`ManifestError` naming the object: an
-    unsupported kind, a malformed field."""
+    (named and namespaced, not yet admitted), and its workloads (``(kind, object)`` of the
+    kinds the reconciler reads, :data:`READ_KINDS`: a JobSet's Jobs, a Deployment's
+    ReplicaSet included, and its PodGroups). Appends to ``notes`` what was done with
+    objects that make no pod (a ``Workload``) and the names generated, and fills
+    ``origins`` (pod key -> ``Kind namespace/name`` of the manifest object it comes from).
+    Raises :class:`ManifestError` naming the object: an unsupported kind, a malformed field."""
+    notes = [] if notes is None else notes
+    origins = {} if origins is None else origins
     pods: list[dict[str, Any]] = []
     workloads: list[tuple[str, dict[str, Any]]] = []
-    for where, kind, obj in objects:
+    for k, (where, kind, obj) in enumerate(objects):
         if kind not in KINDS:
             raise ManifestError(f"{where}: kind {kind!r} cannot be planned (supported: {', '.join(KINDS)})")
-        meta = _map(obj.get("metadata"), f"{where}: metadata")
+        meta = mapping(obj.get("metadata"), f"{where}: metadata")
         namespace = str(meta.get("namespace") or ctx.namespace)
-        name = meta.get("name")
+        name = _named(where, kind, meta, namespace, k, notes)
+        meta = {**meta, "name": name, "namespace": namespace}
+        meta.pop("generateName", None)
         if kind == "Pod":
-            if not name:
-                prefix = meta.get("generateName")
-                if not isinstance(prefix, str) or not prefix:
-                    raise ManifestError(f"{where} (Pod): metadata.name or metadata.generateName is required")
-                name = prefix + _suffix(namespace, prefix, len(pods))
             pod = copy.deepcopy(dict(obj))
-            pod["metadata"] = {**meta, "name": name, "namespace": namespace}
-            pod["metadata"].pop("generateName", None)
+            pod["metadata"] = meta
             pods.append(pod)
             continue
-        if not isinstance(name, str) or not name:
-            raise ManifestError(f"{where} ({kind}): metadata.name: missing field")
-        whole = {**copy.deepcopy(dict(obj)), "metadata": {**meta, "namespace": namespace,
-                                                          "uid": _uid(namespace, kind, name)}}
+        whole = {**copy.deepcopy(dict(obj)), "metadata": {**meta, "uid": uid(namespace, kind, name)}}
+        if kind == "Workload":
+            notes.append(_workload_note(whole, name, namespace))
+            continue
+        if kind in PODLESS_KINDS:
+            notes.append(f"{kind} {namespace}/{name}: makes no pod; passed over")
+            continue
         if kind == "PodGroup":
             workloads.append(("PodGroup", whole))
-        elif kind == "Job":
-            workloads.append(("Job", whole))
-            pods += _job_pods(whole, f"{where} (Job {name})")
-        else:
-            workloads.append(("JobSet", whole))
-            for job in _jobset_jobs(whole, f"{where} (JobSet {name})"):
-                workloads.append(("Job", job))
-                pods += _job_pods(job, f"{where} (JobSet {name}, Job {job['metadata']['name']})")
+            continue
+        made = EXPANDERS[kind](whole, f"{where} ({kind} {name})")
+        for pod in made.pods:
+            origins[_key(pod)] = f"{kind} {namespace}/{name}"
+        pods += made.pods
+        workloads += [(k2, o) for k2, o in made.workloads if k2 in READ_KINDS]
     return pods, workloads
-
-
-def _jobset_jobs(jobset: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    """The Jobs of ``jobset`` as its controller makes them (their names, order and labels are
-    the engine's JobSet kind's, :func:`~reconciler.engine.model.kinds.jobset.child_jobs`),
-    after checking the fields it reads. Raises :class:`ManifestError` naming the field."""
-    meta = jobset["metadata"]
-    spec = _map(jobset.get("spec"), f"{where}: spec")
-    name, namespace = meta["name"], meta["namespace"]
-    replicated = spec.get("replicatedJobs")
-    if not isinstance(replicated, list) or not replicated:
-        raise ManifestError(f"{where}: spec.replicatedJobs: expected a non-empty list")
-    for r, rj in enumerate(replicated):
-        at = f"{where}: spec.replicatedJobs[{r}]"
-        rj = _map(rj, at)
-        if not isinstance(rj.get("name"), str) or not rj.get("name"):
-            raise ManifestError(f"{at}.name: missing field")
-        _count(rj, "replicas", at, 1)
-        template = _map(rj.get("template"), f"{at}.template")
-        tmeta = _map(template.get("metadata"), f"{at}.template.metadata")
-        pod_template = _map(_map(template.get("spec"), f"{at}.template.spec").get("template"), f"{at}.template.spec.template")
-        pod_meta = _map(pod_template.get("metadata"), f"{at}.template.spec.template.metadata")
-        for part in (tmeta.get("labels"), pod_meta.get("labels")):
-            _map(part, f"{at}: labels")
-        _map(pod_meta.get("annotations"), f"{at}: annotations")
-    jobs: list[dict[str, Any]] = []
-    for child in child_jobs(jobset, name):
-        labels = child.labels(name)
-        tmeta = dict(child.template.get("metadata") or {})
-        job_spec = copy.deepcopy(dict(child.template.get("spec") or {}))
-        pod_template = dict(job_spec.get("template") or {})
-        pod_meta = dict(pod_template.get("metadata") or {})
-        pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **labels}
-        pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **labels}
-        job_spec["template"] = {**pod_template, "metadata": pod_meta}
-        jobs.append({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {**tmeta, "name": child.name, "namespace": namespace,
-                         "uid": _uid(namespace, "Job", child.name),
-                         "labels": {**(tmeta.get("labels") or {}), **labels},
-                         "ownerReferences": [{"apiVersion": JOBSET.api_version, "kind": JOBSET.kind, "name": name,
-                                              "uid": meta["uid"], "controller": True}]},
-            "spec": job_spec,
-        })
-    return jobs
-
-
-def _job_pods(job: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    meta = job["metadata"]
-    spec = _map(job.get("spec"), f"{where}: spec")
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    parallelism = _count(spec, "parallelism", f"{where}: spec", 1) or 0
-    completions = _count(spec, "completions", f"{where}: spec", None)
-    count = parallelism if completions is None else min(parallelism, completions)
-    indexed = spec.get("completionMode") == "Indexed"
-    template = _map(spec.get("template"), f"{where}: spec.template")
-    tmeta = _map(template.get("metadata"), f"{where}: spec.template.metadata")
-    pod_spec = _map(template.get("spec"), f"{where}: spec.template.spec")
-    if not pod_spec.get("containers"):
-        raise ManifestError(f"{where}: spec.template.spec.containers: missing field")
-    out = []
-    for i in range(count):
-        labels = {**_map(tmeta.get("labels"), f"{where}: labels"), "job-name": name, "controller-uid": uid,
-                  "batch.kubernetes.io/job-name": name, "batch.kubernetes.io/controller-uid": uid}
-        annotations = dict(_map(tmeta.get("annotations"), f"{where}: annotations"))
-        if indexed:
-            labels[contract.JOB_COMPLETION_INDEX] = annotations[contract.JOB_COMPLETION_INDEX] = str(i)
-        pod_name = f"{name}-{i}-{_suffix(namespace, name, i)}" if indexed else f"{name}-{_suffix(namespace, name, i)}"
-        out.append({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": namespace, "labels": labels, "annotations": annotations,
-                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
-                                              "controller": True, "blockOwnerDeletion": True}]},
-            "spec": copy.deepcopy(pod_spec),
-        })
-    return out
 
 
 def _rfc3339(seconds: float) -> str:
@@ -262,7 +217,7 @@ def _request(pod: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     """The ``request`` of the AdmissionReview v1 the API server sends the webhook for the
     creation of ``pod`` by ``ctx.user`` (a dry run: nothing is stored)."""
     meta = pod["metadata"]
-    return {"uid": _uid(meta["namespace"], "AdmissionReview", meta["name"]),
+    return {"uid": uid(meta["namespace"], "AdmissionReview", meta["name"]),
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "name": meta["name"], "namespace": meta["namespace"], "operation": "CREATE",
@@ -291,7 +246,7 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
     out = copy.deepcopy(dict(pod))
     meta = out["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    spec = out["spec"] = _map(out.get("spec"), f"pod {namespace}/{name}: spec")
+    spec = out["spec"] = mapping(out.get("spec"), f"pod {namespace}/{name}: spec")
     klass = spec.get("priorityClassName")
     if klass:
         if klass not in ctx.priority_classes and klass not in ("system-cluster-critical", "system-node-critical"):
@@ -307,6 +262,6 @@ def admit(pod: Mapping[str, Any], ctx: Context) -> tuple[dict[str, Any], bool]:
         raise ManifestError(f"pod {namespace}/{name}: denied by Troupe's webhook: {answer.message}")
     apply_ops(out, answer.ops)
     meta["creationTimestamp"] = _rfc3339(ctx.now)
-    meta["uid"] = _uid(namespace, "Pod", name)
+    meta["uid"] = uid(namespace, "Pod", name)
     out.setdefault("status", {"phase": "Pending"})
     return out, _gated(out)

@@ -321,7 +321,7 @@ def _plan(args: argparse.Namespace) -> str:
     assert expanded is not None
     keys = [PodKey.of(p) for p in expanded.pods]
     gangs = {k for key in keys if (k := gang_key(cluster.snapshot.pods[key], cluster.config)) is not None}
-    result = views.plan(cluster, keys, expanded.managed, gangs)
+    result = views.plan(cluster, keys, expanded.managed, gangs, expanded.notes, expanded.left)
     return _printed(args, render.plan_json(result), lambda: render.render_plan(result, result.cluster, source),
                     lambda: printers.gang_names(result.gangs))
 

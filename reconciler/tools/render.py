@@ -244,7 +244,8 @@ def render_topology(root: DomainUsage, resource: str) -> str:
 
 def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -> str:
     """``plan`` as text: the pods, the gangs' decisions (the simulator's table), what
-    they wait for, whom they would evict."""
+    they wait for, whom they would evict; the pods left to kube-scheduler, per object and
+    why; the notes (docs/decisions/077-plan-takes-what-users-apply.md)."""
     lines = [f"{len(result.pods)} pod(s) from {source}, decided with every waiting gang of the cluster "
              f"(nothing is created):"]
     outcomes = [g.outcome for g in result.gangs if g.outcome is not None]
@@ -262,9 +263,12 @@ def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -
             lines.append(f"{g.key} would wait ({g.phase}{place}): {g.reason}")
             lines += render_shortfall(views.room_shortfall(cluster, g), g, WHY_DOMAINS // 2)
     fates = result.cluster.unscheduled
-    alone = [k for k in result.untouched if k not in fates]
-    if alone:
-        lines.append(f"not Troupe's (no Troupe key; kube-scheduler places them alone): {', '.join(alone)}")
+    for origin, keys, why in result.left:
+        alone = [k for k in keys if k not in fates]
+        if alone:
+            pods = "" if origin.startswith("Pod ") else f", {len(alone)} pod(s) placed one by one ({', '.join(alone)})"
+            lines.append(f"left to kube-scheduler: {origin}{pods}: {why}")
+    lines += [f"note: {n}" for n in result.notes]
     waiting: dict[str, list[str]] = {}
     for key in result.untouched:
         if key in fates:
@@ -276,14 +280,18 @@ def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -
 def plan_json(result: views.PlanResult) -> dict[str, Any]:
     """``plan --output json``: the manifest's pods, those left alone, what becomes of those
     bound for a scheduler kube-scheduler is not (``unscheduled``: pod -> why,
-    :func:`reconciler.tools.peers.fate`), each gang's decision with its cost, placements and
+    :func:`reconciler.tools.peers.fate`), those left to kube-scheduler
+    (``leftToKubeScheduler``: ``{object, pods, why}`` per manifest object), the ``notes``, each gang's decision with its cost, placements and
     victims."""
     rows = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
              "placements": g.outcome.placements if g.outcome is not None else [],
              "victims": g.outcome.victims if g.outcome is not None else []} for g in result.gangs]
     fates = result.cluster.unscheduled
+    left = [{"object": origin, "pods": alone, "why": why} for origin, keys, why in result.left
+            if (alone := [k for k in keys if k not in fates])]
     return {"pods": list(result.pods), "untouched": list(result.untouched),
-            "unscheduled": {k: fates[k] for k in result.untouched if k in fates}, "gangs": rows}
+            "unscheduled": {k: fates[k] for k in result.untouched if k in fates}, "leftToKubeScheduler": left,
+            "notes": list(result.notes), "gangs": rows}
 
 
 def node_names(d: DomainUsage) -> list[str]:

@@ -421,20 +421,27 @@ class PlanResult:
     """``kubectl troupe plan``: the pods the manifest would create (``pods``: their
     names, in order), the gangs they form (their statuses, with the simulator's outcome:
     placements, victims), and ``untouched``: pods the webhook would leave alone (no Troupe
-    key), which kube-scheduler places on its own."""
+    key), which kube-scheduler places on its own; ``notes``: what was done with objects that
+    make no pod (an upstream ``Workload``) and which names were generated; ``left``: per
+    manifest object, its untouched pods and why (docs/decisions/077-plan-takes-what-users-apply.md)."""
 
     pods: tuple[str, ...]
     gangs: tuple[GangStatus, ...]
     untouched: tuple[str, ...]
     cluster: Cluster = field(repr=False, compare=False)
+    notes: tuple[str, ...] = ()
+    left: tuple[tuple[str, tuple[str, ...], str], ...] = ()
 
 
-def plan(cluster: Cluster, pods: Sequence[str], managed: Sequence[str], gang_keys: Iterable[str]) -> PlanResult:
+def plan(cluster: Cluster, pods: Sequence[str], managed: Sequence[str], gang_keys: Iterable[str],
+         notes: Sequence[str] = (), left: Sequence[tuple[str, tuple[str, ...], str]] = ()) -> PlanResult:
     """The decisions for a manifest's gangs: ``cluster`` was read with the manifest's pods
     (``pods``: their keys; ``managed``: those carrying a Troupe gate) and workloads added
     (:func:`reconciler.tools.manifests.expand`), so every waiting gang was decided in queue order
     with them: the new gangs wait behind those ahead and are placed on what they leave.
-    ``gang_keys``: the keys of the gangs the new pods form."""
+    ``gang_keys``: the keys of the gangs the new pods form; ``notes`` and ``left`` as
+    :class:`PlanResult`'s (:class:`reconciler.tools.manifests.Expanded`'s)."""
     keys = set(gang_keys)
     gangs = tuple(s for s in status(cluster) if s.key in keys)
-    return PlanResult(tuple(pods), gangs, tuple(p for p in pods if p not in set(managed)), cluster)
+    return PlanResult(tuple(pods), gangs, tuple(p for p in pods if p not in set(managed)), cluster,
+                      tuple(notes), tuple(left))

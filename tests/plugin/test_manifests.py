@@ -129,8 +129,13 @@ def test_priority_comes_from_the_priority_class_or_the_global_default():
 
 
 @pytest.mark.parametrize(("manifest", "message"), [
+    ("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: d}\n",
+     "manifest: document 1: kind 'DaemonSet' cannot be planned (supported: Pod, Job, JobSet, Deployment, ReplicaSet, "
+     "StatefulSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob, PodGroup, Workload, ConfigMap, "),
     ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
-     "manifest: document 1: kind 'Deployment' cannot be planned (supported: Pod, Job, JobSet, PodGroup)"),
+     "manifest: document 1 (Deployment d, ReplicaSet d-"),
+    ("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {generateName: s-}\nspec: {replicas: two}\n",
+     "manifest: document 1 (StatefulSet s-"),
     ("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec: {parallelism: -1, template: {spec: {containers: [{name: a}]}}}\n",
      "manifest: document 1 (Job j): spec.parallelism: expected an integer >= 0, got -1"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {}\nspec: {containers: [{name: a}]}\n",

@@ -54,7 +54,7 @@ def test_plan_says_a_volcano_pod_waits_for_volcano_and_what_adoption_would_do(tm
     code, out, err = run(["plan", "-f", str(manifest), "--snapshot", snapshot, "--now", NOW,
                           "--config", config_file(tmp_path, ())])
     assert code == 0, err
-    assert "kube-scheduler places them alone" not in out
+    assert "left to kube-scheduler" not in out
     assert (f"not Troupe's nor kube-scheduler's: ml/web-0: {WAITS_FOR_VOLCANO}; adoptSchedulerNames: [volcano] would "
             "hand such pods to kube-scheduler through Troupe, ganged as Volcano's controller groups it") in out, out
     code, out, _ = run(["plan", "-f", str(manifest), "--snapshot", snapshot, "--now", NOW, "-o", "json",
@@ -68,7 +68,7 @@ def test_plan_of_an_adopted_name_says_kube_scheduler_places_the_pod(tmp_path: Pa
     code, out, err = run(["plan", "-f", str(manifest), "--snapshot", write_list(tmp_path, NODES), "--now", NOW,
                           "--config", config_file(tmp_path, ("volcano",))])
     assert code == 0, err
-    assert "not Troupe's (no Troupe key; kube-scheduler places them alone): ml/web-0" in out, out
+    assert "left to kube-scheduler: Pod ml/web-0: no Troupe gang key or pod group names them" in out, out
 
 
 def test_status_notes_the_pods_that_wait_for_a_scheduler_not_adopted(tmp_path: Path) -> None:
