@@ -252,3 +252,16 @@ def test_a_kuberay_pod_adopted_from_kai_gangs_by_its_raycluster_as_kais_pod_grou
                              "controller": True}]},
         "spec": {"schedulingGates": [{"name": contract.GATE}], "containers": [{"name": "c"}]}})
     assert implicit_gang_id(adopted) == "raycluster:rc"
+
+
+def test_a_slot_holds_what_kuberay_adds_to_the_pod_that_takes_room():
+    cluster = ray_cluster()
+    cluster["spec"]["enableInTreeAutoscaling"] = True
+    cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m"}
+    cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["requests"] = {
+        "cpu": "100m", "nvidia.com/gpu": "8"}
+    head, worker = wl.workload("RayCluster", cluster).slots[:2]
+    assert head.requests["cpu"] == 600 and head.requests["memory"] == 512 * 2**20, "the autoscaler's container"
+    assert worker.requests["cpu"] == 200 and worker.requests["memory"] == 256 * 2**20, "wait-gcs-ready, the larger"
+    cluster["spec"]["autoscalerOptions"] = {"resources": {"requests": {"cpu": "1"}}}
+    assert wl.workload("RayCluster", cluster).slots[0].requests["cpu"] == 1100

@@ -9,7 +9,8 @@ suspended), times ``numOfHosts``. Its minimum is the head and every group's ``mi
 x numOfHosts``: the cluster starts whole at its minimum, and the workers Ray's autoscaler
 adds later (it raises ``replicas``) join the running gang next to it
 (docs/decisions/038-minimum-size.md). Its slots are the head, then each group's workers in
-spec order, labelled as KubeRay labels the pods (``ray.io/node-type``, ``ray.io/group``,
+spec order, with what KubeRay adds to the pods that takes room (:data:`AUTOSCALER`,
+:data:`WAIT_GCS_READY`), labelled as KubeRay labels the pods (``ray.io/node-type``, ``ray.io/group``,
 and the replica and host indexes of its ``RayMultiHostIndexing`` feature); KubeRay's pods
 carry no index of their own, so a pod takes any free slot of its group
 (:func:`troupe.ranks.family`).
@@ -37,6 +38,19 @@ from troupe.workloadkinds import RAY_CLUSTER, RAY_JOB
 UNBOUNDED = 2**31 - 1
 #: The ``ray.io/group`` of a RayCluster's head.
 HEAD_GROUP = "headgroup"
+#: What KubeRay adds to its pods that takes room (``ray-operator/controllers/ray/common/pod.go``):
+#: with ``enableInTreeAutoscaling`` the head's ``autoscaler`` container (these requests, or
+#: ``autoscalerOptions.resources``), and each worker's ``wait-gcs-ready`` init container.
+AUTOSCALER = {"name": "autoscaler", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}
+WAIT_GCS_READY = {"name": "wait-gcs-ready", "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}}}
+
+
+def _with_container(template: Mapping[str, Any], field: str, container: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of pod ``template`` with ``container`` appended to its ``spec.<field>``."""
+    spec = dict(as_map(template.get("spec")))
+    existing = spec.get(field)
+    spec[field] = [*(existing if isinstance(existing, list) else []), dict(container)]
+    return {**template, "spec": spec}
 
 
 def group_workers(group: Mapping[str, Any], field: str = "replicas") -> int:
@@ -102,14 +116,20 @@ class RayClusterKind(WorkloadKind):
         """The head, then per worker group in spec order its workers, per replica and host."""
         spec = as_map(obj.get("spec"))
         owner = Owner(str(obj.get("apiVersion") or RAY_CLUSTER.api_version), RAY_CLUSTER.kind, name, uid)
-        head = template_pod(as_map(as_map(spec.get("headGroupSpec")).get("template")), namespace, created)
+        head_template = as_map(as_map(spec.get("headGroupSpec")).get("template"))
+        if spec.get("enableInTreeAutoscaling") is True:
+            resources = as_map(as_map(spec.get("autoscalerOptions")).get("resources"))
+            head_template = _with_container(head_template, "containers",
+                                            {**AUTOSCALER, **({"resources": resources} if resources else {})})
+        head = template_pod(head_template, namespace, created)
         if head is None:
             return
         yield slot(head, f"{name}[head]", f"slot:{uid}:head",
                    {contract.RAY_CLUSTER_LABEL: name, contract.RAY_NODE_TYPE_LABEL: "head",
                     contract.RAY_GROUP_LABEL: HEAD_GROUP}, owner)
         for group_name, group in worker_groups(spec):
-            base = template_pod(as_map(group.get("template")), namespace, created)
+            base = template_pod(_with_container(as_map(group.get("template")), "initContainers", WAIT_GCS_READY),
+                                namespace, created)
             if base is None:
                 return
             hosts = count(group.get("numOfHosts"), 1)
