@@ -25,6 +25,8 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.build import built_binaries, ensure_built
+from devtools.devcluster.kuberay import ensure_kuberay_crds
+from devtools.devcluster.rayoperator import KubeRayOperator, install_kuberay_crds
 from devtools.devcluster.stack import Stack
 from devtools.devcluster.workloads import WorkloadControllers, install_crds
 from tests.support.e2e import temporary_namespace
@@ -119,6 +121,7 @@ def troupe(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     config = tmp_path_factory.mktemp("troupe") / "config.yaml"
     config.write_text("gangScheduleTimeoutJitterSeconds: 1\n")
     install_crds(cluster)  # the workload kinds the reconciler sizes gangs from
+    install_kuberay_crds(cluster, ensure_kuberay_crds())  # RayClusters too, served before its informers start
     with Stack(cluster, config) as stack:
         yield stack
 
@@ -131,11 +134,19 @@ def workload_controllers(cluster: Cluster) -> Iterator[WorkloadControllers]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def kuberay(cluster: Cluster) -> Iterator[KubeRayOperator]:
+    """KubeRay's operator (v1.5.0, built from its module; batch scheduler off) running on
+    ``cluster`` with its CRDs, for one module (devtools/devcluster/rayoperator.py)."""
+    with KubeRayOperator(cluster) as running:
+        yield running
+
+
 @pytest.fixture(autouse=True)
 def _everything_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test, with the dead process's log tail, if a control-plane component, the
-    webhook, the reconciler or a workload controller exits around it."""
-    running = [request.getfixturevalue(f) for f in ("cluster", "troupe", "workload_controllers")
+    webhook, the reconciler, a workload controller or KubeRay's operator exits around it."""
+    running = [request.getfixturevalue(f) for f in ("cluster", "troupe", "workload_controllers", "kuberay")
                if f in request.fixturenames]
     for r in running:
         r.check()
