@@ -155,6 +155,12 @@ LWS_NAME_LABEL = workloadkinds.LWS_NAME_LABEL
 LWS_GROUP_INDEX_LABEL = workloadkinds.LWS_GROUP_INDEX_LABEL
 LWS_WORKER_INDEX_LABEL = workloadkinds.LWS_WORKER_INDEX_LABEL
 KUBEFLOW_REPLICA_TYPE = workloadkinds.KUBEFLOW_REPLICA_TYPE
+KUBEFLOW_JOB_ROLE = workloadkinds.KUBEFLOW_JOB_ROLE
+RAY_CLUSTER_LABEL = workloadkinds.RAY_CLUSTER_LABEL
+RAY_NODE_TYPE_LABEL = workloadkinds.RAY_NODE_TYPE_LABEL
+RAY_GROUP_LABEL = workloadkinds.RAY_GROUP_LABEL
+RAY_REPLICA_INDEX_LABEL = workloadkinds.RAY_REPLICA_INDEX_LABEL
+RAY_HOST_INDEX_LABEL = workloadkinds.RAY_HOST_INDEX_LABEL
 #: kubelet's annotation on mirror pods (static pods): never mutated.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 

@@ -14,9 +14,14 @@ from typing import Any
 from troupe.contract import (
     JOB_COMPLETION_INDEX,
     JOBSET_GLOBAL_INDEX_LABEL,
+    KUBEFLOW_JOB_ROLE,
     KUBEFLOW_REPLICA_INDEX,
     KUBEFLOW_REPLICA_TYPE,
     LWS_WORKER_INDEX_LABEL,
+    RAY_GROUP_LABEL,
+    RAY_HOST_INDEX_LABEL,
+    RAY_NODE_TYPE_LABEL,
+    RAY_REPLICA_INDEX_LABEL,
     pod_meta,
 )
 from troupe.errors import quoted
@@ -36,10 +41,15 @@ def rank_key(pod: Mapping[str, Any]) -> tuple[int, int, int, str, int, str]:
     By ``batch.kubernetes.io/job-completion-index`` (label, else annotation), after the
     JobSet's ``jobset.sigs.k8s.io/job-global-index`` when there is one (replicated-job
     order, then job index); then ``training.kubeflow.org/replica-index`` (the master,
-    chief or launcher before the workers of the same index); then the LeaderWorkerSet's
-    ``leaderworkerset.sigs.k8s.io/worker-index`` (the leader is 0); then a numeric name
-    suffix (``worker-2`` before ``worker-10``), then the name. Returns ``(tier, major,
-    index, prefix, suffix, name)``; pods with an index sort before those ranked by name.
+    chief or launcher before the workers of the same index; an MPI launcher, which carries
+    no index, is rank 0 of its job); then the LeaderWorkerSet's
+    ``leaderworkerset.sigs.k8s.io/worker-index`` (the leader is 0); then a Ray node's
+    ``ray.io/node-type`` (the head first) and ``ray.io/group``, then its replica and host
+    indexes when KubeRay writes them (else 0: then by name); then a numeric name suffix (``worker-2``
+    before ``worker-10``), then the name. Returns ``(tier, major, index, prefix, suffix,
+    name)``; pods with an index (tiers 0-2) sort before a Ray node (tier 3), and those before
+    pods ranked by name (4, 5). A tier-3 rank's ``(tier, major, prefix)`` is its *family*
+    (:func:`family`): the pods of one Ray group are interchangeable.
     """
     meta = pod_meta(pod)
     return rank_key_of(str(meta.get("name") or ""), _mapping_or_empty(meta.get("labels")),
@@ -60,10 +70,28 @@ def rank_key_of(name: str, lab: Mapping[str, Any], ann: Mapping[str, Any]) -> tu
                 kind = lab.get(KUBEFLOW_REPLICA_TYPE)
                 major = 0 if isinstance(kind, str) and kind.lower() in _LEAD_REPLICA_TYPES else 1
             return (tier, major, int(raw), "", 0, name)
+    if lab.get(KUBEFLOW_JOB_ROLE) == "launcher":
+        return (1, 0, 0, "", 0, name)
+    node_type, group = lab.get(RAY_NODE_TYPE_LABEL), lab.get(RAY_GROUP_LABEL)
+    if node_type in ("head", "worker") and isinstance(group, str):
+        at = _index(lab.get(RAY_REPLICA_INDEX_LABEL)) * 10**9 + _index(lab.get(RAY_HOST_INDEX_LABEL))
+        return (3, 0 if node_type == "head" else 1, 0, group, at, name)
     m = _NAME_SUFFIX.fullmatch(name)
     if m:
-        return (3, 0, 0, m.group(1), int(m.group(2)), name)
-    return (4, 0, 0, name, 0, name)
+        return (4, 0, 0, m.group(1), int(m.group(2)), name)
+    return (5, 0, 0, name, 0, name)
+
+
+def _index(raw: Any) -> int:
+    """A decimal index label's value, 0 when it is not one."""
+    return int(raw) if isinstance(raw, str) and _DECIMAL.fullmatch(raw) else 0
+
+
+def family(rank: tuple[int, int, int, str, int, str]) -> tuple[int, int, str] | None:
+    """The members a rank is interchangeable with, ``(tier, major, prefix)``, for a Ray node
+    (tier 3: the head, or a worker group): a slot of the family takes any pod of it. None
+    for other ranks (an index names one slot, a name none)."""
+    return (rank[0], rank[1], rank[3]) if rank[0] == 3 else None
 
 
 #: The keys a rank index is read from (:func:`rank_key`), each a label first, else an annotation.

@@ -18,6 +18,12 @@ LeaderWorkerSet    its labels (StatefulSets    ``leaderworkerset.sigs.k8s.io/wor
                    own them)
 PyTorchJob         their controller            ``training.kubeflow.org/replica-type``,
                    (``kubeflow.org``)          ``-replica-index``
+MPIJob             their controller (workers)  ``training.kubeflow.org/replica-index``
+(``v2beta1``)      and its launcher Job        (the launcher first)
+RayCluster         their controller            ``ray.io/node-type`` (the head first),
+(``ray.io``)                                   ``ray.io/group``
+RayJob             its RayCluster's (the       (its RayCluster's)
+                   cluster's gang)
 =================  ==========================  ===========================================
 
 Both deployables import this module; it does no I/O and imports nothing of the project but
@@ -47,11 +53,26 @@ LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 #: The Kubeflow training operator's replica type label (``master``, ``worker``...).
 KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+#: The role label the MPI operator (github.com/kubeflow/mpi-operator, ``v2beta1``) puts on
+#: its pods instead (``launcher``, ``worker``); it names the MPIJob by
+#: :data:`KUBEFLOW_JOB_NAME_LABEL` and a worker's index by :data:`KUBEFLOW_REPLICA_INDEX`.
+KUBEFLOW_JOB_ROLE = "training.kubeflow.org/job-role"
+#: Labels KubeRay (github.com/ray-project/kuberay, ``ray-operator/controllers/ray/utils``)
+#: puts on a RayCluster's pods: the cluster, the node type (``head``, ``worker``), the group
+#: (``headgroup`` or the worker group's name), and with its ``RayMultiHostIndexing`` feature
+#: a worker's replica index in its group and host index in its replica.
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+RAY_GROUP_LABEL = "ray.io/group"
+RAY_REPLICA_INDEX_LABEL = "ray.io/worker-group-replica-index"
+RAY_HOST_INDEX_LABEL = "ray.io/replica-host-index"
 
-OwnsPods = Literal["controller", "jobs", "labels"]
+OwnsPods = Literal["controller", "jobs", "labels", "workloads"]
 """How a kind's pods are known for its own: ``controller``, the pod's controlling owner is
-the object; ``jobs``, through the batch/v1 Jobs it controls (and its labels, which name
-it); ``labels``, only by its name label (the pods' controllers are another kind's)."""
+the object (and for an MPIJob, its launcher's by the launcher Job it controls); ``jobs``,
+through the batch/v1 Jobs it controls (and its labels, which name it); ``labels``, only by
+its name label (the pods' controllers are another kind's); ``workloads``, through another
+kind's object it controls, which makes the gang (a RayJob's RayCluster)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +154,46 @@ PYTORCH_JOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", "controlle
                             ".map(t, object.spec.pytorchReplicaSpecs[t].?replicas.orValue(1)).sum()",
                    pods_words="the sum of spec.pytorchReplicaSpecs[*].replicas")
 
+def _ray_workers(spec: str, field: str) -> str:
+    """CEL: the workers a RayCluster ``spec`` (a CEL expression of a RayClusterSpec map) runs
+    of each group, by ``field`` (``replicas``, ``maxReplicas``), as KubeRay counts them
+    (``GetWorkerGroupDesiredReplicas``: 0 for a suspended group, else the count clamped to
+    ``[minReplicas, maxReplicas]``, times ``numOfHosts``), summed; each group's product
+    capped at 2**31-1 so that the sum cannot overflow."""
+    lo, hi = "g.?minReplicas.orValue(0)", "g.?maxReplicas.orValue(2147483647)"
+    value = {"replicas": f"g.?replicas.orValue({lo})", "maxReplicas": hi}[field]
+    clamped = f"({lo} > {hi} ? {hi} : [[{value}, {lo}].max(), {hi}].min())"
+    return (f"{spec}.?workerGroupSpecs.orValue([]).map(g, g.?suspend.orValue(false) ? 0 : "
+            f"[{clamped} * g.?numOfHosts.orValue(1), 2147483647].min()).sum()")
+
+
+#: A RayCluster's pod templates: the head's, then each worker group's.
+_RAY_TEMPLATES = ("[{spec}.?headGroupSpec.?template.orValue({{}})] + "
+                  "{spec}.?workerGroupSpecs.orValue([]).map(g, g.?template.orValue({{}}))")
+#: What ``kubectl troupe`` and the gang-fits policy say they count of a RayCluster.
+_RAY_WORDS = ("1 head + the sum over spec.workerGroupSpecs of maxReplicas x numOfHosts "
+              "(suspended groups: 0)")
+
+RAY_CLUSTER = Kind("RayCluster", "ray.io", "v1", "rayclusters", "controller", RAY_CLUSTER_LABEL,
+                   (RAY_NODE_TYPE_LABEL, RAY_GROUP_LABEL), _PATCHED,
+                   templates_cel=_RAY_TEMPLATES.format(spec="object.spec"),
+                   pods_cel=f"1 + {_ray_workers('object.spec', 'maxReplicas')}",
+                   pods_words=_RAY_WORDS)
+RAY_JOB = Kind("RayJob", "ray.io", "v1", "rayjobs", "workloads", RAY_CLUSTER_LABEL,
+               (RAY_NODE_TYPE_LABEL, RAY_GROUP_LABEL),
+               templates_cel=_RAY_TEMPLATES.format(spec="object.spec.?rayClusterSpec.orValue({})"),
+               pods_cel="object.spec.?rayClusterSpec.hasValue() ? 1 + "
+                        f"{_ray_workers('object.spec.rayClusterSpec', 'maxReplicas')} : 0",
+               pods_words=f"of spec.rayClusterSpec: {_RAY_WORDS}")
+MPI_JOB = Kind("MPIJob", "kubeflow.org", "v2beta1", "mpijobs", "controller", KUBEFLOW_JOB_NAME_LABEL,
+               (KUBEFLOW_REPLICA_INDEX,), _PATCHED,
+               templates_cel="object.spec.?mpiReplicaSpecs.orValue({})"
+                             ".map(t, object.spec.mpiReplicaSpecs[t].?template.orValue({}))",
+               pods_cel="object.spec.?mpiReplicaSpecs.orValue({})"
+                        ".map(t, object.spec.mpiReplicaSpecs[t].?replicas.orValue(1)).sum()",
+               pods_words="the sum of spec.mpiReplicaSpecs[*].replicas")
+
+
 def pod_owners(kinds: Sequence[Kind]) -> tuple[tuple[str, str], ...]:
     """``(API group, kind)`` of each of ``kinds`` that controls its pods (``owns_pods``
     ``controller``)."""
@@ -145,7 +206,7 @@ def member_labels(kinds: Sequence[Kind]) -> tuple[str, ...]:
 
 
 #: Every supported kind, in the order they are listed (and their informers started).
-KINDS: tuple[Kind, ...] = (JOB, JOBSET, LEADER_WORKER_SET, PYTORCH_JOB)
+KINDS: tuple[Kind, ...] = (JOB, JOBSET, LEADER_WORKER_SET, PYTORCH_JOB, MPI_JOB, RAY_CLUSTER, RAY_JOB)
 #: The custom resources among them, whose CRD may be absent.
 CUSTOM_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k.custom)
 #: Each supported kind by its ``kind``.

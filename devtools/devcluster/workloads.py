@@ -69,16 +69,22 @@ def local_webhooks(docs: Sequence[Mapping[str, Any]], prefix: str, base_url: str
     return out
 
 
+#: The MPI operator's MPIJob CRD (``kubeflow.org/v2beta1``), vendored with its source: the
+#: operator's Go module is not served here, so its pods are made as it makes them
+#: (docs/decisions/075-ray-and-mpi-workloads.md).
+MPIJOB_CRD = Path(__file__).resolve().parent / "crds" / "mpi-operator" / "kubeflow.org_mpijobs.yaml"
+
+
 def install_crds(cluster: Cluster) -> None:
-    """Install the JobSet, LeaderWorkerSet and PyTorchJob CRDs on ``cluster`` and wait until
-    they are served (the e2e fixtures do it before the reconciler starts, so that its
+    """Install the JobSet, LeaderWorkerSet, PyTorchJob and MPIJob CRDs on ``cluster`` and wait
+    until they are served (the e2e fixtures do it before the reconciler starts, so that its
     informers find the kinds at once rather than on their next look)."""
     bins = cluster.binaries
-    for crds in (bins.jobset_crds, bins.lws_crds, bins.kubeflow_crds):
+    for crds in (bins.jobset_crds, bins.lws_crds, bins.kubeflow_crds, MPIJOB_CRD):
         cluster.kubectl("apply", "--server-side", "-f", str(crds))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                     "crd/jobsets.jobset.x-k8s.io", "crd/leaderworkersets.leaderworkerset.x-k8s.io",
-                    "crd/pytorchjobs.kubeflow.org")
+                    "crd/pytorchjobs.kubeflow.org", "crd/mpijobs.kubeflow.org")
 
 
 class WorkloadControllers:

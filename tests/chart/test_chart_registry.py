@@ -34,17 +34,17 @@ def test_check_names_a_stale_part(tmp_path, monkeypatch) -> None:  # type: ignor
 def test_a_new_kind_reaches_every_part_from_its_row() -> None:
     """A Kubeflow-style kind added as one row: its RBAC rule, the write policies' rules, the
     gang-fits policy's size and the webhook's owner CEL all name it."""
-    mpi = replace(PYTORCH_JOB, kind="MPIJob", version="v2beta1", plural="mpijobs",
-                  templates_cel="object.spec.?mpiReplicaSpecs.orValue({}).map(t, object.spec.mpiReplicaSpecs[t].?template.orValue({}))",
-                  pods_cel="object.spec.?mpiReplicaSpecs.orValue({}).map(t, object.spec.mpiReplicaSpecs[t].?replicas.orValue(1)).sum()",
-                  pods_words="the sum of spec.mpiReplicaSpecs[*].replicas")
-    kinds = (*KINDS, mpi)
+    xgb = replace(PYTORCH_JOB, kind="XGBoostJob", plural="xgboostjobs",
+                  templates_cel="object.spec.?xgbReplicaSpecs.orValue({}).map(t, object.spec.xgbReplicaSpecs[t].?template.orValue({}))",
+                  pods_cel="object.spec.?xgbReplicaSpecs.orValue({}).map(t, object.spec.xgbReplicaSpecs[t].?replicas.orValue(1)).sum()",
+                  pods_words="the sum of spec.xgbReplicaSpecs[*].replicas")
+    kinds = (*KINDS, xgb)
     rules = yaml.safe_load(chartkinds.render_rules(kinds))
-    assert {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["list", "watch", "patch"]} in rules
+    assert {"apiGroups": ["kubeflow.org"], "resources": ["xgboostjobs"], "verbs": ["list", "watch", "patch"]} in rules
     tpl = chartkinds.render_tpl(kinds)
-    assert tpl.count("resources: [mpijobs]") == 3  # gang fits, records, written
-    assert "variables.resource == 'pytorchjobs' ?" in tpl and ": object.spec.?mpiReplicaSpecs" in tpl
-    assert "o.kind == 'MPIJob'" in tpl
+    assert tpl.count("resources: [xgboostjobs]") == 3  # gang fits, records, written
+    assert "variables.resource == 'pytorchjobs' ?" in tpl and ": object.spec.?xgbReplicaSpecs" in tpl
+    assert "o.kind == 'XGBoostJob'" in tpl
     with pytest.raises(ValueError, match="no workload kinds"):
         chartkinds.render_tpl(())
 

@@ -16,7 +16,8 @@ def test_it_judges_only_the_creation_of_queued_workloads_and_never_blocks_on_its
     vap = one(objects, "ValidatingAdmissionPolicy", "troupe-gang-fits-workload")["spec"]
     assert vap["failurePolicy"] == "Ignore", "a guard against a mistake: an evaluation error must not block a workload"
     assert {r["resources"][0]: r["operations"] for r in vap["matchConstraints"]["resourceRules"]} == {
-        "jobs": ["CREATE"], "jobsets": ["CREATE"], "pytorchjobs": ["CREATE"], "leaderworkersets": ["CREATE"]}
+        "jobs": ["CREATE"], "jobsets": ["CREATE"], "pytorchjobs": ["CREATE"], "leaderworkersets": ["CREATE"],
+        "mpijobs": ["CREATE"], "rayclusters": ["CREATE"], "rayjobs": ["CREATE"]}
     assert vap["matchConditions"] == [{"name": "queued-in-kueue", "expression":
                                        "'kueue.x-k8s.io/queue-name' in object.metadata.?labels.orValue({})"}]
     assert [v["reason"] for v in vap["validations"]] == ["Invalid", "Invalid"]

@@ -173,4 +173,4 @@ def test_a_gang_name_with_a_trailing_newline_is_refused():
 
 def test_a_rank_index_of_5000_digits_ranks_by_name_and_never_raises():
     pod = {"metadata": {"name": "w-3", "labels": {contract.JOB_COMPLETION_INDEX: "9" * 5000}}}
-    assert ranks.rank_key(pod) == (3, 0, 0, "w-", 3, "w-3")
+    assert ranks.rank_key(pod) == (4, 0, 0, "w-", 3, "w-3")

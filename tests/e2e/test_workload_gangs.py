@@ -213,3 +213,57 @@ def test_a_pytorchjob_master_and_workers_run_as_one_gang_sized_by_its_replica_sp
     assert {p.metadata.name: p.metadata.annotations[contract.ASSIGNED_RANK] for p in pods}["pt-master-0"] == "0"
     gang = gangs_of(troupe)[f"{opted_in}/pytorchjob:pt"]
     assert gang["phase"] == "Released"
+
+
+MPIJOB_API = ("kubeflow.org", "v2beta1", "mpijobs")
+
+
+def test_an_mpijob_launcher_and_workers_run_as_one_gang_reserved_from_the_mpijob(troupe, admin_api, admin_core,
+                                                                                 opted_in):
+    """The MPI operator is not run here (its module is not served): its CRD is, and what it
+    makes is made as it makes it (pkg/controller/mpi_job_controller.go): the launcher as a
+    batch Job ``<job>-launcher`` the MPIJob controls, whose pod the Job controller creates,
+    and each worker as a pod the MPIJob controls. The launcher joins the workers' gang,
+    rank 0, reserved from the MPIJob before any pod exists (docs/decisions/075)."""
+    custom = client.CustomObjectsApi(admin_api)
+    annotations = {contract.TOPOLOGY_REQUIRED_LEVEL: SUBBLOCK}
+    launcher_tpl = dict(template(cpu="100m"), metadata={"annotations": annotations})
+    worker_tpl = dict(template(gpus=8), metadata={"annotations": annotations})
+    job = custom.create_namespaced_custom_object(*MPIJOB_API[:2], opted_in, MPIJOB_API[2], {
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "pi"},
+        "spec": {"slotsPerWorker": 1, "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": launcher_tpl},
+            "Worker": {"replicas": 2, "template": worker_tpl}}}})
+    owner = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi", "uid": job["metadata"]["uid"],
+             "controller": True, "blockOwnerDeletion": True}
+
+    def reserved() -> dict[str, Any] | None:
+        obj = custom.get_namespaced_custom_object(*MPIJOB_API[:2], opted_in, MPIJOB_API[2], "pi")
+        return obj if contract.RESERVATION in (obj["metadata"].get("annotations") or {}) else None
+    wait_for("the MPIJob's reservation", reserved, timeout=60)
+
+    for i in range(2):
+        body = pod_body(f"pi-worker-{i}", gpus=8, labels={
+            contract.KUBEFLOW_JOB_NAME_LABEL: "pi", "training.kubeflow.org/operator-name": "mpi-operator",
+            contract.KUBEFLOW_JOB_ROLE: "worker", contract.KUBEFLOW_REPLICA_INDEX: str(i)})
+        body["metadata"]["annotations"] = dict(annotations)
+        body["metadata"]["ownerReferences"] = [owner]
+        admin_core.create_namespaced_pod(opted_in, body)
+    launcher_pod = dict(launcher_tpl, metadata={"annotations": annotations, "labels": {
+        contract.KUBEFLOW_JOB_NAME_LABEL: "pi", "training.kubeflow.org/operator-name": "mpi-operator",
+        contract.KUBEFLOW_JOB_ROLE: "launcher"}})
+    client.BatchV1Api(admin_api).create_namespaced_job(opted_in, {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "pi-launcher", "ownerReferences": [owner]},
+        "spec": {"backoffLimit": 0, "template": launcher_pod}})
+
+    pods = running_pods(admin_core, opted_in, 3)
+
+    released_together(pods)
+    ranks = {p.metadata.labels[contract.KUBEFLOW_JOB_ROLE] + p.metadata.labels.get(contract.KUBEFLOW_REPLICA_INDEX, ""):
+             p.metadata.annotations[contract.ASSIGNED_RANK] for p in pods}
+    assert ranks == {"launcher": "0", "worker0": "1", "worker1": "2"}
+    nodes = {p.spec.node_name for p in pods}
+    subblocks = {admin_core.read_node(n).metadata.labels[SUBBLOCK] for n in nodes}
+    assert len(subblocks) == 1, f"one subblock: {sorted(nodes)}"
+    assert gangs_of(troupe)[f"{opted_in}/mpijob:pi"]["phase"] == "Released"

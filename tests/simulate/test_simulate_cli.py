@@ -226,7 +226,7 @@ BAD_INPUTS = [
     ("a document that is not an object", "- just\n- a list\n", "document 1: expected a Kubernetes object, got a list"),
     ("a document without a kind", "metadata: {name: x}\n", "document 1: kind: missing field"),
     ("an unknown kind", "kind: Service\nmetadata: {name: web, namespace: default}\n",
-     "document 1 (Service web): unknown kind 'Service' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, SharedDeviceGroup, PodDisruptionBudget, PersistentVolumeClaim, PersistentVolume, CSINode, Namespace, ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate, PodGroup, ReplicaSet, StatefulSet, DaemonSet)"),
+     "document 1 (Service web): unknown kind 'Service' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob, SharedDeviceGroup, PodDisruptionBudget, PersistentVolumeClaim, PersistentVolume, CSINode, Namespace, ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate, PodGroup, ReplicaSet, StatefulSet, DaemonSet)"),
     ("a node without allocatable", "kind: Node\nmetadata: {name: n1}\nstatus: {}\n",
      "document 1 (Node n1): status.allocatable: missing field"),
     ("a pod without containers in a list",
@@ -279,7 +279,7 @@ def test_both_entry_points_run_as_modules(tmp_path, module):
     bad = subprocess.run([sys.executable, "-m", *module, str(tmp_path / "bad.yaml")],
                          cwd=REPO, capture_output=True, text=True, check=False)
     assert bad.returncode == 2
-    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, SharedDeviceGroup, PodDisruptionBudget, PersistentVolumeClaim, PersistentVolume, CSINode, Namespace, ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate, PodGroup, ReplicaSet, StatefulSet, DaemonSet)\n"
+    assert bad.stderr == f"simulate: {tmp_path / 'bad.yaml'}: document 1 (Widget): unknown kind 'Widget' (expected Node, Pod, Job, JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob, SharedDeviceGroup, PodDisruptionBudget, PersistentVolumeClaim, PersistentVolume, CSINode, Namespace, ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate, PodGroup, ReplicaSet, StatefulSet, DaemonSet)\n"
 
 
 def test_the_snapshot_can_come_from_stdin(tmp_path):

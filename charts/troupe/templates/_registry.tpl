@@ -8,41 +8,58 @@ holds it to them (docs/decisions/071-the-chart-is-rendered-from-the-registries.m
 - {apiGroups: [jobset.x-k8s.io], apiVersions: ["*"], operations: [CREATE], resources: [jobsets]}
 - {apiGroups: [leaderworkerset.x-k8s.io], apiVersions: ["*"], operations: [CREATE], resources: [leaderworkersets]}
 - {apiGroups: [kubeflow.org], apiVersions: ["*"], operations: [CREATE], resources: [pytorchjobs]}
+- {apiGroups: [kubeflow.org], apiVersions: ["*"], operations: [CREATE], resources: [mpijobs]}
+- {apiGroups: [ray.io], apiVersions: ["*"], operations: [CREATE], resources: [rayclusters]}
+- {apiGroups: [ray.io], apiVersions: ["*"], operations: [CREATE], resources: [rayjobs]}
 {{- end -}}
 {{- define "troupe.registry.recordRules" -}}
 - {apiGroups: [batch], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [jobs]}
 - {apiGroups: [jobset.x-k8s.io], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [jobsets]}
 - {apiGroups: [leaderworkerset.x-k8s.io], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [leaderworkersets]}
 - {apiGroups: [kubeflow.org], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [pytorchjobs]}
+- {apiGroups: [kubeflow.org], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [mpijobs]}
+- {apiGroups: [ray.io], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [rayclusters]}
+- {apiGroups: [ray.io], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [rayjobs]}
 {{- end -}}
 {{- define "troupe.registry.writtenRules" -}}
 - {apiGroups: [batch], apiVersions: ["*"], operations: [UPDATE], resources: [jobs]}
 - {apiGroups: [jobset.x-k8s.io], apiVersions: ["*"], operations: [UPDATE], resources: [jobsets]}
 - {apiGroups: [kubeflow.org], apiVersions: ["*"], operations: [UPDATE], resources: [pytorchjobs]}
+- {apiGroups: [kubeflow.org], apiVersions: ["*"], operations: [UPDATE], resources: [mpijobs]}
+- {apiGroups: [ray.io], apiVersions: ["*"], operations: [UPDATE], resources: [rayclusters]}
 {{- end -}}
 {{- define "troupe.registry.kind" -}}
-{'jobs': 'Job', 'jobsets': 'JobSet', 'leaderworkersets': 'LeaderWorkerSet', 'pytorchjobs': 'PyTorchJob'}[request.resource.resource]
+{'jobs': 'Job', 'jobsets': 'JobSet', 'leaderworkersets': 'LeaderWorkerSet', 'pytorchjobs': 'PyTorchJob', 'mpijobs': 'MPIJob', 'rayclusters': 'RayCluster', 'rayjobs': 'RayJob'}[request.resource.resource]
 {{- end -}}
 {{- define "troupe.registry.templates" -}}
 variables.resource == 'jobs' ? [object.spec.?template.orValue({})]
 : variables.resource == 'jobsets' ? object.spec.?replicatedJobs.orValue([]).map(r, r.?template.?spec.?template.orValue({}))
 : variables.resource == 'leaderworkersets' ? [object.spec.?leaderWorkerTemplate.?leaderTemplate.orValue({}), object.spec.?leaderWorkerTemplate.?workerTemplate.orValue({})]
-: object.spec.?pytorchReplicaSpecs.orValue({}).map(t, object.spec.pytorchReplicaSpecs[t].?template.orValue({}))
+: variables.resource == 'pytorchjobs' ? object.spec.?pytorchReplicaSpecs.orValue({}).map(t, object.spec.pytorchReplicaSpecs[t].?template.orValue({}))
+: variables.resource == 'mpijobs' ? object.spec.?mpiReplicaSpecs.orValue({}).map(t, object.spec.mpiReplicaSpecs[t].?template.orValue({}))
+: variables.resource == 'rayclusters' ? [object.spec.?headGroupSpec.?template.orValue({})] + object.spec.?workerGroupSpecs.orValue([]).map(g, g.?template.orValue({}))
+: [object.spec.?rayClusterSpec.orValue({}).?headGroupSpec.?template.orValue({})] + object.spec.?rayClusterSpec.orValue({}).?workerGroupSpecs.orValue([]).map(g, g.?template.orValue({}))
 {{- end -}}
 {{- define "troupe.registry.pods" -}}
 variables.resource == 'jobs' ? [object.spec.?parallelism.orValue(1), object.spec.?completions.orValue(object.spec.?parallelism.orValue(1))].min()
 : variables.resource == 'jobsets' ? object.spec.?replicatedJobs.orValue([]).map(r, r.?replicas.orValue(1) * [r.?template.?spec.orValue({}).?parallelism.orValue(1), r.?template.?spec.orValue({}).?completions.orValue(r.?template.?spec.orValue({}).?parallelism.orValue(1))].min()).sum()
 : variables.resource == 'leaderworkersets' ? object.spec.?replicas.orValue(1) * object.spec.?leaderWorkerTemplate.?size.orValue(1)
-: object.spec.?pytorchReplicaSpecs.orValue({}).map(t, object.spec.pytorchReplicaSpecs[t].?replicas.orValue(1)).sum()
+: variables.resource == 'pytorchjobs' ? object.spec.?pytorchReplicaSpecs.orValue({}).map(t, object.spec.pytorchReplicaSpecs[t].?replicas.orValue(1)).sum()
+: variables.resource == 'mpijobs' ? object.spec.?mpiReplicaSpecs.orValue({}).map(t, object.spec.mpiReplicaSpecs[t].?replicas.orValue(1)).sum()
+: variables.resource == 'rayclusters' ? 1 + object.spec.?workerGroupSpecs.orValue([]).map(g, g.?suspend.orValue(false) ? 0 : [(g.?minReplicas.orValue(0) > g.?maxReplicas.orValue(2147483647) ? g.?maxReplicas.orValue(2147483647) : [[g.?maxReplicas.orValue(2147483647), g.?minReplicas.orValue(0)].max(), g.?maxReplicas.orValue(2147483647)].min()) * g.?numOfHosts.orValue(1), 2147483647].min()).sum()
+: object.spec.?rayClusterSpec.hasValue() ? 1 + object.spec.rayClusterSpec.?workerGroupSpecs.orValue([]).map(g, g.?suspend.orValue(false) ? 0 : [(g.?minReplicas.orValue(0) > g.?maxReplicas.orValue(2147483647) ? g.?maxReplicas.orValue(2147483647) : [[g.?maxReplicas.orValue(2147483647), g.?minReplicas.orValue(0)].max(), g.?maxReplicas.orValue(2147483647)].min()) * g.?numOfHosts.orValue(1), 2147483647].min()).sum() : 0
 {{- end -}}
 {{- define "troupe.registry.counted" -}}
 variables.resource == 'jobs' ? 'min(spec.parallelism, spec.completions)'
 : variables.resource == 'jobsets' ? 'the sum over spec.replicatedJobs of replicas x min(parallelism, completions)'
 : variables.resource == 'leaderworkersets' ? 'spec.replicas x spec.leaderWorkerTemplate.size'
-: 'the sum of spec.pytorchReplicaSpecs[*].replicas'
+: variables.resource == 'pytorchjobs' ? 'the sum of spec.pytorchReplicaSpecs[*].replicas'
+: variables.resource == 'mpijobs' ? 'the sum of spec.mpiReplicaSpecs[*].replicas'
+: variables.resource == 'rayclusters' ? '1 head + the sum over spec.workerGroupSpecs of maxReplicas x numOfHosts (suspended groups: 0)'
+: 'of spec.rayClusterSpec: 1 head + the sum over spec.workerGroupSpecs of maxReplicas x numOfHosts (suspended groups: 0)'
 {{- end -}}
 {{- define "troupe.registry.podOwners" -}}
-(o.apiVersion.startsWith('batch/') && o.kind == 'Job') || (o.apiVersion.startsWith('kubeflow.org/') && o.kind == 'PyTorchJob')
+(o.apiVersion.startsWith('batch/') && o.kind == 'Job') || (o.apiVersion.startsWith('kubeflow.org/') && o.kind == 'PyTorchJob') || (o.apiVersion.startsWith('kubeflow.org/') && o.kind == 'MPIJob') || (o.apiVersion.startsWith('ray.io/') && o.kind == 'RayCluster')
 {{- end -}}
 {{- define "troupe.registry.memberLabels" -}}
 (has(object.metadata.labels) && 'leaderworkerset.sigs.k8s.io/name' in object.metadata.labels)

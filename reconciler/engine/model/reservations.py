@@ -11,9 +11,10 @@ released onto its rank's node as it is created (:func:`assign`).
 
 Which member takes which slot: the slot of the same rank (the same completion, global or
 replica index, :func:`troupe.ranks.rank_key`); members of a workload whose pods carry
-no index (a Job that is not Indexed) take the free slots in order. A released member of
-the reservation (its ``planned-at`` is the record's) fills its own rank's slot, else a
-free slot on the node it is pinned to.
+no index (a Job that is not Indexed) take the free slots in order, and those of a family
+of interchangeable pods (a Ray group's, :func:`troupe.ranks.family`) the free slots of
+their family. A released member of the reservation (its ``planned-at`` is the record's)
+fills its own rank's slot, else a free slot of its family on the node it is pinned to.
 
 A record holds other tenants' capacity, so only one the reconciler wrote may: the
 reconciler signs each record it writes with a key only it holds (an HMAC-SHA256 over the
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.pods import PodInfo
+from troupe.ranks import family
 
 #: Nodes a record may name at most (an annotation value stays well under the API's 256 KiB).
 MAX_NODES = 10_000
@@ -132,6 +134,11 @@ def _identity(pod: PodInfo) -> tuple[object, ...] | None:
     return tuple(pod.rank[:3]) if pod.rank and pod.rank[0] < 3 else None
 
 
+def _family(pod: PodInfo | None) -> tuple[int, int, str] | None:
+    """The family of a pod's rank (:func:`troupe.ranks.family`), None without one."""
+    return family(pod.rank) if pod is not None and pod.rank else None
+
+
 def fill(record: Record, slots: Sequence[PodInfo], released: Iterable[PodInfo]) -> dict[int, PodInfo]:
     """Rank -> the released member of the reservation that fills its slot: ``released``
     are members whose ``planned-at`` is ``record.planned_at``, active or Succeeded (a
@@ -150,8 +157,9 @@ def fill(record: Record, slots: Sequence[PodInfo], released: Iterable[PodInfo]) 
         else:
             rest.append(pod)
     for pod in rest:
-        node = pod.node_name or pod.assigned_node
-        i = next((i for i, n in enumerate(record.nodes) if n == node and i not in filled), None)
+        node, kin = pod.node_name or pod.assigned_node, _family(pod)
+        i = next((i for i, n in enumerate(record.nodes) if n == node and i not in filled
+                  and _family(slots[i] if i < len(slots) else None) == kin), None)
         if i is not None:
             filled[i] = pod
     return filled
@@ -162,7 +170,8 @@ def assign(record: Record, slots: Sequence[PodInfo], filled: Mapping[int, PodInf
     """Which free slot each gated member takes: ``(pairs of (member, rank), members
     without a free slot)``. A member with an index takes its own rank's slot (none when it
     is filled or the record has no such rank); a member without one the first free slot
-    without an index owner, in rank order."""
+    of its family (:func:`troupe.ranks.family`; for most pods none) without an index
+    owner, in rank order."""
     ranks = len(record.nodes)
     by_identity = {ident: i for i, s in enumerate(slots[:ranks]) if (ident := _identity(s)) is not None}
     taken = set(filled)
@@ -180,11 +189,16 @@ def assign(record: Record, slots: Sequence[PodInfo], filled: Mapping[int, PodInf
         else:
             taken.add(i)
             pairs.append((pod, i))
-    free = (i for i in range(ranks) if i not in taken and (i >= len(slots) or _identity(slots[i]) is None))
+    free: dict[tuple[int, int, str] | None, list[int]] = {}
+    for i in range(ranks):
+        if i not in taken and (i >= len(slots) or _identity(slots[i]) is None):
+            free.setdefault(_family(slots[i] if i < len(slots) else None), []).append(i)
+    for kin in free:
+        free[kin].reverse()
     for pod in loose:
-        i = next(free, None)
-        if i is None:
+        mine = free.get(_family(pod))
+        if not mine:
             without.append(pod)
         else:
-            pairs.append((pod, i))
+            pairs.append((pod, mine.pop()))
     return pairs, without

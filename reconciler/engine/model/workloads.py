@@ -79,6 +79,10 @@ class Workload:
     size: int
     size_from: str
     topology: Mapping[str, str] = field(default_factory=dict)
+    #: The members its gang starts with when its kind declares fewer than ``size`` (a
+    #: RayCluster's ``minReplicas``: :meth:`~reconciler.engine.model.kinds.base.WorkloadKind.minimum`),
+    #: else None; a member's ``<prefix>-min-size`` wins (docs/decisions/038-minimum-size.md).
+    min_size: int | None = None
     #: Its members before their pods exist (:mod:`.templates`), in rank order; ``()`` for
     #: a kind released when complete. Compared through ``generation`` (a spec change).
     slots: tuple[PodInfo, ...] = field(default=(), compare=False, repr=False)
@@ -100,8 +104,9 @@ class Workload:
     #: or when the value cannot be read; ``record_error`` says why not (``""``).
     record: Record | None = None
     record_error: str = ""
-    #: A supported workload is its controller (a JobSet's child Job): its pods are that
-    #: workload's members, so it makes no gang of its own.
+    #: It is a batch/v1 Job a supported custom workload controls (a JobSet's child Job, an
+    #: MPIJob's launcher, a RayJob's submitter): its pods are that workload's members, or
+    #: none's, so it makes no gang of its own planned as created.
     owned: bool = False
     #: Its ``metadata.uid``: a reservation is signed for this very object
     #: (:func:`~reconciler.engine.model.reservations.sign`).
@@ -256,7 +261,9 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     spec, status = _map(obj.get("spec")), _map(obj.get("status"))
     annotations = _map(meta.get("annotations"))
     topology = {k: str(annotations[k]) for k in contract.TOPOLOGY_KEYS if k in annotations}
-    size, how = MODULE_OF[kind].size(obj)
+    module = MODULE_OF[kind]
+    size, how = module.size(obj)
+    minimum = module.minimum(obj)
     record, record_error, uid = None, "", str(meta.get("uid") or "")
     raw = annotations.get(contract.RESERVATION)
     if isinstance(raw, str):
@@ -275,11 +282,12 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
     too_large = (f"{how}: {size} members, more than the {MAX_SLOTS} one gang may have (held)"
                  if size > MAX_SLOTS else "")
     return Workload(kind, namespace, name, max(size, 1), how, topology,
+                    min_size=minimum if minimum is not None and 0 < minimum < size else None,
                     slots=slots(kind, obj) if 0 < size <= MAX_SLOTS else (), too_large=too_large,
                     generation=generation if isinstance(generation, int) else 0,
                     active=_active(meta, spec, status), finished=_finished(status), ends_at=_ends_at(kind, spec, status),
                     release=release if isinstance(release, str) else "", record=record, record_error=record_error,
-                    owned=_owned(meta), uid=uid, most_pods=most, most_pods_from=most_from,
+                    owned=kind == JOB.kind and _owned(meta), uid=uid, most_pods=most, most_pods_from=most_from,
                     queue=queue if isinstance(queue, str) else "",
                     min_member=min_member if isinstance(min_member, str) else None, controller=_controller(meta))
 
@@ -298,7 +306,7 @@ def most_pods(kind: str, obj: Mapping[str, Any]) -> tuple[int, str]:
 
 
 def _owned(meta: Mapping[str, Any]) -> bool:
-    """Whether a supported workload (another kind than a Job) controls this object."""
+    """Whether a supported custom workload (another kind than a Job) controls this object."""
     owners = meta.get("ownerReferences")
     for ref in owners if isinstance(owners, list) else []:
         ref = _map(ref)

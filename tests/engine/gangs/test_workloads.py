@@ -160,7 +160,7 @@ def test_an_auto_member_no_workload_made_is_held_saying_so() -> None:
     pod = auto_pod("lonely").info()
     gang = build_gang("ml/pod:lonely", [pod], CONFIG, {})
     assert gang.held == ("member lonely: troupe.io/gang-size: auto, but no supported workload "
-                         "(Job, JobSet, LeaderWorkerSet, PyTorchJob) created it")
+                         "(Job, JobSet, LeaderWorkerSet, PyTorchJob, MPIJob, RayCluster, RayJob) created it")
 
 
 # --- the JobSet of the issue: a driver and 2 worker Jobs of 4 -----------------------------

@@ -171,6 +171,9 @@ def workload_sized(shape: Shape, sizing: Sizing) -> Shape:
             topology = contract.parse_topology_annotations(workload.topology, config)
         except ContractError as e:
             held = held or f"{workload.kind} {workload.name}: {e}"
+    if minimum is None and workload.min_size is not None:
+        minimum = workload.min_size
+        shape = replace(shape, min_size=minimum)
     if minimum is not None and minimum > workload.size and not held:
         held = (f"annotation {keys.min_size}: {minimum} is more than the gang's {workload.size} members "
                 f"({workload.size_from}) (held until it is fixed)")

@@ -9,6 +9,7 @@ templates, whether it is finished), in Troupe's terms (docs/decisions/070-a-work
 
 * :meth:`~WorkloadKind.size`: the members of one gang, counted with arithmetic (a tenant
   writes the counts);
+* :meth:`~WorkloadKind.minimum`: the members it starts with, when fewer than its size;
 * :meth:`~WorkloadKind.most_pods`: the most pods it runs at once over its whole life;
 * :meth:`~WorkloadKind.slots`: its members before their pods exist, from its pod
   templates (none for a kind whose gangs are released when complete);
@@ -99,6 +100,12 @@ class WorkloadKind:
         (``(8, "JobSet train: driver 1x1 + workers 2x4")``): a missing or malformed count
         takes the API's default (1)."""
         raise NotImplementedError
+
+    def minimum(self, obj: Mapping[str, Any]) -> int | None:
+        """The members one gang of ``obj`` starts with, when the kind declares fewer than its
+        :meth:`size` (a RayCluster's ``minReplicas``; docs/decisions/038-minimum-size.md),
+        else None (the default: the whole size)."""
+        return None
 
     def most_pods(self, obj: Mapping[str, Any]) -> tuple[int, str]:
         """The most pods ``obj`` runs at once over its whole life, and how, naming the
