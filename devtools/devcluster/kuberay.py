@@ -8,7 +8,8 @@ operator's own module graph, as released (k8s.io/* v0.34.1, controller-runtime v
 that controller-runtime does not compile against the control plane's client-go v0.36, see
 docs/decisions/023-controllers-share-the-kubernetes-build.md, point 2). Cached by version,
 stamped and built under the cache's build lock like the other controllers (:mod:`.kueue`);
-its CRDs are taken from the module zip. Only the suite needs it: ``python -m
+its CRDs are taken from the module zip; :func:`ensure_kuberay_crds` extracts them alone, for
+the reconciler's informers, without building the operator. Only the suite needs it: ``python -m
 devtools.devcluster build`` (``make cluster-build``, which ``make test`` runs first) builds
 it, and :func:`ensure_kuberay` builds it where it is still missing
 (docs/decisions/076-kuberay-in-tests.md).
@@ -115,7 +116,9 @@ def _locked_build(root: Path, out: TextIO | None, *, binary: bool) -> None:
 def build(builder: Builder, paths: KubeRayBuild, *, binary: bool = True) -> None:
     """Build the operator (unless ``binary`` is false) and extract its CRDs into ``paths``
     where missing (:func:`ensure_kuberay` calls it under the build lock); warm, nothing
-    runs. Cold, with the module cache warm: see :data:`COLD_BUILD`. Raises
+    runs. Cold (an empty ``kuberay-v1.5.0``, the Go module cache warm), 6.9 minutes
+    measured on two cores loaded by other builds: 20 s of ``go get``, 390 s of ``go build``
+    (3.8 CPU minutes). Raises
     :class:`~devtools.devcluster.toolchain.BuildError` naming what failed or what the
     module lacks."""
     base = paths.binary.parent.parent
