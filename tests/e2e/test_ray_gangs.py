@@ -17,6 +17,7 @@ subblock alone has room for more than two whole-node workers::
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -139,9 +140,11 @@ def reservations_seen(api: Any, namespace: str) -> Iterator[list[dict[str, Any]]
 
 
 def released_from(reservation: dict[str, Any], pods: list[Any]) -> None:
-    """Every pod was released from ``reservation``: its plan time, each rank on the node it
-    reserved, pinned there, ungated."""
+    """Every pod was released from ``reservation``, after it was planned: its plan time, each
+    rank on the node it reserved, pinned there, ungated."""
     assert {p.metadata.annotations[contract.PLANNED_AT] for p in pods} == {reservation["plannedAt"]}
+    planned = dt.datetime.fromisoformat(reservation["plannedAt"])
+    assert all(dt.datetime.fromisoformat(p.metadata.annotations[contract.RELEASED_AT]) >= planned for p in pods)
     assert [p.spec.node_name for p in sorted(pods, key=rank)] == reservation["nodes"]
     for p in pods:
         assert not p.spec.scheduling_gates
@@ -164,6 +167,7 @@ def test_a_raycluster_runs_whole_in_the_one_subblock_with_room_reserved_from_it_
     ordered = sorted(pods, key=rank)
     assert [p.metadata.labels[NODE_TYPE] for p in ordered] == ["head", "worker", "worker", "worker"], "head first"
     assert subblocks(admin_core, pods) == {ROOMY}, "whole, in the one subblock with room"
+    print(f"\nRayCluster rc by rank: {[(p.metadata.name, p.spec.node_name) for p in ordered]}", file=sys.stderr)
     assert gang_phase(troupe, f"{opted_in}/raycluster:rc") == "Released"
     wait_for("the reservation removed once every member is bound", lambda: contract.RESERVATION not in (
         custom.get_namespaced_custom_object(GROUP, VERSION, opted_in, "rayclusters", "rc")["metadata"]
