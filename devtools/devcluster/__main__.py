@@ -49,7 +49,7 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
            for the quota test and KubeRay's operator for the Ray tests, into the cache
            ({cache_dir()}; set TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on
            two cores for the control plane, about 1 more for the two controllers (they reuse
-           its compiled packages), about 10 for Kueue, about 3 for KubeRay. Warm: instant.
+           its compiled packages), about 10 for Kueue, about 7 for KubeRay. Warm: instant.
            'up' builds if needed.
   up       start the control plane, create the fake nodes (default {DEFAULT_NODES.name}),
            wait until Ready, print the admin kubeconfig, then return and leave it running.

@@ -25,7 +25,7 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.build import built_binaries, ensure_built
-from devtools.devcluster.kuberay import ensure_kuberay_crds
+from devtools.devcluster.kuberay import built_kuberay, ensure_kuberay, ensure_kuberay_crds
 from devtools.devcluster.rayoperator import KubeRayOperator, install_kuberay_crds
 from devtools.devcluster.stack import Stack
 from devtools.devcluster.workloads import WorkloadControllers, install_crds
@@ -75,18 +75,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build the binaries before the first test when e2e tests will run and the cache is cold.
+    """Build the binaries before the first test when e2e tests will run and the cache is cold,
+    and KubeRay's operator when a test that runs it will (``kuberay``, ~7 minutes cold).
 
-    Done here, not in the fixture, so the ~8 minute cold build counts against no test's
-    timeout and its progress lines reach the terminal instead of pytest's capture.
+    Done here, not in the fixtures, so the cold builds count against no test's timeout and
+    their progress lines reach the terminal instead of pytest's capture.
     """
-    if session.config.option.collectonly or built_binaries() is not None:
+    if session.config.option.collectonly:
         return
-    if not any(item.get_closest_marker("e2e") for item in session.items):
+    e2e_items = [item for item in session.items if item.get_closest_marker("e2e")]
+    binaries = bool(e2e_items) and built_binaries() is None
+    kuberay = built_kuberay() is None and any("kuberay" in getattr(item, "fixturenames", ()) for item in e2e_items)
+    if not (binaries or kuberay):
         return
     capture = session.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
-        ensure_built()
+        if binaries:
+            ensure_built()
+        if kuberay:
+            ensure_kuberay()
 
 
 @pytest.fixture(scope="session")
