@@ -17,14 +17,14 @@ Volcano      ``podgroup-<uid>`` of the pod's controlling  the annotation :data:`
              /podgroup``, ``GeneratePodgroupName``)       annotations are copied to its ReplicaSets), 1
                                                           without one (:func:`volcano_minimum`)
 KAI          the pod's top owner (the last of its chain   per top owner kind (KAI's ``pkg/podgrouper``):
-(``kai-      of owners; KAI's ``pkg/podgrouper``)         a JobSet, a LeaderWorkerSet group, a PyTorchJob:
-scheduler``)                                              all their pods (Troupe sizes them as workload
-                                                          gangs, docs/decisions/014-workload-gangs.md); a
-                                                          Job: 1 under KAI, its ``parallelism`` under
-                                                          Troupe (decision 065 says why); a Deployment's
-                                                          ReplicaSet, a StatefulSet, a DaemonSet, a pod
-                                                          without owner: 1; a RayCluster, an MPIJob, a
-                                                          TFJob...: kinds Troupe cannot size
+(``kai-      of owners; KAI's ``pkg/podgrouper``)         a JobSet, a LeaderWorkerSet group, a PyTorchJob,
+scheduler``)                                              an MPIJob, a RayCluster: all their pods (Troupe
+                                                          sizes them as workload gangs, decisions 014,
+                                                          075); a Job: 1 under KAI, its ``parallelism``
+                                                          under Troupe (decision 065 says why); a
+                                                          Deployment's ReplicaSet, a StatefulSet, a
+                                                          DaemonSet, a pod without owner: 1; a TFJob...:
+                                                          kinds Troupe cannot size
 ===========  ===========================================  ==============================================
 
 What the webhook decides at creation, from the pod alone (:func:`at_creation`): the pod is
@@ -93,12 +93,15 @@ ALONE = Verdict(False)
 
 #: KAI: the first owner a pod names (API group, kind) -> the verdict, for owners KAI groups
 #: as Troupe can: a Job (the Job's gang, unless the Job's own top owner is a kind KAI
-#: gangs, which the reconciler reads) and a PyTorchJob (all its pods) gated; the kinds
+#: gangs, which the reconciler reads), a PyTorchJob, an MPIJob's worker and a RayCluster's
+#: pod (all the workload's pods) gated; the kinds
 #: KAI's default grouper gives a minimum of 1 (a Deployment's ReplicaSet: one group per
 #: pod) adopted alone. Pods of a JobSet or a LeaderWorkerSet are told by their labels.
 KAI_OWNERS: Mapping[tuple[str, str], Verdict] = {
     ("batch", "Job"): GATE,
     ("kubeflow.org", "PyTorchJob"): GATE,
+    ("kubeflow.org", "MPIJob"): GATE,
+    ("ray.io", "RayCluster"): GATE,
     ("apps", "ReplicaSet"): ALONE,
     ("apps", "StatefulSet"): ALONE,
     ("apps", "DaemonSet"): ALONE,
@@ -151,7 +154,7 @@ def at_creation(source: str, pod: Mapping[str, Any]) -> Verdict:
     Volcano: gated when one of its owners is a ReplicaSet, DaemonSet, StatefulSet or Job
     (the kinds whose annotation may give the group a minimum above 1); else alone. KAI:
     gated when it is a JobSet's or a LeaderWorkerSet's pod (their labels) or its first owner
-    is a Job or a PyTorchJob; alone without an owner or when that owner is a ReplicaSet,
+    is a Job, a PyTorchJob, an MPIJob or a RayCluster; alone without an owner or when that owner is a ReplicaSet,
     StatefulSet or DaemonSet (:data:`KAI_OWNERS`); for any other owner, not adopted, the
     reason naming the owner. Never raises."""
     owners = _owner_references(pod)
@@ -170,5 +173,5 @@ def at_creation(source: str, pod: Mapping[str, Any]) -> Verdict:
         return verdict
     return Verdict(False, f"not adopted from {KAI_SCHEDULER}: KAI's pod-grouper makes this pod's group from its top "
                           f"owner, here {kind} {name} ({api_version or 'no apiVersion'}) or above it, and Troupe cannot "
-                          f"size that group yet (it sizes Jobs, JobSets, LeaderWorkerSets and PyTorchJobs); adopted, "
+                          f"size that group yet (it sizes Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, MPIJobs and RayClusters); adopted, "
                           f"the pod would be released alone, so it keeps spec.schedulerName {KAI_SCHEDULER}")

@@ -163,8 +163,10 @@ def _ray_workers(spec: str, field: str) -> str:
     lo, hi = "g.?minReplicas.orValue(0)", "g.?maxReplicas.orValue(2147483647)"
     value = {"replicas": f"g.?replicas.orValue({lo})", "maxReplicas": hi}[field]
     clamped = f"({lo} > {hi} ? {hi} : [[{value}, {lo}].max(), {hi}].min())"
-    return (f"{spec}.?workerGroupSpecs.orValue([]).map(g, g.?suspend.orValue(false) ? 0 : "
-            f"[{clamped} * g.?numOfHosts.orValue(1), 2147483647].min()).sum()")
+    # dyn(): both branches of a CEL conditional, and the elements of a list, must have one
+    # type to the API server's type checker, and the optional fields are dyn to it.
+    return (f"{spec}.?workerGroupSpecs.orValue([]).map(g, g.?suspend.orValue(false) ? dyn(0) : "
+            f"[{clamped} * g.?numOfHosts.orValue(1), dyn(2147483647)].min()).sum()")
 
 
 #: A RayCluster's pod templates: the head's, then each worker group's.
@@ -177,13 +179,13 @@ _RAY_WORDS = ("1 head + the sum over spec.workerGroupSpecs of maxReplicas x numO
 RAY_CLUSTER = Kind("RayCluster", "ray.io", "v1", "rayclusters", "controller", RAY_CLUSTER_LABEL,
                    (RAY_NODE_TYPE_LABEL, RAY_GROUP_LABEL), _PATCHED,
                    templates_cel=_RAY_TEMPLATES.format(spec="object.spec"),
-                   pods_cel=f"1 + {_ray_workers('object.spec', 'maxReplicas')}",
+                   pods_cel=f"dyn(1) + {_ray_workers('object.spec', 'maxReplicas')}",
                    pods_words=_RAY_WORDS)
 RAY_JOB = Kind("RayJob", "ray.io", "v1", "rayjobs", "workloads", RAY_CLUSTER_LABEL,
                (RAY_NODE_TYPE_LABEL, RAY_GROUP_LABEL),
                templates_cel=_RAY_TEMPLATES.format(spec="object.spec.?rayClusterSpec.orValue({})"),
-               pods_cel="object.spec.?rayClusterSpec.hasValue() ? 1 + "
-                        f"{_ray_workers('object.spec.rayClusterSpec', 'maxReplicas')} : 0",
+               pods_cel="object.spec.?rayClusterSpec.hasValue() ? dyn(1) + "
+                        f"{_ray_workers('object.spec.rayClusterSpec', 'maxReplicas')} : dyn(0)",
                pods_words=f"of spec.rayClusterSpec: {_RAY_WORDS}")
 MPI_JOB = Kind("MPIJob", "kubeflow.org", "v2beta1", "mpijobs", "controller", KUBEFLOW_JOB_NAME_LABEL,
                (KUBEFLOW_REPLICA_INDEX,), _PATCHED,

@@ -11,7 +11,7 @@ peer's own controller would make, whole or not at all, never one pod alone.
 - KAI: pods with ``schedulerName: kai-scheduler`` and no group, made by one PyTorchJob (KAI's
   pod-grouper makes one group of all its pods): with room for three of four, none binds;
   with room, all four run. The same for the pods of a plain Job, one gang of its parallelism.
-  A KubeRay pod (owner a RayCluster, whose group Troupe cannot size yet) is not adopted.
+  A TFJob's pod (owner a TFJob, whose group Troupe cannot size yet) is not adopted.
 
 Room is made by cordoning nodes (a cluster of its own: nothing else runs on it)::
 
@@ -213,11 +213,11 @@ def test_a_kai_jobs_pods_bind_none_with_room_for_two_of_four_then_run_whole(stac
     assert len({p.spec.node_name for p in running}) == 4
 
 
-def test_a_kuberay_pod_for_kai_is_not_adopted(stack, core, ns):
-    pod = e2e.pod_body("raycluster-kuberay-head-x7k2p", labels={"ray.io/node-type": "head"})
+def test_a_tfjob_pod_for_kai_is_not_adopted(stack, core, ns):
+    pod = e2e.pod_body("tfjob-mnist-worker-0", labels={"training.kubeflow.org/replica-type": "worker"})
     pod["spec"]["schedulerName"] = "kai-scheduler"
-    pod["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                                           "name": "raycluster-kuberay", "uid": "6b1f0c7e-0000-4000-8000-000000000001",
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+                                           "name": "tfjob-mnist", "uid": "6b1f0c7e-0000-4000-8000-000000000001",
                                            "controller": True}]
     stored = core.create_namespaced_pod(ns, pod, dry_run="All")
     assert stored.spec.scheduler_name == "kai-scheduler", "left to kai-scheduler: Troupe cannot size its group"

@@ -232,6 +232,10 @@ OVERSIZED = [
         "pytorchReplicaSpecs": {"Master": {"template": _template(GANG_9)},
                                 "Worker": {"replicas": 7, "template": _template(GANG_9)}}}),
      "8 pods (the sum of spec.pytorchReplicaSpecs[*].replicas)"),
+    ("an MPIJob: launcher 1 + workers 7", "mpijobs", _queued("kubeflow.org/v2beta1", "MPIJob", {
+        "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": _template(GANG_9)},
+                            "Worker": {"replicas": 7, "template": _template(GANG_9)}}}),
+     "8 pods (the sum of spec.mpiReplicaSpecs[*].replicas)"),
     ("a LeaderWorkerSet: 2 groups of 4", "leaderworkersets", _queued("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {
         "replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": _template(GANG_9)}}),
      "8 pods (spec.replicas x spec.leaderWorkerTemplate.size)"),

@@ -36,7 +36,7 @@ def bound_for(scheduler: str, name: str = "web-0", owner: tuple[str, str] | None
     pod = make_pod(name, "ml").requests(cpu="1").build()
     pod["spec"]["schedulerName"] = scheduler
     if owner is not None:
-        pod["metadata"]["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": "raycluster-kuberay",
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": "tfjob-mnist",
                                                "uid": "u-1", "controller": True}]
     return pod
 
@@ -79,19 +79,19 @@ def test_status_notes_the_pods_that_wait_for_a_scheduler_not_adopted(tmp_path: P
     assert f"note: not Troupe's nor kube-scheduler's: ml/web-0, ml/web-1: {WAITS_FOR_VOLCANO}" in err, err
 
 
-def test_status_and_why_say_why_a_kuberay_pod_for_kai_was_not_adopted(tmp_path: Path) -> None:
-    ray = bound_for("kai-scheduler", "raycluster-kuberay-head", owner=("ray.io/v1", "RayCluster"))
-    snapshot = write_list(tmp_path, [*NODES, ray])
+def test_status_and_why_say_why_a_tfjob_pod_for_kai_was_not_adopted(tmp_path: Path) -> None:
+    tf = bound_for("kai-scheduler", "tfjob-mnist-worker-0", owner=("kubeflow.org/v1", "TFJob"))
+    snapshot = write_list(tmp_path, [*NODES, tf])
     config = config_file(tmp_path, ("kai-scheduler",))
     code, _, err = run(["status", "-n", "ml", "--snapshot", snapshot, "--now", NOW, "--config", config])
     assert code == 0
-    assert ("ml/raycluster-kuberay-head: spec.schedulerName kai-scheduler: kube-scheduler never sees it and no scheduler "
+    assert ("ml/tfjob-mnist-worker-0: spec.schedulerName kai-scheduler: kube-scheduler never sees it and no scheduler "
             "of that name is Troupe's, so it waits for a scheduler named kai-scheduler; adoptSchedulerNames would not "
-            "hand it over: kai-scheduler: KAI's pod-grouper makes this pod's group from its top owner, here RayCluster "
-            "raycluster-kuberay (ray.io/v1)") in err, err
-    code, _, err = run(["why", "raycluster-kuberay-head", "-n", "ml", "--snapshot", snapshot, "--now", NOW,
+            "hand it over: kai-scheduler: KAI's pod-grouper makes this pod's group from its top owner, here TFJob "
+            "tfjob-mnist (kubeflow.org/v1)") in err, err
+    code, _, err = run(["why", "tfjob-mnist-worker-0", "-n", "ml", "--snapshot", snapshot, "--now", NOW,
                         "--config", config])
     assert code == 1
-    assert err.startswith("kubectl-troupe: pod ml/raycluster-kuberay-head is not managed by Troupe: it carries no "
+    assert err.startswith("kubectl-troupe: pod ml/tfjob-mnist-worker-0 is not managed by Troupe: it carries no "
                           "gang annotation"), err
     assert "so it waits for a scheduler named kai-scheduler; adoptSchedulerNames would not hand it over" in err

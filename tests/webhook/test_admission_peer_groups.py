@@ -95,20 +95,28 @@ def test_an_adopted_pod_whose_peers_group_has_a_minimum_of_one_is_adopted_ungate
     assert "schedulingGates" not in got.pod["spec"]
 
 
-def test_a_kuberay_pod_for_kai_is_not_adopted_and_the_warning_says_why() -> None:
-    pod = owned(KAI_SCHEDULER, "RayCluster", "ray.io/v1", labels={"ray.io/node-type": "worker"})
+def test_a_tfjob_pod_for_kai_is_not_adopted_and_the_warning_says_why() -> None:
+    pod = owned(KAI_SCHEDULER, "TFJob", "kubeflow.org/v1", labels={"training.kubeflow.org/replica-type": "worker"})
     got = admit(pod, ADOPTING)
     assert got.allowed and got.ops == [], "left as written: kai-scheduler's"
     assert got.pod["spec"]["schedulerName"] == KAI_SCHEDULER
     assert got.warnings == [
         "not adopted from kai-scheduler: KAI's pod-grouper makes this pod's group from its top owner, here "
-        "RayCluster owner (ray.io/v1) or above it, and Troupe cannot size that group yet (it sizes Jobs, JobSets, "
-        "LeaderWorkerSets and PyTorchJobs); adopted, the pod would be released alone, so it keeps "
-        "spec.schedulerName kai-scheduler"]
+        "TFJob owner (kubeflow.org/v1) or above it, and Troupe cannot size that group yet (it sizes Jobs, JobSets, "
+        "LeaderWorkerSets, PyTorchJobs, MPIJobs and RayClusters); adopted, the pod would be released alone, so it "
+        "keeps spec.schedulerName kai-scheduler"]
 
 
-def test_a_kuberay_pod_with_troupes_topology_key_keeps_its_scheduler_and_is_gated_by_the_key() -> None:
-    pod = owned(KAI_SCHEDULER, "RayCluster", "ray.io/v1",
+def test_a_kuberay_or_mpi_pod_for_kai_is_adopted_and_gated_as_its_workloads_member() -> None:
+    for kind, api_version in (("RayCluster", "ray.io/v1"), ("MPIJob", "kubeflow.org/v2beta1")):
+        got = admit(owned(KAI_SCHEDULER, kind, api_version, labels={"ray.io/node-type": "worker"}), ADOPTING)
+        assert got.allowed and got.warnings == [], kind
+        assert got.pod["spec"]["schedulerName"] != KAI_SCHEDULER, kind
+        assert got.pod["spec"]["schedulingGates"] == [GATE], kind
+
+
+def test_a_tfjob_pod_with_troupes_topology_key_keeps_its_scheduler_and_is_gated_by_the_key() -> None:
+    pod = owned(KAI_SCHEDULER, "TFJob", "kubeflow.org/v1",
                 annotations={"troupe.io/topology-required-level": "cloud.google.com/gce-topology-subblock"})
     got = admit(pod, ADOPTING)
     assert got.pod["spec"]["schedulerName"] == KAI_SCHEDULER
@@ -170,12 +178,14 @@ def test_over_https_the_tutorials_pod_is_adopted_and_gated_and_a_reinvocation_ad
     assert again["response"] == {"uid": "again", "allowed": True}
 
 
-def test_over_https_a_kai_jobs_pod_is_gated_and_a_ray_pod_is_left_with_a_warning(adopting_server: Server) -> None:
-    job = review_over_https(adopting_server, make_review(owned(KAI_SCHEDULER, "Job", "batch/v1"), uid="job"))
-    patched = jsonpatch.apply_patch(owned(KAI_SCHEDULER, "Job", "batch/v1"), patch_of(job))
-    assert patched["spec"]["schedulingGates"] == [GATE]
-    ray = review_over_https(adopting_server, make_review(owned(KAI_SCHEDULER, "RayCluster", "ray.io/v1"), uid="ray"))
-    response = ray["response"]
+def test_over_https_kai_job_and_ray_pods_are_gated_and_a_tfjob_pod_is_left_with_a_warning(
+        adopting_server: Server) -> None:
+    for kind, api_version in (("Job", "batch/v1"), ("RayCluster", "ray.io/v1")):
+        got = review_over_https(adopting_server, make_review(owned(KAI_SCHEDULER, kind, api_version), uid=kind))
+        patched = jsonpatch.apply_patch(owned(KAI_SCHEDULER, kind, api_version), patch_of(got))
+        assert patched["spec"]["schedulingGates"] == [GATE], kind
+    tf = review_over_https(adopting_server, make_review(owned(KAI_SCHEDULER, "TFJob", "kubeflow.org/v1"), uid="tf"))
+    response = tf["response"]
     assert response["allowed"] and "patch" not in response
     assert response["warnings"][0].startswith("not adopted from kai-scheduler: KAI's pod-grouper makes this pod's "
-                                              "group from its top owner, here RayCluster owner (ray.io/v1)")
+                                              "group from its top owner, here TFJob owner (kubeflow.org/v1)")

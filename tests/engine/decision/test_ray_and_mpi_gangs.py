@@ -237,3 +237,18 @@ def test_a_launcher_label_on_a_pod_of_another_job_joins_nothing():
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "mine", "uid": "u", "controller": True}]},
         "spec": {"containers": [{"name": "c"}]}})
     assert wl.group(stray) == ("job:mine", ("Job", NS, "mine"))
+
+
+def test_a_kuberay_pod_adopted_from_kai_gangs_by_its_raycluster_as_kais_pod_grouper_does():
+    from reconciler.engine.model.declared.adopted import implicit_gang_id
+    from troupe.podgroups import ORIGINAL_SCHEDULER_NAME
+
+    cluster = ray_cluster()
+    pod = ray_pod(cluster, "g0", "a")
+    adopted = PodInfo.from_object({"metadata": {
+        "name": pod.name, "namespace": NS, "labels": dict(pod.labels),
+        "annotations": {ORIGINAL_SCHEDULER_NAME: "kai-scheduler"},
+        "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "uid-rc",
+                             "controller": True}]},
+        "spec": {"schedulingGates": [{"name": contract.GATE}], "containers": [{"name": "c"}]}})
+    assert implicit_gang_id(adopted) == "raycluster:rc"

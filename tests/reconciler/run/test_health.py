@@ -41,11 +41,11 @@ def test_readyz_names_the_informers_that_have_not_listed_yet(served):
     assert status == 503
     assert json.loads(body) == {"ready": False, "role": "leader", "synced": False, "waiting_for": [
         "csinodes", "deviceclasses.resource.k8s.io", "jobs", "jobsets.jobset.x-k8s.io",
-        "leaderworkersets.leaderworkerset.x-k8s.io", "namespaces", "persistentvolumeclaims", "persistentvolumes",
+        "leaderworkersets.leaderworkerset.x-k8s.io", "mpijobs.kubeflow.org", "namespaces", "persistentvolumeclaims", "persistentvolumes",
         "poddisruptionbudgets", "podgroups.v1alpha1.scheduling.x-k8s.io", "podgroups.v1alpha2.scheduling.k8s.io",
         "podgroups.v1alpha3.scheduling.k8s.io", "podgroups.v1beta1.scheduling.k8s.io",
         "podgroups.v1beta1.scheduling.volcano.sh", "podgroups.v2alpha2.scheduling.run.ai",
-        "pods", "pytorchjobs.kubeflow.org", "resourceclaims.resource.k8s.io",
+        "pods", "pytorchjobs.kubeflow.org", "rayclusters.ray.io", "rayjobs.ray.io", "resourceclaims.resource.k8s.io",
         "resourceclaimtemplates.resource.k8s.io", "resourceslices.resource.k8s.io",
         "shareddevicegroups.deviceshare.io"]}
     for informer in reconciler.informers():

@@ -53,9 +53,13 @@ from troupe.podgroups import (
 
 #: The workload kinds whose pods a KAI-adopted pod's gang is made of (all the workload's pods,
 #: or a LeaderWorkerSet group's), by the gang id prefix :func:`~reconciler.engine.model.workloads.group` gives.
-_KAI_WORKLOAD_GANGS = ("jobset:", "lws:", "pytorchjob:", "job:")
-#: The top owners of a Job under which the Job itself is the group (a CronJob makes one Job a run).
-_KAI_JOB_ALONE = frozenset({"", "CronJob"})
+_KAI_WORKLOAD_GANGS = ("jobset:", "lws:", "pytorchjob:", "mpijob:", "raycluster:", "job:")
+#: The top owners of a Job under which the Job itself is the group (a CronJob makes one Job a
+#: run; a RayJob's submitter Job is outside its cluster's gang, decision 075).
+_KAI_JOB_ALONE = frozenset({"", "CronJob", "RayJob"})
+#: The top owners of a Job whose pods are that owner's members (a JobSet's child Job, an
+#: MPIJob's launcher Job): the owner's gang is the group KAI makes.
+_KAI_JOB_IN_OWNER = frozenset({wl.JOBSET.kind, "MPIJob"})
 
 
 def peer(pod: PodInfo) -> str | None:
@@ -70,7 +74,8 @@ def peer(pod: PodInfo) -> str | None:
 def implicit_gang_id(pod: PodInfo) -> str | None:
     """The id (after ``<namespace>/``) of the gang the group ``pod``'s peer would make stands
     for, or None (the pod's own rules decide): ``volcano:podgroup-<uid>``, or a KAI pod's
-    JobSet, LeaderWorkerSet group, PyTorchJob or Job gang (``jobset:train:0``, ``job:train``)."""
+    JobSet, LeaderWorkerSet group, PyTorchJob, MPIJob, RayCluster or Job gang
+    (``jobset:train:0``, ``raycluster:rc``, ``job:train``)."""
     source = peer(pod)
     if source == VOLCANO:
         return f"{VOLCANO}:{VOLCANO_GROUP_PREFIX}{pod.owner.uid if pod.owner is not None else pod.uid}"
@@ -124,7 +129,7 @@ def kai_job_problem(pod: PodInfo, workloads: wl.Workloads) -> tuple[str, str]:
     if job is None:
         return workloads.missing(key), ""
     kind = job.controller[1] if job.controller is not None else ""
-    if kind in _KAI_JOB_ALONE or kind == wl.JOBSET.kind:
+    if kind in _KAI_JOB_ALONE or kind in _KAI_JOB_IN_OWNER:
         return "", ""
     assert job.controller is not None
     api_version, _, name = job.controller
