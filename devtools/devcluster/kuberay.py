@@ -5,7 +5,7 @@ module's root) is built like kube-state-metrics (:mod:`.ecosystem`): a wrapper m
 to the binary, ``go get`` of the exact version (``go install module@version`` asks the
 module proxy for the version list, which it refuses here), then ``go build``; in the
 operator's own module graph, as released (k8s.io/* v0.34.1, controller-runtime v0.22.1:
-that controller-runtime does not compile against the control plane's client-go v0.36, see
+that controller-runtime does not compile against the control plane's client-go, see
 docs/decisions/023-controllers-share-the-kubernetes-build.md, point 2). Cached by version,
 stamped and built under the cache's build lock like the other controllers (:mod:`.kueue`);
 its CRDs are taken from the module zip; :func:`ensure_kuberay_crds` extracts them alone, for
