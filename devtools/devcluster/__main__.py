@@ -28,6 +28,7 @@ from devtools.devcluster.cluster import (
     stop_run_dir,
 )
 from devtools.devcluster.ecosystem import ensure_gangcheck, ensure_krew, ensure_ksm
+from devtools.devcluster.kuberay import ensure_kuberay
 from devtools.devcluster.kueue import ensure_kueue
 from devtools.devcluster.nodes import NodesFileError
 from devtools.devcluster.nodes import load as load_nodes
@@ -46,11 +47,11 @@ A local Kubernetes control plane for Troupe's tests, demo and development: etcd
   build    build the binaries, helm and promtool for the chart tests, kube-state-metrics and
            gangcheck for the Gang object's ecosystem tests, krew for the plugin's install
            test, the JobSet and LeaderWorkerSet controllers for the workload tests, Kueue
-           for the quota test and Kubeflow Trainer v2 for the TrainJob test, into the cache
-           ({cache_dir()}; set TROUPE_CACHE_DIR to move it). Cold: about 8 to 10 minutes on
-           two cores for the control plane, about 1 more for the two controllers (they reuse
-           its compiled packages), about 10 for Kueue, about 3.5 for the trainer. Warm:
-           instant. 'up' builds if needed.
+           for the quota test, Kubeflow Trainer v2 for the TrainJob test and KubeRay's operator
+           for the Ray tests, into the cache ({cache_dir()}; set TROUPE_CACHE_DIR to move it).
+           Cold: about 8 to 10 minutes on two cores for the control plane, about 1 more for
+           the two controllers (they reuse its compiled packages), about 10 for Kueue, about
+           3.5 for the trainer, about 7 for KubeRay. Warm: instant. 'up' builds if needed.
   up       start the control plane, create the fake nodes (default {DEFAULT_NODES.name}),
            wait until Ready, print the admin kubeconfig, then return and leave it running.
   down     stop the running control plane (by its recorded PIDs).
@@ -83,12 +84,12 @@ def _current_run_dir(explicit: str | None) -> Path:
 
 def cmd_build(args: argparse.Namespace) -> int:
     bins = ensure_built()
-    kueue = ensure_kueue()
-    trainer = ensure_trainer()
+    kueue, trainer, kuberay = ensure_kueue(), ensure_trainer(), ensure_kuberay()
     tools = {"promtool": ensure_promtool(), "kube-state-metrics": ensure_ksm(), "gangcheck": ensure_gangcheck(),
              "krew": ensure_krew(), "kueue": kueue.binary, "kueue-crds": kueue.crds, "kueue-webhooks": kueue.webhooks,
              "trainer": trainer.binary, "trainer-crds": trainer.crds, "trainer-webhooks": trainer.webhooks,
              "trainer-torch-runtime": trainer.torch_runtime}
+    tools.update({"ray-operator": kuberay.binary, "kuberay-crds": kuberay.crds})
     for name, path in {**vars(bins), **tools}.items():
         print(f"{name.replace('_', '-'):24} {path}")
     return 0

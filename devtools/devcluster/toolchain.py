@@ -53,6 +53,7 @@ _ESTIMATES = {
     "workload-controllers": "~1 min once the control plane's packages are compiled",
     "kueue": "~10 min: its own k8s.io libraries",
     "trainer": "~3.5 min: its own k8s.io libraries",
+    "kuberay": "~4-7 min: its own k8s.io libraries",
     "promtool": "~15-20 min (many modules)",
     "kube-state-metrics": "~4 min, ~2.5 min with the control plane's modules",
     "gangcheck": "<1 min",

@@ -44,9 +44,11 @@ def test_the_build_the_cluster_and_the_workloads_import_in_one_direction():
     assert edges["controllers"] == {"toolchain"}
     assert edges["build"] == {"toolchain", "controllers"}
     assert edges["kueue"] == {"toolchain", "controllers"}
+    assert edges["kuberay"] == {"toolchain"}
     assert "build" in edges["cluster"] and not edges["cluster"] & {"workloads", "controllers", "toolchain"}
     assert {"cluster", "controllers"} <= edges["workloads"]
     assert {"cluster", "kueue", "workloads"} <= edges["quota"]
+    assert {"cluster", "kuberay", "workloads"} <= edges["rayoperator"]
 
 
 def test_no_devcluster_module_imports_one_that_imports_it_back():

@@ -25,6 +25,8 @@ from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.build import built_binaries, ensure_built
+from devtools.devcluster.kuberay import built_kuberay, ensure_kuberay, ensure_kuberay_crds
+from devtools.devcluster.rayoperator import KubeRayOperator, install_kuberay_crds
 from devtools.devcluster.stack import Stack
 from devtools.devcluster.trainer import Trainer
 from devtools.devcluster.workloads import WorkloadControllers, install_crds
@@ -74,18 +76,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build the binaries before the first test when e2e tests will run and the cache is cold.
+    """Build the binaries before the first test when e2e tests will run and the cache is cold,
+    and KubeRay's operator when a test that runs it will (``kuberay``, ~7 minutes cold).
 
-    Done here, not in the fixture, so the ~8 minute cold build counts against no test's
-    timeout and its progress lines reach the terminal instead of pytest's capture.
+    Done here, not in the fixtures, so the cold builds count against no test's timeout and
+    their progress lines reach the terminal instead of pytest's capture.
     """
-    if session.config.option.collectonly or built_binaries() is not None:
+    if session.config.option.collectonly:
         return
-    if not any(item.get_closest_marker("e2e") for item in session.items):
+    e2e_items = [item for item in session.items if item.get_closest_marker("e2e")]
+    binaries = bool(e2e_items) and built_binaries() is None
+    kuberay = built_kuberay() is None and any("kuberay" in getattr(item, "fixturenames", ()) for item in e2e_items)
+    if not (binaries or kuberay):
         return
     capture = session.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
-        ensure_built()
+        if binaries:
+            ensure_built()
+        if kuberay:
+            ensure_kuberay()
 
 
 @pytest.fixture(scope="session")
@@ -120,6 +129,7 @@ def troupe(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     config = tmp_path_factory.mktemp("troupe") / "config.yaml"
     config.write_text("gangScheduleTimeoutJitterSeconds: 1\n")
     install_crds(cluster)  # the workload kinds the reconciler sizes gangs from
+    install_kuberay_crds(cluster, ensure_kuberay_crds())  # RayClusters too, served before its informers start
     with Stack(cluster, config) as stack:
         yield stack
 
@@ -142,11 +152,19 @@ def trainer(cluster: Cluster, workload_controllers: WorkloadControllers) -> Iter
         yield running
 
 
+@pytest.fixture(scope="module")
+def kuberay(cluster: Cluster) -> Iterator[KubeRayOperator]:
+    """KubeRay's operator (v1.5.0, built from its module; batch scheduler off) running on
+    ``cluster`` with its CRDs, for one module (devtools/devcluster/rayoperator.py)."""
+    with KubeRayOperator(cluster) as running:
+        yield running
+
+
 @pytest.fixture(autouse=True)
 def _everything_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test, with the dead process's log tail, if a control-plane component, the
-    webhook, the reconciler, a workload controller or the trainer exits around it."""
-    running = [request.getfixturevalue(f) for f in ("cluster", "troupe", "workload_controllers", "trainer")
+    webhook, the reconciler, a workload controller, the trainer or KubeRay's operator exits around it."""
+    running = [request.getfixturevalue(f) for f in ("cluster", "troupe", "workload_controllers", "trainer", "kuberay")
                if f in request.fixturenames]
     for r in running:
         r.check()
