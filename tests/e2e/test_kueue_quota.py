@@ -236,6 +236,11 @@ OVERSIZED = [
         "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": _template(GANG_9)},
                             "Worker": {"replicas": 7, "template": _template(GANG_9)}}}),
      "8 pods (the sum of spec.mpiReplicaSpecs[*].replicas)"),
+    ("a RayCluster: head 1 + workers at most 7", "rayclusters", _queued("ray.io/v1", "RayCluster", {
+        "headGroupSpec": {"rayStartParams": {}, "template": _template(GANG_9)},
+        "workerGroupSpecs": [{"groupName": "w", "replicas": 2, "minReplicas": 1, "maxReplicas": 7, "rayStartParams": {},
+                              "template": _template(GANG_9)}]}),
+     "8 pods (1 head + the sum over spec.workerGroupSpecs of maxReplicas x numOfHosts (suspended groups: 0))"),
     ("a LeaderWorkerSet: 2 groups of 4", "leaderworkersets", _queued("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {
         "replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": _template(GANG_9)}}),
      "8 pods (spec.replicas x spec.leaderWorkerTemplate.size)"),
