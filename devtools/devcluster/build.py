@@ -33,13 +33,10 @@ controllers' build); :mod:`.cluster` imports this module, and nothing here impor
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -53,6 +50,7 @@ from devtools.devcluster.toolchain import (
     Binaries,
     Builder,
     BuildError,
+    build_lock,
     cache_dir,
     control_plane_version,
     is_built,
@@ -155,17 +153,6 @@ def _versions(bins: Binaries) -> list[tuple[Path, str]]:
     ]
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binaries:
     """Build whatever is missing from the cache and return the paths of all binaries.
 
@@ -181,7 +168,7 @@ def ensure_built(root: Path | None = None, out: TextIO | None = None) -> Binarie
     warm = built_binaries(root)
     if warm is not None:
         return warm
-    with _locked(root / ".build.lock"):
+    with build_lock(root):
         bins = _layout(root)
         builder = Builder(root, out)
         _build_kubernetes(builder, bins)

@@ -37,7 +37,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,6 +237,33 @@ def copy_module(source: Path, target: Path) -> None:
     shutil.copytree(source, target, copy_function=shutil.copyfile)
     for directory, _, _ in os.walk(target):
         os.chmod(directory, 0o755)
+
+
+def build_patched_module(builder: Builder, name: str, module: str, version: str, package: str, binary: Path,
+                         stamp: str, patch: Callable[[Path], None]) -> None:
+    """Build ``package`` of ``module`` at ``version`` from a writable copy of it (in
+    ``<binary's base>/src``, removed afterwards) that ``patch`` changes first, into
+    ``binary`` stamped ``stamp``, unless it is built at that stamp: a controller that must
+    change a line to run on the local cluster (Kueue's, the trainer's), in its own module
+    graph. Progress is printed as ``name``. Raises :class:`BuildError` (from ``patch`` or
+    the go command)."""
+    if is_built(binary, stamp):
+        return
+    base = binary.parent.parent
+    with builder.step(name, version):
+        mod = module_dir(builder, name, f"{module}@{version}", base)
+        src = base / "src"
+        copy_module(mod, src)  # the module cache is read-only
+        patch(src)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        tmp = binary.with_name(f".{name}.tmp-{os.getpid()}")
+        try:
+            builder.go(name, ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), package], src,
+                       what=f"{name} {version}")
+            mark_built(tmp, binary, stamp)
+        finally:
+            tmp.unlink(missing_ok=True)
+        shutil.rmtree(src, ignore_errors=True)
 
 
 def _build_binaries(builder: Builder, bins: Binaries, missing: Sequence[Controller]) -> None:

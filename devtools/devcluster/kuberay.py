@@ -25,7 +25,6 @@ Cache layout (under :func:`devtools.devcluster.toolchain.cache_dir`)::
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import TextIO
 from devtools.devcluster.toolchain import (
     Builder,
     BuildError,
+    build_lock,
     cache_dir,
     is_built,
     mark_built,
@@ -104,13 +104,8 @@ def ensure_kuberay_crds(root: Path | None = None, out: TextIO | None = None) -> 
 
 
 def _locked_build(root: Path, out: TextIO | None, *, binary: bool) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            build(Builder(root, out or sys.stderr), kuberay_paths(root), binary=binary)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with build_lock(root):
+        build(Builder(root, out or sys.stderr), kuberay_paths(root), binary=binary)
 
 
 def build(builder: Builder, paths: KubeRayBuild, *, binary: bool = True) -> None:

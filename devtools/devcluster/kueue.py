@@ -28,18 +28,17 @@ This module imports only :mod:`.toolchain` and :mod:`.controllers` (the module c
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from devtools.devcluster.controllers import copy_module
+from devtools.devcluster.controllers import build_patched_module
 from devtools.devcluster.toolchain import (
     Builder,
     BuildError,
+    build_lock,
     cache_dir,
     is_built,
     mark_built,
@@ -112,13 +111,8 @@ def ensure_kueue(root: Path | None = None, out: TextIO | None = None) -> KueueBu
     warm = built_kueue(root)
     if warm is not None:
         return warm
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            build(Builder(root, out or sys.stderr), kueue_paths(root))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with build_lock(root):
+        build(Builder(root, out or sys.stderr), kueue_paths(root))
     return kueue_paths(root)
 
 
@@ -148,21 +142,8 @@ def build(builder: Builder, paths: KueueBuild) -> None:
     base = paths.binary.parent.parent
     base.mkdir(parents=True, exist_ok=True)
     module = f"{KUEUE_MODULE}@{KUEUE_VERSION}"
-    if not is_built(paths.binary, KUEUE_BINARY_VERSION):
-        with builder.step("kueue", KUEUE_VERSION):
-            mod = module_dir(builder, "kueue", module, base)
-            src = base / "src"
-            copy_module(mod, src)  # the module cache is read-only
-            patch_metrics_cert_dir(src)
-            paths.binary.parent.mkdir(parents=True, exist_ok=True)
-            tmp = paths.binary.with_name(f".kueue.tmp-{os.getpid()}")
-            try:
-                builder.go("kueue", ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), KUEUE_PACKAGE],
-                           src, what=f"kueue {KUEUE_VERSION}")
-                mark_built(tmp, paths.binary, KUEUE_BINARY_VERSION)
-            finally:
-                tmp.unlink(missing_ok=True)
-            shutil.rmtree(src, ignore_errors=True)
+    build_patched_module(builder, "kueue", KUEUE_MODULE, KUEUE_VERSION, KUEUE_PACKAGE, paths.binary,
+                         KUEUE_BINARY_VERSION, patch_metrics_cert_dir)
     if is_built(paths.crds, KUEUE_VERSION) and is_built(paths.webhooks, KUEUE_VERSION):
         return
     mod = module_dir(builder, "kueue", module, base)

@@ -14,6 +14,7 @@ matching stamp (:func:`is_built`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -293,6 +294,19 @@ def kubernetes_wrapper_go_mod(
     lines += [f"\t{path} => {path} {staging}" for path in modules]
     lines += [")", ""]
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def build_lock(root: Path) -> Iterator[None]:
+    """Hold the cache's build lock (``<root>/.build.lock``, an exclusive ``flock``) for the
+    block, so that two processes (two test workers) never build into ``root`` at once."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def wrapped_tool_path(name: str, version: str, root: Path | None = None) -> Path:

@@ -34,9 +34,7 @@ builds it where it is still missing. This module imports :mod:`.toolchain`,
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -47,11 +45,12 @@ import yaml
 
 import certs
 from devtools.devcluster.cluster import Cluster, free_ports
-from devtools.devcluster.controllers import copy_module, patched_webhooks
+from devtools.devcluster.controllers import build_patched_module, patched_webhooks
 from devtools.devcluster.processes import Monitor, Started, spawn, tail
 from devtools.devcluster.toolchain import (
     Builder,
     BuildError,
+    build_lock,
     cache_dir,
     is_built,
     mark_built,
@@ -136,13 +135,8 @@ def ensure_trainer(root: Path | None = None, out: TextIO | None = None) -> Train
     warm = built_trainer(root)
     if warm is not None:
         return warm
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            build(Builder(root, out or sys.stderr), trainer_paths(root))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with build_lock(root):
+        build(Builder(root, out or sys.stderr), trainer_paths(root))
     return trainer_paths(root)
 
 
@@ -170,21 +164,8 @@ def build(builder: Builder, paths: TrainerBuild) -> None:
     base = paths.binary.parent.parent
     base.mkdir(parents=True, exist_ok=True)
     module = f"{TRAINER_MODULE}@{TRAINER_VERSION}"
-    if not is_built(paths.binary, TRAINER_BINARY_VERSION):
-        with builder.step("trainer", TRAINER_VERSION):
-            mod = module_dir(builder, "trainer", module, base)
-            src = base / "src"
-            copy_module(mod, src)  # the module cache is read-only
-            patch_main(src)
-            paths.binary.parent.mkdir(parents=True, exist_ok=True)
-            tmp = paths.binary.with_name(f".trainer.tmp-{os.getpid()}")
-            try:
-                builder.go("trainer", ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), TRAINER_PACKAGE],
-                           src, what=f"trainer {TRAINER_VERSION}")
-                mark_built(tmp, paths.binary, TRAINER_BINARY_VERSION)
-            finally:
-                tmp.unlink(missing_ok=True)
-            shutil.rmtree(src, ignore_errors=True)
+    build_patched_module(builder, "trainer", TRAINER_MODULE, TRAINER_VERSION, TRAINER_PACKAGE, paths.binary,
+                         TRAINER_BINARY_VERSION, patch_main)
     if all(is_built(p, TRAINER_VERSION) for p in (paths.crds, paths.webhooks, paths.torch_runtime)):
         return
     mod = module_dir(builder, "trainer", module, base)
