@@ -222,10 +222,10 @@ def test_a_kai_job_under_a_cronjob_is_its_own_gang_too() -> None:
 
 
 def test_a_kai_job_whose_top_owner_troupe_cannot_size_is_held_naming_it() -> None:
-    snapshot, gangs = cluster(job_pods("launcher", 1), [("Job", job("launcher", ("kubeflow.org/v2beta1", "MPIJob")))])
-    gang = gangs["ml/job:launcher"]
-    assert gang.held.startswith("adopted from kai-scheduler: KAI's pod-grouper groups the pods of Job ml/launcher by "
-                                "its top owner, here MPIJob launcher-owner (kubeflow.org/v2beta1)"), gang.held
+    snapshot, gangs = cluster(job_pods("chief", 1), [("Job", job("chief", ("kubeflow.org/v1", "TFJob")))])
+    gang = gangs["ml/job:chief"]
+    assert gang.held.startswith("adopted from kai-scheduler: KAI's pod-grouper groups the pods of Job ml/chief by "
+                                "its top owner, here TFJob launcher-owner (kubeflow.org/v1)"), gang.held
     assert decide(gang, snapshot, NOW).phase == Phase.HELD
 
 
