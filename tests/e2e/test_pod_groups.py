@@ -43,6 +43,7 @@ from reconciler.objects.kinds import SNAPSHOT_COMMAND
 from tests.support import e2e
 from troupe import contract
 from troupe.podgroups import ORIGINAL_SCHEDULER_NAME
+from troupe.workloadkinds import CUSTOM_KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 NODES_FILE = REPO / "examples" / "nodes.yaml"
@@ -207,7 +208,7 @@ def test_a_gang_of_each_source_short_of_its_minimum_waits_and_says_why(workload_
 
     # The simulator, on the README's snapshot of this cluster, decides them as the reconciler did.
     resources = ",".join(r for r in SNAPSHOT_COMMAND.split()[2].split(",")
-                         if r not in ("jobsets", "leaderworkersets", "pytorchjobs"))  # no such CRD here
+                         if r not in {k.plural for k in CUSTOM_KINDS})  # no such CRD here
     path = workload_stack.dir / f"snapshot-{ns}.json"
     path.write_text(cluster.kubectl("get", resources, "-A", "-o", "json", timeout=120).stdout)
     done = subprocess.run([sys.executable, "-m", "reconciler", "simulate", str(path), "--output", "json"],

@@ -43,6 +43,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from devtools.devcluster import Cluster
+from devtools.devcluster.kuberay import ensure_kuberay_crds
+from devtools.devcluster.rayoperator import install_kuberay_crds
 from devtools.devcluster.stack import Stack
 from devtools.devcluster.workloads import install_crds
 from reconciler.engine.decision.gangobject import placed_domains
@@ -86,7 +88,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     config = tmp_path_factory.mktemp("snapshot") / "config.yaml"
     config.write_text(CONFIG)
     with Cluster(nodes=REPO / "examples" / "nodes.yaml") as cluster:
-        install_crds(cluster)  # the snapshot command lists jobsets, leaderworkersets and pytorchjobs
+        install_crds(cluster)  # the snapshot command lists every workload kind's resource
+        install_kuberay_crds(cluster, ensure_kuberay_crds())
         with Stack(cluster, config) as running:
             scheduling = client.SchedulingV1Api(cluster.api_client("admin"))
             for name, value in ((HIGH, 1000), (LOW, 10)):
