@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: The API group and version of ProvisioningRequest (cluster-autoscaler's CRD).
@@ -81,20 +81,21 @@ class Expression:
 @dataclass(frozen=True)
 class Provisioning:
     """The validated ``provisioning`` key. ``class_name``: ``spec.provisioningClassName``;
-    ``parameters``: ``spec.parameters`` (string to string); ``match_labels`` and
-    ``match_expressions``: the namespace selector (both empty: every namespace);
+    ``parameters``: ``spec.parameters`` (string to string pairs, sorted: the configuration
+    is hashable); ``match_labels`` (pairs likewise) and ``match_expressions``: the namespace
+    selector (both empty: every namespace);
     ``prefer_preemption``: when eviction of lower-priority gangs makes room (and
     ``gangPreemptionMode`` is not ``off``), preempt rather than ask."""
 
     class_name: str = ATOMIC_SCALE_UP
-    parameters: Mapping[str, str] = field(default_factory=dict)
-    match_labels: Mapping[str, str] = field(default_factory=dict)
+    parameters: tuple[tuple[str, str], ...] = ()
+    match_labels: tuple[tuple[str, str], ...] = ()
     match_expressions: tuple[Expression, ...] = ()
     prefer_preemption: bool = True
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether a namespace with ``labels`` is selected (an empty selector selects all)."""
-        return (all(labels.get(k) == v for k, v in self.match_labels.items())
+        return (all(labels.get(k) == v for k, v in self.match_labels)
                 and all(e.matches(labels) for e in self.match_expressions))
 
 
@@ -139,7 +140,8 @@ def parse(key: str, raw: Any, error: Callable[[str], Exception]) -> Provisioning
     """The ``provisioning`` key ``key`` given as ``raw`` (None or ``{}``: off).
 
     Raises ``error(message)``, the message naming the field and the value: an unknown
-    field, a class that is not a DNS-1123 subdomain, parameters that are not strings, a
+    field, a class that is not a DNS-1123 subdomain, parameters that are not strings (or
+    more than 100, or longer than 255 characters: the CRD's limits), a
     selector that is not a label selector, a ``preferPreemption`` that is not a boolean.
     """
     if raw is None or raw == {}:
@@ -156,11 +158,17 @@ def parse(key: str, raw: Any, error: Callable[[str], Exception]) -> Provisioning
     prefer = raw.get("preferPreemption", True)
     if not isinstance(prefer, bool):
         raise error(f"{key}.preferPreemption: must be true or false, got {prefer!r}")
+    parameters = _strings(f"{key}.parameters", raw.get("parameters"), error)
+    long = next((k for k, v in parameters.items() if len(v) > 255), None)
+    if len(parameters) > 100 or long is not None:  # the CRD's MaxProperties=100, Parameter MaxLength=255
+        raise error(f"{key}.parameters: at most 100, each at most 255 characters (the ProvisioningRequest CRD), got "
+                    f"{len(parameters)}" + (f", {long!r} of {len(parameters[long])}" if long else ""))
     selector = raw.get("namespaceSelector") or {}
     if not isinstance(selector, Mapping) or set(selector) - {"matchLabels", "matchExpressions"}:
         raise error(f"{key}.namespaceSelector: must be a label selector (matchLabels, matchExpressions), "
                     f"got {selector!r}")
-    return Provisioning(class_name, _strings(f"{key}.parameters", raw.get("parameters"), error),
-                        _strings(f"{key}.namespaceSelector.matchLabels", selector.get("matchLabels"), error),
+    return Provisioning(class_name, tuple(sorted(parameters.items())),
+                        tuple(sorted(_strings(f"{key}.namespaceSelector.matchLabels", selector.get("matchLabels"),
+                                              error).items())),
                         _expressions(f"{key}.namespaceSelector.matchExpressions", selector.get("matchExpressions"),
                                      error), prefer)

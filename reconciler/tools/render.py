@@ -277,10 +277,13 @@ def plan_json(result: views.PlanResult) -> dict[str, Any]:
     """``plan --output json``: the manifest's pods, those left alone, what becomes of those
     bound for a scheduler kube-scheduler is not (``unscheduled``: pod -> why,
     :func:`reconciler.tools.peers.fate`), each gang's decision with its cost, placements and
-    victims."""
+    victims, and the ProvisioningRequest it would make (``provisioningRequest``, with
+    ``provisioning`` on: docs/decisions/080-provisioning-requests.md)."""
     rows = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
              "placements": g.outcome.placements if g.outcome is not None else [],
-             "victims": g.outcome.victims if g.outcome is not None else []} for g in result.gangs]
+             "victims": g.outcome.victims if g.outcome is not None else [],
+             **({"provisioningRequest": g.outcome.capacity}
+                if g.outcome is not None and g.outcome.capacity is not None else {})} for g in result.gangs]
     fates = result.cluster.unscheduled
     return {"pods": list(result.pods), "untouched": list(result.untouched),
             "unscheduled": {k: fates[k] for k in result.untouched if k in fates}, "gangs": rows}

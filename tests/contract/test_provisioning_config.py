@@ -18,7 +18,7 @@ def test_every_field_is_read():
         "namespaceSelector": {"matchLabels": {"team": "ml"},
                               "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]},
         "preferPreemption": False}}).provisioning
-    assert got == Provisioning(QUEUED_PROVISIONING, {"maxRunDurationSeconds": "3600"}, {"team": "ml"},
+    assert got == Provisioning(QUEUED_PROVISIONING, (("maxRunDurationSeconds", "3600"),), (("team", "ml"),),
                                (Expression("tier", "In", ("gpu",)),), False)
     assert got.selects({"team": "ml", "tier": "gpu"})
     assert not got.selects({"team": "ml", "tier": "cpu"})
@@ -28,7 +28,8 @@ def test_every_field_is_read():
 def test_defaults_of_its_fields():
     got = from_mapping({"provisioning": {"preferPreemption": True}}).provisioning
     assert got is not None
-    assert (got.class_name, dict(got.parameters), got.prefer_preemption) == (ATOMIC_SCALE_UP, {}, True)
+    assert (got.class_name, got.parameters, got.prefer_preemption) == (ATOMIC_SCALE_UP, (), True)
+    assert hash(from_mapping({"provisioning": {"parameters": {"a": "b"}}}))  # the configuration stays hashable
     assert got.selects({}) and got.selects({"any": "thing"})
 
 
@@ -40,6 +41,9 @@ def test_defaults_of_its_fields():
                        "best-effort-atomic-scale-up.autoscaling.x-k8s.io), got 7"),
     ({"parameters": {"maxRunDurationSeconds": 3600}}, "provisioning.parameters: must be a mapping of strings to "
                                                       "strings, got {'maxRunDurationSeconds': 3600}"),
+    ({"parameters": {"ValidUntilSeconds": "9" * 256}}, "provisioning.parameters: at most 100, each at most 255 "
+                                                        "characters (the ProvisioningRequest CRD), got 1, "
+                                                        "'ValidUntilSeconds' of 256"),
     ({"preferPreemption": "yes"}, "provisioning.preferPreemption: must be true or false, got 'yes'"),
     ({"namespaceSelector": {"labels": {}}}, "provisioning.namespaceSelector: must be a label selector"),
     ({"namespaceSelector": {"matchLabels": ["a"]}}, "provisioning.namespaceSelector.matchLabels: must be a mapping"),
