@@ -6,8 +6,8 @@ for want of room (placement's ``shortfall``: ``Unschedulable``, or ``Unschedulab
 because the nodes there are could not hold it even empty: more nodes would help either way;
 a request that cannot be read asks nothing) and preemption made no plan, or before preemption when the gang's
 :class:`~reconciler.engine.gangs.capacity.Ask` does not prefer it. :func:`consumed` adds the
-consume annotations to a release on a provisioned request, and :func:`done_with` says when
-the request is deleted: the gang bound, or placed without it.
+consume annotations to a release while the request is live, and :func:`done_with` says when
+the request is deleted: the gang bound, or placed without it (its request had ended).
 
 The gang's request is the one of its name (:func:`~reconciler.engine.gangs.capacity.request_name`)
 owned by its :class:`~reconciler.engine.gangs.capacity.OwnerRef` and of its class; any
@@ -111,11 +111,12 @@ def ask(s: Seen, result: PlacementResult, subject: str, wait: Wait, clear: tuple
 
 
 def consumed(s: Seen) -> Mapping[str, str]:
-    """The annotations a release adds to each member: the consume annotations when the
-    gang's own request is ``Provisioned`` (cluster-autoscaler then does not scale up for its
-    members again), none otherwise."""
+    """The annotations a release adds to each member: the consume annotations while the
+    gang's own request is live (not failed, expired or revoked: the nodes the gang is placed
+    on are most likely the ones it brings, even before it says ``Provisioned``, and
+    cluster-autoscaler then does not scale up for its members again), none otherwise."""
     found, want = s.gang.capacity_request, s.gang.capacity
-    if not owned(found, want) or found is None or want is None or found.state()[0] != PROVISIONED:
+    if not owned(found, want) or found is None or found.ended:
         return {}
     return {CONSUME_ANNOTATION: found.name, CLASS_POD_ANNOTATION: found.class_name}
 

@@ -160,10 +160,18 @@ def test_provisioned_nodes_that_do_not_take_the_gang_are_told_then_asked_again()
     assert retried.find(RequestCapacity) is not None
 
 
-def test_a_gang_placed_without_its_request_deletes_it_and_a_bound_gang_too():
+def test_a_gang_placed_while_its_request_is_live_consumes_it_before_it_says_provisioned():
     d = decide_gang(snapshot_of(nodes(8), members()), request=observed(cond("Accepted")))
+    release = d.find(Release)
+    assert d.phase is Phase.PLACED and release is not None and d.find(DropCapacityRequest) is None
+    assert all(m.annotations[CONSUME_ANNOTATION] == NAME for m in release.members)
+
+
+def test_a_gang_placed_without_its_request_deletes_it_and_a_bound_gang_too():
+    d = decide_gang(snapshot_of(nodes(8), members()), request=observed(cond("Failed", at=NOW - 1)))
     assert d.phase is Phase.PLACED and d.find(DropCapacityRequest) == DropCapacityRequest(
         "default", NAME, "uid-req", "the gang was placed without it", (f"{NAME}-abcde",))
+    assert all(not m.annotations for m in d.find(Release).members)
     bound = [make_pod(f"train-{i}").gang("train", 2).index(i).requests(gpu=8).on(f"n{i}") for i in range(2)]
     b = decide_gang(snapshot_of(nodes(), bound), request=observed(cond("Provisioned")))
     assert b.rule is lifecycle.ALL_RELEASED and b.find(DropCapacityRequest) is not None

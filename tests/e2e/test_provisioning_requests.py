@@ -1,0 +1,198 @@
+"""ProvisioningRequests on the local control plane, with cluster-autoscaler's CRD as it ships
+(vendored: devtools/devcluster/crds/cluster-autoscaler/) and a test provisioner playing the
+autoscaler: it watches the requests, accepts each, adds kwok nodes of the requested pool in
+one new subblock, and says ``Provisioned`` (or ``Failed``) (docs/decisions/080-provisioning-requests.md).
+
+A cluster and Troupe of this module's own, ``provisioning`` on. The gangs ask for nodes of
+the pool ``dws`` (``cloud.google.com/gke-nodepool``), which no node of examples/nodes.yaml is
+in: a gang of 8 whole nodes does not fit until the provisioner adds them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from devtools.devcluster import Cluster
+from devtools.devcluster.stack import Stack
+from reconciler.engine.gangs.capacity import request_name
+from tests.support.e2e import (
+    create_gpu_nodes,
+    gang_annotations,
+    indexed_job,
+    job_pods,
+    running_job_pods,
+    temporary_namespace,
+    wait_for,
+)
+from troupe import provisioning as pr
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "devtools" / "devcluster" / "crds" / "cluster-autoscaler" / "autoscaling.x-k8s.io_provisioningrequests.yaml"
+POOL_LABEL, POOL = "cloud.google.com/gke-nodepool", "dws"
+SUBBLOCK = "cloud.google.com/gce-topology-subblock"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    config = tmp_path_factory.mktemp("provisioning") / "config.yaml"
+    config.write_text(f"gangScheduleTimeoutJitterSeconds: 1\nprovisioning: {{className: {pr.QUEUED_PROVISIONING}}}\n")
+    with Cluster(nodes=REPO / "examples" / "nodes.yaml") as cluster:
+        cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                        f"crd/{pr.PLURAL}.{pr.GROUP}")
+        with Stack(cluster, config, lease_seconds=4) as running:
+            yield running
+
+
+@pytest.fixture
+def api(stack: Stack) -> Any:
+    return stack.cluster.api_client("admin")
+
+
+@pytest.fixture
+def core(api: Any) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def ns(core: client.CoreV1Api) -> Iterator[str]:
+    with temporary_namespace(core, "prov", timeout=90) as name:
+        yield name
+
+
+class Provisioner:
+    """The autoscaler's part, in a thread: every new request is ``Accepted``; once
+    :attr:`proceed` is set, it is ``Failed`` with :attr:`fail` when that is set, else
+    ``Provisioned`` after kwok nodes of its pods' count are added in one new subblock
+    (``prov<n>-b0-s0-h<i>``, 8 GPUs each, in the pool). :attr:`made` lists every request seen
+    (namespace, name, uid), in order. Stops, and deletes the nodes it added, on exit."""
+
+    def __init__(self, api: Any) -> None:
+        self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        self.proceed, self.fail = threading.Event(), ""
+        self.made: list[tuple[str, str, str]] = []
+        self.nodes: list[str] = []
+        self._stop = threading.Event()
+        self._done: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="provisioner", daemon=True)
+
+    def __enter__(self) -> Provisioner:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self.proceed.set()
+        self._thread.join(timeout=30)
+        for name in self.nodes:
+            try:
+                self.core.delete_node(name)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+
+    def _status(self, request: dict[str, Any], *conditions: tuple[str, str]) -> None:
+        meta = request["metadata"]
+        now = "2027-01-15T08:00:00Z"
+        body = {"status": {"conditions": [{"type": c, "status": "True", "reason": c, "message": m,
+                                            "lastTransitionTime": now} for c, m in conditions]}}
+        try:
+            self.custom.patch_namespaced_custom_object_status(pr.GROUP, pr.VERSION, meta["namespace"], pr.PLURAL,
+                                                              meta["name"], body)
+        except client.ApiException as e:
+            if e.status != 404:  # deleted meanwhile: the gang is bound, or gone
+                raise
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            items = self.custom.list_cluster_custom_object(pr.GROUP, pr.VERSION, pr.PLURAL)["items"]
+            for request in items:
+                uid = request["metadata"]["uid"]
+                if uid in self._done:
+                    continue
+                self._done.add(uid)
+                self.made.append((request["metadata"]["namespace"], request["metadata"]["name"], uid))
+                self._status(request, ("Accepted", ""))
+                self.proceed.wait()
+                if self._stop.is_set():
+                    return
+                if self.fail:
+                    self._status(request, ("Accepted", ""), ("Failed", self.fail))
+                    continue
+                count = sum(s["count"] for s in request["spec"]["podSets"])
+                names = [f"prov{len(self.made)}-b0-s0-h{i}" for i in range(count)]
+                create_gpu_nodes(self.core, names, {POOL_LABEL: POOL})
+                self.nodes += names
+                self._status(request, ("Accepted", ""), ("Provisioned", ""))
+
+
+def pool_job(name: str, size: int) -> dict[str, Any]:
+    """An Indexed Job of ``size`` whole-node members (8 GPUs) that need the pool, in one subblock."""
+    job = indexed_job(name, size, {**gang_annotations(name, size, timeout=60),
+                                   "troupe.io/topology-required-level": SUBBLOCK}, gpus=8)
+    job["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: POOL}
+    return job
+
+
+def gang_message(core: client.CoreV1Api, ns: str, job: str) -> str:
+    """The ``troupe.io/Gang`` condition message of the Job's first gated member (``""``)."""
+    for pod in job_pods(core, ns, job):
+        for c in pod.status.conditions or []:
+            if c.type == "troupe.io/Gang" and c.status == "False":
+                return str(c.message or "")
+    return ""
+
+
+def requests_in(api: Any, ns: str) -> list[dict[str, Any]]:
+    return list(client.CustomObjectsApi(api).list_namespaced_custom_object(pr.GROUP, pr.VERSION, ns, pr.PLURAL)["items"])
+
+
+def test_a_gang_that_does_not_fit_asks_once_waits_and_runs_whole_on_the_added_nodes(api, core, ns):
+    batch = client.BatchV1Api(api)
+    name = request_name(f"{ns}/train")
+    with Provisioner(api) as provisioner:
+        batch.create_namespaced_job(ns, pool_job("train", 8))
+        wait_for("the gang waits on its Accepted request",
+                 lambda: f"ProvisioningRequest {name}: Accepted" in gang_message(core, ns, "train") or None, timeout=90)
+        (request,) = requests_in(api, ns)
+        assert request["spec"]["provisioningClassName"] == pr.QUEUED_PROVISIONING
+        assert [s["count"] for s in request["spec"]["podSets"]] == [8]
+        template = core.read_namespaced_pod_template(request["spec"]["podSets"][0]["podTemplateRef"]["name"], ns)
+        assert template.template.spec.node_selector == {POOL_LABEL: POOL}
+        provisioner.proceed.set()
+        pods = running_job_pods(core, ns, "train", 8, timeout=120)
+        assert {p.spec.node_name for p in pods} == set(provisioner.nodes), "whole, on the added nodes"
+        assert all(p.metadata.annotations[pr.CONSUME_ANNOTATION] == name for p in pods)
+        assert all(p.metadata.annotations[pr.CLASS_POD_ANNOTATION] == pr.QUEUED_PROVISIONING for p in pods)
+        assert [m for m in provisioner.made if m[0] == ns] == [(ns, name, request["metadata"]["uid"])], "asked once"
+        wait_for("the request deleted once the gang is bound", lambda: not requests_in(api, ns) or None, timeout=60)
+        assert not core.list_namespaced_pod_template(ns).items
+
+
+def test_failed_leaves_the_gang_waiting_with_the_message_and_deleting_the_gang_deletes_the_request(api, core, ns):
+    batch = client.BatchV1Api(api)
+    name = request_name(f"{ns}/stuck")
+    with Provisioner(api) as provisioner:
+        provisioner.fail = "no a3-highgpu-8g capacity in us-central1-a"
+        provisioner.proceed.set()
+        batch.create_namespaced_job(ns, pool_job("stuck", 8))
+        wait_for("the gang waits with the failure", lambda: f"ProvisioningRequest {name}: Failed: no a3-highgpu-8g "
+                 "capacity in us-central1-a" in gang_message(core, ns, "stuck") or None, timeout=90)
+        assert all(p.spec.scheduling_gates for p in job_pods(core, ns, "stuck")), "nothing released"
+        batch.delete_namespaced_job("stuck", ns, propagation_policy="Foreground")
+        wait_for("the request goes with its Job", lambda: not requests_in(api, ns) or None, timeout=90)
+        wait_for("its templates too", lambda: not core.list_namespaced_pod_template(ns).items or None, timeout=60)
+
+
+def test_a_gang_that_fits_asks_for_nothing(api, core, ns):
+    batch = client.BatchV1Api(api)
+    job = indexed_job("fits", 4, gang_annotations("fits", 4, timeout=60), gpus=8)
+    batch.create_namespaced_job(ns, job)
+    running_job_pods(core, ns, "fits", 4)
+    assert requests_in(api, ns) == []
