@@ -10,7 +10,12 @@ in: a gang of 8 whole nodes does not fit until the provisioner adds them.
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,12 +75,13 @@ class Provisioner:
     """The autoscaler's part, in a thread: every new request is ``Accepted``; once
     :attr:`proceed` is set, it is ``Failed`` with :attr:`fail` when that is set, else
     ``Provisioned`` after kwok nodes of its pods' count are added in one new subblock
-    (``prov<n>-b0-s0-h<i>``, 8 GPUs each, in the pool). :attr:`made` lists every request seen
+    (``prov<n>-b0-s0-h<i>``, 8 GPUs each, in the pool); the first :attr:`expire` requests
+    are ``BookingExpired`` instead, with no node added. :attr:`made` lists every request seen
     (namespace, name, uid), in order. Stops, and deletes the nodes it added, on exit."""
 
     def __init__(self, api: Any) -> None:
         self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        self.proceed, self.fail = threading.Event(), ""
+        self.proceed, self.fail, self.expire = threading.Event(), "", 0
         self.made: list[tuple[str, str, str]] = []
         self.nodes: list[str] = []
         self._stop = threading.Event()
@@ -99,7 +105,7 @@ class Provisioner:
 
     def _status(self, request: dict[str, Any], *conditions: tuple[str, str]) -> None:
         meta = request["metadata"]
-        now = "2027-01-15T08:00:00Z"
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {"status": {"conditions": [{"type": c, "status": "True", "reason": c, "message": m,
                                             "lastTransitionTime": now} for c, m in conditions]}}
         try:
@@ -124,6 +130,10 @@ class Provisioner:
                     return
                 if self.fail:
                     self._status(request, ("Accepted", ""), ("Failed", self.fail))
+                    continue
+                if self.expire:  # booked, then expired before the gang came: no node added
+                    self.expire -= 1
+                    self._status(request, ("Accepted", ""), ("BookingExpired", ""))
                     continue
                 count = sum(s["count"] for s in request["spec"]["podSets"])
                 names = [f"prov{len(self.made)}-b0-s0-h{i}" for i in range(count)]
@@ -196,3 +206,39 @@ def test_a_gang_that_fits_asks_for_nothing(api, core, ns):
     batch.create_namespaced_job(ns, job)
     running_job_pods(core, ns, "fits", 4)
     assert requests_in(api, ns) == []
+
+
+def test_an_expired_booking_makes_a_new_request_after_the_backoff(api, core, ns):
+    batch = client.BatchV1Api(api)
+    name = request_name(f"{ns}/late")
+    with Provisioner(api) as provisioner:
+        provisioner.expire = 1
+        provisioner.proceed.set()
+        batch.create_namespaced_job(ns, pool_job("late", 8))
+        running_job_pods(core, ns, "late", 8, timeout=120)
+        mine = [m for m in provisioner.made if m[0] == ns]
+        assert [m[1] for m in mine] == [name, name] and mine[0][2] != mine[1][2], "one expired, one new"
+
+
+RESTARTS = itertools.count()
+
+
+def test_a_leader_change_mid_request_neither_duplicates_nor_orphans_it(stack, api, core, ns):
+    batch = client.BatchV1Api(api)
+    name = request_name(f"{ns}/handover")
+    with Provisioner(api) as provisioner:
+        batch.create_namespaced_job(ns, pool_job("handover", 8))
+        wait_for("the gang waits on its Accepted request", lambda: f"ProvisioningRequest {name}: Accepted"
+                 in gang_message(core, ns, "handover") or None, timeout=90)
+        for started in list(stack._started):  # the leader goes; a new replica takes over
+            if started.record.name.startswith("troupe-reconciler") and started.popen.poll() is None:
+                os.kill(started.record.pid, signal.SIGTERM)
+                started.popen.wait(timeout=30)
+        stack.start_reconciler(f"troupe-reconciler-next-{next(RESTARTS)}")
+        time.sleep(3 * stack.lease_seconds)  # it takes the Lease over and decides the waiting gang again
+        assert f"ProvisioningRequest {name}: Accepted" in gang_message(core, ns, "handover")
+        assert len(requests_in(api, ns)) == 1
+        provisioner.proceed.set()
+        running_job_pods(core, ns, "handover", 8, timeout=120)
+        assert [m[1] for m in provisioner.made if m[0] == ns] == [name], "asked once across the two leaders"
+        wait_for("the request deleted once bound", lambda: not requests_in(api, ns) or None, timeout=60)
