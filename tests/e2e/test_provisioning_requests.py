@@ -242,3 +242,24 @@ def test_a_leader_change_mid_request_neither_duplicates_nor_orphans_it(stack, ap
         running_job_pods(core, ns, "handover", 8, timeout=120)
         assert [m[1] for m in provisioner.made if m[0] == ns] == [name], "asked once across the two leaders"
         wait_for("the request deleted once bound", lambda: not requests_in(api, ns) or None, timeout=60)
+
+
+def test_a_request_another_wrote_in_the_gangs_name_is_not_consumed(api, core, ns):
+    batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
+    name = request_name(f"{ns}/target")
+    core.create_namespaced_pod_template(ns, {"metadata": {"name": "forged"}, "template": {"spec": {
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}})
+    forged = custom.create_namespaced_custom_object(pr.GROUP, pr.VERSION, ns, pr.PLURAL, {
+        "apiVersion": f"{pr.GROUP}/{pr.VERSION}", "kind": pr.KIND, "metadata": {"name": name},
+        "spec": {"provisioningClassName": pr.QUEUED_PROVISIONING,
+                 "podSets": [{"podTemplateRef": {"name": "forged"}, "count": 8}]}})
+    with Provisioner(api) as provisioner:
+        batch.create_namespaced_job(ns, pool_job("target", 8))
+        wait_for("the gang says the request is not its own", lambda: f"ProvisioningRequest {name} is not this "
+                 "gang's" in gang_message(core, ns, "target") or None, timeout=90)
+        assert [r["metadata"]["uid"] for r in requests_in(api, ns)] == [forged["metadata"]["uid"]], "left alone"
+        assert all(pr.CONSUME_ANNOTATION not in (p.metadata.annotations or {}) for p in job_pods(core, ns, "target"))
+        custom.delete_namespaced_custom_object(pr.GROUP, pr.VERSION, ns, pr.PLURAL, name)
+        provisioner.proceed.set()
+        pods = running_job_pods(core, ns, "target", 8, timeout=120)
+        assert all(p.metadata.annotations[pr.CONSUME_ANNOTATION] == name for p in pods), "its own, once asked"
