@@ -223,6 +223,16 @@ def test_an_expired_booking_makes_a_new_request_after_the_backoff(api, core, ns)
 RESTARTS = itertools.count()
 
 
+def restart(stack: Stack, config: str) -> None:
+    """Run the reconciler with the configuration ``config`` (a new replica takes over)."""
+    stack.config_path.write_text(config)
+    for started in list(stack._started):
+        if started.record.name.startswith("troupe-reconciler") and started.popen.poll() is None:
+            os.kill(started.record.pid, signal.SIGTERM)
+            started.popen.wait(timeout=30)
+    stack.start_reconciler(f"troupe-reconciler-next-{next(RESTARTS)}")
+
+
 def test_a_leader_change_mid_request_neither_duplicates_nor_orphans_it(stack, api, core, ns):
     batch = client.BatchV1Api(api)
     name = request_name(f"{ns}/handover")
@@ -230,11 +240,7 @@ def test_a_leader_change_mid_request_neither_duplicates_nor_orphans_it(stack, ap
         batch.create_namespaced_job(ns, pool_job("handover", 8))
         wait_for("the gang waits on its Accepted request", lambda: f"ProvisioningRequest {name}: Accepted"
                  in gang_message(core, ns, "handover") or None, timeout=90)
-        for started in list(stack._started):  # the leader goes; a new replica takes over
-            if started.record.name.startswith("troupe-reconciler") and started.popen.poll() is None:
-                os.kill(started.record.pid, signal.SIGTERM)
-                started.popen.wait(timeout=30)
-        stack.start_reconciler(f"troupe-reconciler-next-{next(RESTARTS)}")
+        restart(stack, stack.config_path.read_text())  # the leader goes; a new replica takes over
         time.sleep(3 * stack.lease_seconds)  # it takes the Lease over and decides the waiting gang again
         assert f"ProvisioningRequest {name}: Accepted" in gang_message(core, ns, "handover")
         assert len(requests_in(api, ns)) == 1
@@ -263,3 +269,45 @@ def test_a_request_another_wrote_in_the_gangs_name_is_not_consumed(api, core, ns
         provisioner.proceed.set()
         pods = running_job_pods(core, ns, "target", 8, timeout=120)
         assert all(p.metadata.annotations[pr.CONSUME_ANNOTATION] == name for p in pods), "its own, once asked"
+
+
+def whole_node_job(name: str, size: int, priority: str) -> dict[str, Any]:
+    """An Indexed Job of ``size`` whole-node members of PriorityClass ``priority``, any node."""
+    job = indexed_job(name, size, gang_annotations(name, size, timeout=60), gpus=8)
+    job["spec"]["template"]["spec"]["priorityClassName"] = priority
+    return job
+
+
+@pytest.mark.parametrize("prefer", [True, False])
+def test_preemption_comes_first_or_second_as_configured(stack, api, core, ns, prefer):
+    batch, scheduling = client.BatchV1Api(api), client.SchedulingV1Api(api)
+    for name, value in (("prov-e2e-low", 10), ("prov-e2e-high", 1000)):
+        try:
+            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+    original = stack.config_path.read_text()
+    restart(stack, f'{original}gangPreemptionMode: "atomic"\n'.replace(
+        f"provisioning: {{className: {pr.QUEUED_PROVISIONING}}}",
+        f"provisioning: {{className: {pr.QUEUED_PROVISIONING}, preferPreemption: {str(prefer).lower()}}}"))
+    try:
+        with Provisioner(api) as provisioner:
+            provisioner.fail = "held for the test"  # no node is added: only eviction can make room
+            provisioner.proceed.set()
+            batch.create_namespaced_job(ns, whole_node_job("low", 16, "prov-e2e-low"))  # every node of the cluster
+            running_job_pods(core, ns, "low", 16, timeout=120)
+            batch.create_namespaced_job(ns, whole_node_job("high", 8, "prov-e2e-high"))
+            if prefer:
+                running_job_pods(core, ns, "high", 8, timeout=120)
+                assert requests_in(api, ns) == [] and not [m for m in provisioner.made if m[0] == ns]
+            else:
+                name = request_name(f"{ns}/high")
+                wait_for("the gang asks instead of evicting", lambda: f"ProvisioningRequest {name}:"
+                         in gang_message(core, ns, "high") or None, timeout=90)
+                time.sleep(3)
+                low = job_pods(core, ns, "low")
+                assert len(low) == 16 and all(p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                                              for p in low), "no eviction"
+    finally:
+        restart(stack, original)
