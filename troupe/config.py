@@ -30,6 +30,7 @@ Example (every key, with its default)::
     kubeAPIQPS: 100
     kubeAPIBurst: 600
     adoptSchedulerNames: []
+    provisioning: {}   # off; see troupe.provisioning
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import yaml
+
+from troupe.provisioning import Provisioning
+from troupe.provisioning import parse as parse_provisioning
 
 PreemptionMode = Literal["off", "minimal", "atomic"]
 PREEMPTION_MODES: tuple[PreemptionMode, ...] = ("off", "minimal", "atomic")
@@ -156,6 +160,9 @@ class Config:
     #: kube-scheduler at creation, keeping the name in ``troupe.io/original-scheduler-name``
     #: (docs/decisions/057-adopted-scheduler-names.md): e.g. ``[volcano, kai-scheduler]``.
     adopt_scheduler_names: tuple[str, ...] = ()
+    #: ProvisioningRequests for gangs that do not fit (:mod:`troupe.provisioning`,
+    #: docs/decisions/080-provisioning-requests.md); None: off, the default.
+    provisioning: Provisioning | None = None
 
     @property
     def all_levels(self) -> tuple[str, ...]:
@@ -254,6 +261,8 @@ def _value(key: str, name: str, raw: Any) -> Any:
         if not isinstance(raw, bool):
             raise ConfigError(f"{key}: must be true or false, got {raw!r}")
         return raw
+    if name == "provisioning":
+        return parse_provisioning(key, raw, ConfigError)
     if name == "reconciler_username":
         if not isinstance(raw, str) or not raw:
             raise ConfigError(f"{key}: must be a non-empty user name, got {raw!r}")

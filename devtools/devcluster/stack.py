@@ -6,7 +6,8 @@ reconciler, started the way the chart starts them (``python -m webhook serve``,
 
 - a serving certificate for 127.0.0.1 from :mod:`certs`, and the webhook on a free port;
 - the reconciler's RBAC: the ClusterRole rules of ``charts/troupe/files/reconciler-rules.yaml``
-  (the very file the chart ships), bound to the ``troupe-system/troupe-reconciler``
+  (the very file the chart ships; and ``reconciler-provisioning-rules.yaml`` when the
+  configuration's ``provisioning`` is on, as the chart adds it), bound to the ``troupe-system/troupe-reconciler``
   service account, whose token identity the cluster already has;
 - the MutatingWebhookConfiguration built by :func:`webhook.registration.webhook_configuration`
   with ``clientConfig.url`` pointing at 127.0.0.1 and the CA as ``caBundle``;
@@ -39,6 +40,8 @@ from troupe.config import Config, load_config
 REPO = Path(__file__).resolve().parents[2]
 RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-rules.yaml"
 LEASE_RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-leader-election-rules.yaml"
+#: What the chart adds to the ClusterRole when ``provisioning`` is on (docs/decisions/080).
+PROVISIONING_RULES_FILE = REPO / "charts" / "troupe" / "files" / "reconciler-provisioning-rules.yaml"
 NAMESPACE = "troupe-system"
 RECONCILER_SA = "troupe-reconciler"
 WEBHOOK_NAME = "troupe"
@@ -194,7 +197,8 @@ class Stack:
             core.create_namespace({"metadata": {"name": NAMESPACE}})
         with contextlib.suppress(ApiException):
             core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": RECONCILER_SA}})
-        role = {"metadata": {"name": "troupe-reconciler"}, "rules": reconciler_rules()}
+        extra = reconciler_rules(PROVISIONING_RULES_FILE) if self.config.provisioning is not None else []
+        role = {"metadata": {"name": "troupe-reconciler"}, "rules": reconciler_rules() + extra}
         _apply(rbac.create_cluster_role, rbac.replace_cluster_role, role)
         binding = {
             "metadata": {"name": "troupe-reconciler"},

@@ -31,6 +31,7 @@ One call of :meth:`GangController.reconcile` per gang key (from the work queue):
    - ``Reserve``/``DropReservation``: the reservation on the workload
      (:class:`~reconciler.daemon.handlers.reservations.Reservations`);
    - ``RecordNodeFailures``: the failures on their nodes
+   - ``RequestCapacity``/``DropCapacityRequest``: the gang's ProvisioningRequest
      (:class:`~reconciler.daemon.handlers.failures.NodeFailures`);
    - ``Wait``/``Hold``: nothing beyond step 4; the record clean-ups remove what they name.
 
@@ -59,6 +60,7 @@ from reconciler.daemon.cache import ClusterCache
 from reconciler.daemon.cycle import Cycle
 from reconciler.daemon.gangobjects import GangObjects
 from reconciler.daemon.handlers import (
+    CapacityRequests,
     Done,
     Handler,
     NodeFailures,
@@ -74,6 +76,7 @@ from reconciler.engine.decision import actions, gangobject
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.decision.step import step
 from reconciler.engine.filters.profile import node_status
+from reconciler.engine.gangs.capacity import ask_for, owner_of
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.lifecycle import IllegalTransition, Phase, move
 from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
@@ -164,7 +167,7 @@ class GangController:
     gang), it decides with ``policy`` and ``queue`` (the gangs that hold or block those
     behind them, docs/decisions/019-queue-order.md), tells through ``notices``, and hands
     each action to its handler: ``releases``, ``rollbacks``, ``preemptions``,
-    ``reservations``, ``failures``. After each decision it keeps the gang's object through
+    ``reservations``, ``failures``, ``capacity``. After each decision it keeps the gang's object through
     ``gang_objects`` and sweeps Troupe's taint through ``taints``. ``wall_clock`` returns
     seconds since the epoch: the ``now`` of every decision (the timestamps it writes and
     reads survive a restart). :func:`reconciler.run.controllers.compose` makes one.
@@ -173,7 +176,8 @@ class GangController:
     def __init__(self, *, cache: ClusterCache, memories: Memories, policy: Policy, queue: QueueState,
                  notices: Notices, releases: Releases, rollbacks: Rollbacks, preemptions: Preemptions,
                  reservations: Reservations, failures: NodeFailures, taints: NominatedTaints,
-                 gang_objects: GangObjects, wall_clock: Callable[[], float] = time.time) -> None:
+                 gang_objects: GangObjects, capacity: CapacityRequests,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.cache, self.memories, self.policy, self.queue = cache, memories, policy, queue
         self.notices, self.rollbacks, self.taints, self.gang_objects = notices, rollbacks, taints, gang_objects
         self.wall_clock = wall_clock
@@ -186,6 +190,7 @@ class GangController:
             actions.ForgetBackoff: rollbacks.forget_backoff, actions.Preempt: preemptions.preempt,
             actions.ClearNominations: preemptions.clear_nominations, actions.Reserve: reservations.reserve,
             actions.DropReservation: reservations.drop, actions.RecordNodeFailures: failures.record,
+            actions.RequestCapacity: capacity.request, actions.DropCapacityRequest: capacity.drop,
         }
 
     def phases(self) -> dict[str, Phase]:
@@ -232,6 +237,7 @@ class GangController:
         gang = self.cache.gang(key)
         if gang is None:
             return None
+        gang = self._with_capacity(gang)
         memory = self.memories.get(key)
         if memory is None:
             return gang
@@ -241,6 +247,17 @@ class GangController:
             return gang
         return replace(gang, timeouts=memory.timeouts, not_before=memory.not_before, rolled_back=memory.rolled_back,
                        avoid=memory.avoiding(self.wall_clock()))
+
+    def _with_capacity(self, gang: Gang) -> Gang:
+        """``gang`` with whether it may ask for room (the ``provisioning`` key and its
+        namespace's labels, owned by its members' owner) and its request, when the key is
+        on (docs/decisions/080-provisioning-requests.md)."""
+        provisioning = self.cache.config.provisioning
+        if provisioning is None:
+            return gang
+        labels = self.cache.volumes.view()[2].get(gang.namespace, {})
+        want = ask_for(provisioning, labels, owner_of(gang.members))
+        return replace(gang, capacity=want, capacity_request=self.cache.capacity.of(gang.key) if want else None)
 
     def reconcile(self, key: str, cycle: Cycle | None = None, wait: bool = True) -> Outcome | None:
         """Reconcile gang ``key``; returns the outcome, or None when the gang is gone.

@@ -37,7 +37,8 @@ from reconciler.engine.ledger.snapshot import Snapshot
 #: capacity (a nomination or a plan record cleared), which the next snapshot from the cache
 #: counts; not replaying them only keeps the cycle's snapshot on the safe side.
 _NO_CAPACITY = frozenset({actions.Wait, actions.Hold, actions.ForgetBackoff, actions.ClearNominations,
-                          actions.ClearPlans, actions.RecordNodeFailures})
+                          actions.ClearPlans, actions.RecordNodeFailures, actions.RequestCapacity,
+                          actions.DropCapacityRequest})
 
 
 class Cycle:

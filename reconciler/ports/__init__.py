@@ -12,7 +12,9 @@ one port per kind of object, each in its own module over its own primitives:
 - :class:`~reconciler.ports.devicegroups.DeviceGroupWrites`: a SharedDeviceGroup's status and
   finalizer;
 - :class:`~reconciler.ports.state.StateStore`: the state ConfigMap of rollback
-  backoffs.
+  backoffs;
+- :class:`~reconciler.ports.capacity.CapacityWrites`: a gang's ProvisioningRequest and its
+  PodTemplates.
 
 Each port has two implementations: one against a real API server in
 :mod:`reconciler.kube.writer`, one in memory for controller tests beside it in
@@ -20,7 +22,7 @@ Each port has two implementations: one against a real API server in
 (resourceVersion and UID preconditions, strategic merge of annotations, ``nodeSelector`` and
 ``schedulingGates``, additions only to a gated pod's node selection, PodDisruptionBudgets
 refusing evictions, a JSON patch's ``test``, names taken, a ConfigMap's keys and size). A
-controller is given only the ports it writes through; :class:`Writes` holds the six side by
+controller is given only the ports it writes through; :class:`Writes` holds the seven side by
 side for the composition root (:mod:`reconciler.run.controllers`).
 
 Every method may be called from several threads at once (a release writes its members in
@@ -52,6 +54,7 @@ from reconciler.ports.base import (
     Unsure,
     WriteError,
 )
+from reconciler.ports.capacity import CapacityWrites
 from reconciler.ports.devicegroups import DeviceGroupWrites
 from reconciler.ports.gangobjects import GangObjectWrites
 from reconciler.ports.nodes import NodeWrites
@@ -62,6 +65,7 @@ from reconciler.ports.workloads import WorkloadWrites
 __all__ = [
     "CONFLICT_RETRIES",
     "UNFENCED",
+    "CapacityWrites",
     "Conflict",
     "DeviceGroupWrites",
     "Fence",
@@ -84,7 +88,7 @@ __all__ = [
 
 
 class Writes(Protocol):
-    """The six ports side by side, all passing one ``fence`` (the leader's Lease;
+    """The seven ports side by side, all passing one ``fence`` (the leader's Lease;
     :data:`UNFENCED` without one): what the composition root
     (:func:`reconciler.run.controllers.compose`) hands out, each controller getting only the
     ports it writes through. :class:`reconciler.kube.writer.KubeWrites` and
@@ -97,6 +101,7 @@ class Writes(Protocol):
     gang_objects: GangObjectWrites
     groups: DeviceGroupWrites
     state: StateStore
+    capacity: CapacityWrites
     fence: Fence
 
     def close(self) -> None:

@@ -39,9 +39,11 @@ def release_patch(m: MemberRelease, gates: list[str], resource_version: str, rel
     SharedDeviceGroup its devices: ``deviceshare.io/selected-devices`` and one
     ``deviceshare.io/env.<VAR>`` per resource, which its containers read through the
     Downward API), the removal of a preemptor's nomination (its release replaces it), and
-    the removal of Troupe's ``gates`` (by name; other components' gates stay).
+    the removal of Troupe's ``gates`` (by name; other components' gates stay), and the
+    member's other ``annotations`` (a ProvisioningRequest it consumes).
     ``resource_version`` is the precondition."""
     annotations: dict[str, str | None] = {
+        **m.annotations,
         contract.ASSIGNED_NODE: m.node, contract.ASSIGNED_RANK: str(m.rank),
         contract.PLANNED_AT: m.planned_at, contract.RELEASED_AT: released_at,
         contract.NOMINATION: None,  # a preemptor's nomination ends with its release

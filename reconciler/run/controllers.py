@@ -92,6 +92,7 @@ def compose(cache: ClusterCache, writes: Writes, config: Config, wall_clock: Cal
         preemptions=handlers.Preemptions(cache, writes.pods, taints, notices, waves, policy),
         reservations=reservations,
         failures=handlers.NodeFailures(writes.nodes, Avoidance.from_config(config)),
-        taints=taints, gang_objects=gang_objects, wall_clock=wall_clock,
+        taints=taints, gang_objects=gang_objects, capacity=handlers.CapacityRequests(writes.capacity),
+        wall_clock=wall_clock,
     )
     return Controllers(gangs, groups, conditions, gang_objects, taints, rollbacks, waves, reservations)

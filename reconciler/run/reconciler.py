@@ -30,6 +30,7 @@ from reconciler.ports import UNFENCED, Fence, Writes
 from reconciler.run.controllers import compose
 from reconciler.run.worker import GangWorker
 from troupe import contract
+from troupe import provisioning as pr
 from troupe.adoption import APPS_OWNER_KINDS, OWNERS_UNREAD, reads_owners
 from troupe.config import Config
 from troupe.podgroups import API_BY_SOURCE, PodGroupRef
@@ -124,6 +125,8 @@ class Reconciler(GangWorker):
             if reads_owners(config.adopt_scheduler_names) else []
         if not self.owners:
             self.cache.workloads.owners_unread(OWNERS_UNREAD)
+        #: ProvisioningRequests, only with ``provisioning`` on (optional kind: docs/decisions/080).
+        self.capacity = [self._capacity_informer(api)] if config.provisioning is not None else []
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="gang-worker", daemon=True)
@@ -312,6 +315,28 @@ class Reconciler(GangWorker):
 
         return kube.Informer(kube.apps_owners(api, kind), listed, event, transform=self.cache.workloads.retain_owner)
 
+    def _capacity_informer(self, api: Any) -> kube.Informer:
+        """An informer feeding the cache's :class:`~reconciler.daemon.cache.capacity.CapacityIndex`:
+        a request's change re-decides the gang it names and the waiting gangs of its namespace."""
+        index = self.cache.capacity
+
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            index.replace(items)
+            self._enqueue(self.cache.pending_gangs())
+
+        def event(kind: str, obj: Mapping[str, Any]) -> None:
+            namespace = index.event(kind, obj)
+            named = contract.pod_annotations(obj).get(contract.GANG_KEY_ANNOTATION)
+            self._enqueue([named] if isinstance(named, str) and named.startswith(namespace + "/") else [])
+            self._enqueue(k for k in self.cache.pending_gangs() if k.startswith(namespace + "/"))
+
+        def absent(why: str) -> None:
+            index.unavailable(why)
+            log.warning("provisioning is on, but ProvisioningRequests cannot be read: %s", why)
+            self._enqueue(self.cache.pending_gangs())
+
+        return kube.Informer(kube.custom_objects(api, pr.GROUP, pr.VERSION, pr.PLURAL, absent), listed, event)
+
     def _workload_informer(self, api: Any, k: wl.Kind) -> kube.Informer:
         def listed(items: list[Mapping[str, Any]]) -> None:
             self.cache.replace_workloads(k.kind, items)
@@ -343,11 +368,11 @@ class Reconciler(GangWorker):
         self.jobs.start()
         self.groups.start()
         self.budgets.start()
-        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups, *self.owners):
+        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups, *self.owners, *self.capacity):
             informer.start()
         self.pods.start()
         for informer in (self.nodes, self.jobs, self.groups, self.budgets, *self.workloads, *self.volumes, *self.dra,
-                         *self.pod_groups, *self.owners, self.pods):
+                         *self.pod_groups, *self.owners, *self.capacity, self.pods):
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"{informer.resource.name} not listed within {sync_timeout:.0f}s")
         backoffs = self.controllers.rollbacks.restore()
@@ -402,7 +427,7 @@ class Reconciler(GangWorker):
         self.groups.stop()
         self.budgets.stop()
         self.jobs.stop()
-        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups, *self.owners):
+        for informer in (*self.workloads, *self.volumes, *self.dra, *self.pod_groups, *self.owners, *self.capacity):
             informer.stop()
         self.nodes.stop()
         if self._worker.is_alive():

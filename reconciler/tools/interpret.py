@@ -46,6 +46,7 @@ class Applied:
     placed: bool = False
     preempting: bool = False
     reservation: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None
 
 
 def _apply_release(state: Applied, action: actions.Release) -> None:
@@ -103,6 +104,20 @@ def reservation_json(gang: Gang, planned_at: str, nodes: Sequence[str]) -> dict[
             "released": sum(1 for p in gang.members if not p.gated), "bound": sum(1 for p in gang.members if p.node_name)}
 
 
+def _apply_request(state: Applied, action: actions.RequestCapacity) -> None:
+    """A ProvisioningRequest asked: the simulator adds no nodes; it shows what was asked
+    (docs/decisions/080-provisioning-requests.md)."""
+    state.capacity = capacity_json(action)
+
+
+def capacity_json(action: actions.RequestCapacity) -> dict[str, Any]:
+    """The JSON of a ProvisioningRequest asked: its name, class, pods and each shape
+    (template, count, the requests of one member in units, its model member)."""
+    return {"request": action.name, "class": action.class_name, "pods": action.pods, "attempt": action.attempt,
+            "shapes": [{"template": s.template, "count": s.count, "requests": dict(s.model.requests),
+                        "model": s.model.name} for s in action.pod_sets]}
+
+
 def _apply_nothing(state: Applied, action: Any) -> None:
     """Telling members and clearing records change no capacity."""
 
@@ -113,6 +128,7 @@ APPLY: Mapping[type, Callable[[Applied, Any], None]] = {
     actions.Wait: _apply_nothing, actions.Hold: _apply_nothing, actions.ClearNominations: _apply_nothing,
     actions.ClearPlans: _apply_nothing, actions.ForgetBackoff: _apply_nothing, actions.Reserve: _apply_reserve,
     actions.DropReservation: _apply_drop, actions.RecordNodeFailures: _apply_nothing,
+    actions.RequestCapacity: _apply_request, actions.DropCapacityRequest: _apply_nothing,
 }
 
 

@@ -281,11 +281,15 @@ def plan_json(result: views.PlanResult) -> dict[str, Any]:
     """``plan --output json``: the manifest's pods, those left alone, what becomes of those
     bound for a scheduler kube-scheduler is not (``unscheduled``: pod -> why,
     :func:`reconciler.tools.peers.fate`), those left to kube-scheduler
-    (``leftToKubeScheduler``: ``{object, pods, why}`` per manifest object), the ``notes``, each gang's decision with its cost, placements and
-    victims."""
+    (``leftToKubeScheduler``: ``{object, pods, why}`` per manifest object), the ``notes``,
+    each gang's decision with its cost, placements and victims, and the ProvisioningRequest
+    it would make (``provisioningRequest``, with ``provisioning`` on:
+    docs/decisions/080-provisioning-requests.md)."""
     rows = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
              "placements": g.outcome.placements if g.outcome is not None else [],
-             "victims": g.outcome.victims if g.outcome is not None else []} for g in result.gangs]
+             "victims": g.outcome.victims if g.outcome is not None else [],
+             **({"provisioningRequest": g.outcome.capacity}
+                if g.outcome is not None and g.outcome.capacity is not None else {})} for g in result.gangs]
     fates = result.cluster.unscheduled
     left = [{"object": origin, "pods": alone, "why": why} for origin, keys, why in result.left
             if (alone := [k for k in keys if k not in fates])]

@@ -43,7 +43,9 @@ JSON output keeps these keys stable: ``{"gangs": [{"namespace", "name", "phase",
 "node"}]}], "deviceGroups": [{"name", "phase", "node", "devices", "pods", "reason"}]}``
 (``victims`` for a gang in phase ``Preempting``; ``reservation``, ``{"plannedAt", "nodes",
 "members", "released", "bound"}``, for a gang released as created that holds one, or makes
-one now: docs/decisions/034-release-as-created.md); it adds ``rule``, ``code``, ``size``,
+one now: docs/decisions/034-release-as-created.md; ``provisioningRequest``, ``{"request",
+"class", "pods", "attempt", "shapes": [{"template", "count", "requests", "model"}]}``, for a
+gang that would ask for room with ``provisioning`` on: docs/decisions/080); it adds ``rule``, ``code``, ``size``,
 ``members``, ``cost``, ``domain``, ``slices`` (``[{"layer", "size", "index", "domain"}]``,
 each slice of the gang's slice layers, outermost first) and ``balance`` (``{"level",
 "domains", "largest", "smallest"}`` or null) per gang, ``topology`` per placement and, for
@@ -65,11 +67,12 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.decision.step import step
+from reconciler.engine.gangs.capacity import ask_for, owner_of
 from reconciler.engine.gangs.gang import Gang, all_gangs
 from reconciler.engine.gangs.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.engine.ledger.builder import build_snapshot
@@ -122,6 +125,9 @@ class GangOutcome:
     #: A gang released as created: its reservation (``plannedAt``, ``nodes`` by rank, and
     #: how many ``members`` exist, are ``released`` and ``bound``), None for other gangs.
     reservation: dict[str, Any] | None = None
+    #: The ProvisioningRequest the gang would ask for (``provisioning`` on:
+    #: :func:`~reconciler.tools.interpret.capacity_json`), None when it asks none.
+    capacity: dict[str, Any] | None = None
     #: What the decision was made of, for callers that explain it (``kubectl troupe why``):
     #: the gang, the decision itself, the snapshot it was made on and the queue's view.
     gang: Gang | None = field(default=None, repr=False, compare=False)
@@ -140,6 +146,8 @@ class GangOutcome:
             out["victims"] = self.victims
         if self.reservation is not None:
             out["reservation"] = self.reservation
+        if self.capacity is not None:
+            out["provisioningRequest"] = self.capacity
         return out
 
 
@@ -221,6 +229,9 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
     queue = QueueState(policy.queueing)
     outcomes = []
     for gang in waiting_gangs(snapshot, config, parallelism or {}, workloads):
+        if config.provisioning is not None:  # what it would ask; the snapshot holds no request (docs/decisions/080)
+            gang = replace(gang, capacity=ask_for(config.provisioning, snapshot.namespaces.get(gang.namespace, {}),
+                                                  owner_of(gang.members)))
         seen = snapshot
         turn = step(gang, snapshot, now, policy, queue)
         decision = turn.decision
@@ -245,7 +256,7 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
                     for s in (planned.slices if planned is not None else ())],
             balance=_balance(snapshot, planned.balance) if planned is not None and planned.balance else None,
             gang=gang, decision=decision, seen=seen, queue=turn.queue, placed=applied.placed,
-            preempting=applied.preempting, reservation=applied.reservation,
+            preempting=applied.preempting, reservation=applied.reservation, capacity=applied.capacity,
         ))
         if gang.key == until:
             break

@@ -144,6 +144,10 @@ def test_the_cluster_role_grants_exactly_the_rules_file() -> None:
     assert role["rules"] == rules
     binding = one(render(), "ClusterRoleBinding", "troupe-reconciler")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    provisioning = yaml.safe_load((CHART / "files" / "reconciler-provisioning-rules.yaml").read_text())
+    on = one(render("--set", "config.provisioning.className=queued-provisioning.gke.io"), "ClusterRole",
+             "troupe-reconciler")
+    assert on["rules"] == rules + provisioning  # ProvisioningRequests and PodTemplates only when on
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "troupe-reconciler", "namespace": NAMESPACE}]
 
 

@@ -288,3 +288,22 @@ def test_plan_reads_a_pod_group_with_the_job_whose_pods_name_it(tmp_path, capsys
     out = capsys.readouterr().out
     assert code == 0, out
     assert re.search(rf"^ml/workload:train +Placed +4/4 +\S+ +{re.escape(SUBBLOCK)}=gpu-b0/gpu-b0-s\d$", out, re.M), out
+
+
+def test_plan_says_which_gang_would_ask_for_room_how_much_and_of_which_shape(tmp_path):
+    """With ``provisioning`` on, a gang that does not fit shows the ProvisioningRequest it
+    would make (docs/decisions/080-provisioning-requests.md); one that fits shows none."""
+    big = job("big", {"troupe.io/gang-name": "big", "troupe.io/gang-size": "16"}, parallelism=16)
+    big["spec"]["template"]["spec"]["containers"] = [{"name": "w", "image": "x", "resources": {
+        "requests": {"cpu": "1", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]
+    small = job("small", {"troupe.io/gang-name": "small", "troupe.io/gang-size": "2"})
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump_all([big, small]))
+    (tmp_path / "config.yaml").write_text("provisioning: {className: queued-provisioning.gke.io}\n")
+    out = _run(["plan", "-f", str(manifest), "-n", "ml", "--snapshot", write_list(tmp_path, NODES), "--now", NOW,
+                "-o", "json", "--config", str(tmp_path / "config.yaml")])
+    gangs = {g["name"]: g for g in out["gangs"]}
+    asked = gangs["big"]["provisioningRequest"]
+    assert (asked["pods"], asked["class"], [s["count"] for s in asked["shapes"]]) == (16, "queued-provisioning.gke.io", [16])
+    assert asked["shapes"][0]["requests"]["nvidia.com/gpu"] == 8
+    assert "provisioningRequest" not in gangs["small"]

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from reconciler.daemon.cache.assumed import UNKNOWN_OUTCOME_SECONDS, Assumptions
 from reconciler.daemon.cache.budgets import BudgetIndex
+from reconciler.daemon.cache.capacity import CapacityIndex
 from reconciler.daemon.cache.devicegroups import DeviceGroupHandlers
 from reconciler.daemon.cache.dra import DraIndex
 from reconciler.daemon.cache.entries import (
@@ -88,6 +89,8 @@ class ClusterCache(NodeHandlers, DeviceGroupHandlers):
         #: workloads' view every gang is built with (docs/decisions/056-pod-groups.md).
         self.pod_groups = PodGroupIndex(config, self.unreadable, on_change=self.workloads.touch)
         self.workloads.pod_groups = self.pod_groups.view
+        #: The ProvisioningRequests, read when ``provisioning`` is on (:mod:`.capacity`).
+        self.capacity = CapacityIndex()
         self.version = 0
         self._snapshot: tuple[tuple[int, ...], Snapshot] | None = None
         self._node_version = 0

@@ -9,6 +9,8 @@ writer ports and the collaborators it uses (composed in :mod:`reconciler.run.con
 - :class:`~reconciler.daemon.handlers.reservations.Reservations`: ``Reserve``,
   ``DropReservation``;
 - :class:`~reconciler.daemon.handlers.failures.NodeFailures`: ``RecordNodeFailures``;
+- :class:`~reconciler.daemon.handlers.capacity.CapacityRequests`: ``RequestCapacity``,
+  ``DropCapacityRequest``;
 
 over what they share: :class:`~reconciler.daemon.handlers.notices.Notices` (the members'
 conditions and the Events told once), :class:`~reconciler.daemon.handlers.waves.Waves` (the
@@ -21,6 +23,7 @@ branches on a phase or a rule name (docs/decisions/025-actions.md).
 
 from __future__ import annotations
 
+from reconciler.daemon.handlers.capacity import CapacityRequests
 from reconciler.daemon.handlers.done import Done, Handler
 from reconciler.daemon.handlers.failures import NodeFailures
 from reconciler.daemon.handlers.notices import Notices
@@ -30,5 +33,5 @@ from reconciler.daemon.handlers.reservations import Reservations
 from reconciler.daemon.handlers.rollbacks import Rollbacks
 from reconciler.daemon.handlers.waves import Waves
 
-__all__ = ["Done", "Handler", "NodeFailures", "Notices", "Preemptions", "Releases", "Reservations", "Rollbacks",
+__all__ = ["CapacityRequests", "Done", "Handler", "NodeFailures", "Notices", "Preemptions", "Releases", "Reservations", "Rollbacks",
            "Waves"]

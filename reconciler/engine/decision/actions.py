@@ -19,6 +19,8 @@ action                 what it asks
 :class:`Reserve`       write a gang's reservation on its workload (release as created)
 :class:`DropReservation` remove it: complete, rolled back, or no longer fitting
 :class:`RecordNodeFailures` record members that failed on their nodes (failing nodes are avoided)
+:class:`RequestCapacity` create the gang's ProvisioningRequest and its PodTemplates
+:class:`DropCapacityRequest` delete them: bound, placed without it, or replaced
 :class:`ClearNominations`, :class:`ClearPlans`, :class:`ForgetBackoff`: record clean-ups
 =====================  ===========================================================
 
@@ -28,10 +30,12 @@ code that says whether preemption can help, and a list of reasons) until it is r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from reconciler.engine.filters.status import Code
 from reconciler.engine.gangs.avoidance import NodeFailure
+from reconciler.engine.gangs.capacity import OwnerRef, PodSet
 from reconciler.engine.gangs.refusals import Refusal
 from reconciler.engine.model.devicegroups import Devices, Holding
 from reconciler.engine.model.keys import PodKey, WorkloadKey
@@ -81,7 +85,10 @@ class MemberRelease:
     decision saw (a write made against a newer version must check it is still the same
     pod, still unpinned or pinned to ``node``). ``devices``: the IDs of its
     SharedDeviceGroup, written in the same update (``deviceshare.io/selected-devices`` and
-    ``deviceshare.io/env.<VAR>``); empty for a pod in no group."""
+    ``deviceshare.io/env.<VAR>``); empty for a pod in no group. ``annotations``: others
+    written in the same update: a member placed on the room of its gang's ProvisioningRequest
+    consumes it (``autoscaling.x-k8s.io/consume-provisioning-request`` and
+    ``autoscaling.x-k8s.io/provisioning-class-name``: :mod:`troupe.provisioning`)."""
 
     pod: PodKey
     uid: str
@@ -91,6 +98,7 @@ class MemberRelease:
     rank: int
     planned_at: str
     devices: Devices = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     def applied(self, pod: PodInfo, released_at: str, plan: Plan | None = None) -> PodInfo:
         """``pod`` (this member as the decision saw it) as its release's one update leaves it
@@ -223,6 +231,47 @@ class RecordNodeFailures:
     failures: tuple[NodeFailure, ...]
 
 
+@dataclass(frozen=True)
+class RequestCapacity:
+    """Create the ProvisioningRequest ``name`` in ``namespace`` for gang ``gang``: one
+    PodTemplate per entry of ``pod_sets`` (named by it, copied from its model member's spec,
+    gates left out), then the request (``spec.provisioningClassName`` ``class_name``,
+    ``spec.parameters`` ``parameters``, a ``podSets`` entry per template with its count),
+    all owned by ``owner`` and annotated with ``attempt`` (1 for the gang's first).
+    ``replaces``: the UID of the gang's request to delete first (it failed, expired, or its
+    nodes did not fit), ``""``: none; ``replaced_templates``: that request's PodTemplates,
+    deleted with it (docs/decisions/080-provisioning-requests.md)."""
+
+    gang: str
+    namespace: str
+    name: str
+    class_name: str
+    parameters: Mapping[str, str]
+    pod_sets: tuple[PodSet, ...]
+    owner: OwnerRef
+    attempt: int = 1
+    replaces: str = ""
+    replaced_templates: tuple[str, ...] = ()
+
+    @property
+    def pods(self) -> int:
+        """How many pods it asks room for."""
+        return sum(p.count for p in self.pod_sets)
+
+
+@dataclass(frozen=True)
+class DropCapacityRequest:
+    """Delete the gang's ProvisioningRequest ``name`` in ``namespace`` if its UID is still
+    ``uid``, and its PodTemplates ``templates``: the gang is bound, or was placed without
+    it; ``why`` says which."""
+
+    namespace: str
+    name: str
+    uid: str
+    why: str
+    templates: tuple[str, ...] = ()
+
+
 #: The closed set of actions a decision may hold.
 Action = (Wait | Hold | Release | RollBack | Preempt | ClearNominations | ClearPlans | ForgetBackoff | Reserve
-          | DropReservation | RecordNodeFailures)
+          | DropReservation | RecordNodeFailures | RequestCapacity | DropCapacityRequest)

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from reconciler.engine.decision import capacity
 from reconciler.engine.decision.actions import (
     Action,
     ClearNominations,
@@ -221,7 +222,8 @@ def _finish_release(s: Seen) -> Decision:
 def _all_released(s: Seen) -> Decision:
     o = s.obs
     whole = bool(s.gang.timeouts or s.gang.avoid) and o.bound == o.active == (o.size or 0)
-    return s.made(lifecycle.ALL_RELEASED, (ForgetBackoff(),) if whole else ())
+    bound = capacity.done_with(s, "the gang is bound") if o.bound == o.active else ()
+    return s.made(lifecycle.ALL_RELEASED, ((ForgetBackoff(),) if whole else ()) + bound)
 
 
 def _waiting(rule: Rule, until: Callable[[Gang], float | None] = lambda g: None) -> Callable[[Seen], Decision]:
@@ -335,6 +337,9 @@ def _unplaced(s: Seen, view: Snapshot, result: PlacementResult, near: Sequence[s
     """No placement: preempt when the mode allows and eviction makes room, hold a refused
     nomination's room, or wait ``Unschedulable`` with the engine's reasons."""
     reasons = [result.reason, *([note.removeprefix("; ")] if note else []), *_avoided(s)]
+    asks_first = s.gang.capacity is not None and not s.gang.capacity.prefer_preemption
+    if asks_first and (asked := capacity.ask(s, result, subject, wait, clear)) is not None:
+        return asked
     if result.code is Code.UNSCHEDULABLE and s.policy.preemption != "off":
         preempted = _preempt(s, view, near, nom, subject, wait)
         if preempted is not None:
@@ -348,6 +353,8 @@ def _unplaced(s: Seen, view: Snapshot, result: PlacementResult, near: Sequence[s
         held = victims.held_by_budgets(view, s.policy.gang_prefix, s.gang.key, s.gang.priority, s.policy.preemption)
         reasons.append(f"no lower-priority gangs whose eviction makes room"
                        f"{victims.budget_note(held, namespace_of(s.gang.key))}")
+    if not asks_first and (asked := capacity.ask(s, result, subject, wait, clear)) is not None:
+        return asked
     return s.made(lifecycle.UNPLACED, _with_clear((wait,), clear), Status(tuple(reasons), result.code, subject),
                   placement=result)
 
@@ -375,7 +382,11 @@ def _placed(s: Seen, found: DevicePlacement, subject: str, clear: tuple[PodKey, 
     if waiting:
         notes.append(f"the first {len(out)} members (minimum {s.gang.min_size}) released; {waiting} more present "
                      f"wait for room next to them")
-    return s.made(lifecycle.PLACED, _with_clear((Release(out, plan, bindings, note="; ".join(notes)),), clear),
+    consume = capacity.consumed(s)
+    dropped = () if consume else capacity.done_with(s, "the gang was placed without it")
+    release = Release(tuple(replace(m, annotations=consume) for m in out) if consume else out, plan, bindings,
+                      note="; ".join(notes))
+    return s.made(lifecycle.PLACED, _with_clear((release, *dropped), clear),
                   Status((result.reason, *notes), result.code, subject), recheck_at=deadline, placement=result)
 
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import troupe.contract as contract
+from reconciler.engine.gangs.capacity import Ask, Observed
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.declared import shaped
 from reconciler.engine.model.declared.base import Shape, Sizing
@@ -100,6 +101,10 @@ class Gang:
     restarts when one belongs to a release still running); ``failure_grace_seconds``: how
     long a running member's node may be NotReady before the member counts as failed
     (``nodeFailureGraceSeconds``; docs/decisions/040-failure-policy.md).
+
+    ``capacity``: whether and how it may ask for room with a ProvisioningRequest, and
+    ``capacity_request``: the request of its name the cluster holds (what the caller knows,
+    :mod:`.capacity`; None and None for the simulator unless it is told; docs/decisions/080).
     """
 
     key: str
@@ -132,6 +137,8 @@ class Gang:
     failure_policy: str = REPLACE_MEMBER
     failed: tuple[PodInfo, ...] = ()
     failure_grace_seconds: int = 60
+    capacity: Ask | None = None
+    capacity_request: Observed | None = None
 
     @property
     def as_created(self) -> bool:

@@ -52,6 +52,9 @@ order   rule                  phase           applies when
         ``EvictionRefused``   Preempting      a PodDisruptionBudget refused an eviction
                                               and no other plan exists: wait, then retry
 13      ``Unplaced``          Unschedulable   no placement, and no preemption helps
+        ``Provisioning``      Unschedulable   ... and the gang asks the autoscaler for its
+                                              room with a ProvisioningRequest, or waits
+                                              on it (docs/decisions/080)
 ======  ====================  ==============  ==========================================
 
 A pin is a commitment: rules 2 to 4 come before anything that could hold a gang back,
@@ -324,6 +327,10 @@ AWAITING_VICTIMS = Rule("AwaitingVictims", Phase.PREEMPTING, None, lambda o: "",
 EVICTION_REFUSED = Rule("EvictionRefused", Phase.PREEMPTING, None, lambda o: "",
                         Notice("Warning", "GangPreemptionBlocked"), "Preempting",
                         waits_for_room=True)
+#: No placement, and the gang's ProvisioningRequest is asked for or awaited: its state is the
+#: reason (docs/decisions/080-provisioning-requests.md).
+PROVISIONING = Rule("Provisioning", Phase.UNSCHEDULABLE, None, lambda o: "",
+                    Notice("Normal", "GangProvisioning"), "Provisioning", waits_for_room=True)
 
 #: The observation rules, in the order they are tried (module docstring).
 RULES: tuple[Rule, ...] = (

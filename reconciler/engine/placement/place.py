@@ -114,6 +114,8 @@ class PlacementResult:
     (``exact``, ``greedy``, ``mixed``, ``balanced``). ``slices``: the domain of every
     slice of the gang's slice layers (:mod:`.layers`); ``balance``: how the plan spreads
     below its domain (domains used, largest and smallest share), None on one node.
+    ``shortfall``: not placed for want of room on the nodes there are (more nodes could
+    help), not for a request that cannot be read (docs/decisions/080-provisioning-requests.md).
     """
 
     placed: bool
@@ -126,6 +128,7 @@ class PlacementResult:
     method: str = ""
     slices: tuple[SliceDomain, ...] = ()
     balance: layers.Balance | None = None
+    shortfall: bool = False
 
     def nodes(self) -> dict[str, str]:
         """``pod_key -> node`` of the plan."""
@@ -451,7 +454,7 @@ def _explain(
     ]
     could = any(all(c[j] >= len(s.members) for s, c in zip(shapes, empty_caps, strict=True)) for j in domains)
     code = Code.UNSCHEDULABLE if could else Code.UNRESOLVABLE
-    return PlacementResult(False, [], code, message, fits=fits)
+    return PlacementResult(False, [], code, message, fits=fits, shortfall=True)
 
 
 def _refused(snapshot: Snapshot, order: Sequence[PodInfo], shapes: Sequence[Shape], node_caps: Sequence[Sequence[int]],

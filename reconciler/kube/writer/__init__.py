@@ -1,7 +1,7 @@
 """The writer ports against a real API server, one module per port
 (:mod:`reconciler.ports` says what each writes), over what they share: each request's
 rate limit, fence and retries (:mod:`.calls`) and the Events sent from a background thread
-(:mod:`.events`). :class:`KubeWrites` makes the six of one reconciler."""
+(:mod:`.events`). :class:`KubeWrites` makes the seven of one reconciler."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from kubernetes import client
 from reconciler import ports
 from reconciler.kube.client import RateLimiter
 from reconciler.kube.writer.calls import APF_MAX_WAIT, APF_RETRIES, Calls
+from reconciler.kube.writer.capacity import KubeCapacityWrites
 from reconciler.kube.writer.devicegroups import KubeDeviceGroupWrites
 from reconciler.kube.writer.events import EventSink, event_body
 from reconciler.kube.writer.gangobjects import KubeGangObjectWrites
@@ -24,6 +25,7 @@ __all__ = [
     "APF_RETRIES",
     "Calls",
     "EventSink",
+    "KubeCapacityWrites",
     "KubeDeviceGroupWrites",
     "KubeGangObjectWrites",
     "KubeNodeWrites",
@@ -36,7 +38,7 @@ __all__ = [
 
 
 class KubeWrites:
-    """The six writer ports of one reconciler (a :class:`~reconciler.ports.Writes`)
+    """The seven writer ports of one reconciler (a :class:`~reconciler.ports.Writes`)
     over the API client ``api``: their requests share ``limiter`` (the configuration's
     ``kubeAPIQPS``/``kubeAPIBurst``) and pass ``fence`` (checked again at the socket when
     ``api`` was made with :func:`~reconciler.kube.client.api_client`'s ``fence``); the pods',
@@ -55,6 +57,7 @@ class KubeWrites:
         self.gang_objects: ports.GangObjectWrites = KubeGangObjectWrites(api, calls)
         self.groups: ports.DeviceGroupWrites = KubeDeviceGroupWrites(api, calls)
         self.state: ports.StateStore = KubeStateStore(api, calls, state)
+        self.capacity: ports.CapacityWrites = KubeCapacityWrites(api, calls, self.events)
 
     def close(self) -> None:
         """Send the Events still queued (for a few seconds at most), then stop."""
