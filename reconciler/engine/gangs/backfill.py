@@ -1,0 +1,159 @@
+"""``queueingStrategy: Backfill``: a reservation at a waiting gang's earliest start, and
+backfill that never delays it (docs/decisions/079-reservation-at-earliest-start-and-backfill.md).
+
+The first gangs in queue order that do not fit (``backfillReservations`` of them) each get a
+**reservation** at once: a domain and the earliest time the gang can start there
+(:func:`earliest_start`), from the expected ends of the pods that run there
+(:mod:`reconciler.engine.model.limits`) and the gang's required level. A gang behind it
+may use the reserved nodes only when its own limit ends it by the reservation's start
+(:func:`run_end`; EASY backfill, as Slurm's ``sched/backfill``): a gang without a limit
+never does. Nothing is remembered: each decision computes the reservation again from the
+cluster, so a takeover keeps it and a pod that runs past its limit moves it (an overdue pod
+counts as ending now: nothing may backfill in front of it).
+
+Each reservation costs one pass over the events of the pods on its candidate domains,
+at most :data:`MAX_EVENTS` of them (the earliest first). Pure: plain data in and out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.queueing import QueueView
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.limits import expected_end, gang_end, pod_limit
+from reconciler.engine.model.pods import PodInfo
+
+#: The most pod ends one reservation looks at (the earliest first): the bound of its cost.
+#: A gang that needs more of them to end than this waits without a start time.
+MAX_EVENTS = 4096
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where and when a waiting gang can start: the node indices ``nodes`` of domain
+    ``domain`` (``cloud.google.com/gce-topology-subblock=b0/s1``), from ``at`` (seconds since the
+    epoch; None: not before some pod without a limit ends)."""
+
+    nodes: frozenset[int]
+    domain: str
+    at: float | None
+
+
+def run_end(gang: Gang, snapshot: Snapshot, now: float) -> float | None:
+    """When ``gang`` would end if it started at ``now`` (seconds since the epoch): its last
+    member's expected end under the limits its members (or, for a gang released as
+    created, its slots) carry and its workload's deadline; None when some member has no
+    limit (it runs "until it ends")."""
+    pods: Sequence[PodInfo] = gang.slots if gang.as_created else gang.members
+    limits = []
+    for pod in pods:
+        limit = snapshot.limits.get(pod.key)
+        if limit is None or gang.as_created:
+            deadline = pod.spec_values.deadline_seconds if pod.spec_values is not None else None
+            limit = pod_limit(deadline, pod.labels, "", gang.ends_at)
+        limits.append(limit)
+    return gang_end(limits, now)
+
+
+def closed_to(gang: Gang, snapshot: Snapshot, now: float, queue: QueueView) -> frozenset[int]:
+    """The node indices the gangs ahead in ``queue`` close to ``gang`` at ``now``: every
+    held node, less the reserved ones it would leave by their start (:meth:`QueueView.blocking`
+    with :func:`run_end`). Its limits are read only when some gang ahead holds a reservation."""
+    if not queue.reservations:
+        return queue.held_nodes
+    return queue.blocking(run_end(gang, snapshot, now))
+
+
+def earliest_start(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None, now: float,
+                   taken: Iterable[int] = ()) -> Start | None:
+    """The earliest :class:`Start` of a gang of ``members`` at ``now``, its nodes outside
+    ``taken`` (nodes reserved for gangs ahead).
+
+    The target level is the gang's required one, else the lowest at which an emptied domain
+    would hold the whole gang; members of several shapes count as their envelope (each
+    resource's largest request, every filter), as the head-of-line hold counts them. Each
+    pod on a candidate node frees its requests at its expected end (an overdue pod at
+    ``now``, a pod without a limit never); the start is the first time some domain holds
+    every member, the domain with the most room then (then topology order). When none does
+    within :data:`MAX_EVENTS`, the domain with the most room once every limited pod ended,
+    start None. None when no domain outside ``taken`` could ever hold the gang."""
+    tree, levels = snapshot.tree, snapshot.levels
+    names = sorted({r for p in members for r in p.requests})
+    requests = {r: max(p.requests.get(r, 0) for p in members) for r in names}
+    filters = list(dict.fromkeys(p.node_filter for p in members))
+    eligible = [all(t) for t in zip(*(snapshot.eligible(f) for f in filters), strict=True)]
+    for i in taken:
+        eligible[i] = False
+    empty = tree.caps_by_depth(snapshot.empty().capacity(requests, eligible))
+    x = len(members)
+    depths: Iterable[int]
+    if required_level is not None:
+        depth = levels.depth_of(required_level)
+        depths = [depth] if depth is not None else []
+    else:
+        depths = range(tree.leaf_depth, -1, -1)
+    for d in depths:
+        fitting = [j for j, c in enumerate(empty[d]) if c >= x]
+        if fitting:
+            return _first_start(snapshot, requests, eligible, d, fitting, x, now)
+    return None
+
+
+def _first_start(snapshot: Snapshot, requests: dict[str, int], eligible: list[bool], d: int, fitting: list[int],
+                 x: int, now: float) -> Start:
+    """The walk of :func:`earliest_start` over the pod ends of the ``fitting`` domains of depth ``d``."""
+    tree = snapshot.tree
+    domain_of: dict[int, int] = {}
+    for j in fitting:
+        for i in range(tree.lo[d][j], tree.hi[d][j]):
+            if eligible[i]:
+                domain_of[i] = j
+    free = {i: snapshot.free(i) for i in domain_of}
+    cap = {i: _fits(free[i], requests) for i in domain_of}
+    room = {j: 0 for j in fitting}
+    for i, c in cap.items():
+        room[domain_of[i]] += c
+    events: list[tuple[float, int, PodInfo]] = []
+    for key, pod in snapshot.pods.items():
+        at = snapshot.node_index_of(key)
+        if at is None or at not in domain_of:
+            continue
+        end = expected_end(snapshot.limits.get(key), now)
+        if end is not None:
+            events.append((max(end, now), at, pod))
+    events.sort(key=lambda e: (e[0], e[1], e[2].key))
+    best = _best(room, x)
+    if best is not None:
+        return _start(snapshot, d, best, domain_of, now)
+    for n, (when, i, pod) in enumerate(events[:MAX_EVENTS]):
+        for r, units in pod.requests.items():
+            free[i][r] = free[i].get(r, 0) + units
+        c = _fits(free[i], requests)
+        room[domain_of[i]] += c - cap[i]
+        cap[i] = c
+        if n + 1 < len(events) and events[n + 1][0] == when:
+            continue  # every pod that ends at the same time first
+        best = _best(room, x)
+        if best is not None:
+            return _start(snapshot, d, best, domain_of, when)
+    j = max(fitting, key=lambda k: (room[k], -k))
+    return _start(snapshot, d, j, domain_of, None)
+
+
+def _fits(free: dict[str, int], requests: dict[str, int]) -> int:
+    counts = [free.get(r, 0) // units if free.get(r, 0) > 0 else 0 for r, units in requests.items() if units > 0]
+    return min(counts) if counts else 1 << 30
+
+
+def _best(room: dict[int, int], x: int) -> int | None:
+    ready = [j for j, c in room.items() if c >= x]
+    return max(ready, key=lambda k: (room[k], -k)) if ready else None
+
+
+def _start(snapshot: Snapshot, d: int, j: int, domain_of: dict[int, int], at: float | None) -> Start:
+    name = snapshot.levels.name_of(d)
+    domain = f"{name}={'/'.join(snapshot.tree.prefix[d][j])}" if name else "the cluster"
+    return Start(frozenset(i for i, k in domain_of.items() if k == j), domain, at)
