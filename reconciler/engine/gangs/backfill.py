@@ -113,7 +113,7 @@ def _first_start(snapshot: Snapshot, requests: dict[str, int], eligible: list[bo
                 domain_of[i] = j
     free = {i: snapshot.free(i) for i in domain_of}
     cap = {i: _fits(free[i], requests) for i in domain_of}
-    room = {j: 0 for j in fitting}
+    room = dict.fromkeys(fitting, 0)
     for i, c in cap.items():
         room[domain_of[i]] += c
     events: list[tuple[float, int, PodInfo]] = []
