@@ -72,7 +72,7 @@ from reconciler.engine.filters.status import Code
 from reconciler.engine.filters.unmodeled import note as unmodeled_note
 from reconciler.engine.gangs import lifecycle
 from reconciler.engine.gangs.avoidance import place_avoiding, to_record
-from reconciler.engine.gangs.backfill import closed_to
+from reconciler.engine.gangs.backfill import backfill_note, closed_to
 from reconciler.engine.gangs.clocks import Clock, ReleaseGroup, jitter, release_clock
 from reconciler.engine.gangs.failures import describe as describe_failures
 from reconciler.engine.gangs.failures import failures
@@ -295,7 +295,9 @@ def _place(s: Seen) -> Decision:
     if nom is not None and nominee is not None:
         clear += (nominee,)
     if found.result.placed:
-        return _placed(s, found, subject, clear, note=avoided_note)
+        nodes = [a.node for a in found.result.assignments]
+        backfilled = backfill_note(gang, snapshot, s.now, s.queue, nodes) if s.queue.reservations else ""
+        return _placed(s, found, subject, clear, note="; ".join(filter(None, [avoided_note, backfilled])))
     minimum = None if s.released or s.reserved else at_minimum(gang, s.free, view, near)
     if minimum is not None:
         return _placed(s, minimum, subject, clear, waiting=len(s.free) - len(minimum.result.assignments))

@@ -21,10 +21,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reconciler.engine.gangs.gang import Gang
-from reconciler.engine.gangs.queueing import QueueView
+from reconciler.engine.gangs.queueing import QueueView, gang_of_namespace
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.limits import expected_end, gang_end, pod_limit
 from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import rfc3339
 
 #: The most pod ends one reservation looks at (the earliest first): the bound of its cost.
 #: A gang that needs more of them to end than this waits without a start time.
@@ -65,6 +66,21 @@ def closed_to(gang: Gang, snapshot: Snapshot, now: float, queue: QueueView) -> f
     if not queue.reservations:
         return queue.held_nodes
     return queue.blocking(run_end(gang, snapshot, now))
+
+
+def backfill_note(gang: Gang, snapshot: Snapshot, now: float, queue: QueueView, nodes: Iterable[str]) -> str:
+    """What a placement on ``nodes`` (node names) says when it takes nodes reserved for a gang
+    ahead in ``queue``: ``backfilled onto 1 node(s) reserved for gang ml/big from 12:04:00;
+    it ends by 12:03:10`` (each reservation it uses), ``""`` when it takes none. A gang of
+    another namespace is not named (:func:`~reconciler.engine.gangs.queueing.gang_of_namespace`)."""
+    taken = {snapshot.index[n] for n in nodes if n in snapshot.index}
+    used = [(h, len(h.nodes & taken)) for h in queue.reservations if h.nodes & taken]
+    if not used:
+        return ""
+    end = run_end(gang, snapshot, now)
+    parts = [f"backfilled onto {n} node(s) reserved for {gang_of_namespace(h.gang, gang.namespace)}"
+             + (f" from {rfc3339(h.start)[11:19]}" if h.start is not None else "") for h, n in used]
+    return "; ".join(parts) + (f"; it ends by {rfc3339(end)[11:19]}" if end is not None else "")
 
 
 def earliest_start(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None, now: float,

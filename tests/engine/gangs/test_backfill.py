@@ -121,6 +121,9 @@ def test_a_gang_behind_runs_on_reserved_nodes_only_if_its_limit_ends_it_by_the_s
         assert out["default/s"].decision.phase is phase, limit
         if phase is Phase.PLACED:
             assert placed_nodes(out["default/s"]) == {"n1"}
+            reason = out["default/s"].decision.reason
+            assert "backfilled onto 1 node(s) reserved for gang default/big from " in reason, reason
+            assert f"; it ends by {rfc3339(NOW + limit)[11:19]}" in reason
 
 
 def test_best_effort_fifo_would_let_the_long_gang_delay_the_big_one() -> None:
@@ -133,6 +136,7 @@ def test_a_gang_that_fits_without_the_reserved_nodes_runs_whatever_its_limit() -
     pods = [running("a", "n0", 110), running("c", "n2", None), *big(), *small("s", None)]
     out, _ = cycle(snapshot_of(nodes(), pods))
     assert out["default/s"].decision.phase is Phase.PLACED and placed_nodes(out["default/s"]) == {"n3"}
+    assert "backfilled" not in out["default/s"].decision.reason
 
 
 def test_an_overdue_pod_moves_the_start_to_now_and_nothing_backfills_before_it() -> None:
@@ -193,3 +197,29 @@ def test_backfill_never_delays_the_reservation(running_limits: list[int | None],
         members = [p for p in after.pods.values() if p.gated and p.name.startswith("big-")]
         again = earliest_start(after, members, SUBBLOCK, NOW)
         assert again is not None and again.at is not None and again.at <= hold.start
+
+
+def test_a_job_released_as_created_backfills_by_its_deadline_and_one_without_waits() -> None:
+    from reconciler.engine.decision.actions import Reserve
+    from reconciler.engine.decision.decide import decide
+    from reconciler.engine.gangs.queueing import Hold, QueueView
+    from reconciler.engine.model.nodes import NodeInfo
+    from testbed.as_created import NAMESPACE, gangs_of, job_object, workloads_of
+    from testbed.as_created import snapshot_of as as_created_snapshot
+
+    infos = [NodeInfo.from_object(n.build()) for n in nodes()]
+    reserved = Hold("default/big", (-50, 0.0, "default/big"), 50, NOW, frozenset(range(4)), "the cluster", True,
+                    NOW + 100)
+    queue = QueueView(holds=(reserved,))
+    for deadline, reserves in ((60, True), (None, False)):
+        job = job_object("train", 1)
+        job["status"] = {"startTime": rfc3339(NOW)}
+        if deadline is not None:
+            job["spec"]["activeDeadlineSeconds"] = deadline
+        known = workloads_of(job)
+        snapshot = as_created_snapshot(infos, [], known)
+        gang = gangs_of(snapshot, known, CONFIG)[f"{NAMESPACE}/job:train"]
+        decision = decide(gang, snapshot, NOW, BACKFILL, queue)
+        assert (decision.find(Reserve) is not None) is reserves, decision.reason
+        if reserves:
+            assert "backfilled onto 1 node(s) reserved for a gang of another namespace from " in decision.reason
