@@ -79,6 +79,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.devicegroups import Holding
 from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import rfc3339 as stamp
 from reconciler.engine.placement.devicegroups import group_view
 from reconciler.engine.placement.layers import Balance
 from reconciler.objects.kinds import (
@@ -122,6 +123,12 @@ class GangOutcome:
     #: A gang released as created: its reservation (``plannedAt``, ``nodes`` by rank, and
     #: how many ``members`` exist, are ``released`` and ``bound``), None for other gangs.
     reservation: dict[str, Any] | None = None
+    #: When a gang that waits with a reservation (``queueingStrategy: Backfill``) is expected
+    #: to start (seconds since the epoch), the reservation's start; None when not known
+    #: (docs/decisions/079-reservation-at-earliest-start-and-backfill.md).
+    expected_start: float | None = None
+    #: The domain that reservation holds (``""``: none).
+    reserved: str = ""
     #: What the decision was made of, for callers that explain it (``kubectl troupe why``):
     #: the gang, the decision itself, the snapshot it was made on and the queue's view.
     gang: Gang | None = field(default=None, repr=False, compare=False)
@@ -140,6 +147,9 @@ class GangOutcome:
             out["victims"] = self.victims
         if self.reservation is not None:
             out["reservation"] = self.reservation
+        if self.reserved:
+            out["expectedStart"] = stamp(self.expected_start) if self.expected_start is not None else None
+            out["reserved"] = self.reserved
         return out
 
 
@@ -246,6 +256,8 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             balance=_balance(snapshot, planned.balance) if planned is not None and planned.balance else None,
             gang=gang, decision=decision, seen=seen, queue=turn.queue, placed=applied.placed,
             preempting=applied.preempting, reservation=applied.reservation,
+            expected_start=turn.effect.hold.start if turn.effect.hold is not None else None,
+            reserved=turn.effect.hold.domain if turn.effect.hold is not None and turn.effect.hold.reservation else "",
         ))
         if gang.key == until:
             break

@@ -223,3 +223,14 @@ def test_a_job_released_as_created_backfills_by_its_deadline_and_one_without_wai
         assert (decision.find(Reserve) is not None) is reserves, decision.reason
         if reserves:
             assert "backfilled onto 1 node(s) reserved for a gang of another namespace from " in decision.reason
+
+
+def test_the_simulator_prints_the_reserved_gangs_expected_start() -> None:
+    from reconciler.tools.simulate import simulate
+
+    snap = snapshot_of(nodes(), [running("a", "n0", 110), running("c", "n2", None), running("d", "n3", None),
+                                 *big(), *small("s", 60)])
+    outcomes = {o.name: o for o in simulate(snap, Config(queueing_strategy="Backfill"), NOW)}
+    reserved = outcomes["big"].to_json()
+    assert (reserved["expectedStart"], reserved["reserved"]) == (rfc3339(NOW + 100), f"{SUBBLOCK}=b0/b0-s0")
+    assert outcomes["s"].placed and "expectedStart" not in outcomes["s"].to_json()
