@@ -127,11 +127,8 @@ def _first_start(snapshot: Snapshot, requests: dict[str, int], eligible: list[bo
         for i in range(tree.lo[d][j], tree.hi[d][j]):
             if eligible[i]:
                 domain_of[i] = j
-    free = {i: snapshot.free(i) for i in domain_of}
-    cap = {i: _fits(free[i], requests) for i in domain_of}
-    room = dict.fromkeys(fitting, 0)
-    for i, c in cap.items():
-        room[domain_of[i]] += c
+    wanted = {r: units for r, units in requests.items() if units > 0}
+    cols = {r: snapshot.free_units(r) for r in wanted}  # copies: freed units are added to them
     events: list[tuple[float, int, PodInfo]] = []
     for key, pod in snapshot.pods.items():
         at = snapshot.node_index_of(key)
@@ -140,32 +137,57 @@ def _first_start(snapshot: Snapshot, requests: dict[str, int], eligible: list[bo
         end = expected_end(snapshot.limits.get(key), now)
         if end is not None:
             events.append((max(end, now), at, pod))
-    events.sort(key=lambda e: (e[0], e[1], e[2].key))
-    best = _best(room, x)
+    # The room each domain has once every pod with a limit ended: one that would not hold
+    # the gang even then is not walked.
+    final = {r: list(col) for r, col in cols.items()}
+    for _, i, pod in events:
+        for r in wanted:
+            final[r][i] += pod.requests.get(r, 0)
+    last = dict.fromkeys(fitting, 0)
+    for i, j in domain_of.items():
+        last[j] += _fits(final, wanted, i)
+    if not any(c >= x for c in last.values()):
+        j = max(fitting, key=lambda k: (last[k], -k))
+        return _start(snapshot, d, j, domain_of, None)
+    live = {j for j, c in last.items() if c >= x}
+    domain_of = {i: j for i, j in domain_of.items() if j in live}
+    events = [e for e in events if e[1] in domain_of]
+    cap = {i: _fits(cols, wanted, i) for i in domain_of}
+    room = dict.fromkeys(live, 0)
+    for i, c in cap.items():
+        room[domain_of[i]] += c
+    best = _best(room, room, x)
     if best is not None:
         return _start(snapshot, d, best, domain_of, now)
+    events.sort(key=lambda e: (e[0], e[1], e[2].key))
+    changed: set[int] = set()
     for n, (when, i, pod) in enumerate(events[:MAX_EVENTS]):
-        for r, units in pod.requests.items():
-            free[i][r] = free[i].get(r, 0) + units
-        c = _fits(free[i], requests)
-        room[domain_of[i]] += c - cap[i]
+        for r in wanted:
+            cols[r][i] += pod.requests.get(r, 0)
+        c = _fits(cols, wanted, i)
+        j = domain_of[i]
+        room[j] += c - cap[i]
         cap[i] = c
+        changed.add(j)
         if n + 1 < len(events) and events[n + 1][0] == when:
             continue  # every pod that ends at the same time first
-        best = _best(room, x)
+        best = _best(room, changed, x)
         if best is not None:
             return _start(snapshot, d, best, domain_of, when)
-    j = max(fitting, key=lambda k: (room[k], -k))
+        changed.clear()
+    j = max(live, key=lambda k: (room[k], -k))  # more ends than MAX_EVENTS before it
     return _start(snapshot, d, j, domain_of, None)
 
 
-def _fits(free: dict[str, int], requests: dict[str, int]) -> int:
-    counts = [free.get(r, 0) // units if free.get(r, 0) > 0 else 0 for r, units in requests.items() if units > 0]
+def _fits(cols: dict[str, list[int]], requests: dict[str, int], i: int) -> int:
+    """How many pods of ``requests`` fit in the free units ``cols`` of node ``i``."""
+    counts = [cols[r][i] // units if cols[r][i] > 0 else 0 for r, units in requests.items()]
     return min(counts) if counts else 1 << 30
 
 
-def _best(room: dict[int, int], x: int) -> int | None:
-    ready = [j for j, c in room.items() if c >= x]
+def _best(room: dict[int, int], among: Iterable[int], x: int) -> int | None:
+    """The domain of ``among`` with the most ``room`` that holds ``x``, None when none does."""
+    ready = [j for j in among if room[j] >= x]
     return max(ready, key=lambda k: (room[k], -k)) if ready else None
 
 
