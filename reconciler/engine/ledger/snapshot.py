@@ -120,9 +120,8 @@ class Snapshot:
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
                  groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None,
-                 budgets: Iterable[Budget] = (), *,
+                 budgets: Iterable[Budget] = (), *, spread_defaults: Sequence[SpreadConstraint] = (),
                  namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
-                 spread_defaults: Sequence[SpreadConstraint] = (),
                  reservations: Iterable[Reservation] = (), whole_victims: Iterable[str] = (),
                  group_priorities: Mapping[PodKey, int] | None = None, usage: UsageCopy | None = None,
                  limits: Mapping[PodKey, Limit] | None = None) -> None:
@@ -149,8 +148,7 @@ class Snapshot:
         self.group_errors: dict[str, str] = dict(group_errors or {})
         self.budgets: tuple[Budget, ...] = tuple(budgets)
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
-        self.volumes = volumes
-        self.spread_defaults = tuple(spread_defaults)
+        self.volumes, self.spread_defaults = volumes, tuple(spread_defaults)
         #: Gang keys evicted only whole, even by ``minimal`` preemption: their members name a
         #: pod group whose ``disruptionMode`` is ``all`` (docs/decisions/056-pod-groups.md).
         self.whole_victims: frozenset[str] = frozenset(whole_victims)
