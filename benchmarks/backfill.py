@@ -91,7 +91,7 @@ def cluster(nodes: int, gangs: int, big: int, seed: int) -> Snapshot:
             size, limit, required = rng.randint(1, 4), None if rng.random() < 0.2 else rng.randint(30, 900), False
         pods += [pod(f"g{g}-{i}", 8, limit, gang=(f"g{g}", size), index=i, created=created, required=required)
                  for i in range(size)]
-    return snapshot_of_objects([node(i) for i in range(nodes)], pods)
+    return snapshot_of_objects([node(i) for i in range(nodes)], pods, config=Config(queueing_strategy="Backfill"))
 
 
 def timed(snapshot: Snapshot, config: Config, repeat: int) -> tuple[float, list[GangOutcome]]:

@@ -78,14 +78,15 @@ def build_snapshot(parts: SnapshotParts, devices: draunits.NodesMemo | None = No
                     volumes=parts.volumes, spread_defaults=spread_defaults(config),
                     reservations=parts.workloads.reservations(planned_workloads(parts)),
                     whole_victims=whole_victims(parts), group_priorities=group_priorities(parts), usage=parts.usage,
-                    limits=pod_limits(parts))
+                    limits=pod_limits(parts) if config.queueing_strategy == "Backfill" else None)
 
 
 def pod_limits(parts: SnapshotParts) -> dict[PodKey, Limit]:
     """Pod key -> its time limits (:func:`~reconciler.engine.model.limits.pod_limit`), for the
     active pods of ``parts`` that have one: their own ``spec.activeDeadlineSeconds`` and
     Kueue label, and their controlling workload's deadline and Kueue label
-    (docs/decisions/079-reservation-at-earliest-start-and-backfill.md)."""
+    (docs/decisions/079-reservation-at-earliest-start-and-backfill.md). Read only under
+    ``queueingStrategy: Backfill``, the one reader (about 2 µs a pod)."""
     objects = parts.workloads.objects
     out = {}
     for pod in parts.pods:

@@ -22,13 +22,19 @@ from reconciler.engine.gangs.queueing import Policy, QueueState, queue_order
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.membership import group_by_gang
 from reconciler.engine.model.timestamps import rfc3339
-from testbed.engine_builders import PodBuilder, make_node, make_pod, snapshot_of
+from testbed.engine_builders import PodBuilder, make_node, make_pod
+from testbed.engine_builders import snapshot_of as snapshot_of_builders
 from troupe.config import Config
 
 CONFIG = Config()
 NOW = 1_800_000_000.0
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 BACKFILL = Policy(queueing="Backfill")
+
+
+def snapshot_of(nodes: list[Any], pods: list[PodBuilder]) -> Snapshot:
+    """The snapshot under ``queueingStrategy: Backfill`` (the pods' limits read)."""
+    return snapshot_of_builders(nodes, pods, config=Config(queueing_strategy="Backfill"))
 
 
 def nodes(n: int = 4) -> list[Any]:

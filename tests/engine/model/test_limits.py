@@ -16,6 +16,7 @@ from reconciler.engine.model.limits import (
     smallest,
 )
 from reconciler.engine.model.timestamps import epoch
+from troupe.config import Config
 
 T0 = "2026-01-01T00:00:00Z"
 T10 = "2026-01-01T00:00:10Z"
@@ -90,6 +91,7 @@ def test_the_snapshot_holds_each_pods_limits_from_pod_and_job() -> None:
         [_node()],
         [_pod("own", deadline=100), _pod("job", owner="j"), _pod("kueue", owner="k"), _pod("none"),
          _pod("labelled", labels={MAX_EXEC_TIME_LABEL: "25"}), _pod("done", deadline=5, phase="Succeeded")],
-        objects=[_job("j", 200), _job("k", None, label="50")])
+        objects=[_job("j", 200), _job("k", None, label="50")], config=Config(queueing_strategy="Backfill"))
     ends = {str(k): expected_end(v, E0 + 20) for k, v in snapshot.limits.items()}
     assert ends == {"d/own": E0 + 110, "d/job": E0 + 200, "d/kueue": E0 + 50, "d/labelled": E0 + 35}
+    assert not snapshot_of_objects([_node()], [_pod("own", deadline=100)]).limits, "read only under Backfill"
