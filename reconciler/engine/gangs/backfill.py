@@ -7,7 +7,7 @@ The first gangs in queue order that do not fit (``backfillReservations`` of them
 (:mod:`reconciler.engine.model.limits`) and the gang's required level. A gang behind it
 may use the reserved nodes only when its own limit ends it by the reservation's start
 (:func:`run_end`; EASY backfill, as Slurm's ``sched/backfill``): a gang without a limit
-never does. Nothing is remembered: each decision computes the reservation again from the
+never does, nor any gang while the start is not known. Nothing is remembered: each decision computes the reservation again from the
 cluster, so a takeover keeps it and a pod that runs past its limit moves it (an overdue pod
 counts as ending now: nothing may backfill in front of it).
 
@@ -91,8 +91,8 @@ def earliest_start(snapshot: Snapshot, members: Sequence[PodInfo], required_leve
     The target level is the gang's required one, else the lowest at which an emptied domain
     would hold the whole gang; members of several shapes count as their envelope (each
     resource's largest request, every filter), as the head-of-line hold counts them. Each
-    pod on a candidate node frees its requests at its expected end (an overdue pod at
-    ``now``, a pod without a limit never); the start is the first time some domain holds
+    pod on a candidate node frees its requests at its expected end (an overdue pod or one
+    being deleted at ``now``, a pod without a limit never); the start is the first time some domain holds
     every member, the domain with the most room then (then topology order). When none does
     within :data:`MAX_EVENTS`, the domain with the most room once every limited pod ended,
     start None. None when no domain outside ``taken`` could ever hold the gang."""
@@ -134,7 +134,7 @@ def _first_start(snapshot: Snapshot, requests: dict[str, int], eligible: list[bo
         at = snapshot.node_index_of(key)
         if at is None or at not in domain_of:
             continue
-        end = expected_end(snapshot.limits.get(key), now)
+        end = now if pod.deleting else expected_end(snapshot.limits.get(key), now)
         if end is not None:
             events.append((max(end, now), at, pod))
     # The room each domain has once every pod with a limit ended: one that would not hold

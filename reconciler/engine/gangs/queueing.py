@@ -101,11 +101,11 @@ class Hold:
 
     def blocks(self, ends_at: float | None) -> bool:
         """Whether the nodes are closed to a gang behind that would end at ``ends_at``
-        (seconds since the epoch; None: it has no limit): always for a plain hold; for a
-        reservation, unless the gang ends by its start (an unknown start: any limit does)."""
-        if not self.reservation or ends_at is None:
+        (seconds since the epoch; None: it has no limit): always for a plain hold and for a
+        reservation whose start is not known; else unless the gang ends by its start."""
+        if not self.reservation or ends_at is None or self.start is None:
             return True
-        return self.start is not None and ends_at > self.start
+        return ends_at > self.start
 
 
 def hold_for(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None) -> tuple[frozenset[int], str]:

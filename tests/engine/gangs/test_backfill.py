@@ -107,6 +107,21 @@ def test_without_a_limit_in_every_domain_the_start_is_unknown() -> None:
     assert start is not None and start.at is None and len(start.nodes) == 2
 
 
+def test_while_the_start_is_not_known_no_gang_takes_a_reserved_node() -> None:
+    pods = [running("a", "n0", None), running("c", "n2", None), running("d", "n3", None), *big(), *small("s", 5)]
+    out, _ = cycle(snapshot_of(nodes(), pods))
+    assert out["default/big"].effect.hold.start is None
+    assert out["default/s"].decision.phase is Phase.UNSCHEDULABLE
+
+
+def test_a_pod_being_deleted_counts_as_ending_now() -> None:
+    gone = running("a", "n0", None)
+    gone.obj["metadata"]["deletionTimestamp"] = rfc3339(NOW - 1)
+    snap = snapshot_of(nodes(), [gone, running("b", "n1", 300), running("c", "n2", None), *big()])
+    start = earliest_start(snap, [p for p in snap.pods.values() if p.gated], SUBBLOCK, NOW)
+    assert start is not None and start.at == NOW + 290
+
+
 def test_the_first_gang_that_does_not_fit_is_reserved_at_once_and_says_so() -> None:
     snap = snapshot_of(nodes(), [running("a", "n0", 110), running("c", "n2", None), running("d", "n3", None), *big()])
     out, _ = cycle(snap)
@@ -198,7 +213,7 @@ def test_backfill_never_delays_the_reservation(running_limits: list[int | None],
             gang = build_gang(key, group_by_gang(snap.pods.values(), CONFIG)[key], CONFIG, {})
             end = run_end(gang, snap, NOW)
             assert end is not None, f"{key} has no limit yet took a reserved node"
-            assert hold.start is None or end <= hold.start
+            assert hold.start is not None and end <= hold.start
     if hold.start is not None:
         members = [p for p in after.pods.values() if p.gated and p.name.startswith("big-")]
         again = earliest_start(after, members, SUBBLOCK, NOW)
