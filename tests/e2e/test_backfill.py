@@ -8,9 +8,10 @@ A cluster of this module's own: 4 subblocks of 8 whole-GPU kwok nodes (8 GPUs ea
     sub    gpu-b0-s0      gpu-b0-s1          gpu-b1-s0      gpu-b1-s1
     hosts  h0 .. h7       h0 .. h7           h0 .. h7       h0 .. h7
 
-Subblock gpu-b0-s0 runs four Jobs of 2 whole nodes with deadlines of 25 and 45 s; the other
+Subblock gpu-b0-s0 runs four Jobs of 2 whole nodes with deadlines of 30 and 50 s; the other
 three run Jobs without a limit. A gang of 8 whole nodes with a required subblock arrives: its
-earliest start is when the last deadline of gpu-b0-s0 runs out. When the first Job there
+earliest start is when the last deadline of gpu-b0-s0 runs out. A new reconciler takes over,
+and makes the same reservation. When the first Job there
 ends, a Job of 1 node with a deadline that ends it before that start backfills there; a Job
 with a longer deadline and one without any wait. The big gang starts at its reserved start.
 """
@@ -18,6 +19,8 @@ with a longer deadline and one without any wait. The big gang starts at its rese
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,12 +119,21 @@ def message(core: client.CoreV1Api, ns: str, gang: str) -> str:
     return ""
 
 
+def takeover(stack: Stack) -> None:
+    """Stop the running reconciler and start another replica, which takes the lease over."""
+    for started in list(stack._started):
+        if started.record.name.startswith("troupe-reconciler") and started.popen.poll() is None:
+            os.kill(started.record.pid, signal.SIGTERM)
+            started.popen.wait(timeout=30)
+    stack.start_reconciler("troupe-reconciler-takeover")
+
+
 def clock(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%H:%M:%S")
 
 
 def test_a_big_gang_starts_at_its_reserved_start_and_only_a_job_that_ends_by_then_backfills(stack, core, batch, ns):
-    fill = {"a": ("gpu-b0-s0", 25), "b": ("gpu-b0-s0", 45), "c": ("gpu-b0-s0", 45), "d": ("gpu-b0-s0", 45)}
+    fill = {"a": ("gpu-b0-s0", 30), "b": ("gpu-b0-s0", 50), "c": ("gpu-b0-s0", 50), "d": ("gpu-b0-s0", 50)}
     fill |= {f"x{i}": (f"gpu-b{i // 8}-s{i // 4 % 2}", None) for i in range(4, 16)}
     for name, (subblock, deadline) in fill.items():
         batch.create_namespaced_job(ns, job(name, 2, deadline, subblock))
@@ -132,6 +144,10 @@ def test_a_big_gang_starts_at_its_reserved_start_and_only_a_job_that_ends_by_the
     batch.create_namespaced_job(ns, job("big", 8, None, required=True))
     reserved = f"reserved gce-topology-subblock=gpu-b0/gpu-b0-s0 (8 node(s)) from {clock(start)}"
     wait_for("the big gang's reservation told", lambda: reserved in message(core, ns, "big") or None, timeout=30)
+
+    # A new leader takes over: it remembers nothing, and makes the same reservation.
+    takeover(stack)
+    wait_for("the new leader's reservation told", lambda: reserved in message(core, ns, "big") or None, timeout=30)
 
     # a's deadline frees 2 nodes of gpu-b0-s0 before the reservation's start
     wait_for("Job a ended", lambda: running(core, ns, "a", 0) is not None or None, timeout=60)
