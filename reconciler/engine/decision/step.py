@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs import lifecycle
-from reconciler.engine.gangs.backfill import earliest_start
+from reconciler.engine.gangs.backfill import backfilled, earliest_start
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.queueing import Hold as QueueHold
 from reconciler.engine.gangs.queueing import (
@@ -82,20 +82,23 @@ def _reservation(gang: Gang, snapshot: Snapshot, policy: Policy, now: float, vie
     if start is None or not start.nodes:
         return QueueEffect(True, what)
     order = queue_order(gang.key, gang.priority, gang.created)
-    hold = QueueHold(gang.key, order, gang.priority, since, start.nodes, start.domain, True, start.at)
+    hold = QueueHold(gang.key, order, gang.priority, since, start.nodes, start.domain, True, start.at,
+                     backfilled(snapshot, start.nodes, since))
     return QueueEffect(True, f"{what}, {reserved_note(hold, now)}", hold,
                        recheck_at=start.at if start.at is not None and start.at > now else None)
 
 
 def reserved_note(hold: QueueHold, now: float) -> str:
-    """How a reservation reads in reasons: ``reserved gce-topology-subblock=b0/s1 from 12:04
-    (in 6m)``; ``from when a pod without a limit ends`` when its start is not known."""
+    """How a reservation reads in reasons: ``reserved gce-topology-subblock=b0/s1 (8 node(s))
+    from 12:04:00 (in 6m), 3 gang(s) backfilled``; ``from when a pod without a time limit
+    ends`` when its start is not known."""
     key, _, value = hold.domain.partition("=")
     domain = f"{key.rpartition('/')[2]}={value}" if value else hold.domain
+    tail = f", {hold.backfilled} gang(s) backfilled" if hold.backfilled else ""
     if hold.start is None:
-        return f"reserved {domain} ({len(hold.nodes)} node(s)) from when a pod without a time limit ends"
+        return f"reserved {domain} ({len(hold.nodes)} node(s)) from when a pod without a time limit ends{tail}"
     clock = rfc3339(hold.start)[11:19]
-    return f"reserved {domain} ({len(hold.nodes)} node(s)) from {clock} (in {_duration(hold.start - now)})"
+    return f"reserved {domain} ({len(hold.nodes)} node(s)) from {clock} (in {_duration(hold.start - now)}){tail}"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from reconciler.engine.gangs.queueing import QueueView, gang_of_namespace
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.limits import expected_end, gang_end, pod_limit
 from reconciler.engine.model.pods import PodInfo
-from reconciler.engine.model.timestamps import rfc3339
+from reconciler.engine.model.timestamps import epoch, rfc3339
 
 #: The most pod ends one reservation looks at (the earliest first): the bound of its cost.
 #: A gang that needs more of them to end than this waits without a start time.
@@ -81,6 +81,19 @@ def backfill_note(gang: Gang, snapshot: Snapshot, now: float, queue: QueueView, 
     parts = [f"backfilled onto {n} node(s) reserved for {gang_of_namespace(h.gang, gang.namespace)}"
              + (f" from {rfc3339(h.start)[11:19]}" if h.start is not None else "") for h, n in used]
     return "; ".join(parts) + (f"; it ends by {rfc3339(end)[11:19]}" if end is not None else "")
+
+
+def backfilled(snapshot: Snapshot, nodes: frozenset[int], since: float) -> int:
+    """How many gangs were backfilled onto ``nodes`` (node indices reserved for a gang
+    complete since ``since``, seconds since the epoch): the releases (their ``planned-at``)
+    of the active pods there that Troupe released after it; nothing remembered."""
+    releases = set()
+    for key, pod in snapshot.pods.items():
+        if pod.active and pod.planned_at and snapshot.node_index_of(key) in nodes:
+            at = epoch(pod.planned_at)
+            if at is not None and at > since:
+                releases.add(pod.planned_at)
+    return len(releases)
 
 
 def earliest_start(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None, now: float,

@@ -88,7 +88,8 @@ class Hold:
     since ``since`` (seconds since the epoch): the node indices ``nodes`` of its target
     domain ``domain``, which no gang behind it may use. A ``reservation`` (``Backfill``)
     holds them from ``start`` (seconds since the epoch; None: not before some pod without
-    a limit ends): a gang behind it that ends by then may use them."""
+    a limit ends): a gang behind it that ends by then may use them; ``backfilled`` of them
+    did (:func:`reconciler.engine.gangs.backfill.backfilled`)."""
 
     gang: str
     order: Order
@@ -98,6 +99,8 @@ class Hold:
     domain: str
     reservation: bool = False
     start: float | None = None
+    #: How many gangs were backfilled onto a reservation's nodes (for its reason).
+    backfilled: int = 0
 
     def blocks(self, ends_at: float | None) -> bool:
         """Whether the nodes are closed to a gang behind that would end at ``ends_at``

@@ -255,3 +255,16 @@ def test_the_simulator_prints_the_reserved_gangs_expected_start() -> None:
     reserved = outcomes["big"].to_json()
     assert (reserved["expectedStart"], reserved["reserved"]) == (rfc3339(NOW + 100), f"{SUBBLOCK}=b0/b0-s0")
     assert outcomes["s"].placed and "expectedStart" not in outcomes["s"].to_json()
+
+
+def test_the_reserved_gangs_reason_counts_the_gangs_backfilled_since_it_was_complete() -> None:
+    from troupe.contract import PLANNED_AT
+
+    early = running("early", "n1", 50)
+    early.annotate(PLANNED_AT, "2023-12-31T00:00:00.000+00:00")  # before the big gang was complete
+    late = running("late", "n1", 50, gpus=0)
+    late.annotate(PLANNED_AT, rfc3339(NOW - 5))
+    pods = [running("a", "n0", 110), early, late, running("c", "n2", None), running("d", "n3", None), *big()]
+    out, _ = cycle(snapshot_of(nodes(), pods))
+    assert out["default/big"].effect.hold.backfilled == 1
+    assert out["default/big"].decision.reason.endswith("(in 100s), 1 gang(s) backfilled")
