@@ -14,7 +14,7 @@ BIN    := $(VENV)/bin
 PYTEST_WORKERS ?= 2
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-throughput bench-kills bench-memory bench-hostile cluster-build cluster-up cluster-down clean lock release-check chart-kinds
+.PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-throughput bench-kills bench-memory bench-hostile bench-backfill bench-backfill-cluster cluster-build cluster-up cluster-down clean lock release-check chart-kinds
 
 # actionlint (https://github.com/rhysd/actionlint), the linter of GitHub Actions workflows,
 # built once from its Go module into the version-keyed cache the control plane's binaries
@@ -135,6 +135,14 @@ bench-memory: $(BIN)/.installed
 # tenant's gang on 1,024 nodes, against an ordinary gang (docs/decisions/049; about 1 minute).
 bench-hostile: $(BIN)/.installed
 	$(BIN)/python benchmarks/hostile.py
+# What queueingStrategy Backfill adds to a decision cycle of 200 waiting gangs on 2,048
+# nodes, against BestEffortFIFO in the same process (docs/decisions/079; about 20 s).
+bench-backfill: $(BIN)/.installed
+	$(BIN)/python benchmarks/backfill.py
+# Issue 48's table on the local control plane: a big gang under a stream of small Jobs with
+# deadlines, under StrictFIFO, BestEffortFIFO and Backfill (about 15 minutes).
+bench-backfill-cluster: $(BIN)/.installed cluster-build
+	$(BIN)/python benchmarks/backfill_cluster.py
 
 # All-or-nothing under SIGKILL at the scale of the measured result: 20 kills mid-release of
 # 40 gangs of 32-64 members (about 7 minutes; the suite runs 8 kills).

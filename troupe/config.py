@@ -21,6 +21,7 @@ Example (every key, with its default)::
     gangPreemptionMode: "off"
     queueingStrategy: BestEffortFIFO
     headOfLineSeconds: 300
+    backfillReservations: 2
     nominationMaxSeconds: 600
     reconcilerUsername: system:serviceaccount:troupe-system:troupe-reconciler
     sharedDeviceResources: [nvidia.com/gpu]
@@ -48,8 +49,8 @@ from troupe.provisioning import parse as parse_provisioning
 
 PreemptionMode = Literal["off", "minimal", "atomic"]
 PREEMPTION_MODES: tuple[PreemptionMode, ...] = ("off", "minimal", "atomic")
-QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
-QUEUEING_STRATEGIES: tuple[QueueingStrategy, ...] = ("BestEffortFIFO", "StrictFIFO")
+QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO", "Backfill"]
+QUEUEING_STRATEGIES: tuple[QueueingStrategy, ...] = ("BestEffortFIFO", "StrictFIFO", "Backfill")
 ReleaseMode = Literal["AsCreated", "WhenComplete"]
 #: How a gang of one workload is released (``troupe.io/release``, docs/decisions/034).
 RELEASE_MODES: tuple[ReleaseMode, ...] = ("AsCreated", "WhenComplete")
@@ -111,9 +112,13 @@ class Config:
     gang_preemption_mode: PreemptionMode = "off"
     #: Kueue's queueing strategies (docs/decisions/019-queue-order.md): ``BestEffortFIFO``,
     #: a gang that does not fit does not block those behind it, but once it has waited
-    #: ``head_of_line_seconds`` the capacity it needs is held for it; ``StrictFIFO``, it does.
+    #: ``head_of_line_seconds`` the capacity it needs is held for it; ``StrictFIFO``, it does;
+    #: ``Backfill``, the first ``backfill_reservations`` gangs that do not fit get a
+    #: reservation at their earliest start at once, and gangs behind run before it only
+    #: where they cannot delay it (docs/decisions/079-reservation-at-earliest-start-and-backfill.md).
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     head_of_line_seconds: int = 300
+    backfill_reservations: int = 2
     #: The release mode of a gang whose members all come from one workload and that does not
     #: choose one (``troupe.io/release``): ``AsCreated`` reserves its nodes from the
     #: workload's pod template and count and releases each member as it is created;
@@ -221,7 +226,7 @@ def _value(key: str, name: str, raw: Any) -> Any:
             raise ConfigError(f"{key}: must be an annotation key prefix such as troupe.io/gang, got {raw!r}")
         return raw
     if name in ("gang_schedule_timeout_seconds_limit", "gang_schedule_default_timeout_seconds",
-                "nomination_max_seconds", "node_failure_threshold", "node_failure_window_seconds",
+                "nomination_max_seconds", "node_failure_threshold", "backfill_reservations", "node_failure_window_seconds",
                 "node_failure_namespaces"):
         return _want_int(key, raw, 1)
     if name in ("gang_schedule_timeout_jitter_seconds", "auto_gang_settle_seconds", "head_of_line_seconds",

@@ -21,6 +21,7 @@ import yaml
 
 from reconciler.engine.ledger.occupancy import DomainUsage
 from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.timestamps import rfc3339 as stamp
 from reconciler.engine.placement.shortfall import Shortfall, short_level
 from reconciler.tools import simulate as sim
 from reconciler.tools import views
@@ -261,6 +262,8 @@ def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -
             lines.append(f"{g.key} would evict {len(gangs)} pod(s), then be released once they are gone{place}.")
         else:
             lines.append(f"{g.key} would wait ({g.phase}{place}): {g.reason}")
+            if g.outcome is not None and g.outcome.reserved:
+                lines.append(f"{g.key} is expected to start {_expected(g.outcome)} on {g.outcome.reserved}.")
             lines += render_shortfall(views.room_shortfall(cluster, g), g, WHY_DOMAINS // 2)
     fates = result.cluster.unscheduled
     for origin, keys, why in result.left:
@@ -277,17 +280,28 @@ def render_plan(result: views.PlanResult, cluster: views.Cluster, source: str) -
     return "\n".join(lines) + "\n"
 
 
+def _expected(outcome: sim.GangOutcome) -> str:
+    """When a reserved gang is expected to start (``at 12:04:00Z``), as ``plan`` prints it."""
+    if outcome.expected_start is None:
+        return "once a pod without a time limit ends"
+    return f"at {stamp(outcome.expected_start)[:19]}Z"
+
+
 def plan_json(result: views.PlanResult) -> dict[str, Any]:
     """``plan --output json``: the manifest's pods, those left alone, what becomes of those
     bound for a scheduler kube-scheduler is not (``unscheduled``: pod -> why,
     :func:`reconciler.tools.peers.fate`), those left to kube-scheduler
     (``leftToKubeScheduler``: ``{object, pods, why}`` per manifest object), the ``notes``,
-    each gang's decision with its cost, placements and victims, and the ProvisioningRequest
-    it would make (``provisioningRequest``, with ``provisioning`` on:
+    each gang's decision with its cost, placements and victims, a gang with a reservation
+    its ``expectedStart`` and ``reserved`` domain (``queueingStrategy: Backfill``,
+    docs/decisions/079-reservation-at-earliest-start-and-backfill.md), and the
+    ProvisioningRequest it would make (``provisioningRequest``, with ``provisioning`` on:
     docs/decisions/080-provisioning-requests.md)."""
     rows = [{**g.to_json(), "cost": g.outcome.cost if g.outcome is not None else None,
              "placements": g.outcome.placements if g.outcome is not None else [],
              "victims": g.outcome.victims if g.outcome is not None else [],
+             **({k: v for k, v in g.outcome.to_json().items() if k in ("expectedStart", "reserved")}
+                if g.outcome is not None else {}),
              **({"provisioningRequest": g.outcome.capacity}
                 if g.outcome is not None and g.outcome.capacity is not None else {})} for g in result.gangs]
     fates = result.cluster.unscheduled

@@ -82,6 +82,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import workloads as wl
 from reconciler.engine.model.devicegroups import Holding
 from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import rfc3339 as stamp
 from reconciler.engine.placement.devicegroups import group_view
 from reconciler.engine.placement.layers import Balance
 from reconciler.objects.kinds import (
@@ -128,6 +129,12 @@ class GangOutcome:
     #: The ProvisioningRequest the gang would ask for (``provisioning`` on:
     #: :func:`~reconciler.tools.interpret.capacity_json`), None when it asks none.
     capacity: dict[str, Any] | None = None
+    #: When a gang that waits with a reservation (``queueingStrategy: Backfill``) is expected
+    #: to start (seconds since the epoch), the reservation's start; None when not known
+    #: (docs/decisions/079-reservation-at-earliest-start-and-backfill.md).
+    expected_start: float | None = None
+    #: The domain that reservation holds (``""``: none).
+    reserved: str = ""
     #: What the decision was made of, for callers that explain it (``kubectl troupe why``):
     #: the gang, the decision itself, the snapshot it was made on and the queue's view.
     gang: Gang | None = field(default=None, repr=False, compare=False)
@@ -148,6 +155,9 @@ class GangOutcome:
             out["reservation"] = self.reservation
         if self.capacity is not None:
             out["provisioningRequest"] = self.capacity
+        if self.reserved:
+            out["expectedStart"] = stamp(self.expected_start) if self.expected_start is not None else None
+            out["reserved"] = self.reserved
         return out
 
 
@@ -257,6 +267,8 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             balance=_balance(snapshot, planned.balance) if planned is not None and planned.balance else None,
             gang=gang, decision=decision, seen=seen, queue=turn.queue, placed=applied.placed,
             preempting=applied.preempting, reservation=applied.reservation, capacity=applied.capacity,
+            expected_start=turn.effect.hold.start if turn.effect.hold is not None else None,
+            reserved=turn.effect.hold.domain if turn.effect.hold is not None and turn.effect.hold.reservation else "",
         ))
         if gang.key == until:
             break

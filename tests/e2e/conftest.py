@@ -45,6 +45,7 @@ LONGEST_FIRST = (
     "test_chart_install.py",     # 190: a CA rotation and five serving certificates
     "test_release_kills.py",     # 190: 8 SIGKILLs mid-release, a cluster of its own
     "test_leader_election.py",   # 80: two clusters of its own
+    "test_backfill.py",          # 80: a cluster of its own, Job deadlines of 30 to 50 s run out
     "test_failover_state.py",    # 60: a cluster of its own, a leader killed
     "test_admission_e2e.py",     # 45
     "test_hostile_pods.py",      # 45: a cluster of its own, the reconciler restarted twice

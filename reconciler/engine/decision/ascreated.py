@@ -45,6 +45,7 @@ from reconciler.engine.filters import noderesources, profile
 from reconciler.engine.filters.unmodeled import note as unmodeled_note
 from reconciler.engine.gangs import lifecycle
 from reconciler.engine.gangs.avoidance import place_avoiding
+from reconciler.engine.gangs.backfill import backfill_note, closed_to
 from reconciler.engine.gangs.clocks import Clock, jitter
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.refusals import avoid_note, avoiding
@@ -205,7 +206,7 @@ def reserve(s: Seen) -> Decision:
     slots = list(gang.slots)
     if gang.avoid:
         slots = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in slots]
-    held = s.queue.held_nodes
+    held = closed_to(gang, snapshot, s.now, s.queue)
     view = snapshot.with_blocked(held) if held else snapshot
     avoided = s.policy.avoidance.avoided(snapshot, s.now)
     found, avoided_note = place_avoiding(view, slots, gang.topology, (), avoided)
@@ -230,7 +231,8 @@ def reserve(s: Seen) -> Decision:
     if len(record.nodes) < len(gang.slots):
         reason += (f"; room for the first {len(record.nodes)} (minimum {gang.min_size}): the others are placed "
                    f"next to them once they run")
+    backfilled = backfill_note(gang, snapshot, s.now, s.queue, record.nodes) if s.queue.reservations else ""
     notes = [*([avoid_note(gang.avoid)] if gang.avoid else []),
-             *filter(None, [unmodeled_note(slots, snapshot.volumes), avoided_note])]
+             *filter(None, [unmodeled_note(slots, snapshot.volumes), avoided_note, backfilled])]
     return s.made(lifecycle.RESERVED, (Reserve(gang.workload, record),),
                   Status((reason, result.reason, *notes), result.code), recheck_at=deadline, placement=result)

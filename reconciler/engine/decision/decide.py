@@ -73,6 +73,7 @@ from reconciler.engine.filters.status import Code
 from reconciler.engine.filters.unmodeled import note as unmodeled_note
 from reconciler.engine.gangs import lifecycle
 from reconciler.engine.gangs.avoidance import place_avoiding, to_record
+from reconciler.engine.gangs.backfill import backfill_note, closed_to
 from reconciler.engine.gangs.clocks import Clock, ReleaseGroup, jitter, release_clock
 from reconciler.engine.gangs.failures import describe as describe_failures
 from reconciler.engine.gangs.failures import failures
@@ -288,7 +289,7 @@ def _place(s: Seen) -> Decision:
         return s.made(lifecycle.QUEUED, _with_clear((wait,), clear),
                       Status.of(f"queued behind {s.queue.blocked_by} (StrictFIFO)", subject=subject))
     base = snapshot.planned_from(s.free, gang.priority)
-    held = s.queue.held_nodes - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
+    held = closed_to(gang, snapshot, s.now, s.queue) - {snapshot.index[n] for p in s.free if (n := snapshot.nominated_node(p)) in snapshot.index}
     view = base.with_blocked(held) if held else base
     near = sorted({n for p in s.released if (n := p.node_name or snapshot.committed_node(p))})
     avoided = s.policy.avoidance.avoided(snapshot, s.now)
@@ -296,7 +297,9 @@ def _place(s: Seen) -> Decision:
     if nom is not None and nominee is not None:
         clear += (nominee,)
     if found.result.placed:
-        return _placed(s, found, subject, clear, note=avoided_note)
+        nodes = [a.node for a in found.result.assignments]
+        backfilled = backfill_note(gang, snapshot, s.now, s.queue, nodes) if s.queue.reservations else ""
+        return _placed(s, found, subject, clear, note="; ".join(filter(None, [avoided_note, backfilled])))
     minimum = None if s.released or s.reserved else at_minimum(gang, s.free, view, near)
     if minimum is not None:
         return _placed(s, minimum, subject, clear, waiting=len(s.free) - len(minimum.result.assignments))

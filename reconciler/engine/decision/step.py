@@ -7,11 +7,12 @@ this one call, in queue order, so a what-if and the cluster hold and block alike
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reconciler.engine.decision.decide import decide
 from reconciler.engine.decision.seen import Decision
 from reconciler.engine.gangs import lifecycle
+from reconciler.engine.gangs.backfill import backfilled, earliest_start
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.queueing import Hold as QueueHold
 from reconciler.engine.gangs.queueing import (
@@ -23,6 +24,7 @@ from reconciler.engine.gangs.queueing import (
     queue_order,
 )
 from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.timestamps import rfc3339
 
 
 # --- the queue ----------------------------------------------------------------------------
@@ -41,16 +43,21 @@ class QueueEffect:
     recheck_at: float | None = None
 
 
-def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Policy, now: float) -> QueueEffect:
+def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Policy, now: float,
+                 view: QueueView | None = None) -> QueueEffect:
     """The :class:`QueueEffect` of ``decision`` for ``gang`` (docs/decisions/019-queue-order.md):
     a gang stands in the way when it waits for room that freed capacity (or eviction) could
     give it; only a gang with no nomination of its own (:data:`lifecycle.UNPLACED`) gets the
-    head-of-line hold."""
+    head-of-line hold, or under ``Backfill`` a reservation at its earliest start while fewer
+    than ``backfillReservations`` gangs ahead (in ``view``) hold one
+    (docs/decisions/079-reservation-at-earliest-start-and-backfill.md)."""
     if not (decision.rule.waits_for_room and decision.status.preemption_can_help):
         return QueueEffect(False)
     since = complete_since(gang.members) or now
     waited = now - since
     what = f"priority {gang.priority}, waiting {_duration(waited)}"
+    if policy.queueing == "Backfill" and decision.rule is lifecycle.UNPLACED:
+        return _reservation(gang, snapshot, policy, now, view or QueueView(), since, what)
     if policy.queueing != "BestEffortFIFO" or decision.rule is not lifecycle.UNPLACED:
         return QueueEffect(True, what)
     if waited < policy.head_of_line_seconds:
@@ -60,6 +67,38 @@ def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Pol
     order = queue_order(gang.key, gang.priority, gang.created)
     hold = QueueHold(gang.key, order, gang.priority, since, nodes, domain) if nodes else None
     return QueueEffect(True, what, hold)
+
+
+def _reservation(gang: Gang, snapshot: Snapshot, policy: Policy, now: float, view: QueueView, since: float,
+                 what: str) -> QueueEffect:
+    """``Backfill``: the reservation of a gang that does not fit (:func:`queue_effect`)."""
+    ahead = view.reservations
+    if len(ahead) >= policy.backfill_reservations:
+        return QueueEffect(True, what)
+    members = list(gang.slots) if gang.as_created else [p for p in gang.members if p.gated
+                                                         and not snapshot.committed_node(p)]
+    taken = frozenset().union(*(h.nodes for h in ahead)) if ahead else frozenset()
+    start = earliest_start(snapshot, members, gang.topology.required_level, now, taken) if members else None
+    if start is None or not start.nodes:
+        return QueueEffect(True, what)
+    order = queue_order(gang.key, gang.priority, gang.created)
+    hold = QueueHold(gang.key, order, gang.priority, since, start.nodes, start.domain, True, start.at,
+                     backfilled(snapshot, start.nodes, since))
+    return QueueEffect(True, f"{what}, {reserved_note(hold, now)}", hold,
+                       recheck_at=start.at if start.at is not None and start.at > now else None)
+
+
+def reserved_note(hold: QueueHold, now: float) -> str:
+    """How a reservation reads in reasons: ``reserved gce-topology-subblock=b0/s1 (8 node(s))
+    from 12:04:00 (in 6m), 3 gang(s) backfilled``; ``from when a pod without a time limit
+    ends`` when its start is not known."""
+    key, _, value = hold.domain.partition("=")
+    domain = f"{key.rpartition('/')[2]}={value}" if value else hold.domain
+    tail = f", {hold.backfilled} gang(s) backfilled" if hold.backfilled else ""
+    if hold.start is None:
+        return f"reserved {domain} ({len(hold.nodes)} node(s)) from when a pod without a time limit ends{tail}"
+    clock = rfc3339(hold.start)[11:19]
+    return f"reserved {domain} ({len(hold.nodes)} node(s)) from {clock} (in {_duration(hold.start - now)}){tail}"
 
 
 @dataclass(frozen=True)
@@ -81,7 +120,10 @@ def step(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
     order = queue_order(gang.key, gang.priority, gang.created)
     view = queue.view(order, gang.namespace)
     decision = decide(gang, snapshot, now, policy, view)
-    effect = queue_effect(gang, decision, snapshot, policy, now)
+    effect = queue_effect(gang, decision, snapshot, policy, now, view)
+    if effect.hold is not None and effect.hold.reservation:
+        status = decision.status
+        decision = replace(decision, status=replace(status, reasons=(*status.reasons, reserved_note(effect.hold, now))))
     others = queue.note(gang.key, order, effect.standing, effect.what, effect.hold)
     return Step(decision, effect, others, view)
 

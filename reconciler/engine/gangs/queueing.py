@@ -13,6 +13,10 @@ gang that does not fit does to those behind it:
   for it instead of for the next small gang. A large gang at the head does not starve.
 - ``StrictFIFO``: a gang that does not fit blocks every gang behind it (they wait, phase
   ``Waiting``, rule ``Queued``).
+- ``Backfill``: the first ``backfillReservations`` gangs that do not fit get a
+  **reservation** at once: a hold whose ``start`` is the earliest time the gang can start
+  on its nodes (:mod:`reconciler.engine.gangs.backfill`); a gang behind it may use those
+  nodes only when its own limit ends it by then (:meth:`QueueView.blocking`).
 
 Only gangs that could fit once capacity frees (placement code ``Unschedulable``, or a
 preemptor waiting for its victims) hold or block; a gang that can never fit as it is
@@ -45,7 +49,8 @@ class Policy:
     (``gangPreemptionMode``), the queueing strategy, the head-of-line wait (seconds), the
     gang annotation prefix (how victims are grouped into gangs), the longest a nomination
     holds nodes (``nominationMaxSeconds``) and when a node that keeps failing members is
-    avoided (:class:`~reconciler.engine.gangs.avoidance.Avoidance`)."""
+    avoided (:class:`~reconciler.engine.gangs.avoidance.Avoidance`), and how many waiting gangs
+    get a reservation under ``Backfill`` (``backfillReservations``)."""
 
     preemption: PreemptionMode = "off"
     queueing: QueueingStrategy = "BestEffortFIFO"
@@ -53,12 +58,14 @@ class Policy:
     gang_prefix: str = "troupe.io/gang"
     nomination_max_seconds: int = 600
     avoidance: Avoidance = Avoidance()  # noqa: RUF009  Avoidance is frozen
+    backfill_reservations: int = 2
 
     @classmethod
     def from_config(cls, config: Config) -> Policy:
         """The policy of a Troupe configuration."""
         return cls(config.gang_preemption_mode, config.queueing_strategy, config.head_of_line_seconds,
-                   config.gang_annotation_prefix, config.nomination_max_seconds, Avoidance.from_config(config))
+                   config.gang_annotation_prefix, config.nomination_max_seconds, Avoidance.from_config(config),
+                   config.backfill_reservations)
 
 
 def queue_order(key: str, priority: int, created: str) -> Order:
@@ -79,7 +86,10 @@ def complete_since(members: Iterable[PodInfo]) -> float | None:
 class Hold:
     """Capacity held for ``gang`` (queue order ``order``, priority ``priority``), waiting
     since ``since`` (seconds since the epoch): the node indices ``nodes`` of its target
-    domain ``domain``, which no gang behind it may use."""
+    domain ``domain``, which no gang behind it may use. A ``reservation`` (``Backfill``)
+    holds them from ``start`` (seconds since the epoch; None: not before some pod without
+    a limit ends): a gang behind it that ends by then may use them; ``backfilled`` of them
+    did (:func:`reconciler.engine.gangs.backfill.backfilled`)."""
 
     gang: str
     order: Order
@@ -87,6 +97,18 @@ class Hold:
     since: float
     nodes: frozenset[int]
     domain: str
+    reservation: bool = False
+    start: float | None = None
+    #: How many gangs were backfilled onto a reservation's nodes (for its reason).
+    backfilled: int = 0
+
+    def blocks(self, ends_at: float | None) -> bool:
+        """Whether the nodes are closed to a gang behind that would end at ``ends_at``
+        (seconds since the epoch; None: it has no limit): always for a plain hold and for a
+        reservation whose start is not known; else unless the gang ends by its start."""
+        if not self.reservation or ends_at is None or self.start is None:
+            return True
+        return ends_at > self.start
 
 
 def hold_for(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None) -> tuple[frozenset[int], str]:
@@ -134,6 +156,17 @@ class QueueView:
     def held_nodes(self) -> frozenset[int]:
         """Every node index some gang ahead holds."""
         return frozenset().union(*(h.nodes for h in self.holds)) if self.holds else frozenset()
+
+    @property
+    def reservations(self) -> tuple[Hold, ...]:
+        """The holds ahead that are reservations (``Backfill``)."""
+        return tuple(h for h in self.holds if h.reservation)
+
+    def blocking(self, ends_at: float | None) -> frozenset[int]:
+        """The node indices closed to a gang that would end at ``ends_at`` (seconds since the
+        epoch; None: it has no limit): those of every hold ahead that :meth:`Hold.blocks` it."""
+        closed = [h.nodes for h in self.holds if h.blocks(ends_at)]
+        return frozenset().union(*closed) if closed else frozenset()
 
 
 @dataclass(frozen=True)
@@ -198,4 +231,5 @@ class QueueState:
 
 
 def _effect(entry: _Entry | None) -> tuple[object, ...] | None:
-    return None if entry is None else (entry.order, entry.hold.nodes if entry.hold else None)
+    hold = entry.hold if entry is not None else None
+    return None if entry is None else (entry.order, hold.nodes if hold else None, hold.start if hold else None)

@@ -36,6 +36,7 @@ from reconciler.engine.ledger.topology import TopologyLevels
 from reconciler.engine.model import dra
 from reconciler.engine.model.declared import gang_key
 from reconciler.engine.model.keys import PodKey, WorkloadKey
+from reconciler.engine.model.limits import Limit, pod_limit
 from reconciler.engine.model.membership import auto_namespaces, planned_gangs
 from reconciler.engine.model.podterms import DO_NOT_SCHEDULE, SpreadConstraint
 from troupe.config import Config
@@ -76,7 +77,29 @@ def build_snapshot(parts: SnapshotParts, devices: draunits.NodesMemo | None = No
                     sorted(parts.budgets, key=lambda b: (b.namespace, b.name)), namespaces=parts.namespaces,
                     volumes=parts.volumes, spread_defaults=spread_defaults(config),
                     reservations=parts.workloads.reservations(planned_workloads(parts)),
-                    whole_victims=whole_victims(parts), group_priorities=group_priorities(parts), usage=parts.usage)
+                    whole_victims=whole_victims(parts), group_priorities=group_priorities(parts), usage=parts.usage,
+                    limits=pod_limits(parts) if config.queueing_strategy == "Backfill" else None)
+
+
+def pod_limits(parts: SnapshotParts) -> dict[PodKey, Limit]:
+    """Pod key -> its time limits (:func:`~reconciler.engine.model.limits.pod_limit`), for the
+    active pods of ``parts`` that have one: their own ``spec.activeDeadlineSeconds`` and
+    Kueue label, and their controlling workload's deadline and Kueue label
+    (docs/decisions/079-reservation-at-earliest-start-and-backfill.md). Read only under
+    ``queueingStrategy: Backfill``, the one reader (about 2 µs a pod)."""
+    objects = parts.workloads.objects
+    out = {}
+    for pod in parts.pods:
+        if not pod.active:
+            continue
+        owner = pod.owner
+        w = objects.get((owner.kind, pod.namespace, owner.name)) if owner is not None else None
+        deadline = pod.spec_values.deadline_seconds if pod.spec_values is not None else None
+        limit = pod_limit(deadline, pod.labels, pod.started_at, w.ends_at if w else None,
+                          w.max_exec_seconds if w else None, w.started if w else None)
+        if limit is not None:
+            out[pod.key] = limit
+    return out
 
 
 def whole_victims(parts: SnapshotParts) -> frozenset[str]:

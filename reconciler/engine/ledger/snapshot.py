@@ -48,6 +48,7 @@ from reconciler.engine.ledger.usage import UsageCopy, give_back, take
 from reconciler.engine.model.budgets import Budget
 from reconciler.engine.model.devicegroups import DeviceGroup, DeviceInventory, Holding
 from reconciler.engine.model.keys import PodKey
+from reconciler.engine.model.limits import Limit
 from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.podterms import SpreadConstraint
@@ -113,16 +114,17 @@ class Snapshot:
     cache's :class:`~reconciler.engine.ledger.usage.BoundUsage`, which the snapshot then owns):
     those pods are not counted again (docs/decisions/061-bound-usage.md); ignored unless it
     was made on this very table. ``group_priorities``: pod key -> the priority its pod group
-    states, for the pods whose group states one (:meth:`priority_of`).
+    states, for the pods whose group states one (:meth:`priority_of`). ``limits``: pod key ->
+    its time limits (:class:`~reconciler.engine.model.limits.Limit`), for the pods that have one.
     """
 
     def __init__(self, nodes: Iterable[NodeInfo] | NodeTable, pods: Iterable[PodInfo], levels: TopologyLevels,
                  groups: Iterable[DeviceGroup] = (), group_errors: Mapping[str, str] | None = None,
-                 budgets: Iterable[Budget] = (), *,
+                 budgets: Iterable[Budget] = (), *, spread_defaults: Sequence[SpreadConstraint] = (),
                  namespaces: Mapping[str, Mapping[str, str]] | None = None, volumes: VolumeCatalog | None = None,
-                 spread_defaults: Sequence[SpreadConstraint] = (),
                  reservations: Iterable[Reservation] = (), whole_victims: Iterable[str] = (),
-                 group_priorities: Mapping[PodKey, int] | None = None, usage: UsageCopy | None = None) -> None:
+                 group_priorities: Mapping[PodKey, int] | None = None, usage: UsageCopy | None = None,
+                 limits: Mapping[PodKey, Limit] | None = None) -> None:
         table = nodes if isinstance(nodes, NodeTable) else NodeTable(nodes, levels)
         self.table = table
         self.levels = levels
@@ -146,12 +148,12 @@ class Snapshot:
         self.group_errors: dict[str, str] = dict(group_errors or {})
         self.budgets: tuple[Budget, ...] = tuple(budgets)
         self.namespaces: Mapping[str, Mapping[str, str]] = namespaces or {}
-        self.volumes = volumes
-        self.spread_defaults = tuple(spread_defaults)
+        self.volumes, self.spread_defaults = volumes, tuple(spread_defaults)
         #: Gang keys evicted only whole, even by ``minimal`` preemption: their members name a
         #: pod group whose ``disruptionMode`` is ``all`` (docs/decisions/056-pod-groups.md).
         self.whole_victims: frozenset[str] = frozenset(whole_victims)
         self.group_priorities: Mapping[PodKey, int] = group_priorities or {}
+        self.limits: Mapping[PodKey, Limit] = limits or {}
         #: Keys of the pods that carry :class:`~reconciler.engine.model.podterms.PodTerms`.
         self.terms_keys = tuple(indexed.terms_keys)
         #: Keys of the pods that ask an exclusive level (:mod:`reconciler.engine.placement.layers`).

@@ -150,6 +150,9 @@ class PodInfo:
     #: Volcano's, coscheduling's or KAI's key: :func:`troupe.podgroups.pod_group_ref`), None
     #: when it names none (docs/decisions/056-pod-groups.md).
     pod_group: PodGroupRef | None = None
+    #: Its ``status.startTime`` (RFC 3339, set by the kubelet when it accepts the pod),
+    #: ``""`` before it starts: what its ``spec.activeDeadlineSeconds`` counts from.
+    started_at: str = ""
     #: What its ``requests``, ``node_filter``, ``gates``, ``priority`` and ``grace_seconds``
     #: were read from (:func:`~.specs.spec_values`), held so that the spec memo keeps them
     #: while the pod is held, and no longer; None for a pod not parsed from an object.
@@ -224,6 +227,7 @@ class PodInfo:
             "claims": _resource_claims(spec, status),
             "pod_group": group_ref_from_meta(annotations, labels, of_spec.scheduling_group),
             "spec_values": of_spec,
+            "started_at": shared(str(status.get("startTime") or "")),
         })
 
 

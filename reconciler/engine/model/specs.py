@@ -45,6 +45,9 @@ class SpecValues:
     scheduling_group: str | None
     terms_error: str | None
     may_have_terms: bool
+    #: ``spec.activeDeadlineSeconds`` (seconds the kubelet lets the pod run from its
+    #: ``status.startTime``), None when unset or not a positive integer.
+    deadline_seconds: int | None = None
 
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -101,7 +104,7 @@ def _parse_spec(spec: Mapping[str, Any]) -> SpecValues:
     # Whether a pod has terms does not hang on its namespace, name or labels, only what they say.
     may_have_terms = terms_error is not None or parse_pod_terms("default", "pod", {}, spec) is not None
     return SpecValues(requests, node_filter, gates, priority, _grace(spec), scheduling_group(spec), terms_error,
-                      may_have_terms)
+                      may_have_terms, _deadline(spec))
 
 
 def scheduling_group(spec: Mapping[str, Any]) -> str | None:
@@ -122,6 +125,11 @@ def _gates(spec: Mapping[str, Any]) -> list[str]:
             raise ObjectError(f"spec.schedulingGates[{i}].name", "missing field")
         gates.append(gate["name"])
     return gates
+
+
+def _deadline(spec: Mapping[str, Any]) -> int | None:
+    value = spec.get("activeDeadlineSeconds")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63 else None
 
 
 def _grace(spec: Mapping[str, Any]) -> int:

@@ -45,6 +45,7 @@ import troupe.contract as contract
 import troupe.kueue as kueue
 from reconciler.engine.model.keys import WorkloadKey
 from reconciler.engine.model.kinds import MODULE_OF, REGISTRY
+from reconciler.engine.model.limits import label_seconds
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.reservations import Record, Reservation, authentic
 from reconciler.engine.model.templates import MAX_SLOTS, slots
@@ -98,6 +99,11 @@ class Workload:
     #: Past it the workload is finishing: its controller deletes the members before it
     #: writes the condition that ends it (docs/decisions/067-narrowed-tokens-interrupts-and-finished-workloads.md).
     ends_at: float | None = None
+    #: Kueue's ``kueue.x-k8s.io/max-exec-time-seconds`` label on it (seconds), and its
+    #: ``status.startTime`` (seconds since the epoch, None before it starts): another limit
+    #: that ends it (:mod:`reconciler.engine.model.limits`).
+    max_exec_seconds: int | None = None
+    started: float | None = None
     #: Its ``troupe.io/release`` annotation (``""`` without one).
     release: str = ""
     #: The reservation it carries (``reconciler.troupe.io/reservation``), None without one
@@ -286,6 +292,7 @@ def workload(kind: str, obj: Mapping[str, Any], key: bytes | None = None) -> Wor
                     slots=slots(kind, obj) if 0 < size <= MAX_SLOTS else (), too_large=too_large,
                     generation=generation if isinstance(generation, int) else 0,
                     active=_active(meta, spec, status), finished=_finished(status), ends_at=_ends_at(kind, spec, status),
+                    max_exec_seconds=label_seconds(labels), started=_started(status),
                     release=release if isinstance(release, str) else "", record=record, record_error=record_error,
                     owned=kind == JOB.kind and _owned(meta), uid=uid, most_pods=most, most_pods_from=most_from,
                     queue=queue if isinstance(queue, str) else "",
@@ -347,6 +354,11 @@ def _active(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[st
     """Whether a workload still runs pods: not being deleted, not suspended, without a
     condition that ends it."""
     return meta.get("deletionTimestamp") is None and not _suspended(spec) and not _finished(status)
+
+
+def _started(status: Mapping[str, Any]) -> float | None:
+    started = status.get("startTime")
+    return epoch(started) if isinstance(started, str) else None
 
 
 def _ends_at(kind: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:

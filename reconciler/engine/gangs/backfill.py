@@ -1,0 +1,210 @@
+"""``queueingStrategy: Backfill``: a reservation at a waiting gang's earliest start, and
+backfill that never delays it (docs/decisions/079-reservation-at-earliest-start-and-backfill.md).
+
+The first gangs in queue order that do not fit (``backfillReservations`` of them) each get a
+**reservation** at once: a domain and the earliest time the gang can start there
+(:func:`earliest_start`), from the expected ends of the pods that run there
+(:mod:`reconciler.engine.model.limits`) and the gang's required level. A gang behind it
+may use the reserved nodes only when its own limit ends it by the reservation's start
+(:func:`run_end`; EASY backfill, as Slurm's ``sched/backfill``): a gang without a limit
+never does, nor any gang while the start is not known. Nothing is remembered: each decision computes the reservation again from the
+cluster, so a takeover keeps it and a pod that runs past its limit moves it (an overdue pod
+counts as ending now: nothing may backfill in front of it).
+
+Each reservation costs one pass over the events of the pods on its candidate domains,
+at most :data:`MAX_EVENTS` of them (the earliest first). Pure: plain data in and out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from reconciler.engine.gangs.gang import Gang
+from reconciler.engine.gangs.queueing import QueueView, gang_of_namespace
+from reconciler.engine.ledger.snapshot import Snapshot
+from reconciler.engine.model.limits import expected_end, gang_end, pod_limit
+from reconciler.engine.model.pods import PodInfo
+from reconciler.engine.model.timestamps import epoch, rfc3339
+
+#: The most pod ends one reservation looks at (the earliest first): the bound of its cost.
+#: A gang that needs more of them to end than this waits without a start time.
+MAX_EVENTS = 4096
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where and when a waiting gang can start: the node indices ``nodes`` of domain
+    ``domain`` (``cloud.google.com/gce-topology-subblock=b0/s1``), from ``at`` (seconds since the
+    epoch; None: not before some pod without a limit ends)."""
+
+    nodes: frozenset[int]
+    domain: str
+    at: float | None
+
+
+def run_end(gang: Gang, snapshot: Snapshot, now: float) -> float | None:
+    """When ``gang`` would end if it started at ``now`` (seconds since the epoch): its last
+    member's expected end under the limits its members (or, for a gang released as
+    created, its slots) carry and its workload's deadline; None when some member has no
+    limit (it runs "until it ends")."""
+    pods: Sequence[PodInfo] = gang.slots if gang.as_created else gang.members
+    limits = []
+    for pod in pods:
+        limit = snapshot.limits.get(pod.key)
+        if limit is None or gang.as_created:
+            deadline = pod.spec_values.deadline_seconds if pod.spec_values is not None else None
+            limit = pod_limit(deadline, pod.labels, "", gang.ends_at)
+        limits.append(limit)
+    return gang_end(limits, now)
+
+
+def closed_to(gang: Gang, snapshot: Snapshot, now: float, queue: QueueView) -> frozenset[int]:
+    """The node indices the gangs ahead in ``queue`` close to ``gang`` at ``now``: every
+    held node, less the reserved ones it would leave by their start (:meth:`QueueView.blocking`
+    with :func:`run_end`). Its limits are read only when some gang ahead holds a reservation."""
+    if not queue.reservations:
+        return queue.held_nodes
+    return queue.blocking(run_end(gang, snapshot, now))
+
+
+def backfill_note(gang: Gang, snapshot: Snapshot, now: float, queue: QueueView, nodes: Iterable[str]) -> str:
+    """What a placement on ``nodes`` (node names) says when it takes nodes reserved for a gang
+    ahead in ``queue``: ``backfilled onto 1 node(s) reserved for gang ml/big from 12:04:00;
+    it ends by 12:03:10`` (each reservation it uses), ``""`` when it takes none. A gang of
+    another namespace is not named (:func:`~reconciler.engine.gangs.queueing.gang_of_namespace`)."""
+    taken = {snapshot.index[n] for n in nodes if n in snapshot.index}
+    used = [(h, len(h.nodes & taken)) for h in queue.reservations if h.nodes & taken]
+    if not used:
+        return ""
+    end = run_end(gang, snapshot, now)
+    parts = [f"backfilled onto {n} node(s) reserved for {gang_of_namespace(h.gang, gang.namespace)}"
+             + (f" from {rfc3339(h.start)[11:19]}" if h.start is not None else "") for h, n in used]
+    return "; ".join(parts) + (f"; it ends by {rfc3339(end)[11:19]}" if end is not None else "")
+
+
+def backfilled(snapshot: Snapshot, nodes: frozenset[int], since: float) -> int:
+    """How many gangs were backfilled onto ``nodes`` (node indices reserved for a gang
+    complete since ``since``, seconds since the epoch): the releases (their ``planned-at``)
+    of the active pods there that Troupe released after it; nothing remembered."""
+    releases = set()
+    for key, pod in snapshot.pods.items():
+        if pod.active and pod.planned_at and snapshot.node_index_of(key) in nodes:
+            at = epoch(pod.planned_at)
+            if at is not None and at > since:
+                releases.add(pod.planned_at)
+    return len(releases)
+
+
+def earliest_start(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str | None, now: float,
+                   taken: Iterable[int] = ()) -> Start | None:
+    """The earliest :class:`Start` of a gang of ``members`` at ``now``, its nodes outside
+    ``taken`` (nodes reserved for gangs ahead).
+
+    The target level is the gang's required one, else the lowest at which an emptied domain
+    would hold the whole gang; members of several shapes count as their envelope (each
+    resource's largest request, every filter), as the head-of-line hold counts them. Each
+    pod on a candidate node frees its requests at its expected end (an overdue pod or one
+    being deleted at ``now``, a pod without a limit never); the start is the first time some domain holds
+    every member, the domain with the most room then (then topology order). When none does
+    within :data:`MAX_EVENTS`, the domain with the most room once every limited pod ended,
+    start None. None when no domain outside ``taken`` could ever hold the gang."""
+    tree, levels = snapshot.tree, snapshot.levels
+    names = sorted({r for p in members for r in p.requests})
+    requests = {r: max(p.requests.get(r, 0) for p in members) for r in names}
+    filters = list(dict.fromkeys(p.node_filter for p in members))
+    eligible = [all(t) for t in zip(*(snapshot.eligible(f) for f in filters), strict=True)]
+    for i in taken:
+        eligible[i] = False
+    empty = tree.caps_by_depth(snapshot.empty().capacity(requests, eligible))
+    x = len(members)
+    depths: Iterable[int]
+    if required_level is not None:
+        depth = levels.depth_of(required_level)
+        depths = [depth] if depth is not None else []
+    else:
+        depths = range(tree.leaf_depth, -1, -1)
+    for d in depths:
+        fitting = [j for j, c in enumerate(empty[d]) if c >= x]
+        if fitting:
+            return _first_start(snapshot, requests, eligible, d, fitting, x, now)
+    return None
+
+
+def _first_start(snapshot: Snapshot, requests: dict[str, int], eligible: list[bool], d: int, fitting: list[int],
+                 x: int, now: float) -> Start:
+    """The walk of :func:`earliest_start` over the pod ends of the ``fitting`` domains of depth ``d``."""
+    tree = snapshot.tree
+    domain_of: dict[int, int] = {}
+    for j in fitting:
+        for i in range(tree.lo[d][j], tree.hi[d][j]):
+            if eligible[i]:
+                domain_of[i] = j
+    wanted = {r: units for r, units in requests.items() if units > 0}
+    cols = {r: snapshot.free_units(r) for r in wanted}  # copies: freed units are added to them
+    events: list[tuple[float, int, PodInfo]] = []
+    for key, pod in snapshot.pods.items():
+        at = snapshot.node_index_of(key)
+        if at is None or at not in domain_of:
+            continue
+        end = now if pod.deleting else expected_end(snapshot.limits.get(key), now)
+        if end is not None:
+            events.append((max(end, now), at, pod))
+    # The room each domain has once every pod with a limit ended: one that would not hold
+    # the gang even then is not walked.
+    final = {r: list(col) for r, col in cols.items()}
+    for _, i, pod in events:
+        for r in wanted:
+            final[r][i] += pod.requests.get(r, 0)
+    last = dict.fromkeys(fitting, 0)
+    for i, j in domain_of.items():
+        last[j] += _fits(final, wanted, i)
+    if not any(c >= x for c in last.values()):
+        j = max(fitting, key=lambda k: (last[k], -k))
+        return _start(snapshot, d, j, domain_of, None)
+    live = {j for j, c in last.items() if c >= x}
+    domain_of = {i: j for i, j in domain_of.items() if j in live}
+    events = [e for e in events if e[1] in domain_of]
+    cap = {i: _fits(cols, wanted, i) for i in domain_of}
+    room = dict.fromkeys(live, 0)
+    for i, c in cap.items():
+        room[domain_of[i]] += c
+    best = _best(room, room, x)
+    if best is not None:
+        return _start(snapshot, d, best, domain_of, now)
+    events.sort(key=lambda e: (e[0], e[1], e[2].key))
+    changed: set[int] = set()
+    for n, (when, i, pod) in enumerate(events[:MAX_EVENTS]):
+        for r in wanted:
+            cols[r][i] += pod.requests.get(r, 0)
+        c = _fits(cols, wanted, i)
+        j = domain_of[i]
+        room[j] += c - cap[i]
+        cap[i] = c
+        changed.add(j)
+        if n + 1 < len(events) and events[n + 1][0] == when:
+            continue  # every pod that ends at the same time first
+        best = _best(room, changed, x)
+        if best is not None:
+            return _start(snapshot, d, best, domain_of, when)
+        changed.clear()
+    j = max(live, key=lambda k: (room[k], -k))  # more ends than MAX_EVENTS before it
+    return _start(snapshot, d, j, domain_of, None)
+
+
+def _fits(cols: dict[str, list[int]], requests: dict[str, int], i: int) -> int:
+    """How many pods of ``requests`` fit in the free units ``cols`` of node ``i``."""
+    counts = [cols[r][i] // units if cols[r][i] > 0 else 0 for r, units in requests.items()]
+    return min(counts) if counts else 1 << 30
+
+
+def _best(room: dict[int, int], among: Iterable[int], x: int) -> int | None:
+    """The domain of ``among`` with the most ``room`` that holds ``x``, None when none does."""
+    ready = [j for j in among if room[j] >= x]
+    return max(ready, key=lambda k: (room[k], -k)) if ready else None
+
+
+def _start(snapshot: Snapshot, d: int, j: int, domain_of: dict[int, int], at: float | None) -> Start:
+    name = snapshot.levels.name_of(d)
+    domain = f"{name}={'/'.join(snapshot.tree.prefix[d][j])}" if name else "the cluster"
+    return Start(frozenset(i for i, k in domain_of.items() if k == j), domain, at)
