@@ -17,6 +17,7 @@ from reconciler.daemon.handlers.waves import Waves
 from reconciler.daemon.memory import Memories, Memory
 from reconciler.engine.decision.actions import ClearPlans, ForgetBackoff, RollBack
 from reconciler.engine.decision.seen import Decision
+from reconciler.engine.gangs.backoff import backoff as backoff_seconds
 from reconciler.engine.gangs.gang import Gang
 from reconciler.engine.gangs.refusals import AVOID_SECONDS
 from reconciler.engine.model.keys import PodKey
@@ -29,9 +30,6 @@ log = logging.getLogger("reconciler.daemon.controller")
 
 #: ``reason`` of the DisruptionTarget condition set on a member before a rollback deletes it.
 DISRUPTION_REASON = "TroupeGangTimeout"
-#: Backoff of a gang's next release after a timeout rollback: seconds, doubling, capped.
-TIMEOUT_BACKOFF_BASE_SECONDS = 10.0
-TIMEOUT_BACKOFF_MAX_SECONDS = 300.0
 
 
 class Rollbacks:
@@ -60,8 +58,7 @@ class Rollbacks:
         again = set(action.releases) <= set(memory.rolled_back)  # finishing a rollback cut short
         refused = bool(action.avoid)
         timeouts = memory.timeouts if again or refused else memory.timeouts + 1
-        backoff = 0.0 if refused else float(min(TIMEOUT_BACKOFF_BASE_SECONDS * 2 ** (timeouts - 1),
-                                                TIMEOUT_BACKOFF_MAX_SECONDS))
+        backoff = 0.0 if refused else backoff_seconds(timeouts)
         not_before = memory.not_before if again or refused else now + backoff
         avoided = {node: entry for node, entry in (memory.avoid or {}).items() if entry[0] > now}
         avoid = {**avoided, **{r.node: (now + AVOID_SECONDS, r.describe()) for r in action.avoid if r.node not in avoided}}

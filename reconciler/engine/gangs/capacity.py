@@ -15,8 +15,8 @@ docs/decisions/080-provisioning-requests.md). Here:
   shapes (what placement reads of them: requests and node filter, tolerations included) and
   the count of each, each with a template name.
 - :func:`retry_at`: when a request that failed, expired or whose nodes did not fit is made
-  again: the rollback's backoff (``reconciler/daemon/handlers/rollbacks.py``: 10 s doubled
-  per attempt, at most 300 s).
+  again: the rollback's backoff (:func:`reconciler.engine.gangs.backoff.backoff`: 10 s
+  doubled per attempt, at most 300 s).
 
 Pure: no Kubernetes client, no clock, no I/O.
 """
@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from reconciler.engine.gangs.backoff import backoff
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import epoch
 from troupe.provisioning import (
@@ -41,10 +42,6 @@ from troupe.provisioning import (
 
 #: The annotation that counts a gang's requests (1 for its first): the backoff doubles with it.
 ATTEMPT_ANNOTATION = "reconciler.troupe.io/attempt"
-#: The rollback's backoff (``reconciler/daemon/handlers/rollbacks.py``): the first retry
-#: after this many seconds, doubled per attempt, at most :data:`BACKOFF_MAX_SECONDS`.
-BACKOFF_BASE_SECONDS = 10.0
-BACKOFF_MAX_SECONDS = 300.0
 #: A DNS-1123 subdomain is at most 253 characters; the names are kept within a label (63),
 #: which every kind accepts, with room for a template's suffix.
 _NAME_MAX = 63
@@ -180,10 +177,6 @@ def pod_sets(gang_key: str, members: Sequence[PodInfo]) -> tuple[PodSet, ...]:
         counts.setdefault(shape_of(pod), []).append(pod)
     return tuple(PodSet(f"{name}-{_hash(shape, 5)}", len(pods), pods[0]) for shape, pods in counts.items())
 
-
-def backoff(attempt: int) -> float:
-    """Seconds before attempt ``attempt + 1`` (``attempt`` >= 1): the rollback's backoff."""
-    return float(min(BACKOFF_BASE_SECONDS * 2 ** (max(attempt, 1) - 1), BACKOFF_MAX_SECONDS))
 
 
 def retry_at(request: Observed, since: str) -> float | None:
