@@ -200,9 +200,13 @@ def release_as_created(s: Seen) -> Decision:
 
 def reserve(s: Seen) -> Decision:
     """Rule ``Reserved``: place every slot and write the reservation; ``Unplaced`` (waiting,
-    no preemption yet) when the slots do not fit."""
+    no preemption yet) when the slots do not fit; ``Queued`` while a gang ahead blocks it
+    (``StrictFIFO``, as for a gang released when complete)."""
     gang, snapshot = s.gang, s.snapshot
     assert gang.workload is not None  # only gangs released as created get here
+    if s.queue.blocked_by:  # StrictFIFO: a gang ahead that does not fit holds back every gang behind
+        return s.made(lifecycle.QUEUED, (Wait(s.gated_keys),),
+                      Status.of(f"queued behind {s.queue.blocked_by} (StrictFIFO)"))
     slots = list(gang.slots)
     if gang.avoid:
         slots = [replace(p, node_filter=avoiding(p.node_filter, gang.avoid)) for p in slots]

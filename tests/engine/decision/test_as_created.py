@@ -221,3 +221,15 @@ def test_a_reserved_node_is_never_committed_twice(size, released, other, gpus):
     for a in result.assignments:
         used[a.node] += gpus
     assert all(total <= 8 for total in used.values()), used
+
+
+def test_under_strict_fifo_a_job_behind_a_blocked_gang_is_queued_not_reserved():
+    from reconciler.engine.gangs.queueing import QueueView
+
+    job = job_object("train", 4)
+    snapshot, gang = world(job)
+
+    decision = decide(gang, snapshot, NOW, queue=QueueView(blocked_by="gang ml/big (priority 0, waiting 1m)"))
+
+    assert decision.rule is lifecycle.QUEUED and decision.find(actions.Reserve) is None
+    assert "queued behind gang ml/big (priority 0, waiting 1m) (StrictFIFO)" in decision.reason
