@@ -231,6 +231,7 @@ class Trainer:
             self._start()
             self._monitor.start()
             self.cluster.kubectl("apply", "--server-side", "-f", str(self.build.torch_runtime))
+            self._wait_runtime_seen(self._started[0])
         except BaseException:
             self.stop()
             raise
@@ -273,6 +274,27 @@ class Trainer:
                 raise RuntimeError(f"the trainer's webhooks not in effect after {timeout:.0f}s: "
                                    f"{(done.stderr or done.stdout).strip()}; last lines of {started.record.log}:\n"
                                    f"{tail(started.record.log)}")
+            time.sleep(0.3)
+
+    def _wait_runtime_seen(self, started: Started, timeout: float = 30.0) -> None:
+        """Until the TrainJob webhook finds the ClusterTrainingRuntime just applied (it reads
+        runtimes from the manager's informer cache, which may not hold it yet): a server-side
+        dry run of a TrainJob naming it is no longer refused as "not found". Raises
+        ``RuntimeError`` with the last answer and the manager's log tail after ``timeout``
+        seconds."""
+        probe = {"apiVersion": "/".join(TRAINER_API), "kind": "TrainJob",
+                 "metadata": {"name": "runtime-probe", "namespace": "default"},
+                 "spec": {"runtimeRef": {"name": TORCH_RUNTIME}}}
+        end = time.monotonic() + timeout
+        while True:
+            done = self.cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-",
+                                        input=yaml.safe_dump(probe), check=False)
+            if done.returncode == 0 or "not found" not in done.stderr:
+                return
+            if time.monotonic() > end:
+                raise RuntimeError(f"the trainer's webhook does not find ClusterTrainingRuntime {TORCH_RUNTIME} "
+                                   f"after {timeout:.0f}s: {done.stderr.strip()}; last lines of "
+                                   f"{started.record.log}:\n{tail(started.record.log)}")
             time.sleep(0.3)
 
     def check(self) -> None:
