@@ -20,7 +20,9 @@ import yaml
 from kubernetes import client
 
 from devtools.devcluster import Cluster
+from tests.support.e2e import wait_for
 from tests.support.helm import CHART, HelmFailed, helm
+from troupe import contract
 
 PREVIOUS_CHART = Path(__file__).resolve().parent / "charts" / "troupe-0.1.0.tgz"
 RELEASE = "troupe-upgrade"
@@ -34,9 +36,25 @@ STRATEGY_COLUMN = {"name": "Strategy", "type": "string", "jsonPath": ".spec.sche
 @pytest.fixture
 def crd_as_the_cluster_had_it(cluster: Cluster) -> Iterator[None]:
     """Afterwards the CRD is again the one the local control plane installs at start (no Helm
-    ownership, no test column), for the test modules that run after this one."""
+    ownership, no test column), and the uninstalled release's admission policies are out of
+    effect (the API server drops a deleted policy from its cache a moment later): the test
+    modules that run after this one on the cluster write Gang objects as the admin."""
     yield
     cluster.install_crds()
+    group, version, plural = contract.GANG_API
+    gang = {"apiVersion": f"{group}/{version}", "kind": "Gang", "metadata": {"name": "policy-probe",
+                                                                          "namespace": "default"}}
+    objects = client.CustomObjectsApi(cluster.api_client("admin"))
+
+    def admitted() -> bool:
+        try:
+            objects.create_namespaced_custom_object(group, version, "default", plural, gang, dry_run="All")
+        except client.ApiException as e:
+            if e.status == 403:
+                return False
+            raise
+        return True
+    wait_for("the uninstalled release's policies out of effect", admitted, timeout=60)
 
 
 def crd(api: Any) -> Any:
