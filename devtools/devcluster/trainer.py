@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -256,45 +257,38 @@ class Trainer:
                                                        self.cluster.ca_pem), self._configurations)
         self._wait_in_effect(started)
 
-    def _wait_in_effect(self, started: Started, timeout: float = 30.0) -> None:
+    def _wait_in_effect(self, started: Started) -> None:
         """Until the API server calls the TrainJob webhook: a server-side dry run of a
         TrainJob named ``0-probe`` (a valid object name, not the RFC 1035 label the webhook
-        asks for) is denied by it. Raises ``RuntimeError`` with the last answer and the
-        manager's log tail after ``timeout`` seconds."""
-        probe = {"apiVersion": "/".join(TRAINER_API), "kind": "TrainJob",
-                 "metadata": {"name": "0-probe", "namespace": "default"},
-                 "spec": {"runtimeRef": {"name": TORCH_RUNTIME}}}
-        end = time.monotonic() + timeout
-        while True:
-            done = self.cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-",
-                                        input=yaml.safe_dump(probe), check=False)
-            if done.returncode != 0 and "validator.trainjob.trainer.kubeflow.org" in done.stderr:
-                return
-            if time.monotonic() > end:
-                raise RuntimeError(f"the trainer's webhooks not in effect after {timeout:.0f}s: "
-                                   f"{(done.stderr or done.stdout).strip()}; last lines of {started.record.log}:\n"
-                                   f"{tail(started.record.log)}")
-            time.sleep(0.3)
+        asks for) is denied by it."""
+        self._wait_dry_run(started, "0-probe", "the trainer's webhooks in effect",
+                           lambda rc, err: rc != 0 and "validator.trainjob.trainer.kubeflow.org" in err)
 
-    def _wait_runtime_seen(self, started: Started, timeout: float = 30.0) -> None:
+    def _wait_runtime_seen(self, started: Started) -> None:
         """Until the TrainJob webhook finds the ClusterTrainingRuntime just applied (it reads
         runtimes from the manager's informer cache, which may not hold it yet): a server-side
-        dry run of a TrainJob naming it is no longer refused as "not found". Raises
-        ``RuntimeError`` with the last answer and the manager's log tail after ``timeout``
+        dry run of a TrainJob naming it is no longer refused as "not found"."""
+        self._wait_dry_run(started, "runtime-probe", f"ClusterTrainingRuntime {TORCH_RUNTIME} found by the webhook",
+                           lambda rc, err: rc == 0 or "not found" not in err)
+
+    def _wait_dry_run(self, started: Started, name: str, what: str, done: Callable[[int, str], bool],
+                      timeout: float = 30.0) -> None:
+        """Until a server-side dry run of a TrainJob ``name`` of the ``torch-distributed``
+        runtime answers as ``done`` (exit code, stderr) accepts. Raises ``RuntimeError``
+        naming ``what``, with the last answer and the manager's log tail, after ``timeout``
         seconds."""
         probe = {"apiVersion": "/".join(TRAINER_API), "kind": "TrainJob",
-                 "metadata": {"name": "runtime-probe", "namespace": "default"},
+                 "metadata": {"name": name, "namespace": "default"},
                  "spec": {"runtimeRef": {"name": TORCH_RUNTIME}}}
         end = time.monotonic() + timeout
         while True:
-            done = self.cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-",
-                                        input=yaml.safe_dump(probe), check=False)
-            if done.returncode == 0 or "not found" not in done.stderr:
+            answer = self.cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-",
+                                          input=yaml.safe_dump(probe), check=False)
+            if done(answer.returncode, answer.stderr):
                 return
             if time.monotonic() > end:
-                raise RuntimeError(f"the trainer's webhook does not find ClusterTrainingRuntime {TORCH_RUNTIME} "
-                                   f"after {timeout:.0f}s: {done.stderr.strip()}; last lines of "
-                                   f"{started.record.log}:\n{tail(started.record.log)}")
+                raise RuntimeError(f"not {what} after {timeout:.0f}s: {(answer.stderr or answer.stdout).strip()}; "
+                                   f"last lines of {started.record.log}:\n{tail(started.record.log)}")
             time.sleep(0.3)
 
     def check(self) -> None:
