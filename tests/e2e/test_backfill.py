@@ -14,22 +14,37 @@ earliest start is when the last deadline of gpu-b0-s0 runs out. A new reconciler
 and makes the same reservation. When the first Job there
 ends, a Job of 1 node with a deadline that ends it before that start backfills there; a Job
 with a longer deadline and one without any wait. The big gang starts at its reserved start.
+
+`kubectl troupe plan` on the README's snapshot of a cluster whose subblocks' deadlines end at
+different times prints the big gang's expected start; the reconciler then reserves that start
+and keeps it. A gang whose pods outlive a limit no one enforces (Kueue's max-exec-time label
+without Kueue) counts as ending now: the big gang's start is now, a short Job does not take the
+nodes freed meanwhile, and the big gang starts as soon as that gang ends.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.stack import Stack
+from reconciler.engine.model.limits import MAX_EXEC_TIME_LABEL
+from reconciler.objects.kinds import SNAPSHOT_COMMAND
 from tests.support.e2e import gang_annotations, temporary_namespace, wait_for
+from troupe.workloadkinds import CUSTOM_KINDS
 
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 NODES = """apiVersion: troupe.dev/devcluster/v1
@@ -44,6 +59,8 @@ groups:
 #: How far from its computed start the big gang may start (s): the Job controller's sync
 #: after a deadline, the pods' deletion, the reconciler's decision and kube-scheduler's binds.
 SLACK = 15.0
+#: The plugin, as users run it.
+PLUGIN = Path(sys.executable).parent / "kubectl-troupe"
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +89,11 @@ def ns(core: client.CoreV1Api) -> Iterator[str]:
         yield name
 
 
-def job(name: str, size: int, deadline: int | None, subblock: str = "", required: bool = False) -> dict[str, Any]:
+def job(name: str, size: int, deadline: int | None, subblock: str = "", required: bool = False,
+        labels: dict[str, str] | None = None) -> dict[str, Any]:
     """An Indexed Job of ``size`` whole-node pods as one gang, ended by the Job controller
-    ``deadline`` seconds after it starts (None: never), pinned to ``subblock`` if given."""
+    ``deadline`` seconds after it starts (None: never), pinned to ``subblock`` if given, its
+    pods labelled ``gang=<name>`` and ``labels``."""
     annotations = gang_annotations(name, size)
     if required:
         annotations["troupe.io/topology-required-level"] = SUBBLOCK
@@ -87,7 +106,8 @@ def job(name: str, size: int, deadline: int | None, subblock: str = "", required
     body: dict[str, Any] = {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
         "spec": {"completionMode": "Indexed", "completions": size, "parallelism": size, "backoffLimit": 0,
-                 "template": {"metadata": {"labels": {"gang": name}, "annotations": annotations}, "spec": spec}},
+                 "template": {"metadata": {"labels": {"gang": name, **(labels or {})}, "annotations": annotations},
+                              "spec": spec}},
     }
     if deadline is not None:
         body["spec"]["activeDeadlineSeconds"] = deadline
@@ -176,3 +196,80 @@ def test_a_big_gang_starts_at_its_reserved_start_and_only_a_job_that_ends_by_the
         assert running(core, ns, name, 0) is not None, f"{name} ran before the big gang"
         pods = core.list_namespaced_pod(ns, label_selector=f"gang={name}").items
         assert pods and all(p.spec.scheduling_gates for p in pods), f"{name} was released"
+
+
+def test_plan_on_a_snapshot_prints_the_start_the_reconciler_then_keeps(stack, core, batch, ns, tmp_path):
+    # Each subblock runs four Jobs of 2 nodes; gpu-b0-s0's deadlines end first.
+    deadlines = {"gpu-b0-s0": 45, "gpu-b0-s1": 90, "gpu-b1-s0": 120, "gpu-b1-s1": None}
+    fill = [(f"f{k}", subblock, deadline) for k, (subblock, deadline) in
+            enumerate((s, d) for s, d in deadlines.items() for _ in range(4))]
+    for name, subblock, deadline in fill:
+        batch.create_namespaced_job(ns, job(name, 2, deadline, subblock))
+    for name, _, _ in fill:
+        wait_for(f"gang {name} running", lambda n=name: running(core, ns, n, 2), timeout=120)
+    first = max(ends_at(batch, ns, name) for name, subblock, _ in fill if subblock == "gpu-b0-s0")
+
+    # The README's snapshot of the cluster, and `kubectl troupe plan` of the big gang on it.
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    resources = ",".join(r for r in SNAPSHOT_COMMAND.split()[2].split(",")
+                         if r not in {k.plural for k in CUSTOM_KINDS} and not r.startswith("podgroups."))
+    dump = tmp_path / "snapshot.json"
+    dump.write_text(stack.cluster.kubectl("get", resources, "-A", "-o", "json", timeout=120).stdout)
+    manifest = tmp_path / "big.yaml"
+    manifest.write_text(yaml.safe_dump(job("big", 8, None, required=True)))
+    done = subprocess.run([str(PLUGIN), "plan", "-f", str(manifest), "-n", ns, "--snapshot", str(dump), "--config",
+                           str(stack.config_path), "--now", now, "-o", "json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    (planned,) = json.loads(done.stdout)["gangs"]
+    assert planned["reserved"] == f"{SUBBLOCK}=gpu-b0/gpu-b0-s0", planned
+    expected = datetime.datetime.fromisoformat(planned["expectedStart"]).timestamp()
+    assert abs(expected - first) < 1, f"plan expects {planned['expectedStart']}, the deadlines end at {clock(first)}"
+
+    # The reconciler makes that reservation, and keeps it.
+    batch.create_namespaced_job(ns, job("big", 8, None, required=True))
+    reserved = f"reserved gce-topology-subblock=gpu-b0/gpu-b0-s0 (8 node(s)) from {clock(expected)}"
+    wait_for("the plan's reservation told", lambda: reserved in message(core, ns, "big") or None, timeout=30)
+    big = wait_for("the big gang running", lambda: running(core, ns, "big", 8), timeout=120)
+    began = max(p.status.start_time.timestamp() for p in big)
+    assert {subblock_of(core, p.spec.node_name) for p in big} == {"gpu-b0-s0"}
+    print(f"the big gang started {began - expected:+.1f} s from the start the plan printed")
+    assert began - expected <= SLACK, f"started {began - expected:.1f} s after the start the plan printed"
+
+
+def test_a_gang_past_a_limit_no_one_enforces_moves_the_start_to_now_and_nothing_backfills(stack, core, batch, ns):
+    # gpu-b0-s0: Job late (6 nodes) whose pods carry Kueue's max-exec-time of 15 s, which no
+    # Kueue enforces here, and Job done (2 nodes) ended by its deadline; elsewhere Jobs without a limit.
+    batch.create_namespaced_job(ns, job("late", 6, None, "gpu-b0-s0", labels={MAX_EXEC_TIME_LABEL: "15"}))
+    batch.create_namespaced_job(ns, job("done", 2, 25, "gpu-b0-s0"))
+    others = {f"x{i}": f"gpu-b{i // 8}-s{i // 4 % 2}" for i in range(4, 16)}
+    for name, subblock in others.items():
+        batch.create_namespaced_job(ns, job(name, 2, None, subblock))
+    for name, size in [("late", 6), ("done", 2), *((n, 2) for n in others)]:
+        wait_for(f"gang {name} running", lambda n=name, s=size: running(core, ns, n, s), timeout=120)
+    batch.create_namespaced_job(ns, job("big", 8, None, required=True))
+    wait_for("the big gang's reservation told",
+             lambda: "reserved gce-topology-subblock=gpu-b0/gpu-b0-s0 (8 node(s)) from " in message(core, ns, "big")
+             or None, timeout=30)
+
+    # Past its limit, Job late counts as ending now: 2 nodes free when done ends, and a Job
+    # whose own deadline is short still does not take them (it would delay the big gang).
+    wait_for("Job done ended", lambda: running(core, ns, "done", 0) is not None or None, timeout=60)
+    late_start = min(p.status.start_time.timestamp() for p in running(core, ns, "late", 6) or [])
+    assert datetime.datetime.now(datetime.UTC).timestamp() > late_start + 15
+    batch.create_namespaced_job(ns, job("short", 1, 10))
+    wait_for("the short Job decided", lambda: message(core, ns, "short") or None, timeout=30)
+    time.sleep(5)
+    pods = core.list_namespaced_pod(ns, label_selector="gang=short").items
+    assert pods and all(p.spec.scheduling_gates for p in pods), f"short was released: {message(core, ns, 'short')!r}"
+    assert "(in 0s)" in message(core, ns, "big"), message(core, ns, "big")
+
+    # When late ends at last, the big gang starts at once, whole, in its reserved subblock.
+    ended = datetime.datetime.now(datetime.UTC).timestamp()
+    batch.delete_namespaced_job("late", ns, propagation_policy="Background")
+    big = wait_for("the big gang running", lambda: running(core, ns, "big", 8), timeout=60)
+    assert {subblock_of(core, p.spec.node_name) for p in big} == {"gpu-b0-s0"}
+    began = max(p.status.start_time.timestamp() for p in big)
+    print(f"the big gang started {began - ended:+.1f} s after the late Job was deleted")
+    assert began - ended <= SLACK
+    assert running(core, ns, "short", 0) is not None, "short ran before the big gang"
