@@ -139,10 +139,12 @@ bench-hostile: $(BIN)/.installed
 # nodes, against BestEffortFIFO in the same process (docs/decisions/079; about 20 s).
 bench-backfill: $(BIN)/.installed
 	$(BIN)/python benchmarks/backfill.py
-# Issue 48's table on the local control plane: a big gang under a stream of small Jobs with
-# deadlines, under StrictFIFO, BestEffortFIFO and Backfill (about 15 minutes).
+# A big gang under a stream of small Jobs with deadlines on the local control plane, under
+# StrictFIFO, BestEffortFIFO and Backfill (about 15 minutes a seed; BACKFILL_SEEDS=1,2,3 runs
+# each strategy on three streams and prints the medians).
+BACKFILL_SEEDS ?= 1
 bench-backfill-cluster: $(BIN)/.installed cluster-build
-	$(BIN)/python benchmarks/backfill_cluster.py
+	$(BIN)/python benchmarks/backfill_cluster.py --seeds $(BACKFILL_SEEDS)
 
 # All-or-nothing under SIGKILL at the scale of the measured result: 20 kills mid-release of
 # 40 gangs of 32-64 members (about 7 minutes; the suite runs 8 kills).

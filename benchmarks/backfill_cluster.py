@@ -2,7 +2,7 @@
 ``queueingStrategy`` (issue 48's table; docs/decisions/079-reservation-at-earliest-start-and-backfill.md).
 
     .venv/bin/python benchmarks/backfill_cluster.py [--strategies StrictFIFO,BestEffortFIFO,Backfill]
-        [--arrive 60] [--timeout 600] [--seed 1] [--run-dir DIR]
+        [--arrive 60] [--timeout 600] [--seeds 1] [--run-dir DIR]
 
 The cluster: 4 subblocks of 8 whole-GPU kwok nodes (2 blocks x 2 subblocks x 8 hosts, 8
 GPUs each). Each strategy runs on it in turn, in a namespace of its own, with a reconciler
@@ -10,7 +10,9 @@ started with that ``queueingStrategy`` (other keys at their defaults): a stream 
 gangs, Indexed Jobs of 1 to 4 whole-node pods with ``activeDeadlineSeconds`` of 30 to 180 s
 (the Job controller ends them), is kept so that the nodes they ask for stay at 90 % of the
 cluster, plus a queue of one more gang; ``--arrive`` seconds in, a gang of 8 whole nodes with
-a required subblock and no limit arrives. The same seeded stream each run. Polled once a second:
+a required subblock and no limit arrives. The same seeded stream for each strategy; with
+several ``--seeds`` (``1,2,3``) every strategy runs once per seed, and the table ends with
+each strategy's median over its runs. Polled once a second:
 
 - **wait**: the big gang's arrival to all its pods Running;
 - **late**: its start less the earliest time a subblock could have been free under the limits
@@ -91,14 +93,14 @@ def earliest_free(batch: client.BatchV1Api, core: client.CoreV1Api, ns: str, sub
     return time.time() if free_now else min(ends.values())
 
 
-def run(api: Any, stack: Stack, strategy: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One strategy's run (module docstring); its measures."""
+def run(api: Any, stack: Stack, strategy: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One strategy's run on the stream of ``seed`` (module docstring); its measures."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     subblock_of = {n.metadata.name: n.metadata.labels[SUBBLOCK] for n in core.list_node().items}
     restart(stack, strategy)
     ns = f"bf-{strategy.lower()}-{next(RUNS)}"
     control_plane.open_namespace(core, ns, strategy)
-    rng = random.Random(args.seed)
+    rng = random.Random(seed)
     began, arrived, earliest, started = time.time(), None, 0.0, None
     created: dict[str, tuple[float, int]] = {}
     first_running: dict[str, float] = {}
@@ -137,7 +139,7 @@ def run(api: Any, stack: Stack, strategy: str, args: argparse.Namespace) -> dict
     end = time.time()  # a small gang not running by then counts its wait so far (a lower bound)
     waits = [first_running.get(g, end) - t for g, (t, _) in created.items()
              if g != "big" and arrived is not None and t >= arrived]
-    out = {"strategy": strategy, "wait": (started - arrived) if started and arrived else None,
+    out = {"strategy": strategy, "seed": seed, "wait": (started - arrived) if started and arrived else None,
            "late": (started - earliest) if started else None, "idle": idle,
            "small": statistics.median(waits) if waits else None, "smalls": len(waits)}
     control_plane.clear_namespace(api, ns)
@@ -156,7 +158,7 @@ def main() -> int:
     p.add_argument("--strategies", default="StrictFIFO,BestEffortFIFO,Backfill")
     p.add_argument("--arrive", type=float, default=60.0)
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", default="1", help="comma-separated seeds of the small gangs' stream (default 1)")
     p.add_argument("--run-dir", default=None)
     args = p.parse_args()
     args.topology, args.component_qps, args.component_burst = (2, 2, 8), None, None
@@ -164,19 +166,39 @@ def main() -> int:
     with control_plane.started(args, "gangScheduleTimeoutJitterSeconds: 1\n", "troupe-bench-backfill-") as (
             cluster, stack):
         api = cluster.api_client("admin")
-        for strategy in args.strategies.split(","):
-            print(f"{strategy} run...", file=sys.stderr, flush=True)
-            rows.append(run(api, stack, strategy, args))
-            print(rows[-1], file=sys.stderr, flush=True)
+        for seed in (int(s) for s in args.seeds.split(",")):
+            for strategy in args.strategies.split(","):
+                print(f"{strategy} run, seed {seed}...", file=sys.stderr, flush=True)
+                rows.append(run(api, stack, strategy, seed, args))
+                print(rows[-1], file=sys.stderr, flush=True)
+    print(table(rows, args.strategies.split(","), args.timeout))
+    return 0
+
+
+def table(rows: list[dict[str, Any]], strategies: list[str], timeout: float) -> str:
+    """The runs side by side, and each strategy's medians when it ran more than once (a big
+    gang that never started counts as waiting ``timeout`` seconds there)."""
 
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
-    print(f"{'strategy':<16}{'wait (s)':>10}{'late (s)':>10}{'idle GPU-s':>12}{'small median wait (s)':>23}")
+    def median(runs: list[dict[str, Any]], key: str, missing: float | None) -> float | None:
+        values = [r[key] if r[key] is not None else missing for r in runs]
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    lines = [f"{'strategy':<16}{'seed':>6}{'wait (s)':>10}{'late (s)':>10}{'idle GPU-s':>12}"
+             f"{'small median wait (s)':>23}"]
     for r in rows:
-        print(f"{r['strategy']:<16}{num(r['wait']):>10}{num(r['late']):>10}{num(r['idle']):>12}"
-              f"{num(r['small']):>23}  ({r['smalls']} small gangs)")
-    return 0
+        lines.append(f"{r['strategy']:<16}{r['seed']:>6}{num(r['wait']):>10}{num(r['late']):>10}{num(r['idle']):>12}"
+                     f"{num(r['small']):>23}  ({r['smalls']} small gangs)")
+    if len(rows) > len(strategies):
+        for strategy in strategies:
+            runs = [r for r in rows if r["strategy"] == strategy]
+            lines.append(f"{strategy:<16}{'median':>6}{num(median(runs, 'wait', timeout)):>10}"
+                         f"{num(median(runs, 'late', None)):>10}{num(median(runs, 'idle', None)):>12}"
+                         f"{num(median(runs, 'small', None)):>23}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
