@@ -63,7 +63,8 @@ _VOLUME: dict[str, Any] = {"name": True, "persistentVolumeClaim": {"claimName": 
 #: docs/decisions/056-pod-groups.md); what placement filters on (node selection, node and
 #: pod affinity, topology spread, tolerations, gates, priority, host ports, the claims its
 #: volumes mount, resource claims) and counts (container, init-container and pod-level
-#: requests, overhead); where it runs and whether it has ended.
+#: requests, overhead); where it runs, when it started and how long it may run (its own
+#: time limit, docs/decisions/079-reservation-at-earliest-start-and-backfill.md), and whether it has ended.
 POD: Keep = {
     "apiVersion": True, "kind": True,
     "metadata": _OBJECT_META,
@@ -75,9 +76,11 @@ POD: Keep = {
         "terminationGracePeriodSeconds": True,  # how long a preemption victim may take to go
         # what the filters read that kube-scheduler's default profile applies (reconciler.engine.model.podterms)
         "topologySpreadConstraints": True, "volumes": _VOLUME, "resourceClaims": {"name": True, "resourceClaimName": True, "resourceClaimTemplateName": True},
+        # the pod's own time limit, from its start: when it is expected to end (decision 079)
+        "activeDeadlineSeconds": True,
     },
     "status": {"phase": True, "conditions": {"type": True, "status": True, "reason": True, "message": True},
-               "resourceClaimStatuses": True},
+               "resourceClaimStatuses": True, "startTime": True},
 }
 
 #: Nodes: name and labels (topology levels, hostname, device-sharing mode); taints and

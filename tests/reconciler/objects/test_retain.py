@@ -70,6 +70,7 @@ pods = st.builds(
         "priority": st.integers(-10, 1000),
         "nodeSelector": st.just({"pool": "gpu"}),
         "terminationGracePeriodSeconds": st.integers(0, 120),
+        "activeDeadlineSeconds": st.integers(1, 3600),
         "topologySpreadConstraints": st.just([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
                                                "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2,
                                                "labelSelector": {"matchLabels": {"app": "train"}},
@@ -97,6 +98,8 @@ def _pod(name, gang, index, gpus, gated, node, owned, deleting, extras):
     if node:
         b = b.running_on(node)
     pod = b.build()
+    if node:
+        pod["status"]["startTime"] = "2026-11-23T08:00:00Z"  # what a pod's own time limit runs from
     extras = copy.deepcopy(extras)
     if "hostPorts" in extras:
         pod["spec"]["containers"][0]["ports"] = extras.pop("hostPorts")
