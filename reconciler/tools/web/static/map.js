@@ -53,10 +53,12 @@
   const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
   // HH:MM:SS of an RFC 3339 time in UTC (the data's times, as the reasons write them).
   const clock = (t) => String(t).slice(11, 19);
-  // Why a node is held for gang key: its reservation's start, or the head of the queue.
+  // Why a node is held for gang key: its reservation's start, or the head of the queue
+  // (without the gang's row, only for whom).
   function heldFor(key) {
     const h = rows.has(key) ? rows.get(key).held : null;
-    if (h && h.reservation) {
+    if (!h) return "held for " + key;
+    if (h.reservation) {
       const start = rows.get(key).expectedStart;
       return "held for " + key + (start ? " (reserved from " + clock(start) + ")" : " (reserved, from when a pod without a time limit ends)");
     }
