@@ -3,8 +3,11 @@ the tree of the reconciler's own cache and its own last decisions, made on reque
 HTTP server's thread, at most once every few seconds (:class:`~reconciler.tools.web.server.CachedData`).
 
 The controller is not stopped: the page reads a copy of the cache's current snapshot (the
-one the next decision would plan on, built only if the cache changed since the last) and
-the controller's last phase and reason of each gang; nothing is decided here.
+one the next decision would plan on, built only if the cache changed since the last), the
+controller's last phase and reason of each gang and the capacity its queue holds for
+waiting gangs (:meth:`~reconciler.engine.gangs.queueing.QueueState.holds`, a copy taken
+under the queue's lock; each hold names its nodes from the node table it was decided on);
+nothing is decided here.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.engine.gangs.avoidance import Avoidance
+from reconciler.engine.gangs.queueing import Hold
 from reconciler.engine.ledger.occupancy import DomainUsage, occupancy
 from reconciler.engine.model.keys import PodKey
 from reconciler.engine.model.pods import PodInfo
@@ -58,10 +62,11 @@ def _members(pods: Mapping[PodKey, PodInfo], gang_of: Mapping[PodKey, str]) -> t
 
 
 def _rows(reconciler: Reconciler, members: tuple[dict[str, list[int]], dict[str, float]],
-          now: float) -> list[dict[str, Any]]:
+          now: float, holds: Mapping[str, Hold]) -> list[dict[str, Any]]:
     """One row per gang: the controller's last phase and reason, its members as
     ``kubectl troupe status -o json`` counts them, how long its oldest gated member has
-    waited, and (for a gang that waits) its size."""
+    waited, (for a gang that waits) its size, and (for a gang capacity is held for, in
+    ``holds``) :func:`~reconciler.tools.web.data.held_row`'s fields."""
     decided = reconciler.controllers.gangs.status()
     counts, oldest = members
     rows = []
@@ -76,6 +81,8 @@ def _rows(reconciler: Reconciler, members: tuple[dict[str, list[int]], dict[str,
         if row["phase"] not in data.NOT_WAITING:
             gang = reconciler.cache.gang(key)
             row["size"] = gang.size if gang is not None else None
+        if key in holds:
+            row.update(data.held_row(holds[key]))
         rows.append(row)
     return rows
 
@@ -84,7 +91,7 @@ def page(reconciler: Reconciler, resource: str = RESOURCE, refresh_seconds: floa
     """The page data (:func:`reconciler.tools.web.data.page`) of the running reconciler.
     What depends only on the cache's snapshot (the tree, the marks, the members' counts) is
     kept with that snapshot (:meth:`~reconciler.engine.ledger.snapshot.Snapshot.memo`) until the
-    cache changes; the decisions are read anew each time."""
+    cache changes; the decisions and the holds (the ``held`` marks) are read anew each time."""
     base = reconciler.cache.snapshot()
     config = reconciler.config
     now = reconciler.wall_clock()
@@ -98,5 +105,7 @@ def page(reconciler: Reconciler, resource: str = RESOURCE, refresh_seconds: floa
                 data.node_room(snapshot, gang_of), _members(snapshot.pods, gang_of))
 
     domains, marks, room, members = base.memo(f"topology-map {resource} {sorted(avoided.items())}", tree)
-    return data.page(domains, _rows(reconciler, members, now), marks, room, resource=resource,
+    holds = reconciler.controllers.gangs.queue.holds()
+    marked = data.with_marks(marks, data.held_marks(holds.values()))
+    return data.page(domains, _rows(reconciler, members, now, holds), marked, room, resource=resource,
                      levels=config.topology_levels, source="reconciler", at=now, refresh_seconds=refresh_seconds)

@@ -74,6 +74,7 @@ from reconciler.engine.decision.seen import Decision
 from reconciler.engine.decision.step import step
 from reconciler.engine.gangs.capacity import ask_for, owner_of
 from reconciler.engine.gangs.gang import Gang, all_gangs
+from reconciler.engine.gangs.queueing import Hold as QueueHold
 from reconciler.engine.gangs.queueing import Policy, QueueState, QueueView, queue_order
 from reconciler.engine.ledger.builder import build_snapshot
 from reconciler.engine.ledger.parts import BadObject, Located, read_parts
@@ -141,6 +142,9 @@ class GangOutcome:
     decision: Decision | None = field(default=None, repr=False, compare=False)
     seen: Snapshot | None = field(default=None, repr=False, compare=False)
     queue: QueueView | None = field(default=None, repr=False, compare=False)
+    #: The capacity held for it (a head-of-line hold or a reservation), None when none: the
+    #: topology map's ``held`` nodes (:func:`reconciler.tools.web.data.held_marks`).
+    hold: QueueHold | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The gang's JSON object (``victims`` only for a gang that preempts)."""
@@ -269,6 +273,7 @@ def simulate(snapshot: Snapshot, config: Config, now: float,
             preempting=applied.preempting, reservation=applied.reservation, capacity=applied.capacity,
             expected_start=turn.effect.hold.start if turn.effect.hold is not None else None,
             reserved=turn.effect.hold.domain if turn.effect.hold is not None and turn.effect.hold.reservation else "",
+            hold=turn.effect.hold,
         ))
         if gang.key == until:
             break

@@ -6,6 +6,9 @@ by ``kubectl troupe topology --web`` from a snapshot: what a person sees.
   reason are listed, in queue order; a search for ml/train leaves only its cells lit and
   names its nodes; a click on a cell tells the node. The screenshot of the guide
   (docs/guide/topology-map.png) is taken here: ``TROUPE_UPDATE_GOLDEN=1`` writes it again.
+- On a small snapshot where waiting gangs hold capacity under ``queueingStrategy: Backfill``
+  (tests/support/held.py): the held nodes are outlined unlike reserved and nominated ones,
+  a click tells for whom and from when, the waiting list gives the expected start.
 - On a snapshot of 2,048 nodes: every node drawn, and the map built and laid out in far less
   than a second (the page's own measure; ``make bench-web`` measures the page's whole time).
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import held
 from tests.support.browser import Browser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,10 +38,12 @@ UPDATE = os.environ.get("TROUPE_UPDATE_GOLDEN") == "1"
 DRAWN = "document.body.dataset.state === 'drawn'"
 
 
-def serve(snapshot: Path, now: str) -> tuple[subprocess.Popen[str], str]:
-    """``kubectl troupe topology --web`` on ``snapshot``: the process and the page's address."""
+def serve(snapshot: Path, now: str, config: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+    """``kubectl troupe topology --web`` on ``snapshot`` (with the configuration file
+    ``config``, when given): the process and the page's address."""
     name = snapshot.relative_to(REPO) if snapshot.is_relative_to(REPO) else snapshot  # as the guide shows it
-    proc = subprocess.Popen([str(PLUGIN), "topology", "--web", "--no-browser", "--snapshot", str(name), "--now", now],
+    more = ["--config", str(config)] if config is not None else []
+    proc = subprocess.Popen([str(PLUGIN), "topology", "--web", "--no-browser", "--snapshot", str(name), "--now", now, *more],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     line = proc.stdout.readline() if proc.stdout else ""
     found = re.search(r"http://127\.0\.0\.1:\d+/topology/\?token=[A-Za-z0-9_-]+", line)
@@ -292,3 +298,42 @@ def test_a_search_for_a_placed_gang_lights_its_planned_nodes_and_scrolls_to_them
     top = browser.evaluate("document.querySelector('#map .c.hit').getBoundingClientRect().top")
     assert 0 < top < browser.evaluate("window.innerHeight")
     browser.evaluate("window.troupeMap.find('')")
+
+
+@pytest.fixture(scope="module")
+def reserved(browser: Browser, tmp_path_factory) -> Iterator[Browser]:
+    """The page of tests/support/held.py's cluster under ``queueingStrategy: Backfill``."""
+    folder = tmp_path_factory.mktemp("held")
+    path = folder / "snapshot.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": held.objects()}))
+    config = folder / "config.yaml"
+    config.write_text("queueingStrategy: Backfill\n")
+    proc, url = serve(path, held.NOW, config)
+    try:
+        browser.open(url)
+        browser.wait_for(DRAWN)
+        yield browser
+    finally:
+        stop(proc)
+
+
+def test_nodes_held_for_waiting_gangs_are_outlined_and_say_for_whom_and_from_when(reserved):
+    """ml/big reserves gpu-b0-s0 from 10:02:00, team/big gpu-b0-s1 with no known start
+    (docs/decisions/079-reservation-at-earliest-start-and-backfill.md)."""
+    drawn = dict(reserved.evaluate("""Array.from(document.querySelectorAll('#map .c'),
+        c => [c.dataset.node, [c.classList.contains('hd'), getComputedStyle(c).outlineStyle]])"""))
+    assert drawn == {name: [True, "solid"] for name in held.S0 + held.S1}
+    looks = {(k, reserved.evaluate(f"getComputedStyle(document.querySelector('#key .c.{k}')).outlineStyle"))
+             for k in ("r", "m", "hd")}
+    assert looks == {("r", "dashed"), ("m", "dotted"), ("hd", "solid")}, "held is drawn unlike reserved and nominated"
+    reserved.evaluate(f"document.querySelector('#map .c[data-node=\"{held.S0[0]}\"]').click()")
+    assert "held for ml/big (reserved from 10:02:00)" in reserved.evaluate("document.getElementById('detail').innerText")
+    reserved.evaluate(f"document.querySelector('#map .c[data-node=\"{held.S1[0]}\"]').click()")
+    assert "held for team/big (reserved, from when a pod without a time limit ends)" in reserved.evaluate(
+        "document.getElementById('detail').innerText")
+    items = dict(reserved.evaluate("Array.from(document.querySelectorAll('#waiting li'), li => [li.dataset.gang, li.innerText])"))
+    assert "expected start 10:02:00" in items["ml/big"] and "start not known" in items["team/big"]
+    reserved.evaluate("window.troupeMap.find('ml/big')")
+    assert sorted(reserved.evaluate("Array.from(document.querySelectorAll('#map .c.hit'), c => c.dataset.node)")) == held.S0
+    assert "2 nodes held for it: " in reserved.evaluate("document.getElementById('detail').innerText")
+    reserved.evaluate("window.troupeMap.find('')")

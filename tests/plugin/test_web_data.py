@@ -15,18 +15,24 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import make_server
 
 import pytest
 
+from reconciler.engine.gangs.queueing import Hold
+from reconciler.engine.ledger.nodetable import NodeTable
+from reconciler.engine.ledger.topology import TopologyLevels
+from reconciler.engine.model.nodes import NodeInfo
 from reconciler.engine.model.records import Nomination
 from reconciler.objects.snapshot_io import read_objects
 from reconciler.tools import simulate as sim
 from reconciler.tools import views
 from reconciler.tools.web import data, local, server
-from testbed.engine_builders import make_pod
+from testbed.engine_builders import make_node, make_pod
+from tests.support import held
 from tests.support.signals import started
 from tests.support.snapshots import member, snapshot, write_list
 from troupe import contract
@@ -323,3 +329,70 @@ def test_the_map_shows_a_gang_declared_by_a_pod_group_and_why_it_waits():
     assert row["waiting"] and row["phase"] == "Waiting"
     assert row["reason"] == "4 of 5 members present (PodGroup ml/grouped (scheduling.k8s.io) " \
                             "spec.schedulingPolicy.gang.minCount)"
+
+
+# --- capacity held for waiting gangs (docs/decisions/079-reservation-at-earliest-start-and-backfill.md)
+def held_page(config: Config) -> dict:
+    cluster = views.read([(f"item {i}", o["kind"], o) for i, o in enumerate(held.objects())], config,
+                         sim.decision_time(held.NOW), source="test")
+    return local.cluster_page(cluster, "nvidia.com/gpu", 5.0)
+
+
+def test_a_backfill_reservation_marks_its_nodes_held_and_its_row_says_when_the_gang_starts():
+    """Under ``Backfill`` ml/big reserves gpu-b0-s0 from 10:02:00 (its pods' deadlines) and
+    team/big, behind it, gpu-b0-s1 with its start not known: the nodes carry ``held``, the
+    rows ``held``, ``expectedStart`` and ``reserved`` as the simulator's JSON names them."""
+    page = held_page(Config(queueing_strategy="Backfill"))
+    nodes = nodes_of(page["tree"])
+    assert {name: nodes[name].get("held") for name in held.S0 + held.S1} == held.reserved_under_backfill()
+    assert all("reserved" not in nodes[name] for name in held.S0 + held.S1)
+    rows = {r["gang"]: r for r in page["gangs"]}
+    s0, s1 = f"{held.SUBBLOCK}=gpu-b0/gpu-b0-s0", f"{held.SUBBLOCK}=gpu-b0/gpu-b0-s1"
+    big = rows["ml/big"]
+    assert big["held"] == {"domain": s0, "nodes": 2, "reservation": True}
+    assert big["expectedStart"] == "2026-03-01T10:02:00.000+00:00" and big["reserved"] == s0
+    assert "from 10:02:00 (in 2m)" in big["reason"]
+    team = rows["team/big"]
+    assert team["held"] == {"domain": s1, "nodes": 2, "reservation": True}
+    assert team["expectedStart"] is None and team["reserved"] == s1
+    simulated = {f"{o.namespace}/{o.name}": o.to_json() for o in sim.simulate(
+        views.read([(f"item {i}", o["kind"], o) for i, o in enumerate(held.objects())],
+                   Config(queueing_strategy="Backfill"), sim.decision_time(held.NOW)).built.snapshot,
+        Config(queueing_strategy="Backfill"), sim.decision_time(held.NOW))}
+    for key in ("ml/big", "team/big"):
+        assert (rows[key]["expectedStart"], rows[key]["reserved"]) == (
+            simulated[key]["expectedStart"], simulated[key]["reserved"]), "the simulator's decision, its names"
+
+
+def test_a_head_of_line_hold_marks_its_nodes_held_and_another_namespace_does_not_see_them():
+    """Under ``BestEffortFIFO`` ml/big has waited past ``headOfLineSeconds``: gpu-b0-s0 is
+    held for it at the head of the queue (and for team/big, which has too); a caller who
+    sees only ``ml`` sees ml/big's marks, never team/big's (decision 049)."""
+    page = held_page(Config())
+    nodes = nodes_of(page["tree"])
+    assert [nodes[name].get("held") for name in held.S0] == [["ml/big", "team/big"]] * 2
+    assert all("held" not in nodes[name] for name in held.S1)
+    big = {r["gang"]: r for r in page["gangs"]}["ml/big"]
+    assert big["held"] == {"domain": f"{held.SUBBLOCK}=gpu-b0/gpu-b0-s0", "nodes": 2, "reservation": False}
+    assert "expectedStart" not in big and "reserved" not in big
+    seen = data.visible(page, lambda namespace: namespace == "ml")
+    assert [nodes_of(seen["tree"])[name]["held"] for name in held.S0] == [["ml/big"]] * 2
+    assert "team/" not in json.dumps(seen)
+    alone = data.visible(page, lambda namespace: namespace == "other")
+    assert all("held" not in n for n in nodes_of(alone["tree"]).values())
+
+
+def test_a_hold_names_its_nodes_from_the_table_it_was_decided_on():
+    """A hold's node indices are those of its own node table: on a map whose nodes were
+    renumbered since (a node added that sorts first) it still names the nodes it holds; a
+    hold whose table is not known names none."""
+    levels = TopologyLevels.from_config(Config())
+    before = NodeTable([NodeInfo.from_object(o) for o in held.nodes()], levels)
+    added = make_node("gpu-a0-s0-h0").topology("gpu-a0", "gpu-a0-s0", "gpu-a0-s0-h0").allocatable(gpu=8).build()
+    after = NodeTable([NodeInfo.from_object(o) for o in [*held.nodes(), added]], levels)
+    indices = frozenset(before.index[name] for name in held.S0)
+    hold = Hold("ml/big", (0, 0.0, "ml/big"), 0, 0.0, indices, "s0", True, 120.0, table=before)
+    assert sorted(after.nodes[i].name for i in indices) != held.S0, "the indices name other nodes on the new table"
+    assert data.held_marks([hold]) == {name: {"held": ["ml/big"]} for name in held.S0}
+    assert data.held_marks([replace(hold, table=None)]) == {}
+    assert replace(hold, table=after) == hold, "the table is not part of what a hold is"

@@ -65,7 +65,7 @@ def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Pol
     free = [p for p in gang.members if p.gated and not snapshot.committed_node(p)]
     nodes, domain = hold_for(snapshot, free, gang.topology.required_level) if free else (frozenset(), "")
     order = queue_order(gang.key, gang.priority, gang.created)
-    hold = QueueHold(gang.key, order, gang.priority, since, nodes, domain) if nodes else None
+    hold = QueueHold(gang.key, order, gang.priority, since, nodes, domain, table=snapshot.table) if nodes else None
     return QueueEffect(True, what, hold)
 
 
@@ -83,7 +83,7 @@ def _reservation(gang: Gang, snapshot: Snapshot, policy: Policy, now: float, vie
         return QueueEffect(True, what)
     order = queue_order(gang.key, gang.priority, gang.created)
     hold = QueueHold(gang.key, order, gang.priority, since, start.nodes, start.domain, True, start.at,
-                     backfilled(snapshot, start.nodes, since))
+                     backfilled(snapshot, start.nodes, since), snapshot.table)
     return QueueEffect(True, f"{what}, {reserved_note(hold, now)}", hold,
                        recheck_at=start.at if start.at is not None and start.at > now else None)
 

@@ -30,10 +30,12 @@ same :class:`QueueView`. Pure: plain data in and out; ``docs/decisions/019-queue
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reconciler.engine.gangs.avoidance import Avoidance
+from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
 from reconciler.engine.model.timestamps import epoch
@@ -89,7 +91,11 @@ class Hold:
     domain ``domain``, which no gang behind it may use. A ``reservation`` (``Backfill``)
     holds them from ``start`` (seconds since the epoch; None: not before some pod without
     a limit ends): a gang behind it that ends by then may use them; ``backfilled`` of them
-    did (:func:`reconciler.engine.gangs.backfill.backfilled`)."""
+    did (:func:`reconciler.engine.gangs.backfill.backfilled`). ``table`` is the node table
+    of the snapshot it was decided on (:attr:`Snapshot.table <reconciler.engine.ledger.snapshot.Snapshot.table>`),
+    whose indices ``nodes`` are: a reference, so the hold costs nothing more to make, and
+    :meth:`node_names` names the right nodes on any later snapshot (nodes added or removed
+    since renumber the indices)."""
 
     gang: str
     order: Order
@@ -101,6 +107,17 @@ class Hold:
     start: float | None = None
     #: How many gangs were backfilled onto a reservation's nodes (for its reason).
     backfilled: int = 0
+    #: The node table ``nodes`` index (None: not known; the map then shows no node of it).
+    table: NodeTable | None = field(default=None, compare=False, repr=False)
+
+    def node_names(self) -> list[str]:
+        """The names of the held nodes, sorted, read from :attr:`table` (the topology map:
+        docs/decisions/079-reservation-at-earliest-start-and-backfill.md); empty when the
+        table is not known."""
+        if self.table is None:
+            return []
+        nodes = self.table.nodes
+        return sorted(nodes[i].name for i in self.nodes if 0 <= i < len(nodes))
 
     def blocks(self, ends_at: float | None) -> bool:
         """Whether the nodes are closed to a gang behind that would end at ``ends_at``
@@ -190,34 +207,41 @@ class QueueState:
     :meth:`note` records a gang's latest decision (``standing``: it does not fit but
     could, or it waits for its victims; ``hold``: capacity held for it); :meth:`view`
     gives a gang what the gangs ahead of it hold or block; :meth:`forget` drops a gang
-    that is gone. Not thread-safe: one worker decides at a time.
+    that is gone. One worker decides at a time; :meth:`holds` may be read from another
+    thread (the reconciler's topology map, on its HTTP server's thread): a lock guards
+    the entries, held only to change or copy them.
     """
 
     def __init__(self, strategy: QueueingStrategy = "BestEffortFIFO") -> None:
         self.strategy = strategy
         self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
 
     def note(self, key: str, order: Order, standing: bool, what: str = "", hold: Hold | None = None) -> bool:
         """Record gang ``key``'s decision (``what``: how it stands, for the reasons of the
         gangs behind it, its key left out: ``priority 5, waiting 3m``); returns True when
         what it means for the gangs behind it changed (they may need deciding again)."""
-        before = self._entries.get(key)
         entry = _Entry(key, order, what, hold) if standing else None
-        if entry is None:
-            self._entries.pop(key, None)
-        else:
-            self._entries[key] = entry
+        with self._lock:
+            before = self._entries.get(key)
+            if entry is None:
+                self._entries.pop(key, None)
+            else:
+                self._entries[key] = entry
         return _effect(before) != _effect(entry)
 
     def forget(self, key: str) -> bool:
         """Drop gang ``key``; True when it stood in the way of others."""
-        return self._entries.pop(key, None) is not None
+        with self._lock:
+            return self._entries.pop(key, None) is not None
 
     def view(self, order: Order, namespace: str) -> QueueView:
         """What the gangs ahead of a gang of queue order ``order`` and of ``namespace`` mean
         for it; the gang blocking it is named only when it is of that namespace
         (:func:`gang_of_namespace`)."""
-        ahead = sorted((e for e in self._entries.values() if e.order < order), key=lambda e: e.order)
+        with self._lock:
+            entries = list(self._entries.values())
+        ahead = sorted((e for e in entries if e.order < order), key=lambda e: e.order)
         if not ahead:
             return QueueView()
         if self.strategy == "StrictFIFO":
@@ -226,8 +250,11 @@ class QueueState:
         return QueueView(holds=tuple(e.hold for e in ahead if e.hold is not None))
 
     def holds(self) -> Mapping[str, Hold]:
-        """Every hold, by the key of the gang it is held for."""
-        return {k: e.hold for k, e in self._entries.items() if e.hold is not None}
+        """Every hold, by the key of the gang it is held for: a copy, safe to read from
+        another thread while the worker notes decisions (holds are immutable)."""
+        with self._lock:
+            entries = list(self._entries.items())
+        return {k: e.hold for k, e in entries if e.hold is not None}
 
 
 def _effect(entry: _Entry | None) -> tuple[object, ...] | None:

@@ -11,6 +11,9 @@ marks in, plain JSON values out (docs/decisions/042-topology-map.md):
   ``nominated``: a preemptor's nomination);
 - :func:`node_room`: what pods outside any gang take of each node, from their requests
   against its allocatable, DaemonSet and static pods aside (docs/decisions/053-map-at-scale.md);
+- :func:`held_marks` and :func:`held_row`: the nodes held for waiting gangs (a head-of-line
+  hold, a ``Backfill`` reservation: docs/decisions/079-reservation-at-earliest-start-and-backfill.md)
+  and how the rows of those gangs say it;
 - :func:`gang_of`: pod key -> gang key, the holders the tree names;
 - :func:`visible`: the page as a caller who sees only some namespaces reads it.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from reconciler.engine.gangs.queueing import Hold
 from reconciler.engine.ledger.occupancy import DomainUsage
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.keys import PodKey
@@ -33,8 +37,8 @@ from troupe.config import Config
 VERSION = 1
 #: Phases of a gang that runs or is being released: every other phase waits.
 NOT_WAITING = frozenset({"Placed", "Releasing", "Released"})
-#: The kinds of :func:`node_marks`.
-MARKS = ("reserved", "nominated")
+#: The kinds of node marks: :func:`node_marks`'s and :func:`held_marks`'s.
+MARKS = ("reserved", "nominated", "held")
 #: Controlling owners whose pods belong to the node itself: a DaemonSet runs one on every
 #: node it selects, and a static pod's mirror is owned by its Node
 #: (https://kubernetes.io/docs/tasks/configure-pod-container/static-pod/). They never make
@@ -73,6 +77,43 @@ def node_marks(snapshot: Snapshot, gangs: Mapping[PodKey, str]) -> dict[str, dic
             if node:
                 found.setdefault(node, {}).setdefault("reserved", set()).add(gang)
     return {node: {mark: sorted(keys) for mark, keys in marks.items()} for node, marks in found.items()}
+
+
+def held_marks(holds: Iterable[Hold]) -> dict[str, dict[str, list[str]]]:
+    """Node name -> ``{"held": sorted gang keys}``: the nodes each hold of ``holds`` takes
+    for its gang (a head-of-line hold, docs/decisions/019-queue-order.md, or a ``Backfill``
+    reservation, docs/decisions/079-reservation-at-earliest-start-and-backfill.md), named
+    from the node table the hold was decided on (:meth:`Hold.node_names`), so a map on a
+    snapshot with other nodes never shows a wrong one (a node gone since is not in its
+    tree; a hold without a table shows none). Cost: one step per held node."""
+    found: dict[str, set[str]] = {}
+    for hold in holds:
+        for name in hold.node_names():
+            found.setdefault(name, set()).add(hold.gang)
+    return {name: {"held": sorted(keys)} for name, keys in found.items()}
+
+
+def with_marks(*marks: Mapping[str, Mapping[str, Sequence[str]]]) -> dict[str, dict[str, Sequence[str]]]:
+    """The node marks of ``marks`` (each node name -> mark -> gang keys) in one mapping;
+    a later mapping's list of a mark replaces an earlier one's (the kinds do not overlap)."""
+    out: dict[str, dict[str, Sequence[str]]] = {}
+    for each in marks:
+        for name, kinds in each.items():
+            out.setdefault(name, {}).update(kinds)
+    return out
+
+
+def held_row(hold: Hold) -> dict[str, Any]:
+    """The fields a gang row carries for the capacity held for it: ``held``
+    (``{"domain": "<level>=<value>", "nodes": count, "reservation": bool}``) and, for a
+    reservation, ``expectedStart`` (RFC 3339; None while no known limit says when) and
+    ``reserved`` (its domain), the names of the simulator's JSON
+    (:meth:`reconciler.tools.simulate.GangOutcome.to_json`)."""
+    row: dict[str, Any] = {"held": {"domain": hold.domain, "nodes": len(hold.nodes), "reservation": hold.reservation}}
+    if hold.reservation:
+        row["expectedStart"] = rfc3339(hold.start) if hold.start is not None else None
+        row["reserved"] = hold.domain
+    return row
 
 
 def node_room(snapshot: Snapshot, gangs: Mapping[PodKey, str]) -> dict[str, dict[str, Any]]:
@@ -142,12 +183,13 @@ def page(tree: DomainUsage, gangs: Iterable[Mapping[str, Any]], marks: Mapping[s
       since the epoch), ``refreshSeconds`` (how often the page reads it again; 0: never),
       ``resource`` whose units are counted, ``levels`` (node label keys, highest first);
     - ``tree``: ``kubectl troupe topology -o json``'s tree (:func:`topology_json`), each
-      node with its ``reserved`` and ``nominated`` gang keys when it has any (``marks``,
-      :func:`node_marks`), ``otherUse`` and, when it has pods outside any gang, ``nodePods``
-      and ``otherShare`` (``room``, :func:`node_room`);
+      node with its ``reserved``, ``nominated`` and ``held`` gang keys when it has any
+      (``marks``, :func:`node_marks` and :func:`held_marks`), ``otherUse`` and, when it has
+      pods outside any gang, ``nodePods`` and ``otherShare`` (``room``, :func:`node_room`);
     - ``gangs``: one row per gang, as given (each with at least ``gang``, its key, and
-      ``phase`` and ``reason``, and ``nodes``, the nodes its plan or reservation names,
-      when it has such), each with ``waiting`` (its phase is not Placed, Releasing
+      ``phase`` and ``reason``, ``nodes``, the nodes its plan or reservation names, when it
+      has such, and :func:`held_row`'s fields when capacity is held for it), each with
+      ``waiting`` (its phase is not Placed, Releasing
       or Released); waiting gangs first (by ``queuePosition`` when rows carry it), then by key;
     - ``summary``: ``nodes``, ``allocatable`` and ``free`` units, ``gangs`` and ``waiting``.
     """

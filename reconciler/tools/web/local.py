@@ -40,12 +40,17 @@ from reconciler.tools.web import data, server
 def cluster_page(cluster: views.Cluster, resource: str, refresh_seconds: float) -> dict[str, Any]:
     """The page data (:func:`reconciler.tools.web.data.page`) of ``cluster``: its topology
     tree (:func:`views.topology`), every gang's status as ``kubectl troupe status -o json``
-    gives it (plus ``gang``, its key, and ``nodes``: :func:`planned_nodes`), the nodes held
-    for gangs that have not started on them and what pods outside any gang take of each node."""
+    gives it (plus ``gang``, its key, ``nodes``: :func:`planned_nodes`, and for a gang that
+    capacity is held for, :func:`~reconciler.tools.web.data.held_row`'s fields), the nodes
+    held for gangs that have not started on them (``reserved``, ``nominated``, and ``held``:
+    the holds of the same decisions, :func:`~reconciler.tools.web.data.held_marks`) and what
+    pods outside any gang take of each node."""
     tree = views.topology(cluster, resource)
-    rows = [{"gang": s.gang.key, **s.to_json(), **planned_nodes(s)} for s in views.status(cluster)]
+    statuses = views.status(cluster)
+    holds = [s.outcome.hold for s in statuses if s.outcome is not None and s.outcome.hold is not None]
+    rows = [{"gang": s.gang.key, **s.to_json(), **planned_nodes(s), **held_of(s)} for s in statuses]
     gangs = views.gang_of_pods(cluster)
-    marks = data.node_marks(cluster.snapshot, gangs)
+    marks = data.with_marks(data.node_marks(cluster.snapshot, gangs), data.held_marks(holds))
     return data.page(tree, rows, marks, data.node_room(cluster.snapshot, gangs), resource=resource, levels=cluster.config.topology_levels,
                      source=cluster.source, at=cluster.now, refresh_seconds=refresh_seconds)
 
@@ -60,6 +65,14 @@ def planned_nodes(status: views.GangStatus) -> dict[str, list[str]]:
     nodes = {str(p["node"]) for p in outcome.placements if outcome.placed and p.get("node")}
     nodes |= {str(n) for n in (outcome.reservation or {}).get("nodes") or () if n}
     return {"nodes": sorted(nodes)} if nodes else {}
+
+
+def held_of(status: views.GangStatus) -> dict[str, Any]:
+    """:func:`~reconciler.tools.web.data.held_row` of the capacity the decision of a waiting
+    gang holds for it (the simulator's outcome, :attr:`~reconciler.tools.simulate.GangOutcome.hold`);
+    ``{}`` when none."""
+    hold = status.outcome.hold if status.outcome is not None else None
+    return data.held_row(hold) if hold is not None else {}
 
 
 class QuietHandler(WSGIRequestHandler):

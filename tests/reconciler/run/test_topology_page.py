@@ -14,6 +14,8 @@ from reconciler.ports.fake import FakeCluster
 from reconciler.run import topology as reconciler_map
 from reconciler.run.probes import Health
 from reconciler.run.reconciler import Reconciler
+from testbed.engine_builders import make_node
+from tests.support import held
 from tests.support.probes import ADMIN, Reviews, get, serving
 from tests.support.snapshots import snapshot
 from troupe.config import Config
@@ -135,3 +137,63 @@ def test_a_connection_that_sends_nothing_is_closed(served, monkeypatch):
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.settimeout(5)
         assert s.recv(1) == b"", "closed by the server after its idle timeout"
+
+
+def held_reconciler(config: Config) -> Reconciler:
+    """A reconciler whose cache holds tests/support/held.py's cluster, nothing decided yet."""
+    reconciler = Reconciler(client.ApiClient(), config, writes=FakeCluster(), wall_clock=lambda: HELD_NOW)
+    objects = held.objects()
+    for job in held.jobs():
+        reconciler.cache.workload_event("Job", "ADDED", reconciler.cache.retain_job(job))
+    reconciler.cache.replace_nodes([reconciler.cache.retain_node(o) for o in objects if o["kind"] == "Node"])
+    reconciler.cache.replace_pods([reconciler.cache.retain_pod(o) for o in objects if o["kind"] == "Pod"])
+    return reconciler
+
+
+HELD_NOW = 1_772_359_200.0  # held.NOW
+
+
+def test_the_map_shows_the_nodes_a_backfill_reservation_holds_and_when_its_gang_starts():
+    """The reconciler's own decisions under ``Backfill`` (docs/decisions/079): ml/big
+    reserves gpu-b0-s0 from 10:02:00, team/big gpu-b0-s1 (start not known); the page reads
+    them from the controller's queue, on the HTTP server's thread."""
+    reconciler = held_reconciler(Config(queueing_strategy="Backfill"))
+    with serving(reconciler) as (_health, port):
+        for key in ("ml/big", "team/big"):
+            reconciler.controllers.gangs.reconcile(key)
+        status, body = get(port, "/topology/data.json")
+    assert status == 200
+    page = json.loads(body)
+    nodes = nodes_of(page["tree"])
+    assert {name: nodes[name].get("held") for name in held.S0 + held.S1} == held.reserved_under_backfill()
+    rows = {r["gang"]: r for r in page["gangs"]}
+    s0 = f"{held.SUBBLOCK}=gpu-b0/gpu-b0-s0"
+    assert rows["ml/big"]["held"] == {"domain": s0, "nodes": 2, "reservation": True}
+    assert rows["ml/big"]["expectedStart"] == "2026-03-01T10:02:00.000+00:00" and rows["ml/big"]["reserved"] == s0
+    assert "from 10:02:00 (in 2m)" in rows["ml/big"]["reason"]
+    assert rows["team/big"]["expectedStart"] is None and rows["team/big"]["held"]["reservation"] is True
+    assert "held" not in rows.get("web/a", {})
+
+
+def test_a_hold_decided_on_other_nodes_still_names_the_nodes_it_holds():
+    """Nodes added since the last decision renumber the snapshot's node table: the page
+    names each held node from the table its hold was decided on, never by its index on the
+    new one; a head-of-line hold (BestEffortFIFO, waited past ``headOfLineSeconds``) reads
+    as one."""
+    reconciler = held_reconciler(Config())
+    reconciler.controllers.gangs.reconcile("ml/big")
+    hold = reconciler.controllers.gangs.queue.holds()["ml/big"]
+    assert hold.table is reconciler.cache.snapshot().table and not hold.reservation
+    added = make_node("gpu-a0-s0-h0").topology("gpu-a0", "gpu-a0-s0", "gpu-a0-s0-h0").allocatable(gpu=8, cpu="32")
+    objects = [*held.nodes(), added.build()]
+    reconciler.cache.replace_nodes([reconciler.cache.retain_node(o) for o in objects])
+    base = reconciler.cache.snapshot()
+    assert base.table is not hold.table
+    assert sorted(base.nodes[i].name for i in hold.nodes) != held.S0, "on the new table the indices name others"
+    page = reconciler_map.page(reconciler)
+    nodes = nodes_of(page["tree"])
+    assert sorted(name for name, n in nodes.items() if "held" in n) == held.S0
+    assert nodes["gpu-a0-s0-h0"].get("held") is None
+    row = {r["gang"]: r for r in page["gangs"]}["ml/big"]
+    assert row["held"] == {"domain": f"{held.SUBBLOCK}=gpu-b0/gpu-b0-s0", "nodes": 2, "reservation": False}
+    assert "expectedStart" not in row

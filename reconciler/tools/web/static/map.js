@@ -4,6 +4,8 @@
 // gang, and reads the data again every refreshSeconds. The map is drawn again only when its
 // digest changed. A cell has the colour of its main gang's namespace (Tableau 20 without its
 // greys: docs/decisions/053-map-at-scale.md); hovering it outlines the gang's other cells.
+// A node held for a waiting gang (a head-of-line hold or a Backfill reservation: its
+// "held" mark, docs/decisions/079) is outlined solid; its detail says for whom and from when.
 // Times, in ms, are left on <body> for whoever measures the page: data-fetch-ms,
 // data-draw-ms (map built and laid out), data-frame-ms (to the next frame), data-ready-ms
 // (first draw, from navigation).
@@ -23,6 +25,7 @@
   let colours = new Map();
   let data = null, digest = null, nodes = [], paths = [], cells = [], mains = [], byGang = new Map(), rows = new Map();
   let nodeIndex = new Map(), hits = [], peers = [], draws = 0, timer = 0, namespace = "";
+  let heldBy = new Map(); // gang key -> the cells held for it (not its own: it has not started there)
   const opened = new Map(); // namespace -> open or closed, as the reader left its group
   let nsNames = null;
 
@@ -48,6 +51,19 @@
     if (list[list.length - 1] !== i) list.push(i);
   }
   const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+  // HH:MM:SS of an RFC 3339 time in UTC (the data's times, as the reasons write them).
+  const clock = (t) => String(t).slice(11, 19);
+  // Why a node is held for gang key: its reservation's start, or the head of the queue
+  // (without the gang's row, only for whom).
+  function heldFor(key) {
+    const h = rows.has(key) ? rows.get(key).held : null;
+    if (!h) return "held for " + key;
+    if (h.reservation) {
+      const start = rows.get(key).expectedStart;
+      return "held for " + key + (start ? " (reserved from " + clock(start) + ")" : " (reserved, from when a pod without a time limit ends)");
+    }
+    return "held for " + key + " (head of the queue)";
+  }
 
   function cell(n, path, out) {
     const i = nodes.length;
@@ -56,6 +72,7 @@
     for (const h of n.holders) { if (h.units > units) { main = h.gang; units = h.units; } mark(i, h.gang); }
     for (const g of n.reserved || []) mark(i, g);
     for (const g of n.nominated || []) mark(i, g);
+    for (const g of n.held || []) { let l = heldBy.get(g); if (l === undefined) heldBy.set(g, (l = [])); l.push(i); }
     if (main === null && n.reserved) main = n.reserved[0];
     if (main === null && n.nominated) main = n.nominated[0];
     mains.push(main);
@@ -69,12 +86,14 @@
     if (n.avoided) cls += " v";
     if (n.reserved) cls += " r";
     if (n.nominated) cls += " m";
+    if (n.held) cls += " hd";
     if (main !== null) style = "--g:" + colour(main) + ";";
     if (free > 0 && free < 1) style += "--f:" + Math.round(free * 100) + "%";
     const held = n.holders.length ? " · " + n.holders.map((h) => h.gang).join(", ") : "";
+    const kept = n.held ? " · held for " + n.held.join(", ") : "";
     out.push('<i class="' + cls + '" data-i="' + i + '" data-node="' + esc(n.name) + '"' +
       (style ? ' style="' + style + '"' : "") + ' title="' + esc(n.name + ": " + Math.max(n.free, 0) + " of " +
-      n.allocatable + " free" + held) + '"></i>');
+      n.allocatable + " free" + held + kept) + '"></i>');
   }
 
   function domain(d, path, out) {
@@ -98,7 +117,7 @@
 
   function drawMap(d) {
     const t0 = performance.now();
-    nodes = []; paths = []; mains = []; byGang = new Map(); nodeIndex = new Map(); hits = []; peers = [];
+    nodes = []; paths = []; mains = []; byGang = new Map(); heldBy = new Map(); nodeIndex = new Map(); hits = []; peers = [];
     // Colours go to the namespaces in name order, so a namespace keeps its colour while the set stays.
     const names = holdersOf(d.tree, new Set(d.gangs.map((r) => nsOf(r.gang))));
     colours = new Map();
@@ -134,6 +153,7 @@
     if (members !== undefined) bits.push(members + " of " + size + " present");
     if (r.queuePosition) bits.push("queue #" + r.queuePosition);
     if (r.waitingSeconds !== null && r.waitingSeconds !== undefined) bits.push("waiting " + duration(r.waitingSeconds));
+    if (r.reserved) bits.push(r.expectedStart ? "expected start " + clock(r.expectedStart) : "start not known");
     return '<li data-gang="' + esc(r.gang) + '"><span class="sw" style="background:' + colour(r.gang) + '"></span><b>' +
       esc(r.gang) + '</b><span class="ph">' + esc(r.phase) + "</span>" + (bits.length ? " · " + esc(bits.join(" · ")) : "") +
       '<span class="why">' + esc(r.reason) + "</span></li>";
@@ -180,10 +200,10 @@
       s.allocatable + " " + d.resource + " free · " + s.gangs + " gangs, " + s.waiting + " waiting";
   }
 
-  // The cells of a gang: the nodes it holds or is held for in the tree, and those its plan or
-  // reservation names (its row's nodes), each once.
+  // The cells of a gang: the nodes it holds or is held for in the tree (its holders, reserved,
+  // nominated and held marks), and those its plan or reservation names (its row's nodes), each once.
   function cellsOf(key) {
-    const found = new Set(byGang.get(key) || []);
+    const found = new Set([...(byGang.get(key) || []), ...(heldBy.get(key) || [])]);
     const r = rows.get(key);
     for (const name of (r && r.nodes) || []) { const i = nodeIndex.get(name); if (i !== undefined) found.add(i); }
     return Array.from(found).sort((a, b) => a - b);
@@ -193,11 +213,12 @@
     const det = $("detail");
     if (!keys.length) { det.hidden = false; det.innerHTML = "<p>No gang matches.</p>"; return; }
     const k = keys[0], r = rows.get(k), on = cellsOf(k);
-    const planned = !byGang.has(k) && on.length > 0;
+    // Not started on its cells: its plan names them, or they are held for it.
+    const planned = byGang.has(k) || !on.length ? "" : r && r.nodes ? " planned" : " held for it";
     const names = on.slice(0, 24).map((i) => nodes[i].name).join(", ") + (on.length > 24 ? ", …" : "");
     det.hidden = false;
     det.innerHTML = "<p><b>" + esc(k) + "</b>" + (r ? ' <span class="ph">' + esc(r.phase) + "</span>" : "") + "</p>" +
-      (r ? "<p>" + esc(r.reason) + "</p>" : "") + "<p>" + plural(on.length, "node") + (planned ? " planned" : "") +
+      (r ? "<p>" + esc(r.reason) + "</p>" : "") + "<p>" + plural(on.length, "node") + planned +
       (on.length ? ": " + esc(names) : "") + "</p>" +
       (keys.length > 1 ? "<p>" + (keys.length - 1) + " more match: " + esc(keys.slice(1, 6).join(", ")) + "</p>" : "");
   }
@@ -232,7 +253,8 @@
       " of " + n.allocatable + " " + esc(data.resource) + " free · " + esc(state) + "</p>" +
       (held ? "<p>" + held + "</p>" : "") + others +
       (n.reserved ? "<p>reserved for " + esc(n.reserved.join(", ")) + "</p>" : "") +
-      (n.nominated ? "<p>nominated for " + esc(n.nominated.join(", ")) + "</p>" : "");
+      (n.nominated ? "<p>nominated for " + esc(n.nominated.join(", ")) + "</p>" : "") +
+      (n.held ? n.held.map((g) => '<p class="held">' + esc(heldFor(g)) + "</p>").join("") : "");
   }
 
   function apply(d, fetchMs) {
