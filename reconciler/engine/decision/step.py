@@ -118,7 +118,7 @@ def step(gang: Gang, snapshot: Snapshot, now: float, policy: Policy, queue: Queu
     what it means for the gangs behind it: the one call the reconciler, its warm-up and
     the simulator all make. ``now`` in seconds since the epoch."""
     order = queue_order(gang.key, gang.priority, gang.created)
-    view = queue.view(order, gang.namespace)
+    view = queue.view(order, gang.namespace).on(snapshot.table)
     decision = decide(gang, snapshot, now, policy, view)
     effect = queue_effect(gang, decision, snapshot, policy, now, view)
     if effect.hold is not None and effect.hold.reservation:

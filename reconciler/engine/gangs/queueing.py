@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reconciler.engine.gangs.avoidance import Avoidance
 from reconciler.engine.ledger.nodetable import NodeTable
@@ -119,6 +119,18 @@ class Hold:
         nodes = self.table.nodes
         return sorted(nodes[i].name for i in self.nodes if 0 <= i < len(nodes))
 
+    def on(self, table: NodeTable) -> Hold:
+        """This hold with its ``nodes`` as indices of ``table`` (a later snapshot's node
+        table): itself when decided on that table (or on an unknown one), else the same
+        nodes by name, those no longer there left out. Cost: one lookup per held node, only
+        after the nodes changed."""
+        if self.table is None or self.table is table:
+            return self
+        index = table.index
+        names = self.table.nodes
+        nodes = frozenset(j for i in self.nodes if 0 <= i < len(names) and (j := index.get(names[i].name)) is not None)
+        return replace(self, nodes=nodes, table=table)
+
     def blocks(self, ends_at: float | None) -> bool:
         """Whether the nodes are closed to a gang behind that would end at ``ends_at``
         (seconds since the epoch; None: it has no limit): always for a plain hold and for a
@@ -168,6 +180,13 @@ class QueueView:
 
     blocked_by: str = ""
     holds: tuple[Hold, ...] = ()
+
+    def on(self, table: NodeTable) -> QueueView:
+        """This view with every hold's nodes as indices of ``table`` (:meth:`Hold.on`): what
+        a gang decided on a snapshot with other nodes than its holders' decisions reads."""
+        if all(h.table is None or h.table is table for h in self.holds):
+            return self
+        return replace(self, holds=tuple(h.on(table) for h in self.holds))
 
     @property
     def held_nodes(self) -> frozenset[int]:
