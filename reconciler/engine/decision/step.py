@@ -25,7 +25,7 @@ from reconciler.engine.gangs.queueing import (
 )
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.timestamps import rfc3339
-from reconciler.engine.placement.layers import layout_of
+from reconciler.engine.placement.layers import Layout, layout_of
 
 
 # --- the queue ----------------------------------------------------------------------------
@@ -73,7 +73,8 @@ def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Pol
 def _reservation(gang: Gang, snapshot: Snapshot, policy: Policy, now: float, view: QueueView, since: float,
                  what: str) -> QueueEffect:
     """``Backfill``: the reservation of a gang that does not fit (:func:`queue_effect`), its
-    slices and exclusive level counted (none when its layout cannot be used)."""
+    slices and exclusive level counted as its placement keeps them (none when its layout
+    cannot be used; no slices for a gang with members running, placed next to them)."""
     ahead = view.reservations
     if len(ahead) >= policy.backfill_reservations:
         return QueueEffect(True, what)
@@ -82,6 +83,8 @@ def _reservation(gang: Gang, snapshot: Snapshot, policy: Policy, now: float, vie
     layout, unusable = layout_of(snapshot, gang.topology)
     if unusable or not members:
         return QueueEffect(True, what)
+    if not gang.as_created and any(not p.gated and (p.node_name or snapshot.committed_node(p)) for p in gang.members):
+        layout = Layout(exclusive=layout.exclusive)  # placed next to its running members: no slices (decision 035)
     taken = frozenset().union(*(h.nodes for h in ahead)) if ahead else frozenset()
     start = earliest_start(snapshot, members, gang.topology.required_level, now, taken, layout)
     if start is None or not start.nodes:

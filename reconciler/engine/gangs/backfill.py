@@ -160,17 +160,8 @@ def _first_start(snapshot: Snapshot, target: Target, now: float, opens: dict[int
                 domain_of[i] = j
     wanted = {r: units for r, units in target.requests.items() if units > 0}
     cols = {r: snapshot.free_units(r) for r in wanted}  # copies: freed units are added to them
-    events: list[tuple[float, int, str, PodInfo | None]] = []
-    limits = snapshot.limits
-    for key, info in snapshot.pods.items():
-        node = snapshot.node_index_of(key)
-        if node is None or node not in domain_of:
-            continue
-        end = now if info.deleting else expected_end(limits.get(key), now)  # _end, inline: once a pod
-        if end is not None:
-            events.append((max(end, now), node, key, info))
     closed = {i for i in opens if i in domain_of}
-    events += [(at, i, "", None) for i in closed if (at := opens[i]) is not None]
+    events = _events(snapshot, domain_of, now, opens, closed)
     # The room each domain has once every pod with a limit ended: one that would not hold
     # the gang even then is not walked.
     final = {r: list(col) for r, col in cols.items()}
@@ -216,6 +207,24 @@ def _first_start(snapshot: Snapshot, target: Target, now: float, opens: dict[int
         changed.clear()
     j = max(live, key=lambda k: (room[k], -k))  # more ends than MAX_EVENTS before it
     return _start(snapshot, target, j, domain_of, None)
+
+
+def _events(snapshot: Snapshot, domain_of: dict[int, int], now: float, opens: dict[int, float | None],
+            closed: set[int]) -> list[tuple[float, int, str, PodInfo | None]]:
+    """``(when, node, pod key, pod)`` of every pod end on the nodes of ``domain_of``, and
+    ``(when, node, "", None)`` of every ``closed`` node's opening (the exclusive domains'),
+    unsorted; those that never come left out."""
+    events: list[tuple[float, int, str, PodInfo | None]] = []
+    limits = snapshot.limits
+    for key, info in snapshot.pods.items():
+        node = snapshot.node_index_of(key)
+        if node is None or node not in domain_of:
+            continue
+        end = now if info.deleting else expected_end(limits.get(key), now)  # _end, inline: once a pod
+        if end is not None:
+            events.append((max(end, now), node, key, info))
+    events += [(at, i, "", None) for i in closed if (at := opens[i]) is not None]
+    return events
 
 
 class _Room:
