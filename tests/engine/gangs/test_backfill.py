@@ -423,3 +423,19 @@ def test_at_the_start_the_placement_holds_the_gang_in_the_reserved_domain_and_no
     assert {snap.index[a.node] for a in result.assignments} <= start.nodes
     for at in sorted(e for e in ends | {NOW} if e < start.at):
         assert not placed_at(snap, members, gang, at, start.nodes).placed, at
+
+
+def test_a_gang_with_members_running_is_reserved_without_its_slices_as_it_is_placed() -> None:
+    # s0 = n0 n1 n2, s1 = n3 n4 n5 (full, no limits). big-0 and big-1 run on n0; the two
+    # replacements fit one on n1 and one on n2 once b ends (90 s), the slices of 2 per host
+    # they would ask for only once c ends (190 s): the placement drops them, and so does the count.
+    ns = [make_node(f"n{i}").topology("b0", f"b0-s{i // 3}", f"n{i}").allocatable(gpu=8) for i in range(6)]
+    gang = shaped("big", 4, slice_size=2)
+    for pod in gang[:2]:
+        pod.spec.pop("schedulingGates", None)
+        pod.on("n0").obj["status"]["startTime"] = rfc3339(NOW - 10)
+    pods = [running("a", "n1", 300, gpus=4), running("b", "n2", 100, gpus=4), running("c", "n2", 200, gpus=4),
+            *[running(f"f{i}", f"n{i}", None) for i in (3, 4, 5)], *gang]
+    out, _ = cycle(snapshot_of(ns, pods))
+    hold = out["default/big"].effect.hold
+    assert hold is not None and hold.nodes == frozenset({0, 1, 2}) and hold.start == NOW + 90
