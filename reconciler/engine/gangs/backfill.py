@@ -4,7 +4,8 @@ backfill that never delays it (docs/decisions/079-reservation-at-earliest-start-
 The first gangs in queue order that do not fit (``backfillReservations`` of them) each get a
 **reservation** at once: a domain and the earliest time the gang can start there
 (:func:`earliest_start`), from the expected ends of the pods that run there
-(:mod:`reconciler.engine.model.limits`) and the gang's required level. A gang behind it
+(:mod:`reconciler.engine.model.limits`) and the gang's required level, slices and exclusive
+level (docs/decisions/035-topology-layers.md). A gang behind it
 may use the reserved nodes only when its own limit ends it by the reservation's start
 (:func:`run_end`; EASY backfill, as Slurm's ``sched/backfill``): a gang without a limit
 never does, nor any gang while the start is not known. Nothing is remembered: each decision computes the reservation again from the
