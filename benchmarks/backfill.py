@@ -35,6 +35,7 @@ from reconciler.engine.gangs.backfill import earliest_start
 from reconciler.engine.ledger.builder import snapshot_of_objects
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.engine.placement.layers import layout_of
 from reconciler.tools.simulate import GangOutcome, simulate
 from troupe.config import Config
 
@@ -145,7 +146,8 @@ def reservations(snapshot: Snapshot, reserved: list[GangOutcome], repeat: int) -
         taken: frozenset[int] = frozenset()
         for o in reserved:
             assert o.gang is not None
-            start = earliest_start(snapshot, list(o.gang.members), o.gang.topology.required_level, NOW, taken)
+            layout, _ = layout_of(snapshot, o.gang.topology)
+            start = earliest_start(snapshot, list(o.gang.members), o.gang.topology.required_level, NOW, taken, layout)
             taken |= start.nodes if start is not None else frozenset()
         best = min(best, time.perf_counter() - t0)
     return best

@@ -25,6 +25,7 @@ from reconciler.engine.gangs.queueing import (
 )
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.timestamps import rfc3339
+from reconciler.engine.placement.layers import Layout, layout_of
 
 
 # --- the queue ----------------------------------------------------------------------------
@@ -71,14 +72,21 @@ def queue_effect(gang: Gang, decision: Decision, snapshot: Snapshot, policy: Pol
 
 def _reservation(gang: Gang, snapshot: Snapshot, policy: Policy, now: float, view: QueueView, since: float,
                  what: str) -> QueueEffect:
-    """``Backfill``: the reservation of a gang that does not fit (:func:`queue_effect`)."""
+    """``Backfill``: the reservation of a gang that does not fit (:func:`queue_effect`), its
+    slices and exclusive level counted as its placement keeps them (none when its layout
+    cannot be used; no slices for a gang with members running, placed next to them)."""
     ahead = view.reservations
     if len(ahead) >= policy.backfill_reservations:
         return QueueEffect(True, what)
     members = list(gang.slots) if gang.as_created else [p for p in gang.members if p.gated
                                                          and not snapshot.committed_node(p)]
+    layout, unusable = layout_of(snapshot, gang.topology)
+    if unusable or not members:
+        return QueueEffect(True, what)
+    if not gang.as_created and any(not p.gated and (p.node_name or snapshot.committed_node(p)) for p in gang.members):
+        layout = Layout(exclusive=layout.exclusive)  # placed next to its running members: no slices (decision 035)
     taken = frozenset().union(*(h.nodes for h in ahead)) if ahead else frozenset()
-    start = earliest_start(snapshot, members, gang.topology.required_level, now, taken) if members else None
+    start = earliest_start(snapshot, members, gang.topology.required_level, now, taken, layout)
     if start is None or not start.nodes:
         return QueueEffect(True, what)
     order = queue_order(gang.key, gang.priority, gang.created)

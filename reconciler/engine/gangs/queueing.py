@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from reconciler.engine.gangs.avoidance import Avoidance
+from reconciler.engine.gangs.target import target_of
 from reconciler.engine.ledger.nodetable import NodeTable
 from reconciler.engine.ledger.snapshot import Snapshot
 from reconciler.engine.model.pods import PodInfo
@@ -147,29 +148,15 @@ def hold_for(snapshot: Snapshot, members: Sequence[PodInfo], required_level: str
     an emptied domain would hold the whole gang; among those, the one with the most room
     for it now (then topology order). Held are the nodes of that domain that pass every
     member's filters. Members of several shapes are counted as their envelope (each
-    resource's largest request, every filter). Empty when no domain could ever hold it."""
-    tree, levels = snapshot.tree, snapshot.levels
-    names = sorted({r for p in members for r in p.requests})
-    requests = {r: max(p.requests.get(r, 0) for p in members) for r in names}
-    filters = list(dict.fromkeys(p.node_filter for p in members))
-    eligible = [all(t) for t in zip(*(snapshot.eligible(f) for f in filters), strict=True)]
-    now = tree.caps_by_depth(snapshot.capacity(requests, eligible))
-    empty = tree.caps_by_depth(snapshot.empty().capacity(requests, eligible))
-    x = len(members)
-    depths: Iterable[int]
-    if required_level is not None:
-        depth = levels.depth_of(required_level)
-        depths = [depth] if depth is not None else []
-    else:
-        depths = range(tree.leaf_depth, -1, -1)
-    for d in depths:
-        fitting = [j for j, c in enumerate(empty[d]) if c >= x]
-        if fitting:
-            j = max(fitting, key=lambda k: (now[d][k], -k))
-            nodes = frozenset(i for i in range(tree.lo[d][j], tree.hi[d][j]) if eligible[i])
-            name = levels.name_of(d)
-            return nodes, (f"{name}={'/'.join(tree.prefix[d][j])}" if name else "the cluster")
-    return frozenset(), ""
+    resource's largest request, every filter): the search is :func:`target_of`'s, without
+    slices. Empty when no domain could ever hold it."""
+    target = target_of(snapshot, members, required_level)
+    if target is None:
+        return frozenset(), ""
+    tree, d, eligible = snapshot.tree, target.depth, target.eligible
+    now = tree.caps_by_depth(snapshot.capacity(target.requests, eligible))[d]
+    j = max(target.fitting, key=lambda k: (now[k], -k))
+    return frozenset(i for i in range(tree.lo[d][j], tree.hi[d][j]) if eligible[i]), target.name(snapshot, j)
 
 
 @dataclass(frozen=True)

@@ -340,24 +340,25 @@ def _own(snapshot: Snapshot, members: Sequence[PodInfo]) -> set[PodKey]:
     return own
 
 
-def exclusive_blocked(snapshot: Snapshot, layout: Layout, members: Sequence[PodInfo]) -> set[int]:
-    """The nodes the gang of ``members`` may not use: every domain of the exclusive level
-    of another gang's member placed or reserved there (:attr:`Snapshot.exclusive`), and,
-    for an exclusive gang, every domain of its level where a pod Troupe placed or holds
-    for another gang uses a node (gated, pinned or released by Troupe). A pod counts as
-    the gang's when it is a member or carries the same gang annotations in the same
-    namespace. Pods that carry no Troupe key are not seen (the guide says how to keep
-    them out)."""
+def exclusive_holders(snapshot: Snapshot, layout: Layout, members: Sequence[PodInfo]) -> dict[tuple[int, int], list[PodKey]]:
+    """The domains the gang of ``members`` may not use, as ``(depth, domain index)`` -> the
+    keys of the pods that keep it out (each domain is open again once all of them are
+    gone): every domain of the exclusive level of another gang's member placed or reserved
+    there (:attr:`Snapshot.exclusive`), and, for an exclusive gang, every domain of its
+    level where a pod Troupe placed or holds for another gang uses a node (gated, pinned or
+    released by Troupe). A pod counts as the gang's when it is a member or carries the same
+    gang annotations in the same namespace. Pods that carry no Troupe key are not seen (the
+    guide says how to keep them out). Rule: docs/decisions/035-topology-layers.md."""
     tree, levels = snapshot.tree, snapshot.levels
     own = _own(snapshot, members)
-    taken: set[tuple[int, int]] = set()
+    holders: dict[tuple[int, int], list[PodKey]] = {}
     for key in snapshot.exclusive:
         i = snapshot.node_index_of(key)
         if i is None or key in own:
             continue
         depth = levels.depth_of(snapshot.pods[key].gang_annotations[TOPOLOGY_EXCLUSIVE_LEVEL])
         if depth is not None:
-            taken.add((depth, tree.domain_of[depth][i]))
+            holders.setdefault((depth, tree.domain_of[depth][i]), []).append(key)
     if layout.exclusive is not None:
         first = members[0] if members else None
         for key, pod in snapshot.pods.items():
@@ -367,8 +368,15 @@ def exclusive_blocked(snapshot: Snapshot, layout: Layout, members: Sequence[PodI
                 continue
             i = snapshot.node_index_of(key)
             if i is not None:
-                taken.add((layout.exclusive, tree.domain_of[layout.exclusive][i]))
-    return {i for depth, j in taken for i in range(tree.lo[depth][j], tree.hi[depth][j])}
+                holders.setdefault((layout.exclusive, tree.domain_of[layout.exclusive][i]), []).append(key)
+    return holders
+
+
+def exclusive_blocked(snapshot: Snapshot, layout: Layout, members: Sequence[PodInfo]) -> set[int]:
+    """The nodes the gang of ``members`` may not use: those of every domain of
+    :func:`exclusive_holders`."""
+    tree = snapshot.tree
+    return {i for depth, j in exclusive_holders(snapshot, layout, members) for i in range(tree.lo[depth][j], tree.hi[depth][j])}
 
 
 def shares_text(snapshot: Snapshot, balance: Balance) -> str:

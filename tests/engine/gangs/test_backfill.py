@@ -268,3 +268,174 @@ def test_the_reserved_gangs_reason_counts_the_gangs_backfilled_since_it_was_comp
     out, _ = cycle(snapshot_of(nodes(), pods))
     assert out["default/big"].effect.hold.backfilled == 1
     assert out["default/big"].decision.reason.endswith("(in 100s), 1 gang(s) backfilled")
+
+
+# --- slices and exclusive levels (docs/decisions/035-topology-layers.md) -----------------
+HOST = "cloud.google.com/gce-topology-host"
+
+
+def shaped(gang: str, size: int, slice_size: int | None = None, exclusive: str | None = None,
+           required: str | None = SUBBLOCK) -> list[PodBuilder]:
+    """A waiting gang of ``size`` members of 4 GPUs (two per node), in slices of
+    ``slice_size`` per host and exclusive at ``exclusive`` when given."""
+    pods = waiting(gang, size, None, priority=50, required=required, gpus=4)
+    for pod in pods:
+        if slice_size is not None:
+            pod.annotate("troupe.io/topology-slice-size", str(slice_size))
+            pod.annotate("troupe.io/topology-slice-required-level", HOST)
+        if exclusive is not None:
+            pod.annotate("troupe.io/topology-exclusive-level", exclusive)
+    return pods
+
+
+def released(pod: PodBuilder) -> PodBuilder:
+    """``pod`` as Troupe released it (its ``planned-at``): a pod of another gang."""
+    from troupe.contract import PLANNED_AT
+
+    return pod.annotate(PLANNED_AT, rfc3339(NOW - 20))
+
+
+def start_of(snap: Snapshot, gang: str) -> tuple[Any, list[Any], Any]:
+    """The earliest start of waiting gang ``gang`` as :func:`step` computes it, its
+    members and the gang."""
+    from reconciler.engine.placement.layers import layout_of
+
+    key = f"default/{gang}"
+    built = build_gang(key, group_by_gang(snap.pods.values(), CONFIG)[key], CONFIG, {})
+    members = sorted((p for p in built.members if p.gated), key=lambda p: p.key)
+    layout, bad = layout_of(snap, built.topology)
+    assert not bad
+    return earliest_start(snap, members, built.topology.required_level, NOW, layout=layout), members, built
+
+
+def placed_at(snap: Snapshot, members: list[Any], gang: Any, at: float, only: frozenset[int]) -> Any:
+    """The real placement of ``members`` at time ``at``: the pods that end by then removed,
+    every node but ``only`` closed."""
+    from reconciler.engine.model.limits import expected_end
+    from reconciler.engine.placement.place import place_gang
+
+    ended = []
+    for key, pod in snap.pods.items():
+        end = NOW if pod.deleting else expected_end(snap.limits.get(key), NOW)
+        if end is not None and max(end, NOW) <= at:
+            ended.append(key)
+    later = snap.with_removed(ended).with_blocked(i for i in range(len(snap.nodes)) if i not in only)
+    return place_gang(later, members, gang.topology)
+
+
+def test_a_domain_that_holds_the_members_but_not_their_slices_is_not_the_start() -> None:
+    # s0 holds two members now (4 GPUs free on each node) but no slice of 2 on one host
+    # until a ends; s1 has a whole host from c's end, later.
+    pods = [running("a", "n0", 200, gpus=4), running("b", "n1", 300, gpus=4), running("c", "n2", 260),
+            running("d", "n3", None)]
+    plain, _, _ = start_of(snapshot_of(nodes(), [*pods, *shaped("big", 2)]), "big")
+    assert plain is not None and (plain.domain, plain.at) == (f"{SUBBLOCK}=b0/b0-s0", NOW)
+    snap = snapshot_of(nodes(), [*pods, *shaped("big", 2, slice_size=2)])
+    start, members, gang = start_of(snap, "big")
+    assert start is not None and (start.domain, sorted(start.nodes), start.at) == (f"{SUBBLOCK}=b0/b0-s0", [0, 1],
+                                                                                   NOW + 190)
+    assert not placed_at(snap, members, gang, NOW, start.nodes).placed
+    result = placed_at(snap, members, gang, NOW + 190, start.nodes)
+    assert result.placed and {a.node for a in result.assignments} == {"n0"}
+
+
+def test_slices_that_never_fit_leave_the_start_unknown() -> None:
+    pods = [running("a", "n0", None, gpus=4), running("b", "n1", None, gpus=4), running("c", "n2", None, gpus=4),
+            running("d", "n3", None, gpus=4)]
+    start, _, _ = start_of(snapshot_of(nodes(), [*pods, *shaped("big", 2, slice_size=2)]), "big")
+    assert start is not None and start.at is None
+
+
+def test_the_reservation_in_a_cycle_counts_slices() -> None:
+    pods = [running("a", "n0", 200, gpus=4), running("b", "n1", 300, gpus=4), running("c", "n2", 260),
+            running("d", "n3", None), *shaped("big", 2, slice_size=2)]
+    out, _ = cycle(snapshot_of(nodes(), pods))
+    hold = out["default/big"].effect.hold
+    assert out["default/big"].decision.phase is Phase.UNSCHEDULABLE
+    assert hold is not None and hold.nodes == frozenset({0, 1}) and hold.start == NOW + 190
+
+
+def test_an_exclusive_gang_starts_in_a_domain_when_another_gangs_pod_there_ends() -> None:
+    # s0 and s1 each hold the members now, but a (ends in 90 s) and c (no limit) are pods of
+    # other gangs there.
+    pods = [released(running("a", "n0", 100, gpus=4)), released(running("c", "n2", None, gpus=4)),
+            *shaped("big", 2, exclusive=SUBBLOCK)]
+    snap = snapshot_of(nodes(), pods)
+    start, members, gang = start_of(snap, "big")
+    assert start is not None and (start.domain, start.at) == (f"{SUBBLOCK}=b0/b0-s0", NOW + 90)
+    assert not placed_at(snap, members, gang, NOW + 89, start.nodes).placed
+    assert placed_at(snap, members, gang, NOW + 90, start.nodes).placed
+    plain, _, _ = start_of(snapshot_of(nodes(), [*pods[:2], *shaped("big", 2)]), "big")
+    assert plain is not None and plain.at == NOW  # not exclusive: it fits beside them now
+
+
+def test_an_exclusive_gang_never_starts_beside_a_pod_without_a_limit() -> None:
+    pods = [released(running("a", "n0", None, gpus=4)), released(running("c", "n2", None, gpus=4)),
+            *shaped("big", 2, exclusive=SUBBLOCK)]
+    start, _, _ = start_of(snapshot_of(nodes(), pods), "big")
+    assert start is not None and start.at is None
+
+
+def test_a_domain_another_gang_holds_exclusively_opens_when_its_pods_end() -> None:
+    held = [running(f"x{i}", f"n{i}", limit, gpus=4).annotate("troupe.io/topology-exclusive-level", SUBBLOCK)
+            for i, limit in ((0, 50), (1, 150), (2, None))]
+    snap = snapshot_of(nodes(), [*held, *shaped("big", 2)])
+    start, members, gang = start_of(snap, "big")
+    assert start is not None and (start.domain, start.at) == (f"{SUBBLOCK}=b0/b0-s0", NOW + 140)
+    assert not placed_at(snap, members, gang, NOW + 139, start.nodes).placed
+    assert placed_at(snap, members, gang, NOW + 140, start.nodes).placed
+
+
+RUNNING = st.tuples(st.one_of(st.none(), st.integers(1, 400)), st.booleans(), st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 2).flatmap(lambda n: st.lists(RUNNING, min_size=n, max_size=n)), min_size=8,
+                max_size=8),
+       st.sampled_from([2, 4]), st.sampled_from([None, 2]), st.sampled_from([None, SUBBLOCK]),
+       st.sampled_from([None, SUBBLOCK]))
+def test_at_the_start_the_placement_holds_the_gang_in_the_reserved_domain_and_not_before(
+        on_nodes: list[list[tuple[int | None, bool, bool]]], size: int, slice_size: int | None,
+        exclusive: str | None, required: str | None) -> None:
+    """On 8 nodes (4 subblocks of 2) running pods of 4 GPUs with random limits (None: none),
+    each Troupe's or not, each holding its subblock exclusively or not: a gang of 2 or 4
+    members of 4 GPUs, in slices of 2 per host or not, exclusive at the subblock or not,
+    with a required subblock or not. At the computed start, with the pods that end by then
+    removed, the real placement places the whole gang inside the reserved domain; at the
+    current time and at every earlier pod end it does not."""
+    from reconciler.engine.model.limits import expected_end
+
+    pods: list[PodBuilder] = []
+    for i, held in enumerate(on_nodes):
+        for k, (limit, troupes, exclusively) in enumerate(held):
+            pod = running(f"r{i}-{k}", f"n{i}", limit, gpus=4)
+            pod = released(pod) if troupes else pod
+            pods.append(pod.annotate("troupe.io/topology-exclusive-level", SUBBLOCK) if exclusively else pod)
+    snap = snapshot_of(nodes(8), [*pods, *shaped("big", size, slice_size, exclusive, required)])
+    start, members, gang = start_of(snap, "big")
+    assert start is not None and start.nodes
+    ends = {max(e, NOW) for key in snap.pods if (e := expected_end(snap.limits.get(key), NOW)) is not None}
+    if start.at is None:
+        assert not placed_at(snap, members, gang, max(ends, default=NOW), start.nodes).placed
+        return
+    result = placed_at(snap, members, gang, start.at, start.nodes)
+    assert result.placed, result.reason
+    assert {snap.index[a.node] for a in result.assignments} <= start.nodes
+    for at in sorted(e for e in ends | {NOW} if e < start.at):
+        assert not placed_at(snap, members, gang, at, start.nodes).placed, at
+
+
+def test_a_gang_with_members_running_is_reserved_without_its_slices_as_it_is_placed() -> None:
+    # s0 = n0 n1 n2, s1 = n3 n4 n5 (full, no limits). big-0 and big-1 run on n0; the two
+    # replacements fit one on n1 and one on n2 once b ends (90 s), the slices of 2 per host
+    # they would ask for only once c ends (190 s): the placement drops them, and so does the count.
+    ns = [make_node(f"n{i}").topology("b0", f"b0-s{i // 3}", f"n{i}").allocatable(gpu=8) for i in range(6)]
+    gang = shaped("big", 4, slice_size=2)
+    for pod in gang[:2]:
+        pod.spec.pop("schedulingGates", None)
+        pod.on("n0").obj["status"]["startTime"] = rfc3339(NOW - 10)
+    pods = [running("a", "n1", 300, gpus=4), running("b", "n2", 100, gpus=4), running("c", "n2", 200, gpus=4),
+            *[running(f"f{i}", f"n{i}", None) for i in (3, 4, 5)], *gang]
+    out, _ = cycle(snapshot_of(ns, pods))
+    hold = out["default/big"].effect.hold
+    assert hold is not None and hold.nodes == frozenset({0, 1, 2}) and hold.start == NOW + 90
