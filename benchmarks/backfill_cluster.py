@@ -15,9 +15,12 @@ several ``--seeds`` (``1,2,3``) every strategy runs once per seed, and the table
 each strategy's median over its runs. Polled once a second:
 
 - **wait**: the big gang's arrival to all its pods Running;
-- **late**: its start less the earliest time a subblock could have been free under the limits
-  of the gangs running when it arrived (the latest end among each subblock's running Jobs,
-  the earliest subblock);
+- **late**: its start (its last pod's ``status.startTime``) less the earliest time a subblock
+  could have been free under the limits of the gangs running when it arrived (the latest end
+  among each subblock's running Jobs, the earliest subblock); gangs ahead of it in the queue
+  (created before it, waiting) may take that subblock first, under any strategy;
+- **after reserved**: its start less the start of its reservation as its reason last gave
+  it before it ran (``Backfill`` only: the start Troupe computed, gangs ahead counted);
 - **idle GPU-s**: GPUs of nodes without a running pod, summed over each second it waited;
 - **small median wait**: creation to Running of the small gangs created while it waited
   (one still waiting when the big gang runs counts its wait so far).
@@ -30,8 +33,10 @@ than StrictFIFO's.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import random
+import re
 import signal
 import statistics
 import sys
@@ -49,6 +54,8 @@ from devtools.devcluster.stack import Stack
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 NODES, GPUS = 32, 8
 RUNS = iter(range(100))
+#: How a reserved gang's reason gives its start (docs/decisions/079).
+RESERVED_FROM = re.compile(r"reserved \S+ \(\d+ node\(s\)\) from (\d\d):(\d\d):(\d\d)")
 
 
 def job(name: str, size: int, deadline: int | None, required: bool = False) -> dict[str, Any]:
@@ -102,6 +109,7 @@ def run(api: Any, stack: Stack, strategy: str, seed: int, args: argparse.Namespa
     control_plane.open_namespace(core, ns, strategy)
     rng = random.Random(seed)
     began, arrived, earliest, started = time.time(), None, 0.0, None
+    reserved: float | None = None  # the start of the big gang's reservation, as its reason last said
     created: dict[str, tuple[float, int]] = {}
     first_running: dict[str, float] = {}
     idle, k = 0.0, 0
@@ -120,9 +128,11 @@ def run(api: Any, stack: Stack, strategy: str, seed: int, args: argparse.Namespa
                 first_running.setdefault(gang, now)
         if arrived is not None:
             idle += (NODES - len(used)) * GPUS
+            big = [p for p in pods if (p.metadata.labels or {}).get("gang") == "big"]
             if running.get("big", 0) == 8:
-                started = now
+                started = max(p.status.start_time.timestamp() for p in big if p.status.start_time)
                 break
+            reserved = reserved_start(big, now) or reserved
         live = sum(j.spec.parallelism for j in batch.list_namespaced_job(ns).items
                    if j.metadata.name != "big" and not _ended(j))
         while live < int(0.9 * NODES) + 4:
@@ -140,10 +150,26 @@ def run(api: Any, stack: Stack, strategy: str, seed: int, args: argparse.Namespa
     waits = [first_running.get(g, end) - t for g, (t, _) in created.items()
              if g != "big" and arrived is not None and t >= arrived]
     out = {"strategy": strategy, "seed": seed, "wait": (started - arrived) if started and arrived else None,
-           "late": (started - earliest) if started else None, "idle": idle,
+           "late": (started - earliest) if started else None,
+           "reserved": (started - reserved) if started and reserved else None, "idle": idle,
            "small": statistics.median(waits) if waits else None, "smalls": len(waits)}
     control_plane.clear_namespace(api, ns)
     return out
+
+
+def reserved_start(pods: list[Any], now: float) -> float | None:
+    """The start of the reservation the big gang's reason names (``reserved ... from
+    12:04:00``, UTC, the day nearest ``now``), None while it names none."""
+    for p in pods:
+        for c in p.status.conditions or []:
+            found = RESERVED_FROM.search(c.message or "") if c.type == "troupe.io/Gang" else None
+            if found:
+                day = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(hour=0, minute=0, second=0,
+                                                                                   microsecond=0)
+                h, m, sec = (int(v) for v in found.groups())
+                at = (day + datetime.timedelta(hours=h, minutes=m, seconds=sec)).timestamp()
+                return min((at - 86400, at, at + 86400), key=lambda t: abs(t - now))
+    return None
 
 
 def _ended(j: Any) -> bool:
@@ -187,17 +213,18 @@ def table(rows: list[dict[str, Any]], strategies: list[str], timeout: float) -> 
         known = [v for v in values if v is not None]
         return statistics.median(known) if known else None
 
-    lines = [f"{'strategy':<16}{'seed':>6}{'wait (s)':>10}{'late (s)':>10}{'idle GPU-s':>12}"
-             f"{'small median wait (s)':>23}"]
+    lines = [f"{'strategy':<16}{'seed':>6}{'wait (s)':>10}{'late (s)':>10}{'after reserved (s)':>20}"
+             f"{'idle GPU-s':>12}{'small median wait (s)':>23}"]
     for r in rows:
-        lines.append(f"{r['strategy']:<16}{r['seed']:>6}{num(r['wait']):>10}{num(r['late']):>10}{num(r['idle']):>12}"
+        lines.append(f"{r['strategy']:<16}{r['seed']:>6}{num(r['wait']):>10}{num(r['late']):>10}"
+                     f"{num(r.get('reserved')):>20}{num(r['idle']):>12}"
                      f"{num(r['small']):>23}  ({r['smalls']} small gangs)")
     if len(rows) > len(strategies):
         for strategy in strategies:
             runs = [r for r in rows if r["strategy"] == strategy]
             lines.append(f"{strategy:<16}{'median':>6}{num(median(runs, 'wait', timeout)):>10}"
-                         f"{num(median(runs, 'late', None)):>10}{num(median(runs, 'idle', None)):>12}"
-                         f"{num(median(runs, 'small', None)):>23}")
+                         f"{num(median(runs, 'late', None)):>10}{num(median(runs, 'reserved', None)):>20}"
+                         f"{num(median(runs, 'idle', None)):>12}{num(median(runs, 'small', None)):>23}")
     return "\n".join(lines)
 
 
