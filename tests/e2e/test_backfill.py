@@ -17,7 +17,7 @@ with a longer deadline and one without any wait. The big gang starts at its rese
 
 `kubectl troupe plan` on the README's snapshot of a cluster whose subblocks' deadlines end at
 different times prints the big gang's expected start; the reconciler then reserves that start
-and keeps it. A gang whose pods outlive a limit no one enforces (Kueue's max-exec-time label
+(its topology map outlines the subblock and gives the start) and keeps it. A gang whose pods outlive a limit no one enforces (Kueue's max-exec-time label
 without Kueue) counts as ending now: the big gang's start is now, a short Job does not take the
 nodes freed meanwhile, and the big gang starts as soon as that gang ends.
 """
@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,25 @@ def takeover(stack: Stack) -> None:
         if started.record.name.startswith("troupe-reconciler") and started.popen.poll() is None:
             os.kill(started.record.pid, signal.SIGTERM)
             started.popen.wait(timeout=30)
-    stack.start_reconciler("troupe-reconciler-takeover")
+    stack.start_reconciler("troupe-reconciler-takeover", stack.metrics_port)  # its map where the first one's was
+
+
+def held_on_map(stack: Stack, gang: str) -> tuple[dict[str, Any], list[str]] | None:
+    """The reconciler's topology map (``/topology/data.json``, as the admin): ``gang``'s row
+    and the nodes marked held for it, once its row gives an expected start; else None."""
+    request = urllib.request.Request(f"http://127.0.0.1:{stack.metrics_port}/topology/data.json",
+                                     headers={"Authorization": f"Bearer {stack.cluster.token('admin')}"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        data = json.load(r)
+    row = next((g for g in data["gangs"] if g["gang"] == gang), None)
+    if row is None or "expectedStart" not in row:
+        return None
+    nodes, domains = [], [data["tree"]]
+    while domains:
+        d = domains.pop()
+        domains.extend(d.get("children", ()))
+        nodes.extend(n["name"] for n in d.get("nodes", ()) if gang in n.get("held", ()))
+    return row, sorted(nodes)
 
 
 def clock(at: float) -> str:
@@ -230,6 +249,10 @@ def test_plan_on_a_snapshot_prints_the_start_the_reconciler_then_keeps(stack, co
     batch.create_namespaced_job(ns, job("big", 8, None, required=True))
     reserved = f"reserved gce-topology-subblock=gpu-b0/gpu-b0-s0 (8 node(s)) from {clock(expected)}"
     wait_for("the plan's reservation told", lambda: reserved in message(core, ns, "big") or None, timeout=30)
+    # The reconciler's map outlines the reserved subblock and gives the same start.
+    row, held = wait_for("the reservation on the map", lambda: held_on_map(stack, f"{ns}/big"), timeout=30)
+    assert held == sorted(f"gpu-b0-s0-h{h}" for h in range(8)), held
+    assert row["reserved"] == planned["reserved"] and row["expectedStart"][:19] == planned["expectedStart"][:19], row
     big = wait_for("the big gang running", lambda: running(core, ns, "big", 8), timeout=120)
     began = max(p.status.start_time.timestamp() for p in big)
     assert {subblock_of(core, p.spec.node_name) for p in big} == {"gpu-b0-s0"}
