@@ -15,6 +15,7 @@ by ``kubectl troupe topology --web`` from a snapshot: what a person sees.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -64,15 +65,23 @@ def browser() -> Iterator[Browser]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def demo(browser: Browser) -> Iterator[Browser]:
-    proc, url = serve(DEMO_SNAPSHOT, DEMO_NOW)
+@contextlib.contextmanager
+def page(browser: Browser, snapshot: Path, now: str, config: Path | None = None) -> Iterator[Browser]:
+    """``browser`` on the page ``kubectl troupe topology --web`` serves of ``snapshot``, drawn;
+    the server stopped on exit."""
+    proc, url = serve(snapshot, now, config)
     try:
         browser.open(url)
         browser.wait_for(DRAWN)
         yield browser
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def demo(browser: Browser) -> Iterator[Browser]:
+    with page(browser, DEMO_SNAPSHOT, DEMO_NOW) as drawn:
+        yield drawn
 
 
 def pods_on_nodes(namespace: str, gang: str) -> list[str]:
@@ -308,13 +317,8 @@ def reserved(browser: Browser, tmp_path_factory) -> Iterator[Browser]:
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": held.objects()}))
     config = folder / "config.yaml"
     config.write_text("queueingStrategy: Backfill\n")
-    proc, url = serve(path, held.NOW, config)
-    try:
-        browser.open(url)
-        browser.wait_for(DRAWN)
-        yield browser
-    finally:
-        stop(proc)
+    with page(browser, path, held.NOW, config) as drawn:
+        yield drawn
 
 
 def test_nodes_held_for_waiting_gangs_are_outlined_and_say_for_whom_and_from_when(reserved):
