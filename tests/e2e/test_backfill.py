@@ -126,8 +126,10 @@ def subblock_of(core: client.CoreV1Api, node: str) -> str:
 
 
 def ends_at(batch: client.BatchV1Api, ns: str, name: str) -> float:
-    """When the Job controller ends Job ``name``: its ``status.startTime`` plus its deadline."""
-    j = batch.read_namespaced_job(name, ns)
+    """When the Job controller ends Job ``name``: its ``status.startTime`` plus its deadline
+    (the Job controller may write the start after its pods already run: waited for)."""
+    j = wait_for(f"Job {name}'s startTime", lambda: (j := batch.read_namespaced_job(name, ns)).status.start_time
+                 and j, timeout=30)
     return float(j.status.start_time.timestamp() + j.spec.active_deadline_seconds)
 
 
