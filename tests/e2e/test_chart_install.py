@@ -42,7 +42,12 @@ from devtools.devcluster import Cluster
 from devtools.devcluster.cluster import free_port
 from devtools.devcluster.pki import write_kubeconfig
 from devtools.devcluster.processes import Started, spawn, stop_all, tail
-from tests.support.e2e import new_namespace, service_account_token, wait_for
+from tests.support.e2e import (
+    admission_policies_settled,
+    new_namespace,
+    service_account_token,
+    wait_for,
+)
 from tests.support.helm import CHART, helm
 from troupe import contract
 
@@ -206,6 +211,7 @@ def installed(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
                     s.log_handle.close()
         helm("uninstall", RELEASE, "--namespace", namespace, "--kubeconfig", admin, binary=cluster.binaries.helm)
         core.delete_namespace(namespace, grace_period_seconds=0)
+        admission_policies_settled(api)  # the next module on this cluster is judged without them
 
 
 def secret_data(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, bytes]:

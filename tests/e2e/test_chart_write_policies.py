@@ -20,7 +20,12 @@ from kubernetes.client.rest import ApiException
 
 from devtools.devcluster import Cluster
 from devtools.devcluster.pki import write_kubeconfig
-from tests.support.e2e import new_namespace, service_account_token, wait_for
+from tests.support.e2e import (
+    admission_policies_settled,
+    new_namespace,
+    service_account_token,
+    wait_for,
+)
 from tests.support.helm import CHART, helm
 
 pytestmark = pytest.mark.e2e
@@ -74,6 +79,7 @@ def identities(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
     finally:
         helm("uninstall", RELEASE, "--namespace", namespace, "--kubeconfig", kubeconfig, binary=cluster.binaries.helm)
         core.delete_namespace(namespace, grace_period_seconds=0)
+        admission_policies_settled(admin)  # the next module on this cluster is judged without them
 
 
 def _refused(write: Callable[[], Any]) -> str:

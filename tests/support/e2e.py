@@ -68,6 +68,48 @@ def temporary_namespace(core: client.CoreV1Api, prefix: str, timeout: float = 60
     delete_namespace(core, name, timeout)
 
 
+def admission_policies_settled(api: client.ApiClient, timeout: float = 60.0) -> None:
+    """Wait until the API server's admission judges by the ValidatingAdmissionPolicies and
+    bindings stored now, those deleted included: it loads them from its own informers and
+    compiles them in the background, so a policy a test's ``helm uninstall`` just deleted may
+    refuse the next test's writes for a while (a Gang object the admin creates, a record on a
+    workload).
+
+    A canary: a policy and binding refusing a dry-run ConfigMap of a name of its own. Once it
+    refuses, the API server's policies were rebuilt after the deletions before it (bindings
+    arrive in order, a policy without a binding judges nothing, and every rebuild reads them
+    all); it is then deleted, and waited out the same way. Raises ``AssertionError`` after
+    ``timeout`` seconds at either wait."""
+    policies = client.AdmissionregistrationV1Api(api)
+    core = client.CoreV1Api(api)
+    name = f"settle-{uuid.uuid4().hex[:8]}"
+    policies.create_validating_admission_policy({
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                 "matchConditions": [{"name": "the-canary", "expression": f"object.metadata.name == '{name}'"}],
+                 "validations": [{"expression": "false", "message": "the canary"}]}})
+    policies.create_validating_admission_policy_binding(
+        {"metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}})
+
+    def refused() -> bool:
+        try:
+            core.create_namespaced_config_map("default", {"metadata": {"name": name}}, dry_run="All")
+        except client.ApiException as e:
+            if e.status in (403, 422):
+                return True
+            raise
+        return False
+
+    try:
+        wait_for(f"the admission policy {name} in effect", refused, timeout=timeout)
+    finally:
+        policies.delete_validating_admission_policy_binding(name)
+        policies.delete_validating_admission_policy(name)
+    wait_for(f"the admission policy {name} out of effect", lambda: not refused(), timeout=timeout)
+
+
 def gang_annotations(name: str, size: int, timeout: int | None = None) -> dict[str, str]:
     """Troupe gang annotations with the default prefix."""
     a = {"troupe.io/gang-name": name, "troupe.io/gang-size": str(size)}
