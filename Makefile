@@ -8,10 +8,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist), each test module whole on one of
-# them: the end-to-end tests mostly wait on the control plane, so two workers, each with the
-# control plane of its own, keep two cores busy (tests/e2e/conftest.py says why, and in what order).
+# them: the end-to-end tests mostly wait on the control plane, so three workers, each with the
+# control plane of its own, keep two cores busy (tests/e2e/conftest.py says why, and in what order;
+# docs/decisions/081-three-test-workers.md what two and three measured).
 # PYTEST_WORKERS=0 runs everything in one process.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 .PHONY: demo plugin snapshot test test-compat lint unit e2e browser bench bench-web bench-gang-objects bench-servers bench-simulate bench-preemption bench-scale bench-stream bench-preemption-cluster bench-throughput bench-kills bench-memory bench-hostile bench-backfill bench-backfill-cluster cluster-build cluster-up cluster-down clean lock release-check chart-kinds

@@ -5,10 +5,10 @@ session-scoped ``cluster`` fixture starts etcd, kube-apiserver, kube-controller-
 kube-scheduler and kwok (building them first if the cache is cold, ~8 min) with the 16
 fake nodes of examples/nodes.yaml, and always stops them at the end of the session.
 
-Under pytest-xdist (``make test``: two workers) a session is a worker's: each worker that
+Under pytest-xdist (``make test``: three workers) a session is a worker's: each worker that
 runs a test on the shared cluster starts one of its own, so tests that expect every node's
-capacity free never meet another worker's pods. One control plane shared by both workers
-would need those tests serialized, which is most of them; a second costs 15 to 30 s of
+capacity free never meet another worker's pods. One control plane shared by the workers
+would need those tests serialized, which is most of them; each more costs 15 to 30 s of
 start-up. Modules that kill, freeze or restart components, or flood the reconciler, start
 a cluster of their own (module-scoped), as before. Under xdist a cold build runs in a
 worker, whose output pytest does not show: ``make test`` and ``make e2e`` build first.
