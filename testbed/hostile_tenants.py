@@ -15,10 +15,10 @@ anyway, as on a cluster that runs without them.
 from __future__ import annotations
 
 import gc
-import threading
 import time
 import tracemalloc
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,13 +230,6 @@ def kept_after_churn(cache: ClusterCache, pods: Sequence[dict[str, Any]]) -> int
     of their deletions included. The objects themselves are made before it starts counting.
 
     Raises what :func:`churn` raised."""
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            churn(cache, pods)
-        except BaseException as error:  # noqa: BLE001 - raised again on the caller's thread
-            failed.append(error)
 
     def traced() -> int:
         return sum(t.size for t in tracemalloc.take_snapshot().filter_traces(CHURN_CODE).traces)
@@ -245,11 +238,8 @@ def kept_after_churn(cache: ClusterCache, pods: Sequence[dict[str, Any]]) -> int
     tracemalloc.start(CHURN_FRAMES)
     try:
         before = traced()
-        worker = threading.Thread(target=run, name="churn")
-        worker.start()
-        worker.join()
-        if failed:
-            raise failed[0]
+        with ThreadPoolExecutor(1, thread_name_prefix="churn") as worker:
+            worker.submit(churn, cache, pods).result()
         gc.collect()
         return traced() - before
     finally:
