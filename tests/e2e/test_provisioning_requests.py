@@ -182,7 +182,8 @@ def test_a_gang_that_does_not_fit_asks_once_waits_and_runs_whole_on_the_added_no
         assert all(p.metadata.annotations[pr.CLASS_POD_ANNOTATION] == pr.QUEUED_PROVISIONING for p in pods)
         assert [m for m in provisioner.made if m[0] == ns] == [(ns, name, request["metadata"]["uid"])], "asked once"
         wait_for("the request deleted once the gang is bound", lambda: not requests_in(api, ns) or None, timeout=60)
-        assert not core.list_namespaced_pod_template(ns).items
+        # Its templates are deleted after it, by the same action: a moment later.
+        wait_for("its pod templates deleted", lambda: not core.list_namespaced_pod_template(ns).items, timeout=30)
 
 
 def test_failed_leaves_the_gang_waiting_with_the_message_and_deleting_the_gang_deletes_the_request(api, core, ns):
