@@ -35,7 +35,8 @@ def test_a_gang_of_eight_with_minimum_four_runs_with_four_then_grows_to_eight_in
         running = [p for p in pods if p.status.phase == "Running"]
         return (pods, running) if len(pods) == 8 and len(running) == 4 else None
 
-    pods, running = e2e.wait_for("4 of 8 members Running", four_running, timeout=90)
+    pods, running = e2e.wait_for("4 of 8 members Running", four_running, timeout=90,
+                                 explain=lambda: (e2e.pod_states(admin_core, namespace), e2e.debug_gangs(troupe)))
     first = {p.metadata.name: p.spec.node_name for p in running}
     assert all(not p.spec.scheduling_gates for p in running)
     home = {admin_core.read_node(n).metadata.labels[SUBBLOCK] for n in first.values()}
@@ -48,7 +49,8 @@ def test_a_gang_of_eight_with_minimum_four_runs_with_four_then_grows_to_eight_in
         return messages if len(waiting) == 4 and len(messages) == 4 and all(
             "4 of 8 running (minimum 4)" in m for m in messages) else None
 
-    messages = e2e.wait_for("the other 4 gated, saying the gang's progress", waiting_with_progress, timeout=60)
+    messages = e2e.wait_for("the other 4 gated, saying the gang's progress", waiting_with_progress, timeout=60,
+                            explain=lambda: e2e.pod_states(admin_core, namespace))
     assert "fits 0 of 4 members" in messages[0], messages[0]
 
     for host in ("h2", "h3"):  # room appears in the gang's subblock

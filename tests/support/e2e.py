@@ -19,9 +19,11 @@ from troupe import contract
 T = TypeVar("T")
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.3) -> T:
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.3,
+             explain: Callable[[], Any] | None = None) -> T:
     """Poll ``probe`` until it returns a truthy value; raise ``AssertionError`` naming
-    ``what`` and the last value after ``timeout`` seconds."""
+    ``what`` and the last value after ``timeout`` seconds, with what ``explain`` returns then
+    (the state a probe that answers None does not show: the pods, the gang's reason)."""
     end = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < end:
@@ -29,7 +31,8 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, in
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+    seen = f"; then: {explain()!r}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}{seen}")
 
 
 def new_namespace(core: client.CoreV1Api, prefix: str) -> str:
@@ -153,13 +156,27 @@ def job_pods(core: client.CoreV1Api, namespace: str, job: str) -> list[Any]:
     return sorted(pods, key=lambda p: int(p.metadata.labels.get("batch.kubernetes.io/job-completion-index", 0)))
 
 
+def pod_states(core: client.CoreV1Api, namespace: str, label_selector: str = "") -> list[str]:
+    """A line per pod of ``namespace`` (those ``label_selector`` selects): its name, phase,
+    node, scheduling gates, whether it is being deleted, and the message of its gang
+    condition (what a timed-out wait reports)."""
+    lines = []
+    for p in core.list_namespaced_pod(namespace, label_selector=label_selector).items:
+        gates = ",".join(g.name for g in p.spec.scheduling_gates or [])
+        gang = [c.message for c in p.status.conditions or [] if c.type == contract.GANG_CONDITION]
+        lines.append(f"{p.metadata.name} {p.status.phase} node={p.spec.node_name} gates=[{gates}]"
+                     f"{' deleting' if p.metadata.deletion_timestamp else ''} gang={gang[0] if gang else None!r}")
+    return lines
+
+
 def running_job_pods(core: client.CoreV1Api, namespace: str, job: str, count: int, timeout: float = 90) -> list[Any]:
     """Wait until the Job has ``count`` pods, all Running; they, by completion index."""
     def running() -> list[Any] | None:
         pods = job_pods(core, namespace, job)
         return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
 
-    return wait_for(f"{count} Running pods of Job {job}", running, timeout=timeout)
+    return wait_for(f"{count} Running pods of Job {job}", running, timeout=timeout,
+                    explain=lambda: pod_states(core, namespace))
 
 
 def reservation(batch: client.BatchV1Api, namespace: str, name: str) -> dict[str, Any] | None:
