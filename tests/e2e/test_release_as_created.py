@@ -24,10 +24,12 @@ from kubernetes import client, watch
 from tests.support.e2e import (
     indexed_job,
     job_pods,
+    pod_body,
     quota,
     released,
     reservation,
     running_job_pods,
+    temporary_namespace,
     wait_for,
 )
 from troupe import contract
@@ -114,6 +116,37 @@ def test_a_gang_whose_last_members_never_come_is_rolled_back_whole_at_its_timeou
     wait_for("the released members deleted with the reservation", gone, timeout=60)
     again = reservation(batch, namespace, "stuck")
     assert again is None or again["plannedAt"] > held["plannedAt"], "the rolled-back reservation is gone"
+
+
+def test_a_pod_bound_to_a_reserved_node_before_any_member_is_released_moves_the_reservation_and_deletes_nothing(
+        troupe, admin_api, admin_core, namespace):
+    """A pod not Troupe's bound directly onto a reserved node while the quota holds every
+    member back (what a reservation decided before the pod's watch event came sees too):
+    the first member to come finds the reservation broken before anything is released, so
+    it is dropped and made again around the pod, and a Job that fails at its first deleted
+    pod (``backoffLimit: 0``) runs whole."""
+    batch = client.BatchV1Api(admin_api)
+    quota(admin_core, namespace, 0)
+    batch.create_namespaced_job(namespace, indexed_job("train", 4, {
+        **AUTO, "troupe.io/gang-schedule-timeout-seconds": "120"}, gpus=8))
+    held = wait_for("the reservation written on the Job", lambda: reservation(batch, namespace, "train"), timeout=30)
+    taken = held["nodes"][3]
+    with temporary_namespace(admin_core, "busy") as other:
+        body = pod_body("busy", gpus=8)
+        body["spec"]["nodeName"] = taken
+        admin_core.create_namespaced_pod(other, body)
+        wait_for("the busy pod Running", lambda: admin_core.read_namespaced_pod("busy", other).status.phase == "Running")
+        quota(admin_core, namespace, 4)
+
+        pods = running_job_pods(admin_core, namespace, "train", 4, timeout=120)
+        assert taken not in {p.spec.node_name for p in pods}
+        dropped = [e.message for e in admin_core.list_namespaced_event(
+            namespace, field_selector="reason=GangReservationDropped").items]
+        assert any(f"the reserved node {taken} is overcommitted (nvidia.com/gpu: 8 short)" in m for m in dropped), dropped
+        assert not admin_core.list_namespaced_event(namespace, field_selector="reason=GangReservationBroken").items
+        job = batch.read_namespaced_job("train", namespace)
+        assert not job.status.failed, "no member deleted"
+        assert len({p.metadata.annotations[contract.PLANNED_AT] for p in pods}) == 1, "one release, the second reservation"
 
 
 def watch_jobs(batch: client.BatchV1Api, namespace: str, seen: list[tuple[str, dict[str, str]]],

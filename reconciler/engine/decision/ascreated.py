@@ -13,7 +13,11 @@ Three builders of :mod:`.decide`'s table, and the reservation's clock:
   releases do. A member that no longer fits its rank's node rolls the whole reservation
   back (``ReservationBroken``); a reservation that no longer fits its workload (suspended,
   finished, resized) is dropped (``ReservationDropped``); once every member is bound the
-  reservation is removed and the gang is ``Released``.
+  reservation is removed and the gang is ``Released``. The reservation is checked whole at
+  every decision, not only the ranks of the members that come: a reserved node another pod
+  took while its rank waits (a pod bound there directly, or one the reservation was decided
+  without, its watch event not yet in) drops the reservation while none of its members is
+  released, so nothing is deleted, and rolls it back as soon as one is.
 - :func:`reservation_clock`: all or nothing. The reservation must be complete (every rank's
   member released and bound) within the gang's timeout (+ jitter), counted from the
   reservation or from the newest member's creation, whichever is later: a gang whose
@@ -27,7 +31,7 @@ Pure: the builders take the decision's view of the gang (``Seen``) and return a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from reconciler.engine.decision.actions import (
@@ -156,22 +160,46 @@ def _misfits(pairs: Sequence[tuple[PodInfo, int]], record: Record, slots: Sequen
     return problems
 
 
+def _overcommitted(record: Record, filled: Mapping[int, PodInfo], snapshot: Snapshot) -> list[str]:
+    """Why the reservation no longer holds its room (``[]``: it does): a node of a rank
+    whose member is not there yet has less than nothing free of a resource (the units of
+    the snapshot: millicores, bytes, devices), so something other than the reservation
+    took what the rank holds. A node whose ranks are all filled is not looked at: its
+    members run there, whatever came after them."""
+    problems: list[str] = []
+    for node in dict.fromkeys(record.nodes[rank] for rank in range(len(record.nodes)) if rank not in filled):
+        i = snapshot.index.get(node)
+        if i is None:  # the reservation's clock rolls a gone node back
+            continue
+        short = {r: -free for r, free in snapshot.free(i).items() if free < 0}
+        if short:
+            problems.append(f"the reserved node {node} is overcommitted ("
+                            f"{', '.join(f'{r}: {n} short' for r, n in sorted(short.items()))}): "
+                            f"another pod took the room its free rank(s) hold")
+    return problems
+
+
 def release_as_created(s: Seen) -> Decision:
     """Rule ``ReleaseAsCreated``: release the gated members onto their ranks' nodes, drop a
-    stale or complete reservation, or roll back one a member no longer fits."""
+    stale or complete reservation, or one another pod took room from while none of its
+    members is released, or roll back one a member no longer fits or another pod took room
+    from."""
     gang, snapshot = s.gang, s.snapshot
     record, workload = gang.reservation, gang.workload
     assert record is not None and workload is not None  # the rule applies only with both
     rid = record.planned_at
     stale = gang.reservation_stale or record_problem(gang, record, snapshot, s.now)
+    mine = [p for p in s.released if p.planned_at == rid]
+    filled = fill(record, gang.slots, mine)
+    taken = _overcommitted(record, filled, snapshot)
+    if not stale and taken and not mine:
+        stale = taken[0]
     if stale:
         return s.made(lifecycle.RESERVATION_DROPPED,
                       (DropReservation(workload, rid, stale), Wait(s.gated_keys)),
                       Status.of(f"reservation dropped: {stale}"))
-    mine = [p for p in s.released if p.planned_at == rid]
-    filled = fill(record, gang.slots, mine)
     pairs, without = assign(record, gang.slots, filled, s.gated)
-    problems = _misfits(pairs, record, gang.slots, snapshot)
+    problems = taken + _misfits(pairs, record, gang.slots, snapshot)
     if problems:
         rollback = RollBack(delete=tuple(p.key for p in mine if p.owner is not None),
                             keep=tuple(p.key for p in mine if p.owner is None), releases=(rid,))

@@ -304,10 +304,12 @@ PLACED = Rule("Placed", Phase.PLACED, None, lambda o: "", Notice("Normal", "Gang
 #: Released as created: every slot placed; the reservation is written on the workload.
 RESERVED = Rule("Reserved", Phase.PLACED, None, lambda o: "", Notice("Normal", "GangReserved"))
 #: A member does not fit its rank's reserved node (a taint, a node lost, a larger request
-#: than its template's): the whole reservation is rolled back.
+#: than its template's), or another pod took a free rank's room once members are released:
+#: the whole reservation is rolled back.
 RESERVATION_BROKEN = Rule("ReservationBroken", Phase.ROLLED_BACK, None, lambda o: "",
                           Notice("Warning", "GangReservationBroken"))
-#: The reservation no longer fits its workload (suspended, finished, resized): dropped.
+#: The reservation no longer fits its workload (suspended, finished, resized), or another
+#: pod took a reserved node's room before any member was released: dropped.
 RESERVATION_DROPPED = Rule("ReservationDropped", Phase.WAITING, None, lambda o: "",
                            Notice("Normal", "GangReservationDropped"))
 #: The engine found no placement; the reason is the engine's.

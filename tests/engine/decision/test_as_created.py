@@ -28,7 +28,7 @@ from testbed.as_created import (
     snapshot_of,
     workloads_of,
 )
-from testbed.engine_builders import make_node
+from testbed.engine_builders import make_node, make_pod
 from troupe import contract
 from troupe.config import Config
 from troupe.policies import RELEASE_MODE, WHEN_COMPLETE
@@ -154,6 +154,60 @@ def test_a_member_that_no_longer_fits_its_ranks_node_rolls_the_whole_reservation
     assert rollback is not None and rollback.delete == (f"{NAMESPACE}/train-0-x",)
     assert decision.find(actions.DropReservation) is not None
     assert not decision.release, "nothing more released"
+
+
+def busy(node: str) -> PodInfo:
+    """A pod not Troupe's, bound to ``node`` directly, taking its 8 GPUs."""
+    return PodInfo.from_object(make_pod(f"busy-{node}").requests(gpu=8).on(node).build())
+
+
+def test_a_pod_on_a_reserved_node_before_any_member_is_released_drops_the_reservation_and_deletes_nothing():
+    """The reservation decided without a pod bound there directly (its watch event came
+    later than the Job's): found whole at the first member, not when the member of that
+    rank comes after the others were released and would be deleted."""
+    job, record = reserved(4)
+    taken = record.nodes[3]
+    snapshot, gang = world(job, [member_pod(job, 0)], extra=[busy(taken)])
+
+    decision = decide(gang, snapshot, NOW + 1)
+
+    assert decision.rule is lifecycle.RESERVATION_DROPPED, decision.reason
+    assert f"the reserved node {taken} is overcommitted (nvidia.com/gpu: 8 short)" in decision.reason
+    assert decision.find(actions.RollBack) is None and not decision.release, "nothing released, nothing deleted"
+    drop = decision.find(actions.DropReservation)
+    assert drop is not None and drop.planned_at == record.planned_at and not drop.complete
+
+    after, gang = world(job_object("train", 4), [member_pod(job, 0)], extra=[busy(taken)])
+    again = decide(gang, after, NOW + 2).find(actions.Reserve)
+    assert again is not None and taken not in again.record.nodes, "reserved again, around the pod"
+
+
+def test_a_pod_on_a_reserved_node_once_a_member_is_released_rolls_the_reservation_back():
+    job, record = reserved(4)
+    taken = record.nodes[3]
+    pods = [member_pod(job, 0, gated=False, node=record.nodes[0], planned_at=record.planned_at),
+            member_pod(job, 1)]
+    snapshot, gang = world(job, pods, extra=[busy(taken)])
+
+    decision = decide(gang, snapshot, NOW + 2)
+
+    assert decision.rule is lifecycle.RESERVATION_BROKEN, decision.reason
+    assert f"the reserved node {taken} is overcommitted" in decision.reason
+    rollback = decision.find(actions.RollBack)
+    assert rollback is not None and rollback.delete == (f"{NAMESPACE}/train-0-x",)
+    assert not decision.release, "the member that came is not released onto a broken reservation"
+
+
+def test_a_pod_on_a_node_whose_ranks_all_run_breaks_nothing():
+    job, record = reserved(4)
+    pods = [member_pod(job, 0, gated=False, node=record.nodes[0], planned_at=record.planned_at, bound=True,
+                       phase="Running"), member_pod(job, 1)]
+    snapshot, gang = world(job, pods, extra=[busy(record.nodes[0])])
+
+    decision = decide(gang, snapshot, NOW + 2)
+
+    assert decision.rule is lifecycle.RELEASE_AS_CREATED, decision.reason
+    assert [m.node for m in decision.release] == [record.nodes[1]]
 
 
 def test_a_reserved_node_that_is_gone_rolls_the_reservation_back_at_once():
