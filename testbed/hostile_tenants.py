@@ -230,7 +230,6 @@ def kept_after_churn(cache: ClusterCache, pods: Sequence[dict[str, Any]]) -> int
     of their deletions included. The objects themselves are made before it starts counting.
 
     Raises what :func:`churn` raised."""
-
     def traced() -> int:
         return sum(t.size for t in tracemalloc.take_snapshot().filter_traces(CHURN_CODE).traces)
 

@@ -23,7 +23,8 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, in
              explain: Callable[[], Any] | None = None) -> T:
     """Poll ``probe`` until it returns a truthy value; raise ``AssertionError`` naming
     ``what`` and the last value after ``timeout`` seconds, with what ``explain`` returns then
-    (the state a probe that answers None does not show: the pods, the gang's reason)."""
+    (the state a probe that answers None does not show: the pods, the gang's reason), or
+    the error it raised: the timeout stays the failure."""
     end = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < end:
@@ -31,7 +32,12 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, in
         if last:
             return last
         time.sleep(interval)
-    seen = f"; then: {explain()!r}" if explain is not None else ""
+    seen = ""
+    if explain is not None:
+        try:
+            seen = f"; then: {explain()!r}"
+        except Exception as e:  # noqa: BLE001 - told in the timeout's message, which stays the failure
+            seen = f"; then: {what} could not be explained: {e!r}"
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}{seen}")
 
 
@@ -156,12 +162,11 @@ def job_pods(core: client.CoreV1Api, namespace: str, job: str) -> list[Any]:
     return sorted(pods, key=lambda p: int(p.metadata.labels.get("batch.kubernetes.io/job-completion-index", 0)))
 
 
-def pod_states(core: client.CoreV1Api, namespace: str, label_selector: str = "") -> list[str]:
-    """A line per pod of ``namespace`` (those ``label_selector`` selects): its name, phase,
-    node, scheduling gates, whether it is being deleted, and the message of its gang
-    condition (what a timed-out wait reports)."""
+def pod_states(core: client.CoreV1Api, namespace: str) -> list[str]:
+    """A line per pod of ``namespace``: its name, phase, node, scheduling gates, whether it
+    is being deleted, and the message of its gang condition (what a timed-out wait reports)."""
     lines = []
-    for p in core.list_namespaced_pod(namespace, label_selector=label_selector).items:
+    for p in core.list_namespaced_pod(namespace).items:
         gates = ",".join(g.name for g in p.spec.scheduling_gates or [])
         gang = [c.message for c in p.status.conditions or [] if c.type == contract.GANG_CONDITION]
         lines.append(f"{p.metadata.name} {p.status.phase} node={p.spec.node_name} gates=[{gates}]"

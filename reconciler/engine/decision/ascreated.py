@@ -167,7 +167,7 @@ def _overcommitted(record: Record, filled: Mapping[int, PodInfo], snapshot: Snap
     took what the rank holds. A node whose ranks are all filled is not looked at: its
     members run there, whatever came after them."""
     problems: list[str] = []
-    for node in dict.fromkeys(record.nodes[rank] for rank in range(len(record.nodes)) if rank not in filled):
+    for node in dict.fromkeys(node for rank, node in enumerate(record.nodes) if rank not in filled):
         i = snapshot.index.get(node)
         if i is None:  # the reservation's clock rolls a gone node back
             continue
